@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The one test command (README "Test", and what .ci/run calls): installs the pinned tools the
+# tests need, then runs formatting, lints and every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+cargo clippy --all-targets --locked -- -D warnings
+
+step "cargo test"
+cargo test --all-targets --locked

@@ -1,0 +1,443 @@
+//! The admission path: parse the review, decide whether it is ours, run the chain, diff, answer.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube_core::DynamicObject;
+use kube_core::admission::{AdmissionRequest, AdmissionReview, Operation};
+use serde::Serialize;
+
+use crate::config::{Config, ConfigError};
+use crate::error::{Denial, Error};
+use crate::http::{Front, Incoming};
+use crate::mutate::{Applied, Chain, PodCtx, Route};
+use crate::secrets::ResolvedSecrets;
+
+pub const API_VERSION_V1: &str = "admission.k8s.io/v1";
+pub const API_VERSION_V1BETA1: &str = "admission.k8s.io/v1beta1";
+
+/// An HTTP answer: status and a JSON body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+/// The webhook: the mutator chain and the settings it runs with. Built once at start.
+pub struct App {
+    chain: Chain,
+    front: Front,
+}
+
+/// The facts of one admission, for the audit log line.
+#[derive(Debug, Default)]
+struct Audit {
+    uid: String,
+    namespace: String,
+    pod: String,
+    operation: &'static str,
+    decision: &'static str,
+    reason: &'static str,
+    mutators: Vec<&'static str>,
+    patch_ops: usize,
+}
+
+impl App {
+    /// Builds the chain and the HTTP front from `config`. A path token stored in Secrets
+    /// Manager must already have been read into `path_token`.
+    pub fn new(config: &Config, path_token: Option<String>) -> Result<Self, ConfigError> {
+        let front = Front {
+            max_body_bytes: config.http.max_body_bytes,
+            path_token: path_token.or_else(|| config.http.path_token.clone()),
+        };
+        Ok(Self {
+            chain: crate::build_chain(config)?,
+            front,
+        })
+    }
+
+    pub fn with_chain(chain: Chain, front: Front) -> Self {
+        Self { chain, front }
+    }
+
+    /// Routes one HTTP request (both adapters call this).
+    pub async fn handle(&self, req: Incoming<'_>) -> Reply {
+        self.front.dispatch(self, req).await
+    }
+
+    pub fn chain(&self) -> &Chain {
+        &self.chain
+    }
+
+    /// Answers one AdmissionReview body that arrived by `route`. Never panics on bad input.
+    pub async fn review(&self, route: Route, body: &[u8]) -> Reply {
+        let started = Instant::now();
+        let mut audit = Audit::default();
+        let reply = match self.admit(route, body, &mut audit).await {
+            Ok(reply) => reply,
+            Err((err, api_version)) => {
+                audit.decision = match err {
+                    Error::Invalid(_) => "invalid",
+                    Error::Denied(_) => "denied",
+                    Error::Internal(_) => "error",
+                };
+                audit.reason = match &err {
+                    Error::Denied(d) => d.reason,
+                    other => other.reason(),
+                };
+                error_reply(&err, &audit.uid, api_version)
+            }
+        };
+        let duration_us = started.elapsed().as_micros() as u64;
+        let mutators = audit.mutators.join(",");
+        match audit.decision {
+            "invalid" => tracing::warn!(
+                route = route.as_str(),
+                uid = %audit.uid,
+                decision = audit.decision,
+                reason = audit.reason,
+                status = reply.status,
+                duration_us,
+                "admission"
+            ),
+            "error" => tracing::error!(
+                route = route.as_str(),
+                uid = %audit.uid,
+                namespace = %audit.namespace,
+                pod = %audit.pod,
+                operation = audit.operation,
+                decision = audit.decision,
+                status = reply.status,
+                duration_us,
+                "admission"
+            ),
+            _ => tracing::info!(
+                route = route.as_str(),
+                uid = %audit.uid,
+                namespace = %audit.namespace,
+                pod = %audit.pod,
+                operation = audit.operation,
+                decision = audit.decision,
+                reason = (!audit.reason.is_empty()).then_some(audit.reason),
+                mutators = %mutators,
+                patch_ops = audit.patch_ops,
+                duration_us,
+                "admission"
+            ),
+        }
+        reply
+    }
+
+    async fn admit(
+        &self,
+        route: Route,
+        body: &[u8],
+        audit: &mut Audit,
+    ) -> Result<Reply, (Error, &'static str)> {
+        let parsed = parse(body).map_err(|e| (e, API_VERSION_V1))?;
+        let (req, api_version) = match parsed {
+            Parsed::Pod(req, v) => (req, v),
+            Parsed::Other {
+                uid,
+                api_version,
+                operation,
+            } => {
+                audit.uid = uid;
+                audit.operation = operation;
+                audit.decision = "allowed";
+                audit.reason = "NotAPodCreate";
+                return Ok(allowed_reply(&audit.uid, api_version, None, &[]));
+            }
+        };
+        audit.uid = req.uid.clone();
+        audit.operation = operation_str(&req.operation);
+        audit.namespace = req.namespace.clone().unwrap_or_default();
+        if let Some(pod) = req.object.as_ref().or(req.old_object.as_ref()) {
+            audit.pod = pod
+                .metadata
+                .name
+                .clone()
+                .or_else(|| pod.metadata.generate_name.clone())
+                .unwrap_or_default();
+        }
+        let is_pod = req.kind.group.is_empty() && req.kind.kind == "Pod";
+        if !is_pod || req.operation != Operation::Create || req.sub_resource.is_some() {
+            audit.decision = "allowed";
+            audit.reason = "NotAPodCreate";
+            return Ok(allowed_reply(&audit.uid, api_version, None, &[]));
+        }
+        let Some(mut pod) = req.object else {
+            return Err((
+                Error::Invalid(
+                    "review of a pod CREATE has no request.object; only pod CREATE reviews are mutated"
+                        .into(),
+                ),
+                api_version,
+            ));
+        };
+        let namespace = req
+            .namespace
+            .as_deref()
+            .or(pod.metadata.namespace.as_deref())
+            .unwrap_or_default()
+            .to_owned();
+        audit.namespace.clone_from(&namespace);
+
+        let resolved = ResolvedSecrets::default();
+        let groups = req.user_info.groups.clone().unwrap_or_default();
+        let ctx = PodCtx {
+            namespace: &namespace,
+            route,
+            username: req.user_info.username.as_deref().unwrap_or_default(),
+            groups: &groups,
+            dry_run: req.dry_run,
+            resolved: &resolved,
+        };
+        let original = pod.clone();
+        let Applied { changed, warnings } = self
+            .chain
+            .apply(&ctx, &mut pod)
+            .map_err(|d| (Error::Denied(d), api_version))?;
+        audit.mutators.clone_from(&changed);
+        let patch = if changed.is_empty() {
+            None
+        } else {
+            let before = serde_json::to_value(&original)
+                .map_err(|e| (internal("failed to serialise the pod", e), api_version))?;
+            let after = serde_json::to_value(&pod).map_err(|e| {
+                (
+                    internal("failed to serialise the mutated pod", e),
+                    api_version,
+                )
+            })?;
+            let patch = crate::patch::diff(&before, &after);
+            (!patch.0.is_empty()).then_some(patch)
+        };
+        audit.patch_ops = patch.as_ref().map_or(0, |p| p.0.len());
+        audit.decision = if patch.is_some() {
+            "mutated"
+        } else {
+            "allowed"
+        };
+        Ok(allowed_reply(
+            &audit.uid,
+            api_version,
+            patch.as_ref(),
+            &warnings,
+        ))
+    }
+}
+
+fn internal(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Internal(format!("{what}: {e}"))
+}
+
+fn operation_str(op: &Operation) -> &'static str {
+    match op {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    }
+}
+
+enum Parsed {
+    Pod(Box<AdmissionRequest<Pod>>, &'static str),
+    Other {
+        uid: String,
+        api_version: &'static str,
+        operation: &'static str,
+    },
+}
+
+fn api_version_of(v: &str, kind: &str) -> Result<&'static str, Error> {
+    if kind != "AdmissionReview" {
+        return Err(Error::Invalid(format!(
+            "kind is {kind:?}, expected \"AdmissionReview\": the body must be an AdmissionReview sent by the API server"
+        )));
+    }
+    match v {
+        API_VERSION_V1 => Ok(API_VERSION_V1),
+        API_VERSION_V1BETA1 => Ok(API_VERSION_V1BETA1),
+        other => Err(Error::Invalid(format!(
+            "unsupported apiVersion {other:?}: expected \"admission.k8s.io/v1\" or \"admission.k8s.io/v1beta1\" (set admissionReviewVersions: [v1] in the MutatingWebhookConfiguration)"
+        ))),
+    }
+}
+
+/// Typed parse first (the common case, one pass); a review whose object is not a Pod is parsed
+/// again untyped to tell "someone else's object" (allowed untouched) from "broken pod" (invalid).
+fn parse(body: &[u8]) -> Result<Parsed, Error> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(Error::Invalid(
+            "empty body: expected an AdmissionReview (admission.k8s.io/v1) as JSON".into(),
+        ));
+    }
+    match serde_json::from_slice::<AdmissionReview<Pod>>(body) {
+        Ok(review) => {
+            let api_version = api_version_of(&review.types.api_version, &review.types.kind)?;
+            let req = review
+                .request
+                .ok_or_else(|| Error::Invalid("review has no request: nothing to admit".into()))?;
+            Ok(Parsed::Pod(Box::new(req), api_version))
+        }
+        Err(typed_err) => match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
+            Ok(review) => {
+                let api_version = api_version_of(&review.types.api_version, &review.types.kind)?;
+                let req = review.request.ok_or_else(|| {
+                    Error::Invalid("review has no request: nothing to admit".into())
+                })?;
+                let is_pod = req.kind.group.is_empty() && req.kind.kind == "Pod";
+                if is_pod && req.operation == Operation::Create && req.sub_resource.is_none() {
+                    return Err(Error::Invalid(format!(
+                        "request.object is not a valid Pod: {}",
+                        located(body, typed_err)
+                    )));
+                }
+                Ok(Parsed::Other {
+                    uid: req.uid,
+                    api_version,
+                    operation: operation_str(&req.operation),
+                })
+            }
+            Err(_) => Err(Error::Invalid(format!(
+                "body is not a valid AdmissionReview: {}",
+                located(body, typed_err)
+            ))),
+        },
+    }
+}
+
+/// The serde error with the JSON path where it happened (computed only on the error path).
+fn located(body: &[u8], fallback: serde_json::Error) -> String {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    match serde_path_to_error::deserialize::<_, AdmissionReview<Pod>>(&mut de) {
+        Err(e) if e.path().to_string() != "." => format!("{} (at {})", e.inner(), e.path()),
+        _ => fallback.to_string(),
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'a str,
+    kind: &'static str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut<'a>>,
+    /// Base64 of the JSON Patch, as the API documents it (kube-core would write a number array).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    audit_annotations: BTreeMap<&'static str, &'a str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    warnings: &'a [String],
+}
+
+#[derive(Serialize)]
+struct StatusOut<'a> {
+    status: &'static str,
+    code: u16,
+    reason: &'static str,
+    message: &'a str,
+}
+
+fn to_reply(status: u16, review: &ReviewOut<'_>) -> Reply {
+    match serde_json::to_vec(review) {
+        Ok(body) => Reply { status, body },
+        // Serialising these plain structs cannot fail; answer 500 rather than panic if it did.
+        Err(_) => Reply {
+            status: 500,
+            body: br#"{"message":"failed to serialise the response"}"#.to_vec(),
+        },
+    }
+}
+
+fn allowed_reply(
+    uid: &str,
+    api_version: &str,
+    patch: Option<&json_patch::Patch>,
+    warnings: &[String],
+) -> Reply {
+    use base64::Engine;
+    let patch = match patch.map(serde_json::to_vec).transpose() {
+        Ok(p) => p.map(|bytes| base64::engine::general_purpose::STANDARD.encode(bytes)),
+        Err(e) => {
+            return error_reply(
+                &internal("failed to serialise the patch", e),
+                uid,
+                api_version,
+            );
+        }
+    };
+    let patch_type = patch.as_ref().map(|_| "JSONPatch");
+    to_reply(
+        200,
+        &ReviewOut {
+            api_version,
+            kind: "AdmissionReview",
+            response: ResponseOut {
+                uid,
+                allowed: true,
+                status: None,
+                patch,
+                patch_type,
+                audit_annotations: BTreeMap::new(),
+                warnings,
+            },
+        },
+    )
+}
+
+/// The reply for any error: a well-formed review with `allowed:false`, the HTTP status from the
+/// error table in [`crate::error`].
+pub fn error_reply(err: &Error, uid: &str, api_version: &str) -> Reply {
+    let message = err.to_string();
+    let code = err.review_code();
+    let mut audit_annotations = BTreeMap::new();
+    if let Error::Denied(Denial { reason, .. }) = err {
+        audit_annotations.insert("denial-reason", *reason);
+    }
+    to_reply(
+        err.http_status(),
+        &ReviewOut {
+            api_version,
+            kind: "AdmissionReview",
+            response: ResponseOut {
+                uid,
+                allowed: false,
+                status: Some(StatusOut {
+                    status: "Failure",
+                    code,
+                    reason: standard_reason(code),
+                    message: &message,
+                }),
+                patch: None,
+                patch_type: None,
+                audit_annotations,
+                warnings: &[],
+            },
+        },
+    )
+}
+
+/// `status.reason` must be one of Kubernetes' `StatusReason`s; ours goes to the audit annotation.
+fn standard_reason(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        403 => "Forbidden",
+        404 => "NotFound",
+        405 => "MethodNotAllowed",
+        _ => "InternalError",
+    }
+}

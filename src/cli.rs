@@ -1,0 +1,193 @@
+//! Command line: `podmutator [serve|lambda|webhook-config ...]`. Without a subcommand the binary
+//! runs the Lambda runtime when `AWS_LAMBDA_RUNTIME_API` is set and the HTTPS server otherwise.
+
+use std::net::{Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+
+use crate::admission::App;
+use crate::config::{Config, ENV_CONFIG_FILE, Loaded};
+
+pub const USAGE: &str = "\
+podmutator — Kubernetes pod-mutating admission webhook (Lambda or HTTPS)
+
+USAGE:
+    podmutator [COMMAND] [OPTIONS]
+
+COMMANDS:
+    serve            serve HTTPS on webhook.listenPort (default outside Lambda)
+    lambda           run the AWS Lambda runtime loop (default when AWS_LAMBDA_RUNTIME_API is set)
+    check-config     load and validate the configuration, print it as JSON, and exit
+
+OPTIONS:
+    --config FILE    configuration file (JSON or YAML); same as PODMUTATOR_CONFIG_FILE
+    -h, --help       print this help
+    -V, --version    print the version
+
+ENVIRONMENT:
+    PODMUTATOR_CONFIG_FILE   configuration file (JSON or YAML)
+    PODMUTATOR_CONFIG        inline JSON, merged over the file
+    RUST_LOG                 log filter (default: info); logs are JSON lines on stdout
+";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Serve,
+    Lambda,
+    CheckConfig,
+    Help,
+    Version,
+}
+
+/// Parses arguments (without the program name). `--config` is applied to the environment
+/// variable so that one loader reads every source.
+pub fn parse_args(args: &[String], in_lambda: bool) -> Result<(Command, Option<String>), String> {
+    let mut command = None;
+    let mut config = None;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "-h" | "--help" => return Ok((Command::Help, None)),
+            "-V" | "--version" => return Ok((Command::Version, None)),
+            "--config" => {
+                config = Some(it.next().ok_or("--config needs a file path")?.clone());
+            }
+            s if s.starts_with("--config=") => config = Some(s["--config=".len()..].to_owned()),
+            "serve" | "lambda" | "check-config" if command.is_none() => {
+                command = Some(match arg.as_str() {
+                    "serve" => Command::Serve,
+                    "lambda" => Command::Lambda,
+                    _ => Command::CheckConfig,
+                });
+            }
+            other => return Err(format!("unexpected argument {other:?}; see --help")),
+        }
+    }
+    let default = if in_lambda {
+        Command::Lambda
+    } else {
+        Command::Serve
+    };
+    Ok((command.unwrap_or(default), config))
+}
+
+/// JSON log lines on stdout; the filter comes from `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL`.
+pub fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = std::env::var("RUST_LOG")
+        .or_else(|_| std::env::var("AWS_LAMBDA_LOG_LEVEL"))
+        .unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_target(false)
+        .with_env_filter(EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stdout)
+        .try_init();
+}
+
+fn load(config_path: Option<String>) -> Result<Loaded, String> {
+    let loaded = match config_path {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("invalid configuration: --config: cannot read {path}: {e}"))?;
+            let inline = std::env::var(crate::config::ENV_CONFIG_INLINE).ok();
+            Config::load(Some((&path, &text)), inline.as_deref())
+        }
+        None => Config::load_from_env(),
+    }
+    .map_err(|e| e.to_string())?;
+    for w in &loaded.warnings {
+        tracing::warn!(warning = %w, "configuration");
+    }
+    Ok(loaded)
+}
+
+/// Runs the program; the `Err` is printed by `main` and exits non-zero.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
+    let (command, config_path) = parse_args(args, in_lambda)?;
+    match command {
+        Command::Help => {
+            print!("{USAGE}");
+            return Ok(());
+        }
+        Command::Version => {
+            println!("podmutator {}", env!("CARGO_PKG_VERSION"));
+            return Ok(());
+        }
+        _ => {}
+    }
+    init_logging();
+    let Loaded { config, .. } = load(config_path.clone())?;
+    match command {
+        Command::CheckConfig => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&config).map_err(|e| e.to_string())?
+            );
+            Ok(())
+        }
+        Command::Lambda => {
+            let app = Arc::new(App::new(&config, None).map_err(|e| e.to_string())?);
+            tracing::info!(mutators = ?app.chain().ids(), "lambda runtime starting");
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("failed to start the async runtime: {e}"))?
+                .block_on(crate::lambda::run(app))
+                .map_err(|e| format!("lambda runtime stopped: {e}"))
+        }
+        Command::Serve => serve(&config, config_path.is_some()),
+        Command::Help | Command::Version => Ok(()),
+    }
+}
+
+fn serve(config: &Config, _from_flag: bool) -> Result<(), String> {
+    let w = &config.webhook;
+    let app = Arc::new(App::new(config, None).map_err(|e| e.to_string())?);
+    let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
+    let dir = std::path::PathBuf::from(w.cert_dir_expanded());
+    let files = crate::server::ensure_certs(
+        &dir,
+        w.local_cert.unwrap_or(true),
+        &crate::server::serving_names(&w.service_name, &namespace),
+    )
+    .map_err(|e| e.to_string())?;
+    let tls = crate::server::tls_config(&files).map_err(|e| e.to_string())?;
+    let addr = SocketAddr::from((Ipv6Addr::UNSPECIFIED, w.listen_port));
+    let max_body = config.http.max_body_bytes;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("failed to start the async runtime: {e}"))?
+        .block_on(async move {
+            let listener = crate::server::bind(addr).await?;
+            let local = listener
+                .local_addr()
+                .map_err(crate::server::ServerError::Accept)?;
+            tracing::info!(
+                addr = %local,
+                cert_dir = %dir.display(),
+                certs_generated = files.generated,
+                ca = %files.ca.display(),
+                mutators = ?app.chain().ids(),
+                "serving https"
+            );
+            crate::server::serve(
+                app,
+                listener,
+                tls,
+                max_body,
+                crate::server::shutdown_signal(),
+            )
+            .await?;
+            tracing::info!("shut down");
+            Ok::<_, crate::server::ServerError>(())
+        })
+        .map_err(|e| e.to_string())
+}
+
+#[doc(hidden)]
+pub const _CONFIG_FILE_ENV: &str = ENV_CONFIG_FILE;

@@ -1,0 +1,878 @@
+//! Configuration: Flyte's `webhook` section (same keys, same defaults, spec §6) plus our own
+//! sections, from `PODMUTATOR_CONFIG_FILE` (JSON or YAML) and/or `PODMUTATOR_CONFIG` (inline
+//! JSON, merged over the file). Everything is validated once at start: an unknown key, a wrong
+//! type or a contradictory setting stops the process with a message naming the key.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+pub const ENV_CONFIG_FILE: &str = "PODMUTATOR_CONFIG_FILE";
+pub const ENV_CONFIG_INLINE: &str = "PODMUTATOR_CONFIG";
+
+/// A configuration the process cannot start with. `key` is the dotted path of the culprit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {key}: {message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Flyte's webhook section, key for key.
+    pub webhook: WebhookConfig,
+    /// Flyte's `secrets` section: where the Global manager looks in this process.
+    pub secrets: GlobalSecretsConfig,
+    /// Our HTTP front: body limit and the optional secret path token.
+    pub http: HttpConfig,
+    /// Per-mutator settings (Flyte's `MutatorConfig`), keyed by mutator id.
+    pub mutators: BTreeMap<String, MutatorConfig>,
+}
+
+/// Flyte's `secretManagerTypes` values. JSON accepts the names in any case (as Flyte v2's enumer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum SecretManagerType {
+    Global,
+    K8s,
+    AWS,
+    GCP,
+    Vault,
+    Embedded,
+    Azure,
+}
+
+impl SecretManagerType {
+    pub const ALL: [SecretManagerType; 7] = [
+        Self::Global,
+        Self::K8s,
+        Self::AWS,
+        Self::GCP,
+        Self::Vault,
+        Self::Embedded,
+        Self::Azure,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Global => "Global",
+            Self::K8s => "K8s",
+            Self::AWS => "AWS",
+            Self::GCP => "GCP",
+            Self::Vault => "Vault",
+            Self::Embedded => "Embedded",
+            Self::Azure => "Azure",
+        }
+    }
+}
+
+impl fmt::Display for SecretManagerType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for SecretManagerType {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::ALL
+            .into_iter()
+            .find(|t| t.as_str().eq_ignore_ascii_case(&s))
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "unknown secret manager type {s:?}, expected one of Global, K8s, AWS, GCP, Vault, Embedded, Azure"
+                ))
+            })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct WebhookConfig {
+    #[serde(rename = "metrics-prefix")]
+    pub metrics_prefix: String,
+    /// Environment-expanded (`$VAR`, `${VAR}`) like Flyte's `os.ExpandEnv`.
+    pub cert_dir: String,
+    /// Generate a CA and serving certificate into `certDir` when none is there. Unset means
+    /// "yes" for `podmutator serve` (local runs) — unlike Flyte, existing files are reused.
+    pub local_cert: Option<bool>,
+    pub listen_port: u16,
+    /// Accepted for compatibility; Flyte's cache-invalidation server has no Lambda equivalent.
+    pub cache_invalidation_port: u16,
+    pub service_name: String,
+    pub service_port: u16,
+    pub secret_name: String,
+    /// Deprecated singular form; ignored when `secretManagerTypes` is non-empty.
+    pub secret_manager_type: Option<SecretManagerType>,
+    pub secret_manager_types: Vec<SecretManagerType>,
+    pub aws_secret_manager: SidecarConfig,
+    pub gcp_secret_manager: SidecarConfig,
+    pub azure_secret_manager: SidecarConfig,
+    pub vault_secret_manager: VaultConfig,
+    pub embedded_secret_manager_config: EmbeddedSecretManagerConfig,
+    pub image_builder_config: ImageBuilderConfig,
+    /// Declared by Flyte and read nowhere; the registration's `timeoutSeconds` is set where the
+    /// webhook is registered (Terraform / `podmutator webhook-config`).
+    pub webhook_timeout: u32,
+    pub disable_create_mutating_webhook_config: bool,
+    pub namespace_selector: Option<LabelSelector>,
+    pub kube_client_config: KubeClientConfig,
+    pub secret_env_var_prefix: String,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self {
+            metrics_prefix: "flyte:".into(),
+            cert_dir: "/etc/webhook/certs".into(),
+            local_cert: None,
+            listen_port: 9443,
+            cache_invalidation_port: 9444,
+            service_name: "flyte-pod-webhook".into(),
+            service_port: 443,
+            secret_name: "flyte-pod-webhook".into(),
+            secret_manager_type: None,
+            secret_manager_types: Vec::new(),
+            aws_secret_manager: SidecarConfig::default(),
+            gcp_secret_manager: SidecarConfig::default(),
+            azure_secret_manager: SidecarConfig::default(),
+            vault_secret_manager: VaultConfig::default(),
+            embedded_secret_manager_config: EmbeddedSecretManagerConfig::default(),
+            image_builder_config: ImageBuilderConfig::default(),
+            webhook_timeout: 30,
+            disable_create_mutating_webhook_config: false,
+            namespace_selector: None,
+            kube_client_config: KubeClientConfig::default(),
+            secret_env_var_prefix: "_UNION_".into(),
+        }
+    }
+}
+
+/// Our default when neither `secretManagerTypes` nor `secretManagerType` is set. Flyte v2
+/// defaults to Embedded with a K8s fetcher, which needs a Kubernetes client; a webhook on Lambda
+/// has none, so the no-network `K8s` manager (Flyte v1's default) is the safe default here.
+pub const DEFAULT_SECRET_MANAGER_TYPE: SecretManagerType = SecretManagerType::K8s;
+
+impl WebhookConfig {
+    /// The managers tried for each secret, in order: Global first (always, once), then the
+    /// configured list, or the deprecated singular type when the list is empty.
+    pub fn enabled_secret_managers(&self) -> Vec<SecretManagerType> {
+        let configured: Vec<SecretManagerType> = if self.secret_manager_types.is_empty() {
+            vec![
+                self.secret_manager_type
+                    .unwrap_or(DEFAULT_SECRET_MANAGER_TYPE),
+            ]
+        } else {
+            self.secret_manager_types.clone()
+        };
+        let mut out = vec![SecretManagerType::Global];
+        for t in configured {
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+        out
+    }
+
+    pub fn cert_dir_expanded(&self) -> String {
+        expand_env(&self.cert_dir, |k| std::env::var(k).ok())
+    }
+}
+
+/// A fetcher init container's image and resources (`awsSecretManager`, `gcpSecretManager`,
+/// `azureSecretManager`). The image default depends on the provider, so it is optional here.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct SidecarConfig {
+    pub sidecar_image: Option<String>,
+    pub resources: Option<ResourceRequirements>,
+}
+
+pub const AWS_SIDECAR_IMAGE: &str = "docker.io/amazon/aws-secrets-manager-secret-sidecar:v0.1.4";
+pub const GCP_SIDECAR_IMAGE: &str = "gcr.io/google.com/cloudsdktool/cloud-sdk:alpine";
+pub const AZURE_SIDECAR_IMAGE: &str = "mcr.microsoft.com/azure-cli:cbl-mariner2.0";
+
+impl SidecarConfig {
+    pub fn image_or(&self, default: &str) -> String {
+        self.sidecar_image
+            .clone()
+            .unwrap_or_else(|| default.to_owned())
+    }
+
+    /// Flyte's default: requests = limits = 500Mi memory, 200m CPU.
+    pub fn resources_or_default(&self) -> ResourceRequirements {
+        self.resources
+            .clone()
+            .unwrap_or_else(|| equal_resources("500Mi", "200m"))
+    }
+}
+
+pub fn equal_resources(memory: &str, cpu: &str) -> ResourceRequirements {
+    let q: BTreeMap<String, Quantity> = [
+        ("cpu".to_owned(), Quantity(cpu.to_owned())),
+        ("memory".to_owned(), Quantity(memory.to_owned())),
+    ]
+    .into();
+    ResourceRequirements {
+        requests: Some(q.clone()),
+        limits: Some(q),
+        ..Default::default()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct VaultConfig {
+    pub role: String,
+    /// Deprecated: use the secret's `group_version` (`kv1`, `kv2`, `db`).
+    pub kv_version: Option<KvVersion>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl Default for VaultConfig {
+    fn default() -> Self {
+        Self {
+            role: "flyte".into(),
+            kv_version: None,
+            annotations: BTreeMap::new(),
+        }
+    }
+}
+
+/// Flyte marshals this enum as `"1"` / `"2"`; plain numbers are accepted too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum KvVersion {
+    #[serde(rename = "1")]
+    V1,
+    #[serde(rename = "2")]
+    V2,
+}
+
+impl<'de> Deserialize<'de> for KvVersion {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match Value::deserialize(d)? {
+            Value::String(s) if s == "1" => Ok(Self::V1),
+            Value::String(s) if s == "2" => Ok(Self::V2),
+            Value::Number(n) if n.as_u64() == Some(1) => Ok(Self::V1),
+            Value::Number(n) if n.as_u64() == Some(2) => Ok(Self::V2),
+            other => Err(serde::de::Error::custom(format!(
+                "expected \"1\" or \"2\", got {other}"
+            ))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum EmbeddedType {
+    AWS,
+    GCP,
+    Azure,
+    #[default]
+    K8s,
+}
+
+impl<'de> Deserialize<'de> for EmbeddedType {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        [Self::AWS, Self::GCP, Self::Azure, Self::K8s]
+            .into_iter()
+            .find(|t| format!("{t:?}").eq_ignore_ascii_case(&s))
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "unknown embedded secret manager type {s:?}, expected one of AWS, GCP, Azure, K8s"
+                ))
+            })
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct EmbeddedSecretManagerConfig {
+    #[serde(rename = "type")]
+    pub kind: EmbeddedType,
+    pub aws_config: AwsConfig,
+    pub gcp_config: GcpConfig,
+    pub azure_config: AzureConfig,
+    pub k8s_config: K8sFetcherConfig,
+    pub file_mount_init_container: FileMountInitContainer,
+    pub image_pull_secrets: ImagePullSecrets,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AwsConfig {
+    pub region: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GcpConfig {
+    pub project: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AzureConfig {
+    #[serde(rename = "vaultURI")]
+    pub vault_uri: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct K8sFetcherConfig {
+    pub namespace: String,
+    pub kube_client_config: KubeClientConfig,
+}
+
+impl Default for K8sFetcherConfig {
+    fn default() -> Self {
+        Self {
+            namespace: "flyte".into(),
+            kube_client_config: KubeClientConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct FileMountInitContainer {
+    pub image: String,
+    pub resources: ResourceRequirements,
+    pub container_name: String,
+}
+
+impl Default for FileMountInitContainer {
+    fn default() -> Self {
+        Self {
+            image: "public.ecr.aws/docker/library/busybox:latest".into(),
+            resources: equal_resources("100Mi", "100m"),
+            container_name: "init-embedded-secret".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImagePullSecrets {
+    pub enabled: bool,
+}
+
+/// Union fork's image-builder settings: accepted so Flyte configs load; OSS v2 reads none of it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ImageBuilderConfig {
+    pub enabled: bool,
+    pub hostname_replacement: HostnameReplacement,
+    pub label_selector: Option<LabelSelector>,
+    pub excluded_container_names: Vec<String>,
+    pub excluded_image_prefixes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct HostnameReplacement {
+    pub existing: String,
+    pub replacement: String,
+    pub disable_verification: bool,
+}
+
+/// Flyte's Kubernetes client tuning. Accepted and validated; a Lambda webhook has no client.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KubeClientConfig {
+    pub qps: i32,
+    pub burst: i32,
+    /// A Go duration such as `30s`.
+    pub timeout: String,
+}
+
+impl Default for KubeClientConfig {
+    fn default() -> Self {
+        Self {
+            qps: 100,
+            burst: 25,
+            timeout: "30s".into(),
+        }
+    }
+}
+
+/// Flyte's `secrets` section, used by the Global manager.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GlobalSecretsConfig {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(rename = "secrets-prefix")]
+    pub secrets_prefix: String,
+    #[serde(rename = "env-prefix")]
+    pub env_prefix: String,
+}
+
+impl Default for GlobalSecretsConfig {
+    fn default() -> Self {
+        Self {
+            kind: "local".into(),
+            secrets_prefix: "/etc/secrets".into(),
+            env_prefix: "FLYTE_SECRET_".into(),
+        }
+    }
+}
+
+/// Default body limit: Lambda's synchronous payload limit (6 MB); an AdmissionReview for a Pod
+/// is bounded by etcd's object size (1.5 MiB) well below it.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct HttpConfig {
+    pub max_body_bytes: usize,
+    /// A literal path token (for local testing); every route then lives under `/<token>/`.
+    pub path_token: Option<String>,
+    /// Secrets Manager id of the path token, read once at cold start.
+    pub path_token_secret_id: Option<String>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            path_token: None,
+            path_token_secret_id: None,
+        }
+    }
+}
+
+/// Flyte's `MutatorConfig`: a required mutator's failure denies the pod; an optional one's
+/// failure admits it with a warning.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MutatorConfig {
+    pub required: bool,
+}
+
+/// A loaded configuration and the warnings to log once at start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    pub config: Config,
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// Reads `PODMUTATOR_CONFIG_FILE` and `PODMUTATOR_CONFIG`; neither set gives the defaults.
+    pub fn load_from_env() -> Result<Loaded, ConfigError> {
+        let file = match std::env::var_os(ENV_CONFIG_FILE) {
+            Some(path) => {
+                let path = std::path::PathBuf::from(path);
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    ConfigError::new(
+                        ENV_CONFIG_FILE,
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                Some((path.display().to_string(), text))
+            }
+            None => None,
+        };
+        let inline = std::env::var(ENV_CONFIG_INLINE).ok();
+        Self::load(
+            file.as_ref().map(|(p, t)| (p.as_str(), t.as_str())),
+            inline.as_deref(),
+        )
+    }
+
+    /// Parses `file` (JSON, or YAML when it is not JSON) and `inline` (JSON, merged over the file
+    /// key by key), then validates.
+    pub fn load(file: Option<(&str, &str)>, inline: Option<&str>) -> Result<Loaded, ConfigError> {
+        let mut merged = Value::Object(Default::default());
+        if let Some((path, text)) = file {
+            merge(
+                &mut merged,
+                parse_document(text).map_err(|e| ConfigError::new(path, e))?,
+            );
+        }
+        if let Some(text) = inline.filter(|t| !t.trim().is_empty()) {
+            let v: Value = serde_json::from_str(text)
+                .map_err(|e| ConfigError::new(ENV_CONFIG_INLINE, format!("not valid JSON: {e}")))?;
+            merge(&mut merged, v);
+        }
+        Self::from_value(merged)
+    }
+
+    pub fn from_value(v: Value) -> Result<Loaded, ConfigError> {
+        if !v.is_object() {
+            return Err(ConfigError::new("(root)", "expected a mapping of sections"));
+        }
+        let config: Config = serde_path_to_error::deserialize(&v).map_err(|e| {
+            let path = e.path().to_string();
+            let key = if path == "." {
+                "(root)".to_owned()
+            } else {
+                path
+            };
+            ConfigError::new(key, e.into_inner().to_string())
+        })?;
+        let warnings = config.validate()?;
+        Ok(Loaded { config, warnings })
+    }
+
+    /// Checks what types cannot express; returns the warnings worth logging.
+    pub fn validate(&self) -> Result<Vec<String>, ConfigError> {
+        let w = &self.webhook;
+        let mut warnings = Vec::new();
+
+        if let Some(t) = w.secret_manager_type {
+            if w.secret_manager_types.is_empty() {
+                warnings.push(format!(
+                    "webhook.secretManagerType is deprecated: use webhook.secretManagerTypes: [{t}]"
+                ));
+            } else {
+                warnings.push(
+                    "webhook.secretManagerType is deprecated and ignored because webhook.secretManagerTypes is set"
+                        .into(),
+                );
+            }
+        }
+        if w.vault_secret_manager.kv_version.is_some() {
+            warnings.push(
+                "webhook.vaultSecretManager.kvVersion is deprecated: set the secret's group_version (kv1, kv2 or db)"
+                    .into(),
+            );
+        }
+        let mut seen = Vec::new();
+        for t in &w.secret_manager_types {
+            if *t == SecretManagerType::Global {
+                warnings.push(
+                    "webhook.secretManagerTypes lists Global, which is always tried first; the entry is ignored"
+                        .into(),
+                );
+            } else if seen.contains(t) {
+                warnings.push(format!(
+                    "webhook.secretManagerTypes lists {t} twice; the later entry is ignored"
+                ));
+            }
+            seen.push(*t);
+        }
+
+        let enabled = w.enabled_secret_managers();
+        if enabled.contains(&SecretManagerType::Embedded) {
+            let e = &w.embedded_secret_manager_config;
+            if e.kind != EmbeddedType::AWS {
+                return Err(ConfigError::new(
+                    "webhook.embeddedSecretManagerConfig.type",
+                    format!(
+                        "podmutator's Embedded manager fetches from AWS Secrets Manager only; set it to AWS (got {:?}) or remove Embedded from webhook.secretManagerTypes",
+                        e.kind
+                    ),
+                ));
+            }
+            if e.image_pull_secrets.enabled {
+                return Err(ConfigError::new(
+                    "webhook.embeddedSecretManagerConfig.imagePullSecrets.enabled",
+                    "copying image-pull Secrets needs write access to the cluster, which this webhook does not have by design; set it to false",
+                ));
+            }
+            if e.file_mount_init_container.container_name.is_empty() {
+                return Err(ConfigError::new(
+                    "webhook.embeddedSecretManagerConfig.fileMountInitContainer.containerName",
+                    "must not be empty",
+                ));
+            }
+        }
+        if w.image_builder_config.enabled {
+            warnings.push(
+                "webhook.imageBuilderConfig.enabled is accepted for compatibility but the image-builder mutator is not part of podmutator (OSS Flyte v2 does not run it either)"
+                    .into(),
+            );
+        }
+        if w.listen_port == 0 {
+            return Err(ConfigError::new(
+                "webhook.listenPort",
+                "must be a port number between 1 and 65535",
+            ));
+        }
+        if w.secret_env_var_prefix.is_empty() {
+            warnings.push(
+                "webhook.secretEnvVarPrefix is empty: injected variables are named after group and key alone"
+                    .into(),
+            );
+        }
+        if self.secrets.kind != "local" {
+            return Err(ConfigError::new(
+                "secrets.type",
+                format!(
+                    "only \"local\" (environment and files of this process) is supported, got {:?}",
+                    self.secrets.kind
+                ),
+            ));
+        }
+        if self.http.max_body_bytes < 1024 {
+            return Err(ConfigError::new(
+                "http.maxBodyBytes",
+                format!(
+                    "{} bytes cannot hold an AdmissionReview; use at least 1024 (default {DEFAULT_MAX_BODY_BYTES})",
+                    self.http.max_body_bytes
+                ),
+            ));
+        }
+        match (&self.http.path_token, &self.http.path_token_secret_id) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    "http.pathToken",
+                    "set either http.pathToken or http.pathTokenSecretId, not both",
+                ));
+            }
+            (Some(t), None) => check_path_token("http.pathToken", t)?,
+            _ => {}
+        }
+        for id in self.mutators.keys() {
+            if !crate::mutate::MUTATOR_IDS.contains(&id.as_str()) {
+                return Err(ConfigError::new(
+                    format!("mutators.{id}"),
+                    format!(
+                        "unknown mutator, expected one of {}",
+                        crate::mutate::MUTATOR_IDS.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(warnings)
+    }
+
+    /// Whether a mutator's failure denies the pod; the default is in [`crate::mutate`].
+    pub fn mutator_required(&self, id: &str, default: bool) -> bool {
+        self.mutators.get(id).map_or(default, |m| m.required)
+    }
+}
+
+/// A path token must be one URL path segment that is hard to guess.
+pub fn check_path_token(key: &str, token: &str) -> Result<(), ConfigError> {
+    if token.len() < 32 {
+        return Err(ConfigError::new(
+            key,
+            format!(
+                "a path token must be at least 32 characters (got {}); generate one with `openssl rand -hex 32`",
+                token.len()
+            ),
+        ));
+    }
+    if !token
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(ConfigError::new(
+            key,
+            "a path token may contain only letters, digits, '-' and '_'",
+        ));
+    }
+    Ok(())
+}
+
+fn parse_document(text: &str) -> Result<Value, String> {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') {
+        return serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"));
+    }
+    if trimmed.is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    serde_saphyr::from_str::<Value>(text).map_err(|e| format!("not valid YAML: {e}"))
+}
+
+/// Objects merge key by key; anything else in `overlay` replaces what was there.
+fn merge(base: &mut Value, overlay: Value) {
+    match (base, overlay) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                match b.get_mut(&k) {
+                    Some(existing) => merge(existing, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (base, overlay) => *base = overlay,
+    }
+}
+
+/// `$VAR` and `${VAR}` expansion; unknown variables expand to "" as in Go's `os.ExpandEnv`.
+fn expand_env(s: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(pos) = rest.find('$') {
+        out.push_str(&rest[..pos]);
+        let after = &rest[pos + 1..];
+        let (name, consumed) = if let Some(braced) = after.strip_prefix('{') {
+            match braced.find('}') {
+                Some(end) => (&braced[..end], end + 2),
+                None => ("", 0),
+            }
+        } else {
+            let end = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
+            (&after[..end], end)
+        };
+        if consumed == 0 {
+            out.push('$');
+            rest = after;
+        } else {
+            out.push_str(&lookup(name).unwrap_or_default());
+            rest = &after[consumed..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use serde_json::json;
+
+    fn load_json(v: Value) -> Result<Loaded, ConfigError> {
+        Config::from_value(v)
+    }
+
+    #[test]
+    fn empty_config_has_flyte_defaults() {
+        let c = load_json(json!({})).unwrap().config;
+        assert_eq!(c.webhook.listen_port, 9443);
+        assert_eq!(c.webhook.cert_dir, "/etc/webhook/certs");
+        assert_eq!(c.webhook.service_name, "flyte-pod-webhook");
+        assert_eq!(c.webhook.secret_env_var_prefix, "_UNION_");
+        assert_eq!(c.webhook.vault_secret_manager.role, "flyte");
+        assert_eq!(c.secrets.env_prefix, "FLYTE_SECRET_");
+        assert_eq!(
+            c.webhook.enabled_secret_managers(),
+            vec![SecretManagerType::Global, SecretManagerType::K8s]
+        );
+    }
+
+    #[test]
+    fn the_seed_document_loads() {
+        let seed = json!({"webhook": {
+            "metrics-prefix": "flyte:", "certDir": "/etc/webhook/certs", "listenPort": 9443,
+            "serviceName": "flyte-pod-webhook", "servicePort": 443, "secretName": "flyte-pod-webhook",
+            "secretManagerTypes": ["K8s", "AWS"], "secretEnvVarPrefix": "_UNION_", "webhookTimeout": 30,
+            "kubeClientConfig": {"qps": 100, "burst": 25, "timeout": "30s"},
+            "awsSecretManager": {"sidecarImage": "docker.io/amazon/aws-secrets-manager-secret-sidecar:v0.1.4",
+                "resources": {"requests": {"cpu": "200m", "memory": "500Mi"}, "limits": {"cpu": "200m", "memory": "500Mi"}}},
+            "imageBuilderConfig": {"enabled": false, "hostnameReplacement": {"existing": "old.registry.com", "replacement": "new.registry.com"},
+                "labelSelector": {"matchLabels": {"inject-secrets": "true"}}, "excludedContainerNames": ["init-embedded-secret"]}
+        }});
+        let loaded = load_json(seed).unwrap();
+        assert_eq!(
+            loaded.config.webhook.enabled_secret_managers(),
+            vec![
+                SecretManagerType::Global,
+                SecretManagerType::K8s,
+                SecretManagerType::AWS
+            ]
+        );
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    }
+
+    #[rstest]
+    #[case::unknown_top_level_section(json!({"webhok": {}}), "webhok")]
+    #[case::unknown_webhook_key(json!({"webhook": {"lsitenPort": 1}}), "webhook.lsitenPort")]
+    #[case::wrong_type(json!({"webhook": {"listenPort": "x"}}), "webhook.listenPort")]
+    #[case::port_out_of_range(json!({"webhook": {"listenPort": 70000}}), "webhook.listenPort")]
+    #[case::unknown_manager(json!({"webhook": {"secretManagerTypes": ["S3"]}}), "webhook.secretManagerTypes[0]")]
+    #[case::nested_unknown_key(json!({"webhook": {"vaultSecretManager": {"rol": "x"}}}), "webhook.vaultSecretManager.rol")]
+    #[case::embedded_needs_aws(json!({"webhook": {"secretManagerTypes": ["Embedded"]}}), "webhook.embeddedSecretManagerConfig.type")]
+    #[case::image_pull_copies_need_writes(json!({"webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS", "imagePullSecrets": {"enabled": true}}}}), "webhook.embeddedSecretManagerConfig.imagePullSecrets.enabled")]
+    #[case::token_and_token_secret(json!({"http": {"pathToken": "a", "pathTokenSecretId": "b"}}), "http.pathToken")]
+    #[case::short_token(json!({"http": {"pathToken": "abc"}}), "http.pathToken")]
+    #[case::tiny_body_limit(json!({"http": {"maxBodyBytes": 10}}), "http.maxBodyBytes")]
+    #[case::unknown_mutator(json!({"mutators": {"secretz": {"required": true}}}), "mutators.secretz")]
+    #[case::zero_port(json!({"webhook": {"listenPort": 0}}), "webhook.listenPort")]
+    #[case::global_provider_type(json!({"secrets": {"type": "vault"}}), "secrets.type")]
+    #[case::not_a_mapping(json!([1]), "(root)")]
+    fn bad_config_names_the_key(#[case] v: Value, #[case] key: &str) {
+        let err = load_json(v).unwrap_err();
+        assert_eq!(err.key, key, "{err}");
+        assert!(err.to_string().contains(key));
+    }
+
+    #[test]
+    fn unknown_key_message_names_the_field() {
+        let err = load_json(json!({"webhook": {"lsitenPort": 1}})).unwrap_err();
+        assert!(err.message.contains("lsitenPort"), "{err}");
+    }
+
+    #[rstest]
+    #[case::singular(json!({"webhook": {"secretManagerType": "vault"}}), "secretManagerType is deprecated")]
+    #[case::kv_version(json!({"webhook": {"vaultSecretManager": {"kvVersion": "1"}}}), "kvVersion is deprecated")]
+    #[case::global_listed(json!({"webhook": {"secretManagerTypes": ["Global", "K8s"]}}), "always tried first")]
+    fn deprecated_or_redundant_keys_load_with_a_warning(#[case] v: Value, #[case] warning: &str) {
+        let loaded = load_json(v).unwrap();
+        assert!(
+            loaded.warnings.iter().any(|w| w.contains(warning)),
+            "{:?}",
+            loaded.warnings
+        );
+    }
+
+    #[test]
+    fn deprecated_singular_type_still_selects_the_manager() {
+        let c = load_json(json!({"webhook": {"secretManagerType": "Vault"}}))
+            .unwrap()
+            .config;
+        assert_eq!(
+            c.webhook.enabled_secret_managers(),
+            vec![SecretManagerType::Global, SecretManagerType::Vault]
+        );
+    }
+
+    #[test]
+    fn inline_json_merges_over_the_yaml_file() {
+        let yaml = "webhook:\n  listenPort: 8443\n  serviceName: from-file\n";
+        let loaded = Config::load(
+            Some(("cfg.yaml", yaml)),
+            Some(r#"{"webhook": {"serviceName": "inline"}}"#),
+        )
+        .unwrap();
+        assert_eq!(loaded.config.webhook.listen_port, 8443);
+        assert_eq!(loaded.config.webhook.service_name, "inline");
+    }
+
+    #[test]
+    fn yaml_errors_name_the_file() {
+        let err = Config::load(Some(("cfg.yaml", "webhook: [unclosed")), None).unwrap_err();
+        assert_eq!(err.key, "cfg.yaml");
+    }
+
+    #[test]
+    fn inline_json_errors_name_the_variable() {
+        let err = Config::load(None, Some("{nope")).unwrap_err();
+        assert_eq!(err.key, ENV_CONFIG_INLINE);
+    }
+
+    #[rstest]
+    #[case::plain("/etc/certs", "/etc/certs")]
+    #[case::dollar("$HOME/certs", "/home/u/certs")]
+    #[case::braced("${HOME}/x", "/home/u/x")]
+    #[case::unknown("/a/$NOPE/b", "/a//b")]
+    #[case::lone_dollar("/a/$", "/a/$")]
+    fn cert_dir_is_env_expanded(#[case] input: &str, #[case] expected: &str) {
+        let got = expand_env(input, |k| (k == "HOME").then(|| "/home/u".to_owned()));
+        assert_eq!(got, expected);
+    }
+}

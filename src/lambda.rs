@@ -1,0 +1,232 @@
+//! The Lambda adapter: API Gateway REST (payload v1), HTTP API and Function URLs (payload v2)
+//! and ALB events, deserialised with `lambda_http`'s own event types.
+//!
+//! `lambda_http::run` would turn the event into an `http::Request` for us, but that conversion
+//! panics on a body marked base64 that is not base64, and on a path or host it cannot parse
+//! into a URL. A webhook must answer bad input with a clear 400, so the few fields we need are
+//! read from the event directly, and the response is written in the shape the source expects.
+
+use base64::Engine;
+use lambda_http::aws_lambda_events::alb::{AlbTargetGroupRequest, AlbTargetGroupResponse};
+use lambda_http::aws_lambda_events::apigw::{
+    ApiGatewayProxyRequest, ApiGatewayProxyResponse, ApiGatewayV2httpRequest,
+    ApiGatewayV2httpResponse,
+};
+use lambda_http::aws_lambda_events::encodings::Body;
+
+use lambda_http::http::{HeaderMap, HeaderValue, header::CONTENT_TYPE};
+use lambda_http::request::LambdaRequest;
+use serde::Serialize;
+
+use crate::admission::{App, Reply, error_reply};
+use crate::error::Error;
+use crate::http::Incoming;
+
+/// The response, in the shape of the event's source.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum LambdaReply {
+    ApiGatewayV1(ApiGatewayProxyResponse),
+    ApiGatewayV2(ApiGatewayV2httpResponse),
+    Alb(AlbTargetGroupResponse),
+}
+
+impl LambdaReply {
+    pub fn status(&self) -> i64 {
+        match self {
+            Self::ApiGatewayV1(r) => r.status_code,
+            Self::ApiGatewayV2(r) => r.status_code,
+            Self::Alb(r) => r.status_code,
+        }
+    }
+
+    pub fn body(&self) -> &[u8] {
+        let body = match self {
+            Self::ApiGatewayV1(r) => r.body.as_ref(),
+            Self::ApiGatewayV2(r) => r.body.as_ref(),
+            Self::Alb(r) => r.body.as_ref(),
+        };
+        body.map_or(&[][..], |b| b.as_ref())
+    }
+}
+
+/// One event in, one response out.
+pub async fn handle(app: &App, event: LambdaRequest) -> LambdaReply {
+    match event {
+        LambdaRequest::ApiGatewayV1(req) => LambdaReply::ApiGatewayV1(rest(app, req).await),
+        LambdaRequest::ApiGatewayV2(req) => LambdaReply::ApiGatewayV2(http_api(app, req).await),
+        LambdaRequest::Alb(req) => LambdaReply::Alb(alb(app, req).await),
+        // Only the features we compile in exist; this arm covers future variants of a
+        // non-exhaustive enum.
+        _ => {
+            let reply = error_reply(
+                &Error::Invalid("unsupported Lambda event source".into()),
+                "",
+                crate::admission::API_VERSION_V1,
+            );
+            LambdaReply::ApiGatewayV2(v2_response(reply))
+        }
+    }
+}
+
+/// The body as bytes, or a 400 reply when it is marked base64 and is not.
+fn body_bytes(body: Option<&str>, base64: bool) -> Result<Vec<u8>, Reply> {
+    let Some(body) = body else {
+        return Ok(Vec::new());
+    };
+    if !base64 {
+        return Ok(body.as_bytes().to_vec());
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .map_err(|e| {
+            error_reply(
+                &Error::Invalid(format!(
+                    "the event's body is marked isBase64Encoded but is not valid base64: {e}"
+                )),
+                "",
+                crate::admission::API_VERSION_V1,
+            )
+        })
+}
+
+fn content_type(headers: &HeaderMap) -> Option<&str> {
+    headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())
+}
+
+async fn dispatch(
+    app: &App,
+    method: &str,
+    path: &str,
+    headers: &HeaderMap,
+    body: Option<&str>,
+    base64: bool,
+) -> Reply {
+    match body_bytes(body, base64) {
+        Ok(bytes) => {
+            app.handle(Incoming {
+                method,
+                path,
+                content_type: content_type(headers),
+                body: &bytes,
+            })
+            .await
+        }
+        Err(reply) => reply,
+    }
+}
+
+fn json_headers() -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h
+}
+
+async fn rest(app: &App, req: ApiGatewayProxyRequest) -> ApiGatewayProxyResponse {
+    // REST APIs report the resource path without the stage.
+    let path = req.path.as_deref().unwrap_or("/");
+    let reply = dispatch(
+        app,
+        req.http_method.as_str(),
+        path,
+        &req.headers,
+        req.body.as_deref(),
+        req.is_base64_encoded,
+    )
+    .await;
+    let mut out = ApiGatewayProxyResponse::default();
+    out.status_code = i64::from(reply.status);
+    out.headers = json_headers();
+    out.body = Some(Body::Text(
+        String::from_utf8_lossy(&reply.body).into_owned(),
+    ));
+    out
+}
+
+async fn http_api(app: &App, req: ApiGatewayV2httpRequest) -> ApiGatewayV2httpResponse {
+    // HTTP APIs put a named stage in front of the raw path; `$default` has none.
+    let raw = req.raw_path.as_deref().unwrap_or("/");
+    let path = match req.request_context.stage.as_deref() {
+        Some(stage) if stage != "$default" => raw
+            .strip_prefix('/')
+            .and_then(|p| p.strip_prefix(stage))
+            .filter(|p| p.starts_with('/'))
+            .unwrap_or(raw),
+        _ => raw,
+    };
+    let reply = dispatch(
+        app,
+        req.request_context.http.method.as_str(),
+        path,
+        &req.headers,
+        req.body.as_deref(),
+        req.is_base64_encoded,
+    )
+    .await;
+    v2_response(reply)
+}
+
+fn v2_response(reply: Reply) -> ApiGatewayV2httpResponse {
+    let mut out = ApiGatewayV2httpResponse::default();
+    out.status_code = i64::from(reply.status);
+    out.headers = json_headers();
+    out.body = Some(Body::Text(
+        String::from_utf8_lossy(&reply.body).into_owned(),
+    ));
+    out
+}
+
+async fn alb(app: &App, req: AlbTargetGroupRequest) -> AlbTargetGroupResponse {
+    // With multi-value headers enabled on the target group, ALB sends and expects
+    // `multiValueHeaders` only.
+    let multi = !req.multi_value_headers.is_empty();
+    let headers = if multi {
+        &req.multi_value_headers
+    } else {
+        &req.headers
+    };
+    let reply = dispatch(
+        app,
+        req.http_method.as_str(),
+        req.path.as_deref().unwrap_or("/"),
+        headers,
+        req.body.as_deref(),
+        req.is_base64_encoded,
+    )
+    .await;
+    let mut out = AlbTargetGroupResponse::default();
+    out.status_code = i64::from(reply.status);
+    out.status_description = Some(status_description(reply.status));
+    if multi {
+        out.multi_value_headers = json_headers();
+    } else {
+        out.headers = json_headers();
+    }
+    out.body = Some(Body::Text(
+        String::from_utf8_lossy(&reply.body).into_owned(),
+    ));
+    out
+}
+
+/// ALB wants "200 OK"-style descriptions.
+fn status_description(status: u16) -> String {
+    let text = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        _ => "Internal Server Error",
+    };
+    format!("{status} {text}")
+}
+
+/// Runs the Lambda runtime loop until the process is stopped.
+pub async fn run(app: std::sync::Arc<App>) -> Result<(), lambda_http::Error> {
+    lambda_http::lambda_runtime::run(lambda_http::lambda_runtime::service_fn(
+        move |event: lambda_http::lambda_runtime::LambdaEvent<LambdaRequest>| {
+            let app = app.clone();
+            async move { Ok::<_, std::convert::Infallible>(handle(&app, event.payload).await) }
+        },
+    ))
+    .await
+}

@@ -1,0 +1,212 @@
+//! The mutator chain: pure, idempotent changes to a typed Pod, built once from config.
+
+pub mod pod;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::error::Denial;
+use crate::secrets::ResolvedSecrets;
+
+/// Every mutator id, in chain order. Config keys under `mutators` must be one of these.
+pub const MUTATOR_IDS: &[&str] = &[
+    "namespace-injection",
+    "secrets",
+    "dns",
+    "init-gate",
+    "socket-check",
+];
+
+/// Which webhook entry (URL path) the review arrived by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `/mutate--v1-pod`: Flyte's secrets entry (`objectSelector inject-flyte-secrets=true`).
+    Secrets,
+    /// `/mutate/managed-pod`: the mesh entry matching managed pods by label.
+    ManagedPod,
+    /// `/mutate/managed-namespace`: the mesh entry matching pods in managed namespaces.
+    ManagedNamespace,
+}
+
+impl Route {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::Secrets => "secrets",
+            Route::ManagedPod => "managed-pod",
+            Route::ManagedNamespace => "managed-namespace",
+        }
+    }
+}
+
+/// What a mutator may read besides the pod.
+#[derive(Debug, Clone, Copy)]
+pub struct PodCtx<'a> {
+    /// `request.namespace`: a pod being created often has no `metadata.namespace` yet.
+    pub namespace: &'a str,
+    pub route: Route,
+    pub username: &'a str,
+    pub groups: &'a [String],
+    pub dry_run: bool,
+    /// Secret values fetched before the chain ran (Embedded mode); empty otherwise.
+    pub resolved: &'a ResolvedSecrets,
+}
+
+/// One self-contained change to a Pod. Pure (no I/O, no clock, no logging) and idempotent:
+/// running it on its own output changes nothing.
+pub trait PodMutator: Send + Sync {
+    fn id(&self) -> &'static str;
+    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial>;
+}
+
+struct Entry {
+    mutator: Box<dyn PodMutator>,
+    required: bool,
+}
+
+/// The mutators in order, each with Flyte's `required` flag.
+#[derive(Default)]
+pub struct Chain {
+    entries: Vec<Entry>,
+}
+
+/// What running the chain did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// Ids of the mutators that changed the pod, in order.
+    pub changed: Vec<&'static str>,
+    /// One entry per optional mutator that failed (the pod is admitted without its change).
+    pub warnings: Vec<String>,
+}
+
+impl Chain {
+    pub fn push(&mut self, mutator: Box<dyn PodMutator>, required: bool) {
+        self.entries.push(Entry { mutator, required });
+    }
+
+    pub fn ids(&self) -> Vec<&'static str> {
+        self.entries.iter().map(|e| e.mutator.id()).collect()
+    }
+
+    /// Runs every mutator in order. A required mutator's failure stops the chain with a denial
+    /// that names it; an optional one's failure is undone and becomes a warning.
+    pub fn apply(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Applied, Denial> {
+        let mut applied = Applied::default();
+        let mut previous = pod.clone();
+        for entry in &self.entries {
+            let id = entry.mutator.id();
+            match entry.mutator.mutate(ctx, pod) {
+                Ok(()) => {
+                    if *pod != previous {
+                        applied.changed.push(id);
+                        previous.clone_from(pod);
+                    }
+                }
+                Err(denial) if entry.required => {
+                    return Err(Denial {
+                        message: format!("[{id}] {}", denial.message),
+                        ..denial
+                    });
+                }
+                Err(denial) => {
+                    // A failed mutator may have changed part of the pod; none of it is kept.
+                    pod.clone_from(&previous);
+                    applied
+                        .warnings
+                        .push(format!("podmutator: {id} skipped: {}", denial.message));
+                }
+            }
+        }
+        Ok(applied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    struct Label(&'static str);
+    impl PodMutator for Label {
+        fn id(&self) -> &'static str {
+            self.0
+        }
+        fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+            pod.metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert(self.0.into(), "true".into());
+            Ok(())
+        }
+    }
+
+    /// Changes the pod, then fails: the change must not survive.
+    struct HalfDone;
+    impl PodMutator for HalfDone {
+        fn id(&self) -> &'static str {
+            "half-done"
+        }
+        fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+            pod.metadata.name = Some("renamed".into());
+            Err(Denial::bad_request("Broken", "it broke; fix the thing"))
+        }
+    }
+
+    fn ctx(resolved: &ResolvedSecrets) -> PodCtx<'_> {
+        PodCtx {
+            namespace: "ns",
+            route: Route::Secrets,
+            username: "u",
+            groups: &[],
+            dry_run: false,
+            resolved,
+        }
+    }
+
+    fn mk_pod() -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn required_mutator_failure_denies_and_names_the_mutator() {
+        let mut chain = Chain::default();
+        chain.push(Box::new(Label("a")), true);
+        chain.push(Box::new(HalfDone), true);
+        let resolved = ResolvedSecrets::default();
+        let err = chain.apply(&ctx(&resolved), &mut mk_pod()).unwrap_err();
+        assert_eq!(err.code, 400);
+        assert_eq!(err.message, "[half-done] it broke; fix the thing");
+    }
+
+    #[test]
+    fn optional_mutator_failure_is_undone_and_warned() {
+        let mut chain = Chain::default();
+        chain.push(Box::new(Label("a")), true);
+        chain.push(Box::new(HalfDone), false);
+        chain.push(Box::new(Label("b")), false);
+        let resolved = ResolvedSecrets::default();
+        let mut pod = mk_pod();
+        let applied = chain.apply(&ctx(&resolved), &mut pod).unwrap();
+        assert_eq!(applied.changed, vec!["a", "b"]);
+        assert_eq!(
+            applied.warnings,
+            vec!["podmutator: half-done skipped: it broke; fix the thing"]
+        );
+        assert_eq!(pod.metadata.name.as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn a_mutator_that_changes_nothing_is_not_reported() {
+        let mut chain = Chain::default();
+        chain.push(Box::new(Label("a")), true);
+        let resolved = ResolvedSecrets::default();
+        let mut pod = mk_pod();
+        chain.apply(&ctx(&resolved), &mut pod).unwrap();
+        let again = chain.apply(&ctx(&resolved), &mut pod).unwrap();
+        assert!(again.changed.is_empty());
+    }
+}

@@ -1,0 +1,103 @@
+//! Pod-editing helpers shared by mutators: upserts by name that keep order, so that running a
+//! mutator twice changes nothing.
+
+use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, Volume, VolumeMount};
+
+/// Every container and init container (never ephemeral ones), except those named in `skip`.
+pub fn containers_mut<'a>(
+    spec: &'a mut PodSpec,
+    skip: &'a [String],
+) -> impl Iterator<Item = &'a mut Container> + 'a {
+    spec.containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+        .filter(move |c| !skip.contains(&c.name))
+}
+
+/// Puts `block` first, in its order, replacing same-name variables; every other variable keeps
+/// its relative order. User variables can then reference injected ones with `$(NAME)`.
+pub fn put_env_first(env: &mut Option<Vec<EnvVar>>, block: &[EnvVar]) {
+    if block.is_empty() {
+        return;
+    }
+    let old = env.take().unwrap_or_default();
+    let mut merged = Vec::with_capacity(block.len() + old.len());
+    merged.extend_from_slice(block);
+    merged.extend(
+        old.into_iter()
+            .filter(|e| !block.iter().any(|b| b.name == e.name)),
+    );
+    *env = Some(merged);
+}
+
+/// Appends each mount whose volume is not mounted yet (Flyte compares names, not paths).
+pub fn add_mounts(mounts: &mut Option<Vec<VolumeMount>>, new: &[VolumeMount]) {
+    for m in new {
+        let list = mounts.get_or_insert_with(Vec::new);
+        if !list.iter().any(|x| x.name == m.name) {
+            list.push(m.clone());
+        }
+    }
+}
+
+/// Appends `v` unless a volume of that name exists.
+pub fn add_volume(volumes: &mut Option<Vec<Volume>>, v: Volume) {
+    let list = volumes.get_or_insert_with(Vec::new);
+    if !list.iter().any(|x| x.name == v.name) {
+        list.push(v);
+    }
+}
+
+pub fn env_value(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value.to_owned()),
+        value_from: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(env: &Option<Vec<EnvVar>>) -> Vec<String> {
+        env.iter()
+            .flatten()
+            .map(|e| format!("{}={}", e.name, e.value.as_deref().unwrap_or("")))
+            .collect()
+    }
+
+    #[test]
+    fn injected_vars_go_first_and_replace_same_name() {
+        let mut env = Some(vec![
+            env_value("A", "1"),
+            env_value("X", "user"),
+            env_value("B", "2"),
+        ]);
+        put_env_first(&mut env, &[env_value("X", "ours"), env_value("P", "p")]);
+        assert_eq!(names(&env), ["X=ours", "P=p", "A=1", "B=2"]);
+        let once = env.clone();
+        put_env_first(&mut env, &[env_value("X", "ours"), env_value("P", "p")]);
+        assert_eq!(env, once, "second pass changes nothing");
+    }
+
+    #[test]
+    fn nothing_to_add_leaves_an_absent_list_absent() {
+        let mut env = None;
+        put_env_first(&mut env, &[]);
+        assert_eq!(env, None);
+    }
+
+    #[test]
+    fn mounts_are_deduplicated_by_name() {
+        let m = |n: &str, p: &str| VolumeMount {
+            name: n.into(),
+            mount_path: p.into(),
+            ..Default::default()
+        };
+        let mut mounts = Some(vec![m("v", "/tmp")]);
+        add_mounts(&mut mounts, &[m("v", "/etc/flyte/secrets"), m("w", "/w")]);
+        let paths: Vec<_> = mounts.unwrap().into_iter().map(|m| m.mount_path).collect();
+        assert_eq!(paths, ["/tmp", "/w"]);
+    }
+}

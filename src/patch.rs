@@ -1,0 +1,340 @@
+//! The response patch: an RFC 6902 diff of the typed pod before and after the chain.
+//!
+//! Both sides are serialisations of the same typed `Pod`, so a field our `k8s-openapi` does not
+//! know is absent from both and never appears in the patch: the API server keeps it. Arrays need
+//! more care than a positional diff gives them. A positional diff turns "prepend an init
+//! container" into a `replace` of every field of every element, and the API server applies those
+//! replaces to its *raw* JSON, where each element may still carry fields we cannot see; they would
+//! end up attached to the wrong container. So arrays are aligned first (by `name` where elements
+//! have one, by equality otherwise) and only the real insertions and deletions become `add` and
+//! `remove`; an element that survived is diffed in place.
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
+use serde_json::{Map, Value};
+
+/// Above this many cells the middle of two arrays is not aligned with an LCS table (bounded
+/// memory and time for hostile input such as 10,000 containers); unmatched elements are then
+/// paired by position when the counts agree, or removed and added otherwise.
+const MAX_ALIGN_CELLS: usize = 40_000;
+
+/// Operations that turn `before` into `after`, valid when applied in order.
+pub fn diff(before: &Value, after: &Value) -> Patch {
+    let mut ops = Vec::new();
+    let mut ptr = PointerBuf::root();
+    diff_value(before, after, &mut ptr, &mut ops);
+    Patch(ops)
+}
+
+fn diff_value(a: &Value, b: &Value, ptr: &mut PointerBuf, ops: &mut Vec<PatchOperation>) {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => diff_object(a, b, ptr, ops),
+        (Value::Array(a), Value::Array(b)) => diff_array(a, b, ptr, ops),
+        _ if a == b => {}
+        _ => ops.push(PatchOperation::Replace(ReplaceOperation {
+            path: ptr.clone(),
+            value: b.clone(),
+        })),
+    }
+}
+
+fn diff_object(
+    a: &Map<String, Value>,
+    b: &Map<String, Value>,
+    ptr: &mut PointerBuf,
+    ops: &mut Vec<PatchOperation>,
+) {
+    for key in a.keys().filter(|k| !b.contains_key(*k)) {
+        ptr.push_back(key.as_str());
+        ops.push(PatchOperation::Remove(RemoveOperation {
+            path: ptr.clone(),
+        }));
+        ptr.pop_back();
+    }
+    for (key, bv) in b {
+        ptr.push_back(key.as_str());
+        match a.get(key) {
+            Some(av) => diff_value(av, bv, ptr, ops),
+            None => ops.push(PatchOperation::Add(AddOperation {
+                path: ptr.clone(),
+                value: bv.clone(),
+            })),
+        }
+        ptr.pop_back();
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Keep(usize, usize),
+    Del(usize),
+    Ins(usize),
+}
+
+fn diff_array(a: &[Value], b: &[Value], ptr: &mut PointerBuf, ops: &mut Vec<PatchOperation>) {
+    if a == b {
+        return;
+    }
+    let mut k = 0usize;
+    for step in align(a, b) {
+        ptr.push_back(k);
+        match step {
+            Step::Keep(i, j) => {
+                diff_value(&a[i], &b[j], ptr, ops);
+                k += 1;
+            }
+            Step::Del(_) => ops.push(PatchOperation::Remove(RemoveOperation {
+                path: ptr.clone(),
+            })),
+            Step::Ins(j) => {
+                ops.push(PatchOperation::Add(AddOperation {
+                    path: ptr.clone(),
+                    value: b[j].clone(),
+                }));
+                k += 1;
+            }
+        }
+        ptr.pop_back();
+    }
+}
+
+/// How well two elements match: 2 when equal, 1 when both are objects with the same string
+/// `name` (containers, env vars, volumes, mounts, DNS options, ...), 0 otherwise. Equal
+/// elements win over same-name ones, so a replaced variable moves rather than its neighbours.
+fn affinity(x: &Value, y: &Value) -> u32 {
+    if x == y {
+        return 2;
+    }
+    match (x, y) {
+        (Value::Object(x), Value::Object(y)) => match (x.get("name"), y.get("name")) {
+            (Some(Value::String(p)), Some(Value::String(q))) if p == q => 1,
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+fn same_item(x: &Value, y: &Value) -> bool {
+    affinity(x, y) > 0
+}
+
+fn align(a: &[Value], b: &[Value]) -> Vec<Step> {
+    let prefix = a.iter().zip(b).take_while(|(x, y)| same_item(x, y)).count();
+    let suffix = a[prefix..]
+        .iter()
+        .rev()
+        .zip(b[prefix..].iter().rev())
+        .take_while(|(x, y)| same_item(x, y))
+        .count();
+    let (mid_a, mid_b) = (prefix..a.len() - suffix, prefix..b.len() - suffix);
+
+    let mut steps: Vec<Step> = (0..prefix).map(|i| Step::Keep(i, i)).collect();
+    let middle = lcs_steps(&a[mid_a.clone()], &b[mid_b.clone()]);
+    steps.extend(pair_equal_gaps(middle).into_iter().map(|s| match s {
+        Step::Keep(i, j) => Step::Keep(i + mid_a.start, j + mid_b.start),
+        Step::Del(i) => Step::Del(i + mid_a.start),
+        Step::Ins(j) => Step::Ins(j + mid_b.start),
+    }));
+    steps.extend((0..suffix).map(|t| Step::Keep(mid_a.end + t, mid_b.end + t)));
+    steps
+}
+
+/// Heaviest common subsequence under [`affinity`], as steps; all-delete-then-insert when the
+/// table would be too large.
+fn lcs_steps(a: &[Value], b: &[Value]) -> Vec<Step> {
+    let (n, m) = (a.len(), b.len());
+    if n == 0 || m == 0 || n.saturating_mul(m) > MAX_ALIGN_CELLS {
+        return (0..n).map(Step::Del).chain((0..m).map(Step::Ins)).collect();
+    }
+    let w = m + 1;
+    let weight: Vec<u32> = (0..n * m).map(|c| affinity(&a[c / m], &b[c % m])).collect();
+    // table[i][j] = best total weight of a[i..] against b[j..]
+    let mut table = vec![0u32; (n + 1) * w];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            let skip = table[(i + 1) * w + j].max(table[i * w + j + 1]);
+            let wt = weight[i * m + j];
+            table[i * w + j] = if wt > 0 {
+                skip.max(wt + table[(i + 1) * w + j + 1])
+            } else {
+                skip
+            };
+        }
+    }
+    let (mut i, mut j) = (0, 0);
+    let mut steps = Vec::with_capacity(n + m);
+    while i < n && j < m {
+        let wt = weight[i * m + j];
+        if wt > 0 && table[i * w + j] == wt + table[(i + 1) * w + j + 1] {
+            steps.push(Step::Keep(i, j));
+            i += 1;
+            j += 1;
+        } else if table[(i + 1) * w + j] >= table[i * w + j + 1] {
+            steps.push(Step::Del(i));
+            i += 1;
+        } else {
+            steps.push(Step::Ins(j));
+            j += 1;
+        }
+    }
+    steps.extend((i..n).map(Step::Del));
+    steps.extend((j..m).map(Step::Ins));
+    steps
+}
+
+/// Between two kept anchors, a run of as many deletions as insertions is an in-place change
+/// (an unnamed element that was edited); pair them so the element is diffed, not replaced.
+fn pair_equal_gaps(steps: Vec<Step>) -> Vec<Step> {
+    let mut out = Vec::with_capacity(steps.len());
+    let mut dels = Vec::new();
+    let mut ins = Vec::new();
+    let flush = |out: &mut Vec<Step>, dels: &mut Vec<usize>, ins: &mut Vec<usize>| {
+        if dels.len() == ins.len() {
+            out.extend(dels.iter().zip(ins.iter()).map(|(&i, &j)| Step::Keep(i, j)));
+        } else {
+            out.extend(dels.iter().map(|&i| Step::Del(i)));
+            out.extend(ins.iter().map(|&j| Step::Ins(j)));
+        }
+        dels.clear();
+        ins.clear();
+    };
+    for step in steps {
+        match step {
+            Step::Del(i) => dels.push(i),
+            Step::Ins(j) => ins.push(j),
+            keep @ Step::Keep(..) => {
+                flush(&mut out, &mut dels, &mut ins);
+                out.push(keep);
+            }
+        }
+    }
+    flush(&mut out, &mut dels, &mut ins);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use rstest::rstest;
+    use serde_json::json;
+
+    fn ops_of(p: &Patch) -> Vec<String> {
+        p.0.iter()
+            .map(|op| match op {
+                PatchOperation::Add(o) => format!("add {}", o.path),
+                PatchOperation::Remove(o) => format!("remove {}", o.path),
+                PatchOperation::Replace(o) => format!("replace {}", o.path),
+                other => format!("{other}"),
+            })
+            .collect()
+    }
+
+    #[rstest]
+    #[case::prepend_is_one_add(
+        json!({"c": [{"name": "a", "x": 1}, {"name": "b"}]}),
+        json!({"c": [{"name": "new"}, {"name": "a", "x": 1}, {"name": "b"}]}),
+        vec!["add /c/0"]
+    )]
+    #[case::append_is_one_add(
+        json!({"c": [{"name": "a"}]}),
+        json!({"c": [{"name": "a"}, {"name": "z"}]}),
+        vec!["add /c/1"]
+    )]
+    #[case::insert_in_the_middle(
+        json!({"c": [1, 2, 4]}),
+        json!({"c": [1, 2, 3, 4]}),
+        vec!["add /c/2"]
+    )]
+    #[case::named_element_edited_in_place(
+        json!({"c": [{"name": "a", "env": []}, {"name": "b"}]}),
+        json!({"c": [{"name": "a", "env": [{"name": "E"}]}, {"name": "b"}]}),
+        vec!["add /c/0/env/0"]
+    )]
+    #[case::prepend_and_edit_every_element(
+        json!({"c": [{"name": "a"}, {"name": "b"}]}),
+        json!({"c": [{"name": "g"}, {"name": "a", "m": 1}, {"name": "b", "m": 1}]}),
+        vec!["add /c/0", "add /c/1/m", "add /c/2/m"]
+    )]
+    #[case::unnamed_element_edited_in_place(
+        json!({"o": [{"k": "ndots", "v": "5"}, {"k": "edns0"}]}),
+        json!({"o": [{"k": "ndots", "v": "2"}, {"k": "edns0"}]}),
+        vec!["replace /o/0/v"]
+    )]
+    #[case::same_name_replaced_moves_to_front(
+        json!({"env": [{"name": "A"}, {"name": "X", "value": "user"}, {"name": "B"}]}),
+        json!({"env": [{"name": "X", "value": "ours"}, {"name": "A"}, {"name": "B"}]}),
+        vec!["add /env/0", "remove /env/2"]
+    )]
+    #[case::keys_with_slashes_are_escaped(
+        json!({"annotations": {}}),
+        json!({"annotations": {"flyte.secrets/s0": "v", "a~b": "w"}}),
+        vec!["add /annotations/a~0b", "add /annotations/flyte.secrets~1s0"]
+    )]
+    #[case::equal_documents_give_no_ops(json!({"a": [1, {"b": 2}]}), json!({"a": [1, {"b": 2}]}), vec![])]
+    fn diff_emits_minimal_ops(#[case] a: Value, #[case] b: Value, #[case] expected: Vec<&str>) {
+        let p = diff(&a, &b);
+        assert_eq!(ops_of(&p), expected);
+        let mut doc = a.clone();
+        json_patch::patch(&mut doc, &p).expect("patch applies");
+        assert_eq!(doc, b);
+    }
+
+    #[test]
+    fn unknown_fields_in_the_raw_document_stay_with_their_element() {
+        // `before` is what our typed model sees; `raw` is what the API server holds.
+        let before = json!({"c": [{"name": "a"}, {"name": "b"}]});
+        let raw = json!({"c": [{"name": "a", "future": 1}, {"name": "b", "future": 2}]});
+        let after = json!({"c": [{"name": "gate"}, {"name": "a"}, {"name": "b"}]});
+        let mut doc = raw.clone();
+        json_patch::patch(&mut doc, &diff(&before, &after)).unwrap();
+        assert_eq!(
+            doc,
+            json!({"c": [{"name": "gate"}, {"name": "a", "future": 1}, {"name": "b", "future": 2}]})
+        );
+    }
+
+    #[test]
+    fn huge_arrays_are_bounded_and_still_correct() {
+        let a = Value::Array(
+            (0..2000)
+                .map(|i| json!({"name": format!("c{i}")}))
+                .collect(),
+        );
+        let b = Value::Array(
+            (0..2000)
+                .rev()
+                .map(|i| json!({"name": format!("c{i}")}))
+                .collect(),
+        );
+        let mut doc = a.clone();
+        json_patch::patch(&mut doc, &diff(&a, &b)).unwrap();
+        assert_eq!(doc, b);
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            (0i64..5).prop_map(Value::from),
+            "[ab]{0,2}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 40, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::btree_map("(name|[a-c~/])", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn patch_turns_before_into_after(a in arb_json(), b in arb_json()) {
+            let p = diff(&a, &b);
+            let mut doc = a.clone();
+            json_patch::patch(&mut doc, &p).unwrap();
+            prop_assert_eq!(doc, b);
+        }
+    }
+}

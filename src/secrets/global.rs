@@ -1,0 +1,116 @@
+//! The `Global` manager: secrets this webhook process itself holds.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::codec::MountRequirement;
+use super::{ENV_ENV_PREFIX, Plan, SecretInjector, SecretRequest};
+use crate::config::{GlobalSecretsConfig, SecretManagerType};
+use crate::mutate::PodCtx;
+use crate::mutate::pod::env_value;
+
+/// Where Global secrets come from: the process environment and files.
+pub trait GlobalSecretSource: Send + Sync {
+    /// The value of `group`/`key`, or a description of where it was looked for.
+    fn get(&self, group: &str, key: &str) -> Result<String, String>;
+}
+
+/// Flyte's `FileEnvSecretManager`: env `<env-prefix><GROUP>_<KEY>`, else file
+/// `<secrets-prefix>/<group>/<key>` read verbatim. The environment is captured once at start.
+pub struct FileEnvSource {
+    env_prefix: String,
+    dir: PathBuf,
+    env: BTreeMap<String, String>,
+}
+
+impl FileEnvSource {
+    pub fn from_process(cfg: &GlobalSecretsConfig) -> Self {
+        let env = std::env::vars()
+            .filter(|(k, _)| k.starts_with(&cfg.env_prefix))
+            .collect();
+        Self::new(cfg, env)
+    }
+
+    pub fn new(cfg: &GlobalSecretsConfig, env: BTreeMap<String, String>) -> Self {
+        Self {
+            env_prefix: cfg.env_prefix.clone(),
+            dir: PathBuf::from(&cfg.secrets_prefix),
+            env,
+        }
+    }
+}
+
+impl GlobalSecretSource for FileEnvSource {
+    fn get(&self, group: &str, key: &str) -> Result<String, String> {
+        let var = format!(
+            "{}{}_{}",
+            self.env_prefix,
+            group.to_uppercase(),
+            key.to_uppercase()
+        );
+        if let Some(v) = self.env.get(&var) {
+            return Ok(v.clone());
+        }
+        // group and key come from the pod's annotations: never let them leave the directory.
+        if !is_plain_segment(group) || !is_plain_segment(key) {
+            return Err(format!(
+                "not found in env [{var}]; group and key must be plain file names to be looked up in {}",
+                self.dir.display()
+            ));
+        }
+        let path = self.dir.join(group).join(key);
+        std::fs::read_to_string(&path)
+            .map_err(|_| format!("not found in env [{var}] or file [{}]", path.display()))
+    }
+}
+
+fn is_plain_segment(s: &str) -> bool {
+    !s.is_empty()
+        && s != "."
+        && s != ".."
+        && !s.contains(['/', '\\', '\0'])
+        && Path::new(s).components().count() == 1
+}
+
+/// Injects a secret held by this process as a plain-text env var in every container:
+/// `<PREFIX><GROUP>_<KEY>=<value>` (upper-cased) and `FLYTE_SECRETS_ENV_PREFIX`. FILE requests
+/// are refused. The value is visible in the pod spec, as in Flyte.
+pub struct GlobalInjector {
+    pub env_prefix: String,
+    pub source: Box<dyn GlobalSecretSource>,
+}
+
+impl SecretInjector for GlobalInjector {
+    fn kind(&self) -> SecretManagerType {
+        SecretManagerType::Global
+    }
+
+    fn inject(
+        &self,
+        req: &SecretRequest,
+        _ctx: &PodCtx<'_>,
+        _pod: &mut Pod,
+        plan: &mut Plan,
+    ) -> Result<(), String> {
+        let s = &req.secret;
+        if s.group.is_empty() || s.key.is_empty() {
+            return Err("both key and group are required parameters".into());
+        }
+        let value = self.source.get(&s.group, &s.key)?;
+        match s.mount_requirement {
+            MountRequirement::Any | MountRequirement::EnvVar => {
+                let name = format!("{}{}_{}", self.env_prefix, s.group, s.key).to_uppercase();
+                plan.env(env_value(&name, &value));
+                plan.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
+                Ok(())
+            }
+            MountRequirement::File => Err(format!(
+                "global secrets can only be injected as environment variables [{}/{}]",
+                s.group, s.key
+            )),
+            MountRequirement::Unknown(n) => Err(format!("unrecognized mount requirement [{n}]")),
+        }
+    }
+}

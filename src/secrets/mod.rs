@@ -1,0 +1,247 @@
+//! Flyte-compatible secret injection: the `secrets` mutator, the request codec, and one
+//! injector per secret manager.
+//!
+//! A pod labelled `inject-flyte-secrets: "true"` carries one `flyte.secrets/s<N>` annotation per
+//! secret. Each secret is offered to the enabled managers in order (Global first); the first that
+//! can inject it wins. Environment variables and mounts are collected in a [`Plan`] and applied
+//! at the end to every container and init container, so that the result does not depend on
+//! which container existed when, and a second pass changes nothing.
+
+pub mod codec;
+pub mod global;
+pub mod k8s;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{EnvVar, Pod, VolumeMount};
+
+use crate::config::SecretManagerType;
+use crate::error::Denial;
+use crate::mutate::pod::{add_mounts, containers_mut, put_env_first};
+use crate::mutate::{PodCtx, PodMutator};
+use codec::{MountRequirement, Secret};
+
+pub const POD_LABEL: &str = "inject-flyte-secrets";
+pub const POD_LABEL_VALUE: &str = "true";
+/// Where every injector puts secret files (`K8sSecretPathPrefix`).
+pub const SECRETS_DIR: &str = "/etc/flyte/secrets";
+pub const ENV_DEFAULT_DIR: &str = "FLYTE_SECRETS_DEFAULT_DIR";
+pub const ENV_FILE_PREFIX: &str = "FLYTE_SECRETS_FILE_PREFIX";
+pub const ENV_ENV_PREFIX: &str = "FLYTE_SECRETS_ENV_PREFIX";
+
+/// Secret values fetched before the chain runs (Embedded mode), keyed by secret id.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ResolvedSecrets {
+    values: BTreeMap<String, Vec<u8>>,
+}
+
+/// One decoded `flyte.secrets/s<N>` annotation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretRequest {
+    pub index: u32,
+    pub annotation: String,
+    pub secret: Secret,
+}
+
+impl SecretRequest {
+    /// Names the request without any value: annotation, group, key and mount requirement.
+    pub fn describe(&self) -> String {
+        let s = &self.secret;
+        let mut out = format!("{} (", self.annotation);
+        if !s.group.is_empty() {
+            out.push_str(&format!("group {:?}, ", s.group));
+        }
+        if !s.group_version.is_empty() {
+            out.push_str(&format!("group_version {:?}, ", s.group_version));
+        }
+        out.push_str(&format!(
+            "key {:?}, mount {})",
+            s.key,
+            mount_name(s.mount_requirement)
+        ));
+        out
+    }
+}
+
+pub fn mount_name(m: MountRequirement) -> String {
+    match m {
+        MountRequirement::Any => "ANY".into(),
+        MountRequirement::EnvVar => "ENV_VAR".into(),
+        MountRequirement::File => "FILE".into(),
+        MountRequirement::Unknown(n) => n.to_string(),
+    }
+}
+
+/// Environment variables and mounts that every (init) container receives, in request order.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Plan {
+    env: Vec<EnvVar>,
+    env_owner: Vec<String>,
+    mounts: Vec<VolumeMount>,
+    conflicts: Vec<String>,
+    current: String,
+}
+
+/// A position in a [`Plan`] to roll back to when an injector fails.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanMark {
+    env: usize,
+    mounts: usize,
+    conflicts: usize,
+}
+
+impl Plan {
+    /// Adds `var` unless the same variable is already planned. Two requests that want different
+    /// values under one name are a conflict, reported after all requests ran.
+    pub fn env(&mut self, var: EnvVar) {
+        match self.env.iter().position(|e| e.name == var.name) {
+            Some(i) if self.env[i] == var => {}
+            Some(i) => self.conflicts.push(format!(
+                "{} and {} both set environment variable {}; give one of them a different env_var",
+                self.env_owner[i], self.current, var.name
+            )),
+            None => {
+                self.env.push(var);
+                self.env_owner.push(self.current.clone());
+            }
+        }
+    }
+
+    /// Adds `m` unless a mount of that volume is already planned.
+    pub fn mount(&mut self, m: VolumeMount) {
+        if !self.mounts.iter().any(|x| x.name == m.name) {
+            self.mounts.push(m);
+        }
+    }
+
+    fn mark(&self) -> PlanMark {
+        PlanMark {
+            env: self.env.len(),
+            mounts: self.mounts.len(),
+            conflicts: self.conflicts.len(),
+        }
+    }
+
+    fn reset(&mut self, mark: PlanMark) {
+        self.env.truncate(mark.env);
+        self.env_owner.truncate(mark.env);
+        self.mounts.truncate(mark.mounts);
+        self.conflicts.truncate(mark.conflicts);
+    }
+
+    /// Puts the planned variables first in every container (replacing same-name ones) and adds
+    /// the planned mounts, skipping containers named in `skip`.
+    pub fn apply(&self, pod: &mut Pod, skip: &[String]) {
+        let Some(spec) = pod.spec.as_mut() else {
+            return;
+        };
+        for c in containers_mut(spec, skip) {
+            put_env_first(&mut c.env, &self.env);
+            add_mounts(&mut c.volume_mounts, &self.mounts);
+        }
+    }
+}
+
+/// Turns one secret request into pod changes. Pure. On `Err` (the reason this manager cannot
+/// inject the secret, never containing a value) the pod has not been changed.
+pub trait SecretInjector: Send + Sync {
+    fn kind(&self) -> SecretManagerType;
+    fn inject(
+        &self,
+        req: &SecretRequest,
+        ctx: &PodCtx<'_>,
+        pod: &mut Pod,
+        plan: &mut Plan,
+    ) -> Result<(), String>;
+}
+
+/// Reads `flyte.secrets/s<N>` annotations of pods labelled `inject-flyte-secrets: "true"` and
+/// asks the enabled managers, in order, to inject each secret.
+pub struct SecretsMutator {
+    pub injectors: Vec<Box<dyn SecretInjector>>,
+    /// Init containers other mutators own (e.g. the mesh gate); secrets never reach them.
+    pub skip_containers: Vec<String>,
+}
+
+impl SecretsMutator {
+    pub fn selects(pod: &Pod) -> bool {
+        pod.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(POD_LABEL))
+            .is_some_and(|v| v == POD_LABEL_VALUE)
+    }
+
+    /// The pod's secret requests in index order.
+    pub fn requests(pod: &Pod) -> Result<Vec<SecretRequest>, Denial> {
+        let Some(annotations) = pod.metadata.annotations.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let decoded = codec::decode_annotations(annotations).map_err(|e| {
+            Denial::bad_request(
+                "BadSecretAnnotation",
+                format!(
+                    "failed to unmarshal secrets from pod annotations: {e}; these annotations are written by Flyte from the task's secret requests: re-register the task or remove the annotation"
+                ),
+            )
+        })?;
+        Ok(decoded
+            .into_iter()
+            .map(|d| SecretRequest {
+                index: d.index,
+                annotation: d.annotation,
+                secret: d.secret,
+            })
+            .collect())
+    }
+}
+
+impl PodMutator for SecretsMutator {
+    fn id(&self) -> &'static str {
+        "secrets"
+    }
+
+    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+        if !Self::selects(pod) {
+            return Ok(());
+        }
+        let requests = Self::requests(pod)?;
+        if requests.is_empty() {
+            return Ok(());
+        }
+        let mut plan = Plan::default();
+        for req in &requests {
+            plan.current = req.annotation.clone();
+            let mut reasons = Vec::new();
+            let injected = self.injectors.iter().any(|inj| {
+                let mark = plan.mark();
+                match inj.inject(req, ctx, pod, &mut plan) {
+                    Ok(()) => true,
+                    Err(reason) => {
+                        plan.reset(mark);
+                        reasons.push(format!("{}: {reason}", inj.kind()));
+                        false
+                    }
+                }
+            });
+            if !injected {
+                return Err(Denial::bad_request(
+                    "SecretNotInjected",
+                    format!(
+                        "none of the secret managers could inject {}: {}",
+                        req.describe(),
+                        reasons.join("; ")
+                    ),
+                ));
+            }
+        }
+        if !plan.conflicts.is_empty() {
+            return Err(Denial::bad_request(
+                "SecretConflict",
+                plan.conflicts.join("; "),
+            ));
+        }
+        plan.apply(pod, &self.skip_containers);
+        Ok(())
+    }
+}
