@@ -223,9 +223,10 @@ const fn encoded_len(n: usize) -> usize {
 ///
 /// Trailing `=` are ignored, as a value padded by some other encoder still means the same bytes;
 /// Go's decoder would reject them, Flyte's encoder trims them. Everything else Go rejects is an
-/// error here too, naming the byte offset, and lengths that no input encodes to (1, 3 or 6 mod 8)
-/// are errors where Go silently drops the dangling characters. Leftover bits of the last
-/// character are ignored, as in Go.
+/// error here too, naming the byte offset, and so are two things Go lets through: CR and LF
+/// (Go's `DecodeString` drops them; no annotation Flyte writes has them) and lengths that no
+/// input encodes to (1, 3 or 6 mod 8; Go drops the dangling characters). Leftover bits of the
+/// last character are ignored, as in Go.
 pub fn decode_base32(s: &str) -> Result<Vec<u8>, CodecError> {
     let data = s.as_bytes();
     let data = match data.iter().rposition(|&b| b != b'=') {
@@ -368,7 +369,8 @@ fn push_string_field(out: &mut String, field: Field, value: &str) {
 /// Like Go, a literal that has a backslash escape must otherwise be valid UTF-8.
 ///
 /// Errors carry the line of the offending token (for problems at the end of input, the line of
-/// the last token, as in Go).
+/// the last token), as in Go, except that `[` (extension or Any syntax, which a Secret cannot
+/// have) fails at once where Go reads on to the closing `]`.
 pub fn unmarshal_text(text: &[u8]) -> Result<Secret, CodecError> {
     let mut lexer = Lexer::new(text);
     let mut secret = Secret::default();

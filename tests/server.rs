@@ -1,0 +1,241 @@
+//! The HTTPS server: TLS with generated certificates, the same routes, body limit, reuse of
+//! existing certificates, and graceful shutdown of the real binary on SIGTERM.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use podmutator::admission::App;
+use podmutator::config::Config;
+use podmutator::server;
+use serde_json::{Value, json};
+
+struct Running {
+    port: u16,
+    ca: Vec<u8>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(max_body: usize) -> Running {
+    let dir = temp_dir("server");
+    let names = server::serving_names("podmutator", "flyte");
+    let files = server::ensure_certs(&dir, true, &names).unwrap();
+    assert!(files.generated);
+    let tls = server::tls_config(&files).unwrap();
+    let mut cfg = Config::from_value(json!({})).unwrap().config;
+    cfg.http.max_body_bytes = max_body;
+    let app = Arc::new(App::new(&cfg, None).unwrap());
+    let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        server::serve(app, listener, tls, max_body, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    Running {
+        port,
+        ca: std::fs::read(&files.ca).unwrap(),
+        stop,
+        task,
+    }
+}
+
+fn review_bytes() -> Vec<u8> {
+    std::fs::read(root().join("tests/fixtures/reviews/flyte-task-k8s-env.json")).unwrap()
+}
+
+#[tokio::test]
+async fn serves_the_webhook_over_tls_for_every_serving_name() {
+    let s = start(6 << 20).await;
+    for name in [
+        "localhost",
+        "podmutator",
+        "podmutator.flyte",
+        "podmutator.flyte.svc",
+    ] {
+        let (status, body) = https_request(
+            s.port,
+            &s.ca,
+            name,
+            "POST",
+            "/mutate--v1-pod?timeout=10s",
+            Some("application/json"),
+            &review_bytes(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("TLS to {name}: {e}"));
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        let resp = response(&body);
+        assert_eq!(resp["allowed"], true);
+        assert!(resp["patch"].is_string());
+    }
+    let (status, _) = https_request(s.port, &s.ca, "localhost", "GET", "/healthz", None, b"")
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    s.stop.send(()).unwrap();
+    s.task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_name_outside_the_certificate_is_rejected_by_the_client() {
+    let s = start(6 << 20).await;
+    let err = https_request(
+        s.port,
+        &s.ca,
+        "evil.example.com",
+        "GET",
+        "/healthz",
+        None,
+        b"",
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().to_lowercase().contains("certificate"),
+        "{err}"
+    );
+    s.stop.send(()).unwrap();
+    s.task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_gets_400_without_being_read_whole() {
+    let s = start(4096).await;
+    let big = vec![b' '; 64 * 1024];
+    let (status, body) = https_request(
+        s.port,
+        &s.ca,
+        "localhost",
+        "POST",
+        "/mutate--v1-pod",
+        Some("application/json"),
+        &big,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 400);
+    let msg = response(&body)["status"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(msg.contains("over the 4096-byte limit"), "{msg}");
+    s.stop.send(()).unwrap();
+    s.task.await.unwrap();
+}
+
+#[test]
+fn existing_certificates_are_reused_not_regenerated() {
+    let dir = temp_dir("reuse");
+    let names = server::serving_names("svc", "ns");
+    let first = server::ensure_certs(&dir, true, &names).unwrap();
+    let cert = std::fs::read(&first.cert).unwrap();
+    let key = std::fs::read(&first.key).unwrap();
+    let second = server::ensure_certs(&dir, true, &names).unwrap();
+    assert!(!second.generated);
+    assert_eq!(std::fs::read(&second.cert).unwrap(), cert);
+    assert_eq!(std::fs::read(&second.key).unwrap(), key);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&first.key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the private key is not world-readable");
+}
+
+#[test]
+fn missing_certificates_without_local_cert_name_the_fix() {
+    let dir = temp_dir("nocerts");
+    let err = server::ensure_certs(&dir, false, &server::serving_names("s", "n")).unwrap_err();
+    assert!(err.to_string().contains("webhook.localCert: true"), "{err}");
+}
+
+/// Reads the child's stdout lines into a channel.
+fn lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+fn wait_for(rx: &std::sync::mpsc::Receiver<String>, message: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        if let Ok(line) = rx.recv_timeout(left) {
+            let v: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
+            if v["message"] == message {
+                return v;
+            }
+        }
+    }
+    panic!("no {message:?} log line within 30s");
+}
+
+#[tokio::test]
+async fn the_binary_serves_and_stops_cleanly_on_sigterm() {
+    let dir = temp_dir("binary");
+    let port = free_port();
+    let config =
+        json!({"webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"}});
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .arg("serve")
+        .env("PODMUTATOR_CONFIG", config.to_string())
+        .env_remove("AWS_LAMBDA_RUNTIME_API")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = lines(&mut child);
+    let started = wait_for(&rx, "serving https");
+    assert_eq!(started["certs_generated"], true);
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    let (status, body) = https_request(
+        port,
+        &ca,
+        "localhost",
+        "POST",
+        "/mutate--v1-pod",
+        Some("application/json"),
+        &review_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+    assert!(response(&body)["patch"].is_string());
+    let audit = wait_for(&rx, "admission");
+    assert_eq!(audit["decision"], "mutated");
+    assert_eq!(audit["mutators"], "secrets");
+    assert!(audit["duration_us"].as_u64().is_some());
+
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    wait_for(&rx, "shut down");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "exit status {status:?}");
+}
+
+#[tokio::test]
+async fn a_bad_config_stops_the_binary_with_the_key_named() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .arg("serve")
+        .env(
+            "PODMUTATOR_CONFIG",
+            r#"{"webhook": {"listenPort": "9443x"}}"#,
+        )
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("webhook.listenPort"), "{stderr}");
+}
