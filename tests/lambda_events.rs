@@ -1,0 +1,133 @@
+//! Real Lambda event envelopes (events/*.json) through `lambda_http`'s event types and our
+//! adapter, as the runtime would deliver them: every source, text and base64 bodies, and broken
+//! envelopes that must still get a well-formed answer.
+
+mod common;
+
+use common::*;
+use lambda_http::request::LambdaRequest;
+use podmutator::admission::App;
+use podmutator::config::Config;
+use podmutator::lambda::{LambdaReply, handle};
+use rstest::rstest;
+use serde_json::{Value, json};
+
+fn app() -> App {
+    App::new(&Config::from_value(json!({})).unwrap().config, None).unwrap()
+}
+
+fn event(name: &str) -> Value {
+    read_json(&root().join("events").join(name))
+}
+
+/// Deserialises like the runtime does, then handles and serialises the reply.
+async fn invoke(app: &App, event: &Value) -> (LambdaReply, Value) {
+    let req: LambdaRequest = serde_json::from_value(event.clone())
+        .unwrap_or_else(|e| panic!("lambda_http rejects the event: {e}"));
+    let reply = handle(app, req).await;
+    let wire = serde_json::to_value(&reply).unwrap();
+    (reply, wire)
+}
+
+fn review_of(event: &Value) -> Value {
+    use base64::Engine;
+    let body = event["body"].as_str().unwrap();
+    if event["isBase64Encoded"] == true {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    } else {
+        serde_json::from_str(body).unwrap()
+    }
+}
+
+#[rstest]
+#[case::api_gateway_rest("apigw-rest-mutate.json", "ApiGatewayV1")]
+#[case::api_gateway_http("apigw-http-mutate.json", "ApiGatewayV2")]
+#[case::alb_base64("alb-mutate.json", "Alb")]
+#[case::function_url_base64("function-url-mutate.json", "ApiGatewayV2")]
+#[tokio::test]
+async fn every_event_source_gets_its_patch(#[case] file: &str, #[case] shape: &str) {
+    let ev = event(file);
+    let (reply, wire) = invoke(&app(), &ev).await;
+    let got_shape = match reply {
+        LambdaReply::ApiGatewayV1(_) => "ApiGatewayV1",
+        LambdaReply::ApiGatewayV2(_) => "ApiGatewayV2",
+        LambdaReply::Alb(_) => "Alb",
+    };
+    assert_eq!(got_shape, shape);
+    assert_eq!(wire["statusCode"], 200, "{wire}");
+    assert_eq!(wire["isBase64Encoded"], false);
+    assert_eq!(wire["headers"]["content-type"], "application/json");
+    if shape == "Alb" {
+        assert_eq!(wire["statusDescription"], "200 OK");
+    }
+    let review = review_of(&ev);
+    let resp = response(wire["body"].as_str().unwrap().as_bytes());
+    assert_eq!(resp["uid"], review["request"]["uid"]);
+    assert_eq!(resp["allowed"], true);
+    let pod = apply(&review["request"]["object"], &patch_of(&resp));
+    assert_eq!(
+        pod["spec"]["containers"][0]["env"][0],
+        json!({"name": "FLYTE_SECRETS_ENV_PREFIX", "value": "_UNION_"})
+    );
+}
+
+#[tokio::test]
+async fn healthz_over_http_api() {
+    let (_, wire) = invoke(&app(), &event("apigw-http-healthz.json")).await;
+    assert_eq!(wire["statusCode"], 200);
+}
+
+#[tokio::test]
+async fn garbage_base64_body_gets_400_not_a_crash() {
+    let mut ev = event("alb-mutate.json");
+    ev["body"] = json!("%%% not base64 %%%");
+    let (_, wire) = invoke(&app(), &ev).await;
+    assert_eq!(wire["statusCode"], 400);
+    assert_eq!(wire["statusDescription"], "400 Bad Request");
+    let msg = response(wire["body"].as_str().unwrap().as_bytes())["status"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        msg.contains("isBase64Encoded but is not valid base64"),
+        "{msg}"
+    );
+}
+
+#[rstest]
+#[case::unparseable_path(|e: &mut Value| e["path"] = json!("/mutate--v1-pod with spaces/{}"), 404)]
+#[case::bad_host_header(|e: &mut Value| { e["headers"]["Host"] = json!("bad host:99999"); e["multiValueHeaders"]["Host"] = json!(["bad host:99999"]); }, 200)]
+#[case::no_body(|e: &mut Value| e["body"] = Value::Null, 400)]
+#[case::no_content_type(|e: &mut Value| { e["headers"].as_object_mut().unwrap().remove("Content-Type"); e["multiValueHeaders"].as_object_mut().unwrap().remove("Content-Type"); }, 400)]
+#[case::get_instead_of_post(|e: &mut Value| e["httpMethod"] = json!("GET"), 405)]
+#[tokio::test]
+async fn broken_rest_envelopes_get_a_well_formed_answer(
+    #[case] breakage: fn(&mut Value),
+    #[case] status: i64,
+) {
+    let mut ev = event("apigw-rest-mutate.json");
+    breakage(&mut ev);
+    let (_, wire) = invoke(&app(), &ev).await;
+    assert_eq!(wire["statusCode"], status, "{wire}");
+    let body: Value = serde_json::from_str(wire["body"].as_str().unwrap()).unwrap();
+    assert!(body.is_object());
+}
+
+#[tokio::test]
+async fn http_api_named_stage_is_stripped_from_the_path() {
+    let mut ev = event("apigw-http-mutate.json");
+    ev["rawPath"] = json!("/prod/mutate--v1-pod");
+    ev["requestContext"]["stage"] = json!("prod");
+    let (_, wire) = invoke(&app(), &ev).await;
+    assert_eq!(wire["statusCode"], 200, "{wire}");
+}
+
+#[test]
+fn an_event_that_is_not_http_is_rejected_by_deserialisation_not_by_a_panic() {
+    // The runtime reports this to Lambda as an invocation error; the process keeps running.
+    let err = serde_json::from_value::<LambdaRequest>(json!({"Records": []})).unwrap_err();
+    assert!(!err.to_string().is_empty());
+}
