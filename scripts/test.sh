@@ -8,6 +8,9 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 step() { printf '\n== %s\n' "$*"; }
 
+step "pinned test tools (scripts/tools.sh install)"
+scripts/tools.sh install
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

@@ -1,0 +1,138 @@
+//! The real Lambda Runtime API loop: `cargo lambda watch --only-lambda-apis` emulates Lambda's
+//! control plane on loopback, the built `podmutator` binary polls it exactly as it would in AWS,
+//! and `cargo lambda invoke --data-file` sends every envelope in `events/`.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// Kills the child when dropped, so a failing assertion leaves no server behind.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Path of a pinned tool; a missing tool fails the test (it is never skipped).
+fn tool(name: &str) -> String {
+    let out = Command::new(root().join("scripts/tools.sh"))
+        .args(["path", name])
+        .output()
+        .expect("scripts/tools.sh runs");
+    assert!(
+        out.status.success(),
+        "scripts/tools.sh path {name} failed (run `scripts/tools.sh install`): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn wait_for_line(child: &mut Child, needle: &str) {
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains(needle) => {
+                // Keep draining so the child never blocks on a full pipe.
+                std::thread::spawn(move || while rx.recv().is_ok() {});
+                return;
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    panic!("no line containing {needle:?} within 60s");
+}
+
+#[test]
+fn every_event_file_through_the_lambda_runtime_api() {
+    let cargo_lambda = tool("cargo-lambda");
+    let port = free_port().to_string();
+    // Its log goes to stderr; merge it into the one pipe we read.
+    let mut watch = Command::new("sh")
+        .arg("-c")
+        .arg(r#"exec "$0" lambda watch --only-lambda-apis -A 127.0.0.1 -P "$1" 2>&1"#)
+        .args([&cargo_lambda, &port])
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("cargo-lambda starts");
+    wait_for_line(&mut watch, "starting Runtime server");
+    let _watch = Guard(watch);
+
+    let function = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .env(
+            "AWS_LAMBDA_RUNTIME_API",
+            format!("http://127.0.0.1:{port}/.rt"),
+        )
+        .env("AWS_LAMBDA_FUNCTION_NAME", "_")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _function = Guard(function);
+
+    let mut events: Vec<_> = std::fs::read_dir(root().join("events"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    events.sort();
+    assert!(events.len() >= 5, "events/: {events:?}");
+    for path in &events {
+        let out = Command::new(&cargo_lambda)
+            .args([
+                "lambda",
+                "invoke",
+                "_",
+                "-A",
+                "127.0.0.1",
+                "-P",
+                &port,
+                "--data-file",
+            ])
+            .arg(path)
+            .current_dir(root())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "invoke {}: {stdout}{}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let reply: Value = serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|e| panic!("{}: reply is not JSON ({e}): {stdout}", path.display()));
+        assert_eq!(reply["statusCode"], 200, "{}: {reply}", path.display());
+        let event = read_json(path);
+        let is_review = event
+            .get("rawPath")
+            .or(event.get("path"))
+            .is_some_and(|p| p.as_str().unwrap().ends_with("/mutate--v1-pod"));
+        let body: Value = serde_json::from_str(reply["body"].as_str().unwrap()).unwrap();
+        if is_review {
+            let resp = &body["response"];
+            assert_eq!(resp["allowed"], true, "{}", path.display());
+            assert_eq!(resp["patchType"], "JSONPatch", "{}", path.display());
+            assert!(!patch_of(resp).as_array().unwrap().is_empty());
+        } else {
+            assert_eq!(body["message"], "ok");
+        }
+    }
+}
