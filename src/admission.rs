@@ -1,7 +1,8 @@
 //! The admission path: parse the review, decide whether it is ours, run the chain, diff, answer.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube_core::DynamicObject;
@@ -13,6 +14,7 @@ use crate::error::{Denial, Error};
 use crate::http::{Front, Incoming};
 use crate::mutate::{Applied, Chain, PodCtx, Route};
 use crate::secrets::ResolvedSecrets;
+use crate::secrets::source::SecretSource;
 
 pub const API_VERSION_V1: &str = "admission.k8s.io/v1";
 pub const API_VERSION_V1BETA1: &str = "admission.k8s.io/v1beta1";
@@ -28,6 +30,8 @@ pub struct Reply {
 pub struct App {
     chain: Chain,
     front: Front,
+    source: Option<Arc<dyn SecretSource>>,
+    deadline: Duration,
 }
 
 /// The facts of one admission, for the audit log line.
@@ -41,6 +45,8 @@ struct Audit {
     reason: &'static str,
     mutators: Vec<&'static str>,
     patch_ops: usize,
+    secrets_fetched: usize,
+    fetch_us: u64,
 }
 
 impl App {
@@ -54,11 +60,26 @@ impl App {
         Ok(Self {
             chain: crate::build_chain(config)?,
             front,
+            source: None,
+            deadline: Duration::from_millis(config.embedded.deadline_ms),
         })
     }
 
     pub fn with_chain(chain: Chain, front: Front) -> Self {
-        Self { chain, front }
+        Self {
+            chain,
+            front,
+            source: None,
+            deadline: Duration::from_millis(crate::config::EmbeddedConfig::default().deadline_ms),
+        }
+    }
+
+    /// Where Embedded values come from (and the budget for fetching them).
+    #[must_use]
+    pub fn with_source(mut self, source: Arc<dyn SecretSource>, deadline: Duration) -> Self {
+        self.source = Some(source);
+        self.deadline = deadline;
+        self
     }
 
     /// Routes one HTTP request (both adapters call this).
@@ -122,6 +143,8 @@ impl App {
                 reason = (!audit.reason.is_empty()).then_some(audit.reason),
                 mutators = %mutators,
                 patch_ops = audit.patch_ops,
+                secrets_fetched = audit.secrets_fetched,
+                fetch_us = audit.fetch_us,
                 duration_us,
                 "admission"
             ),
@@ -184,16 +207,20 @@ impl App {
             .to_owned();
         audit.namespace.clone_from(&namespace);
 
-        let resolved = ResolvedSecrets::default();
         let groups = req.user_info.groups.clone().unwrap_or_default();
-        let ctx = PodCtx {
+        let mut ctx = PodCtx {
             namespace: &namespace,
             route,
             username: req.user_info.username.as_deref().unwrap_or_default(),
             groups: &groups,
             dry_run: req.dry_run,
-            resolved: &resolved,
+            resolved: &ResolvedSecrets::default(),
         };
+        let resolved = self
+            .resolve(&ctx, &pod, audit)
+            .await
+            .map_err(|e| (e, api_version))?;
+        ctx.resolved = &resolved;
         let original = pod.clone();
         let Applied { changed, warnings } = self
             .chain
@@ -226,6 +253,41 @@ impl App {
             patch.as_ref(),
             &warnings,
         ))
+    }
+}
+
+impl App {
+    /// The only network I/O: every secret value the chain will need, in one batch, within the
+    /// deadline. Failures are internal errors (HTTP 500), so `failurePolicy` decides.
+    async fn resolve(
+        &self,
+        ctx: &PodCtx<'_>,
+        pod: &Pod,
+        audit: &mut Audit,
+    ) -> Result<ResolvedSecrets, Error> {
+        let ids = self.chain.prefetch(ctx, pod);
+        if ids.is_empty() {
+            return Ok(ResolvedSecrets::default());
+        }
+        audit.secrets_fetched = ids.len();
+        let Some(source) = &self.source else {
+            return Err(Error::Internal(format!(
+                "no secret source is configured to fetch {}",
+                ids.join(", ")
+            )));
+        };
+        let started = Instant::now();
+        let fetched = tokio::time::timeout(self.deadline, source.fetch_many(&ids)).await;
+        audit.fetch_us = started.elapsed().as_micros() as u64;
+        match fetched {
+            Ok(Ok(values)) => Ok(ResolvedSecrets::new(values)),
+            Ok(Err(e)) => Err(Error::Internal(e.to_string())),
+            Err(_) => Err(Error::Internal(format!(
+                "deadline of {} ms (embedded.deadlineMs) passed while fetching secret {}",
+                self.deadline.as_millis(),
+                ids.join(", ")
+            ))),
+        }
     }
 }
 

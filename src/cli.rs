@@ -129,24 +129,92 @@ pub fn run(args: &[String]) -> Result<(), String> {
             );
             Ok(())
         }
-        Command::Lambda => {
-            let app = Arc::new(App::new(&config, None).map_err(|e| e.to_string())?);
-            tracing::info!(mutators = ?app.chain().ids(), "lambda runtime starting");
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| format!("failed to start the async runtime: {e}"))?
-                .block_on(crate::lambda::run(app))
-                .map_err(|e| format!("lambda runtime stopped: {e}"))
-        }
+        Command::Lambda => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("failed to start the async runtime: {e}"))?
+            .block_on(async {
+                let app = Arc::new(build_app(&config).await?);
+                tracing::info!(mutators = ?app.chain().ids(), "lambda runtime starting");
+                crate::lambda::run(app)
+                    .await
+                    .map_err(|e| format!("lambda runtime stopped: {e}"))
+            }),
         Command::Serve => serve(&config, config_path.is_some()),
         Command::Help | Command::Version => Ok(()),
     }
 }
 
+/// The app with everything fetched once at start: the AWS client (Embedded mode) and the path
+/// token stored in Secrets Manager.
+pub async fn build_app(config: &Config) -> Result<App, String> {
+    use crate::config::SecretManagerType;
+    use crate::secrets::source::{AwsSource, CachePolicy, CachingSource};
+    use std::time::Duration;
+
+    let embedded = config
+        .webhook
+        .enabled_secret_managers()
+        .contains(&SecretManagerType::Embedded);
+    let token_id = config.http.path_token_secret_id.as_deref();
+    let client = if embedded || token_id.is_some() {
+        let region = &config
+            .webhook
+            .embedded_secret_manager_config
+            .aws_config
+            .region;
+        Some(crate::secrets::source::aws_client(region).await)
+    } else {
+        None
+    };
+    let path_token = match (token_id, &client) {
+        (Some(id), Some(client)) => Some(read_path_token(client, id).await?),
+        _ => None,
+    };
+    let mut app = App::new(config, path_token).map_err(|e| e.to_string())?;
+    if let (true, Some(client)) = (embedded, client) {
+        let e = &config.embedded;
+        let source = CachingSource::new(
+            AwsSource::new(client, e.batch_size),
+            CachePolicy {
+                ttl: Duration::from_secs(e.cache_ttl_seconds),
+                negative_ttl: Duration::from_secs(e.negative_cache_ttl_seconds),
+                max_entries: e.cache_max_entries,
+                max_bytes: e.cache_max_bytes,
+            },
+        );
+        app = app.with_source(Arc::new(source), Duration::from_millis(e.deadline_ms));
+    }
+    Ok(app)
+}
+
+async fn read_path_token(
+    client: &aws_sdk_secretsmanager::Client,
+    id: &str,
+) -> Result<String, String> {
+    let key = "http.pathTokenSecretId";
+    let out = client
+        .get_secret_value()
+        .secret_id(id)
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "invalid configuration: {key}: cannot read the path token {id}: {}",
+                aws_sdk_secretsmanager::error::DisplayErrorContext(e)
+            )
+        })?;
+    let token = out
+        .secret_string()
+        .map(str::trim)
+        .ok_or_else(|| format!("invalid configuration: {key}: secret {id} has no string value"))?
+        .to_owned();
+    crate::config::check_path_token(key, &token).map_err(|e| e.to_string())?;
+    Ok(token)
+}
+
 fn serve(config: &Config, _from_flag: bool) -> Result<(), String> {
     let w = &config.webhook;
-    let app = Arc::new(App::new(config, None).map_err(|e| e.to_string())?);
     let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
     let dir = std::path::PathBuf::from(w.cert_dir_expanded());
     let files = crate::server::ensure_certs(
@@ -163,6 +231,11 @@ fn serve(config: &Config, _from_flag: bool) -> Result<(), String> {
         .build()
         .map_err(|e| format!("failed to start the async runtime: {e}"))?
         .block_on(async move {
+            let app = Arc::new(
+                build_app(config)
+                    .await
+                    .map_err(crate::server::ServerError::Config)?,
+            );
             let listener = crate::server::bind(addr).await?;
             let local = listener
                 .local_addr()

@@ -43,6 +43,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// Per-mutator settings (Flyte's `MutatorConfig`), keyed by mutator id.
     pub mutators: BTreeMap<String, MutatorConfig>,
+    /// Embedded mode: deadline, cache and scope binding.
+    pub embedded: EmbeddedConfig,
 }
 
 /// Flyte's `secretManagerTypes` values. JSON accepts the names in any case (as Flyte v2's enumer).
@@ -457,6 +459,47 @@ impl Default for HttpConfig {
     }
 }
 
+/// Our Embedded-mode settings (Flyte has none of these).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct EmbeddedConfig {
+    /// Budget for fetching every value an admission needs, all calls included.
+    pub deadline_ms: u64,
+    /// How long a fetched value is reused across warm invocations.
+    pub cache_ttl_seconds: u64,
+    /// How long "no such secret" is remembered; short, so a newly created secret shows up soon.
+    pub negative_cache_ttl_seconds: u64,
+    pub cache_max_entries: usize,
+    pub cache_max_bytes: usize,
+    /// Ids per BatchGetSecretValue call (the API's maximum is 20).
+    pub batch_size: usize,
+    /// Largest value accepted; bigger ones are refused with a message naming the key.
+    pub max_value_bytes: usize,
+    /// The namespace a pod with labels organization/project/domain must be in to read that
+    /// scope's secrets. `{{ organization }}`, `{{ project }}` and `{{ domain }}` are replaced.
+    /// Empty turns the check off (then any pod creator can read any project's secrets).
+    pub namespace_template: String,
+    /// When non-empty, only these requesting users (`request.userInfo.username`) may get
+    /// Embedded secrets; an entry ending in `*` matches a prefix.
+    pub allowed_usernames: Vec<String>,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        Self {
+            deadline_ms: 2000,
+            cache_ttl_seconds: 300,
+            negative_cache_ttl_seconds: 10,
+            cache_max_entries: 10_000,
+            cache_max_bytes: 16 << 20,
+            batch_size: 20,
+            max_value_bytes: 64 << 10,
+            namespace_template: "{{ project }}-{{ domain }}".into(),
+            allowed_usernames: Vec::new(),
+        }
+    }
+}
+
 /// Flyte's `MutatorConfig`: a required mutator's failure denies the pod; an optional one's
 /// failure admits it with a warning.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -592,6 +635,46 @@ impl Config {
                     "must not be empty",
                 ));
             }
+        }
+        let em = &self.embedded;
+        if em.deadline_ms == 0 || em.deadline_ms > 25_000 {
+            return Err(ConfigError::new(
+                "embedded.deadlineMs",
+                format!(
+                    "{} ms: use 1..=25000, and keep it well below the webhook's timeoutSeconds (default 10 s)",
+                    em.deadline_ms
+                ),
+            ));
+        }
+        if em.batch_size == 0 || em.batch_size > 20 {
+            return Err(ConfigError::new(
+                "embedded.batchSize",
+                format!(
+                    "{}: BatchGetSecretValue takes 1 to 20 ids per call",
+                    em.batch_size
+                ),
+            ));
+        }
+        if em.max_value_bytes == 0 {
+            return Err(ConfigError::new(
+                "embedded.maxValueBytes",
+                "must be positive",
+            ));
+        }
+        if em.negative_cache_ttl_seconds > em.cache_ttl_seconds {
+            return Err(ConfigError::new(
+                "embedded.negativeCacheTtlSeconds",
+                "must not exceed embedded.cacheTtlSeconds",
+            ));
+        }
+        if let Err(e) = crate::secrets::embedded::check_template(&em.namespace_template) {
+            return Err(ConfigError::new("embedded.namespaceTemplate", e));
+        }
+        if enabled.contains(&SecretManagerType::Embedded) && em.namespace_template.is_empty() {
+            warnings.push(
+                "embedded.namespaceTemplate is empty: any pod creator can read any project's Embedded secrets by labelling a pod with that project"
+                    .into(),
+            );
         }
         if w.image_builder_config.enabled {
             warnings.push(

@@ -40,6 +40,11 @@ pub fn build_injectors(config: &Config) -> Result<Vec<Box<dyn SecretInjector>>, 
                 SecretManagerType::K8s => Box::new(secrets::k8s::K8sInjector {
                     env_prefix: w.secret_env_var_prefix.clone(),
                 }),
+                SecretManagerType::Embedded => Box::new(secrets::embedded::EmbeddedInjector::new(
+                    &w.secret_env_var_prefix,
+                    &w.embedded_secret_manager_config.file_mount_init_container,
+                    &config.embedded,
+                )),
                 other => {
                     return Err(ConfigError::new(
                         "webhook.secretManagerTypes",

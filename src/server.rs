@@ -41,6 +41,8 @@ const VALIDITY_DAYS: i64 = 3650;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
+    #[error("{0}")]
+    Config(String),
     #[error("certificate directory {dir}: {message}")]
     Certs { dir: String, message: String },
     #[error("failed to listen on {addr}: {source}")]

@@ -55,6 +55,11 @@ pub struct PodCtx<'a> {
 pub trait PodMutator: Send + Sync {
     fn id(&self) -> &'static str;
     fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial>;
+
+    /// Secret ids whose values `mutate` will need, fetched (with a deadline) before the chain.
+    fn prefetch(&self, _ctx: &PodCtx<'_>, _pod: &Pod) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 struct Entry {
@@ -80,6 +85,19 @@ pub struct Applied {
 impl Chain {
     pub fn push(&mut self, mutator: Box<dyn PodMutator>, required: bool) {
         self.entries.push(Entry { mutator, required });
+    }
+
+    /// Every secret id the chain will need for `pod`, without duplicates.
+    pub fn prefetch(&self, ctx: &PodCtx<'_>, pod: &Pod) -> Vec<String> {
+        let mut ids: Vec<String> = Vec::new();
+        for e in &self.entries {
+            for id in e.mutator.prefetch(ctx, pod) {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        ids
     }
 
     pub fn ids(&self) -> Vec<&'static str> {

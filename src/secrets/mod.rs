@@ -8,8 +8,10 @@
 //! which container existed when, and a second pass changes nothing.
 
 pub mod codec;
+pub mod embedded;
 pub mod global;
 pub mod k8s;
+pub mod source;
 
 use std::collections::BTreeMap;
 
@@ -20,6 +22,7 @@ use crate::error::Denial;
 use crate::mutate::pod::{add_mounts, containers_mut, put_env_first};
 use crate::mutate::{PodCtx, PodMutator};
 use codec::{MountRequirement, Secret};
+use source::Lookup;
 
 pub const POD_LABEL: &str = "inject-flyte-secrets";
 pub const POD_LABEL_VALUE: &str = "true";
@@ -32,7 +35,25 @@ pub const ENV_ENV_PREFIX: &str = "FLYTE_SECRETS_ENV_PREFIX";
 /// Secret values fetched before the chain runs (Embedded mode), keyed by secret id.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ResolvedSecrets {
-    values: BTreeMap<String, Vec<u8>>,
+    values: BTreeMap<String, Lookup>,
+}
+
+impl ResolvedSecrets {
+    pub fn new(values: BTreeMap<String, Lookup>) -> Self {
+        Self { values }
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Lookup> {
+        self.values.get(id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
 }
 
 /// One decoded `flyte.secrets/s<N>` annotation.
@@ -146,6 +167,18 @@ impl Plan {
 /// inject the secret, never containing a value) the pod has not been changed.
 pub trait SecretInjector: Send + Sync {
     fn kind(&self) -> SecretManagerType;
+
+    /// Secret ids whose values this manager needs to inject `req` (fetched before the chain).
+    fn prefetch(&self, _req: &SecretRequest, _ctx: &PodCtx<'_>, _pod: &Pod) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// A refusal that stops the admission outright when this manager is reached for `req`
+    /// (e.g. a pod asking for another project's secrets), instead of trying the next manager.
+    fn deny(&self, _req: &SecretRequest, _ctx: &PodCtx<'_>, _pod: &Pod) -> Option<Denial> {
+        None
+    }
+
     fn inject(
         &self,
         req: &SecretRequest,
@@ -201,6 +234,40 @@ impl PodMutator for SecretsMutator {
         "secrets"
     }
 
+    /// Ids for every request that no manager before a fetching one would take (the earlier
+    /// managers are pure, so trying them on a scratch copy answers exactly).
+    fn prefetch(&self, ctx: &PodCtx<'_>, pod: &Pod) -> Vec<String> {
+        if !Self::selects(pod) {
+            return Vec::new();
+        }
+        let Ok(requests) = Self::requests(pod) else {
+            return Vec::new();
+        };
+        let mut ids: Vec<String> = Vec::new();
+        for req in &requests {
+            let mut scratch: Option<Pod> = None;
+            for inj in &self.injectors {
+                let wanted = inj.prefetch(req, ctx, pod);
+                if !wanted.is_empty() {
+                    for id in wanted {
+                        if !ids.contains(&id) {
+                            ids.push(id);
+                        }
+                    }
+                    break;
+                }
+                if inj.deny(req, ctx, pod).is_some() {
+                    break;
+                }
+                let scratch = scratch.get_or_insert_with(|| pod.clone());
+                if inj.inject(req, ctx, scratch, &mut Plan::default()).is_ok() {
+                    break;
+                }
+            }
+        }
+        ids
+    }
+
     fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
         if !Self::selects(pod) {
             return Ok(());
@@ -213,17 +280,23 @@ impl PodMutator for SecretsMutator {
         for req in &requests {
             plan.current = req.annotation.clone();
             let mut reasons = Vec::new();
-            let injected = self.injectors.iter().any(|inj| {
+            let mut injected = false;
+            for inj in &self.injectors {
+                if let Some(denial) = inj.deny(req, ctx, pod) {
+                    return Err(denial);
+                }
                 let mark = plan.mark();
                 match inj.inject(req, ctx, pod, &mut plan) {
-                    Ok(()) => true,
+                    Ok(()) => {
+                        injected = true;
+                        break;
+                    }
                     Err(reason) => {
                         plan.reset(mark);
                         reasons.push(format!("{}: {reason}", inj.kind()));
-                        false
                     }
                 }
-            });
+            }
             if !injected {
                 return Err(Denial::bad_request(
                     "SecretNotInjected",
