@@ -1,6 +1,8 @@
 //! Shared test helpers: fixtures, reviews, response decoding.
 #![allow(dead_code)]
 
+pub mod aws;
+
 use std::path::{Path, PathBuf};
 
 use base64::Engine;

@@ -1,0 +1,199 @@
+//! A local AWS Secrets Manager: moto server on 127.0.0.1 (pinned by scripts/tools.sh), and a
+//! counting proxy in front of it so tests can assert how many calls the webhook made.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_sdk_secretsmanager::Client;
+use aws_sdk_secretsmanager::config::{BehaviorVersion, Credentials, Region};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{free_port, root};
+
+/// Path of a pinned tool; a missing tool fails the test (it is never skipped).
+pub fn tool(name: &str) -> String {
+    let out = Command::new(root().join("scripts/tools.sh"))
+        .args(["path", name])
+        .output()
+        .expect("scripts/tools.sh runs");
+    assert!(
+        out.status.success(),
+        "scripts/tools.sh path {name} failed (run `scripts/tools.sh install`): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+pub struct Moto {
+    child: Child,
+    pub port: u16,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Moto {
+    pub fn start() -> Self {
+        let port = free_port();
+        let child = Command::new(tool("moto_server"))
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("moto_server starts");
+        let moto = Moto { child, port };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                let _ = s.write_all(b"GET /moto-api/ HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+                let mut buf = [0u8; 12];
+                if s.read_exact(&mut buf).is_ok() && buf.starts_with(b"HTTP/1.") {
+                    return moto;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("moto_server did not answer on 127.0.0.1:{port} within 30s");
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+/// An SDK client with dummy credentials for `endpoint`.
+pub async fn client(endpoint: &str) -> Client {
+    let conf = aws_sdk_secretsmanager::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
+        .endpoint_url(endpoint)
+        .http_client(podmutator::secrets::source::http_client())
+        .build();
+    Client::from_conf(conf)
+}
+
+pub async fn create_secret(client: &Client, name: &str, value: &str) {
+    client
+        .create_secret()
+        .name(name)
+        .secret_string(value)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("create {name}: {e:?}"));
+}
+
+/// Counts requests by `x-amz-target` on their way to `upstream`.
+pub struct CountingProxy {
+    pub port: u16,
+    counts: Arc<Mutex<BTreeMap<String, usize>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for CountingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl CountingProxy {
+    pub async fn start(upstream: u16) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let counts: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+        let c = counts.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let counts = c.clone();
+                tokio::spawn(async move {
+                    let Ok(mut server) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                    else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.split();
+                    let (mut sr, mut sw) = server.split();
+                    let up = async {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        let mut tail = String::new();
+                        loop {
+                            let n = match cr.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            tail.push_str(&String::from_utf8_lossy(&buf[..n]));
+                            count_targets(&mut tail, &counts);
+                            if sw.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        let _ = sw.shutdown().await;
+                    };
+                    let down = async {
+                        let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                        let _ = cw.shutdown().await;
+                    };
+                    tokio::join!(up, down);
+                });
+            }
+        });
+        CountingProxy { port, counts, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Requests seen for `operation` (e.g. `BatchGetSecretValue`).
+    pub fn count(&self, operation: &str) -> usize {
+        let target = format!("secretsmanager.{operation}");
+        self.counts
+            .lock()
+            .unwrap()
+            .get(&target)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn total(&self) -> usize {
+        self.counts.lock().unwrap().values().sum()
+    }
+
+    pub fn reset(&self) {
+        self.counts.lock().unwrap().clear();
+    }
+}
+
+/// Consumes complete `x-amz-target:` header lines from `tail`, keeping any partial line.
+fn count_targets(tail: &mut String, counts: &Mutex<BTreeMap<String, usize>>) {
+    loop {
+        let lower = tail.to_ascii_lowercase();
+        let Some(start) = lower.find("x-amz-target:") else {
+            // Keep only enough to catch a header split across reads.
+            if tail.len() > 64 {
+                let cut = tail.len() - 64;
+                let cut = (cut..tail.len())
+                    .find(|i| tail.is_char_boundary(*i))
+                    .unwrap_or(tail.len());
+                tail.drain(..cut);
+            }
+            return;
+        };
+        let Some(end) = tail[start..].find("\r\n") else {
+            tail.drain(..start);
+            return;
+        };
+        let value = tail[start + "x-amz-target:".len()..start + end]
+            .trim()
+            .to_owned();
+        *counts.lock().unwrap().entry(value).or_default() += 1;
+        tail.drain(..start + end);
+    }
+}

@@ -1,0 +1,228 @@
+//! Embedded mode against a real AWS API emulator: moto server on 127.0.0.1, secrets created
+//! through its API, the SDK pointed at it through a counting proxy. Proves the round-trip
+//! budget (one batch per 20 ids cold, none warm) and that values never reach the logs.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::aws::{CountingProxy, Moto, client, create_secret};
+use common::*;
+use podmutator::admission::App;
+use podmutator::config::Config;
+use podmutator::mutate::Route;
+use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator::secrets::source::{AwsSource, CachePolicy, CachingSource};
+use serde_json::{Value, json};
+
+const NS: &str = "flytesnacks-development";
+
+fn config() -> Config {
+    Config::from_value(json!({"webhook": {
+        "secretManagerTypes": ["Embedded"],
+        "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
+    }}))
+    .unwrap()
+    .config
+}
+
+fn task_pod(keys: &[String]) -> Value {
+    let secrets: Vec<Secret> = keys
+        .iter()
+        .map(|k| Secret {
+            key: k.clone(),
+            mount_requirement: MountRequirement::EnvVar,
+            ..Default::default()
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "task",
+            "labels": {"inject-flyte-secrets": "true", "organization": "flyte", "project": "flytesnacks", "domain": "development"},
+            "annotations": encode_annotations(&secrets).unwrap()
+        },
+        "spec": {"containers": [{"name": "main", "image": "flytekit"}]}
+    })
+}
+
+#[tokio::test]
+async fn ten_secrets_cost_two_batch_calls_cold_and_none_warm() {
+    let moto = Moto::start();
+    let setup = client(&moto.url()).await;
+    let keys: Vec<String> = (0..10).map(|i| format!("key{i}")).collect();
+    // Half at org scope, half at project scope: the cascade needs every scope's answer.
+    for (i, k) in keys.iter().enumerate() {
+        let name = if i % 2 == 0 {
+            format!("u__org__flyte__domain____project____key__{k}")
+        } else {
+            format!("u__org__flyte__domain__development__project__flytesnacks__key__{k}")
+        };
+        create_secret(&setup, &name, &format!("sentinel-value-{i}")).await;
+    }
+    let proxy = CountingProxy::start(moto.port).await;
+    let source = CachingSource::new(
+        AwsSource::new(client(&proxy.url()).await, 20),
+        CachePolicy {
+            ttl: Duration::from_secs(300),
+            negative_ttl: Duration::from_secs(10),
+            max_entries: 1000,
+            max_bytes: 1 << 20,
+        },
+    );
+    let app = App::new(&config(), None)
+        .unwrap()
+        .with_source(Arc::new(source), Duration::from_secs(5));
+    let pod = task_pod(&keys);
+    let body = serde_json::to_vec(&create_review(&pod, NS)).unwrap();
+
+    let cold = app.review(Route::Secrets, &body).await;
+    assert_eq!(cold.status, 200, "{}", String::from_utf8_lossy(&cold.body));
+    assert_eq!(proxy.count("BatchGetSecretValue"), 2, "30 ids = 20 + 10");
+    assert_eq!(proxy.total(), 2, "and nothing else");
+    let out = apply(&pod, &patch_of(&response(&cold.body)));
+    let env = out["spec"]["containers"][0]["env"].as_array().unwrap();
+    for (i, k) in keys.iter().enumerate() {
+        let name = format!("_UNION_{}", k.to_uppercase());
+        let var = env.iter().find(|e| e["name"] == name.as_str()).unwrap();
+        assert_eq!(var["value"], format!("sentinel-value-{i}"));
+    }
+
+    proxy.reset();
+    let warm = app.review(Route::Secrets, &body).await;
+    assert_eq!(warm.status, 200);
+    assert_eq!(warm.body, cold.body, "same answer from the cache");
+    assert_eq!(proxy.total(), 0, "warm admissions cost no call");
+}
+
+/// Reads a child's stdout and stderr into one shared buffer.
+fn capture(child: &mut std::process::Child) -> Arc<std::sync::Mutex<String>> {
+    use std::io::BufRead;
+    let buf = Arc::new(std::sync::Mutex::new(String::new()));
+    let out = child.stdout.take().unwrap();
+    let err = child.stderr.take().unwrap();
+    for stream in [
+        Box::new(out) as Box<dyn std::io::Read + Send>,
+        Box::new(err),
+    ] {
+        let b = buf.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stream)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let mut b = b.lock().unwrap();
+                b.push_str(&line);
+                b.push('\n');
+            }
+        });
+    }
+    buf
+}
+
+async fn wait_until(buf: &std::sync::Mutex<String>, needle: &str) {
+    for _ in 0..300 {
+        if buf.lock().unwrap().contains(needle) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no {needle:?} in output:\n{}", buf.lock().unwrap());
+}
+
+#[tokio::test]
+async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs() {
+    let moto = Moto::start();
+    let setup = client(&moto.url()).await;
+    let token = "tok_0123456789abcdef0123456789abcdef";
+    create_secret(&setup, "podmutator/path-token", token).await;
+    let keys = vec!["db_password".to_owned(), "api_key".to_owned()];
+    let sentinels = ["SENTINEL-0f3c9b2e-db", "SENTINEL-7a41d5c8-api"];
+    create_secret(
+        &setup,
+        "u__org__flyte__domain__development__project__flytesnacks__key__db_password",
+        sentinels[0],
+    )
+    .await;
+    create_secret(
+        &setup,
+        "u__org__flyte__domain____project____key__api_key",
+        sentinels[1],
+    )
+    .await;
+    // A FILE secret too: its value travels base64-encoded, which must not be logged either.
+    let proxy = CountingProxy::start(moto.port).await;
+
+    let dir = temp_dir("embedded-binary");
+    let port = free_port();
+    let cfg = json!({
+        "webhook": {
+            "certDir": dir, "listenPort": port,
+            "secretManagerTypes": ["Embedded"],
+            "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
+        },
+        "http": {"pathTokenSecretId": "podmutator/path-token"}
+    });
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .arg("serve")
+        .env("PODMUTATOR_CONFIG", cfg.to_string())
+        .env("AWS_ENDPOINT_URL", proxy.url())
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("RUST_LOG", "trace")
+        .env_remove("AWS_LAMBDA_RUNTIME_API")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let logs = capture(&mut child);
+    wait_until(&logs, "serving https").await;
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    let pod = task_pod(&keys);
+    let body = serde_json::to_vec(&create_review(&pod, NS)).unwrap();
+
+    let (status, _) = https_request(
+        port,
+        &ca,
+        "localhost",
+        "POST",
+        "/mutate--v1-pod",
+        Some("application/json"),
+        &body,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 404, "without the token the webhook is not there");
+    let (status, reply) = https_request(
+        port,
+        &ca,
+        "localhost",
+        "POST",
+        &format!("/{token}/mutate--v1-pod"),
+        Some("application/json"),
+        &body,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+    let out = apply(&pod, &patch_of(&response(&reply)));
+    let env = out["spec"]["containers"][0]["env"].to_string();
+    for s in sentinels {
+        assert!(env.contains(s), "value injected: {env}");
+    }
+    assert_eq!(proxy.count("GetSecretValue"), 1, "the token, once at start");
+    assert_eq!(proxy.count("BatchGetSecretValue"), 1);
+    wait_until(&logs, "\"decision\":\"mutated\"").await;
+
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    let logs = logs.lock().unwrap().clone();
+    assert!(logs.lines().count() > 5, "trace logging was on:\n{logs}");
+    for secret in sentinels.iter().copied().chain([token]) {
+        assert!(!logs.contains(secret), "a secret value reached the logs");
+    }
+}
