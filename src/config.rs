@@ -45,6 +45,8 @@ pub struct Config {
     pub mutators: BTreeMap<String, MutatorConfig>,
     /// Embedded mode: deadline, cache and scope binding.
     pub embedded: EmbeddedConfig,
+    /// Mesh pod mutations (all off unless `mesh.enabled`).
+    pub mesh: crate::mutate::mesh::MeshConfig,
 }
 
 /// Flyte's `secretManagerTypes` values. JSON accepts the names in any case (as Flyte v2's enumer).
@@ -722,6 +724,7 @@ impl Config {
             (Some(t), None) => check_path_token("http.pathToken", t)?,
             _ => {}
         }
+        warnings.extend(self.mesh.validate()?);
         for id in self.mutators.keys() {
             if !crate::mutate::MUTATOR_IDS.contains(&id.as_str()) {
                 return Err(ConfigError::new(

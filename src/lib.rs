@@ -45,26 +45,39 @@ pub fn build_injectors(config: &Config) -> Result<Vec<Box<dyn SecretInjector>>, 
                     &w.embedded_secret_manager_config.file_mount_init_container,
                     &config.embedded,
                 )),
-                other => {
-                    return Err(ConfigError::new(
-                        "webhook.secretManagerTypes",
-                        format!("secret manager {other} is not available in this build"),
-                    ));
-                }
+                SecretManagerType::Vault => Box::new(secrets::vault::VaultInjector::from_config(
+                    &w.vault_secret_manager,
+                )),
+                SecretManagerType::AWS => Box::new(secrets::sidecar::SidecarInjector::new(
+                    secrets::sidecar::Provider::Aws,
+                    &w.aws_secret_manager,
+                )),
+                SecretManagerType::GCP => Box::new(secrets::sidecar::SidecarInjector::new(
+                    secrets::sidecar::Provider::Gcp,
+                    &w.gcp_secret_manager,
+                )),
+                SecretManagerType::Azure => Box::new(secrets::sidecar::SidecarInjector::new(
+                    secrets::sidecar::Provider::Azure,
+                    &w.azure_secret_manager,
+                )),
             })
         })
         .collect()
 }
 
-/// The mutator chain, built once at start.
+/// The mutator chain, built once at start, in [`mutate::MUTATOR_IDS`] order.
 pub fn build_chain(config: &Config) -> Result<Chain, ConfigError> {
+    let secrets = SecretsMutator {
+        injectors: build_injectors(config)?,
+        // Secrets never reach the mesh gate: it runs before the app and needs none.
+        skip_containers: mutate::mesh::skip_containers(&config.mesh),
+    };
     let mut chain = Chain::default();
-    chain.push(
-        Box::new(SecretsMutator {
-            injectors: build_injectors(config)?,
-            skip_containers: Vec::new(),
-        }),
-        config.mutator_required("secrets", true),
-    );
+    for (m, default_required) in
+        mutate::mesh::in_chain_order(&config.mesh, (Box::new(secrets), true))
+    {
+        let required = config.mutator_required(m.id(), default_required);
+        chain.push(m, required);
+    }
     Ok(chain)
 }

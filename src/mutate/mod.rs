@@ -1,6 +1,11 @@
 //! The mutator chain: pure, idempotent changes to a typed Pod, built once from config.
 
+pub mod dns;
+pub mod gate;
+pub mod mesh;
+pub mod namespace;
 pub mod pod;
+pub mod socket_check;
 
 use k8s_openapi::api::core::v1::Pod;
 

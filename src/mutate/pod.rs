@@ -3,15 +3,19 @@
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, Volume, VolumeMount};
 
-/// Every container and init container (never ephemeral ones), except those named in `skip`.
+/// Every container and init container (never ephemeral ones), except init containers named in
+/// `skip` (those other mutators own, such as the mesh gate). An app container is never skipped,
+/// whatever its name.
 pub fn containers_mut<'a>(
     spec: &'a mut PodSpec,
     skip: &'a [String],
 ) -> impl Iterator<Item = &'a mut Container> + 'a {
-    spec.containers
-        .iter_mut()
-        .chain(spec.init_containers.iter_mut().flatten())
-        .filter(move |c| !skip.contains(&c.name))
+    spec.containers.iter_mut().chain(
+        spec.init_containers
+            .iter_mut()
+            .flatten()
+            .filter(move |c| !skip.contains(&c.name)),
+    )
 }
 
 /// Puts `block` first, in its order, replacing same-name variables; every other variable keeps

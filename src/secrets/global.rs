@@ -114,3 +114,106 @@ impl SecretInjector for GlobalInjector {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Flyte's `TestGlobalSecrets_Inject` (spec §8).
+    use super::*;
+    use crate::secrets::testing::{inject_one, json, mk_pod, secret};
+    use rstest::rstest;
+    use serde_json::json;
+
+    fn global(env: &[(&str, &str)], dir: &str) -> GlobalInjector {
+        let cfg = GlobalSecretsConfig {
+            secrets_prefix: dir.into(),
+            ..Default::default()
+        };
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        GlobalInjector {
+            env_prefix: "_UNION_".into(),
+            source: Box::new(FileEnvSource::new(&cfg, env)),
+        }
+    }
+
+    #[test]
+    fn simple() {
+        let inj = global(
+            &[("FLYTE_SECRET_GROUP_HELLO", "my_password")],
+            "/nonexistent",
+        );
+        let pod = inject_one(
+            &inj,
+            &[secret("group", "hello", MountRequirement::Any, "")],
+            mk_pod(),
+        )
+        .unwrap();
+        assert_eq!(
+            json(&pod)["spec"]["containers"][0]["env"],
+            json!([
+                {"name": "_UNION_GROUP_HELLO", "value": "my_password"},
+                {"name": "FLYTE_SECRETS_ENV_PREFIX", "value": "_UNION_"}
+            ])
+        );
+    }
+
+    #[rstest]
+    #[case::require_group(
+        secret("", "hello", MountRequirement::Any, ""),
+        "both key and group are required parameters"
+    )]
+    #[case::require_file(
+        secret("group", "hello", MountRequirement::File, ""),
+        "global secrets can only be injected as environment variables [group/hello]"
+    )]
+    #[case::not_found(
+        secret("group", "nope", MountRequirement::EnvVar, ""),
+        "not found in env [FLYTE_SECRET_GROUP_NOPE] or file [/nonexistent/group/nope]"
+    )]
+    fn refused(#[case] s: crate::secrets::codec::Secret, #[case] message: &str) {
+        let inj = global(
+            &[("FLYTE_SECRET_GROUP_HELLO", "my_password")],
+            "/nonexistent",
+        );
+        assert_eq!(inject_one(&inj, &[s], mk_pod()).unwrap_err(), message);
+    }
+
+    #[test]
+    fn files_are_read_verbatim() {
+        let dir = std::env::temp_dir().join(format!("podmutator-global-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("db")).unwrap();
+        std::fs::write(dir.join("db/password"), "fake-pw\n").unwrap();
+        let inj = global(&[], dir.to_str().unwrap());
+        let pod = inject_one(
+            &inj,
+            &[secret("db", "password", MountRequirement::EnvVar, "")],
+            mk_pod(),
+        )
+        .unwrap();
+        assert_eq!(
+            json(&pod)["spec"]["containers"][0]["env"][0]["value"],
+            "fake-pw\n"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[rstest]
+    #[case::dot_dot_group("..", "passwd")]
+    #[case::slash_in_key("db", "../../etc/passwd")]
+    #[case::absolute_key("db", "/etc/passwd")]
+    fn annotations_cannot_read_files_outside_the_secrets_directory(
+        #[case] group: &str,
+        #[case] key: &str,
+    ) {
+        let inj = global(&[], "/etc");
+        let err = inject_one(
+            &inj,
+            &[secret(group, key, MountRequirement::EnvVar, "")],
+            mk_pod(),
+        )
+        .unwrap_err();
+        assert!(err.contains("must be plain file names"), "{err}");
+    }
+}

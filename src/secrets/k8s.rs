@@ -175,3 +175,244 @@ pub fn volume_name(group: &str, group_version: &str) -> String {
     let digest = hex::encode(Sha256::digest(full.as_bytes()));
     format!("{}-{}", &full[..46], &digest[..16])
 }
+
+#[cfg(test)]
+mod tests {
+    //! Flyte's `TestK8sSecretInjector_Inject` (spec §8), with v2's resulting orders, plus the
+    //! bugs fixed here.
+    use super::*;
+    use crate::secrets::testing::{inject_one, json, mk_pod, secret};
+    use rstest::rstest;
+    use serde_json::{Value, json};
+
+    fn k8s() -> K8sInjector {
+        K8sInjector {
+            env_prefix: "_UNION_".into(),
+        }
+    }
+
+    fn secret_ref(name: &str, key: &str) -> Value {
+        json!({"secretKeyRef": {"name": name, "key": key, "optional": true}})
+    }
+
+    #[test]
+    fn no_group_falls_back_to_md5_of_the_key() {
+        let pod = inject_one(
+            &k8s(),
+            &[secret("", "HELLO", MountRequirement::EnvVar, "")],
+            Pod::default(),
+        )
+        .unwrap();
+        // An empty pod has no containers to receive anything; the request is still accepted.
+        assert_eq!(pod.spec, None);
+        let pod = inject_one(
+            &k8s(),
+            &[secret("", "HELLO", MountRequirement::EnvVar, "")],
+            mk_pod(),
+        )
+        .unwrap();
+        assert_eq!(
+            json(&pod)["spec"]["containers"][0]["env"][1],
+            json!({"name": "_UNION_EB61EEAD90E3B899C6BCBE27AC581660_HELLO", "valueFrom": secret_ref("eb61eead90e3b899c6bcbe27ac581660", "HELLO")})
+        );
+    }
+
+    #[rstest]
+    #[case::simple("", json!([
+        {"name": "FLYTE_SECRETS_ENV_PREFIX", "value": "_UNION_"},
+        {"name": "_UNION_GROUP_HELLO", "valueFrom": secret_ref("grOUP", "HELLO")}
+    ]))]
+    #[case::simple_with_env_name("MY_CUSTOM_ENV", json!([
+        {"name": "FLYTE_SECRETS_ENV_PREFIX", "value": "_UNION_"},
+        {"name": "MY_CUSTOM_ENV", "valueFrom": secret_ref("grOUP", "HELLO")},
+        {"name": "_UNION_GROUP_HELLO", "valueFrom": secret_ref("grOUP", "HELLO")}
+    ]))]
+    fn env_var_secrets_reference_the_kubernetes_secret(#[case] env_var: &str, #[case] env: Value) {
+        let pod = inject_one(
+            &k8s(),
+            &[secret("grOUP", "HELLO", MountRequirement::EnvVar, env_var)],
+            mk_pod(),
+        )
+        .unwrap();
+        let pod = json(&pod);
+        assert_eq!(pod["spec"]["containers"][0]["env"], env);
+        assert!(pod["spec"].get("volumes").is_none());
+    }
+
+    fn file_env(env_var: Option<(&str, &str)>) -> Value {
+        let mut env = vec![];
+        if let Some((n, v)) = env_var {
+            env.push(json!({"name": n, "value": v}));
+        }
+        env.push(json!({"name": "FLYTE_SECRETS_FILE_PREFIX", "value": ""}));
+        env.push(json!({"name": "FLYTE_SECRETS_DEFAULT_DIR", "value": "/etc/flyte/secrets"}));
+        Value::Array(env)
+    }
+
+    #[rstest]
+    #[case::require_file_single(MountRequirement::File, "", None)]
+    #[case::any_means_file(MountRequirement::Any, "", None)]
+    #[case::require_file_single_with_name(MountRequirement::File, "MY_CUSTOM_ENV", Some(("MY_CUSTOM_ENV", "/etc/flyte/secrets/group/hello")))]
+    fn file_secrets_mount_the_secret_volume(
+        #[case] mount: MountRequirement,
+        #[case] env_var: &str,
+        #[case] expected_env_var: Option<(&str, &str)>,
+    ) {
+        let pod = inject_one(
+            &k8s(),
+            &[secret("grOUP", "HELLO", mount, env_var)],
+            mk_pod(),
+        )
+        .unwrap();
+        let pod = json(&pod);
+        assert_eq!(
+            pod["spec"]["volumes"],
+            json!([{"name": "m4ze5vkql3", "secret": {"secretName": "grOUP", "items": [{"key": "HELLO", "path": "hello"}], "optional": true}}])
+        );
+        assert_eq!(
+            pod["spec"]["containers"][0]["volumeMounts"],
+            json!([{"name": "m4ze5vkql3", "mountPath": "/etc/flyte/secrets/group", "readOnly": true}])
+        );
+        assert_eq!(
+            pod["spec"]["containers"][0]["env"],
+            file_env(expected_env_var)
+        );
+    }
+
+    #[test]
+    fn require_file_multiple_from_same_secret_group() {
+        let pod = inject_one(
+            &k8s(),
+            &[
+                secret("grOUP", "HELLO", MountRequirement::File, ""),
+                secret("grOUP", "world", MountRequirement::File, ""),
+            ],
+            mk_pod(),
+        )
+        .unwrap();
+        let pod = json(&pod);
+        assert_eq!(
+            pod["spec"]["volumes"],
+            json!([{"name": "m4ze5vkql3", "secret": {"secretName": "grOUP", "items": [
+                {"key": "HELLO", "path": "hello"}, {"key": "world", "path": "world"}
+            ], "optional": true}}])
+        );
+        assert_eq!(
+            pod["spec"]["containers"][0]["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn require_file_all_keys_without_group() {
+        let pod = inject_one(
+            &k8s(),
+            &[secret("", "hello", MountRequirement::File, "")],
+            mk_pod(),
+        )
+        .unwrap();
+        let pod = json(&pod);
+        assert_eq!(
+            pod["spec"]["volumes"][0],
+            json!({"name": "gvsdimjugazgcytdgrrdeyjxgzrdsnzrhfsdsmjrgaytoyzvhezf5", "secret": {
+                "secretName": "5d41402abc4b2a76b9719d911017c592", "items": [{"key": "hello", "path": "hello"}], "optional": true}})
+        );
+        assert_eq!(
+            pod["spec"]["containers"][0]["volumeMounts"][0]["mountPath"],
+            "/etc/flyte/secrets/5d41402abc4b2a76b9719d911017c592"
+        );
+    }
+
+    #[test]
+    fn re_injecting_does_not_duplicate_volume_items() {
+        // Flyte's AppendVolume appends the item again on every admission.
+        let s = [secret("grOUP", "HELLO", MountRequirement::File, "")];
+        let once = inject_one(&k8s(), &s, mk_pod()).unwrap();
+        let twice = inject_one(&k8s(), &s, once.clone()).unwrap();
+        assert_eq!(once, twice);
+    }
+
+    #[test]
+    fn the_mount_names_the_volume_that_holds_the_item() {
+        // Same Secret, different group_version: Flyte mounted a volume name that did not exist.
+        let mut second = secret("grOUP", "other", MountRequirement::File, "");
+        second.group_version = "v2".into();
+        let pod = inject_one(
+            &k8s(),
+            &[secret("grOUP", "HELLO", MountRequirement::File, ""), second],
+            mk_pod(),
+        )
+        .unwrap();
+        let pod = json(&pod);
+        let volumes: Vec<&str> = pod["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(volumes, ["m4ze5vkql3"]);
+        assert_eq!(
+            pod["spec"]["containers"][0]["volumeMounts"][0]["name"],
+            "m4ze5vkql3"
+        );
+    }
+
+    #[test]
+    fn keys_that_would_share_a_lower_cased_file_are_refused() {
+        // Flyte issue #2801: MY_SECRET and my_secret both became /etc/flyte/secrets/<g>/my_secret.
+        let err = inject_one(
+            &k8s(),
+            &[
+                secret("g", "MY_SECRET", MountRequirement::File, ""),
+                secret("g", "my_secret", MountRequirement::File, ""),
+            ],
+            mk_pod(),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("would both be written to /etc/flyte/secrets/g/my_secret"),
+            "{err}"
+        );
+    }
+
+    #[rstest]
+    #[case::short("g", "")]
+    #[case::at_the_limit(&"g".repeat(38), "")]
+    #[case::long(&"a-very-long-kubernetes-secret-name-for-a-team".repeat(2), "v1")]
+    fn volume_names_are_valid_dns_labels(#[case] group: &str, #[case] gv: &str) {
+        let name = volume_name(group, gv);
+        assert!(name.len() <= 63, "{name}");
+        assert!(
+            name.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        );
+        assert!(!name.starts_with('-') && !name.ends_with('-'));
+        assert_eq!(name, volume_name(group, gv), "stable");
+    }
+
+    #[test]
+    fn long_groups_with_a_common_prefix_get_different_volume_names() {
+        let a = volume_name(&format!("{}-a", "x".repeat(60)), "");
+        let b = volume_name(&format!("{}-b", "x".repeat(60)), "");
+        assert_ne!(a, b);
+    }
+
+    #[rstest]
+    #[case::no_key(
+        secret("g", "", MountRequirement::EnvVar, ""),
+        "k8s Secrets Webhook require key to be set"
+    )]
+    #[case::unknown_mount(
+        secret("g", "k", MountRequirement::Unknown(7), ""),
+        "unrecognized mount requirement [7]"
+    )]
+    fn unusable_requests_are_refused(
+        #[case] s: crate::secrets::codec::Secret,
+        #[case] message: &str,
+    ) {
+        assert_eq!(inject_one(&k8s(), &[s], mk_pod()).unwrap_err(), message);
+    }
+}

@@ -11,7 +11,9 @@ pub mod codec;
 pub mod embedded;
 pub mod global;
 pub mod k8s;
+pub mod sidecar;
 pub mod source;
+pub mod vault;
 
 use std::collections::BTreeMap;
 
@@ -316,5 +318,74 @@ impl PodMutator for SecretsMutator {
         }
         plan.apply(pod, &self.skip_containers);
         Ok(())
+    }
+}
+
+/// Builders shared by the injectors' unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+    use crate::mutate::Route;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+    /// A pod with one container `container1`, like Flyte's injector tests.
+    pub fn mk_pod() -> Pod {
+        Pod {
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "container1".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub fn secret(group: &str, key: &str, mount: MountRequirement, env_var: &str) -> Secret {
+        Secret {
+            group: group.into(),
+            key: key.into(),
+            mount_requirement: mount,
+            env_var: env_var.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Runs one injector on `pod` the way the secrets mutator does (plan applied at the end).
+    pub fn inject_one(
+        inj: &dyn SecretInjector,
+        secrets: &[Secret],
+        mut pod: Pod,
+    ) -> Result<Pod, String> {
+        let resolved = ResolvedSecrets::default();
+        let ctx = PodCtx {
+            namespace: "ns",
+            route: Route::Secrets,
+            username: "u",
+            groups: &[],
+            dry_run: false,
+            resolved: &resolved,
+        };
+        let mut plan = Plan::default();
+        for (i, s) in secrets.iter().enumerate() {
+            let req = SecretRequest {
+                index: i as u32,
+                annotation: format!("flyte.secrets/s{i}"),
+                secret: s.clone(),
+            };
+            plan.current = req.annotation.clone();
+            inj.inject(&req, &ctx, &mut pod, &mut plan)?;
+        }
+        if !plan.conflicts.is_empty() {
+            return Err(plan.conflicts.join("; "));
+        }
+        plan.apply(&mut pod, &[]);
+        Ok(pod)
+    }
+
+    /// The pod as JSON, for compact expectations.
+    pub fn json(pod: &Pod) -> serde_json::Value {
+        serde_json::to_value(pod).unwrap()
     }
 }

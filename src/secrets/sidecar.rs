@@ -1,0 +1,1013 @@
+//! The `AWS`, `GCP` and `Azure` managers: one fetcher init container per secret downloads it
+//! from the cloud provider into a shared in-memory volume, before the pod's containers start.
+
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, EnvVar, Pod, ResourceRequirements, Volume, VolumeMount,
+};
+
+use super::codec::{MountRequirement, Secret};
+use super::vault::identity_digest;
+use super::{ENV_DEFAULT_DIR, ENV_FILE_PREFIX, Plan, SECRETS_DIR, SecretInjector, SecretRequest};
+use crate::config::{
+    AWS_SIDECAR_IMAGE, AZURE_SIDECAR_IMAGE, GCP_SIDECAR_IMAGE, SecretManagerType, SidecarConfig,
+};
+use crate::mutate::PodCtx;
+use crate::mutate::pod::{add_volume, env_value};
+
+/// AWS's fetcher image reads `SECRET_ARN` and writes under `/tmp` + `SECRET_FILENAME`.
+pub const ENV_SECRET_ARN: &str = "SECRET_ARN";
+pub const ENV_SECRET_FILENAME: &str = "SECRET_FILENAME";
+/// The AWS sidecar image always writes below `/tmp`.
+const AWS_FETCHER_MOUNT_PATH: &str = "/tmp";
+/// Hex digits of the fetcher id: 48 bits, so the few secrets of one pod never collide, and an
+/// accidental collision is caught (the existing fetcher would fetch something else).
+const FETCHER_ID_LEN: usize = 12;
+
+/// Which cloud secret store a [`SidecarInjector`] fetches from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    Aws,
+    Gcp,
+    Azure,
+}
+
+impl Provider {
+    pub const ALL: [Provider; 3] = [Provider::Aws, Provider::Gcp, Provider::Azure];
+
+    pub const fn kind(self) -> SecretManagerType {
+        match self {
+            Provider::Aws => SecretManagerType::AWS,
+            Provider::Gcp => SecretManagerType::GCP,
+            Provider::Azure => SecretManagerType::Azure,
+        }
+    }
+
+    pub const fn default_image(self) -> &'static str {
+        match self {
+            Provider::Aws => AWS_SIDECAR_IMAGE,
+            Provider::Gcp => GCP_SIDECAR_IMAGE,
+            Provider::Azure => AZURE_SIDECAR_IMAGE,
+        }
+    }
+
+    /// Prefix of Flyte's names: `<slug>-secret-vol`, `<slug>-pull-secret-…`.
+    const fn slug(self) -> &'static str {
+        match self {
+            Provider::Aws => "aws",
+            Provider::Gcp => "gcp",
+            Provider::Azure => "azure",
+        }
+    }
+
+    /// How errors name the provider.
+    const fn label(self) -> &'static str {
+        match self {
+            Provider::Aws => "aws secrets manager",
+            Provider::Gcp => "gcp secret manager",
+            Provider::Azure => "azure key vault",
+        }
+    }
+
+    /// The shared emptyDir all fetchers of this provider write to.
+    pub fn volume_name(self) -> String {
+        format!("{}-secret-vol", self.slug())
+    }
+
+    /// Where the fetcher mounts the volume read-write (every other container gets it read-only
+    /// at `/etc/flyte/secrets`; the plan's mount does not replace the fetcher's, same volume).
+    const fn fetcher_mount_path(self) -> &'static str {
+        match self {
+            Provider::Aws => AWS_FETCHER_MOUNT_PATH,
+            Provider::Gcp | Provider::Azure => SECRETS_DIR,
+        }
+    }
+
+    /// The fetcher's name for `s`: `<slug>-pull-secret-<12 hex>`, a valid DNS-1123 label of at
+    /// most 30 characters. The id is the start of the SHA-256 of what the fetcher does (its
+    /// command and its own env vars, length-prefixed), hence stable across admissions, distinct
+    /// for secrets fetched differently, and shared by requests that would fetch the same file
+    /// the same way (e.g. ANY and FILE of one secret), which then get one fetcher.
+    pub fn fetcher_name(self, s: &Secret) -> Result<String, String> {
+        Ok(self.fetch(s)?.name(self))
+    }
+
+    /// What the fetcher for `s` runs, or which required field is missing.
+    fn fetch(self, s: &Secret) -> Result<Fetch, String> {
+        match self {
+            Provider::Aws => {
+                self.require(
+                    "the secret's group (the secret ARN) and key (appended to the ARN)",
+                    &[("group", &s.group), ("key", &s.key)],
+                )?;
+                let filename = go_join(&["/", &s.group.to_lowercase(), &s.key.to_lowercase()]);
+                Ok(Fetch {
+                    command: None,
+                    env: vec![
+                        env_value(
+                            ENV_SECRET_ARN,
+                            &format!(
+                                "{}:{}",
+                                s.group.trim_end_matches(':'),
+                                s.key.trim_start_matches(':')
+                            ),
+                        ),
+                        env_value(ENV_SECRET_FILENAME, &filename),
+                    ],
+                    file: go_join(&[SECRETS_DIR, &filename]),
+                })
+            }
+            Provider::Gcp => {
+                self.require(
+                    "the secret's group (the secret name or projects/<p>/secrets/<name>) and group_version (the version number or latest)",
+                    &[("group", &s.group), ("group_version", &s.group_version)],
+                )?;
+                let (g, v) = (&s.group, &s.group_version);
+                let dir = go_join(&[SECRETS_DIR, g]).to_lowercase();
+                let path = go_join(&[&dir, v]).to_lowercase();
+                // gcloud writes the file 0600; chmod lets non-root containers read it.
+                let script = format!(
+                    "gcloud secrets versions access {g}/versions/{v} --out-file={path} || gcloud secrets versions access {v} --secret={g} --out-file={path}; chmod +rX {dir} {path}"
+                );
+                Ok(Fetch {
+                    command: Some(shell(script)),
+                    env: Vec::new(),
+                    file: path,
+                })
+            }
+            Provider::Azure => {
+                const NEEDS: &str = "the secret's group (the secret URI, https://<vault>.vault.azure.net/secrets/<name>); group_version (the version) is optional";
+                self.require(NEEDS, &[("group", &s.group)])?;
+                let uri = s.group.trim_end_matches('/');
+                let name = uri.rsplit('/').next().unwrap_or_default();
+                if matches!(name, "" | "." | "..") {
+                    return Err(format!(
+                        "{} needs {NEEDS}; the group does not end in a secret name",
+                        self.label()
+                    ));
+                }
+                let v = &s.group_version;
+                let (mkdir, path) = if v.is_empty() {
+                    // No version: the latest one, written to /etc/flyte/secrets/<name>.
+                    (String::new(), go_join(&[SECRETS_DIR, name]).to_lowercase())
+                } else {
+                    let dir = go_join(&[SECRETS_DIR, name]).to_lowercase();
+                    let path = go_join(&[&dir, v]).to_lowercase();
+                    (format!("mkdir -p {dir}; "), path)
+                };
+                let script = format!(
+                    "az login --service-principal -u $AZURE_CLIENT_ID -t $AZURE_TENANT_ID --federated-token \"$(cat $AZURE_FEDERATED_TOKEN_FILE)\"; {mkdir}az keyvault secret show --id \"{uri}/{v}\" --query \"value\" -o tsv > {path}"
+                );
+                Ok(Fetch {
+                    command: Some(shell(script)),
+                    env: Vec::new(),
+                    file: path,
+                })
+            }
+        }
+    }
+
+    /// `Err` naming the empty ones among `fields` (never a value: these are names).
+    fn require(self, needs: &str, fields: &[(&str, &str)]) -> Result<(), String> {
+        let missing: Vec<&str> = fields
+            .iter()
+            .filter(|(_, v)| v.is_empty())
+            .map(|(name, _)| *name)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "{} needs {needs}; {} {} empty",
+            self.label(),
+            missing.join(" and "),
+            if missing.len() == 1 { "is" } else { "are" }
+        ))
+    }
+}
+
+/// What one fetcher does, derived from the secret alone.
+struct Fetch {
+    command: Option<Vec<String>>,
+    /// The fetcher's own env vars (the plan's are added on top).
+    env: Vec<EnvVar>,
+    /// Where the secret's file appears in every container.
+    file: String,
+}
+
+impl Fetch {
+    fn name(&self, provider: Provider) -> String {
+        // The argument count first, so command and env vars cannot trade places.
+        let count = self.command.as_ref().map_or(0, Vec::len).to_string();
+        let mut fields: Vec<&str> = vec![&count];
+        fields.extend(self.command.iter().flatten().map(String::as_str));
+        for e in &self.env {
+            fields.extend([e.name.as_str(), e.value.as_deref().unwrap_or_default()]);
+        }
+        let digest = identity_digest(
+            &format!("podmutator.io/{}-fetcher", provider.slug()),
+            &fields,
+        );
+        format!(
+            "{}-pull-secret-{}",
+            provider.slug(),
+            &hex::encode(digest)[..FETCHER_ID_LEN]
+        )
+    }
+
+    /// Whether `c` (an init container of our name) is this fetcher, possibly after a previous
+    /// admission put the plan's env vars and mounts on it.
+    fn is_done_by(&self, c: &Container) -> bool {
+        c.command == self.command
+            && self
+                .env
+                .iter()
+                .all(|e| c.env.iter().flatten().any(|x| x == e))
+    }
+}
+
+fn shell(script: String) -> Vec<String> {
+    vec!["sh".into(), "-ec".into(), script]
+}
+
+/// Injects a secret through a fetcher init container (ANY and FILE; ENV_VAR is refused):
+/// - volume `<p>-secret-vol` (`emptyDir`, medium `Memory`), added once per pod;
+/// - init container `<p>-pull-secret-<id>` ([`Provider::fetcher_name`]) appended after the
+///   existing init containers, with the configured image and resources (default
+///   requests = limits = 500Mi / 200m), mounting the volume read-write:
+///   - `aws`: at `/tmp`, env `SECRET_ARN=<group without trailing ':'>:<key without leading ':'>`
+///     and `SECRET_FILENAME=/<lower(group)>/<lower(key)>`;
+///   - `gcp`: at `/etc/flyte/secrets`, `sh -ec` running `gcloud secrets versions access` of
+///     `<group>/versions/<group_version>` (falling back to `--secret=<group>`) into
+///     `/etc/flyte/secrets/<lower(group)>/<lower(group_version)>`, then `chmod +rX`;
+///   - `azure`: at `/etc/flyte/secrets`, `sh -ec` running `az login` (workload identity) and
+///     `az keyvault secret show --id <uri>/<group_version>` into
+///     `/etc/flyte/secrets/<lower(name)>/<lower(group_version)>`, or
+///     `/etc/flyte/secrets/<lower(name)>` (latest version) without a group_version;
+/// - in every container and init container: the volume mounted read-only at
+///   `/etc/flyte/secrets` (the fetcher keeps its own mount), `<env_var>=<that file>` when the
+///   secret has an `env_var`, and `FLYTE_SECRETS_FILE_PREFIX=""`,
+///   `FLYTE_SECRETS_DEFAULT_DIR=/etc/flyte/secrets`.
+///
+/// Paths are built like Go's `filepath.Join` (cleaned). Unlike Flyte, the fetcher is named
+/// after what it fetches rather than numbered by position, and an init container of that name
+/// means "already injected", so admitting the pod again adds nothing. `env_var` is honoured for
+/// all three providers (Flyte v1 master does it for AWS only, v2 for none): the variable holds
+/// the path of the file the fetcher writes, as the K8s manager does for files.
+pub struct SidecarInjector {
+    pub provider: Provider,
+    pub image: String,
+    pub resources: ResourceRequirements,
+}
+
+impl SidecarInjector {
+    /// `awsSecretManager`, `gcpSecretManager` or `azureSecretManager`, defaults filled in.
+    pub fn new(provider: Provider, cfg: &SidecarConfig) -> Self {
+        Self {
+            provider,
+            image: cfg.image_or(provider.default_image()),
+            resources: cfg.resources_or_default(),
+        }
+    }
+
+    fn fetcher(&self, name: String, fetch: &Fetch) -> Container {
+        Container {
+            name,
+            image: Some(self.image.clone()),
+            command: fetch.command.clone(),
+            env: (!fetch.env.is_empty()).then(|| fetch.env.clone()),
+            volume_mounts: Some(vec![VolumeMount {
+                name: self.provider.volume_name(),
+                mount_path: self.provider.fetcher_mount_path().into(),
+                ..Default::default()
+            }]),
+            resources: Some(self.resources.clone()),
+            ..Default::default()
+        }
+    }
+}
+
+impl SecretInjector for SidecarInjector {
+    fn kind(&self) -> SecretManagerType {
+        self.provider.kind()
+    }
+
+    fn inject(
+        &self,
+        req: &SecretRequest,
+        _ctx: &PodCtx<'_>,
+        pod: &mut Pod,
+        plan: &mut Plan,
+    ) -> Result<(), String> {
+        let s = &req.secret;
+        let p = self.provider;
+        let fetch = p.fetch(s)?;
+        match s.mount_requirement {
+            MountRequirement::Any | MountRequirement::File => {}
+            MountRequirement::EnvVar => {
+                return Err(format!(
+                    "mount requirement ENV_VAR is not supported by {}: its init container writes the secret to a file; request FILE or ANY (env_var then names a variable holding the file's path)",
+                    p.label()
+                ));
+            }
+            MountRequirement::Unknown(n) => {
+                return Err(format!("unrecognized mount requirement [{n}]"));
+            }
+        }
+
+        let name = fetch.name(p);
+        let existing = pod
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.init_containers.as_ref())
+            .into_iter()
+            .flatten()
+            .find(|c| c.name == name);
+        let injected = match existing {
+            Some(c) if !fetch.is_done_by(c) => {
+                return Err(format!(
+                    "init container {name} already exists and does not fetch this secret; rename that init container"
+                ));
+            }
+            Some(_) => true,
+            None => false,
+        };
+
+        let spec = pod.spec.get_or_insert_with(Default::default);
+        if !injected {
+            let fetcher = self.fetcher(name, &fetch);
+            spec.init_containers
+                .get_or_insert_with(Vec::new)
+                .push(fetcher);
+        }
+        add_volume(
+            &mut spec.volumes,
+            Volume {
+                name: p.volume_name(),
+                empty_dir: Some(EmptyDirVolumeSource {
+                    medium: Some("Memory".into()),
+                    size_limit: None,
+                }),
+                ..Default::default()
+            },
+        );
+
+        plan.mount(VolumeMount {
+            name: p.volume_name(),
+            read_only: Some(true),
+            mount_path: SECRETS_DIR.into(),
+            ..Default::default()
+        });
+        if !s.env_var.is_empty() {
+            plan.env(env_value(&s.env_var, &fetch.file));
+        }
+        plan.env(env_value(ENV_FILE_PREFIX, ""));
+        plan.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
+        Ok(())
+    }
+}
+
+/// Go's `filepath.Join` on Unix, as Flyte builds every path: the non-empty elements joined by
+/// `/`, then lexically cleaned (repeated `/`, `.` and `..` resolved, no trailing `/`).
+fn go_join(elems: &[&str]) -> String {
+    let joined = elems
+        .iter()
+        .copied()
+        .filter(|e| !e.is_empty())
+        .collect::<Vec<_>>()
+        .join("/");
+    if joined.is_empty() {
+        return joined;
+    }
+    let rooted = joined.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in joined.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." if parts.last().is_some_and(|p| *p != "..") => {
+                parts.pop();
+            }
+            // `..` above the root stays at the root.
+            ".." if rooted => {}
+            seg => parts.push(seg),
+        }
+    }
+    let body = parts.join("/");
+    match (rooted, body.is_empty()) {
+        (true, _) => format!("/{body}"),
+        (false, true) => ".".into(),
+        (false, false) => body,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::equal_resources;
+    use crate::mutate::PodMutator;
+    use crate::mutate::Route;
+    use crate::secrets::codec::encode_annotations;
+    use crate::secrets::{POD_LABEL, POD_LABEL_VALUE, ResolvedSecrets, SecretsMutator};
+    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use proptest::prelude::*;
+    use rstest::rstest;
+
+    fn injector(provider: Provider) -> SidecarInjector {
+        SidecarInjector::new(provider, &SidecarConfig::default())
+    }
+
+    fn secret(group: &str, group_version: &str, key: &str) -> Secret {
+        Secret {
+            group: group.into(),
+            group_version: group_version.into(),
+            key: key.into(),
+            ..Default::default()
+        }
+    }
+
+    /// A secret every provider accepts, distinct per `n`.
+    fn any_secret(n: u32) -> Secret {
+        secret(
+            &format!("https://v.vault.azure.net/secrets/s{n}"),
+            "1",
+            &format!("k{n}"),
+        )
+    }
+
+    /// Flyte's input pod: `containers: []`.
+    fn empty_pod() -> Pod {
+        Pod {
+            spec: Some(PodSpec::default()),
+            ..Default::default()
+        }
+    }
+
+    fn mk_container(name: &str) -> Container {
+        Container {
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    /// A pod with a user init container and an app container.
+    fn user_pod() -> Pod {
+        Pod {
+            spec: Some(PodSpec {
+                init_containers: Some(vec![mk_container("user-init")]),
+                containers: vec![Container {
+                    env: Some(vec![env_value("USER", "kept")]),
+                    ..mk_container("app")
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn ctx(resolved: &ResolvedSecrets) -> PodCtx<'_> {
+        PodCtx {
+            namespace: "ns",
+            route: Route::Secrets,
+            username: "u",
+            groups: &[],
+            dry_run: false,
+            resolved,
+        }
+    }
+
+    /// Admits `pod` through the real `secrets` mutator with only `inj` enabled.
+    fn admit(inj: Box<dyn SecretInjector>, secrets: &[Secret], mut pod: Pod) -> Pod {
+        pod.metadata.labels = Some([(POD_LABEL.to_owned(), POD_LABEL_VALUE.to_owned())].into());
+        pod.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .extend(encode_annotations(secrets).unwrap());
+        let mutator = SecretsMutator {
+            injectors: vec![inj],
+            skip_containers: Vec::new(),
+        };
+        let resolved = ResolvedSecrets::default();
+        mutator.mutate(&ctx(&resolved), &mut pod).unwrap();
+        pod
+    }
+
+    fn inject_all(inj: &SidecarInjector, secrets: &[Secret], mut pod: Pod) -> Result<Pod, String> {
+        let resolved = ResolvedSecrets::default();
+        let ctx = ctx(&resolved);
+        let mut plan = Plan::default();
+        for (i, s) in secrets.iter().enumerate() {
+            let req = SecretRequest {
+                index: i as u32,
+                annotation: format!("flyte.secrets/s{i}"),
+                secret: s.clone(),
+            };
+            let before = pod.clone();
+            if let Err(e) = inj.inject(&req, &ctx, &mut pod, &mut plan) {
+                assert_eq!(pod, before, "a refused request leaves the pod alone");
+                return Err(e);
+            }
+        }
+        plan.apply(&mut pod, &[]);
+        Ok(pod)
+    }
+
+    /// Runs one injection the way `SecretsMutator` does: inject, then apply the plan.
+    fn run(inj: &SidecarInjector, s: &Secret, pod: Pod) -> Result<Pod, String> {
+        inject_all(inj, std::slice::from_ref(s), pod)
+    }
+
+    fn memory_volume(name: &str) -> Volume {
+        Volume {
+            name: name.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                size_limit: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn rw_mount(name: &str, path: &str) -> VolumeMount {
+        VolumeMount {
+            name: name.into(),
+            mount_path: path.into(),
+            ..Default::default()
+        }
+    }
+
+    fn init_names(pod: &Pod) -> Vec<String> {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.init_containers.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|c| c.name.clone())
+            .collect()
+    }
+
+    /// Port of Flyte's `TestAWSSecretManagerInjector_Inject` (v2). Adapted: Flyte names the
+    /// fetcher `aws-pull-secret-0` after its position; ours is named after what it fetches.
+    /// The pinned fetcher names in these ports were checked against an independent Python
+    /// computation (hashlib) of the same length-prefixed SHA-256.
+    #[test]
+    fn aws_secret_manager_injector_inject() {
+        let got = run(
+            &injector(Provider::Aws),
+            &secret("arn", "", "name"),
+            empty_pod(),
+        )
+        .unwrap();
+        let expected = Pod {
+            spec: Some(PodSpec {
+                volumes: Some(vec![memory_volume("aws-secret-vol")]),
+                init_containers: Some(vec![Container {
+                    name: "aws-pull-secret-dc158eb384ac".into(),
+                    image: Some(
+                        "docker.io/amazon/aws-secrets-manager-secret-sidecar:v0.1.4".into(),
+                    ),
+                    env: Some(vec![
+                        env_value("FLYTE_SECRETS_FILE_PREFIX", ""),
+                        env_value("FLYTE_SECRETS_DEFAULT_DIR", "/etc/flyte/secrets"),
+                        env_value("SECRET_ARN", "arn:name"),
+                        env_value("SECRET_FILENAME", "/arn/name"),
+                    ]),
+                    volume_mounts: Some(vec![rw_mount("aws-secret-vol", "/tmp")]),
+                    resources: Some(equal_resources("500Mi", "200m")),
+                    ..Default::default()
+                }]),
+                containers: vec![],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(got, expected);
+    }
+
+    /// Port of Flyte v1 master's `env_var` case (PR #6316): `MY_SECRET_VAR` holds the file path.
+    /// Adapted: v1 appends env vars (existing wins); we put them first as v2 does.
+    #[test]
+    fn aws_env_var_holds_the_file_path() {
+        let s = Secret {
+            env_var: "MY_SECRET_VAR".into(),
+            ..secret("arn", "", "name")
+        };
+        let got = run(&injector(Provider::Aws), &s, user_pod()).unwrap();
+        let app = &got.spec.unwrap().containers[0];
+        assert_eq!(
+            app.env,
+            Some(vec![
+                env_value("MY_SECRET_VAR", "/etc/flyte/secrets/arn/name"),
+                env_value("FLYTE_SECRETS_FILE_PREFIX", ""),
+                env_value("FLYTE_SECRETS_DEFAULT_DIR", "/etc/flyte/secrets"),
+                env_value("USER", "kept"),
+            ])
+        );
+    }
+
+    /// Port of Flyte's `TestGCPSecretManagerInjector_Inject`. Adapted: Flyte names the fetcher
+    /// `gcp-pull-secret-0` after its position; ours is named after what it fetches.
+    #[test]
+    fn gcp_secret_manager_injector_inject() {
+        let got = run(
+            &injector(Provider::Gcp),
+            &secret("TestSecret", "2", ""),
+            empty_pod(),
+        )
+        .unwrap();
+        let expected = Pod {
+            spec: Some(PodSpec {
+                volumes: Some(vec![memory_volume("gcp-secret-vol")]),
+                init_containers: Some(vec![Container {
+                    name: "gcp-pull-secret-6c319689e95a".into(),
+                    image: Some("gcr.io/google.com/cloudsdktool/cloud-sdk:alpine".into()),
+                    command: Some(vec![
+                        "sh".into(),
+                        "-ec".into(),
+                        "gcloud secrets versions access TestSecret/versions/2 --out-file=/etc/flyte/secrets/testsecret/2 || gcloud secrets versions access 2 --secret=TestSecret --out-file=/etc/flyte/secrets/testsecret/2; chmod +rX /etc/flyte/secrets/testsecret /etc/flyte/secrets/testsecret/2".into(),
+                    ]),
+                    env: Some(vec![
+                        env_value("FLYTE_SECRETS_FILE_PREFIX", ""),
+                        env_value("FLYTE_SECRETS_DEFAULT_DIR", "/etc/flyte/secrets"),
+                    ]),
+                    volume_mounts: Some(vec![rw_mount("gcp-secret-vol", "/etc/flyte/secrets")]),
+                    resources: Some(equal_resources("500Mi", "200m")),
+                    ..Default::default()
+                }]),
+                containers: vec![],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(got, expected);
+    }
+
+    const AZ_LOGIN: &str = "az login --service-principal -u $AZURE_CLIENT_ID -t $AZURE_TENANT_ID --federated-token \"$(cat $AZURE_FEDERATED_TOKEN_FILE)\"; ";
+
+    /// Port of Flyte's `TestAzureSecretManagerInjector_Inject`. Adapted: Flyte names the
+    /// fetcher `azure-pull-secret-0` after its position; ours is named after what it fetches
+    /// (the explicit-version and ending-slash cases run the same command, so share the name).
+    #[rstest]
+    #[case::test_secret_with_explicit_version(
+        "https://test-storage-account.vault.azure.net/secrets/test-secret-name",
+        "test-version",
+        "mkdir -p /etc/flyte/secrets/test-secret-name; az keyvault secret show --id \"https://test-storage-account.vault.azure.net/secrets/test-secret-name/test-version\" --query \"value\" -o tsv > /etc/flyte/secrets/test-secret-name/test-version",
+        "azure-pull-secret-4100006040f6"
+    )]
+    #[case::test_secret_with_ending_slash(
+        "https://test-storage-account.vault.azure.net/secrets/test-secret-name/",
+        "test-version",
+        "mkdir -p /etc/flyte/secrets/test-secret-name; az keyvault secret show --id \"https://test-storage-account.vault.azure.net/secrets/test-secret-name/test-version\" --query \"value\" -o tsv > /etc/flyte/secrets/test-secret-name/test-version",
+        "azure-pull-secret-4100006040f6"
+    )]
+    #[case::test_secret_with_no_version_defaults_to_latest(
+        "https://test-storage-account.vault.azure.net/secrets/test-secret-name",
+        "",
+        "az keyvault secret show --id \"https://test-storage-account.vault.azure.net/secrets/test-secret-name/\" --query \"value\" -o tsv > /etc/flyte/secrets/test-secret-name",
+        "azure-pull-secret-5fd5d0c04118"
+    )]
+    fn azure_secret_manager_injector_inject(
+        #[case] group: &str,
+        #[case] group_version: &str,
+        #[case] command: &str,
+        #[case] fetcher: &str,
+    ) {
+        let s = secret(group, group_version, "");
+        let got = run(&injector(Provider::Azure), &s, empty_pod()).unwrap();
+        let expected = Pod {
+            spec: Some(PodSpec {
+                volumes: Some(vec![memory_volume("azure-secret-vol")]),
+                init_containers: Some(vec![Container {
+                    name: fetcher.into(),
+                    image: Some("mcr.microsoft.com/azure-cli:cbl-mariner2.0".into()),
+                    command: Some(vec![
+                        "sh".into(),
+                        "-ec".into(),
+                        format!("{AZ_LOGIN}{command}"),
+                    ]),
+                    env: Some(vec![
+                        env_value("FLYTE_SECRETS_FILE_PREFIX", ""),
+                        env_value("FLYTE_SECRETS_DEFAULT_DIR", "/etc/flyte/secrets"),
+                    ]),
+                    volume_mounts: Some(vec![rw_mount("azure-secret-vol", "/etc/flyte/secrets")]),
+                    resources: Some(equal_resources("500Mi", "200m")),
+                    ..Default::default()
+                }]),
+                containers: vec![],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(got, expected);
+    }
+
+    #[rstest]
+    #[case::gcp(
+        Provider::Gcp,
+        secret("Proj/Secret", "Latest", ""),
+        "/etc/flyte/secrets/proj/secret/latest"
+    )]
+    #[case::azure_versioned(
+        Provider::Azure,
+        secret("https://v.vault.azure.net/secrets/DB", "V1", ""),
+        "/etc/flyte/secrets/db/v1"
+    )]
+    #[case::azure_latest(
+        Provider::Azure,
+        secret("https://v.vault.azure.net/secrets/DB", "", ""),
+        "/etc/flyte/secrets/db"
+    )]
+    #[case::aws_cleaned_like_go(
+        Provider::Aws,
+        secret("arn:x:secret:Team//Db/", "", "Pw"),
+        "/etc/flyte/secrets/arn:x:secret:team/db/pw"
+    )]
+    fn env_var_holds_the_path_of_the_fetched_file(
+        #[case] provider: Provider,
+        #[case] s: Secret,
+        #[case] path: &str,
+    ) {
+        let s = Secret {
+            env_var: "MY_SECRET".into(),
+            ..s
+        };
+        let got = run(&injector(provider), &s, user_pod()).unwrap();
+        let spec = got.spec.unwrap();
+        for c in spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+        {
+            assert_eq!(
+                c.env.as_ref().unwrap()[0],
+                env_value("MY_SECRET", path),
+                "{}",
+                c.name
+            );
+        }
+    }
+
+    #[rstest]
+    fn fetcher_is_appended_after_user_init_containers_and_everyone_gets_the_file(
+        #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
+    ) {
+        let s = any_secret(1);
+        let got = run(&injector(provider), &s, user_pod()).unwrap();
+        let fetcher = provider.fetcher_name(&s).unwrap();
+        assert_eq!(init_names(&got), ["user-init", fetcher.as_str()]);
+        let spec = got.spec.unwrap();
+        let vol = provider.volume_name();
+        let ro = VolumeMount {
+            name: vol.clone(),
+            read_only: Some(true),
+            mount_path: "/etc/flyte/secrets".into(),
+            ..Default::default()
+        };
+        let inits = spec.init_containers.unwrap();
+        assert_eq!(inits[0].volume_mounts, Some(vec![ro.clone()]));
+        assert_eq!(spec.containers[0].volume_mounts, Some(vec![ro]));
+        assert_eq!(
+            inits[1].volume_mounts,
+            Some(vec![rw_mount(&vol, provider.fetcher_mount_path())]),
+            "the fetcher keeps its read-write mount"
+        );
+        assert_eq!(
+            spec.containers[0].env.as_ref().unwrap()[..2],
+            [
+                env_value("FLYTE_SECRETS_FILE_PREFIX", ""),
+                env_value("FLYTE_SECRETS_DEFAULT_DIR", "/etc/flyte/secrets"),
+            ]
+        );
+        assert_eq!(spec.volumes, Some(vec![memory_volume(&vol)]));
+    }
+
+    #[rstest]
+    fn reinjection_changes_nothing(
+        #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
+        #[values(MountRequirement::Any, MountRequirement::File)] mount: MountRequirement,
+    ) {
+        let inj = injector(provider);
+        let s = Secret {
+            mount_requirement: mount,
+            env_var: "MY_SECRET".into(),
+            ..any_secret(1)
+        };
+        let once = run(&inj, &s, user_pod()).unwrap();
+        let twice = run(&inj, &s, once.clone()).unwrap();
+        assert_eq!(twice, once);
+        assert_eq!(init_names(&twice).len(), 2);
+    }
+
+    /// Flyte appended another `<p>-pull-secret-<n+1>` on every admission. Through the real
+    /// mutator, admitting the admitted pod again changes nothing.
+    #[rstest]
+    fn readmission_through_the_secrets_mutator_changes_nothing(
+        #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
+    ) {
+        let secrets = [
+            any_secret(1),
+            Secret {
+                env_var: "TOKEN".into(),
+                ..any_secret(2)
+            },
+        ];
+        let once = admit(Box::new(injector(provider)), &secrets, user_pod());
+        let twice = admit(Box::new(injector(provider)), &secrets, once.clone());
+        assert_eq!(twice, once);
+        assert_eq!(init_names(&once).len(), 3);
+    }
+
+    #[rstest]
+    fn two_secrets_get_two_fetchers_and_one_volume(
+        #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
+    ) {
+        let inj = injector(provider);
+        let (a, b) = (any_secret(1), any_secret(2));
+        let (na, nb) = (
+            provider.fetcher_name(&a).unwrap(),
+            provider.fetcher_name(&b).unwrap(),
+        );
+        assert_ne!(na, nb);
+        let both = [a, b];
+        let once = inject_all(&inj, &both, user_pod()).unwrap();
+        assert_eq!(init_names(&once), ["user-init", na.as_str(), nb.as_str()]);
+        assert_eq!(
+            once.spec.as_ref().unwrap().volumes.as_ref().unwrap().len(),
+            1
+        );
+        assert_eq!(inject_all(&inj, &both, once.clone()).unwrap(), once);
+        let reversed = [both[1].clone(), both[0].clone()];
+        assert_eq!(
+            init_names(&inject_all(&inj, &reversed, once.clone()).unwrap()),
+            init_names(&once),
+            "re-admission in another order adds nothing either"
+        );
+    }
+
+    #[rstest]
+    fn any_and_file_requests_of_one_secret_share_one_fetcher(
+        #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
+    ) {
+        let any = any_secret(1);
+        let file = Secret {
+            mount_requirement: MountRequirement::File,
+            ..any.clone()
+        };
+        let got = inject_all(&injector(provider), &[any, file], empty_pod()).unwrap();
+        assert_eq!(init_names(&got).len(), 1);
+    }
+
+    #[rstest]
+    fn env_var_mount_is_refused(
+        #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
+    ) {
+        let s = Secret {
+            mount_requirement: MountRequirement::EnvVar,
+            ..any_secret(1)
+        };
+        let err = run(&injector(provider), &s, user_pod()).unwrap_err();
+        assert_eq!(
+            err,
+            format!(
+                "mount requirement ENV_VAR is not supported by {}: its init container writes the secret to a file; request FILE or ANY (env_var then names a variable holding the file's path)",
+                provider.label()
+            )
+        );
+    }
+
+    #[rstest]
+    fn unknown_mount_requirement_is_refused(
+        #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
+    ) {
+        let s = Secret {
+            mount_requirement: MountRequirement::Unknown(7),
+            ..any_secret(1)
+        };
+        let err = run(&injector(provider), &s, user_pod()).unwrap_err();
+        assert_eq!(err, "unrecognized mount requirement [7]");
+    }
+
+    #[rstest]
+    #[case::aws_without_group(
+        Provider::Aws,
+        secret("", "", "name"),
+        "aws secrets manager needs the secret's group (the secret ARN) and key (appended to the ARN); group is empty"
+    )]
+    #[case::aws_without_key(
+        Provider::Aws,
+        secret("arn", "", ""),
+        "aws secrets manager needs the secret's group (the secret ARN) and key (appended to the ARN); key is empty"
+    )]
+    #[case::aws_without_either(
+        Provider::Aws,
+        secret("", "", ""),
+        "aws secrets manager needs the secret's group (the secret ARN) and key (appended to the ARN); group and key are empty"
+    )]
+    #[case::gcp_without_group(
+        Provider::Gcp,
+        secret("", "2", "k"),
+        "gcp secret manager needs the secret's group (the secret name or projects/<p>/secrets/<name>) and group_version (the version number or latest); group is empty"
+    )]
+    #[case::gcp_without_version(
+        Provider::Gcp,
+        secret("TestSecret", "", "k"),
+        "gcp secret manager needs the secret's group (the secret name or projects/<p>/secrets/<name>) and group_version (the version number or latest); group_version is empty"
+    )]
+    #[case::azure_without_group(
+        Provider::Azure,
+        secret("", "1", "k"),
+        "azure key vault needs the secret's group (the secret URI, https://<vault>.vault.azure.net/secrets/<name>); group_version (the version) is optional; group is empty"
+    )]
+    #[case::azure_without_secret_name(
+        Provider::Azure,
+        secret("///", "1", "k"),
+        "azure key vault needs the secret's group (the secret URI, https://<vault>.vault.azure.net/secrets/<name>); group_version (the version) is optional; the group does not end in a secret name"
+    )]
+    fn missing_fields_are_named(
+        #[case] provider: Provider,
+        #[case] s: Secret,
+        #[case] message: &str,
+    ) {
+        let err = run(&injector(provider), &s, user_pod()).unwrap_err();
+        assert_eq!(err, message);
+    }
+
+    #[rstest]
+    fn foreign_init_container_with_the_fetchers_name_is_refused(
+        #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
+    ) {
+        let s = any_secret(1);
+        let name = provider.fetcher_name(&s).unwrap();
+        let mut pod = user_pod();
+        pod.spec
+            .as_mut()
+            .unwrap()
+            .init_containers
+            .as_mut()
+            .unwrap()
+            .push(mk_container(&name));
+        let err = run(&injector(provider), &s, pod).unwrap_err();
+        assert_eq!(
+            err,
+            format!(
+                "init container {name} already exists and does not fetch this secret; rename that init container"
+            )
+        );
+    }
+
+    #[test]
+    fn image_and_resources_come_from_config() {
+        let resources = equal_resources("1Gi", "1");
+        let cfg = SidecarConfig {
+            sidecar_image: Some("registry.example/fetcher:1".into()),
+            resources: Some(resources.clone()),
+        };
+        let inj = SidecarInjector::new(Provider::Gcp, &cfg);
+        let got = run(&inj, &any_secret(1), empty_pod()).unwrap();
+        let fetcher = &got.spec.unwrap().init_containers.unwrap()[0];
+        assert_eq!(fetcher.image.as_deref(), Some("registry.example/fetcher:1"));
+        assert_eq!(fetcher.resources, Some(resources));
+        assert_eq!(
+            fetcher.resources.as_ref().unwrap().limits.as_ref().unwrap()["memory"],
+            Quantity("1Gi".into())
+        );
+    }
+
+    #[rstest]
+    #[case::plain(&["/etc/flyte/secrets", "a", "b"], "/etc/flyte/secrets/a/b")]
+    #[case::empty_elements_skipped(&["/", "", "a"], "/a")]
+    #[case::double_slash(&["/", "a//b/"], "/a/b")]
+    #[case::dot(&["/x", "./a/."], "/x/a")]
+    #[case::dot_dot(&["/x/y", "../a"], "/x/a")]
+    #[case::dot_dot_above_root(&["/", "../../a"], "/a")]
+    #[case::relative_dot_dot_kept(&["..", "a"], "../a")]
+    #[case::nothing(&["", ""], "")]
+    #[case::only_dot(&["."], ".")]
+    fn go_join_matches_go(#[case] elems: &[&str], #[case] expected: &str) {
+        assert_eq!(go_join(elems), expected);
+    }
+
+    fn is_dns1123_label(s: &str) -> bool {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    }
+
+    proptest! {
+        #[test]
+        fn fetcher_name_is_a_stable_dns_label(group in ".*", group_version in ".*", key in ".*") {
+            let s = secret(&group, &group_version, &key);
+            for provider in Provider::ALL {
+                let Ok(name) = provider.fetcher_name(&s) else { continue };
+                prop_assert!(is_dns1123_label(&name), "{name}");
+                let prefix = format!("{}-pull-secret-", provider.slug());
+                prop_assert!(name.starts_with(&prefix), "{}", name);
+                prop_assert_eq!(&name, &provider.fetcher_name(&s.clone()).unwrap());
+                let pod = run(&injector(provider), &s, empty_pod()).unwrap();
+                prop_assert_eq!(init_names(&pod), vec![name]);
+            }
+        }
+    }
+}
