@@ -53,16 +53,25 @@ impl App {
     /// Builds the chain and the HTTP front from `config`. A path token stored in Secrets
     /// Manager must already have been read into `path_token`.
     pub fn new(config: &Config, path_token: Option<String>) -> Result<Self, ConfigError> {
+        Ok(Self::from_chain(
+            config,
+            crate::build_chain(config)?,
+            path_token,
+        ))
+    }
+
+    /// An app around a chain built elsewhere (e.g. [`crate::build_chain_with`] in tests).
+    pub fn from_chain(config: &Config, chain: Chain, path_token: Option<String>) -> Self {
         let front = Front {
             max_body_bytes: config.http.max_body_bytes,
             path_token: path_token.or_else(|| config.http.path_token.clone()),
         };
-        Ok(Self {
-            chain: crate::build_chain(config)?,
+        Self {
+            chain,
             front,
             source: None,
             deadline: Duration::from_millis(config.embedded.deadline_ms),
-        })
+        }
     }
 
     pub fn with_chain(chain: Chain, front: Front) -> Self {

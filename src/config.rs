@@ -47,6 +47,25 @@ pub struct Config {
     pub embedded: EmbeddedConfig,
     /// Mesh pod mutations (all off unless `mesh.enabled`).
     pub mesh: crate::mutate::mesh::MeshConfig,
+    /// The pod label that asks for secret injection (Flyte's is fixed).
+    #[serde(rename = "secretsSelector")]
+    pub secrets_selector: SecretsSelector,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecretsSelector {
+    pub label: String,
+    pub value: String,
+}
+
+impl Default for SecretsSelector {
+    fn default() -> Self {
+        Self {
+            label: crate::secrets::POD_LABEL.into(),
+            value: crate::secrets::POD_LABEL_VALUE.into(),
+        }
+    }
 }
 
 /// Flyte's `secretManagerTypes` values. JSON accepts the names in any case (as Flyte v2's enumer).
@@ -725,6 +744,11 @@ impl Config {
             _ => {}
         }
         warnings.extend(self.mesh.validate()?);
+        check_label(
+            "secretsSelector",
+            &self.secrets_selector.label,
+            &self.secrets_selector.value,
+        )?;
         for id in self.mutators.keys() {
             if !crate::mutate::MUTATOR_IDS.contains(&id.as_str()) {
                 return Err(ConfigError::new(
@@ -743,6 +767,49 @@ impl Config {
     pub fn mutator_required(&self, id: &str, default: bool) -> bool {
         self.mutators.get(id).map_or(default, |m| m.required)
     }
+}
+
+/// A Kubernetes label: optional DNS-subdomain prefix and `/`, a name of up to 63 characters
+/// (alphanumerics, `-`, `_`, `.`, alphanumeric at both ends), and a value of the same shape
+/// (empty allowed).
+pub fn check_label(key: &str, label: &str, value: &str) -> Result<(), ConfigError> {
+    fn name_ok(s: &str) -> bool {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && s.as_bytes()[0].is_ascii_alphanumeric()
+            && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
+    }
+    let (prefix, name) = match label.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, label),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            })
+    });
+    if !prefix_ok || !name_ok(name) {
+        return Err(ConfigError::new(
+            format!("{key}.label"),
+            format!("{label:?} is not a valid Kubernetes label key"),
+        ));
+    }
+    if !(value.is_empty() || name_ok(value)) {
+        return Err(ConfigError::new(
+            format!("{key}.value"),
+            format!("{value:?} is not a valid Kubernetes label value"),
+        ));
+    }
+    Ok(())
 }
 
 /// A path token must be one URL path segment that is hard to guess.
@@ -891,6 +958,8 @@ mod tests {
     #[case::zero_port(json!({"webhook": {"listenPort": 0}}), "webhook.listenPort")]
     #[case::global_provider_type(json!({"secrets": {"type": "vault"}}), "secrets.type")]
     #[case::not_a_mapping(json!([1]), "(root)")]
+    #[case::bad_selector_label(json!({"secretsSelector": {"label": "bad label"}}), "secretsSelector.label")]
+    #[case::bad_selector_value(json!({"secretsSelector": {"value": "-x"}}), "secretsSelector.value")]
     fn bad_config_names_the_key(#[case] v: Value, #[case] key: &str) {
         let err = load_json(v).unwrap_err();
         assert_eq!(err.key, key, "{err}");

@@ -24,18 +24,23 @@ use config::{ConfigError, SecretManagerType};
 use mutate::Chain;
 use secrets::{SecretInjector, SecretsMutator};
 
-/// The secret managers enabled by `webhook.secretManagerTypes`, in order, Global first.
-pub fn build_injectors(config: &Config) -> Result<Vec<Box<dyn SecretInjector>>, ConfigError> {
+/// The secret managers enabled by `webhook.secretManagerTypes`, in order, Global first; the
+/// Global manager reads `global` (this process's environment and files in production).
+pub fn build_injectors(
+    config: &Config,
+    global: Box<dyn secrets::global::GlobalSecretSource>,
+) -> Result<Vec<Box<dyn SecretInjector>>, ConfigError> {
     let w = &config.webhook;
+    let mut global = Some(global);
     w.enabled_secret_managers()
         .into_iter()
         .map(|t| -> Result<Box<dyn SecretInjector>, ConfigError> {
             Ok(match t {
                 SecretManagerType::Global => Box::new(secrets::global::GlobalInjector {
                     env_prefix: w.secret_env_var_prefix.clone(),
-                    source: Box::new(secrets::global::FileEnvSource::from_process(
-                        &config.secrets,
-                    )),
+                    source: global.take().ok_or_else(|| {
+                        ConfigError::new("webhook.secretManagerTypes", "Global listed twice")
+                    })?,
                 }),
                 SecretManagerType::K8s => Box::new(secrets::k8s::K8sInjector {
                     env_prefix: w.secret_env_var_prefix.clone(),
@@ -67,10 +72,27 @@ pub fn build_injectors(config: &Config) -> Result<Vec<Box<dyn SecretInjector>>, 
 
 /// The mutator chain, built once at start, in [`mutate::MUTATOR_IDS`] order.
 pub fn build_chain(config: &Config) -> Result<Chain, ConfigError> {
+    build_chain_with(
+        config,
+        Box::new(secrets::global::FileEnvSource::from_process(
+            &config.secrets,
+        )),
+    )
+}
+
+/// [`build_chain`] with the Global manager reading `global` instead of this process.
+pub fn build_chain_with(
+    config: &Config,
+    global: Box<dyn secrets::global::GlobalSecretSource>,
+) -> Result<Chain, ConfigError> {
     let secrets = SecretsMutator {
-        injectors: build_injectors(config)?,
         // Secrets never reach the mesh gate: it runs before the app and needs none.
         skip_containers: mutate::mesh::skip_containers(&config.mesh),
+        selector: (
+            config.secrets_selector.label.clone(),
+            config.secrets_selector.value.clone(),
+        ),
+        ..SecretsMutator::new(build_injectors(config, global)?)
     };
     let mut chain = Chain::default();
     for (m, default_required) in

@@ -1,1 +1,906 @@
-//! placeholder
+//! The `MutatingWebhookConfiguration` that registers podmutator with the API server.
+//!
+//! Rendered from `terraform/registration.json`, the file the Terraform module reads too, so
+//! `podmutator webhook-config` prints exactly what `terraform apply` creates for the same
+//! settings (`tests/iac.rs` evaluates the Terraform and compares). People who deploy with SAM,
+//! which cannot reach the cluster, or who apply manifests through GitOps use the command.
+
+use std::sync::OnceLock;
+
+use base64::Engine;
+use serde_json::{Map, Value};
+
+/// The registration settings shared with Terraform.
+pub const REGISTRATION_JSON: &str = include_str!("../terraform/registration.json");
+
+/// Stands for the mesh label key in [`REGISTRATION_JSON`], in keys and values alike.
+pub const MESH_LABEL_KEY_PLACEHOLDER: &str = "@MESH_LABEL_KEY@";
+
+/// Kubernetes caps `timeoutSeconds` at 30.
+pub const MAX_TIMEOUT_SECONDS: u32 = 30;
+
+pub const WEBHOOK_CONFIG_USAGE: &str = "\
+podmutator webhook-config — print the MutatingWebhookConfiguration for a deployed endpoint
+
+USAGE:
+    podmutator webhook-config --url URL [OPTIONS] > webhook.yaml && kubectl apply -f webhook.yaml
+
+OPTIONS:
+    --url URL                 base URL of the endpoint, e.g. https://podmutator.example.com
+                              (SAM output WebhookUrl; Terraform output webhook_base_url);
+                              each webhook's path is appended
+    --path-token-file FILE    file holding the API Gateway path token (SAM output
+                              PathTokenSecretArn); kept out of the command line on purpose
+    --ca-bundle-file FILE     PEM CA the API server must trust for the endpoint (private CA);
+                              without it the API server uses its system roots
+    --mesh                    also register the two mesh webhooks
+    --mesh-label-key KEY      label of mesh-managed pods and namespaces (default aether.io/managed)
+    --failure-policy POLICY   Fail or Ignore for every webhook (default: Fail)
+    --timeout-seconds N       timeoutSeconds for every webhook, 1-30 (default: 10); keep it above
+                              the Lambda timeout
+    --name NAME               metadata.name (default: podmutator)
+    -h, --help                print this help
+";
+
+/// `failurePolicy` of every registered webhook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailurePolicy {
+    Fail,
+    Ignore,
+}
+
+impl FailurePolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailurePolicy::Fail => "Fail",
+            FailurePolicy::Ignore => "Ignore",
+        }
+    }
+}
+
+/// What varies between deployments; everything else is in [`REGISTRATION_JSON`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegistrationOptions {
+    /// `https://host[/prefix]`; each webhook's path is appended (after the path token).
+    pub url: String,
+    /// API Gateway option: the secret first path segment.
+    pub path_token: Option<String>,
+    /// PEM bytes, written base64-encoded as `caBundle`.
+    pub ca_bundle_pem: Option<Vec<u8>>,
+    /// Register the two mesh webhooks.
+    pub mesh: bool,
+    /// `None` keeps the file's `meshLabelKey`.
+    pub mesh_label_key: Option<String>,
+    /// `None` keeps each webhook's own.
+    pub failure_policy: Option<FailurePolicy>,
+    /// `None` keeps each webhook's own.
+    pub timeout_seconds: Option<u32>,
+    /// `metadata.name`; `None` keeps the file's.
+    pub name: Option<String>,
+}
+
+/// A bad command-line flag or option, named so the user knows what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{flag}: {message}")]
+pub struct ArgError {
+    pub flag: String,
+    pub message: String,
+}
+
+impl ArgError {
+    fn new(flag: &str, message: impl Into<String>) -> Self {
+        Self {
+            flag: flag.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// [`REGISTRATION_JSON`], parsed once.
+pub fn registration() -> &'static Value {
+    static PARSED: OnceLock<Value> = OnceLock::new();
+    PARSED.get_or_init(|| {
+        serde_json::from_str(REGISTRATION_JSON)
+            .expect("terraform/registration.json is valid JSON (checked by the unit tests)")
+    })
+}
+
+fn file_str<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// Replaces the placeholder in every key and string, as Terraform does in the file's text.
+fn substitute(v: &Value, label_key: &str) -> Value {
+    match v {
+        Value::String(s) => Value::String(s.replace(MESH_LABEL_KEY_PLACEHOLDER, label_key)),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|i| substitute(i, label_key)).collect())
+        }
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    (
+                        k.replace(MESH_LABEL_KEY_PLACEHOLDER, label_key),
+                        substitute(v, label_key),
+                    )
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// The URL every path is appended to. Like Terraform's `trimsuffix`, one trailing `/` goes.
+fn url_prefix(opts: &RegistrationOptions) -> String {
+    let base = opts.url.strip_suffix('/').unwrap_or(&opts.url);
+    match &opts.path_token {
+        Some(token) => format!("{base}/{token}"),
+        None => base.to_owned(),
+    }
+}
+
+/// The registration object (`admissionregistration.k8s.io/v1`) for `opts`. Pure; check the
+/// options first with [`RegistrationOptions::validate`].
+pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
+    let file = registration();
+    let label_key = opts
+        .mesh_label_key
+        .as_deref()
+        .unwrap_or_else(|| file_str(file, "meshLabelKey"));
+    let prefix = url_prefix(opts);
+
+    let webhooks: Vec<Value> = file
+        .get("webhooks")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|w| opts.mesh || !w.get("mesh").and_then(Value::as_bool).unwrap_or(false))
+        .map(|w| {
+            let w = substitute(w, label_key);
+            let mut client_config = Map::new();
+            client_config.insert(
+                "url".into(),
+                Value::String(format!("{prefix}{}", file_str(&w, "path"))),
+            );
+            if let Some(pem) = &opts.ca_bundle_pem {
+                client_config.insert(
+                    "caBundle".into(),
+                    Value::String(base64::engine::general_purpose::STANDARD.encode(pem)),
+                );
+            }
+            let mut out = Map::new();
+            out.insert("name".into(), w["name"].clone());
+            out.insert("clientConfig".into(), Value::Object(client_config));
+            out.insert("rules".into(), w["rules"].clone());
+            out.insert("namespaceSelector".into(), w["namespaceSelector"].clone());
+            out.insert("objectSelector".into(), w["objectSelector"].clone());
+            out.insert("matchConditions".into(), w["matchConditions"].clone());
+            out.insert(
+                "failurePolicy".into(),
+                opts.failure_policy
+                    .map_or_else(|| w["failurePolicy"].clone(), |p| p.as_str().into()),
+            );
+            out.insert("sideEffects".into(), w["sideEffects"].clone());
+            out.insert(
+                "timeoutSeconds".into(),
+                opts.timeout_seconds
+                    .map_or_else(|| w["timeoutSeconds"].clone(), Value::from),
+            );
+            out.insert("reinvocationPolicy".into(), w["reinvocationPolicy"].clone());
+            out.insert(
+                "admissionReviewVersions".into(),
+                w["admissionReviewVersions"].clone(),
+            );
+            Value::Object(out)
+        })
+        .collect();
+
+    let name = opts
+        .name
+        .clone()
+        .unwrap_or_else(|| file_str(file, "name").to_owned());
+    serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": { "name": name },
+        "webhooks": webhooks,
+    })
+}
+
+/// The object as a YAML document for `kubectl apply -f`.
+pub fn to_yaml(v: &Value) -> String {
+    serde_saphyr::to_string(v).expect("a JSON value always serialises to YAML")
+}
+
+// ----------------------------------------------------------------------------------------------
+// Validation: the same rules as terraform/modules/webhook-config/variables.tf.
+// ----------------------------------------------------------------------------------------------
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A DNS subdomain (RFC 1123), as Kubernetes requires of object names and label prefixes.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// A Kubernetes qualified name: `[prefix/]name`.
+fn is_label_key(s: &str) -> bool {
+    let (prefix, name) = match s.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
+    name_ok && prefix.is_none_or(is_dns_subdomain)
+}
+
+/// `https://host[/path]` without user info, query, fragment or whitespace: what the API server
+/// accepts as a webhook URL.
+fn check_url(url: &str) -> Result<(), String> {
+    let Some(rest) = url.strip_prefix("https://") else {
+        return Err(format!(
+            "must start with https:// (the API server calls webhooks over TLS only), got {url:?}"
+        ));
+    };
+    let host = rest.split('/').next().unwrap_or_default();
+    if host.is_empty() {
+        return Err(format!("has no host, got {url:?}"));
+    }
+    if host.contains('@') {
+        return Err("must not contain user info (user@host)".into());
+    }
+    if rest.contains(['?', '#']) {
+        return Err("must not contain a query or fragment; the API server rejects them".into());
+    }
+    if rest.chars().any(char::is_whitespace) {
+        return Err("must not contain whitespace".into());
+    }
+    Ok(())
+}
+
+fn check_timeout(n: u32) -> Result<(), String> {
+    if (1..=MAX_TIMEOUT_SECONDS).contains(&n) {
+        Ok(())
+    } else {
+        Err(format!(
+            "must be from 1 to {MAX_TIMEOUT_SECONDS} (the Kubernetes limit), got {n}"
+        ))
+    }
+}
+
+fn check_ca_bundle(pem: &[u8]) -> Result<(), String> {
+    let text = std::str::from_utf8(pem).map_err(|_| "is not a PEM file (not UTF-8)".to_owned())?;
+    if text.contains("-----BEGIN CERTIFICATE-----") {
+        Ok(())
+    } else {
+        Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into())
+    }
+}
+
+fn parse_failure_policy(s: &str) -> Result<FailurePolicy, String> {
+    match s {
+        "Fail" => Ok(FailurePolicy::Fail),
+        "Ignore" => Ok(FailurePolicy::Ignore),
+        other => Err(format!("must be Fail or Ignore, got {other:?}")),
+    }
+}
+
+impl RegistrationOptions {
+    /// Checks what the API server (or the function, for the path token) would reject; the error
+    /// names the command-line flag that sets the option.
+    pub fn validate(&self) -> Result<(), ArgError> {
+        check_url(&self.url).map_err(|m| ArgError::new("--url", m))?;
+        if let Some(token) = &self.path_token {
+            crate::config::check_path_token("path token", token)
+                .map_err(|e| ArgError::new("--path-token-file", e.to_string()))?;
+        }
+        if let Some(pem) = &self.ca_bundle_pem {
+            check_ca_bundle(pem).map_err(|m| ArgError::new("--ca-bundle-file", m))?;
+        }
+        if let Some(key) = &self.mesh_label_key
+            && !is_label_key(key)
+        {
+            return Err(ArgError::new(
+                "--mesh-label-key",
+                format!("must be a Kubernetes label key such as aether.io/managed, got {key:?}"),
+            ));
+        }
+        if let Some(n) = self.timeout_seconds {
+            check_timeout(n).map_err(|m| ArgError::new("--timeout-seconds", m))?;
+        }
+        if let Some(name) = &self.name
+            && !is_dns_subdomain(name)
+        {
+            return Err(ArgError::new(
+                "--name",
+                format!(
+                    "must be a DNS subdomain (lowercase letters, digits, '-', '.'), got {name:?}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Command line
+// ----------------------------------------------------------------------------------------------
+
+/// `podmutator webhook-config` arguments, before any file is read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WebhookConfigArgs {
+    pub help: bool,
+    pub url: Option<String>,
+    pub path_token_file: Option<String>,
+    pub ca_bundle_file: Option<String>,
+    pub mesh: bool,
+    pub mesh_label_key: Option<String>,
+    pub failure_policy: Option<FailurePolicy>,
+    pub timeout_seconds: Option<u32>,
+    pub name: Option<String>,
+}
+
+/// Parses the arguments after `webhook-config`. Values are checked here; files are read by
+/// [`WebhookConfigArgs::into_options`].
+pub fn parse_webhook_config_args(args: &[String]) -> Result<WebhookConfigArgs, ArgError> {
+    fn set<T>(slot: &mut Option<T>, flag: &str, value: T) -> Result<(), ArgError> {
+        if slot.is_some() {
+            return Err(ArgError::new(flag, "given more than once"));
+        }
+        *slot = Some(value);
+        Ok(())
+    }
+
+    let mut out = WebhookConfigArgs::default();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
+            _ => (arg.as_str(), None),
+        };
+        match flag {
+            "-h" | "--help" => {
+                out.help = true;
+                continue;
+            }
+            "--mesh" => {
+                if inline.is_some() {
+                    return Err(ArgError::new("--mesh", "takes no value"));
+                }
+                out.mesh = true;
+                continue;
+            }
+            "--url" | "--path-token-file" | "--ca-bundle-file" | "--mesh-label-key"
+            | "--failure-policy" | "--timeout-seconds" | "--name" => {}
+            other if other.starts_with('-') => {
+                return Err(ArgError::new(
+                    other,
+                    "unknown flag; see podmutator webhook-config --help",
+                ));
+            }
+            other => {
+                return Err(ArgError::new(
+                    other,
+                    "unexpected argument; every option is a --flag (see --help)",
+                ));
+            }
+        }
+        let value = match inline {
+            Some(v) => v,
+            None => it
+                .next()
+                .filter(|v| !v.starts_with("--"))
+                .cloned()
+                .ok_or_else(|| ArgError::new(flag, "needs a value"))?,
+        };
+        if value.is_empty() {
+            return Err(ArgError::new(flag, "needs a non-empty value"));
+        }
+        match flag {
+            "--url" => {
+                check_url(&value).map_err(|m| ArgError::new(flag, m))?;
+                set(&mut out.url, flag, value)?;
+            }
+            "--path-token-file" => set(&mut out.path_token_file, flag, value)?,
+            "--ca-bundle-file" => set(&mut out.ca_bundle_file, flag, value)?,
+            "--mesh-label-key" => {
+                if !is_label_key(&value) {
+                    return Err(ArgError::new(
+                        flag,
+                        format!(
+                            "must be a Kubernetes label key such as aether.io/managed, got {value:?}"
+                        ),
+                    ));
+                }
+                set(&mut out.mesh_label_key, flag, value)?;
+            }
+            "--failure-policy" => {
+                let policy = parse_failure_policy(&value).map_err(|m| ArgError::new(flag, m))?;
+                set(&mut out.failure_policy, flag, policy)?;
+            }
+            "--timeout-seconds" => {
+                let n: u32 = value.parse().map_err(|_| {
+                    ArgError::new(
+                        flag,
+                        format!("must be a whole number of seconds, got {value:?}"),
+                    )
+                })?;
+                check_timeout(n).map_err(|m| ArgError::new(flag, m))?;
+                set(&mut out.timeout_seconds, flag, n)?;
+            }
+            "--name" => {
+                if !is_dns_subdomain(&value) {
+                    return Err(ArgError::new(
+                        flag,
+                        format!(
+                            "must be a DNS subdomain (lowercase letters, digits, '-', '.'), got {value:?}"
+                        ),
+                    ));
+                }
+                set(&mut out.name, flag, value)?;
+            }
+            _ => unreachable!("flag list above"),
+        }
+    }
+    if !out.help && out.url.is_none() {
+        return Err(ArgError::new(
+            "--url",
+            "is required: the endpoint's base URL, e.g. https://podmutator.example.com (SAM output WebhookUrl, Terraform output webhook_base_url)",
+        ));
+    }
+    Ok(out)
+}
+
+impl WebhookConfigArgs {
+    /// Reads the token and CA files and validates the result.
+    pub fn into_options(self) -> Result<RegistrationOptions, ArgError> {
+        let read = |flag: &str, path: &str| {
+            std::fs::read(path).map_err(|e| ArgError::new(flag, format!("cannot read {path}: {e}")))
+        };
+        let path_token = match &self.path_token_file {
+            Some(path) => {
+                let bytes = read("--path-token-file", path)?;
+                let text = String::from_utf8(bytes).map_err(|_| {
+                    ArgError::new("--path-token-file", format!("{path} is not UTF-8 text"))
+                })?;
+                // `aws secretsmanager get-secret-value --output text > file` ends with a newline.
+                Some(text.trim().to_owned())
+            }
+            None => None,
+        };
+        let ca_bundle_pem = match &self.ca_bundle_file {
+            Some(path) => Some(read("--ca-bundle-file", path)?),
+            None => None,
+        };
+        let opts = RegistrationOptions {
+            url: self.url.unwrap_or_default(),
+            path_token,
+            ca_bundle_pem,
+            mesh: self.mesh,
+            mesh_label_key: self.mesh_label_key,
+            failure_policy: self.failure_policy,
+            timeout_seconds: self.timeout_seconds,
+            name: self.name,
+        };
+        opts.validate()?;
+        Ok(opts)
+    }
+}
+
+/// `podmutator webhook-config ARGS`: the text to print (the YAML, or the usage for `--help`).
+pub fn webhook_config_command(args: &[String]) -> Result<String, ArgError> {
+    let parsed = parse_webhook_config_args(args)?;
+    if parsed.help {
+        return Ok(WEBHOOK_CONFIG_USAGE.to_owned());
+    }
+    let opts = parsed.into_options()?;
+    Ok(to_yaml(&mutating_webhook_configuration(&opts)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use serde_json::json;
+
+    const TOKEN: &str = "abcdefghijklmnopqrstuvwxyz0123456789ABCD";
+    const FAKE_PEM: &str = "-----BEGIN CERTIFICATE-----\nZmFrZS1jYQ==\n-----END CERTIFICATE-----\n";
+
+    fn opts(url: &str) -> RegistrationOptions {
+        RegistrationOptions {
+            url: url.into(),
+            ..Default::default()
+        }
+    }
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    fn webhooks(v: &Value) -> &Vec<Value> {
+        v["webhooks"].as_array().expect("webhooks is a list")
+    }
+
+    fn file_webhook(name: &str) -> &'static Value {
+        registration()["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["name"] == name)
+            .unwrap()
+    }
+
+    #[test]
+    fn registration_paths_are_the_functions_routes() {
+        let paths: Vec<&str> = registration()["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                crate::http::PATH_SECRETS,
+                crate::http::PATH_MANAGED_POD,
+                crate::http::PATH_MANAGED_NAMESPACE
+            ]
+        );
+    }
+
+    #[test]
+    fn secrets_webhook_selects_what_the_secrets_mutator_reads() {
+        let w = file_webhook("flyte-pod-webhook.flyte.org");
+        assert_eq!(
+            w["objectSelector"]["matchLabels"][crate::secrets::POD_LABEL],
+            crate::secrets::POD_LABEL_VALUE
+        );
+        let conditions = w["matchConditions"].to_string();
+        assert!(
+            conditions.contains(&format!(
+                "k.startsWith('{}')",
+                crate::secrets::codec::ANNOTATION_PREFIX
+            )),
+            "{conditions}"
+        );
+    }
+
+    #[test]
+    fn selectors_use_the_functions_default_labels() {
+        let config = crate::Config::default();
+        let secrets = file_webhook("flyte-pod-webhook.flyte.org");
+        assert_eq!(
+            secrets["objectSelector"]["matchLabels"][&config.secrets_selector.label],
+            config.secrets_selector.value.as_str()
+        );
+        assert_eq!(
+            registration()["meshLabelKey"],
+            config.mesh.managed_label.as_str()
+        );
+        let pod = file_webhook("managed-pod.podmutator.io");
+        assert_eq!(
+            pod["objectSelector"]["matchLabels"][MESH_LABEL_KEY_PLACEHOLDER],
+            crate::mutate::mesh::MANAGED
+        );
+    }
+
+    #[test]
+    fn default_registration_is_the_secrets_webhook_only() {
+        let v = mutating_webhook_configuration(&opts("https://podmutator.example.com"));
+        assert_eq!(v["apiVersion"], "admissionregistration.k8s.io/v1");
+        assert_eq!(v["kind"], "MutatingWebhookConfiguration");
+        assert_eq!(v["metadata"], json!({"name": "podmutator"}));
+        let hooks = webhooks(&v);
+        assert_eq!(hooks.len(), 1);
+        let w = &hooks[0];
+        assert_eq!(w["name"], "flyte-pod-webhook.flyte.org");
+        assert_eq!(
+            w["clientConfig"],
+            json!({"url": "https://podmutator.example.com/mutate--v1-pod"})
+        );
+        assert_eq!(w["admissionReviewVersions"], json!(["v1"]));
+        assert_eq!(w["sideEffects"], "None");
+        assert_eq!(w["reinvocationPolicy"], "IfNeeded");
+        assert_eq!(w["failurePolicy"], "Fail");
+        assert_eq!(w["timeoutSeconds"], 10);
+        assert_eq!(
+            w["rules"],
+            json!([{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}])
+        );
+        assert_eq!(
+            w["namespaceSelector"],
+            json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]})
+        );
+        assert!(w.get("$comment").is_none() && w.get("path").is_none() && w.get("mesh").is_none());
+    }
+
+    #[test]
+    fn every_webhook_skips_kube_system() {
+        let v = mutating_webhook_configuration(&RegistrationOptions {
+            mesh: true,
+            ..opts("https://h")
+        });
+        for w in webhooks(&v) {
+            let exprs = w["namespaceSelector"]["matchExpressions"]
+                .as_array()
+                .unwrap();
+            assert!(
+                exprs.contains(&json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]})),
+                "{}",
+                w["name"]
+            );
+        }
+    }
+
+    #[test]
+    fn mesh_adds_two_webhooks_with_the_label_key_substituted() {
+        let v = mutating_webhook_configuration(&RegistrationOptions {
+            mesh: true,
+            mesh_label_key: Some("example.org/mesh".into()),
+            ..opts("https://h")
+        });
+        let names: Vec<&str> = webhooks(&v)
+            .iter()
+            .map(|w| w["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "flyte-pod-webhook.flyte.org",
+                "managed-pod.podmutator.io",
+                "managed-namespace.podmutator.io"
+            ]
+        );
+        let text = v.to_string();
+        assert!(!text.contains(MESH_LABEL_KEY_PLACEHOLDER), "{text}");
+        let pod = &webhooks(&v)[1];
+        assert_eq!(pod["clientConfig"]["url"], "https://h/mutate/managed-pod");
+        assert_eq!(
+            pod["objectSelector"],
+            json!({"matchLabels": {"example.org/mesh": "true"}})
+        );
+        let ns = &webhooks(&v)[2];
+        assert_eq!(
+            ns["clientConfig"]["url"],
+            "https://h/mutate/managed-namespace"
+        );
+        assert_eq!(
+            ns["namespaceSelector"]["matchLabels"],
+            json!({"example.org/mesh": "true"})
+        );
+        assert_eq!(
+            ns["objectSelector"],
+            json!({"matchExpressions": [{"key": "example.org/mesh", "operator": "DoesNotExist"}]})
+        );
+    }
+
+    #[test]
+    fn default_mesh_label_key_comes_from_the_file() {
+        let v = mutating_webhook_configuration(&RegistrationOptions {
+            mesh: true,
+            ..opts("https://h")
+        });
+        assert_eq!(
+            webhooks(&v)[1]["objectSelector"]["matchLabels"],
+            json!({"aether.io/managed": "true"})
+        );
+    }
+
+    #[rstest]
+    #[case::bare_host("https://h", None, "https://h/mutate--v1-pod")]
+    #[case::one_trailing_slash_dropped("https://h/", None, "https://h/mutate--v1-pod")]
+    #[case::prefix_kept("https://h/a", None, "https://h/a/mutate--v1-pod")]
+    #[case::token_first(
+        "https://h/",
+        Some(TOKEN),
+        "https://h/abcdefghijklmnopqrstuvwxyz0123456789ABCD/mutate--v1-pod"
+    )]
+    fn url_is_base_then_token_then_path(
+        #[case] base: &str,
+        #[case] token: Option<&str>,
+        #[case] want: &str,
+    ) {
+        let v = mutating_webhook_configuration(&RegistrationOptions {
+            path_token: token.map(str::to_owned),
+            ..opts(base)
+        });
+        assert_eq!(webhooks(&v)[0]["clientConfig"]["url"], want);
+    }
+
+    #[test]
+    fn ca_bundle_is_the_pem_base64_encoded() {
+        let v = mutating_webhook_configuration(&RegistrationOptions {
+            ca_bundle_pem: Some(FAKE_PEM.as_bytes().to_vec()),
+            ..opts("https://h")
+        });
+        let encoded = webhooks(&v)[0]["clientConfig"]["caBundle"]
+            .as_str()
+            .unwrap();
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap();
+        assert_eq!(decoded, FAKE_PEM.as_bytes());
+    }
+
+    #[test]
+    fn overrides_apply_to_every_webhook() {
+        let v = mutating_webhook_configuration(&RegistrationOptions {
+            mesh: true,
+            failure_policy: Some(FailurePolicy::Ignore),
+            timeout_seconds: Some(7),
+            name: Some("pm".into()),
+            ..opts("https://h")
+        });
+        assert_eq!(v["metadata"]["name"], "pm");
+        for w in webhooks(&v) {
+            assert_eq!(w["failurePolicy"], "Ignore");
+            assert_eq!(w["timeoutSeconds"], 7);
+        }
+    }
+
+    #[test]
+    fn yaml_reads_back_as_the_same_object() {
+        let v = mutating_webhook_configuration(&RegistrationOptions {
+            mesh: true,
+            ca_bundle_pem: Some(FAKE_PEM.as_bytes().to_vec()),
+            ..opts("https://h")
+        });
+        let yaml = to_yaml(&v);
+        let back: Value = serde_saphyr::from_str(&yaml).unwrap();
+        // Label values stay strings ("true"), timeouts stay numbers.
+        assert_eq!(back, v, "{yaml}");
+    }
+
+    #[test]
+    fn command_prints_yaml_for_a_minimal_invocation() {
+        let out = webhook_config_command(&args(&["--url", "https://h"])).unwrap();
+        let back: Value = serde_saphyr::from_str(&out).unwrap();
+        assert_eq!(back, mutating_webhook_configuration(&opts("https://h")));
+    }
+
+    #[test]
+    fn help_needs_no_url() {
+        assert_eq!(
+            webhook_config_command(&args(&["--help"])).unwrap(),
+            WEBHOOK_CONFIG_USAGE
+        );
+    }
+
+    #[test]
+    fn every_flag_is_parsed_in_both_forms() {
+        let parsed = parse_webhook_config_args(&args(&[
+            "--url=https://h",
+            "--path-token-file",
+            "/t",
+            "--ca-bundle-file=/ca.pem",
+            "--mesh",
+            "--mesh-label-key",
+            "example.org/mesh",
+            "--failure-policy=Ignore",
+            "--timeout-seconds",
+            "8",
+            "--name",
+            "pm",
+        ]))
+        .unwrap();
+        assert_eq!(
+            parsed,
+            WebhookConfigArgs {
+                help: false,
+                url: Some("https://h".into()),
+                path_token_file: Some("/t".into()),
+                ca_bundle_file: Some("/ca.pem".into()),
+                mesh: true,
+                mesh_label_key: Some("example.org/mesh".into()),
+                failure_policy: Some(FailurePolicy::Ignore),
+                timeout_seconds: Some(8),
+                name: Some("pm".into()),
+            }
+        );
+    }
+
+    #[rstest]
+    #[case::missing_url(&[], "--url")]
+    #[case::http_url(&["--url", "http://h"], "--url")]
+    #[case::url_with_query(&["--url", "https://h/x?timeout=5s"], "--url")]
+    #[case::url_with_user(&["--url", "https://u@h"], "--url")]
+    #[case::url_without_host(&["--url", "https:///x"], "--url")]
+    #[case::url_without_value(&["--url"], "--url")]
+    #[case::url_followed_by_flag(&["--url", "--mesh"], "--url")]
+    #[case::url_twice(&["--url", "https://a", "--url", "https://b"], "--url")]
+    #[case::failure_policy_lowercase(&["--url", "https://h", "--failure-policy", "fail"], "--failure-policy")]
+    #[case::timeout_not_a_number(&["--url", "https://h", "--timeout-seconds", "ten"], "--timeout-seconds")]
+    #[case::timeout_zero(&["--url", "https://h", "--timeout-seconds", "0"], "--timeout-seconds")]
+    #[case::timeout_over_the_kubernetes_limit(&["--url", "https://h", "--timeout-seconds", "31"], "--timeout-seconds")]
+    #[case::name_uppercase(&["--url", "https://h", "--name", "PodMutator"], "--name")]
+    #[case::label_key_with_quote(&["--url", "https://h", "--mesh-label-key", "a\"b"], "--mesh-label-key")]
+    #[case::label_key_with_empty_name(&["--url", "https://h", "--mesh-label-key", "example.org/"], "--mesh-label-key")]
+    #[case::mesh_with_value(&["--url", "https://h", "--mesh=true"], "--mesh")]
+    #[case::unknown_flag(&["--url", "https://h", "--ca-bundle", "x"], "--ca-bundle")]
+    #[case::stray_argument(&["https://h"], "https://h")]
+    fn bad_arguments_name_the_flag(#[case] list: &[&str], #[case] flag: &str) {
+        let err = parse_webhook_config_args(&args(list)).unwrap_err();
+        assert_eq!(err.flag, flag, "{err}");
+        assert!(err.to_string().starts_with(&format!("{flag}: ")), "{err}");
+    }
+
+    fn temp_file(name: &str, contents: &[u8]) -> String {
+        let dir =
+            std::env::temp_dir().join(format!("podmutator-registration-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path.display().to_string()
+    }
+
+    #[test]
+    fn token_file_is_read_and_trimmed() {
+        let token = temp_file("token-ok", format!("{TOKEN}\n").as_bytes());
+        let ca = temp_file("ca-ok.pem", FAKE_PEM.as_bytes());
+        let opts = parse_webhook_config_args(&args(&[
+            "--url",
+            "https://h",
+            "--path-token-file",
+            &token,
+            "--ca-bundle-file",
+            &ca,
+        ]))
+        .unwrap()
+        .into_options()
+        .unwrap();
+        assert_eq!(opts.path_token.as_deref(), Some(TOKEN));
+        assert_eq!(opts.ca_bundle_pem.as_deref(), Some(FAKE_PEM.as_bytes()));
+    }
+
+    #[rstest]
+    #[case::short_token("--path-token-file", b"too-short")]
+    #[case::token_with_slash("--path-token-file", b"abcdefghijklmnopqrstuvwxyz0123456789/ABCD")]
+    #[case::ca_without_certificate("--ca-bundle-file", b"not a certificate")]
+    fn bad_file_contents_name_the_flag(#[case] flag: &str, #[case] contents: &[u8]) {
+        let path = temp_file(&format!("bad{}", flag.len() + contents.len()), contents);
+        let err = parse_webhook_config_args(&args(&["--url", "https://h", flag, &path]))
+            .unwrap()
+            .into_options()
+            .unwrap_err();
+        assert_eq!(err.flag, flag, "{err}");
+    }
+
+    #[test]
+    fn missing_file_names_the_flag_and_the_path() {
+        let err = parse_webhook_config_args(&args(&[
+            "--url",
+            "https://h",
+            "--ca-bundle-file",
+            "/nonexistent/ca.pem",
+        ]))
+        .unwrap()
+        .into_options()
+        .unwrap_err();
+        assert_eq!(err.flag, "--ca-bundle-file");
+        assert!(err.message.contains("/nonexistent/ca.pem"), "{err}");
+    }
+
+    #[rstest]
+    #[case::plain("managed", true)]
+    #[case::prefixed("aether.io/managed", true)]
+    #[case::underscores_inside("example.org/a_b.c", true)]
+    #[case::uppercase_prefix("Aether.io/managed", false)]
+    #[case::leading_dash("-managed", false)]
+    #[case::two_slashes("a/b/c", false)]
+    #[case::too_long(&"a".repeat(64), false)]
+    fn label_keys_follow_kubernetes_rules(#[case] key: &str, #[case] ok: bool) {
+        assert_eq!(is_label_key(key), ok, "{key}");
+    }
+}

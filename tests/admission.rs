@@ -282,3 +282,37 @@ async fn path_token_guards_every_route() {
     .await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test]
+async fn the_selector_label_is_configurable() {
+    let loaded = Config::from_value(
+        json!({"secretsSelector": {"label": "example.com/secrets", "value": "on"}}),
+    )
+    .unwrap();
+    let app = App::new(&loaded.config, None).unwrap();
+    let review = flyte_review();
+    let (_, v) = post(
+        &app,
+        "/mutate--v1-pod",
+        Some("application/json"),
+        &bytes(&review),
+    )
+    .await;
+    assert!(
+        v["response"].get("patch").is_none(),
+        "Flyte's label no longer selects"
+    );
+    let relabelled = with(
+        review,
+        "/request/object/metadata/labels/example.com~1secrets",
+        json!("on"),
+    );
+    let (_, v) = post(
+        &app,
+        "/mutate--v1-pod",
+        Some("application/json"),
+        &bytes(&relabelled),
+    )
+    .await;
+    assert!(v["response"]["patch"].is_string());
+}

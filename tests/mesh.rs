@@ -58,10 +58,10 @@ fn app_with(cfg: &MeshConfig) -> App {
 
 fn chain_app(cfg: &MeshConfig, skip_containers: Vec<String>) -> App {
     let secrets: Box<dyn PodMutator> = Box::new(SecretsMutator {
-        injectors: vec![Box::new(K8sInjector {
-            env_prefix: "_UNION_".into(),
-        })],
         skip_containers,
+        ..SecretsMutator::new(vec![Box::new(K8sInjector {
+            env_prefix: "_UNION_".into(),
+        })])
     });
     let mut chain = Chain::default();
     for (m, required) in mesh::in_chain_order(cfg, (secrets, true)) {
@@ -817,4 +817,41 @@ fn for_arbitrary_pods_the_chain_is_idempotent_keeps_user_fields_and_yields_valid
     let pods = collected.into_inner();
     assert!(pods.len() >= 110, "too few admitted pods: {}", pods.len());
     assert_valid_pods("mesh-property", &pods);
+}
+
+#[tokio::test]
+async fn the_configured_chain_is_the_one_these_tests_build() {
+    // `build_chain` from a full config must agree with `app_with` above on every golden case.
+    let config = podmutator::config::Config::from_value(serde_json::json!({
+        "webhook": {"secretManagerTypes": ["K8s"]},
+        "mesh": read_json(&fixtures().join("config.json")),
+    }))
+    .unwrap()
+    .config;
+    let built = App::new(&config, None).unwrap();
+    let ours = app();
+    assert_eq!(built.chain().ids(), ours.chain().ids());
+    let mut cases: Vec<_> = std::fs::read_dir(fixtures().join("cases"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    cases.sort();
+    assert!(!cases.is_empty());
+    for case in cases {
+        let c = read_json(&case);
+        let review =
+            serde_json::to_vec(&create_review(&c["pod"], c["namespace"].as_str().unwrap()))
+                .unwrap();
+        for path in [PATH_SECRETS, PATH_MANAGED_POD, PATH_MANAGED_NAMESPACE] {
+            let req = Incoming {
+                method: "POST",
+                path,
+                content_type: Some("application/json"),
+                body: &review,
+            };
+            let a = built.handle(req).await;
+            let b = ours.handle(req).await;
+            assert_eq!(a, b, "{} via {path}", case.display());
+        }
+    }
 }

@@ -196,15 +196,27 @@ pub struct SecretsMutator {
     pub injectors: Vec<Box<dyn SecretInjector>>,
     /// Init containers other mutators own (e.g. the mesh gate); secrets never reach them.
     pub skip_containers: Vec<String>,
+    /// The pod label (and value) that asks for injection (`secretsSelector`).
+    pub selector: (String, String),
 }
 
 impl SecretsMutator {
-    pub fn selects(pod: &Pod) -> bool {
+    /// Selected by Flyte's label `inject-flyte-secrets: "true"`.
+    pub fn new(injectors: Vec<Box<dyn SecretInjector>>) -> Self {
+        Self {
+            injectors,
+            skip_containers: Vec::new(),
+            selector: (POD_LABEL.to_owned(), POD_LABEL_VALUE.to_owned()),
+        }
+    }
+
+    pub fn selects(&self, pod: &Pod) -> bool {
+        let (key, value) = &self.selector;
         pod.metadata
             .labels
             .as_ref()
-            .and_then(|l| l.get(POD_LABEL))
-            .is_some_and(|v| v == POD_LABEL_VALUE)
+            .and_then(|l| l.get(key))
+            .is_some_and(|v| v == value)
     }
 
     /// The pod's secret requests in index order.
@@ -239,7 +251,7 @@ impl PodMutator for SecretsMutator {
     /// Ids for every request that no manager before a fetching one would take (the earlier
     /// managers are pure, so trying them on a scratch copy answers exactly).
     fn prefetch(&self, ctx: &PodCtx<'_>, pod: &Pod) -> Vec<String> {
-        if !Self::selects(pod) {
+        if !self.selects(pod) {
             return Vec::new();
         }
         let Ok(requests) = Self::requests(pod) else {
@@ -271,7 +283,7 @@ impl PodMutator for SecretsMutator {
     }
 
     fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
-        if !Self::selects(pod) {
+        if !self.selects(pod) {
             return Ok(());
         }
         let requests = Self::requests(pod)?;

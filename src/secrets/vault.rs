@@ -261,10 +261,7 @@ mod tests {
             .annotations
             .get_or_insert_with(Default::default)
             .extend(encode_annotations(secrets).unwrap());
-        let mutator = SecretsMutator {
-            injectors: vec![inj],
-            skip_containers: Vec::new(),
-        };
+        let mutator = SecretsMutator::new(vec![inj]);
         let resolved = ResolvedSecrets::default();
         mutator.mutate(&ctx(&resolved), &mut pod).unwrap();
         pod
