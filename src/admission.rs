@@ -12,7 +12,8 @@ use serde::Serialize;
 use crate::config::{Config, ConfigError};
 use crate::error::{Denial, Error};
 use crate::http::{Front, Incoming};
-use crate::mutate::{Applied, Chain, PodCtx, Route};
+use crate::metrics::{AdmissionFacts, Metrics, Sink};
+use crate::mutate::{Applied, Chain, PodCtx, Route, Tally};
 use crate::secrets::ResolvedSecrets;
 use crate::secrets::source::SecretSource;
 
@@ -32,6 +33,7 @@ pub struct App {
     front: Front,
     source: Option<Arc<dyn SecretSource>>,
     deadline: Duration,
+    metrics: Option<Metrics>,
 }
 
 /// The facts of one admission, for the audit log line.
@@ -47,6 +49,10 @@ struct Audit {
     patch_ops: usize,
     secrets_fetched: usize,
     fetch_us: u64,
+    cache_hits: u32,
+    backend_calls: u32,
+    injected: Vec<(crate::config::SecretManagerType, u32)>,
+    patch_bytes: usize,
 }
 
 impl App {
@@ -71,7 +77,18 @@ impl App {
             front,
             source: None,
             deadline: Duration::from_millis(config.embedded.deadline_ms),
+            metrics: config
+                .metrics
+                .enabled
+                .then(|| Metrics::new(config.metrics.clone(), Sink::Stdout)),
         }
+    }
+
+    /// Sends metric lines to `metrics` instead (or nowhere with `None`).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Option<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     pub fn with_chain(chain: Chain, front: Front) -> Self {
@@ -80,6 +97,7 @@ impl App {
             front,
             source: None,
             deadline: Duration::from_millis(crate::config::EmbeddedConfig::default().deadline_ms),
+            metrics: None,
         }
     }
 
@@ -120,6 +138,21 @@ impl App {
             }
         };
         let duration_us = started.elapsed().as_micros() as u64;
+        if let Some(m) = &self.metrics {
+            m.emit(&AdmissionFacts {
+                route: route.as_str(),
+                decision: audit.decision,
+                reason: audit.reason,
+                duration_us,
+                patch_ops: audit.patch_ops,
+                patch_bytes: audit.patch_bytes,
+                mutators: &audit.mutators,
+                injected: &audit.injected,
+                fetch_ids: audit.secrets_fetched,
+                backend_calls: audit.backend_calls,
+                cache_hits: audit.cache_hits,
+            });
+        }
         let mutators = audit.mutators.join(",");
         match audit.decision {
             "invalid" => tracing::warn!(
@@ -153,6 +186,7 @@ impl App {
                 mutators = %mutators,
                 patch_ops = audit.patch_ops,
                 secrets_fetched = audit.secrets_fetched,
+                cache_hits = audit.cache_hits,
                 fetch_us = audit.fetch_us,
                 duration_us,
                 "admission"
@@ -217,6 +251,7 @@ impl App {
         audit.namespace.clone_from(&namespace);
 
         let groups = req.user_info.groups.clone().unwrap_or_default();
+        let tally = Tally::new();
         let mut ctx = PodCtx {
             namespace: &namespace,
             route,
@@ -224,6 +259,7 @@ impl App {
             groups: &groups,
             dry_run: req.dry_run,
             resolved: &ResolvedSecrets::default(),
+            tally: &tally,
         };
         let resolved = self
             .resolve(&ctx, &pod, audit)
@@ -236,6 +272,7 @@ impl App {
             .apply(&ctx, &mut pod)
             .map_err(|d| (Error::Denied(d), api_version))?;
         audit.mutators.clone_from(&changed);
+        audit.injected = tally.injected();
         let patch = if changed.is_empty() {
             None
         } else {
@@ -251,7 +288,13 @@ impl App {
             (!patch.0.is_empty()).then_some(patch)
         };
         audit.patch_ops = patch.as_ref().map_or(0, |p| p.0.len());
-        audit.decision = if patch.is_some() {
+        let patch_bytes = patch
+            .as_ref()
+            .map(serde_json::to_vec)
+            .transpose()
+            .map_err(|e| (internal("failed to serialise the patch", e), api_version))?;
+        audit.patch_bytes = patch_bytes.as_ref().map_or(0, Vec::len);
+        audit.decision = if patch_bytes.is_some() {
             "mutated"
         } else {
             "allowed"
@@ -259,7 +302,7 @@ impl App {
         Ok(allowed_reply(
             &audit.uid,
             api_version,
-            patch.as_ref(),
+            patch_bytes.as_deref(),
             &warnings,
         ))
     }
@@ -289,7 +332,11 @@ impl App {
         let fetched = tokio::time::timeout(self.deadline, source.fetch_many(&ids)).await;
         audit.fetch_us = started.elapsed().as_micros() as u64;
         match fetched {
-            Ok(Ok(values)) => Ok(ResolvedSecrets::new(values)),
+            Ok(Ok(fetched)) => {
+                audit.cache_hits = fetched.cache_hits;
+                audit.backend_calls = fetched.backend_calls;
+                Ok(ResolvedSecrets::new(fetched.values))
+            }
             Ok(Err(e)) => Err(Error::Internal(e.to_string())),
             Err(_) => Err(Error::Internal(format!(
                 "deadline of {} ms (embedded.deadlineMs) passed while fetching secret {}",
@@ -434,23 +481,10 @@ fn to_reply(status: u16, review: &ReviewOut<'_>) -> Reply {
     }
 }
 
-fn allowed_reply(
-    uid: &str,
-    api_version: &str,
-    patch: Option<&json_patch::Patch>,
-    warnings: &[String],
-) -> Reply {
+/// An allowed response; `patch` is the serialised JSON Patch, sent base64-encoded.
+fn allowed_reply(uid: &str, api_version: &str, patch: Option<&[u8]>, warnings: &[String]) -> Reply {
     use base64::Engine;
-    let patch = match patch.map(serde_json::to_vec).transpose() {
-        Ok(p) => p.map(|bytes| base64::engine::general_purpose::STANDARD.encode(bytes)),
-        Err(e) => {
-            return error_reply(
-                &internal("failed to serialise the patch", e),
-                uid,
-                api_version,
-            );
-        }
-    };
+    let patch = patch.map(|bytes| base64::engine::general_purpose::STANDARD.encode(bytes));
     let patch_type = patch.as_ref().map(|_| "JSONPatch");
     to_reply(
         200,

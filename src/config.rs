@@ -50,6 +50,8 @@ pub struct Config {
     /// The pod label that asks for secret injection (Flyte's is fixed).
     #[serde(rename = "secretsSelector")]
     pub secrets_selector: SecretsSelector,
+    /// CloudWatch Embedded Metric Format lines on stdout.
+    pub metrics: crate::metrics::MetricsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -744,6 +746,7 @@ impl Config {
             _ => {}
         }
         warnings.extend(self.mesh.validate()?);
+        self.metrics.validate()?;
         check_label(
             "secretsSelector",
             &self.secrets_selector.label,

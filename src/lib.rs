@@ -10,6 +10,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod lambda;
+pub mod metrics;
 pub mod mutate;
 pub mod patch;
 pub mod registration;

@@ -13,7 +13,7 @@ use podmutator::config::Config;
 use podmutator::mutate::Route;
 use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use podmutator::secrets::source::{
-    BoxFuture, Lookup, SecretSource, SecretValue, SourceError, StaticSource,
+    BoxFuture, Fetched, SecretSource, SecretValue, SourceError, StaticSource,
 };
 use rstest::rstest;
 use serde_json::{Value, json};
@@ -450,15 +450,12 @@ async fn the_requesting_user_can_be_restricted(#[case] user: &str, #[case] allow
 struct Broken(Option<Duration>);
 
 impl SecretSource for Broken {
-    fn fetch_many<'a>(
-        &'a self,
-        ids: &'a [String],
-    ) -> BoxFuture<'a, Result<BTreeMap<String, Lookup>, SourceError>> {
+    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
         Box::pin(async move {
             match self.0 {
                 Some(d) => {
                     tokio::time::sleep(d).await;
-                    Ok(BTreeMap::new())
+                    Ok(BTreeMap::new().into())
                 }
                 None => Err(SourceError::failed(
                     ids,

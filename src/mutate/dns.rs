@@ -198,6 +198,7 @@ mod tests {
             groups: &[],
             dry_run: false,
             resolved: &resolved,
+            tally: &crate::mutate::UNCOUNTED,
         };
         m.mutate(&ctx, pod).unwrap();
     }

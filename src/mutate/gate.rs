@@ -274,6 +274,7 @@ mod tests {
             groups: &[],
             dry_run: false,
             resolved: &resolved,
+            tally: &crate::mutate::UNCOUNTED,
         };
         InitGate::new(&cfg()).mutate(&ctx, pod)
     }

@@ -9,6 +9,9 @@ pub mod socket_check;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::config::SecretManagerType;
 use crate::error::Denial;
 use crate::secrets::ResolvedSecrets;
 
@@ -53,6 +56,42 @@ pub struct PodCtx<'a> {
     pub dry_run: bool,
     /// Secret values fetched before the chain ran (Embedded mode); empty otherwise.
     pub resolved: &'a ResolvedSecrets,
+    /// Where mutators count what they did, for metrics.
+    pub tally: &'a Tally,
+}
+
+/// Per-admission counters that mutators fill in (mutators do not log; the admission reports).
+#[derive(Debug, Default)]
+pub struct Tally {
+    injected: [AtomicU32; SecretManagerType::ALL.len()],
+}
+
+/// A tally nobody reads, for callers that do not report metrics.
+pub static UNCOUNTED: Tally = Tally::new();
+
+impl Tally {
+    pub const fn new() -> Self {
+        Self {
+            injected: [const { AtomicU32::new(0) }; SecretManagerType::ALL.len()],
+        }
+    }
+
+    /// One secret injected by `manager`.
+    pub fn secret_injected(&self, manager: SecretManagerType) {
+        if let Some(i) = SecretManagerType::ALL.iter().position(|t| *t == manager) {
+            self.injected[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Secrets injected, by manager (only managers that injected something).
+    pub fn injected(&self) -> Vec<(SecretManagerType, u32)> {
+        SecretManagerType::ALL
+            .iter()
+            .zip(&self.injected)
+            .map(|(t, n)| (*t, n.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
 }
 
 /// One self-contained change to a Pod. Pure (no I/O, no clock, no logging) and idempotent:
@@ -181,6 +220,7 @@ mod tests {
             groups: &[],
             dry_run: false,
             resolved,
+            tally: &UNCOUNTED,
         }
     }
 

@@ -88,6 +88,7 @@ mod tests {
             groups: &[],
             dry_run: false,
             resolved: &resolved,
+            tally: &crate::mutate::UNCOUNTED,
         };
         NamespaceInjection::new(&MeshConfig::default())
             .mutate(&ctx, pod)

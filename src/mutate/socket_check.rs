@@ -318,6 +318,7 @@ mod tests {
             groups: &[],
             dry_run: false,
             resolved: &resolved,
+            tally: &crate::mutate::UNCOUNTED,
         };
         SocketCheck::new(&MeshConfig::default()).mutate(&ctx, pod)
     }

@@ -291,6 +291,7 @@ impl PodMutator for SecretsMutator {
             return Ok(());
         }
         let mut plan = Plan::default();
+        let mut by = Vec::with_capacity(requests.len());
         for req in &requests {
             plan.current = req.annotation.clone();
             let mut reasons = Vec::new();
@@ -303,6 +304,7 @@ impl PodMutator for SecretsMutator {
                 match inj.inject(req, ctx, pod, &mut plan) {
                     Ok(()) => {
                         injected = true;
+                        by.push(inj.kind());
                         break;
                     }
                     Err(reason) => {
@@ -329,6 +331,9 @@ impl PodMutator for SecretsMutator {
             ));
         }
         plan.apply(pod, &self.skip_containers);
+        for kind in by {
+            ctx.tally.secret_injected(kind);
+        }
         Ok(())
     }
 }
@@ -378,6 +383,7 @@ pub(crate) mod testing {
             groups: &[],
             dry_run: false,
             resolved: &resolved,
+            tally: &crate::mutate::UNCOUNTED,
         };
         let mut plan = Plan::default();
         for (i, s) in secrets.iter().enumerate() {

@@ -472,6 +472,7 @@ mod tests {
             groups: &[],
             dry_run: false,
             resolved,
+            tally: &crate::mutate::UNCOUNTED,
         }
     }
 

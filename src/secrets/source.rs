@@ -55,6 +55,31 @@ pub enum Lookup {
     NotFound,
 }
 
+/// The answers for one `fetch_many`, with what they cost.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fetched {
+    pub values: BTreeMap<String, Lookup>,
+    /// Ids answered from the cache.
+    pub cache_hits: u32,
+    /// Ids asked of the backend.
+    pub backend_ids: u32,
+    /// Calls made to the backend.
+    pub backend_calls: u32,
+}
+
+impl From<BTreeMap<String, Lookup>> for Fetched {
+    /// A backend answer: every id asked, in one call.
+    fn from(values: BTreeMap<String, Lookup>) -> Self {
+        let n = values.len() as u32;
+        Self {
+            values,
+            cache_hits: 0,
+            backend_ids: n,
+            backend_calls: u32::from(n > 0),
+        }
+    }
+}
+
 /// Why values could not be fetched. Names ids, never values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SourceError {
@@ -74,10 +99,7 @@ impl SourceError {
 /// Where Embedded values come from.
 pub trait SecretSource: Send + Sync {
     /// Answers for every id in `ids` (each exactly once), or the first failure.
-    fn fetch_many<'a>(
-        &'a self,
-        ids: &'a [String],
-    ) -> BoxFuture<'a, Result<BTreeMap<String, Lookup>, SourceError>>;
+    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>>;
 }
 
 /// An HTTPS client for the AWS SDK on rustls with ring (no aws-lc in the binary).
@@ -169,15 +191,13 @@ impl AwsSource {
 }
 
 impl SecretSource for AwsSource {
-    fn fetch_many<'a>(
-        &'a self,
-        ids: &'a [String],
-    ) -> BoxFuture<'a, Result<BTreeMap<String, Lookup>, SourceError>> {
+    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
         Box::pin(async move {
             let mut calls = tokio::task::JoinSet::new();
             for chunk in ids.chunks(self.batch_size) {
                 calls.spawn(Self::batch(self.client.clone(), chunk.to_vec()));
             }
+            let backend_calls = calls.len() as u32;
             let mut found: BTreeMap<String, Lookup> = BTreeMap::new();
             while let Some(joined) = calls.join_next().await {
                 let answers = joined
@@ -188,7 +208,12 @@ impl SecretSource for AwsSource {
             for id in ids {
                 found.entry(id.clone()).or_insert(Lookup::NotFound);
             }
-            Ok(found)
+            Ok(Fetched {
+                values: found,
+                cache_hits: 0,
+                backend_ids: ids.len() as u32,
+                backend_calls,
+            })
         })
     }
 }
@@ -306,10 +331,7 @@ impl<S: SecretSource> CachingSource<S> {
 }
 
 impl<S: SecretSource> SecretSource for CachingSource<S> {
-    fn fetch_many<'a>(
-        &'a self,
-        ids: &'a [String],
-    ) -> BoxFuture<'a, Result<BTreeMap<String, Lookup>, SourceError>> {
+    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
         Box::pin(async move {
             let now = (self.now)();
             let mut out = BTreeMap::new();
@@ -334,13 +356,19 @@ impl<S: SecretSource> SecretSource for CachingSource<S> {
             self.stats
                 .misses
                 .fetch_add(misses.len() as u64, Ordering::Relaxed);
+            let cache_hits = out.len() as u32;
             if misses.is_empty() {
-                return Ok(out);
+                return Ok(Fetched {
+                    values: out,
+                    cache_hits,
+                    backend_ids: 0,
+                    backend_calls: 0,
+                });
             }
             let fetched = self.inner.fetch_many(&misses).await?;
             let now = (self.now)();
             if let Ok(mut store) = self.store.lock() {
-                for (id, lookup) in &fetched {
+                for (id, lookup) in &fetched.values {
                     let ttl = match lookup {
                         Lookup::Found(_) => self.policy.ttl,
                         Lookup::NotFound => self.policy.negative_ttl,
@@ -350,17 +378,19 @@ impl<S: SecretSource> SecretSource for CachingSource<S> {
                     }
                 }
             }
-            out.extend(fetched);
-            Ok(out)
+            out.extend(fetched.values);
+            Ok(Fetched {
+                values: out,
+                cache_hits: cache_hits + fetched.cache_hits,
+                backend_ids: fetched.backend_ids,
+                backend_calls: fetched.backend_calls,
+            })
         })
     }
 }
 
 impl<S: SecretSource + ?Sized> SecretSource for Arc<S> {
-    fn fetch_many<'a>(
-        &'a self,
-        ids: &'a [String],
-    ) -> BoxFuture<'a, Result<BTreeMap<String, Lookup>, SourceError>> {
+    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
         (**self).fetch_many(ids)
     }
 }
@@ -386,10 +416,7 @@ impl StaticSource {
 }
 
 impl SecretSource for StaticSource {
-    fn fetch_many<'a>(
-        &'a self,
-        ids: &'a [String],
-    ) -> BoxFuture<'a, Result<BTreeMap<String, Lookup>, SourceError>> {
+    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let out = ids
             .iter()
@@ -400,8 +427,8 @@ impl SecretSource for StaticSource {
                     .map_or(Lookup::NotFound, |v| Lookup::Found(v.clone()));
                 (id.clone(), lookup)
             })
-            .collect();
-        Box::pin(async move { Ok(out) })
+            .collect::<BTreeMap<_, _>>();
+        Box::pin(async move { Ok(out.into()) })
     }
 }
 
@@ -485,7 +512,8 @@ mod tests {
         let got = AwsSource::new(client, 20)
             .fetch_many(&wanted)
             .await
-            .unwrap();
+            .unwrap()
+            .values;
         assert_eq!(rule.num_calls(), 2);
         assert_eq!(got.len(), 25);
         for (i, id) in wanted.iter().enumerate() {
@@ -516,7 +544,8 @@ mod tests {
         let got = AwsSource::new(client, 20)
             .fetch_many(&["bin".to_owned()])
             .await
-            .unwrap();
+            .unwrap()
+            .values;
         assert_eq!(
             got["bin"],
             Lookup::Found(SecretValue {
@@ -614,7 +643,15 @@ mod tests {
         let want = vec!["a".to_owned(), "missing".to_owned()];
         let cold = source.fetch_many(&want).await.unwrap();
         let warm = source.fetch_many(&want).await.unwrap();
-        assert_eq!(cold, warm);
+        assert_eq!(cold.values, warm.values);
+        assert_eq!(
+            (cold.cache_hits, cold.backend_ids, cold.backend_calls),
+            (0, 2, 1)
+        );
+        assert_eq!(
+            (warm.cache_hits, warm.backend_ids, warm.backend_calls),
+            (2, 0, 0)
+        );
         assert_eq!(calls.load(Ordering::Relaxed), 1);
         assert_eq!(source.stats.hits.load(Ordering::Relaxed), 2);
         assert_eq!(source.stats.misses.load(Ordering::Relaxed), 2);
@@ -645,7 +682,7 @@ mod tests {
         fn fetch_many<'a>(
             &'a self,
             ids: &'a [String],
-        ) -> BoxFuture<'a, Result<BTreeMap<String, Lookup>, SourceError>> {
+        ) -> BoxFuture<'a, Result<Fetched, SourceError>> {
             let store = self.0.lock().unwrap();
             let out = ids
                 .iter()
@@ -655,8 +692,8 @@ mod tests {
                         .map_or(Lookup::NotFound, |v| Lookup::Found(v.clone()));
                     (id.clone(), l)
                 })
-                .collect();
-            Box::pin(async move { Ok(out) })
+                .collect::<BTreeMap<_, _>>();
+            Box::pin(async move { Ok(out.into()) })
         }
     }
 
@@ -682,7 +719,8 @@ mod tests {
         let got = source
             .fetch_many(&[project.clone(), org.clone()])
             .await
-            .unwrap();
+            .unwrap()
+            .values;
         assert_eq!(
             got[&org],
             Lookup::Found(text("fake-org")),
@@ -707,7 +745,7 @@ mod tests {
         };
         let want = std::slice::from_ref(&project);
         assert_eq!(
-            source.fetch_many(want).await.unwrap()[&project],
+            source.fetch_many(want).await.unwrap().values[&project],
             Lookup::NotFound
         );
         backend
@@ -716,12 +754,12 @@ mod tests {
             .unwrap()
             .insert(project.clone(), text("fake-new"));
         assert_eq!(
-            source.fetch_many(want).await.unwrap()[&project],
+            source.fetch_many(want).await.unwrap().values[&project],
             Lookup::NotFound
         );
         advance(&clock, 11);
         assert_eq!(
-            source.fetch_many(want).await.unwrap()[&project],
+            source.fetch_many(want).await.unwrap().values[&project],
             Lookup::Found(text("fake-new"))
         );
     }

@@ -1,0 +1,181 @@
+//! CloudWatch Embedded Metric Format lines, parsed back the way CloudWatch reads them.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use podmutator::admission::App;
+use podmutator::config::Config;
+use podmutator::metrics::{Metrics, Sink};
+use podmutator::mutate::Route;
+use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator::secrets::source::{CachePolicy, CachingSource, StaticSource};
+use serde_json::{Value, json};
+
+fn app(config: Value) -> (App, Arc<Mutex<Vec<String>>>) {
+    let config = Config::from_value(config).unwrap().config;
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let app = App::new(&config, None)
+        .unwrap()
+        .with_metrics(Some(Metrics::new(
+            config.metrics.clone(),
+            Sink::Memory(lines.clone()),
+        )));
+    (app, lines)
+}
+
+fn flyte_review() -> Vec<u8> {
+    std::fs::read(root().join("tests/fixtures/reviews/flyte-task-k8s-env.json")).unwrap()
+}
+
+/// Every metric a directive declares must be a number at the top level, and every dimension a
+/// string: otherwise CloudWatch drops the line.
+fn check_emf(line: &str) -> Value {
+    let v: Value = serde_json::from_str(line).unwrap();
+    let aws = &v["_aws"];
+    assert!(aws["Timestamp"].as_u64().unwrap() > 1_700_000_000_000);
+    for d in aws["CloudWatchMetrics"].as_array().unwrap() {
+        assert!(d["Namespace"].is_string());
+        for set in d["Dimensions"].as_array().unwrap() {
+            for dim in set.as_array().unwrap() {
+                assert!(
+                    v[dim.as_str().unwrap()].is_string(),
+                    "dimension {dim} in {line}"
+                );
+            }
+        }
+        for m in d["Metrics"].as_array().unwrap() {
+            let name = m["Name"].as_str().unwrap();
+            assert!(v[name].is_number(), "metric {name} in {line}");
+        }
+    }
+    v
+}
+
+#[tokio::test]
+async fn a_mutated_admission_reports_mutators_and_secrets_by_manager() {
+    let (app, lines) = app(
+        json!({"metrics": {"namespace": "Flyte/Webhook", "dimensions": {"Cluster": "prod-eks"}}}),
+    );
+    app.review(Route::Secrets, &flyte_review()).await;
+    let lines = lines.lock().unwrap();
+    assert_eq!(lines.len(), 1);
+    let v = check_emf(&lines[0]);
+    let d = &v["_aws"]["CloudWatchMetrics"][0];
+    assert_eq!(d["Namespace"], "Flyte/Webhook");
+    assert_eq!(
+        d["Dimensions"],
+        json!([["Cluster", "Route", "Decision"], ["Cluster", "Decision"]])
+    );
+    assert_eq!(v["Cluster"], "prod-eks");
+    assert_eq!(v["Route"], "secrets");
+    assert_eq!(v["Decision"], "mutated");
+    assert_eq!(v["Admissions"], 1);
+    assert_eq!(v["MutatorsApplied"], 1);
+    assert_eq!(v["Mutator_secrets"], 1);
+    assert_eq!(v["SecretsInjected"], 1);
+    assert_eq!(v["SecretsInjected_K8s"], 1);
+    assert_eq!(v["PatchOps"], 2);
+    assert!(v["PatchBytes"].as_u64().unwrap() > 100);
+    assert!(v["Duration"].is_u64());
+    assert!(v.get("Denials").is_none());
+}
+
+#[tokio::test]
+async fn a_denial_is_counted_by_reason() {
+    let (app, lines) = app(json!({}));
+    let mut review: Value = serde_json::from_slice(&flyte_review()).unwrap();
+    review["request"]["object"]["metadata"]["annotations"]["flyte.secrets/s0"] = json!("!!");
+    app.review(Route::Secrets, &serde_json::to_vec(&review).unwrap())
+        .await;
+    app.review(Route::Secrets, b"{not json").await;
+    let lines = lines.lock().unwrap();
+    let denied = check_emf(&lines[0]);
+    assert_eq!(denied["Decision"], "denied");
+    assert_eq!(denied["Reason"], "BadSecretAnnotation");
+    assert_eq!(denied["Denials"], 1);
+    assert_eq!(
+        denied["_aws"]["CloudWatchMetrics"][1]["Dimensions"],
+        json!([["Reason"]])
+    );
+    let invalid = check_emf(&lines[1]);
+    assert_eq!(invalid["Decision"], "invalid");
+    assert_eq!(invalid["Reason"], "BadRequest");
+}
+
+#[tokio::test]
+async fn embedded_fetches_and_cache_hits_are_reported_and_values_are_not() {
+    let config = json!({"webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS"}}});
+    let (app, lines) = app(config);
+    let source = CachingSource::new(
+        StaticSource::default().with(
+            "u__org__flyte__domain____project____key__token",
+            "SENTINEL-metrics-value",
+        ),
+        CachePolicy {
+            ttl: Duration::from_secs(60),
+            negative_ttl: Duration::from_secs(5),
+            max_entries: 100,
+            max_bytes: 1 << 20,
+        },
+    );
+    let app = app.with_source(Arc::new(source), Duration::from_secs(1));
+    let secret = Secret {
+        key: "token".into(),
+        mount_requirement: MountRequirement::EnvVar,
+        ..Default::default()
+    };
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "t", "labels": {"inject-flyte-secrets": "true", "organization": "flyte", "project": "flytesnacks", "domain": "development"},
+                     "annotations": encode_annotations(&[secret]).unwrap()},
+        "spec": {"containers": [{"name": "main", "image": "x"}]}
+    });
+    let body = serde_json::to_vec(&create_review(&pod, "flytesnacks-development")).unwrap();
+    app.review(Route::Secrets, &body).await;
+    app.review(Route::Secrets, &body).await;
+    let lines = lines.lock().unwrap();
+    let cold = check_emf(&lines[0]);
+    let warm = check_emf(&lines[1]);
+    assert_eq!(cold["SecretsInjected_Embedded"], 1);
+    assert_eq!(
+        (
+            cold["EmbeddedFetchIds"].as_u64(),
+            cold["EmbeddedFetchCalls"].as_u64(),
+            cold["CacheHits"].as_u64(),
+            cold["CacheMisses"].as_u64()
+        ),
+        (Some(3), Some(1), Some(0), Some(3))
+    );
+    assert_eq!(
+        (
+            warm["EmbeddedFetchCalls"].as_u64(),
+            warm["CacheHits"].as_u64(),
+            warm["CacheMisses"].as_u64()
+        ),
+        (Some(0), Some(3), Some(0))
+    );
+    for l in lines.iter() {
+        assert!(!l.contains("SENTINEL"), "a value reached the metrics");
+    }
+}
+
+#[test]
+fn metrics_config_is_validated() {
+    for (bad, key) in [
+        (json!({"metrics": {"namespace": ""}}), "metrics.namespace"),
+        (
+            json!({"metrics": {"dimensions": {"Route": "x"}}}),
+            "metrics.dimensions.Route",
+        ),
+        (
+            json!({"metrics": {"dimensions": {"Team": ""}}}),
+            "metrics.dimensions.Team",
+        ),
+    ] {
+        let err = Config::from_value(bad).unwrap_err();
+        assert_eq!(err.key, key);
+    }
+}
