@@ -98,10 +98,12 @@ async fn main() {
 
         let (mut cold, mut warm) = (Vec::new(), Vec::new());
         let (mut cold_reqs, mut warm_reqs) = (0, 0);
+        // One SDK client (and connection pool) for both strategies, as in a warm Lambda.
+        let shared = client(&proxy.url()).await;
         for _ in 0..ROUNDS {
             // A fresh cache per round: every round is a cold start of the cache.
             let source = CachingSource::new(
-                AwsSource::new(client(&proxy.url()).await, 20),
+                AwsSource::new(shared.clone(), 20),
                 CachePolicy {
                     ttl: Duration::from_secs(300),
                     negative_ttl: Duration::from_secs(10),
@@ -126,7 +128,7 @@ async fn main() {
         }
 
         // Flyte: per secret, GetSecretValue on project, then domain, then org scope.
-        let flyte_client = client(&proxy.url()).await;
+        let flyte_client = shared.clone();
         let mut flyte = Vec::new();
         let mut flyte_reqs = 0;
         for _ in 0..ROUNDS {

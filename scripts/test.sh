@@ -18,4 +18,4 @@ step "cargo clippy -D warnings"
 cargo clippy --all-targets --locked -- -D warnings
 
 step "cargo test"
-cargo test --all-targets --locked
+cargo test --locked
