@@ -77,14 +77,22 @@ impl App {
             front,
             source: None,
             deadline: Duration::from_millis(config.embedded.deadline_ms),
-            metrics: config
-                .metrics
-                .enabled
-                .then(|| Metrics::new(config.metrics.clone(), Sink::Stdout)),
+            metrics: None,
         }
     }
 
-    /// Sends metric lines to `metrics` instead (or nowhere with `None`).
+    /// Metric lines on stdout when `metrics.enabled` (the binary does this; a library user
+    /// chooses).
+    #[must_use]
+    pub fn with_stdout_metrics(self, config: &Config) -> Self {
+        let metrics = config
+            .metrics
+            .enabled
+            .then(|| Metrics::new(config.metrics.clone(), Sink::Stdout));
+        self.with_metrics(metrics)
+    }
+
+    /// Sends metric lines to `metrics` (or nowhere with `None`).
     #[must_use]
     pub fn with_metrics(mut self, metrics: Option<Metrics>) -> Self {
         self.metrics = metrics;

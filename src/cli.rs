@@ -17,6 +17,8 @@ COMMANDS:
     serve            serve HTTPS on webhook.listenPort (default outside Lambda)
     lambda           run the AWS Lambda runtime loop (default when AWS_LAMBDA_RUNTIME_API is set)
     check-config     load and validate the configuration, print it as JSON, and exit
+    webhook-config   print the MutatingWebhookConfiguration for a URL as YAML
+                     (`podmutator webhook-config --help` for its flags)
 
 OPTIONS:
     --config FILE    configuration file (JSON or YAML); same as PODMUTATOR_CONFIG_FILE
@@ -106,6 +108,13 @@ fn load(config_path: Option<String>) -> Result<Loaded, String> {
 
 /// Runs the program; the `Err` is printed by `main` and exits non-zero.
 pub fn run(args: &[String]) -> Result<(), String> {
+    // `webhook-config` has flags of its own and needs no configuration or runtime.
+    if args.first().is_some_and(|a| a == "webhook-config") {
+        let yaml =
+            crate::registration::webhook_config_command(&args[1..]).map_err(|e| e.to_string())?;
+        print!("{yaml}");
+        return Ok(());
+    }
     let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
     let (command, config_path) = parse_args(args, in_lambda)?;
     match command {
@@ -171,7 +180,9 @@ pub async fn build_app(config: &Config) -> Result<App, String> {
         (Some(id), Some(client)) => Some(read_path_token(client, id).await?),
         _ => None,
     };
-    let mut app = App::new(config, path_token).map_err(|e| e.to_string())?;
+    let mut app = App::new(config, path_token)
+        .map_err(|e| e.to_string())?
+        .with_stdout_metrics(config);
     if let (true, Some(client)) = (embedded, client) {
         let e = &config.embedded;
         let source = CachingSource::new(

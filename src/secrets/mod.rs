@@ -101,6 +101,7 @@ pub struct Plan {
     env: Vec<EnvVar>,
     env_owner: Vec<String>,
     mounts: Vec<VolumeMount>,
+    mount_owner: Vec<String>,
     conflicts: Vec<String>,
     current: String,
 }
@@ -130,11 +131,26 @@ impl Plan {
         }
     }
 
-    /// Adds `m` unless a mount of that volume is already planned.
+    /// Adds `m` unless a mount of that volume is already planned. Two different volumes at one
+    /// path (say an AWS fetcher's and an Embedded file volume, both at `/etc/flyte/secrets`) would
+    /// make the API server reject the pod: that is a conflict, reported after all requests ran.
     pub fn mount(&mut self, m: VolumeMount) {
-        if !self.mounts.iter().any(|x| x.name == m.name) {
-            self.mounts.push(m);
+        if self.mounts.iter().any(|x| x.name == m.name) {
+            return;
         }
+        if let Some(i) = self
+            .mounts
+            .iter()
+            .position(|x| x.mount_path == m.mount_path)
+        {
+            self.conflicts.push(format!(
+                "{} and {} both need a volume mounted at {} ({:?} and {:?}); request these secrets through one secret manager",
+                self.mount_owner[i], self.current, m.mount_path, self.mounts[i].name, m.name
+            ));
+            return;
+        }
+        self.mounts.push(m);
+        self.mount_owner.push(self.current.clone());
     }
 
     fn mark(&self) -> PlanMark {
@@ -149,6 +165,7 @@ impl Plan {
         self.env.truncate(mark.env);
         self.env_owner.truncate(mark.env);
         self.mounts.truncate(mark.mounts);
+        self.mount_owner.truncate(mark.mounts);
         self.conflicts.truncate(mark.conflicts);
     }
 
@@ -300,6 +317,7 @@ impl PodMutator for SecretsMutator {
                 if let Some(denial) = inj.deny(req, ctx, pod) {
                     return Err(denial);
                 }
+                plan.current = format!("{} ({})", req.annotation, inj.kind());
                 let mark = plan.mark();
                 match inj.inject(req, ctx, pod, &mut plan) {
                     Ok(()) => {
@@ -405,5 +423,91 @@ pub(crate) mod testing {
     /// The pod as JSON, for compact expectations.
     pub fn json(pod: &Pod) -> serde_json::Value {
         serde_json::to_value(pod).unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+    use crate::config::SidecarConfig;
+    use crate::mutate::Route;
+    use crate::secrets::sidecar::{Provider, SidecarInjector};
+
+    fn run(injectors: Vec<Box<dyn SecretInjector>>, secrets: &[Secret]) -> Result<Pod, Denial> {
+        let mutator = SecretsMutator::new(injectors);
+        let mut pod = mk_pod();
+        pod.metadata.labels = Some([(POD_LABEL.to_owned(), POD_LABEL_VALUE.to_owned())].into());
+        pod.metadata.annotations = Some(codec::encode_annotations(secrets).unwrap());
+        let resolved = ResolvedSecrets::default();
+        let ctx = PodCtx {
+            namespace: "ns",
+            route: Route::Secrets,
+            username: "u",
+            groups: &[],
+            dry_run: false,
+            resolved: &resolved,
+            tally: &crate::mutate::UNCOUNTED,
+        };
+        mutator.mutate(&ctx, &mut pod).map(|()| pod)
+    }
+
+    #[test]
+    fn two_managers_that_mount_the_same_path_are_refused_not_admitted_invalid() {
+        // Flyte dedupes mounts by volume name only, and the API server then rejects the pod
+        // for a duplicate mountPath.
+        let mut gcp = secret("TestSecret", "", MountRequirement::File, "");
+        gcp.group_version = "2".into();
+        let err = run(
+            vec![
+                Box::new(SidecarInjector::new(
+                    Provider::Aws,
+                    &SidecarConfig::default(),
+                )),
+                Box::new(SidecarInjector::new(
+                    Provider::Gcp,
+                    &SidecarConfig::default(),
+                )),
+            ],
+            &[
+                secret(
+                    "arn:aws:secretsmanager:us-east-1:1:secret:",
+                    "db-AbCdEf",
+                    MountRequirement::File,
+                    "",
+                ),
+                gcp,
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(err.reason, "SecretConflict");
+        assert!(
+            err.message.contains("flyte.secrets/s0 (AWS) and flyte.secrets/s1 (GCP) both need a volume mounted at /etc/flyte/secrets"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn a_failed_manager_leaves_nothing_behind_for_the_next_one() {
+        // Flyte v1 handed the next injector the nil pod Global returned for a FILE request.
+        let global = crate::secrets::global::GlobalInjector {
+            env_prefix: "_UNION_".into(),
+            source: Box::new(crate::secrets::global::FileEnvSource::new(
+                &crate::config::GlobalSecretsConfig::default(),
+                [("FLYTE_SECRET_G_K".to_owned(), "fake-global".to_owned())].into(),
+            )),
+        };
+        let k8s = crate::secrets::k8s::K8sInjector {
+            env_prefix: "_UNION_".into(),
+        };
+        let pod = run(
+            vec![Box::new(global), Box::new(k8s)],
+            &[secret("g", "k", MountRequirement::File, "")],
+        )
+        .unwrap();
+        let text = serde_json::to_string(&pod).unwrap();
+        assert!(!text.contains("fake-global"));
+        assert!(text.contains("\"secretName\":\"g\""));
     }
 }

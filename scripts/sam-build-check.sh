@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `sam build` of template.yaml with the rust-cargolambda builder, and a check that it produced
+# the arm64 `bootstrap` a SAM deployment would upload. It is a cross-compiled LTO release build
+# (minutes, not seconds), so it runs as its own CI step instead of inside `cargo test`.
+#
+# Usage: scripts/sam-build-check.sh [BUILD_DIR]   (default: target/sam-build-check)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${1:-$ROOT/target/sam-build-check}
+cd "$ROOT"
+
+# cargo lambda cross-compiles with zig, but the Rust standard library for the target must be
+# installed.
+if command -v rustup >/dev/null 2>&1 &&
+	! rustup target list --installed | grep -qx aarch64-unknown-linux-gnu; then
+	rustup target add aarch64-unknown-linux-gnu
+fi
+
+# A target directory of its own: the aarch64 release build then never waits on the lock of a
+# concurrent debug build or test run in target/, and its dependencies stay warm between runs.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target/sam-build}
+
+SAM=$(scripts/tools.sh path sam)
+# The builder runs `cargo lambda`, which finds zig only through `python -m ziglang`.
+PATH="$(scripts/tools.sh path bin):$PATH"
+export PATH SAM_CLI_TELEMETRY=0
+
+start=$SECONDS
+"$SAM" build --template-file template.yaml --build-dir "$BUILD_DIR" --beta-features
+echo "sam-build-check: sam build took $((SECONDS - start)) s" >&2
+
+bootstrap=$BUILD_DIR/Function/bootstrap
+[[ -x $bootstrap ]] || {
+	echo "sam-build-check: $bootstrap is missing or not executable" >&2
+	exit 1
+}
+# ELF header: e_machine (offset 18, little endian) is 0xb7 for AArch64.
+machine=$(od -An -tx1 -j18 -N2 "$bootstrap" | tr -d ' \n')
+[[ $machine == b700 ]] || {
+	echo "sam-build-check: $bootstrap is not an arm64 ELF (e_machine $machine)" >&2
+	exit 1
+}
+echo "sam-build-check: $bootstrap is an arm64 executable of $(stat -c %s "$bootstrap") bytes" >&2

@@ -1,0 +1,37 @@
+# Renders the MutatingWebhookConfiguration from registration.json. It has no providers, so the
+# tests can evaluate it offline with `terraform apply` and compare the result with what
+# `podmutator webhook-config` prints for the same inputs.
+
+terraform {
+  required_version = ">= 1.9"
+}
+
+locals {
+  # The label key is substituted in the text, before decoding, so that it can appear in keys
+  # (matchLabels) as well as in values; the variable's validation keeps it JSON-safe.
+  registration = jsondecode(replace(var.registration_json, "@MESH_LABEL_KEY@", var.mesh_label_key))
+
+  url_prefix = var.path_token == null ? trimsuffix(var.url, "/") : "${trimsuffix(var.url, "/")}/${var.path_token}"
+
+  # Absent rather than empty when there is no bundle: the API server then uses its system roots.
+  client_config_extra = { for k, v in { caBundle = var.ca_bundle_pem } : k => base64encode(v) if v != null }
+
+  webhooks = [
+    for w in local.registration.webhooks : {
+      name                    = w.name
+      admissionReviewVersions = w.admissionReviewVersions
+      clientConfig            = merge({ url = "${local.url_prefix}${w.path}" }, local.client_config_extra)
+      failurePolicy           = coalesce(var.failure_policy, w.failurePolicy)
+      matchConditions         = w.matchConditions
+      namespaceSelector       = w.namespaceSelector
+      objectSelector          = w.objectSelector
+      reinvocationPolicy      = w.reinvocationPolicy
+      rules                   = w.rules
+      sideEffects             = w.sideEffects
+      timeoutSeconds          = coalesce(var.timeout_seconds, w.timeoutSeconds)
+    }
+    if !w.mesh || var.mesh_enabled
+  ]
+
+  paths = [for w in local.registration.webhooks : w.path if !w.mesh || var.mesh_enabled]
+}

@@ -1,0 +1,90 @@
+variable "registration_json" {
+  description = "Text of terraform/registration.json."
+  type        = string
+}
+
+variable "url" {
+  description = "Base URL of the endpoint (https://host[/prefix]); each webhook's path is appended."
+  type        = string
+
+  validation {
+    # The API server rejects a webhook URL with another scheme, user info, a query or a fragment.
+    condition     = can(regex("^https://[^/?#@]+(/[^?#]*)?$", var.url))
+    error_message = "url must be https://host[/path] without user info, query or fragment."
+  }
+}
+
+variable "path_token" {
+  description = "Secret first path segment (API Gateway option); null for none."
+  type        = string
+  default     = null
+  sensitive   = true
+
+  validation {
+    # Same rule as the function's http.pathToken check: one URL segment, hard to guess.
+    condition     = var.path_token == null || can(regex("^[A-Za-z0-9_-]{32,}$", var.path_token))
+    error_message = "path_token must be at least 32 letters, digits, '-' or '_'."
+  }
+}
+
+variable "ca_bundle_pem" {
+  description = "PEM CA bundle the API server should trust for the endpoint; null to use its system roots."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.ca_bundle_pem == null || strcontains(coalesce(var.ca_bundle_pem, "-"), "-----BEGIN CERTIFICATE-----")
+    error_message = "ca_bundle_pem must hold at least one PEM certificate."
+  }
+}
+
+variable "mesh_enabled" {
+  description = "Register the two mesh webhooks."
+  type        = bool
+  default     = false
+}
+
+variable "mesh_label_key" {
+  description = "Label that marks mesh-managed pods and namespaces."
+  type        = string
+  default     = "aether.io/managed"
+
+  validation {
+    # A Kubernetes qualified name; also keeps the key safe to substitute into JSON and CEL text.
+    condition     = can(regex("^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$", var.mesh_label_key))
+    error_message = "mesh_label_key must be a Kubernetes label key such as aether.io/managed."
+  }
+}
+
+variable "failure_policy" {
+  description = "Overrides every webhook's failurePolicy (Fail or Ignore); null keeps registration.json's."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.failure_policy == null || contains(["Fail", "Ignore"], coalesce(var.failure_policy, "-"))
+    error_message = "failure_policy must be Fail or Ignore."
+  }
+}
+
+variable "timeout_seconds" {
+  description = "Overrides every webhook's timeoutSeconds; null keeps registration.json's."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.timeout_seconds == null || (coalesce(var.timeout_seconds, 0) >= 1 && coalesce(var.timeout_seconds, 0) <= 30 && floor(coalesce(var.timeout_seconds, 0)) == coalesce(var.timeout_seconds, 0))
+    error_message = "timeout_seconds must be a whole number from 1 to 30 (the Kubernetes limit)."
+  }
+}
+
+variable "name" {
+  description = "metadata.name of the MutatingWebhookConfiguration; null keeps registration.json's."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.name == null || can(regex("^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", coalesce(var.name, "x")))
+    error_message = "name must be a DNS subdomain: lowercase letters, digits, '-' and '.'."
+  }
+}

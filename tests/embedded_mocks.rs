@@ -1,0 +1,228 @@
+//! Embedded mode through the real AWS SDK client with `aws-smithy-mocks` answering the
+//! `BatchGetSecretValue` calls: every answer the service can give, as the admission sees it.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_secretsmanager::Client;
+use aws_sdk_secretsmanager::operation::batch_get_secret_value::BatchGetSecretValueOutput;
+use aws_sdk_secretsmanager::types::{ApiErrorType, SecretValueEntry};
+use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_types::Blob;
+use aws_smithy_types::body::SdkBody;
+use common::*;
+use podmutator::admission::App;
+use podmutator::config::Config;
+use podmutator::mutate::Route;
+use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator::secrets::source::{AwsSource, CachePolicy, CachingSource};
+use rstest::rstest;
+use serde_json::{Value, json};
+
+const NS: &str = "flytesnacks-development";
+
+fn id(domain: &str, project: &str, key: &str) -> String {
+    format!("u__org__flyte__domain__{domain}__project__{project}__key__{key}")
+}
+
+#[derive(Clone)]
+enum Stored {
+    Text(&'static str),
+    Bytes(&'static [u8]),
+}
+
+/// A Secrets Manager holding `store`, answering batches by name as the service does.
+fn service(store: BTreeMap<String, Stored>) -> Rule {
+    mock!(Client::batch_get_secret_value).then_compute_output(move |input| {
+        let mut out = BatchGetSecretValueOutput::builder();
+        for id in input.secret_id_list() {
+            out = match store.get(id) {
+                Some(v) => {
+                    let entry = SecretValueEntry::builder()
+                        .name(id)
+                        .version_stages("AWSCURRENT");
+                    out.secret_values(match v {
+                        Stored::Text(t) => entry.secret_string(*t).build(),
+                        Stored::Bytes(b) => entry.secret_binary(Blob::new(b.to_vec())).build(),
+                    })
+                }
+                None => out.errors(
+                    ApiErrorType::builder()
+                        .secret_id(id)
+                        .error_code("ResourceNotFoundException")
+                        .message("Secrets Manager can't find the specified secret.")
+                        .build(),
+                ),
+            };
+        }
+        out.build()
+    })
+}
+
+fn app_over(client: Client) -> App {
+    let config = Config::from_value(json!({"webhook": {
+        "secretManagerTypes": ["Embedded"],
+        "embeddedSecretManagerConfig": {"type": "AWS"}
+    }}))
+    .unwrap()
+    .config;
+    let source = CachingSource::new(
+        AwsSource::new(client, 20),
+        CachePolicy {
+            ttl: Duration::from_secs(300),
+            negative_ttl: Duration::from_secs(10),
+            max_entries: 100,
+            max_bytes: 1 << 20,
+        },
+    );
+    App::new(&config, None)
+        .unwrap()
+        .with_source(Arc::new(source), Duration::from_secs(2))
+}
+
+fn pod(key: &str, mount: MountRequirement) -> Value {
+    let s = Secret {
+        key: key.into(),
+        mount_requirement: mount,
+        ..Default::default()
+    };
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "t", "labels": {"inject-flyte-secrets": "true", "organization": "flyte", "project": "flytesnacks", "domain": "development"},
+                     "annotations": encode_annotations(&[s]).unwrap()},
+        "spec": {"containers": [{"name": "main", "image": "x"}]}
+    })
+}
+
+async fn admit(app: &App, pod: &Value) -> (u16, Value) {
+    let reply = app
+        .review(
+            Route::Secrets,
+            &serde_json::to_vec(&create_review(pod, NS)).unwrap(),
+        )
+        .await;
+    (reply.status, response(&reply.body))
+}
+
+fn first_env(pod: &Value, resp: &Value) -> Value {
+    apply(pod, &patch_of(resp))["spec"]["containers"][0]["env"][0].clone()
+}
+
+#[rstest]
+#[case::hit_at_project_scope(id("development", "flytesnacks", "k"), "fake-project")]
+#[case::cascade_to_domain(id("development", "", "k"), "fake-domain")]
+#[case::cascade_to_org(id("", "", "k"), "fake-org")]
+#[tokio::test]
+async fn the_value_of_the_most_specific_scope_is_injected(
+    #[case] at: String,
+    #[case] value: &'static str,
+) {
+    let rule = service([(at, Stored::Text(value))].into());
+    let app = app_over(mock_client!(
+        aws_sdk_secretsmanager,
+        RuleMode::MatchAny,
+        [&rule]
+    ));
+    let p = pod("k", MountRequirement::EnvVar);
+    let (status, resp) = admit(&app, &p).await;
+    assert_eq!(status, 200, "{resp}");
+    assert_eq!(
+        first_env(&p, &resp),
+        json!({"name": "_UNION_K", "value": value})
+    );
+    assert_eq!(rule.num_calls(), 1, "all three scopes in one call");
+
+    // Warm: the cache answers, the service is not called again.
+    let (_, again) = admit(&app, &p).await;
+    assert_eq!(again, resp);
+    assert_eq!(rule.num_calls(), 1);
+}
+
+#[tokio::test]
+async fn not_found_everywhere_is_denied_and_remembered_briefly() {
+    let rule = service(BTreeMap::new());
+    let app = app_over(mock_client!(
+        aws_sdk_secretsmanager,
+        RuleMode::MatchAny,
+        [&rule]
+    ));
+    let p = pod("missing", MountRequirement::EnvVar);
+    let (status, resp) = admit(&app, &p).await;
+    assert_eq!(status, 200);
+    assert_eq!(resp["allowed"], false);
+    assert!(
+        resp["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("[SecretNotFoundAcrossAllScopes]")
+    );
+    admit(&app, &p).await;
+    assert_eq!(rule.num_calls(), 1, "the negative answer is cached");
+}
+
+#[rstest]
+#[case::binary_utf8_as_env(b"fake-utf8-bytes" as &'static [u8], MountRequirement::EnvVar, Some("fake-utf8-bytes"))]
+#[case::binary_not_utf8_as_env(b"\xff\xfe\x00", MountRequirement::EnvVar, None)]
+#[case::binary_not_utf8_as_file(b"\xff\xfe\x00", MountRequirement::File, Some("k=//4A"))]
+#[tokio::test]
+async fn binary_values(
+    #[case] bytes: &'static [u8],
+    #[case] mount: MountRequirement,
+    #[case] want: Option<&str>,
+) {
+    let rule = service([(id("", "", "k"), Stored::Bytes(bytes))].into());
+    let app = app_over(mock_client!(
+        aws_sdk_secretsmanager,
+        RuleMode::MatchAny,
+        [&rule]
+    ));
+    let p = pod("k", mount);
+    let (_, resp) = admit(&app, &p).await;
+    match want {
+        Some(v) => {
+            let out = apply(&p, &patch_of(&resp)).to_string();
+            assert!(out.contains(v), "{out}");
+        }
+        None => {
+            assert_eq!(resp["allowed"], false);
+            assert!(
+                resp["status"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("not a valid UTF-8 string; mount as a file instead")
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn throttling_that_outlasts_the_sdk_retries_is_an_internal_error() {
+    let throttled = mock!(Client::batch_get_secret_value).then_http_response(|| {
+        HttpResponse::new(
+            400.try_into().unwrap(),
+            SdkBody::from(r#"{"__type":"ThrottlingException","message":"Rate exceeded"}"#),
+        )
+    });
+    let client = mock_client!(aws_sdk_secretsmanager, RuleMode::MatchAny, [&throttled]);
+    let app = app_over(client);
+    let (status, resp) = admit(&app, &pod("k", MountRequirement::EnvVar)).await;
+    assert_eq!(status, 500, "{resp}");
+    let msg = resp["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with(&format!(
+            "failed to fetch secret {}",
+            id("development", "flytesnacks", "k")
+        )),
+        "{msg}"
+    );
+    assert!(msg.contains("ThrottlingException"), "{msg}");
+    assert!(
+        throttled.num_calls() >= 2,
+        "the SDK retried ({} calls)",
+        throttled.num_calls()
+    );
+}

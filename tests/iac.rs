@@ -1,0 +1,463 @@
+//! Infrastructure checks: the linters and scanners over `terraform/` and `template.yaml`, and
+//! proof that Terraform, SAM, `registration.json` and `podmutator webhook-config` agree with the
+//! function's routes and deadlines.
+//!
+//! Every tool comes from `scripts/tools.sh path ...`; a tool that cannot be installed fails the
+//! test, it never skips it. `sam build` is slow (a cross-compiled LTO release build) and runs in
+//! `scripts/sam-build-check.sh` instead.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use podmutator::registration::{
+    self, FailurePolicy, MESH_LABEL_KEY_PLACEHOLDER, RegistrationOptions,
+};
+use serde_json::{Value, json};
+
+/// The oldest Kubernetes line the crate pins (k8s-openapi `v1_33`); matchConditions are GA there.
+const KUBERNETES_VERSION: &str = "1.33.0";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Path of a pinned tool, installing its virtualenv on first use.
+fn tool(name: &str) -> PathBuf {
+    let out = Command::new(root().join("scripts/tools.sh"))
+        .args(["path", name])
+        .stdin(Stdio::null())
+        .output()
+        .expect("cannot run scripts/tools.sh");
+    assert!(
+        out.status.success(),
+        "scripts/tools.sh path {name} failed, and the IaC checks need {name}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn run(what: &str, cmd: &mut Command) -> Output {
+    if cmd.get_current_dir().is_none() {
+        cmd.current_dir(root());
+    }
+    cmd.env("SAM_CLI_TELEMETRY", "0")
+        .env("BC_SKIP_MAPPING", "TRUE")
+        .env("CHECKPOINT_DISABLE", "1")
+        // Keeps tests/iac/__pycache__ out of the work tree.
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"))
+}
+
+fn run_ok(what: &str, cmd: &mut Command) -> Output {
+    let out = run(what, cmd);
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A scratch directory under the target dir, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("iac-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Linters and scanners
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn terraform_is_formatted() {
+    let terraform = tool("terraform");
+    for dir in ["terraform", "examples"] {
+        run_ok(
+            &format!("terraform fmt -check {dir}"),
+            Command::new(&terraform).args(["fmt", "-check", "-recursive", "-diff", dir]),
+        );
+    }
+}
+
+#[test]
+fn sam_validate_lint_is_clean() {
+    run_ok(
+        "sam validate --lint",
+        Command::new(tool("sam")).args(["validate", "--lint", "-t", "template.yaml"]),
+    );
+}
+
+#[test]
+fn cfn_lint_is_clean() {
+    run_ok(
+        "cfn-lint",
+        Command::new(tool("cfn-lint")).arg("template.yaml"),
+    );
+}
+
+/// Runs checkov and asserts nothing failed and every skip says why. Returns (passed, skips).
+fn checkov(what: &str, args: &[&str]) -> (u64, Vec<String>) {
+    let out = run(
+        what,
+        Command::new(tool("checkov"))
+            .args(args)
+            .args(["--skip-download", "--output", "json"]),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "{what}: checkov printed no JSON report ({e}):\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let summary = &report["summary"];
+    let failed: Vec<String> = report["results"]["failed_checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| format!("{} {} ({})", c["check_id"], c["resource"], c["check_name"]))
+        .collect();
+    assert!(
+        failed.is_empty() && summary["failed"] == 0,
+        "{what}: checkov failed checks:\n{}",
+        failed.join("\n")
+    );
+    assert_eq!(
+        summary["parsing_errors"], 0,
+        "{what}: checkov could not parse everything"
+    );
+    let skips: Vec<String> = report["results"]["skipped_checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let reason = c["check_result"]["suppress_comment"].as_str().unwrap_or("");
+            assert!(
+                reason.len() > 20,
+                "{what}: skip of {} on {} has no reason",
+                c["check_id"],
+                c["resource"]
+            );
+            format!(
+                "{} {}: {reason}",
+                c["check_id"].as_str().unwrap_or("?"),
+                c["resource"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    let passed = summary["passed"].as_u64().unwrap_or(0);
+    assert!(passed > 0, "{what}: checkov ran no check");
+    eprintln!(
+        "{what}: {passed} checks passed, {} skipped with a reason\n  {}",
+        skips.len(),
+        skips.join("\n  ")
+    );
+    (passed, skips)
+}
+
+#[test]
+fn checkov_passes_terraform_with_every_skip_explained() {
+    checkov(
+        "checkov terraform/",
+        &["--directory", "terraform", "--framework", "terraform"],
+    );
+}
+
+/// checkov drops resources whose Condition is false for the parameter defaults, so the template
+/// is scanned once per endpoint: as written (alb) and with http-api and mesh switched on.
+#[test]
+fn checkov_passes_template_for_both_endpoints_with_every_skip_explained() {
+    checkov(
+        "checkov template.yaml (alb)",
+        &["--file", "template.yaml", "--framework", "cloudformation"],
+    );
+
+    let text = std::fs::read_to_string(root().join("template.yaml")).unwrap();
+    let mut variant = text.clone();
+    for (from, to) in [
+        (
+            "    Default: alb\n    AllowedValues: [alb, http-api]",
+            "    Default: http-api\n    AllowedValues: [alb, http-api]",
+        ),
+        (
+            "    Default: \"false\"\n    AllowedValues: [\"true\", \"false\"]\n    Description: Turn on the mesh",
+            "    Default: \"true\"\n    AllowedValues: [\"true\", \"false\"]\n    Description: Turn on the mesh",
+        ),
+    ] {
+        assert_eq!(
+            variant.matches(from).count(),
+            1,
+            "template.yaml changed: update this test's parameter switch for {from:?}"
+        );
+        variant = variant.replace(from, to);
+    }
+    let scratch = Scratch::new("checkov-template");
+    let file = scratch.path().join("template-http-api.yaml");
+    std::fs::write(&file, variant).unwrap();
+    let (_, skips) = checkov(
+        "checkov template.yaml (http-api, mesh)",
+        &[
+            "--file",
+            file.to_str().unwrap(),
+            "--framework",
+            "cloudformation",
+        ],
+    );
+    assert!(
+        skips.iter().any(|s| s.contains("PathTokenSecret")),
+        "the http-api variant was not scanned as such: {skips:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Agreement between the IaC, registration.json and the function
+// ---------------------------------------------------------------------------------------------
+
+/// What the crate says the IaC must match: its routes, and the defaults the IaC passes
+/// explicitly, which must be the function's own.
+fn expectations() -> Value {
+    let config = podmutator::Config::default();
+    json!({
+        "routes": {
+            "secrets": podmutator::http::PATH_SECRETS,
+            "managedPod": podmutator::http::PATH_MANAGED_POD,
+            "managedNamespace": podmutator::http::PATH_MANAGED_NAMESPACE,
+            "healthz": podmutator::http::PATH_HEALTHZ,
+        },
+        "secretsWebhookName": "flyte-pod-webhook.flyte.org",
+        "meshLabelKeyPlaceholder": MESH_LABEL_KEY_PLACEHOLDER,
+        "annotationPrefix": podmutator::secrets::codec::ANNOTATION_PREFIX,
+        "embedded": {
+            "deadlineMs": config.embedded.deadline_ms,
+            "cacheTtlSeconds": config.embedded.cache_ttl_seconds,
+            "namespaceTemplate": config.embedded.namespace_template,
+        },
+        "maxBodyBytes": config.http.max_body_bytes,
+        "secretsSelector": {
+            "label": config.secrets_selector.label,
+            "value": config.secrets_selector.value,
+        },
+        "meshManagedLabel": config.mesh.managed_label,
+        "meshManagedValue": podmutator::mutate::mesh::MANAGED,
+    })
+}
+
+#[test]
+fn terraform_and_sam_agree_with_the_functions_routes_and_deadlines() {
+    let scratch = Scratch::new("agreement");
+    let expect = scratch.path().join("expect.json");
+    let facts = scratch.path().join("terraform-facts.json");
+    std::fs::write(&expect, expectations().to_string()).unwrap();
+    let out = run_ok(
+        "tests/iac/check_terraform.py",
+        Command::new(tool("python-hcl"))
+            .arg("tests/iac/check_terraform.py")
+            .arg(root())
+            .arg(&expect)
+            .arg(&facts),
+    );
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    let out = run_ok(
+        "tests/iac/check_sam.py",
+        Command::new(tool("python"))
+            .arg("tests/iac/check_sam.py")
+            .arg(root())
+            .arg(&expect)
+            .arg(&facts),
+    );
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+}
+
+const TOKEN: &str = "abcdefghijklmnopqrstuvwxyz0123456789ABCD";
+const FAKE_CA_PEM: &str =
+    "-----BEGIN CERTIFICATE-----\nZmFrZS1jYS1mb3ItdGVzdHM=\n-----END CERTIFICATE-----\n";
+
+/// Inputs given both to the Terraform renderer and to `mutating_webhook_configuration`.
+fn cases() -> Vec<(&'static str, RegistrationOptions)> {
+    vec![
+        (
+            "alb_defaults",
+            RegistrationOptions {
+                url: "https://podmutator.example.com".into(),
+                ..Default::default()
+            },
+        ),
+        (
+            "alb_private_ca_mesh",
+            RegistrationOptions {
+                url: "https://podmutator.internal.example.com/".into(),
+                ca_bundle_pem: Some(FAKE_CA_PEM.as_bytes().to_vec()),
+                mesh: true,
+                ..Default::default()
+            },
+        ),
+        (
+            "http_api_everything_overridden",
+            RegistrationOptions {
+                url: "https://hooks.example.com/base".into(),
+                path_token: Some(TOKEN.into()),
+                ca_bundle_pem: Some(FAKE_CA_PEM.as_bytes().to_vec()),
+                mesh: true,
+                mesh_label_key: Some("example.org/meshed".into()),
+                failure_policy: Some(FailurePolicy::Ignore),
+                timeout_seconds: Some(7),
+                name: Some("podmutator-staging".into()),
+            },
+        ),
+    ]
+}
+
+fn hcl_string(s: &str) -> String {
+    // JSON string escapes are HCL string escapes; none of the inputs contain "${" or "%{".
+    assert!(!s.contains("${") && !s.contains("%{"), "{s}");
+    serde_json::to_string(s).unwrap()
+}
+
+/// A root module that instantiates terraform/modules/webhook-config once per case.
+fn render_root(cases: &[(&str, RegistrationOptions)]) -> String {
+    let module_dir = root().join("terraform/modules/webhook-config");
+    let registration_file = root().join("terraform/registration.json");
+    let mut tf = String::new();
+    for (name, o) in cases {
+        let mut args = vec![
+            format!("source = {}", hcl_string(module_dir.to_str().unwrap())),
+            format!(
+                "registration_json = file({})",
+                hcl_string(registration_file.to_str().unwrap())
+            ),
+            format!("url = {}", hcl_string(&o.url)),
+            format!("mesh_enabled = {}", o.mesh),
+        ];
+        if let Some(t) = &o.path_token {
+            args.push(format!("path_token = {}", hcl_string(t)));
+        }
+        if let Some(pem) = &o.ca_bundle_pem {
+            args.push(format!(
+                "ca_bundle_pem = {}",
+                hcl_string(std::str::from_utf8(pem).unwrap())
+            ));
+        }
+        if let Some(k) = &o.mesh_label_key {
+            args.push(format!("mesh_label_key = {}", hcl_string(k)));
+        }
+        if let Some(p) = o.failure_policy {
+            args.push(format!("failure_policy = {}", hcl_string(p.as_str())));
+        }
+        if let Some(t) = o.timeout_seconds {
+            args.push(format!("timeout_seconds = {t}"));
+        }
+        if let Some(n) = &o.name {
+            args.push(format!("name = {}", hcl_string(n)));
+        }
+        tf.push_str(&format!(
+            "module \"{name}\" {{\n  {}\n}}\n\noutput \"{name}\" {{\n  value     = module.{name}.manifest\n  sensitive = true\n}}\n\noutput \"{name}_min_timeout\" {{\n  value = module.{name}.min_timeout_seconds\n}}\n\n",
+            args.join("\n  ")
+        ));
+    }
+    tf
+}
+
+/// Terraform itself evaluates the module that the root module registers with, offline (it has no
+/// providers), and the result must equal what `podmutator webhook-config` prints.
+#[test]
+fn terraform_renders_exactly_what_webhook_config_prints() {
+    let terraform = tool("terraform");
+    let scratch = Scratch::new("render");
+    let cases = cases();
+    std::fs::write(scratch.path().join("main.tf"), render_root(&cases)).unwrap();
+    let tf = |args: &[&str]| {
+        run_ok(
+            &format!("terraform {}", args.join(" ")),
+            Command::new(&terraform)
+                .args(args)
+                .current_dir(scratch.path()),
+        )
+    };
+    tf(&["init", "-input=false", "-no-color"]);
+    tf(&["apply", "-auto-approve", "-input=false", "-no-color"]);
+    let outputs: Value =
+        serde_json::from_slice(&tf(&["output", "-no-color", "-json"]).stdout).unwrap();
+
+    let kubernetes_validate = tool("kubernetes-validate");
+    for (name, opts) in &cases {
+        opts.validate().unwrap();
+        let rust = registration::mutating_webhook_configuration(opts);
+        assert_eq!(
+            outputs[*name]["value"], rust,
+            "{name}: Terraform and `podmutator webhook-config` disagree"
+        );
+        let min_timeout = rust["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["timeoutSeconds"].as_u64().unwrap())
+            .min();
+        assert_eq!(
+            outputs[format!("{name}_min_timeout")]["value"].as_u64(),
+            min_timeout
+        );
+
+        // What the command prints is a valid object for the oldest supported Kubernetes.
+        let yaml = scratch.path().join(format!("{name}.yaml"));
+        std::fs::write(&yaml, registration::to_yaml(&rust)).unwrap();
+        run_ok(
+            &format!("kubernetes-validate {name}.yaml"),
+            Command::new(&kubernetes_validate)
+                .args(["--strict", "--kubernetes-version", KUBERNETES_VERSION])
+                .arg(&yaml),
+        );
+    }
+}
+
+#[test]
+fn terraform_rejects_a_path_token_the_function_would_reject() {
+    let terraform = tool("terraform");
+    let scratch = Scratch::new("render-bad-token");
+    let bad = RegistrationOptions {
+        url: "https://h.example.com".into(),
+        path_token: Some("short".into()),
+        ..Default::default()
+    };
+    assert!(bad.validate().is_err());
+    std::fs::write(scratch.path().join("main.tf"), render_root(&[("bad", bad)])).unwrap();
+    run_ok(
+        "terraform init",
+        Command::new(&terraform)
+            .args(["init", "-input=false", "-no-color"])
+            .current_dir(scratch.path()),
+    );
+    let out = run(
+        "terraform plan",
+        Command::new(&terraform)
+            .args(["plan", "-input=false", "-no-color"])
+            .current_dir(scratch.path()),
+    );
+    assert!(
+        !out.status.success(),
+        "terraform accepted a 5-character path token"
+    );
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("path_token must be at least 32"), "{text}");
+}

@@ -1,0 +1,278 @@
+"""Checks template.yaml against registration.json, the function and the Terraform defaults.
+
+Usage: python check_sam.py REPO_ROOT EXPECT_JSON TERRAFORM_FACTS_JSON
+
+The template is decoded with cfn-lint's loader, then the intrinsic functions the template uses
+(Ref, Fn::If, Fn::Sub, Fn::Join, conditions) are evaluated for every combination of endpoint
+and mesh switch, so what is checked is what CloudFormation would create. Run by tests/iac.rs
+with the python of .venv (scripts/tools.sh path python), which has cfn-lint.
+"""
+
+import itertools
+import json
+import pathlib
+import re
+import sys
+
+from cfnlint.decode import decode_str
+
+from common import Checks, expected_webhooks, load_json, registration_paths
+
+NO_VALUE = object()
+ALLOWED_ACTIONS = {
+    "logs:CreateLogStream",
+    "logs:PutLogEvents",
+    "secretsmanager:GetSecretValue",
+    "secretsmanager:BatchGetSecretValue",
+    "kms:Decrypt",
+}
+PSEUDO = {
+    "AWS::Region": "eu-west-1",
+    "AWS::AccountId": "123456789012",
+    "AWS::Partition": "aws",
+    "AWS::StackName": "podmutator",
+}
+
+# SAM parameter -> Terraform variable with the same meaning and default.
+SAME_DEFAULTS = {
+    "MemorySize": "memory_size",
+    "LambdaTimeoutSeconds": "lambda_timeout_seconds",
+    "EmbeddedDeadlineMs": "embedded_deadline_ms",
+    "EmbeddedCacheTtlSeconds": "embedded_cache_ttl_seconds",
+    "NamespaceTemplate": "namespace_template",
+    "MaxBodyBytes": "max_body_bytes",
+    "SecretOrg": "secret_org",
+    "LogRetentionDays": "log_retention_days",
+    "AlbSslPolicy": "alb_ssl_policy",
+    "ApiThrottlingBurstLimit": "api_throttling_burst_limit",
+    "ApiThrottlingRateLimit": "api_throttling_rate_limit",
+    "MeshLabelKey": "mesh_label_key",
+}
+
+
+class Evaluator:
+    """Resolves the intrinsic functions this template uses, for one set of parameters."""
+
+    def __init__(self, template, params):
+        self.t = template
+        self.params = params
+        self.conditions = {}
+
+    def condition(self, name):
+        if name not in self.conditions:
+            self.conditions[name] = bool(self.value(self.t["Conditions"][name]))
+        return self.conditions[name]
+
+    def exists(self, logical_id):
+        cond = self.t["Resources"][logical_id].get("Condition")
+        return cond is None or self.condition(cond)
+
+    def ref(self, name):
+        if name in self.params:
+            return self.params[name]
+        if name in PSEUDO:
+            return PSEUDO[name]
+        if name == "AWS::NoValue":
+            return NO_VALUE
+        return f"<{name}>"
+
+    def sub(self, text, extra):
+        def repl(m):
+            key = m.group(1)
+            if key in extra:
+                return str(extra[key])
+            if "." in key:
+                return f"<{key}>"
+            v = self.ref(key)
+            return ",".join(v) if isinstance(v, list) else str(v)
+
+        return re.sub(r"\$\{([^}!]+)\}", repl, text)
+
+    def value(self, v):
+        if isinstance(v, dict):
+            if len(v) == 1:
+                (k, a), = v.items()
+                if k == "Ref":
+                    return self.ref(a)
+                if k == "Condition":
+                    return self.condition(a)
+                if k == "Fn::If":
+                    return self.value(a[1] if self.condition(a[0]) else a[2])
+                if k == "Fn::Equals":
+                    return self.value(a[0]) == self.value(a[1])
+                if k == "Fn::Not":
+                    return not self.value(a[0])
+                if k == "Fn::And":
+                    return all(self.value(x) for x in a)
+                if k == "Fn::Or":
+                    return any(self.value(x) for x in a)
+                if k == "Fn::Join":
+                    items = self.value(a[1])
+                    return a[0].join(str(self.value(x)) for x in items)
+                if k == "Fn::Sub":
+                    if isinstance(a, str):
+                        return self.sub(a, {})
+                    extra = {name: self.value(x) for name, x in a[1].items()}
+                    return self.sub(a[0], extra)
+                if k == "Fn::GetAtt":
+                    return f"<{a[0] if isinstance(a, list) else a}>"
+            out = {}
+            for k, x in v.items():
+                r = self.value(x)
+                if r is not NO_VALUE:
+                    out[k] = r
+            return out
+        if isinstance(v, list):
+            return [r for r in (self.value(x) for x in v) if r is not NO_VALUE]
+        return v
+
+
+def defaults(template):
+    out = {}
+    for name, p in template["Parameters"].items():
+        d = p.get("Default")
+        if p["Type"] == "CommaDelimitedList":
+            d = [] if d in (None, "") else [s.strip() for s in str(d).split(",")]
+        elif p["Type"] == "Number" and d is not None:
+            d = int(d)
+        out[name] = d
+    return out
+
+
+def main():
+    root = pathlib.Path(sys.argv[1])
+    expect = load_json(sys.argv[2])
+    tf_defaults = load_json(sys.argv[3])["defaults"]
+    c = Checks("template.yaml")
+
+    registration = load_json(root / "terraform" / "registration.json")
+    template, matches = decode_str((root / "template.yaml").read_text(encoding="utf-8"))
+    c.eq("template decodes", [str(m) for m in matches], [])
+    base = defaults(template)
+    base.update({"DomainName": "podmutator.example.com", "HostedZoneId": "Z0000000000000", "VpcId": "vpc-0123abcd",
+                 "SubnetIds": ["subnet-0123abcd", "subnet-4567abcd"], "ClusterSecurityGroupId": "sg-0123abcd"})
+    healthz = expect["routes"]["healthz"]
+    want_hooks = expected_webhooks(expect)
+
+    # --- parameters: same defaults as Terraform, timing in order -----------------------------
+    for param, variable in SAME_DEFAULTS.items():
+        c.eq(f"default of {param} equals Terraform's {variable}", base[param], tf_defaults.get(variable))
+    min_timeout = min(w["timeoutSeconds"] for w in registration["webhooks"])
+    c.true("webhook timeoutSeconds > LambdaTimeoutSeconds", min_timeout > base["LambdaTimeoutSeconds"])
+    c.true("LambdaTimeoutSeconds > EmbeddedDeadlineMs", base["LambdaTimeoutSeconds"] * 1000 > base["EmbeddedDeadlineMs"])
+    c.true(
+        "LambdaTimeoutSeconds cannot reach the Kubernetes limit of 30",
+        int(template["Parameters"]["LambdaTimeoutSeconds"]["MaxValue"]) < 30,
+    )
+    c.eq("default endpoint", base["EndpointType"], "alb")
+
+    fn = template["Resources"]["Function"]
+    props = fn["Properties"]
+    c.eq("function type", fn["Type"], "AWS::Serverless::Function")
+    c.eq("built with cargo lambda", fn["Metadata"].get("BuildMethod"), "rust-cargolambda")
+    c.eq("binary", fn["Metadata"].get("BuildProperties", {}).get("Binary"), "podmutator")
+    c.eq("handler", props.get("Handler"), "bootstrap")
+    c.eq("runtime", props.get("Runtime"), "provided.al2023")
+    c.eq("architectures", props.get("Architectures"), ["arm64"])
+    c.eq("timeout", props.get("Timeout"), {"Ref": "LambdaTimeoutSeconds"})
+    c.eq("memory", props.get("MemorySize"), {"Ref": "MemorySize"})
+    c.eq("log group", props.get("LoggingConfig", {}).get("LogGroup"), {"Ref": "FunctionLogGroup"})
+    c.eq(
+        "log retention",
+        template["Resources"]["FunctionLogGroup"]["Properties"].get("RetentionInDays"),
+        {"Ref": "LogRetentionDays"},
+    )
+
+    # --- every endpoint and mesh combination --------------------------------------------------
+    for endpoint, mesh, users in itertools.product(["alb", "http-api"], ["false", "true"], [[], ["system:serviceaccount:flyte:flytepropeller"]]):
+        ev = Evaluator(template, dict(base, EndpointType=endpoint, MeshEnabled=mesh, AllowedUsernames=users))
+        tag = f"[{endpoint}, mesh={mesh}, users={len(users)}]"
+        paths = registration_paths(registration, mesh == "true")
+        routes = paths + [healthz]
+
+        raw = ev.value(props["Environment"]["Variables"]["PODMUTATOR_CONFIG"])
+        try:
+            config = json.loads(raw)
+        except ValueError as e:
+            c.true(f"{tag} PODMUTATOR_CONFIG is JSON", False, f"{e}: {raw}")
+            continue
+        c.eq(f"{tag} config sections", sorted(config), ["embedded", "http", "mesh", "webhook"])
+        c.eq(f"{tag} config deadline", config["embedded"].get("deadlineMs"), base["EmbeddedDeadlineMs"])
+        c.eq(f"{tag} config mesh", config["mesh"], {"enabled": mesh == "true", "managedLabel": registration["meshLabelKey"]})
+        c.eq(f"{tag} config path token only behind API Gateway", "pathTokenSecretId" in config["http"], endpoint == "http-api")
+        c.eq(f"{tag} config allowedUsernames", config["embedded"].get("allowedUsernames", []), users)
+        c.eq(f"{tag} config region", config["webhook"]["embeddedSecretManagerConfig"]["awsConfig"]["region"], PSEUDO["AWS::Region"])
+
+        outputs = template["Outputs"]
+        c.eq(f"{tag} Routes output", ev.value(outputs["Routes"]["Value"]), ",".join(routes))
+        c.eq(f"{tag} WebhookUrl output", ev.value(outputs["WebhookUrl"]["Value"]), "https://" + base["DomainName"])
+
+        resources = {k: r for k, r in template["Resources"].items() if ev.exists(k)}
+        if endpoint == "alb":
+            rule = ev.value(resources["RoutesRule"]["Properties"])
+            values = [v for cnd in rule["Conditions"] for v in cnd["PathPatternConfig"]["Values"]]
+            c.eq(f"{tag} ALB forwards exactly the routes", values, routes)
+            c.true(f"{tag} no API Gateway", not any(r["Type"].startswith("AWS::ApiGatewayV2") for r in resources.values()))
+        else:
+            keys = sorted(ev.value(r["Properties"])["RouteKey"] for r in resources.values() if r["Type"] == "AWS::ApiGatewayV2::Route")
+            want = sorted([f"POST /{{token}}{p}" for p in paths] + [f"GET /{{token}}{healthz}"])
+            c.eq(f"{tag} API routes", keys, want)
+            c.true(f"{tag} no load balancer", "LoadBalancer" not in resources)
+
+        role = ev.value(resources["FunctionRole"]["Properties"])
+        stmts = [s for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
+        actions = [a for s in stmts for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
+        c.true(f"{tag} no wildcard actions", not any("*" in a for a in actions), str(actions))
+        c.true(f"{tag} only the expected actions", set(actions) <= ALLOWED_ACTIONS, str(sorted(set(actions) - ALLOWED_ACTIONS)))
+        for s in stmts:
+            if s["Resource"] == "*":
+                c.eq(f"{tag} {s['Sid']} on * is BatchGetSecretValue only", s["Action"], "secretsmanager:BatchGetSecretValue")
+        by_sid = {s["Sid"]: s for s in stmts}
+        c.eq(
+            f"{tag} GetSecretValue on the org prefix",
+            by_sid["ReadOrgSecrets"]["Resource"],
+            "arn:aws:secretsmanager:eu-west-1:123456789012:secret:u__org__flyte__*",
+        )
+        c.eq(f"{tag} path token readable only behind API Gateway", "ReadPathToken" in by_sid, endpoint == "http-api")
+
+    # --- endpoint hardening ------------------------------------------------------------------
+    r = template["Resources"]
+    c.eq("ALB is internal", r["LoadBalancer"]["Properties"].get("Scheme"), "internal")
+    c.eq("ALB listener", (r["HttpsListener"]["Properties"]["Protocol"], r["HttpsListener"]["Properties"]["Port"]), ("HTTPS", 443))
+    c.eq("ALB TLS policy", r["HttpsListener"]["Properties"]["SslPolicy"], {"Ref": "AlbSslPolicy"})
+    c.eq(
+        "ALB default action answers 404",
+        r["HttpsListener"]["Properties"]["DefaultActions"][0]["FixedResponseConfig"]["StatusCode"],
+        "404",
+    )
+    c.eq("one listener", [k for k, v in r.items() if v["Type"] == "AWS::ElasticLoadBalancingV2::Listener"], ["HttpsListener"])
+    ingress = r["AlbSecurityGroup"]["Properties"]["SecurityGroupIngress"]
+    c.eq("ingress only from the cluster security group", [i.get("SourceSecurityGroupId") for i in ingress], [{"Ref": "ClusterSecurityGroupId"}])
+    c.eq("ingress port", [(i["IpProtocol"], i["FromPort"], i["ToPort"]) for i in ingress], [("tcp", 443, 443)])
+    c.eq(
+        "egress matches nothing",
+        [e.get("CidrIp") for e in r["AlbSecurityGroup"]["Properties"]["SecurityGroupEgress"]],
+        ["255.255.255.255/32"],
+    )
+    c.true("no other ingress", not any(v["Type"] == "AWS::EC2::SecurityGroupIngress" for v in r.values()))
+    c.eq("health check path", r["TargetGroup"]["Properties"].get("HealthCheckPath"), healthz)
+    c.eq("execute-api endpoint disabled", r["HttpApi"]["Properties"].get("DisableExecuteApiEndpoint"), True)
+    stage = r["HttpApiStage"]["Properties"]
+    c.eq("API throttling", sorted(stage["DefaultRouteSettings"]), ["DetailedMetricsEnabled", "ThrottlingBurstLimit", "ThrottlingRateLimit"])
+    c.true("access logs never record the path (it holds the token)", "$context.path" not in stage["AccessLogSettings"]["Format"])
+    c.eq("custom domain TLS policy", r["ApiDomain"]["Properties"]["DomainNameConfigurations"][0]["SecurityPolicy"], "TLS_1_2")
+    gen = r["PathTokenSecret"]["Properties"]["GenerateSecretString"]
+    c.true("path token has at least 32 characters", gen["PasswordLength"] >= 32)
+    c.eq("path token is letters and digits", (gen.get("ExcludePunctuation"), gen.get("IncludeSpace")), (True, False))
+    c.eq("certificate validated by DNS", r["Certificate"]["Properties"]["ValidationMethod"], "DNS")
+    c.eq("secrets webhook name is Flyte's", list(want_hooks)[0], registration["webhooks"][0]["name"])
+
+    # --- docs/deploy.md documents every parameter and output ---------------------------------
+    docs = (root / "docs" / "deploy.md").read_text(encoding="utf-8")
+    for name in list(template["Parameters"]) + list(template["Outputs"]):
+        c.true(f"docs/deploy.md documents {name}", f"`{name}`" in docs)
+    c.finish()
+
+
+if __name__ == "__main__":
+    main()

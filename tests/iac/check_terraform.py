@@ -1,0 +1,295 @@
+"""Parses terraform/ with python-hcl2 and checks it against registration.json and the function.
+
+Usage: python check_terraform.py REPO_ROOT EXPECT_JSON FACTS_OUT
+
+EXPECT_JSON holds what the Rust crate says (routes, webhook name, placeholder). FACTS_OUT
+receives the Terraform variable defaults, for check_sam.py to compare the SAM parameters with.
+Run by tests/iac.rs with the python of .venv-hcl (scripts/tools.sh path python-hcl).
+"""
+
+import json
+import pathlib
+import sys
+
+import hcl2
+
+from common import Checks, expected_webhooks, load_json
+
+OPTS = hcl2.SerializationOptions(
+    with_comments=False, explicit_blocks=False, strip_string_quotes=True
+)
+
+# Everything the function role may do; anything else is a finding.
+ALLOWED_ACTIONS = {
+    "logs:CreateLogStream",
+    "logs:PutLogEvents",
+    "secretsmanager:GetSecretValue",
+    "secretsmanager:BatchGetSecretValue",
+    "kms:Decrypt",
+}
+TLS12_PLUS_POLICIES = {
+    "ELBSecurityPolicy-TLS13-1-2-2021-06",
+    "ELBSecurityPolicy-TLS13-1-2-Res-2021-06",
+    "ELBSecurityPolicy-TLS13-1-3-2021-06",
+    "ELBSecurityPolicy-TLS-1-2-2017-01",
+    "ELBSecurityPolicy-TLS-1-2-Ext-2018-06",
+    "ELBSecurityPolicy-FS-1-2-Res-2020-10",
+}
+
+
+def load_module(directory):
+    """All top-level blocks of a module, merged: {"resource": {type: {name: body}}, ...}."""
+    merged = {"resource": {}, "data": {}, "variable": {}, "locals": {}, "module": {}, "output": {}}
+    for path in sorted(pathlib.Path(directory).glob("*.tf")):
+        with open(path, encoding="utf-8") as f:
+            doc = hcl2.load(f, serialization_options=OPTS)
+        for kind in ("resource", "data"):
+            for block in doc.get(kind, []):
+                for rtype, by_name in block.items():
+                    merged[kind].setdefault(rtype, {}).update(by_name)
+        for kind in ("variable", "module", "output"):
+            for block in doc.get(kind, []):
+                merged[kind].update(block)
+        for block in doc.get("locals", []):
+            merged["locals"].update(block)
+    return merged
+
+
+def one(body, key):
+    """A nested block that appears once (python-hcl2 gives blocks as lists)."""
+    v = body.get(key)
+    return v[0] if isinstance(v, list) and v else v
+
+
+def statements(policy_document):
+    out = list(policy_document.get("statement", []))
+    for dyn in policy_document.get("dynamic", []):
+        for _, body in dyn.items():
+            out.extend(body.get("content", []))
+    return out
+
+
+def main():
+    root = pathlib.Path(sys.argv[1])
+    expect = load_json(sys.argv[2])
+    facts_out = sys.argv[3]
+    c = Checks("terraform")
+
+    registration = load_json(root / "terraform" / "registration.json")
+    tf = load_module(root / "terraform")
+    sub = load_module(root / "terraform" / "modules" / "webhook-config")
+    var = {name: body.get("default") for name, body in tf["variable"].items()}
+    res = tf["resource"]
+    placeholder = expect["meshLabelKeyPlaceholder"]
+
+    # --- registration.json: the settings the issue asks for, per webhook ---------------------
+    want_hooks = expected_webhooks(expect)
+    c.eq("registration.json webhook names", [w["name"] for w in registration["webhooks"]], list(want_hooks))
+    kube_system_excluded = {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
+    for w in registration["webhooks"]:
+        n = w["name"]
+        path, mesh = want_hooks.get(n, (None, None))
+        c.eq(f"{n}: path is the function's route", w["path"], path)
+        c.eq(f"{n}: mesh", w["mesh"], mesh)
+        c.eq(f"{n}: admissionReviewVersions", w["admissionReviewVersions"], ["v1"])
+        c.eq(f"{n}: sideEffects", w["sideEffects"], "None")
+        c.eq(f"{n}: reinvocationPolicy", w["reinvocationPolicy"], "IfNeeded")
+        c.true(f"{n}: failurePolicy is Fail or Ignore", w["failurePolicy"] in ("Fail", "Ignore"))
+        c.true(f"{n}: timeoutSeconds within 1..30", 1 <= w["timeoutSeconds"] <= 30)
+        c.eq(
+            f"{n}: rules",
+            w["rules"],
+            [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}],
+        )
+        c.true(
+            f"{n}: namespaceSelector excludes kube-system",
+            kube_system_excluded in w["namespaceSelector"].get("matchExpressions", []),
+        )
+        names = [m["name"] for m in w.get("matchConditions", [])]
+        c.true(f"{n}: has matchConditions with unique names", names and len(names) == len(set(names)), str(names))
+    by_name = {w["name"]: w for w in registration["webhooks"]}
+    secrets = by_name.get(expect["secretsWebhookName"], {})
+    c.eq(
+        "secrets objectSelector is the function's secretsSelector",
+        secrets.get("objectSelector"),
+        {"matchLabels": {expect["secretsSelector"]["label"]: expect["secretsSelector"]["value"]}},
+    )
+    c.true(
+        "secrets matchConditions skip pods without secret annotations",
+        any(expect["annotationPrefix"] in m["expression"] for m in secrets.get("matchConditions", [])),
+    )
+    pod = by_name.get("managed-pod.podmutator.io", {})
+    c.eq("managed-pod objectSelector", pod.get("objectSelector"), {"matchLabels": {placeholder: expect["meshManagedValue"]}})
+    ns = by_name.get("managed-namespace.podmutator.io", {})
+    c.eq("managed-namespace namespaceSelector labels", ns.get("namespaceSelector", {}).get("matchLabels"), {placeholder: expect["meshManagedValue"]})
+    c.eq(
+        "managed-namespace objectSelector leaves labelled pods to the other entry",
+        ns.get("objectSelector"),
+        {"matchExpressions": [{"key": placeholder, "operator": "DoesNotExist"}]},
+    )
+    c.eq("mesh label key default (root)", var.get("mesh_label_key"), registration["meshLabelKey"])
+    c.eq("mesh label key default (webhook-config)", sub["variable"]["mesh_label_key"].get("default"), registration["meshLabelKey"])
+
+    # --- timing: timeoutSeconds > Lambda timeout > Embedded deadline -------------------------
+    min_timeout = min(w["timeoutSeconds"] for w in registration["webhooks"])
+    c.eq("timeout_seconds default defers to registration.json", var.get("timeout_seconds"), None)
+    c.eq("failure_policy default defers to registration.json", var.get("failure_policy"), None)
+    c.true(
+        "webhook timeoutSeconds > Lambda timeout",
+        min_timeout > var["lambda_timeout_seconds"],
+        f"{min_timeout} vs {var['lambda_timeout_seconds']}",
+    )
+    c.true(
+        "Lambda timeout > Embedded deadline",
+        var["lambda_timeout_seconds"] * 1000 > var["embedded_deadline_ms"],
+        f"{var['lambda_timeout_seconds']} s vs {var['embedded_deadline_ms']} ms",
+    )
+    c.eq("Embedded deadline default is the function's", var.get("embedded_deadline_ms"), expect["embedded"]["deadlineMs"])
+    c.eq("cache TTL default is the function's", var.get("embedded_cache_ttl_seconds"), expect["embedded"]["cacheTtlSeconds"])
+    c.eq("namespace template default is the function's", var.get("namespace_template"), expect["embedded"]["namespaceTemplate"])
+    c.eq("body limit default is the function's", var.get("max_body_bytes"), expect["maxBodyBytes"])
+    c.eq("mesh label default is the function's", var.get("mesh_label_key"), expect["meshManagedLabel"])
+    c.true(
+        "lambda_timeout_seconds validation refers to embedded_deadline_ms",
+        any("var.embedded_deadline_ms" in v["condition"] for v in tf["variable"]["lambda_timeout_seconds"]["validation"]),
+    )
+    fn = res["aws_lambda_function"]["this"]
+    c.eq("function handler", fn.get("handler"), "bootstrap")
+    c.eq("function runtime", fn.get("runtime"), "provided.al2023")
+    c.eq("function architectures", fn.get("architectures"), ["arm64"])
+    c.eq("function timeout", fn.get("timeout"), "${var.lambda_timeout_seconds}")
+    c.eq("function memory", fn.get("memory_size"), "${var.memory_size}")
+    c.eq("memory default", var.get("memory_size"), 256)
+    preconditions = [p["condition"] for p in one(fn, "lifecycle").get("precondition", [])]
+    c.true(
+        "function precondition: Lambda timeout below the registered timeoutSeconds",
+        "${var.lambda_timeout_seconds < module.webhook_config.min_timeout_seconds}" in preconditions,
+        str(preconditions),
+    )
+    c.eq(
+        "config passes the deadline",
+        "deadlineMs = var.embedded_deadline_ms" in tf["locals"]["function_config"]["embedded"],
+        True,
+    )
+    env = one(fn, "environment")["variables"]
+    c.true(
+        "function reads its config from PODMUTATOR_CONFIG",
+        "PODMUTATOR_CONFIG = jsonencode(local.function_config)" in env,
+        env,
+    )
+    c.true(
+        "rotating the path token replaces warm instances",
+        "aws_secretsmanager_secret_version.path_token[*].version_id" in env,
+        env,
+    )
+    log_group = res["aws_cloudwatch_log_group"]["function"]
+    c.eq("function log group retention", log_group.get("retention_in_days"), "${var.log_retention_days}")
+    c.eq("function logs go to that group", one(fn, "logging_config").get("log_group"), "${aws_cloudwatch_log_group.function.name}")
+
+    # --- IAM: least privilege -----------------------------------------------------------------
+    policy = tf["data"]["aws_iam_policy_document"]["function"]
+    stmts = statements(policy)
+    actions = [a for s in stmts for a in s.get("actions", [])]
+    c.true("no wildcard actions", not any("*" in a for a in actions), str(actions))
+    c.true("only the expected actions", set(actions) <= ALLOWED_ACTIONS, str(sorted(set(actions) - ALLOWED_ACTIONS)))
+    c.true("no NotAction / NotResource", not any("not_actions" in s or "not_resources" in s for s in stmts))
+    by_sid = {s.get("sid"): s for s in stmts}
+    read = by_sid.get("ReadOrgSecrets", {})
+    c.eq("GetSecretValue on the org prefix only", read.get("resources"), ["${local.scoped_secrets_arn}"])
+    c.true(
+        "org prefix ARN",
+        tf["locals"]["scoped_secrets_arn"].endswith(":secret:u__org__${var.secret_org}__*"),
+        tf["locals"]["scoped_secrets_arn"],
+    )
+    c.eq("secret org default", var.get("secret_org"), "flyte")
+    batch = by_sid.get("BatchReadSecrets", {})
+    c.eq("BatchGetSecretValue stands alone (it is granted on *)", batch.get("actions"), ["secretsmanager:BatchGetSecretValue"])
+    for s in stmts:
+        if s.get("resources") == ["*"]:
+            c.eq(f"statement {s.get('sid')} on * is BatchGetSecretValue only", s.get("actions"), ["secretsmanager:BatchGetSecretValue"])
+    kms = by_sid.get("DecryptSecretsThroughSecretsManager", {})
+    c.eq("kms:Decrypt only through Secrets Manager", one(kms, "condition").get("variable") if kms else None, "kms:ViaService")
+
+    # --- endpoint: routes the registration calls, and nothing else ----------------------------
+    c.eq("routes local", tf["locals"].get("routes"), '${concat(module.webhook_config.paths, ["' + expect["routes"]["healthz"] + '"])}')
+    rule = res["aws_lb_listener_rule"]["routes"]
+    c.eq("ALB forwards exactly the routes", one(one(rule, "condition"), "path_pattern").get("values"), "${local.routes}")
+    c.eq("ALB rule forwards to the function", one(rule, "action").get("type"), "forward")
+    listener = res["aws_lb_listener"]["https"]
+    c.eq("ALB listener protocol", listener.get("protocol"), "HTTPS")
+    c.eq("ALB listener port", listener.get("port"), 443)
+    c.eq("ALB default action answers 404", one(one(listener, "default_action"), "fixed_response").get("status_code"), "404")
+    c.eq("no HTTP listener", sorted(res["aws_lb_listener"]), ["https"])
+    c.true("ALB TLS policy is TLS 1.2+", var.get("alb_ssl_policy") in TLS12_PLUS_POLICIES, str(var.get("alb_ssl_policy")))
+    c.eq("ALB is internal", res["aws_lb"]["this"].get("internal"), True)
+    ingress = res.get("aws_vpc_security_group_ingress_rule", {})
+    c.eq("one ingress rule", list(ingress), ["alb_from_cluster"])
+    rule_in = ingress.get("alb_from_cluster", {})
+    c.eq("ingress only from the cluster security group", rule_in.get("referenced_security_group_id"), "${var.cluster_security_group_id}")
+    c.eq("ingress port", (rule_in.get("from_port"), rule_in.get("to_port"), rule_in.get("ip_protocol")), (443, 443, "tcp"))
+    c.true("no CIDR ingress", "cidr_ipv4" not in rule_in and "cidr_ipv6" not in rule_in)
+    c.true("no egress rules", "aws_vpc_security_group_egress_rule" not in res and "egress" not in res["aws_security_group"]["alb"])
+    c.eq("target group is the Lambda", res["aws_lb_target_group"]["function"].get("target_type"), "lambda")
+    c.eq(
+        "ALB health check path",
+        one(res["aws_lb_target_group"]["function"], "health_check").get("path"),
+        expect["routes"]["healthz"],
+    )
+
+    api_routes = tf["locals"].get("api_routes", "")
+    c.true("API routes put the token first", "/{token}${p}" in api_routes, api_routes)
+    c.true("API routes: GET for healthz, POST otherwise", '"GET" : "POST"' in api_routes, api_routes)
+    c.eq("API routes from local.routes", res["aws_apigatewayv2_route"]["routes"].get("for_each"), "${local.use_api ? local.api_routes : {}}")
+    c.eq("execute-api endpoint disabled", res["aws_apigatewayv2_api"]["this"].get("disable_execute_api_endpoint"), True)
+    settings = one(res["aws_apigatewayv2_stage"]["default"], "default_route_settings")
+    c.eq("API throttling burst", settings.get("throttling_burst_limit"), "${var.api_throttling_burst_limit}")
+    c.eq("API throttling rate", settings.get("throttling_rate_limit"), "${var.api_throttling_rate_limit}")
+    access_format = one(res["aws_apigatewayv2_stage"]["default"], "access_log_settings").get("format", "")
+    c.true("access logs never record the path (it holds the token)", "$context.path" not in access_format, access_format)
+    c.eq(
+        "custom domain TLS policy",
+        one(res["aws_apigatewayv2_domain_name"]["this"], "domain_name_configuration").get("security_policy"),
+        "TLS_1_2",
+    )
+    token = res["random_password"]["path_token"]
+    c.true("path token has at least 32 characters", token.get("length", 0) >= 32)
+    c.eq("path token is letters and digits", token.get("special"), False)
+    c.eq("ACM validates by DNS", res["aws_acm_certificate"]["this"].get("validation_method"), "DNS")
+
+    # --- registration wiring: the root feeds the renderer what `webhook-config` takes ---------
+    mod = tf["module"]["webhook_config"]
+    c.eq("renderer source", mod.get("source"), "./modules/webhook-config")
+    c.true("renderer reads registration.json", "registration.json" in mod.get("registration_json", ""), mod.get("registration_json", ""))
+    c.eq("renderer url", mod.get("url"), "https://${var.domain_name}")
+    c.eq("renderer path token", mod.get("path_token"), "${one(random_password.path_token[*].result)}")
+    for arg, variable in [
+        ("ca_bundle_pem", "ca_bundle_pem"),
+        ("mesh_enabled", "mesh_enabled"),
+        ("mesh_label_key", "mesh_label_key"),
+        ("failure_policy", "failure_policy"),
+        ("timeout_seconds", "timeout_seconds"),
+        ("name", "webhook_configuration_name"),
+    ]:
+        c.eq(f"renderer {arg}", mod.get(arg), "${var.%s}" % variable)
+    manifest = res["kubernetes_manifest"]["webhook"]
+    c.eq("registered object is the rendered one", manifest.get("manifest"), "${module.webhook_config.manifest}")
+    deps = manifest.get("depends_on", [])
+    for d in ["aws_lambda_function.this", "aws_lb_listener_rule.routes", "aws_apigatewayv2_route.routes"]:
+        c.true(f"registration depends on {d} (created after, destroyed before)", "${%s}" % d in deps, str(deps))
+    mesh_config = tf["locals"]["function_config"]["mesh"]
+    c.true("function config turns mesh on with the registration", "enabled = var.mesh_enabled" in mesh_config, mesh_config)
+    c.true("function config uses the registration's mesh label", "managedLabel = var.mesh_label_key" in mesh_config, mesh_config)
+
+    # --- docs/deploy.md documents every variable and output ----------------------------------
+    docs = (root / "docs" / "deploy.md").read_text(encoding="utf-8")
+    for kind in ("variable", "output"):
+        for name in tf[kind]:
+            c.true(f"docs/deploy.md documents {kind} {name}", f"`{name}`" in docs)
+
+    with open(facts_out, "w", encoding="utf-8") as f:
+        json.dump({"defaults": var}, f)
+    c.finish()
+
+
+if __name__ == "__main__":
+    main()

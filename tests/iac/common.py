@@ -1,0 +1,50 @@
+"""Shared by the IaC agreement checks: a collector that reports every disagreement at once."""
+
+import json
+import sys
+
+
+class Checks:
+    """Collects failed expectations so one run shows all of them."""
+
+    def __init__(self, name):
+        self.name = name
+        self.count = 0
+        self.failures = []
+
+    def eq(self, what, got, want):
+        self.count += 1
+        if got != want:
+            self.failures.append(f"{what}: got {got!r}, want {want!r}")
+
+    def true(self, what, cond, detail=""):
+        self.count += 1
+        if not cond:
+            self.failures.append(f"{what}{': ' + detail if detail else ''}")
+
+    def finish(self):
+        if self.failures:
+            print(f"{self.name}: {len(self.failures)} of {self.count} checks disagree:", file=sys.stderr)
+            for f in self.failures:
+                print(f"  - {f}", file=sys.stderr)
+            sys.exit(1)
+        print(f"{self.name}: all {self.count} checks agree", file=sys.stderr)
+
+
+def load_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def expected_webhooks(expect):
+    """name -> (path, mesh) as the function routes them (from the Rust constants)."""
+    r = expect["routes"]
+    return {
+        expect["secretsWebhookName"]: (r["secrets"], False),
+        "managed-pod.podmutator.io": (r["managedPod"], True),
+        "managed-namespace.podmutator.io": (r["managedNamespace"], True),
+    }
+
+
+def registration_paths(registration, mesh):
+    return [w["path"] for w in registration["webhooks"] if mesh or not w["mesh"]]
