@@ -19,6 +19,11 @@ COMMANDS:
     check-config     load and validate the configuration, print it as JSON, and exit
     webhook-config   print the MutatingWebhookConfiguration for a URL as YAML
                      (`podmutator webhook-config --help` for its flags)
+    secret-annotations JSON
+                     print the flyte.secrets/s<N> annotations for a JSON array of secrets,
+                     e.g. '[{\"group\": \"db\", \"key\": \"password\", \"mount_requirement\": \"FILE\"}]'
+                     (fields: group, group_version, key, mount_requirement ANY|ENV_VAR|FILE,
+                     env_var); `--decode JSON` reads an annotation map back
 
 OPTIONS:
     --config FILE    configuration file (JSON or YAML); same as PODMUTATOR_CONFIG_FILE
@@ -113,6 +118,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let yaml =
             crate::registration::webhook_config_command(&args[1..]).map_err(|e| e.to_string())?;
         print!("{yaml}");
+        return Ok(());
+    }
+    if args.first().is_some_and(|a| a == "secret-annotations") {
+        println!("{}", secret_annotations(&args[1..])?);
         return Ok(());
     }
     let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
@@ -275,3 +284,112 @@ fn serve(config: &Config, _from_flag: bool) -> Result<(), String> {
 
 #[doc(hidden)]
 pub const _CONFIG_FILE_ENV: &str = ENV_CONFIG_FILE;
+
+/// A secret request as JSON, the way Flyte's `flyteidl.core.Secret` names its fields.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct SecretJson {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    group: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    group_version: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    key: String,
+    mount_requirement: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    env_var: String,
+}
+
+/// `secret-annotations JSON` encodes; `secret-annotations --decode JSON` decodes.
+pub fn secret_annotations(args: &[String]) -> Result<String, String> {
+    use crate::secrets::codec::{self, MountRequirement, Secret};
+    match args {
+        [flag, json] if flag == "--decode" => {
+            let map: std::collections::BTreeMap<String, String> = serde_json::from_str(json)
+                .map_err(|e| format!("--decode: expected a JSON object of annotations: {e}"))?;
+            let decoded = codec::decode_annotations(&map).map_err(|e| e.to_string())?;
+            let out: Vec<SecretJson> = decoded
+                .into_iter()
+                .map(|d| SecretJson {
+                    group: d.secret.group,
+                    group_version: d.secret.group_version,
+                    key: d.secret.key,
+                    mount_requirement: crate::secrets::mount_name(d.secret.mount_requirement),
+                    env_var: d.secret.env_var,
+                })
+                .collect();
+            serde_json::to_string_pretty(&out).map_err(|e| e.to_string())
+        }
+        [json] => {
+            let list: Vec<SecretJson> = serde_json::from_str(json)
+                .map_err(|e| format!("expected a JSON array of secrets: {e}"))?;
+            let secrets = list
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let mount_requirement = match s.mount_requirement.as_str() {
+                        "" | "ANY" => MountRequirement::Any,
+                        "ENV_VAR" => MountRequirement::EnvVar,
+                        "FILE" => MountRequirement::File,
+                        other => {
+                            return Err(format!(
+                                "secret {i}: mount_requirement {other:?}: use ANY, ENV_VAR or FILE"
+                            ));
+                        }
+                    };
+                    Ok(Secret {
+                        group: s.group,
+                        group_version: s.group_version,
+                        key: s.key,
+                        mount_requirement,
+                        env_var: s.env_var,
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let map = codec::encode_annotations(&secrets).map_err(|e| e.to_string())?;
+            serde_json::to_string_pretty(&map).map_err(|e| e.to_string())
+        }
+        _ => Err("usage: podmutator secret-annotations JSON | --decode JSON".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_annotations_round_trip_through_the_cli() {
+        let json = r#"[{"group": "user-info", "key": "user_secret", "mount_requirement": "ENV_VAR"}, {"key": "openai_key", "env_var": "OPENAI_API_KEY"}]"#;
+        let out = secret_annotations(&[json.to_owned()]).unwrap();
+        let map: serde_json::Value = serde_json::from_str(&out).unwrap();
+        // The spec's vectors (flyte-webhook-spec.md §1.2).
+        assert_eq!(
+            map["flyte.secrets/s0"],
+            "m4zg54lqhiqce4ltmvzc11lomzxsectlmv3tuibcovzwk3s6onswg3tfoqrau2lpovxhix2smvyxk1lsmvwwk2tuhiqektswl4lecuqk"
+        );
+        assert_eq!(
+            map["flyte.secrets/s1"],
+            "nnsxsoraejxxazlomfuv512fperauzloozpxmylshiqcet1qivhecsk6ifiesx1livmsecq"
+        );
+        let back = secret_annotations(&["--decode".to_owned(), out]).unwrap();
+        let back: serde_json::Value = serde_json::from_str(&back).unwrap();
+        assert_eq!(back[0]["group"], "user-info");
+        assert_eq!(back[0]["mount_requirement"], "ENV_VAR");
+        assert_eq!(back[1]["env_var"], "OPENAI_API_KEY");
+        assert_eq!(back[1]["mount_requirement"], "ANY");
+    }
+
+    #[test]
+    fn secret_annotations_name_what_is_wrong() {
+        let err =
+            secret_annotations(&[r#"[{"key": "k", "mount_requirement": "DISK"}]"#.to_owned()])
+                .unwrap_err();
+        assert!(
+            err.contains("secret 0: mount_requirement \"DISK\""),
+            "{err}"
+        );
+        let err = secret_annotations(&["--decode".into(), r#"{"flyte.secrets/s0": "9"}"#.into()])
+            .unwrap_err();
+        assert!(err.contains("flyte.secrets/s0"), "{err}");
+    }
+}

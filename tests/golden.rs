@@ -10,8 +10,8 @@
 //! A case is a file in `tests/fixtures/golden/cases/`:
 //! `{"description", "config", "globalEnv"?, "secretValues"?, "namespace", "pod"}`. The
 //! description must state each request as `flyte.secrets/s<N> = {<decoded fields>}` (checked).
-//! `PODMUTATOR_SECRETS='[{"key": "k", "mount_requirement": "FILE"}]' cargo test --test golden
-//! encode -- --ignored --nocapture` prints the annotations and that text for new requests;
+//! `podmutator secret-annotations '[{"key": "k", "mount_requirement": "FILE"}]'` prints the
+//! annotations for new requests;
 //! `PODMUTATOR_BLESS=1 cargo test --test golden` writes the outputs. Review them, then commit.
 
 mod common;
@@ -27,7 +27,7 @@ use common::*;
 use podmutator::admission::App;
 use podmutator::config::{Config, SecretManagerType};
 use podmutator::mutate::Route;
-use podmutator::secrets::codec::{self, MountRequirement, Secret};
+use podmutator::secrets::codec::{self, Secret};
 use podmutator::secrets::global::FileEnvSource;
 use podmutator::secrets::source::StaticSource;
 use serde_json::{Value, json};
@@ -647,39 +647,4 @@ async fn input_and_mutated_pods_pass_kubernetes_validate_strict() {
     }
     // A blocking child process inside the async test: this test has the runtime to itself.
     assert_valid_pods(&pods);
-}
-
-/// Not a test: prints the annotations and the description text for the secrets in
-/// `PODMUTATOR_SECRETS` (a JSON array of `{group, group_version, key, mount_requirement,
-/// env_var}`, all optional), for writing a new case.
-#[test]
-#[ignore = "a helper for writing cases"]
-fn encode() {
-    let Ok(text) = std::env::var("PODMUTATOR_SECRETS") else {
-        panic!("set PODMUTATOR_SECRETS to a JSON array of secrets");
-    };
-    let list: Vec<BTreeMap<String, String>> = serde_json::from_str(&text).unwrap();
-    let secrets: Vec<Secret> = list
-        .iter()
-        .map(|m| {
-            let field = |k: &str| m.get(k).cloned().unwrap_or_default();
-            Secret {
-                group: field("group"),
-                group_version: field("group_version"),
-                key: field("key"),
-                mount_requirement: match field("mount_requirement").as_str() {
-                    "" | "ANY" => MountRequirement::Any,
-                    "ENV_VAR" => MountRequirement::EnvVar,
-                    "FILE" => MountRequirement::File,
-                    other => panic!("mount_requirement {other:?}: ANY, ENV_VAR or FILE"),
-                },
-                env_var: field("env_var"),
-            }
-        })
-        .collect();
-    let annotations = codec::encode_annotations(&secrets).unwrap();
-    println!("{}", serde_json::to_string_pretty(&annotations).unwrap());
-    for (i, s) in secrets.iter().enumerate() {
-        println!("{}{i} = {}", codec::ANNOTATION_PREFIX, stated(s));
-    }
 }
