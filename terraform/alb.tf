@@ -1,7 +1,7 @@
 # Default endpoint: an internal ALB in the cluster VPC. The EKS control plane reaches webhooks
 # through its network interfaces in the cluster subnets; one security group they carry is the
 # only source allowed in. Whatever else carries that group can also ask the function for a
-# pod's secrets, which is why docs/deploy.md recommends a group on the control plane alone.
+# pod's secrets, which is why the README (Deploy) recommends a group on the control plane alone.
 
 resource "aws_security_group" "alb" {
   count = local.use_alb ? 1 : 0

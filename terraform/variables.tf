@@ -230,7 +230,7 @@ variable "subnet_ids" {
 }
 
 variable "cluster_security_group_id" {
-  description = "Only source the ALB accepts (alb): a security group the EKS control plane's network interfaces carry. The cluster security group (vpc_config[0].cluster_security_group_id) works everywhere, but EKS also puts it on managed node groups, whose pods could then call the endpoint; an additional control-plane security group (vpc_config[0].security_group_ids) carried by nothing else closes that. See docs/deploy.md."
+  description = "Only source the ALB accepts (alb): a security group the EKS control plane's network interfaces carry. The cluster security group (vpc_config[0].cluster_security_group_id) works everywhere, but EKS also puts it on managed node groups, whose pods could then call the endpoint; an additional control-plane security group (vpc_config[0].security_group_ids) carried by nothing else closes that. See the README, Deploy."
   type        = string
   default     = null
 

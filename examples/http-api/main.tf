@@ -1,7 +1,7 @@
 # podmutator behind an API Gateway HTTP API with a secret path token, registered with the
 # cluster. Use it only where the internal ALB cannot work: this endpoint is reachable from the
 # internet, and the generated token in the URL is all that keeps strangers from the secrets the
-# function can read (docs/deploy.md, "What each endpoint protects against").
+# function can read (README, Deploy, "What each endpoint protects against").
 #
 #   1. In the podmutator checkout:  cargo lambda build --release --arm64 --output-format zip
 #   2. Here:                        cp terraform.tfvars.example terraform.tfvars  (and edit it)

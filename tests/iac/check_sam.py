@@ -267,10 +267,10 @@ def main():
     c.eq("certificate validated by DNS", r["Certificate"]["Properties"]["ValidationMethod"], "DNS")
     c.eq("secrets webhook name is Flyte's", list(want_hooks)[0], registration["webhooks"][0]["name"])
 
-    # --- docs/deploy.md documents every parameter and output ---------------------------------
-    docs = (root / "docs" / "deploy.md").read_text(encoding="utf-8")
+    # --- README.md documents every parameter and output ---------------------------------
+    docs = (root / "README.md").read_text(encoding="utf-8")
     for name in list(template["Parameters"]) + list(template["Outputs"]):
-        c.true(f"docs/deploy.md documents {name}", f"`{name}`" in docs)
+        c.true(f"README.md documents {name}", f"`{name}`" in docs)
     c.finish()
 
 

@@ -280,11 +280,11 @@ def main():
     c.true("function config turns mesh on with the registration", "enabled = var.mesh_enabled" in mesh_config, mesh_config)
     c.true("function config uses the registration's mesh label", "managedLabel = var.mesh_label_key" in mesh_config, mesh_config)
 
-    # --- docs/deploy.md documents every variable and output ----------------------------------
-    docs = (root / "docs" / "deploy.md").read_text(encoding="utf-8")
+    # --- README.md documents every variable and output ----------------------------------
+    docs = (root / "README.md").read_text(encoding="utf-8")
     for kind in ("variable", "output"):
         for name in tf[kind]:
-            c.true(f"docs/deploy.md documents {kind} {name}", f"`{name}`" in docs)
+            c.true(f"README.md documents {kind} {name}", f"`{name}`" in docs)
 
     with open(facts_out, "w", encoding="utf-8") as f:
         json.dump({"defaults": var}, f)
