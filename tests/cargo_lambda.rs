@@ -21,20 +21,6 @@ impl Drop for Guard {
     }
 }
 
-/// Path of a pinned tool; a missing tool fails the test (it is never skipped).
-fn tool(name: &str) -> String {
-    let out = Command::new(root().join("scripts/tools.sh"))
-        .args(["path", name])
-        .output()
-        .expect("scripts/tools.sh runs");
-    assert!(
-        out.status.success(),
-        "scripts/tools.sh path {name} failed (run `scripts/tools.sh install`): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
 fn wait_for_line(child: &mut Child, needle: &str) {
     let out = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();

@@ -6,8 +6,12 @@
 //! test, it never skips it. `sam build` is slow (a cross-compiled LTO release build) and runs in
 //! `scripts/sam-build-check.sh` instead.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+
+use common::{root, tool};
 
 use podmutator::registration::{
     self, FailurePolicy, MESH_LABEL_KEY_PLACEHOLDER, RegistrationOptions,
@@ -16,25 +20,6 @@ use serde_json::{Value, json};
 
 /// The oldest Kubernetes line the crate pins (k8s-openapi `v1_33`); matchConditions are GA there.
 const KUBERNETES_VERSION: &str = "1.33.0";
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Path of a pinned tool, installing its virtualenv on first use.
-fn tool(name: &str) -> PathBuf {
-    let out = Command::new(root().join("scripts/tools.sh"))
-        .args(["path", name])
-        .stdin(Stdio::null())
-        .output()
-        .expect("cannot run scripts/tools.sh");
-    assert!(
-        out.status.success(),
-        "scripts/tools.sh path {name} failed, and the IaC checks need {name}:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
 
 fn run(what: &str, cmd: &mut Command) -> Output {
     if cmd.get_current_dir().is_none() {

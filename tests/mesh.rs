@@ -9,7 +9,6 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::*;
 use k8s_openapi::api::core::v1::{
@@ -31,7 +30,6 @@ use serde_json::{Value, json};
 const PATHS: [&str; 3] = [PATH_SECRETS, PATH_MANAGED_POD, PATH_MANAGED_NAMESPACE];
 /// EKS's oldest supported line (our pinned k8s-openapi minor) and the newest the pinned
 /// kubernetes-validate knows.
-const K8S_VERSIONS: [&str; 2] = ["1.33.0", "1.37.0"];
 const MANAGED: &str = "aether.io/managed";
 const GATE: &str = "aether-identity-ready";
 const GATE_VOLUME: &str = "aether-identity-gate-spiffe";
@@ -234,65 +232,6 @@ fn pod_problems(pod: &Value) -> Vec<String> {
         }
     }
     problems
-}
-
-/// Path of a pinned tool; a missing tool fails the test (it is never skipped).
-fn tool(name: &str) -> String {
-    let out = Command::new(root().join("scripts/tools.sh"))
-        .args(["path", name])
-        .output()
-        .expect("scripts/tools.sh runs");
-    assert!(
-        out.status.success(),
-        "scripts/tools.sh path {name} failed (run `scripts/tools.sh install`): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
-/// Validates every pod as a standalone `Pod` document with `kubernetes-validate --strict` for
-/// each of [`K8S_VERSIONS`], and checks the tool really validated each one as a Pod.
-fn assert_valid_pods(what: &str, pods: &[(String, Value)]) {
-    assert!(!pods.is_empty(), "{what}: nothing to validate");
-    let kv = tool("kubernetes-validate");
-    let dir = temp_dir(what);
-    let mut files = Vec::new();
-    for (i, (label, pod)) in pods.iter().enumerate() {
-        let mut pod = pod.clone();
-        // The CLI names each resource by metadata.name; the API server would generate it.
-        if pod["metadata"]["name"].is_null() {
-            pod["metadata"]["name"] = json!(format!("generated-{i}"));
-        }
-        let safe: String = label
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect();
-        let file = dir.join(format!("{i:04}-{safe}.json"));
-        std::fs::write(&file, serde_json::to_vec_pretty(&pod).unwrap()).unwrap();
-        files.push(file);
-    }
-    for version in K8S_VERSIONS {
-        let out = Command::new(&kv)
-            .args(["--strict", "-k", version])
-            .args(&files)
-            .output()
-            .expect("kubernetes-validate runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "{what}: kubernetes-validate --strict -k {version} failed:\n{stdout}\n{stderr}"
-        );
-        let passed = stdout
-            .lines()
-            .filter(|l| l.contains("passed for resource pod/"))
-            .count();
-        assert_eq!(
-            passed,
-            files.len(),
-            "{what}: every file must pass as a Pod against {version}:\n{stdout}\n{stderr}"
-        );
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -91,7 +91,6 @@ impl PodMutator for DnsOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::secrets::ResolvedSecrets;
     use k8s_openapi::api::core::v1::PodSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use rstest::rstest;
@@ -190,15 +189,9 @@ mod tests {
     }
 
     fn run(m: &DnsOptions, pod: &mut Pod) {
-        let resolved = ResolvedSecrets::default();
         let ctx = PodCtx {
             namespace: "shop",
-            route: crate::mutate::Route::ManagedPod,
-            username: "u",
-            groups: &[],
-            dry_run: false,
-            resolved: &resolved,
-            tally: &crate::mutate::UNCOUNTED,
+            ..PodCtx::test(crate::mutate::Route::ManagedPod)
         };
         m.mutate(&ctx, pod).unwrap();
     }

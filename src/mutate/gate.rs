@@ -163,7 +163,6 @@ impl PodMutator for InitGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::secrets::ResolvedSecrets;
     use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, EphemeralContainer};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use rstest::rstest;
@@ -266,15 +265,9 @@ mod tests {
     }
 
     fn run(pod: &mut Pod) -> Result<(), Denial> {
-        let resolved = ResolvedSecrets::default();
         let ctx = PodCtx {
             namespace: "shop",
-            route: crate::mutate::Route::ManagedPod,
-            username: "u",
-            groups: &[],
-            dry_run: false,
-            resolved: &resolved,
-            tally: &crate::mutate::UNCOUNTED,
+            ..PodCtx::test(crate::mutate::Route::ManagedPod)
         };
         InitGate::new(&cfg()).mutate(&ctx, pod)
     }

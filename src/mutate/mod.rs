@@ -94,6 +94,22 @@ impl Tally {
     }
 }
 
+impl PodCtx<'static> {
+    /// A context for tests: namespace `ns`, user `u`, nothing resolved, nothing counted.
+    #[cfg(test)]
+    pub fn test(route: Route) -> Self {
+        PodCtx {
+            namespace: "ns",
+            route,
+            username: "u",
+            groups: &[],
+            dry_run: false,
+            resolved: &crate::secrets::NOTHING_RESOLVED,
+            tally: &UNCOUNTED,
+        }
+    }
+}
+
 /// One self-contained change to a Pod. Pure (no I/O, no clock, no logging) and idempotent:
 /// running it on its own output changes nothing.
 pub trait PodMutator: Send + Sync {
@@ -212,18 +228,6 @@ mod tests {
         }
     }
 
-    fn ctx(resolved: &ResolvedSecrets) -> PodCtx<'_> {
-        PodCtx {
-            namespace: "ns",
-            route: Route::Secrets,
-            username: "u",
-            groups: &[],
-            dry_run: false,
-            resolved,
-            tally: &UNCOUNTED,
-        }
-    }
-
     fn mk_pod() -> Pod {
         Pod {
             metadata: ObjectMeta {
@@ -239,8 +243,9 @@ mod tests {
         let mut chain = Chain::default();
         chain.push(Box::new(Label("a")), true);
         chain.push(Box::new(HalfDone), true);
-        let resolved = ResolvedSecrets::default();
-        let err = chain.apply(&ctx(&resolved), &mut mk_pod()).unwrap_err();
+        let err = chain
+            .apply(&PodCtx::test(Route::Secrets), &mut mk_pod())
+            .unwrap_err();
         assert_eq!(err.code, 400);
         assert_eq!(err.message, "[half-done] it broke; fix the thing");
     }
@@ -251,9 +256,10 @@ mod tests {
         chain.push(Box::new(Label("a")), true);
         chain.push(Box::new(HalfDone), false);
         chain.push(Box::new(Label("b")), false);
-        let resolved = ResolvedSecrets::default();
         let mut pod = mk_pod();
-        let applied = chain.apply(&ctx(&resolved), &mut pod).unwrap();
+        let applied = chain
+            .apply(&PodCtx::test(Route::Secrets), &mut pod)
+            .unwrap();
         assert_eq!(applied.changed, vec!["a", "b"]);
         assert_eq!(
             applied.warnings,
@@ -266,10 +272,13 @@ mod tests {
     fn a_mutator_that_changes_nothing_is_not_reported() {
         let mut chain = Chain::default();
         chain.push(Box::new(Label("a")), true);
-        let resolved = ResolvedSecrets::default();
         let mut pod = mk_pod();
-        chain.apply(&ctx(&resolved), &mut pod).unwrap();
-        let again = chain.apply(&ctx(&resolved), &mut pod).unwrap();
+        chain
+            .apply(&PodCtx::test(Route::Secrets), &mut pod)
+            .unwrap();
+        let again = chain
+            .apply(&PodCtx::test(Route::Secrets), &mut pod)
+            .unwrap();
         assert!(again.changed.is_empty());
     }
 }

@@ -57,7 +57,6 @@ impl PodMutator for NamespaceInjection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::secrets::ResolvedSecrets;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use rstest::rstest;
 
@@ -80,15 +79,9 @@ mod tests {
     }
 
     fn run(route: Route, pod: &mut Pod) {
-        let resolved = ResolvedSecrets::default();
         let ctx = PodCtx {
             namespace: "shop",
-            route,
-            username: "u",
-            groups: &[],
-            dry_run: false,
-            resolved: &resolved,
-            tally: &crate::mutate::UNCOUNTED,
+            ..PodCtx::test(route)
         };
         NamespaceInjection::new(&MeshConfig::default())
             .mutate(&ctx, pod)

@@ -208,7 +208,6 @@ impl PodMutator for SocketCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::secrets::ResolvedSecrets;
     use k8s_openapi::api::core::v1::{
         CSIVolumeSource, Container, EmptyDirVolumeSource, HostPathVolumeSource, PodSecurityContext,
         Volume, VolumeMount,
@@ -310,15 +309,9 @@ mod tests {
     }
 
     fn run(pod: &mut Pod) -> Result<(), Denial> {
-        let resolved = ResolvedSecrets::default();
         let ctx = PodCtx {
             namespace: "shop",
-            route: crate::mutate::Route::ManagedPod,
-            username: "u",
-            groups: &[],
-            dry_run: false,
-            resolved: &resolved,
-            tally: &crate::mutate::UNCOUNTED,
+            ..PodCtx::test(crate::mutate::Route::ManagedPod)
         };
         SocketCheck::new(&MeshConfig::default()).mutate(&ctx, pod)
     }

@@ -40,6 +40,11 @@ pub struct ResolvedSecrets {
     values: BTreeMap<String, Lookup>,
 }
 
+/// Nothing fetched.
+pub static NOTHING_RESOLVED: ResolvedSecrets = ResolvedSecrets {
+    values: BTreeMap::new(),
+};
+
 impl ResolvedSecrets {
     pub fn new(values: BTreeMap<String, Lookup>) -> Self {
         Self { values }
@@ -393,16 +398,7 @@ pub(crate) mod testing {
         secrets: &[Secret],
         mut pod: Pod,
     ) -> Result<Pod, String> {
-        let resolved = ResolvedSecrets::default();
-        let ctx = PodCtx {
-            namespace: "ns",
-            route: Route::Secrets,
-            username: "u",
-            groups: &[],
-            dry_run: false,
-            resolved: &resolved,
-            tally: &crate::mutate::UNCOUNTED,
-        };
+        let ctx = PodCtx::test(Route::Secrets);
         let mut plan = Plan::default();
         for (i, s) in secrets.iter().enumerate() {
             let req = SecretRequest {
@@ -420,6 +416,23 @@ pub(crate) mod testing {
         Ok(pod)
     }
 
+    /// Admits `pod`, labelled and annotated with `secrets`, through the real `secrets` mutator
+    /// with `injectors` enabled.
+    pub fn admit(
+        injectors: Vec<Box<dyn SecretInjector>>,
+        secrets: &[Secret],
+        mut pod: Pod,
+    ) -> Result<Pod, Denial> {
+        pod.metadata.labels = Some([(POD_LABEL.to_owned(), POD_LABEL_VALUE.to_owned())].into());
+        pod.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .extend(codec::encode_annotations(secrets).unwrap());
+        SecretsMutator::new(injectors)
+            .mutate(&PodCtx::test(Route::Secrets), &mut pod)
+            .map(|()| pod)
+    }
+
     /// The pod as JSON, for compact expectations.
     pub fn json(pod: &Pod) -> serde_json::Value {
         serde_json::to_value(pod).unwrap()
@@ -431,25 +444,10 @@ mod tests {
     use super::testing::*;
     use super::*;
     use crate::config::SidecarConfig;
-    use crate::mutate::Route;
     use crate::secrets::sidecar::{Provider, SidecarInjector};
 
     fn run(injectors: Vec<Box<dyn SecretInjector>>, secrets: &[Secret]) -> Result<Pod, Denial> {
-        let mutator = SecretsMutator::new(injectors);
-        let mut pod = mk_pod();
-        pod.metadata.labels = Some([(POD_LABEL.to_owned(), POD_LABEL_VALUE.to_owned())].into());
-        pod.metadata.annotations = Some(codec::encode_annotations(secrets).unwrap());
-        let resolved = ResolvedSecrets::default();
-        let ctx = PodCtx {
-            namespace: "ns",
-            route: Route::Secrets,
-            username: "u",
-            groups: &[],
-            dry_run: false,
-            resolved: &resolved,
-            tally: &crate::mutate::UNCOUNTED,
-        };
-        mutator.mutate(&ctx, &mut pod).map(|()| pod)
+        admit(injectors, secrets, mk_pod())
     }
 
     #[test]

@@ -403,10 +403,7 @@ fn go_join(elems: &[&str]) -> String {
 mod tests {
     use super::*;
     use crate::config::equal_resources;
-    use crate::mutate::PodMutator;
     use crate::mutate::Route;
-    use crate::secrets::codec::encode_annotations;
-    use crate::secrets::{POD_LABEL, POD_LABEL_VALUE, ResolvedSecrets, SecretsMutator};
     use k8s_openapi::api::core::v1::PodSpec;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use proptest::prelude::*;
@@ -464,34 +461,13 @@ mod tests {
         }
     }
 
-    fn ctx(resolved: &ResolvedSecrets) -> PodCtx<'_> {
-        PodCtx {
-            namespace: "ns",
-            route: Route::Secrets,
-            username: "u",
-            groups: &[],
-            dry_run: false,
-            resolved,
-            tally: &crate::mutate::UNCOUNTED,
-        }
-    }
-
     /// Admits `pod` through the real `secrets` mutator with only `inj` enabled.
-    fn admit(inj: Box<dyn SecretInjector>, secrets: &[Secret], mut pod: Pod) -> Pod {
-        pod.metadata.labels = Some([(POD_LABEL.to_owned(), POD_LABEL_VALUE.to_owned())].into());
-        pod.metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .extend(encode_annotations(secrets).unwrap());
-        let mutator = SecretsMutator::new(vec![inj]);
-        let resolved = ResolvedSecrets::default();
-        mutator.mutate(&ctx(&resolved), &mut pod).unwrap();
-        pod
+    fn admit(inj: Box<dyn SecretInjector>, secrets: &[Secret], pod: Pod) -> Pod {
+        crate::secrets::testing::admit(vec![inj], secrets, pod).unwrap()
     }
 
     fn inject_all(inj: &SidecarInjector, secrets: &[Secret], mut pod: Pod) -> Result<Pod, String> {
-        let resolved = ResolvedSecrets::default();
-        let ctx = ctx(&resolved);
+        let ctx = PodCtx::test(Route::Secrets);
         let mut plan = Plan::default();
         for (i, s) in secrets.iter().enumerate() {
             let req = SecretRequest {

@@ -191,10 +191,7 @@ pub(crate) fn identity_digest(domain: &str, fields: &[&str]) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mutate::PodMutator;
     use crate::mutate::Route;
-    use crate::secrets::codec::encode_annotations;
-    use crate::secrets::{POD_LABEL, POD_LABEL_VALUE, ResolvedSecrets, SecretsMutator};
     use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use proptest::prelude::*;
@@ -243,35 +240,14 @@ mod tests {
         }
     }
 
-    fn ctx(resolved: &ResolvedSecrets) -> PodCtx<'_> {
-        PodCtx {
-            namespace: "ns",
-            route: Route::Secrets,
-            username: "u",
-            groups: &[],
-            dry_run: false,
-            resolved,
-            tally: &crate::mutate::UNCOUNTED,
-        }
-    }
-
     /// Admits `pod` through the real `secrets` mutator with only `inj` enabled.
-    fn admit(inj: Box<dyn SecretInjector>, secrets: &[Secret], mut pod: Pod) -> Pod {
-        pod.metadata.labels = Some([(POD_LABEL.to_owned(), POD_LABEL_VALUE.to_owned())].into());
-        pod.metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .extend(encode_annotations(secrets).unwrap());
-        let mutator = SecretsMutator::new(vec![inj]);
-        let resolved = ResolvedSecrets::default();
-        mutator.mutate(&ctx(&resolved), &mut pod).unwrap();
-        pod
+    fn admit(inj: Box<dyn SecretInjector>, secrets: &[Secret], pod: Pod) -> Pod {
+        crate::secrets::testing::admit(vec![inj], secrets, pod).unwrap()
     }
 
     /// Runs one injection the way `SecretsMutator` does: inject, then apply the plan.
     fn run(inj: &VaultInjector, s: &Secret, mut pod: Pod) -> Result<Pod, String> {
-        let resolved = ResolvedSecrets::default();
-        let ctx = ctx(&resolved);
+        let ctx = PodCtx::test(Route::Secrets);
         let req = SecretRequest {
             index: 0,
             annotation: "flyte.secrets/s0".into(),
@@ -552,8 +528,7 @@ mod tests {
         let pod = mk_pod(&[]);
         let mut changed = pod.clone();
         let mut plan = Plan::default();
-        let resolved = ResolvedSecrets::default();
-        let ctx = ctx(&resolved);
+        let ctx = PodCtx::test(Route::Secrets);
         let req = SecretRequest {
             index: 0,
             annotation: "flyte.secrets/s0".into(),

@@ -11,21 +11,7 @@ use aws_sdk_secretsmanager::Client;
 use aws_sdk_secretsmanager::config::{BehaviorVersion, Credentials, Region};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{free_port, root};
-
-/// Path of a pinned tool; a missing tool fails the test (it is never skipped).
-pub fn tool(name: &str) -> String {
-    let out = Command::new(root().join("scripts/tools.sh"))
-        .args(["path", name])
-        .output()
-        .expect("scripts/tools.sh runs");
-    assert!(
-        out.status.success(),
-        "scripts/tools.sh path {name} failed (run `scripts/tools.sh install`): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
+use super::{free_port, tool};
 
 pub struct Moto {
     child: Child,

@@ -78,6 +78,79 @@ pub fn apply(doc: &Value, patch: &Value) -> Value {
     out
 }
 
+/// Path of a pinned tool; a missing tool fails the test (it is never skipped).
+pub fn tool(name: &str) -> String {
+    let out = std::process::Command::new(root().join("scripts/tools.sh"))
+        .args(["path", name])
+        .output()
+        .expect("scripts/tools.sh runs");
+    assert!(
+        out.status.success(),
+        "scripts/tools.sh path {name} failed (run `scripts/tools.sh install`): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// The Kubernetes versions every mutated pod is validated against: EKS's oldest supported
+/// line and the newest schema the pinned kubernetes-validate has.
+pub const K8S_VERSIONS: [&str; 2] = ["1.33.0", "1.37.0"];
+
+/// Validates every pod as a standalone `Pod` document with `kubernetes-validate --strict` for
+/// each of [`K8S_VERSIONS`] (one invocation per version), and checks the tool really validated
+/// each file as a Pod. A pod without a name gets one (the API server would generate it; the
+/// CLI needs it).
+pub fn assert_valid_pods(what: &str, pods: &[(String, Value)]) {
+    assert!(!pods.is_empty(), "{what}: nothing to validate");
+    let kv = tool("kubernetes-validate");
+    let dir = temp_dir(what);
+    let mut files = Vec::new();
+    let mut names = Vec::new();
+    for (i, (label, pod)) in pods.iter().enumerate() {
+        let mut pod = pod.clone();
+        if pod["metadata"]["name"].is_null() {
+            pod["metadata"]["name"] = json!(format!("generated-{i}"));
+        }
+        names.push(
+            pod["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+        let safe: String = label
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let file = dir.join(format!("{i:04}-{safe}.json"));
+        std::fs::write(&file, serde_json::to_vec_pretty(&pod).unwrap()).unwrap();
+        files.push(file);
+    }
+    for version in K8S_VERSIONS {
+        let out = std::process::Command::new(&kv)
+            .args(["--strict", "-k", version])
+            .args(&files)
+            .output()
+            .expect("kubernetes-validate runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "{what}: kubernetes-validate --strict -k {version} failed:\n{stdout}\n{stderr}"
+        );
+        let minor = version.trim_end_matches(".0");
+        for (((label, _), file), name) in pods.iter().zip(&files).zip(&names) {
+            let want = format!(
+                "{} passed for resource pod/{name} against version {minor}",
+                file.display()
+            );
+            assert!(
+                stdout.lines().any(|l| l.ends_with(&want)),
+                "{what}: {label} was not validated as a Pod against {version} (no line {want:?}):\n{stdout}\n{stderr}"
+            );
+        }
+    }
+}
+
 /// A fresh, empty directory under Cargo's per-target temp dir.
 pub fn temp_dir(name: &str) -> PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
