@@ -5,7 +5,7 @@ use std::net::{Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 use crate::admission::App;
-use crate::config::{Config, ENV_CONFIG_FILE, Loaded};
+use crate::config::{Config, Loaded};
 
 pub const USAGE: &str = "\
 podmutator — Kubernetes pod-mutating admission webhook (Lambda or HTTPS)
@@ -138,7 +138,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         _ => {}
     }
     init_logging();
-    let Loaded { config, .. } = load(config_path.clone())?;
+    let Loaded { config, .. } = load(config_path)?;
     match command {
         Command::CheckConfig => {
             println!(
@@ -158,7 +158,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     .await
                     .map_err(|e| format!("lambda runtime stopped: {e}"))
             }),
-        Command::Serve => serve(&config, config_path.is_some()),
+        Command::Serve => serve(&config),
         Command::Help | Command::Version => Ok(()),
     }
 }
@@ -233,7 +233,7 @@ async fn read_path_token(
     Ok(token)
 }
 
-fn serve(config: &Config, _from_flag: bool) -> Result<(), String> {
+fn serve(config: &Config) -> Result<(), String> {
     let w = &config.webhook;
     let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
     let dir = std::path::PathBuf::from(w.cert_dir_expanded());
@@ -281,9 +281,6 @@ fn serve(config: &Config, _from_flag: bool) -> Result<(), String> {
         })
         .map_err(|e| e.to_string())
 }
-
-#[doc(hidden)]
-pub const _CONFIG_FILE_ENV: &str = ENV_CONFIG_FILE;
 
 /// A secret request as JSON, the way Flyte's `flyteidl.core.Secret` names its fields.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -356,6 +353,31 @@ pub fn secret_annotations(args: &[String]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mode_follows_the_lambda_environment_unless_a_command_is_given() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(parse_args(&[], true).unwrap(), (Command::Lambda, None));
+        assert_eq!(parse_args(&[], false).unwrap(), (Command::Serve, None));
+        assert_eq!(
+            parse_args(&args(&["serve", "--config", "c.yaml"]), true).unwrap(),
+            (Command::Serve, Some("c.yaml".into()))
+        );
+        assert_eq!(
+            parse_args(&args(&["--config=c.json", "check-config"]), false).unwrap(),
+            (Command::CheckConfig, Some("c.json".into()))
+        );
+        assert!(
+            parse_args(&args(&["--config"]), false)
+                .unwrap_err()
+                .contains("--config needs")
+        );
+        assert!(
+            parse_args(&args(&["serve", "lambda"]), false)
+                .unwrap_err()
+                .contains("\"lambda\"")
+        );
+    }
 
     #[test]
     fn secret_annotations_round_trip_through_the_cli() {
