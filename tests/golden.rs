@@ -32,9 +32,6 @@ use podmutator::secrets::global::FileEnvSource;
 use podmutator::secrets::source::StaticSource;
 use serde_json::{Value, json};
 
-/// EKS's oldest supported line (our pinned k8s-openapi minor) and the newest the pinned
-/// kubernetes-validate knows.
-
 fn fixtures() -> PathBuf {
     root().join("tests/fixtures/golden")
 }

@@ -450,6 +450,66 @@ mod tests {
         admit(injectors, secrets, mk_pod())
     }
 
+    // Flyte's TestSecretsWebhook_Mutate, with its annotation `nnsxsorcnv4v623fperca` (spec §1.3).
+    fn flyte_test_pod() -> Pod {
+        let mut pod = mk_pod();
+        pod.metadata.labels = Some([(POD_LABEL.to_owned(), POD_LABEL_VALUE.to_owned())].into());
+        pod.metadata.annotations = Some(
+            [(
+                "flyte.secrets/s0".to_owned(),
+                "nnsxsorcnv4v623fperca".to_owned(),
+            )]
+            .into(),
+        );
+        pod
+    }
+
+    #[test]
+    fn no_injectors_and_no_annotations_change_nothing() {
+        let mut pod = mk_pod();
+        pod.metadata.labels = Some([(POD_LABEL.to_owned(), POD_LABEL_VALUE.to_owned())].into());
+        let before = pod.clone();
+        SecretsMutator::new(vec![])
+            .mutate(&PodCtx::test(crate::mutate::Route::Secrets), &mut pod)
+            .unwrap();
+        assert_eq!(pod, before);
+    }
+
+    #[test]
+    fn first_fail_denies_and_leaves_the_pod_unchanged() {
+        let global = crate::secrets::global::GlobalInjector {
+            env_prefix: "_UNION_".into(),
+            source: Box::new(crate::secrets::global::FileEnvSource::new(
+                &crate::config::GlobalSecretsConfig::default(),
+                Default::default(),
+            )),
+        };
+        let mut pod = flyte_test_pod();
+        let before = pod.clone();
+        let err = SecretsMutator::new(vec![Box::new(global)])
+            .mutate(&PodCtx::test(crate::mutate::Route::Secrets), &mut pod)
+            .unwrap_err();
+        assert_eq!(err.reason, "SecretNotInjected");
+        assert!(
+            err.message
+                .contains("Global: both key and group are required parameters")
+        );
+        assert_eq!(pod, before);
+    }
+
+    #[test]
+    fn added_when_an_injector_succeeds() {
+        let k8s = crate::secrets::k8s::K8sInjector {
+            env_prefix: "_UNION_".into(),
+        };
+        let mut pod = flyte_test_pod();
+        let before = pod.clone();
+        SecretsMutator::new(vec![Box::new(k8s)])
+            .mutate(&PodCtx::test(crate::mutate::Route::Secrets), &mut pod)
+            .unwrap();
+        assert_ne!(pod, before);
+    }
+
     #[test]
     fn two_managers_that_mount_the_same_path_are_refused_not_admitted_invalid() {
         // Flyte dedupes mounts by volume name only, and the API server then rejects the pod
