@@ -28,8 +28,6 @@ use rstest::rstest;
 use serde_json::{Value, json};
 
 const PATHS: [&str; 3] = [PATH_SECRETS, PATH_MANAGED_POD, PATH_MANAGED_NAMESPACE];
-/// EKS's oldest supported line (our pinned k8s-openapi minor) and the newest the pinned
-/// kubernetes-validate knows.
 const MANAGED: &str = "aether.io/managed";
 const GATE: &str = "aether-identity-ready";
 const GATE_VOLUME: &str = "aether-identity-gate-spiffe";
