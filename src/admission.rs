@@ -53,6 +53,8 @@ struct Audit {
     backend_calls: u32,
     injected: Vec<(crate::config::SecretManagerType, u32)>,
     patch_bytes: usize,
+    /// The refusal's message (names ids and keys, never values).
+    error: String,
 }
 
 impl App {
@@ -142,6 +144,7 @@ impl App {
                     Error::Denied(d) => d.reason,
                     other => other.reason(),
                 };
+                audit.error = err.to_string();
                 error_reply(&err, &audit.uid, api_version)
             }
         };
@@ -168,6 +171,7 @@ impl App {
                 uid = %audit.uid,
                 decision = audit.decision,
                 reason = audit.reason,
+                error = %audit.error,
                 status = reply.status,
                 duration_us,
                 "admission"
@@ -179,6 +183,7 @@ impl App {
                 pod = %audit.pod,
                 operation = audit.operation,
                 decision = audit.decision,
+                error = %audit.error,
                 status = reply.status,
                 duration_us,
                 "admission"
@@ -191,6 +196,7 @@ impl App {
                 operation = audit.operation,
                 decision = audit.decision,
                 reason = (!audit.reason.is_empty()).then_some(audit.reason),
+                error = (!audit.error.is_empty()).then_some(audit.error.as_str()),
                 mutators = %mutators,
                 patch_ops = audit.patch_ops,
                 secrets_fetched = audit.secrets_fetched,
