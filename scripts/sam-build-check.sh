@@ -3,7 +3,8 @@
 # the arm64 `bootstrap` a SAM deployment would upload. It is a cross-compiled LTO release build
 # (minutes, not seconds), so it runs as its own CI step instead of inside `cargo test`.
 #
-# Usage: scripts/sam-build-check.sh [BUILD_DIR]   (default: target/sam-build-check)
+# Usage: [SAM_CHECK_FAST=1] scripts/sam-build-check.sh [BUILD_DIR]
+#        (default BUILD_DIR: target/sam-build-check)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,6 +21,15 @@ fi
 # A target directory of its own: the aarch64 release build then never waits on the lock of a
 # concurrent debug build or test run in target/, and its dependencies stay warm between runs.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target/sam-build}
+
+# --fast (CI): the same builder, template and target, with a quick release profile (no LTO,
+# many codegen units, opt-level 1). It proves that `sam build` turns template.yaml into an arm64
+# bootstrap; the artefact you deploy is built with the full release profile, without --fast.
+if [[ ${SAM_CHECK_FAST:-} == 1 ]]; then
+	export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+		CARGO_PROFILE_RELEASE_OPT_LEVEL=1
+	export CARGO_TARGET_DIR=$ROOT/target/sam-build-fast
+fi
 
 SAM=$(scripts/tools.sh path sam)
 # The builder runs `cargo lambda`, which finds zig only through `python -m ziglang`.
