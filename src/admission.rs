@@ -283,22 +283,15 @@ impl App {
         let original = pod.clone();
         let Applied { changed, warnings } = self
             .chain
-            .apply(&ctx, &mut pod)
+            .apply_from(&ctx, &original, &mut pod)
             .map_err(|d| (Error::Denied(d), api_version))?;
         audit.mutators.clone_from(&changed);
         audit.injected = tally.injected();
         let patch = if changed.is_empty() {
             None
         } else {
-            let before = serde_json::to_value(&original)
+            let patch = crate::patch::diff_pods(&original, &pod)
                 .map_err(|e| (internal("failed to serialise the pod", e), api_version))?;
-            let after = serde_json::to_value(&pod).map_err(|e| {
-                (
-                    internal("failed to serialise the mutated pod", e),
-                    api_version,
-                )
-            })?;
-            let patch = crate::patch::diff(&before, &after);
             (!patch.0.is_empty()).then_some(patch)
         };
         audit.patch_ops = patch.as_ref().map_or(0, |p| p.0.len());

@@ -181,7 +181,8 @@ pub async fn build_app(config: &Config) -> Result<App, String> {
             .embedded_secret_manager_config
             .aws_config
             .region;
-        Some(crate::secrets::source::aws_client(region).await)
+        let budget = Duration::from_millis(config.embedded.deadline_ms);
+        Some(crate::secrets::source::aws_client(region, budget).await)
     } else {
         None
     };

@@ -11,12 +11,77 @@
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
+use k8s_openapi::api::core::v1::Pod;
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 /// Above this many cells the middle of two arrays is not aligned with an LCS table (bounded
 /// memory and time for hostile input such as 10,000 containers); unmatched elements are then
 /// paired by position when the counts agree, or removed and added otherwise.
 const MAX_ALIGN_CELLS: usize = 40_000;
+
+/// The patch from `before` to `after`, computed section by section: only the sections that
+/// differ (typed comparison, no serialisation) are serialised and diffed. `status`, and
+/// `metadata` when only the spec changed, are never turned into JSON at all.
+pub fn diff_pods(before: &Pod, after: &Pod) -> Result<Patch, serde_json::Error> {
+    let mut ops = Vec::new();
+    let mut ptr = PointerBuf::root();
+    diff_section(
+        &mut ops,
+        &mut ptr,
+        "metadata",
+        Some(&before.metadata),
+        Some(&after.metadata),
+    )?;
+    diff_section(
+        &mut ops,
+        &mut ptr,
+        "spec",
+        before.spec.as_ref(),
+        after.spec.as_ref(),
+    )?;
+    diff_section(
+        &mut ops,
+        &mut ptr,
+        "status",
+        before.status.as_ref(),
+        after.status.as_ref(),
+    )?;
+    Ok(Patch(ops))
+}
+
+fn diff_section<T: Serialize + PartialEq>(
+    ops: &mut Vec<PatchOperation>,
+    ptr: &mut PointerBuf,
+    key: &str,
+    before: Option<&T>,
+    after: Option<&T>,
+) -> Result<(), serde_json::Error> {
+    if before == after {
+        return Ok(());
+    }
+    ptr.push_back(key);
+    match (before, after) {
+        (Some(a), Some(b)) => {
+            diff_value(
+                &serde_json::to_value(a)?,
+                &serde_json::to_value(b)?,
+                ptr,
+                ops,
+            );
+        }
+        (None, Some(b)) => ops.push(PatchOperation::Add(AddOperation {
+            path: ptr.clone(),
+            value: serde_json::to_value(b)?,
+        })),
+        (Some(_), None) => ops.push(PatchOperation::Remove(RemoveOperation {
+            path: ptr.clone(),
+        })),
+        (None, None) => {}
+    }
+    ptr.pop_back();
+    Ok(())
+}
 
 /// Operations that turn `before` into `after`, valid when applied in order.
 pub fn diff(before: &Value, after: &Value) -> Patch {
@@ -331,6 +396,39 @@ mod tests {
                     .prop_map(|m| Value::Object(m.into_iter().collect())),
             ]
         })
+    }
+
+    #[test]
+    fn the_sectioned_pod_diff_equals_the_whole_document_diff() {
+        use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
+        let before = Pod {
+            metadata: Default::default(),
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "a".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Pending".into()),
+                ..Default::default()
+            }),
+        };
+        let mut after = before.clone();
+        after.metadata.labels = Some([("k".to_owned(), "v".to_owned())].into());
+        after.spec.as_mut().unwrap().containers[0].image = Some("busybox".into());
+        let whole = diff(
+            &serde_json::to_value(&before).unwrap(),
+            &serde_json::to_value(&after).unwrap(),
+        );
+        assert_eq!(diff_pods(&before, &after).unwrap(), whole);
+        let mut no_spec = before.clone();
+        no_spec.spec = None;
+        let mut doc = serde_json::to_value(&no_spec).unwrap();
+        json_patch::patch(&mut doc, &diff_pods(&no_spec, &after).unwrap()).unwrap();
+        assert_eq!(doc, serde_json::to_value(&after).unwrap());
+        assert!(diff_pods(&before, &before).unwrap().0.is_empty());
     }
 
     proptest! {

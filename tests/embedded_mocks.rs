@@ -207,7 +207,17 @@ async fn throttling_that_outlasts_the_sdk_retries_is_an_internal_error() {
             SdkBody::from(r#"{"__type":"ThrottlingException","message":"Rate exceeded"}"#),
         )
     });
-    let client = mock_client!(aws_sdk_secretsmanager, RuleMode::MatchAny, [&throttled]);
+    // The SDK's standard retries, with a short backoff so the test does not meet the deadline.
+    let client = mock_client!(
+        aws_sdk_secretsmanager,
+        RuleMode::MatchAny,
+        [&throttled],
+        |c| c.retry_config(
+            aws_sdk_secretsmanager::config::retry::RetryConfig::standard()
+                .with_max_attempts(3)
+                .with_initial_backoff(Duration::from_millis(1))
+        )
+    );
     let app = app_over(client);
     let (status, resp) = admit(&app, &pod("k", MountRequirement::EnvVar)).await;
     assert_eq!(status, 500, "{resp}");

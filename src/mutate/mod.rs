@@ -167,15 +167,27 @@ impl Chain {
     /// Runs every mutator in order. A required mutator's failure stops the chain with a denial
     /// that names it; an optional one's failure is undone and becomes a warning.
     pub fn apply(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Applied, Denial> {
+        let original = pod.clone();
+        self.apply_from(ctx, &original, pod)
+    }
+
+    /// [`Chain::apply`] for a caller that already holds a copy of the pod as it came in
+    /// (`original == *pod` on entry): the pod is copied again only after a mutator changed it.
+    pub fn apply_from(
+        &self,
+        ctx: &PodCtx<'_>,
+        original: &Pod,
+        pod: &mut Pod,
+    ) -> Result<Applied, Denial> {
         let mut applied = Applied::default();
-        let mut previous = pod.clone();
+        let mut previous = std::borrow::Cow::Borrowed(original);
         for entry in &self.entries {
             let id = entry.mutator.id();
             match entry.mutator.mutate(ctx, pod) {
                 Ok(()) => {
-                    if *pod != previous {
+                    if *pod != *previous {
                         applied.changed.push(id);
-                        previous.clone_from(pod);
+                        previous = std::borrow::Cow::Owned(pod.clone());
                     }
                 }
                 Err(denial) if entry.required => {

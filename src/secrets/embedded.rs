@@ -256,6 +256,10 @@ impl SecretInjector for EmbeddedInjector {
         SecretManagerType::Embedded
     }
 
+    fn fetches(&self) -> bool {
+        true
+    }
+
     fn prefetch(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Vec<String> {
         if req.secret.key.is_empty() || self.check_binding(ctx, pod).is_err() {
             return Vec::new();

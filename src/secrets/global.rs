@@ -22,6 +22,8 @@ pub trait GlobalSecretSource: Send + Sync {
 pub struct FileEnvSource {
     env_prefix: String,
     dir: PathBuf,
+    /// Whether `dir` existed at start. On Lambda it never does; then no file is ever opened.
+    dir_exists: bool,
     env: BTreeMap<String, String>,
 }
 
@@ -34,9 +36,11 @@ impl FileEnvSource {
     }
 
     pub fn new(cfg: &GlobalSecretsConfig, env: BTreeMap<String, String>) -> Self {
+        let dir = PathBuf::from(&cfg.secrets_prefix);
         Self {
             env_prefix: cfg.env_prefix.clone(),
-            dir: PathBuf::from(&cfg.secrets_prefix),
+            dir_exists: dir.is_dir(),
+            dir,
             env,
         }
     }
@@ -52,6 +56,12 @@ impl GlobalSecretSource for FileEnvSource {
         );
         if let Some(v) = self.env.get(&var) {
             return Ok(v.clone());
+        }
+        if !self.dir_exists {
+            return Err(format!(
+                "not found in env [{var}] (no directory {} to look in)",
+                self.dir.display()
+            ));
         }
         // group and key come from the pod's annotations: never let them leave the directory.
         if !is_plain_segment(group) || !is_plain_segment(key) {
@@ -170,7 +180,7 @@ mod tests {
     )]
     #[case::not_found(
         secret("group", "nope", MountRequirement::EnvVar, ""),
-        "not found in env [FLYTE_SECRET_GROUP_NOPE] or file [/nonexistent/group/nope]"
+        "not found in env [FLYTE_SECRET_GROUP_NOPE] (no directory /nonexistent to look in)"
     )]
     fn refused(#[case] s: crate::secrets::codec::Secret, #[case] message: &str) {
         let inj = global(

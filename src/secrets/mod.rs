@@ -192,6 +192,11 @@ impl Plan {
 pub trait SecretInjector: Send + Sync {
     fn kind(&self) -> SecretManagerType;
 
+    /// Whether this manager needs values fetched before the chain (only Embedded does).
+    fn fetches(&self) -> bool {
+        false
+    }
+
     /// Secret ids whose values this manager needs to inject `req` (fetched before the chain).
     fn prefetch(&self, _req: &SecretRequest, _ctx: &PodCtx<'_>, _pod: &Pod) -> Vec<String> {
         Vec::new()
@@ -270,9 +275,13 @@ impl PodMutator for SecretsMutator {
         "secrets"
     }
 
-    /// Ids for every request that no manager before a fetching one would take (the earlier
-    /// managers are pure, so trying them on a scratch copy answers exactly).
+    /// Ids for every request that no manager before the fetching one would take (the earlier
+    /// managers are pure, so trying them on a scratch copy answers exactly). Without a fetching
+    /// manager this costs nothing.
     fn prefetch(&self, ctx: &PodCtx<'_>, pod: &Pod) -> Vec<String> {
+        let Some(fetching) = self.injectors.iter().position(|i| i.fetches()) else {
+            return Vec::new();
+        };
         if !self.selects(pod) {
             return Vec::new();
         }
@@ -280,24 +289,20 @@ impl PodMutator for SecretsMutator {
             return Vec::new();
         };
         let mut ids: Vec<String> = Vec::new();
+        // One copy for the whole admission: like the real run, each request sees the pod as the
+        // requests before it left it.
+        let mut scratch: Option<Pod> = None;
         for req in &requests {
-            let mut scratch: Option<Pod> = None;
-            for inj in &self.injectors {
-                let wanted = inj.prefetch(req, ctx, pod);
-                if !wanted.is_empty() {
-                    for id in wanted {
-                        if !ids.contains(&id) {
-                            ids.push(id);
-                        }
-                    }
-                    break;
-                }
-                if inj.deny(req, ctx, pod).is_some() {
-                    break;
-                }
+            let taken_earlier = self.injectors[..fetching].iter().any(|inj| {
                 let scratch = scratch.get_or_insert_with(|| pod.clone());
-                if inj.inject(req, ctx, scratch, &mut Plan::default()).is_ok() {
-                    break;
+                inj.inject(req, ctx, scratch, &mut Plan::default()).is_ok()
+            });
+            if taken_earlier {
+                continue;
+            }
+            for id in self.injectors[fetching].prefetch(req, ctx, pod) {
+                if !ids.contains(&id) {
+                    ids.push(id);
                 }
             }
         }

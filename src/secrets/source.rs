@@ -113,10 +113,26 @@ pub fn http_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
 }
 
 /// Loads the AWS configuration the standard way (environment, Lambda role, `AWS_ENDPOINT_URL`
-/// for emulators), with `region` when non-empty.
-pub async fn aws_client(region: &str) -> Client {
-    let mut loader =
-        aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http_client());
+/// for emulators), with `region` when non-empty. Retries and timeouts are sized to `budget`
+/// (`embedded.deadlineMs`): the SDK's defaults back off for a second or more, so a throttled
+/// call would spend the whole budget waiting for its first retry.
+pub async fn aws_client(region: &str, budget: Duration) -> Client {
+    use aws_config::retry::RetryConfig;
+    use aws_config::timeout::TimeoutConfig;
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(http_client())
+        .retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(3)
+                .with_initial_backoff(budget / 40)
+                .with_max_backoff(budget / 5),
+        )
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(budget / 4)
+                .operation_attempt_timeout(budget / 2)
+                .build(),
+        );
     if !region.is_empty() {
         loader = loader.region(aws_config::Region::new(region.to_owned()));
     }

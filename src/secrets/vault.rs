@@ -139,14 +139,18 @@ impl SecretInjector for VaultInjector {
         }
 
         // Later maps win: defaults < configured annotations < what the pod already has. On
-        // re-admission the pod already holds exactly these keys with these values.
-        let mut merged = self.secret_annotations(s);
-        merged.extend(self.common_annotations());
-        merged.extend(self.annotations.clone());
-        if let Some(existing) = pod.metadata.annotations.take() {
-            merged.extend(existing);
+        // re-admission the pod already holds exactly these keys with these values. Only our few
+        // keys are inserted where absent; the pod's own map is not rebuilt per secret.
+        let mut ours = self.secret_annotations(s);
+        ours.extend(self.common_annotations());
+        ours.extend(self.annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let annotations = pod
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
+        for (k, v) in ours {
+            annotations.entry(k).or_insert(v);
         }
-        pod.metadata.annotations = Some(merged);
 
         plan.env(env_value(ENV_FILE_PREFIX, ""));
         plan.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
