@@ -1,7 +1,7 @@
 //! Command line: `podmutator [serve|lambda|webhook-config ...]`. Without a subcommand the binary
 //! runs the Lambda runtime when `AWS_LAMBDA_RUNTIME_API` is set and the HTTPS server otherwise.
 
-use std::net::{Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::admission::App;
@@ -245,7 +245,7 @@ fn serve(config: &Config) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     let tls = crate::server::tls_config(&files).map_err(|e| e.to_string())?;
-    let addr = SocketAddr::from((Ipv6Addr::UNSPECIFIED, w.listen_port));
+    let addr = SocketAddr::from((config.http.listen_address, w.listen_port));
     let max_body = config.http.max_body_bytes;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -465,6 +465,9 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct HttpConfig {
+    /// Address `podmutator serve` binds (with `webhook.listenPort`): all interfaces by default,
+    /// as a server behind a Kubernetes Service needs; `127.0.0.1` keeps a local run on loopback.
+    pub listen_address: std::net::IpAddr,
     pub max_body_bytes: usize,
     /// A literal path token (for local testing); every route then lives under `/<token>/`.
     pub path_token: Option<String>,
@@ -475,6 +478,7 @@ pub struct HttpConfig {
 impl Default for HttpConfig {
     fn default() -> Self {
         Self {
+            listen_address: std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             path_token: None,
             path_token_secret_id: None,
@@ -957,6 +961,7 @@ mod tests {
     #[case::token_and_token_secret(json!({"http": {"pathToken": "a", "pathTokenSecretId": "b"}}), "http.pathToken")]
     #[case::short_token(json!({"http": {"pathToken": "abc"}}), "http.pathToken")]
     #[case::tiny_body_limit(json!({"http": {"maxBodyBytes": 10}}), "http.maxBodyBytes")]
+    #[case::bad_listen_address(json!({"http": {"listenAddress": "localhost"}}), "http.listenAddress")]
     #[case::unknown_mutator(json!({"mutators": {"secretz": {"required": true}}}), "mutators.secretz")]
     #[case::zero_port(json!({"webhook": {"listenPort": 0}}), "webhook.listenPort")]
     #[case::global_provider_type(json!({"secrets": {"type": "vault"}}), "secrets.type")]

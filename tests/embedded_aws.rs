@@ -162,7 +162,7 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
             "secretManagerTypes": ["Embedded"],
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
         },
-        "http": {"pathTokenSecretId": "podmutator/path-token"}
+        "http": {"pathTokenSecretId": "podmutator/path-token", "listenAddress": "127.0.0.1"}
     });
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
         .arg("serve")

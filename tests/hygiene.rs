@@ -96,11 +96,14 @@ async fn no_secret_value_reaches_logs_metrics_or_error_messages() {
 
     let dir = temp_dir("hygiene");
     let port = free_port();
-    let cfg = json!({"webhook": {
-        "certDir": dir, "listenPort": port,
-        "secretManagerTypes": ["Embedded", "Vault", "AWS"],
-        "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
-    }});
+    let cfg = json!({
+        "webhook": {
+            "certDir": dir, "listenPort": port,
+            "secretManagerTypes": ["Embedded", "Vault", "AWS"],
+            "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
+        },
+        "http": {"listenAddress": "127.0.0.1"}
+    });
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
         .arg("serve")
         .env("PODMUTATOR_CONFIG", cfg.to_string())

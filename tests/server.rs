@@ -184,8 +184,10 @@ fn wait_for(rx: &std::sync::mpsc::Receiver<String>, message: &str) -> Value {
 async fn the_binary_serves_and_stops_cleanly_on_sigterm() {
     let dir = temp_dir("binary");
     let port = free_port();
-    let config =
-        json!({"webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"}});
+    let config = json!({
+        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
+        "http": {"listenAddress": "127.0.0.1"}
+    });
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
         .arg("serve")
         .env("PODMUTATOR_CONFIG", config.to_string())
@@ -196,6 +198,7 @@ async fn the_binary_serves_and_stops_cleanly_on_sigterm() {
     let rx = lines(&mut child);
     let started = wait_for(&rx, "serving https");
     assert_eq!(started["certs_generated"], true);
+    assert_eq!(started["addr"], format!("127.0.0.1:{port}"));
     let ca = std::fs::read(dir.join("ca.crt")).unwrap();
     let (status, body) = https_request(
         port,
