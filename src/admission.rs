@@ -290,7 +290,7 @@ impl App {
         let patch = if changed.is_empty() {
             None
         } else {
-            let patch = crate::patch::diff_pods(&original, &pod)
+            let patch = crate::patch::diff_pods(original, pod)
                 .map_err(|e| (internal("failed to serialise the pod", e), api_version))?;
             (!patch.0.is_empty()).then_some(patch)
         };
@@ -401,6 +401,7 @@ fn parse(body: &[u8]) -> Result<Parsed, Error> {
     }
     match serde_json::from_slice::<AdmissionReview<Pod>>(body) {
         Ok(review) => {
+            utf8(body)?;
             let api_version = api_version_of(&review.types.api_version, &review.types.kind)?;
             let req = review
                 .request
@@ -409,6 +410,7 @@ fn parse(body: &[u8]) -> Result<Parsed, Error> {
         }
         Err(typed_err) => match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
             Ok(review) => {
+                utf8(body)?;
                 let api_version = api_version_of(&review.types.api_version, &review.types.kind)?;
                 let req = review.request.ok_or_else(|| {
                     Error::Invalid("review has no request: nothing to admit".into())
@@ -417,7 +419,7 @@ fn parse(body: &[u8]) -> Result<Parsed, Error> {
                 if is_pod && req.operation == Operation::Create && req.sub_resource.is_none() {
                     return Err(Error::Invalid(format!(
                         "request.object is not a valid Pod: {}",
-                        located(body, typed_err)
+                        located::<AdmissionReview<Pod>>(body, typed_err)
                     )));
                 }
                 Ok(Parsed::Other {
@@ -426,18 +428,33 @@ fn parse(body: &[u8]) -> Result<Parsed, Error> {
                     operation: operation_str(&req.operation),
                 })
             }
-            Err(_) => Err(Error::Invalid(format!(
+            // Not even a review of any object: report what breaks the review itself (a
+            // Deployment's bad labels, nesting too deep), not what makes it no Pod.
+            Err(untyped_err) => Err(Error::Invalid(format!(
                 "body is not a valid AdmissionReview: {}",
-                located(body, typed_err)
+                located::<AdmissionReview<DynamicObject>>(body, untyped_err)
             ))),
         },
     }
 }
 
+/// serde_json checks UTF-8 only in the strings it reads (with the JSON path in its error): the
+/// bytes of a field no type knows are skipped unchecked. JSON is UTF-8 (RFC 8259 §8.1), so a body
+/// that parsed is checked whole.
+fn utf8(body: &[u8]) -> Result<(), Error> {
+    std::str::from_utf8(body).map(drop).map_err(|e| {
+        Error::Invalid(format!(
+            "body is not a valid AdmissionReview: not JSON (invalid UTF-8 at byte {}, in a field \
+             no Kubernetes type knows)",
+            e.valid_up_to()
+        ))
+    })
+}
+
 /// The serde error with the JSON path where it happened (computed only on the error path).
-fn located(body: &[u8], fallback: serde_json::Error) -> String {
+fn located<T: serde::de::DeserializeOwned>(body: &[u8], fallback: serde_json::Error) -> String {
     let mut de = serde_json::Deserializer::from_slice(body);
-    match serde_path_to_error::deserialize::<_, AdmissionReview<Pod>>(&mut de) {
+    match serde_path_to_error::deserialize::<_, T>(&mut de) {
         Err(e) if e.path().to_string() != "." => format!("{} (at {})", e.inner(), e.path()),
         _ => fallback.to_string(),
     }

@@ -9,9 +9,12 @@
 //! have one, by equality otherwise) and only the real insertions and deletions become `add` and
 //! `remove`; an element that survived is diffed in place.
 
+use std::mem::take;
+
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -22,24 +25,32 @@ const MAX_ALIGN_CELLS: usize = 40_000;
 
 /// The patch from `before` to `after`, computed section by section: only the sections that
 /// differ (typed comparison, no serialisation) are serialised and diffed. `status`, and
-/// `metadata` when only the spec changed, are never turned into JSON at all.
-pub fn diff_pods(before: &Pod, after: &Pod) -> Result<Patch, serde_json::Error> {
+/// `metadata` when only the spec changed, are never turned into JSON at all. In the spec, the
+/// lists mutators edit (containers, init containers, volumes) are compared element by element,
+/// so a pod whose one container gained an env var serialises that container, not the pod.
+pub fn diff_pods(before: Pod, after: Pod) -> Result<Patch, serde_json::Error> {
     let mut ops = Vec::new();
     let mut ptr = PointerBuf::root();
+    // The typed pod always has `metadata`, the JSON it came from may not: an empty one is
+    // replaced whole (`add` on an existing member replaces it), so the patch applies either way.
+    let unchanged = before.metadata == after.metadata;
+    let before_metadata =
+        (unchanged || before.metadata != ObjectMeta::default()).then_some(&before.metadata);
     diff_section(
         &mut ops,
         &mut ptr,
         "metadata",
-        Some(&before.metadata),
+        before_metadata,
         Some(&after.metadata),
     )?;
-    diff_section(
-        &mut ops,
-        &mut ptr,
-        "spec",
-        before.spec.as_ref(),
-        after.spec.as_ref(),
-    )?;
+    match (before.spec, after.spec) {
+        (Some(a), Some(b)) => {
+            ptr.push_back("spec");
+            diff_spec(&mut ops, &mut ptr, a, b)?;
+            ptr.pop_back();
+        }
+        (a, b) => diff_section(&mut ops, &mut ptr, "spec", a.as_ref(), b.as_ref())?,
+    }
     diff_section(
         &mut ops,
         &mut ptr,
@@ -48,6 +59,116 @@ pub fn diff_pods(before: &Pod, after: &Pod) -> Result<Patch, serde_json::Error> 
         after.status.as_ref(),
     )?;
     Ok(Patch(ops))
+}
+
+fn diff_spec(
+    ops: &mut Vec<PatchOperation>,
+    ptr: &mut PointerBuf,
+    mut a: PodSpec,
+    mut b: PodSpec,
+) -> Result<(), serde_json::Error> {
+    let containers = (take(&mut a.containers), take(&mut b.containers));
+    let init_containers = (a.init_containers.take(), b.init_containers.take());
+    let volumes = (a.volumes.take(), b.volumes.take());
+    diff_list(
+        ops,
+        ptr,
+        "containers",
+        Some(containers.0),
+        Some(containers.1),
+        |c| &c.name,
+        diff_container,
+    )?;
+    // The rest of the spec, with those lists out of both sides (`containers: []` on each).
+    diff_whole(ops, ptr, &a, &b)?;
+    diff_list(
+        ops,
+        ptr,
+        "initContainers",
+        init_containers.0,
+        init_containers.1,
+        |c| &c.name,
+        diff_container,
+    )?;
+    diff_list(
+        ops,
+        ptr,
+        "volumes",
+        volumes.0,
+        volumes.1,
+        |v| &v.name,
+        |ops, ptr, a, b| diff_whole(ops, ptr, &a, &b),
+    )
+}
+
+/// A container edited in place: its env and mounts (what mutators add to) are diffed as lists
+/// of their own, the rest only when it changed.
+fn diff_container(
+    ops: &mut Vec<PatchOperation>,
+    ptr: &mut PointerBuf,
+    mut a: Container,
+    mut b: Container,
+) -> Result<(), serde_json::Error> {
+    let env = (a.env.take(), b.env.take());
+    let mounts = (a.volume_mounts.take(), b.volume_mounts.take());
+    diff_whole(ops, ptr, &a, &b)?;
+    diff_section(ops, ptr, "env", env.0.as_ref(), env.1.as_ref())?;
+    diff_section(
+        ops,
+        ptr,
+        "volumeMounts",
+        mounts.0.as_ref(),
+        mounts.1.as_ref(),
+    )
+}
+
+/// `a` and `b` serialised and diffed at `ptr`, unless they are equal.
+fn diff_whole<T: Serialize + PartialEq>(
+    ops: &mut Vec<PatchOperation>,
+    ptr: &mut PointerBuf,
+    a: &T,
+    b: &T,
+) -> Result<(), serde_json::Error> {
+    if a != b {
+        diff_value(
+            &serde_json::to_value(a)?,
+            &serde_json::to_value(b)?,
+            ptr,
+            ops,
+        );
+    }
+    Ok(())
+}
+
+/// A named list: when both sides have the same names in the same order (a mutator edited
+/// elements in place), each changed element is diffed on its own by `diff_elem`; otherwise the
+/// whole list is aligned by [`diff_value`].
+fn diff_list<T: Serialize + PartialEq>(
+    ops: &mut Vec<PatchOperation>,
+    ptr: &mut PointerBuf,
+    key: &str,
+    a: Option<Vec<T>>,
+    b: Option<Vec<T>>,
+    name: fn(&T) -> &str,
+    diff_elem: fn(&mut Vec<PatchOperation>, &mut PointerBuf, T, T) -> Result<(), serde_json::Error>,
+) -> Result<(), serde_json::Error> {
+    match (a, b) {
+        (Some(a), Some(b))
+            if a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| name(x) == name(y)) =>
+        {
+            ptr.push_back(key);
+            for (i, (x, y)) in a.into_iter().zip(b).enumerate() {
+                if x != y {
+                    ptr.push_back(i);
+                    diff_elem(ops, ptr, x, y)?;
+                    ptr.pop_back();
+                }
+            }
+            ptr.pop_back();
+            Ok(())
+        }
+        (a, b) => diff_section(ops, ptr, key, a.as_ref(), b.as_ref()),
+    }
 }
 
 fn diff_section<T: Serialize + PartialEq>(
@@ -402,7 +523,10 @@ mod tests {
     fn the_sectioned_pod_diff_equals_the_whole_document_diff() {
         use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
         let before = Pod {
-            metadata: Default::default(),
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                ..Default::default()
+            },
             spec: Some(PodSpec {
                 containers: vec![Container {
                     name: "a".into(),
@@ -422,13 +546,106 @@ mod tests {
             &serde_json::to_value(&before).unwrap(),
             &serde_json::to_value(&after).unwrap(),
         );
-        assert_eq!(diff_pods(&before, &after).unwrap(), whole);
+        assert_eq!(diff_pods(before.clone(), after.clone()).unwrap(), whole);
         let mut no_spec = before.clone();
         no_spec.spec = None;
         let mut doc = serde_json::to_value(&no_spec).unwrap();
-        json_patch::patch(&mut doc, &diff_pods(&no_spec, &after).unwrap()).unwrap();
+        json_patch::patch(
+            &mut doc,
+            &diff_pods(no_spec.clone(), after.clone()).unwrap(),
+        )
+        .unwrap();
         assert_eq!(doc, serde_json::to_value(&after).unwrap());
-        assert!(diff_pods(&before, &before).unwrap().0.is_empty());
+        assert!(
+            diff_pods(before.clone(), before.clone())
+                .unwrap()
+                .0
+                .is_empty()
+        );
+    }
+
+    /// Every way a mutator edits the spec's lists, at once: the element-wise path (same names in
+    /// the same order) and the aligned fallback (an init container put first) give the same
+    /// operations as diffing the whole documents.
+    #[test]
+    fn list_edits_give_the_whole_document_diffs_operations() {
+        use k8s_openapi::api::core::v1::{EnvVar, PodDNSConfig, PodSpec, Volume};
+        let container = |name: &str| Container {
+            name: name.into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        };
+        let volume = |name: &str| Volume {
+            name: name.into(),
+            ..Default::default()
+        };
+        let before = Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![container("a"), container("b"), container("c")],
+                init_containers: Some(vec![container("i")]),
+                volumes: Some(vec![volume("v")]),
+                node_name: Some("n".into()),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let mut after = before.clone();
+        let spec = after.spec.as_mut().unwrap();
+        for c in [0, 2] {
+            spec.containers[c].env = Some(vec![EnvVar {
+                name: "E".into(),
+                value: Some("1".into()),
+                ..Default::default()
+            }]);
+        }
+        spec.init_containers
+            .as_mut()
+            .unwrap()
+            .insert(0, container("gate"));
+        spec.volumes.as_mut().unwrap().push(volume("w"));
+        spec.dns_config = Some(PodDNSConfig::default());
+        let (a, b) = (
+            serde_json::to_value(&before).unwrap(),
+            serde_json::to_value(&after).unwrap(),
+        );
+        let sorted = |p: Patch| {
+            let mut ops: Vec<String> = p.0.iter().map(|op| json!(op).to_string()).collect();
+            ops.sort();
+            ops
+        };
+        let patch = diff_pods(before.clone(), after.clone()).unwrap();
+        assert_eq!(sorted(patch.clone()), sorted(diff(&a, &b)));
+        let mut doc = a.clone();
+        json_patch::patch(&mut doc, &patch).unwrap();
+        assert_eq!(doc, b);
+        assert!(diff_pods(after.clone(), after).unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn a_pod_sent_without_metadata_gets_metadata_added_whole() {
+        let before = Pod::default();
+        let mut after = before.clone();
+        after.metadata.labels = Some([("k".to_owned(), "v".to_owned())].into());
+        let patch = diff_pods(before.clone(), after.clone()).unwrap();
+        for original in [json!({}), json!({"metadata": {}})] {
+            let mut doc = original.clone();
+            json_patch::patch(&mut doc, &patch).unwrap();
+            assert_eq!(
+                doc,
+                json!({"metadata": {"labels": {"k": "v"}}}),
+                "from {original}"
+            );
+        }
+        assert!(
+            diff_pods(before.clone(), before.clone())
+                .unwrap()
+                .0
+                .is_empty()
+        );
     }
 
     proptest! {

@@ -1,0 +1,600 @@
+//! The full admission path (review bytes in -> response bytes out, [`App::review`]) beside its
+//! floor: `serde_json` parse + serialise of the same review into an untyped `Value`. Prints
+//! criterion's usual report, then one table of medians and the ratio per case. Asserts nothing
+//! about time (targets are reported in the README, never enforced).
+//!
+//!     CARGO_TARGET_DIR=/work/target-bench cargo bench --bench admission
+//!     cargo bench --bench admission -- task_3_k8s        # one case (criterion filter)
+//!
+//! Cases (all pod CREATE reviews, built with Flyte's annotation codec):
+//! - `a_bare`: a pod no mutator selects (no secrets label) -> allowed, no patch;
+//! - `b_task_3_k8s`: a Flyte task pod with 3 K8s secrets (2 env, 1 file), K8s manager only;
+//!   `b_task_3_k8s_logged` is the same with production logging (JSON audit line) and the EMF
+//!   metrics line, both written to memory/`io::sink` instead of stdout;
+//! - `c_task_20_mixed`: 20 secrets, 6 K8s env + 4 K8s file + 5 Vault + 5 AWS fetcher;
+//!   `c_task_20_embedded`: the same pod with Embedded listed first and the 6 env values in an
+//!   in-memory `StaticSource` behind the production `CachingSource`, cache warm (the other 14
+//!   are warm negative entries and fall through to the next manager, as in production);
+//! - `d_maximal_pod`: Kubernetes' maximal Pod (every field set, 61 kB) selected for 3 K8s
+//!   secrets; `d_maximal_pod_mesh`: the same with config/local.yaml (mesh mutators on), the pod
+//!   labelled managed and sent to `/mutate/managed-pod`;
+//! - `e_ten_thousand_containers`: the task pod of b with 10,000 containers, each of which gets
+//!   the secrets (the bad-input corpus' budget for it is 100 ms).
+//!
+//! The 20-secret case routes group+key FILE secrets between Vault and the AWS fetcher by group
+//! prefix (`secret/` vs `arn:aws:`): with production's first-wins order, whichever of the two is
+//! listed first takes every such secret, and one review could not exercise both.
+
+/// The binary's allocator (`src/main.rs`), so the figures are production's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use base64::Engine;
+use criterion::Criterion;
+use k8s_openapi::api::core::v1::Pod;
+use podmutator::admission::App;
+use podmutator::config::Config;
+use podmutator::metrics::{Metrics, Sink};
+use podmutator::mutate::{Chain, PodCtx, Route};
+use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator::secrets::global::FileEnvSource;
+use podmutator::secrets::source::{CachePolicy, CachingSource, StaticSource};
+use podmutator::secrets::{Plan, SecretInjector, SecretRequest, SecretsMutator};
+use serde_json::{Value, json};
+
+const NS: &str = "flytesnacks-development";
+const SCOPE: (&str, &str, &str) = ("flyte", "flytesnacks", "development");
+
+/// One benchmark case: an app, a route and a review body.
+struct Case {
+    name: &'static str,
+    what: &'static str,
+    app: App,
+    route: Route,
+    body: Vec<u8>,
+    /// Production logging + metrics (to memory / `io::sink`) while this case runs.
+    logged: Option<Arc<Mutex<Vec<String>>>>,
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A pod CREATE review around `pod`, as the API server sends it.
+fn create_review(pod: &Value, namespace: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {
+                "username": "system:serviceaccount:flyte:flyte-executor",
+                "uid": "b6d3ae8e-2f4a-4a5e-9d0a-6c1b9f0f6a11",
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:flyte", "system:authenticated"]
+            },
+            "object": pod,
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
+        }
+    }))
+    .unwrap()
+}
+
+fn secret(group: &str, version: &str, key: &str, mount: MountRequirement) -> Secret {
+    Secret {
+        group: group.into(),
+        group_version: version.into(),
+        key: key.into(),
+        mount_requirement: mount,
+        ..Default::default()
+    }
+}
+
+/// A Flyte task pod as flytepropeller creates it; `secrets` become `flyte.secrets/s<N>`.
+fn task_pod(secrets: &[Secret]) -> Value {
+    let mut labels = json!({"organization": SCOPE.0, "project": SCOPE.1, "domain": SCOPE.2});
+    let mut annotations = json!({"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"});
+    if !secrets.is_empty() {
+        labels["inject-flyte-secrets"] = json!("true");
+        for (k, v) in encode_annotations(secrets).unwrap() {
+            annotations[k] = json!(v);
+        }
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "a8f3k2-n0-0-",
+            "namespace": NS,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "flyte.lyft.com/v1alpha1", "kind": "flyteworkflow",
+                "name": "a8f3k2", "uid": "0b8a5b33-3e4c-4bde-9a0c-0f3a0d7f0d11",
+                "controller": true, "blockOwnerDeletion": true}]
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "serviceAccountName": "default",
+            "containers": [{
+                "name": "a8f3k2-n0-0",
+                "image": "cr.flyte.org/flyteorg/flytekit:py3.11-1.14.0",
+                "args": ["pyflyte-fast-execute", "--additional-distribution", "s3://bucket/fast/abc.tar.gz",
+                         "--", "pyflyte-execute", "--inputs", "s3://bucket/metadata/inputs.pb",
+                         "--output-prefix", "s3://bucket/metadata/n0/data/0", "--resolver",
+                         "flytekit.core.python_auto_container.default_task_resolver", "--",
+                         "task-module", "workflows.example", "task-name", "say_hello"],
+                "env": [
+                    {"name": "FLYTE_INTERNAL_EXECUTION_WORKFLOW", "value": "flytesnacks:development:workflows.example.wf"},
+                    {"name": "FLYTE_INTERNAL_EXECUTION_ID", "value": "a8f3k2"},
+                    {"name": "FLYTE_INTERNAL_EXECUTION_PROJECT", "value": "flytesnacks"},
+                    {"name": "FLYTE_INTERNAL_EXECUTION_DOMAIN", "value": "development"},
+                    {"name": "FLYTE_ATTEMPT_NUMBER", "value": "0"}
+                ],
+                "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "500m", "memory": "1Gi"}},
+                "terminationMessagePolicy": "FallbackToLogsOnError"
+            }]
+        }
+    })
+}
+
+fn three_k8s() -> Vec<Secret> {
+    vec![
+        secret("app-db", "", "password", MountRequirement::EnvVar),
+        secret("app-db", "", "username", MountRequirement::EnvVar),
+        secret("app-tls", "", "tls.key", MountRequirement::File),
+    ]
+}
+
+/// 6 K8s env + 4 K8s file + 5 Vault + 5 AWS fetcher, interleaved as a task might list them.
+fn twenty_mixed() -> Vec<Secret> {
+    let mut out = Vec::new();
+    for i in 0..5 {
+        out.push(secret(
+            "app-db",
+            "",
+            &format!("env-key-{i}"),
+            MountRequirement::EnvVar,
+        ));
+        out.push(secret(
+            &format!("secret/data/flyte/svc{i}"),
+            "kv2",
+            &format!("vault-key-{i}"),
+            MountRequirement::File,
+        ));
+        out.push(secret(
+            &format!("arn:aws:secretsmanager:us-east-1:123456789012:secret:flyte/svc{i}"),
+            "",
+            &format!("aws-key-{i}"),
+            MountRequirement::File,
+        ));
+        if i < 4 {
+            out.push(secret(
+                "app-files",
+                "",
+                &format!("file-key-{i}"),
+                MountRequirement::File,
+            ));
+        }
+    }
+    out.push(secret("app-api", "", "token", MountRequirement::EnvVar));
+    assert_eq!(out.len(), 20);
+    out
+}
+
+/// Passes a request on to `inner` only when its group starts with `prefix` (see the module doc).
+struct Routed {
+    inner: Box<dyn SecretInjector>,
+    prefix: &'static str,
+}
+
+impl SecretInjector for Routed {
+    fn kind(&self) -> podmutator::config::SecretManagerType {
+        self.inner.kind()
+    }
+
+    fn prefetch(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Vec<String> {
+        self.inner.prefetch(req, ctx, pod)
+    }
+
+    fn deny(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Option<podmutator::Denial> {
+        self.inner.deny(req, ctx, pod)
+    }
+
+    fn inject(
+        &self,
+        req: &SecretRequest,
+        ctx: &PodCtx<'_>,
+        pod: &mut Pod,
+        plan: &mut Plan,
+    ) -> Result<(), String> {
+        if !req.secret.group.starts_with(self.prefix) {
+            return Err(format!("group is not under {}", self.prefix));
+        }
+        self.inner.inject(req, ctx, pod, plan)
+    }
+}
+
+fn config(v: Value) -> Config {
+    Config::from_value(v).expect("bench config is valid").config
+}
+
+/// The production app for `config` (chain from `build_chain`), metrics off unless `logged`.
+fn app(config: &Config) -> App {
+    App::new(config, None).unwrap().with_metrics(None)
+}
+
+/// Managers in `config`'s order, Vault and AWS routed by group prefix; no mesh.
+fn mixed_app(config: &Config) -> App {
+    use podmutator::config::SecretManagerType as T;
+    let global = Box::new(FileEnvSource::new(&config.secrets, BTreeMap::new()));
+    let injectors = podmutator::build_injectors(config, global)
+        .unwrap()
+        .into_iter()
+        .map(|inj| -> Box<dyn SecretInjector> {
+            match inj.kind() {
+                T::Vault => Box::new(Routed {
+                    inner: inj,
+                    prefix: "secret/",
+                }),
+                T::AWS => Box::new(Routed {
+                    inner: inj,
+                    prefix: "arn:aws:",
+                }),
+                _ => inj,
+            }
+        })
+        .collect();
+    let mut chain = Chain::default();
+    chain.push(Box::new(SecretsMutator::new(injectors)), true);
+    App::from_chain(config, chain, None).with_metrics(None)
+}
+
+/// `pod` with `labels` and the annotations of `secrets` added.
+fn select(mut pod: Value, labels: &[(&str, &str)], secrets: &[Secret]) -> Value {
+    let meta = &mut pod["metadata"];
+    for (k, v) in labels {
+        meta["labels"][*k] = json!(v);
+    }
+    for (k, v) in encode_annotations(secrets).unwrap() {
+        meta["annotations"][k] = json!(v);
+    }
+    pod
+}
+
+fn maximal_pod() -> Value {
+    let path = root().join("../shared/fixtures/kubernetes-api/k8s-HEAD-core.v1.Pod.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn local_yaml() -> Config {
+    let path = root().join("config/local.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    Config::load(Some(("config/local.yaml", &text)), None)
+        .expect("config/local.yaml loads")
+        .config
+}
+
+fn cases() -> Vec<Case> {
+    let k8s = config(json!({"webhook": {"secretManagerTypes": ["K8s"]}}));
+    let mut out = vec![
+        Case {
+            name: "a_bare",
+            what: "bare pod, no mutator selects it",
+            app: app(&k8s),
+            route: Route::Secrets,
+            body: create_review(&task_pod(&[]), NS),
+            logged: None,
+        },
+        Case {
+            name: "b_task_3_k8s",
+            what: "Flyte task pod, 3 K8s secrets (2 env, 1 file)",
+            app: app(&k8s),
+            route: Route::Secrets,
+            body: create_review(&task_pod(&three_k8s()), NS),
+            logged: None,
+        },
+    ];
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    out.push(Case {
+        name: "b_task_3_k8s_logged",
+        what: "b + JSON audit log line + EMF metrics line (to memory)",
+        app: App::new(&k8s, None)
+            .unwrap()
+            .with_metrics(Some(Metrics::new(
+                k8s.metrics.clone(),
+                Sink::Memory(lines.clone()),
+            ))),
+        route: Route::Secrets,
+        body: create_review(&task_pod(&three_k8s()), NS),
+        logged: Some(lines),
+    });
+
+    let mixed = config(json!({"webhook": {"secretManagerTypes": ["AWS", "Vault", "K8s"]}}));
+    out.push(Case {
+        name: "c_task_20_mixed",
+        what: "20 secrets: 6 K8s env, 4 K8s file, 5 Vault, 5 AWS fetcher",
+        app: mixed_app(&mixed),
+        route: Route::Secrets,
+        body: create_review(&task_pod(&twenty_mixed()), NS),
+        logged: None,
+    });
+
+    let embedded = config(json!({"webhook": {
+        "secretManagerTypes": ["Embedded", "AWS", "Vault", "K8s"],
+        "embeddedSecretManagerConfig": {"type": "AWS"}
+    }}));
+    let mut source = StaticSource::default();
+    let (org, project, domain) = SCOPE;
+    // ENV_VAR secrets only: an Embedded FILE secret beside an AWS fetcher is refused (both
+    // want a volume at /etc/flyte/secrets).
+    for key in [
+        "env-key-0",
+        "env-key-1",
+        "env-key-2",
+        "env-key-3",
+        "env-key-4",
+        "token",
+    ] {
+        let id = format!("u__org__{org}__domain__{domain}__project__{project}__key__{key}");
+        source = source.with(&id, "fake-bench-value-0123456789abcdef");
+    }
+    let cached = CachingSource::new(
+        source,
+        CachePolicy {
+            ttl: Duration::from_secs(3600),
+            negative_ttl: Duration::from_secs(3600),
+            max_entries: 10_000,
+            max_bytes: 16 << 20,
+        },
+    );
+    out.push(Case {
+        name: "c_task_20_embedded",
+        what: "c with Embedded first: 6 env values from a warm cache, 14 fall through",
+        app: mixed_app(&embedded).with_source(Arc::new(cached), Duration::from_millis(500)),
+        route: Route::Secrets,
+        body: create_review(&task_pod(&twenty_mixed()), NS),
+        logged: None,
+    });
+
+    let maximal = select(
+        maximal_pod(),
+        &[("inject-flyte-secrets", "true")],
+        &three_k8s(),
+    );
+    out.push(Case {
+        name: "d_maximal_pod",
+        what: "Kubernetes' maximal Pod, 3 K8s secrets",
+        app: app(&k8s),
+        route: Route::Secrets,
+        body: create_review(&maximal, "namespaceValue"),
+        logged: None,
+    });
+    let local = local_yaml();
+    assert!(local.mesh.enabled, "config/local.yaml turns the mesh on");
+    let managed = select(
+        maximal_pod(),
+        &[
+            ("inject-flyte-secrets", "true"),
+            (&local.mesh.managed_label, "true"),
+        ],
+        &three_k8s(),
+    );
+    out.push(Case {
+        name: "d_maximal_pod_mesh",
+        what: "d with config/local.yaml (mesh on), managed, /mutate/managed-pod",
+        app: app(&local),
+        route: Route::ManagedPod,
+        body: create_review(&managed, "namespaceValue"),
+        logged: None,
+    });
+    let mut wide = task_pod(&three_k8s());
+    let first = wide["spec"]["containers"][0].clone();
+    wide["spec"]["containers"] = (0..10_000)
+        .map(|i| {
+            let mut c = first.clone();
+            c["name"] = json!(format!("task-{i}"));
+            c
+        })
+        .collect();
+    out.push(Case {
+        name: "e_ten_thousand_containers",
+        what: "b with 10,000 containers (the bad-input corpus' largest pod)",
+        app: app(&k8s),
+        route: Route::Secrets,
+        body: create_review(&wide, NS),
+        logged: None,
+    });
+    out
+}
+
+/// The JSON Patch of a reply, decoded.
+fn patch_ops(reply: &[u8]) -> (bool, Vec<Value>, Vec<String>) {
+    let v: Value = serde_json::from_slice(reply).expect("reply is JSON");
+    let resp = &v["response"];
+    let ops = resp["patch"].as_str().map_or_else(Vec::new, |b64| {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    });
+    let warnings = resp["warnings"]
+        .as_array()
+        .map(|w| w.iter().map(|x| x.to_string()).collect())
+        .unwrap_or_default();
+    (resp["allowed"] == true, ops, warnings)
+}
+
+/// The floor: parse the same bytes into an untyped `Value` and write it back.
+fn floor(body: &[u8]) -> Vec<u8> {
+    let v: Value = serde_json::from_slice(body).unwrap();
+    serde_json::to_vec(&v).unwrap()
+}
+
+fn output_dir() -> PathBuf {
+    if let Some(home) = std::env::var_os("CRITERION_HOME") {
+        return PathBuf::from(home);
+    }
+    // <target>/<profile>/deps/admission-<hash>
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.ancestors().nth(3).map(|t| t.join("criterion")))
+        .unwrap_or_else(|| PathBuf::from("target/criterion"))
+}
+
+/// Criterion's median estimate for `group/id`, in nanoseconds, if this run (started at
+/// `since`) measured it.
+fn median_ns(dir: &Path, group: &str, id: &str, since: SystemTime) -> Option<f64> {
+    let path = dir.join(group).join(id).join("new/estimates.json");
+    if std::fs::metadata(&path).ok()?.modified().ok()? < since {
+        return None; // left over from an earlier run (e.g. filtered out this time)
+    }
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v["median"]["point_estimate"].as_f64()
+}
+
+fn main() {
+    let started = SystemTime::now();
+    let dir = output_dir();
+    let mut c = Criterion::default()
+        .output_directory(&dir)
+        .warm_up_time(Duration::from_secs(2))
+        .measurement_time(Duration::from_secs(4))
+        .sample_size(60)
+        .configure_from_args();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let cases = cases();
+
+    // Check every case does what its name says before timing it.
+    let mut facts = Vec::new();
+    for case in &cases {
+        let reply = rt.block_on(case.app.review(case.route, &case.body));
+        let (allowed, ops, warnings) = patch_ops(&reply.body);
+        assert!(
+            reply.status == 200 && allowed && warnings.is_empty(),
+            "{}: {} {}",
+            case.name,
+            reply.status,
+            String::from_utf8_lossy(&reply.body)
+        );
+        assert_eq!(ops.is_empty(), case.name == "a_bare", "{}", case.name);
+        facts.push((case.body.len(), reply.body.len(), ops.len()));
+    }
+
+    // Profiling mode (no criterion): `ADMISSION_PROFILE=<case>[:floor] ADMISSION_ITERS=N`, e.g.
+    // under `valgrind --tool=callgrind`, runs one case's review (or its floor) N times.
+    if let Ok(spec) = std::env::var("ADMISSION_PROFILE") {
+        let (name, floor_only) = match spec.split_once(':') {
+            Some((n, "floor")) => (n.to_owned(), true),
+            _ => (spec.clone(), false),
+        };
+        let iters: usize = std::env::var("ADMISSION_ITERS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1000);
+        let case = cases
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no case {name}"));
+        for _ in 0..iters {
+            if floor_only {
+                black_box(floor(black_box(&case.body)));
+            } else {
+                black_box(rt.block_on(case.app.review(case.route, black_box(&case.body))));
+            }
+        }
+        return;
+    }
+
+    for case in &cases {
+        let mut group = c.benchmark_group(case.name);
+        let run = |group: &mut criterion::BenchmarkGroup<'_, _>| {
+            group.bench_function("review", |b| {
+                b.iter(|| {
+                    let reply = rt.block_on(case.app.review(case.route, black_box(&case.body)));
+                    if let Some(lines) = &case.logged {
+                        lines.lock().unwrap().clear();
+                    }
+                    reply
+                })
+            });
+        };
+        match &case.logged {
+            Some(_) => {
+                let subscriber = tracing_subscriber::fmt()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(false)
+                    .with_span_list(false)
+                    .with_target(false)
+                    .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+                    .with_writer(std::io::sink)
+                    .finish();
+                tracing::subscriber::with_default(subscriber, || run(&mut group));
+            }
+            None => run(&mut group),
+        }
+        group.bench_function("json_floor", |b| b.iter(|| floor(black_box(&case.body))));
+        group.finish();
+    }
+    c.final_summary();
+
+    let table: Vec<_> = cases
+        .iter()
+        .zip(&facts)
+        .map(|(case, fact)| {
+            let review = median_ns(&dir, case.name, "review", started);
+            let floor = median_ns(&dir, case.name, "json_floor", started);
+            (case, fact, review, floor)
+        })
+        .collect();
+    if table.iter().all(|(_, _, r, f)| r.is_none() && f.is_none()) {
+        return; // `cargo test --benches` or a filter that ran nothing: no table.
+    }
+    let table: Vec<_> = table
+        .into_iter()
+        .filter(|(_, _, r, f)| r.is_some() || f.is_some())
+        .collect();
+    let us = |ns: Option<f64>| ns.map_or("n/a".into(), |ns| format!("{:.1}", ns / 1e3));
+    println!();
+    println!("admission path vs JSON floor (criterion medians; target: ratio <= 3.0)");
+    println!(
+        "{:<20} | {:>8} {:>8} {:>5} | {:>10} {:>10} {:>7} | what",
+        "case", "in B", "out B", "ops", "review us", "floor us", "ratio"
+    );
+    for (case, (inb, outb, ops), review, floor) in table {
+        let ratio = match (review, floor) {
+            (Some(r), Some(f)) if f > 0.0 => format!("{:.2}", r / f),
+            _ => "n/a".into(),
+        };
+        println!(
+            "{:<20} | {:>8} {:>8} {:>5} | {:>10} {:>10} {:>7} | {}",
+            case.name,
+            inb,
+            outb,
+            ops,
+            us(review),
+            us(floor),
+            ratio,
+            case.what
+        );
+    }
+}
