@@ -33,23 +33,18 @@ die() {
 	exit 1
 }
 
-if [[ ${1:-} != --inside ]]; then
-	if ! command -v wrk >/dev/null 2>&1; then
-		echo "== installing Debian's wrk package" >&2
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; } >&2 ||
-			die "wrk is missing and could not be installed (apt-get install wrk)"
-	fi
-	if [[ -z ${BIN:-} ]]; then
-		echo "== cargo build --release --locked --bin podmutator (target dir $TARGET_DIR)" >&2
-		cargo build --release --locked --bin podmutator >&2
-		BIN=$TARGET_DIR/release/podmutator
-	fi
-	[[ -x $BIN ]] || die "$BIN is not an executable"
-	export BIN
-	exec "$0" --inside
+if ! command -v wrk >/dev/null 2>&1; then
+	echo "== installing Debian's wrk package" >&2
+	{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; } >&2 ||
+		die "wrk is missing and could not be installed (apt-get install wrk)"
 fi
+if [[ -z ${BIN:-} ]]; then
+	echo "== cargo build --release --locked --bin podmutator (target dir $TARGET_DIR)" >&2
+	cargo build --release --locked --bin podmutator >&2
+	BIN=$TARGET_DIR/release/podmutator
+fi
+[[ -x $BIN ]] || die "$BIN is not an executable"
 
-# ---- inside: the measurement ----
 TMP=$(mktemp -d)
 SERVER_PID=
 SAMPLER_PID=

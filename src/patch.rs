@@ -130,13 +130,23 @@ fn diff_whole<T: Serialize + PartialEq>(
     b: &T,
 ) -> Result<(), serde_json::Error> {
     if a != b {
-        diff_value(
-            &serde_json::to_value(a)?,
-            &serde_json::to_value(b)?,
-            ptr,
-            ops,
-        );
+        diff_serialised(ops, ptr, a, b)?;
     }
+    Ok(())
+}
+
+fn diff_serialised<T: Serialize>(
+    ops: &mut Vec<PatchOperation>,
+    ptr: &mut PointerBuf,
+    a: &T,
+    b: &T,
+) -> Result<(), serde_json::Error> {
+    diff_value(
+        &serde_json::to_value(a)?,
+        &serde_json::to_value(b)?,
+        ptr,
+        ops,
+    );
     Ok(())
 }
 
@@ -183,14 +193,7 @@ fn diff_section<T: Serialize + PartialEq>(
     }
     ptr.push_back(key);
     match (before, after) {
-        (Some(a), Some(b)) => {
-            diff_value(
-                &serde_json::to_value(a)?,
-                &serde_json::to_value(b)?,
-                ptr,
-                ops,
-            );
-        }
+        (Some(a), Some(b)) => diff_serialised(ops, ptr, a, b)?,
         (None, Some(b)) => ops.push(PatchOperation::Add(AddOperation {
             path: ptr.clone(),
             value: serde_json::to_value(b)?,

@@ -481,13 +481,10 @@ fn case_files() -> Vec<(String, String, PathBuf)> {
             continue;
         }
         let category = dir.file_name().unwrap().to_string_lossy().into_owned();
-        for file in std::fs::read_dir(&dir).expect("category dir") {
-            let path = file.expect("dir entry").path();
-            if path.extension().is_some_and(|x| x == "json") {
-                let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-                if format!("{category}/{name}").contains(&only) {
-                    out.push((category.clone(), name, path));
-                }
+        for path in common::json_files(&dir) {
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            if format!("{category}/{name}").contains(&only) {
+                out.push((category.clone(), name, path));
             }
         }
     }

@@ -73,12 +73,7 @@ fn every_event_file_through_the_lambda_runtime_api() {
         .unwrap();
     let _function = Guard(function);
 
-    let mut events: Vec<_> = std::fs::read_dir(root().join("events"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    events.sort();
+    let events = json_files(&root().join("events"));
     assert!(events.len() >= 5, "events/: {events:?}");
     for path in &events {
         let out = Command::new(&cargo_lambda)

@@ -96,41 +96,6 @@ async fn ten_secrets_cost_two_batch_calls_cold_and_none_warm() {
     assert_eq!(proxy.total(), 0, "warm admissions cost no call");
 }
 
-/// Reads a child's stdout and stderr into one shared buffer.
-fn capture(child: &mut std::process::Child) -> Arc<std::sync::Mutex<String>> {
-    use std::io::BufRead;
-    let buf = Arc::new(std::sync::Mutex::new(String::new()));
-    let out = child.stdout.take().unwrap();
-    let err = child.stderr.take().unwrap();
-    for stream in [
-        Box::new(out) as Box<dyn std::io::Read + Send>,
-        Box::new(err),
-    ] {
-        let b = buf.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stream)
-                .lines()
-                .map_while(Result::ok)
-            {
-                let mut b = b.lock().unwrap();
-                b.push_str(&line);
-                b.push('\n');
-            }
-        });
-    }
-    buf
-}
-
-async fn wait_until(buf: &std::sync::Mutex<String>, needle: &str) {
-    for _ in 0..300 {
-        if buf.lock().unwrap().contains(needle) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no {needle:?} in output:\n{}", buf.lock().unwrap());
-}
-
 #[tokio::test]
 async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs() {
     let moto = Moto::start();
@@ -178,7 +143,7 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
         .spawn()
         .unwrap();
     let logs = capture(&mut child);
-    wait_until(&logs, "serving https").await;
+    wait_for(&logs, "serving https", 1).await;
     let ca = std::fs::read(dir.join("ca.crt")).unwrap();
     let pod = task_pod(&keys);
     let body = serde_json::to_vec(&create_review(&pod, NS)).unwrap();
@@ -214,7 +179,7 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
     }
     assert_eq!(proxy.count("GetSecretValue"), 1, "the token, once at start");
     assert_eq!(proxy.count("BatchGetSecretValue"), 1);
-    wait_until(&logs, "\"decision\":\"mutated\"").await;
+    wait_for(&logs, "\"decision\":\"mutated\"", 1).await;
 
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

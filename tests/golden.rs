@@ -55,12 +55,7 @@ fn string_map(v: &Value, what: &str) -> BTreeMap<String, String> {
 }
 
 fn cases() -> Vec<Case> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(fixtures().join("cases"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
+    let files = json_files(&fixtures().join("cases"));
     assert!(files.len() >= 20, "tests/fixtures/golden/cases: {files:?}");
     files
         .iter()

@@ -5,9 +5,6 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
 use common::aws::{CountingProxy, Moto, client, create_secret};
 use common::*;
 use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations, encode_base32};
@@ -39,39 +36,6 @@ fn pod(secrets: &[Secret]) -> Value {
         },
         "spec": {"containers": [{"name": "main", "image": "flytekit"}]}
     })
-}
-
-fn capture(child: &mut std::process::Child) -> Arc<Mutex<String>> {
-    use std::io::BufRead;
-    let buf = Arc::new(Mutex::new(String::new()));
-    let streams: [Box<dyn std::io::Read + Send>; 2] = [
-        Box::new(child.stdout.take().unwrap()),
-        Box::new(child.stderr.take().unwrap()),
-    ];
-    for stream in streams {
-        let b = buf.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stream)
-                .lines()
-                .map_while(Result::ok)
-            {
-                let mut b = b.lock().unwrap();
-                b.push_str(&line);
-                b.push('\n');
-            }
-        });
-    }
-    buf
-}
-
-async fn wait_for(buf: &Mutex<String>, needle: &str, count: usize) {
-    for _ in 0..300 {
-        if buf.lock().unwrap().matches(needle).count() >= count {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("fewer than {count} {needle:?} in:\n{}", buf.lock().unwrap());
 }
 
 #[tokio::test]

@@ -243,12 +243,7 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(fixtures().join("cases"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
+    let files = json_files(&fixtures().join("cases"));
     assert!(files.len() >= 10, "tests/fixtures/mesh/cases: {files:?}");
     files
         .iter()
@@ -768,11 +763,7 @@ async fn the_configured_chain_is_the_one_these_tests_build() {
     let built = App::new(&config, None).unwrap();
     let ours = app();
     assert_eq!(built.chain().ids(), ours.chain().ids());
-    let mut cases: Vec<_> = std::fs::read_dir(fixtures().join("cases"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    cases.sort();
+    let cases = json_files(&fixtures().join("cases"));
     assert!(!cases.is_empty());
     for case in cases {
         let c = read_json(&case);

@@ -4,6 +4,7 @@
 pub mod aws;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use serde_json::{Value, json};
@@ -19,6 +20,17 @@ pub fn k8s_fixture(name: &str) -> Value {
         .join("shared/fixtures/kubernetes-api")
         .join(name);
     read_json(&path)
+}
+
+/// The `*.json` files directly in `dir`, sorted by path.
+pub fn json_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    files
 }
 
 pub fn read_json(path: &Path) -> Value {
@@ -227,4 +239,39 @@ pub async fn https_request(
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| std::io::Error::other(format!("bad status line {status_line:?}")))?;
     Ok((status, raw[split + 4..].to_vec()))
+}
+
+/// Reads a child's stdout and stderr, line by line, into one shared buffer.
+pub fn capture(child: &mut std::process::Child) -> Arc<Mutex<String>> {
+    use std::io::BufRead;
+    let buf = Arc::new(Mutex::new(String::new()));
+    let streams: [Box<dyn std::io::Read + Send>; 2] = [
+        Box::new(child.stdout.take().expect("stdout piped")),
+        Box::new(child.stderr.take().expect("stderr piped")),
+    ];
+    for stream in streams {
+        let b = buf.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stream)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let mut b = b.lock().unwrap();
+                b.push_str(&line);
+                b.push('\n');
+            }
+        });
+    }
+    buf
+}
+
+/// Waits (30 s at most) until `buf` holds `needle` at least `count` times.
+pub async fn wait_for(buf: &Mutex<String>, needle: &str, count: usize) {
+    for _ in 0..300 {
+        if buf.lock().unwrap().matches(needle).count() >= count {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("fewer than {count} {needle:?} in:\n{}", buf.lock().unwrap());
 }

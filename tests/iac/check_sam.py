@@ -16,16 +16,9 @@ import sys
 
 from cfnlint.decode import decode_str
 
-from common import Checks, expected_webhooks, load_json, registration_paths
+from common import ALLOWED_ACTIONS, Checks, expected_webhooks, load_json, registration_paths
 
 NO_VALUE = object()
-ALLOWED_ACTIONS = {
-    "logs:CreateLogStream",
-    "logs:PutLogEvents",
-    "secretsmanager:GetSecretValue",
-    "secretsmanager:BatchGetSecretValue",
-    "kms:Decrypt",
-}
 PSEUDO = {
     "AWS::Region": "eu-west-1",
     "AWS::AccountId": "123456789012",

@@ -13,20 +13,12 @@ import sys
 
 import hcl2
 
-from common import Checks, expected_webhooks, load_json
+from common import ALLOWED_ACTIONS, Checks, expected_webhooks, load_json
 
 OPTS = hcl2.SerializationOptions(
     with_comments=False, explicit_blocks=False, strip_string_quotes=True
 )
 
-# Everything the function role may do; anything else is a finding.
-ALLOWED_ACTIONS = {
-    "logs:CreateLogStream",
-    "logs:PutLogEvents",
-    "secretsmanager:GetSecretValue",
-    "secretsmanager:BatchGetSecretValue",
-    "kms:Decrypt",
-}
 TLS12_PLUS_POLICIES = {
     "ELBSecurityPolicy-TLS13-1-2-2021-06",
     "ELBSecurityPolicy-TLS13-1-2-Res-2021-06",

@@ -3,6 +3,15 @@
 import json
 import sys
 
+# Everything the function role may do (SAM and Terraform alike); anything else is a finding.
+ALLOWED_ACTIONS = {
+    "logs:CreateLogStream",
+    "logs:PutLogEvents",
+    "secretsmanager:GetSecretValue",
+    "secretsmanager:BatchGetSecretValue",
+    "kms:Decrypt",
+}
+
 
 class Checks:
     """Collects failed expectations so one run shows all of them."""
