@@ -275,7 +275,7 @@ fn select(mut pod: Value, labels: &[(&str, &str)], secrets: &[Secret]) -> Value 
 }
 
 fn maximal_pod() -> Value {
-    let path = root().join("../shared/fixtures/kubernetes-api/k8s-HEAD-core.v1.Pod.json");
+    let path = root().join("tests/fixtures/kubernetes-api/k8s-HEAD-core.v1.Pod.json");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()

@@ -13,12 +13,10 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `../shared/fixtures/kubernetes-api/<name>` from the project root.
+/// `tests/fixtures/kubernetes-api/<name>`: Kubernetes' own round-trip fixtures (origin in
+/// that folder's README).
 pub fn k8s_fixture(name: &str) -> Value {
-    let path = root()
-        .join("..")
-        .join("shared/fixtures/kubernetes-api")
-        .join(name);
+    let path = root().join("tests/fixtures/kubernetes-api").join(name);
     read_json(&path)
 }
 
