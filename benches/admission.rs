@@ -11,7 +11,9 @@
 //! - `b_task_3_k8s`: a Flyte task pod with 3 K8s secrets (2 env, 1 file), K8s manager only;
 //!   `b_task_3_k8s_logged` is the same with production logging (JSON audit line) and the EMF
 //!   metrics line, both written to memory/`io::sink` instead of stdout;
-//! - `c_task_20_mixed`: 20 secrets, 6 K8s env + 4 K8s file + 5 Vault + 5 AWS fetcher;
+//! - `c_task_20_mixed`: 20 secrets through production's first-wins order `[AWS, Vault, K8s]`:
+//!   the 14 FILE secrets get AWS fetcher init containers (listed first), the 6 ENV_VAR ones go
+//!   to K8s (AWS and Vault refuse ENV_VAR);
 //!   `c_task_20_embedded`: the same pod with Embedded listed first and the 6 env values in an
 //!   in-memory `StaticSource` behind the production `CachingSource`, cache warm (the other 14
 //!   are warm negative entries and fall through to the next manager, as in production);
@@ -20,16 +22,11 @@
 //!   labelled managed and sent to `/mutate/managed-pod`;
 //! - `e_ten_thousand_containers`: the task pod of b with 10,000 containers, each of which gets
 //!   the secrets (the bad-input corpus' budget for it is 100 ms).
-//!
-//! The 20-secret case routes group+key FILE secrets between Vault and the AWS fetcher by group
-//! prefix (`secret/` vs `arn:aws:`): with production's first-wins order, whichever of the two is
-//! listed first takes every such secret, and one review could not exercise both.
 
 /// The binary's allocator (`src/main.rs`), so the figures are production's.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -37,15 +34,12 @@ use std::time::{Duration, SystemTime};
 
 use base64::Engine;
 use criterion::Criterion;
-use k8s_openapi::api::core::v1::Pod;
-use podmutator::admission::App;
 use podmutator::config::Config;
-use podmutator::metrics::{Metrics, Sink};
-use podmutator::mutate::{Chain, PodCtx, Route};
+use podmutator::metrics::Sink;
+use podmutator::mutate::Route;
 use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator::secrets::global::FileEnvSource;
 use podmutator::secrets::source::{CachePolicy, CachingSource, StaticSource};
-use podmutator::secrets::{Plan, SecretInjector, SecretRequest, SecretsMutator};
+use podmutator::{App, Deps};
 use serde_json::{Value, json};
 
 const NS: &str = "flytesnacks-development";
@@ -158,7 +152,8 @@ fn three_k8s() -> Vec<Secret> {
     ]
 }
 
-/// 6 K8s env + 4 K8s file + 5 Vault + 5 AWS fetcher, interleaved as a task might list them.
+/// 6 ENV_VAR + 14 FILE secrets (Vault paths, AWS ARNs, K8s Secrets), interleaved as a task
+/// might list them.
 fn twenty_mixed() -> Vec<Secret> {
     let mut out = Vec::new();
     for i in 0..5 {
@@ -194,72 +189,13 @@ fn twenty_mixed() -> Vec<Secret> {
     out
 }
 
-/// Passes a request on to `inner` only when its group starts with `prefix` (see the module doc).
-struct Routed {
-    inner: Box<dyn SecretInjector>,
-    prefix: &'static str,
-}
-
-impl SecretInjector for Routed {
-    fn kind(&self) -> podmutator::config::SecretManagerType {
-        self.inner.kind()
-    }
-
-    fn prefetch(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Vec<String> {
-        self.inner.prefetch(req, ctx, pod)
-    }
-
-    fn deny(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Option<podmutator::Denial> {
-        self.inner.deny(req, ctx, pod)
-    }
-
-    fn inject(
-        &self,
-        req: &SecretRequest,
-        ctx: &PodCtx<'_>,
-        pod: &mut Pod,
-        plan: &mut Plan,
-    ) -> Result<(), String> {
-        if !req.secret.group.starts_with(self.prefix) {
-            return Err(format!("group is not under {}", self.prefix));
-        }
-        self.inner.inject(req, ctx, pod, plan)
-    }
-}
-
 fn config(v: Value) -> Config {
     Config::from_value(v).expect("bench config is valid").config
 }
 
-/// The production app for `config` (chain from `build_chain`), metrics off unless `logged`.
+/// The production app for `config`, built by `App::build`, metrics off.
 fn app(config: &Config) -> App {
-    App::new(config, None).unwrap().with_metrics(None)
-}
-
-/// Managers in `config`'s order, Vault and AWS routed by group prefix; no mesh.
-fn mixed_app(config: &Config) -> App {
-    use podmutator::config::SecretManagerType as T;
-    let global = Box::new(FileEnvSource::new(&config.secrets, BTreeMap::new()));
-    let injectors = podmutator::build_injectors(config, global)
-        .unwrap()
-        .into_iter()
-        .map(|inj| -> Box<dyn SecretInjector> {
-            match inj.kind() {
-                T::Vault => Box::new(Routed {
-                    inner: inj,
-                    prefix: "secret/",
-                }),
-                T::AWS => Box::new(Routed {
-                    inner: inj,
-                    prefix: "arn:aws:",
-                }),
-                _ => inj,
-            }
-        })
-        .collect();
-    let mut chain = Chain::default();
-    chain.push(Box::new(SecretsMutator::new(injectors)), true);
-    App::from_chain(config, chain, None).with_metrics(None)
+    App::build(config, Deps::offline()).unwrap()
 }
 
 /// `pod` with `labels` and the annotations of `secrets` added.
@@ -313,12 +249,11 @@ fn cases() -> Vec<Case> {
     out.push(Case {
         name: "b_task_3_k8s_logged",
         what: "b + JSON audit log line + EMF metrics line (to memory)",
-        app: App::new(&k8s, None)
-            .unwrap()
-            .with_metrics(Some(Metrics::new(
-                k8s.metrics.clone(),
-                Sink::Memory(lines.clone()),
-            ))),
+        app: App::build(
+            &k8s,
+            Deps::offline().with_metrics(Some(Sink::Memory(lines.clone()))),
+        )
+        .unwrap(),
         route: Route::Secrets,
         body: create_review(&task_pod(&three_k8s()), NS),
         logged: Some(lines),
@@ -328,7 +263,7 @@ fn cases() -> Vec<Case> {
     out.push(Case {
         name: "c_task_20_mixed",
         what: "20 secrets: 6 K8s env, 4 K8s file, 5 Vault, 5 AWS fetcher",
-        app: mixed_app(&mixed),
+        app: app(&mixed),
         route: Route::Secrets,
         body: create_review(&task_pod(&twenty_mixed()), NS),
         logged: None,
@@ -365,7 +300,7 @@ fn cases() -> Vec<Case> {
     out.push(Case {
         name: "c_task_20_embedded",
         what: "c with Embedded first: 6 env values from a warm cache, 14 fall through",
-        app: mixed_app(&embedded).with_source(Arc::new(cached), Duration::from_millis(500)),
+        app: App::build(&embedded, Deps::offline().with_source(Arc::new(cached))).unwrap(),
         route: Route::Secrets,
         body: create_review(&task_pod(&twenty_mixed()), NS),
         logged: None,

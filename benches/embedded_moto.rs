@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 
 use common::aws::{CountingProxy, Moto, client, create_secret};
 use common::create_review;
-use podmutator::admission::App;
 use podmutator::config::Config;
 use podmutator::mutate::Route;
 use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use podmutator::secrets::embedded::cascade;
 use podmutator::secrets::source::{AwsSource, CachePolicy, CachingSource};
+use podmutator::{App, Deps};
 use serde_json::json;
 
 const NS: &str = "flytesnacks-development";
@@ -63,7 +63,7 @@ async fn main() {
     }}))
     .unwrap()
     .config;
-    let baseline_app = App::new(&Config::default(), None).unwrap();
+    let baseline_app = App::build(&Config::default(), Deps::offline()).unwrap();
 
     println!("Embedded mode against moto on 127.0.0.1, {ROUNDS} rounds each, medians");
     println!(
@@ -111,9 +111,7 @@ async fn main() {
                     max_bytes: 16 << 20,
                 },
             );
-            let app = App::new(&config, None)
-                .unwrap()
-                .with_source(Arc::new(source), Duration::from_secs(10));
+            let app = App::build(&config, Deps::offline().with_source(Arc::new(source))).unwrap();
             proxy.reset();
             let t = Instant::now();
             let r = app.review(Route::Secrets, &body).await;

@@ -46,7 +46,9 @@ echo "cpus: $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed
 echo "rustc: $(rustc -V)"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "binary: $BIN ($(stat -c %s "$BIN") bytes)"
-echo "event: $EVENT; config: ${PODMUTATOR_CONFIG_FILE:-defaults (K8s manager, metrics and info logs on, stdout to /dev/null)}"
+# The events' paths carry no token: the default run serves without one (http.pathTokenDisabled).
+export PODMUTATOR_CONFIG="${PODMUTATOR_CONFIG:-{\"http\": {\"pathTokenDisabled\": true}}}"
+echo "event: $EVENT; config: ${PODMUTATOR_CONFIG_FILE:-defaults (K8s manager, metrics and info logs on, stdout to /dev/null)} + $PODMUTATOR_CONFIG"
 echo
 "$PYTHON" scripts/bench/runtime_api.py --binary "$BIN" --event "$EVENT" --starts "$STARTS" --warm "$WARM" \
 	--json "${JSON_OUT:-/dev/null}" "${TIME_V[@]}" && rc=0 || rc=$?

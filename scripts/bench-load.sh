@@ -61,7 +61,7 @@ trap cleanup EXIT
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 cat >"$TMP/config.json" <<EOF
 {"webhook": {"certDir": "$TMP/certs", "localCert": true, "listenPort": $PORT, "secretManagerTypes": ["K8s"]},
- "http": {"listenAddress": "127.0.0.1"}}
+ "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true}}
 EOF
 URL="https://127.0.0.1:$PORT/mutate--v1-pod?timeout=10s"
 

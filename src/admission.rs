@@ -1,21 +1,18 @@
 //! The admission path: parse the review, decide whether it is ours, run the chain, diff, answer.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube_core::DynamicObject;
 use kube_core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use serde::Serialize;
 
-use crate::config::{Config, ConfigError};
+use crate::app::App;
 use crate::error::{Denial, Error};
-use crate::http::{Front, Incoming};
-use crate::metrics::{AdmissionFacts, Metrics, Sink};
-use crate::mutate::{Applied, Chain, PodCtx, Route, Tally};
-use crate::secrets::ResolvedSecrets;
-use crate::secrets::source::SecretSource;
+use crate::metrics::AdmissionFacts;
+use crate::mutate::{Applied, PodCtx, Route, Tally};
+use crate::secrets::{Plan, ResolvedSecrets};
 
 pub const API_VERSION_V1: &str = "admission.k8s.io/v1";
 pub const API_VERSION_V1BETA1: &str = "admission.k8s.io/v1beta1";
@@ -25,15 +22,6 @@ pub const API_VERSION_V1BETA1: &str = "admission.k8s.io/v1beta1";
 pub struct Reply {
     pub status: u16,
     pub body: Vec<u8>,
-}
-
-/// The webhook: the mutator chain and the settings it runs with. Built once at start.
-pub struct App {
-    chain: Chain,
-    front: Front,
-    source: Option<Arc<dyn SecretSource>>,
-    deadline: Duration,
-    metrics: Option<Metrics>,
 }
 
 /// The facts of one admission, for the audit log line.
@@ -58,76 +46,6 @@ struct Audit {
 }
 
 impl App {
-    /// Builds the chain and the HTTP front from `config`. A path token stored in Secrets
-    /// Manager must already have been read into `path_token`.
-    pub fn new(config: &Config, path_token: Option<String>) -> Result<Self, ConfigError> {
-        Ok(Self::from_chain(
-            config,
-            crate::build_chain(config)?,
-            path_token,
-        ))
-    }
-
-    /// An app around a chain built elsewhere (e.g. [`crate::build_chain_with`] in tests).
-    pub fn from_chain(config: &Config, chain: Chain, path_token: Option<String>) -> Self {
-        let front = Front {
-            max_body_bytes: config.http.max_body_bytes,
-            path_token: path_token.or_else(|| config.http.path_token.clone()),
-        };
-        Self {
-            chain,
-            front,
-            source: None,
-            deadline: Duration::from_millis(config.embedded.deadline_ms),
-            metrics: None,
-        }
-    }
-
-    /// Metric lines on stdout when `metrics.enabled` (the binary does this; a library user
-    /// chooses).
-    #[must_use]
-    pub fn with_stdout_metrics(self, config: &Config) -> Self {
-        let metrics = config
-            .metrics
-            .enabled
-            .then(|| Metrics::new(config.metrics.clone(), Sink::Stdout));
-        self.with_metrics(metrics)
-    }
-
-    /// Sends metric lines to `metrics` (or nowhere with `None`).
-    #[must_use]
-    pub fn with_metrics(mut self, metrics: Option<Metrics>) -> Self {
-        self.metrics = metrics;
-        self
-    }
-
-    pub fn with_chain(chain: Chain, front: Front) -> Self {
-        Self {
-            chain,
-            front,
-            source: None,
-            deadline: Duration::from_millis(crate::config::EmbeddedConfig::default().deadline_ms),
-            metrics: None,
-        }
-    }
-
-    /// Where Embedded values come from (and the budget for fetching them).
-    #[must_use]
-    pub fn with_source(mut self, source: Arc<dyn SecretSource>, deadline: Duration) -> Self {
-        self.source = Some(source);
-        self.deadline = deadline;
-        self
-    }
-
-    /// Routes one HTTP request (both adapters call this).
-    pub async fn handle(&self, req: Incoming<'_>) -> Reply {
-        self.front.dispatch(self, req).await
-    }
-
-    pub fn chain(&self) -> &Chain {
-        &self.chain
-    }
-
     /// Answers one AdmissionReview body that arrived by `route`. Never panics on bad input.
     pub async fn review(&self, route: Route, body: &[u8]) -> Reply {
         let started = Instant::now();
@@ -272,13 +190,16 @@ impl App {
             username: req.user_info.username.as_deref().unwrap_or_default(),
             groups: &groups,
             dry_run: req.dry_run,
+            secrets: None,
             resolved: &ResolvedSecrets::default(),
             tally: &tally,
         };
+        let plan = self.secrets.plan(&ctx, &pod);
         let resolved = self
-            .resolve(&ctx, &pod, audit)
+            .resolve(&plan, audit)
             .await
             .map_err(|e| (e, api_version))?;
+        ctx.secrets = Some(&plan);
         ctx.resolved = &resolved;
         let original = pod.clone();
         let Applied { changed, warnings } = self
@@ -318,13 +239,8 @@ impl App {
 impl App {
     /// The only network I/O: every secret value the chain will need, in one batch, within the
     /// deadline. Failures are internal errors (HTTP 500), so `failurePolicy` decides.
-    async fn resolve(
-        &self,
-        ctx: &PodCtx<'_>,
-        pod: &Pod,
-        audit: &mut Audit,
-    ) -> Result<ResolvedSecrets, Error> {
-        let ids = self.chain.prefetch(ctx, pod);
+    async fn resolve(&self, plan: &Plan, audit: &mut Audit) -> Result<ResolvedSecrets, Error> {
+        let ids = plan.ids();
         if ids.is_empty() {
             return Ok(ResolvedSecrets::default());
         }

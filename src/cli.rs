@@ -4,8 +4,10 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::admission::App;
+use crate::app::{App, Deps};
 use crate::config::{Config, Loaded};
+use crate::transport::http::Front;
+use crate::transport::{lambda, server, tls};
 
 pub const USAGE: &str = "\
 podmutator — Kubernetes pod-mutating admission webhook (Lambda or HTTPS)
@@ -152,9 +154,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
             .build()
             .map_err(|e| format!("failed to start the async runtime: {e}"))?
             .block_on(async {
-                let app = Arc::new(build_app(&config).await?);
-                tracing::info!(mutators = ?app.chain().ids(), "lambda runtime starting");
-                crate::lambda::run(app)
+                let front = Arc::new(build_front(&config).await?);
+                tracing::info!(mutators = ?front.app().chain().ids(), "lambda runtime starting");
+                lambda::run(front)
                     .await
                     .map_err(|e| format!("lambda runtime stopped: {e}"))
             }),
@@ -163,37 +165,49 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
 }
 
-/// The app with everything fetched once at start: the AWS client (Embedded mode) and the path
-/// token stored in Secrets Manager.
-pub async fn build_app(config: &Config) -> Result<App, String> {
+/// The app behind its HTTP front, with what is fetched at start: the AWS client (Embedded
+/// mode, built lazily on first use) and, only with `http.pathTokenSecretId`, the path token.
+pub async fn build_front(config: &Config) -> Result<Front, String> {
     use crate::config::SecretManagerType;
     use crate::secrets::source::{AwsSource, CachePolicy, CachingSource};
     use std::time::Duration;
 
+    let h = &config.http;
+    if h.path_token.is_none()
+        && h.path_token_sha256.is_none()
+        && h.path_token_secret_id.is_none()
+        && !h.path_token_disabled
+    {
+        return Err("invalid configuration: http: no path token: set http.pathTokenSha256 (the SHA-256 of the token in the registration URL), http.pathToken or http.pathTokenSecretId; or set http.pathTokenDisabled: true to serve every route to anyone who reaches it".into());
+    }
     let embedded = config
         .webhook
         .enabled_secret_managers()
         .contains(&SecretManagerType::Embedded);
-    let token_id = config.http.path_token_secret_id.as_deref();
-    let client = if embedded || token_id.is_some() {
-        let region = &config
-            .webhook
-            .embedded_secret_manager_config
-            .aws_config
-            .region;
-        let budget = Duration::from_millis(config.embedded.deadline_ms);
-        Some(crate::secrets::source::aws_client(region, budget).await)
-    } else {
-        None
+    let budget = Duration::from_millis(config.embedded.deadline_ms);
+    let region = &config
+        .webhook
+        .embedded_secret_manager_config
+        .aws_config
+        .region;
+    let token = match h.path_token_secret_id.as_deref() {
+        // The token lives in the function's own region (Lambda sets AWS_REGION), which may not
+        // be the region Embedded secrets are read from.
+        Some(id) => {
+            let own = std::env::var("AWS_REGION").unwrap_or_default();
+            let token_region = if own.is_empty() {
+                region.as_str()
+            } else {
+                &own
+            };
+            let client = crate::secrets::source::aws_client(token_region, budget).await;
+            Some(read_path_token(&client, id).await?)
+        }
+        None => None,
     };
-    let path_token = match (token_id, &client) {
-        (Some(id), Some(client)) => Some(read_path_token(client, id).await?),
-        _ => None,
-    };
-    let mut app = App::new(config, path_token)
-        .map_err(|e| e.to_string())?
-        .with_stdout_metrics(config);
-    if let (true, Some(client)) = (embedded, client) {
+    let mut deps = Deps::process(config);
+    if embedded {
+        let client = crate::secrets::source::aws_client(region, budget).await;
         let e = &config.embedded;
         let source = CachingSource::new(
             AwsSource::new(client, e.batch_size),
@@ -204,9 +218,10 @@ pub async fn build_app(config: &Config) -> Result<App, String> {
                 max_bytes: e.cache_max_bytes,
             },
         );
-        app = app.with_source(Arc::new(source), Duration::from_millis(e.deadline_ms));
+        deps = deps.with_source(Arc::new(source));
     }
-    Ok(app)
+    let app = App::build(config, deps).map_err(|e| e.to_string())?;
+    Front::new(Arc::new(app), h, token.as_deref()).map_err(|e| e.to_string())
 }
 
 async fn read_path_token(
@@ -230,7 +245,6 @@ async fn read_path_token(
         .map(str::trim)
         .ok_or_else(|| format!("invalid configuration: {key}: secret {id} has no string value"))?
         .to_owned();
-    crate::config::check_path_token(key, &token).map_err(|e| e.to_string())?;
     Ok(token)
 }
 
@@ -238,47 +252,46 @@ fn serve(config: &Config) -> Result<(), String> {
     let w = &config.webhook;
     let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
     let dir = std::path::PathBuf::from(w.cert_dir_expanded());
-    let files = crate::server::ensure_certs(
+    let files = tls::ensure_certs(
         &dir,
         w.local_cert.unwrap_or(true),
-        &crate::server::serving_names(&w.service_name, &namespace),
+        &tls::serving_names(&w.service_name, &namespace),
     )
     .map_err(|e| e.to_string())?;
-    let tls = crate::server::tls_config(&files).map_err(|e| e.to_string())?;
+    let tls = tls::tls_config(&files).map_err(|e| e.to_string())?;
     let addr = SocketAddr::from((config.http.listen_address, w.listen_port));
-    let max_body = config.http.max_body_bytes;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("failed to start the async runtime: {e}"))?
         .block_on(async move {
-            let app = Arc::new(
-                build_app(config)
+            let front = Arc::new(
+                build_front(config)
                     .await
-                    .map_err(crate::server::ServerError::Config)?,
+                    .map_err(server::ServerError::Config)?,
             );
-            let listener = crate::server::bind(addr).await?;
+            let listener = server::bind(addr).await?;
             let local = listener
                 .local_addr()
-                .map_err(crate::server::ServerError::Accept)?;
+                .map_err(|source| server::ServerError::Listen { addr, source })?;
             tracing::info!(
                 addr = %local,
                 cert_dir = %dir.display(),
                 certs_generated = files.generated,
                 ca = %files.ca.display(),
-                mutators = ?app.chain().ids(),
+                mutators = ?front.app().chain().ids(),
                 "serving https"
             );
-            crate::server::serve(
-                app,
+            server::serve(
+                front,
                 listener,
                 tls,
-                max_body,
-                crate::server::shutdown_signal(),
+                server::Limits::default(),
+                server::shutdown_signal(),
             )
             .await?;
             tracing::info!("shut down");
-            Ok::<_, crate::server::ServerError>(())
+            Ok::<_, server::ServerError>(())
         })
         .map_err(|e| e.to_string())
 }

@@ -10,6 +10,8 @@ use std::sync::OnceLock;
 use base64::Engine;
 use serde_json::{Map, Value};
 
+use crate::k8s_names::{is_dns_subdomain, is_qualified_name};
+
 /// The registration settings shared with Terraform.
 pub const REGISTRATION_JSON: &str = include_str!("../terraform/registration.json");
 
@@ -216,36 +218,6 @@ pub fn to_yaml(v: &Value) -> String {
 // Validation: the same rules as terraform/modules/webhook-config/variables.tf.
 // ----------------------------------------------------------------------------------------------
 
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// A DNS subdomain (RFC 1123), as Kubernetes requires of object names and label prefixes.
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
-}
-
-/// A Kubernetes qualified name: `[prefix/]name`.
-fn is_label_key(s: &str) -> bool {
-    let (prefix, name) = match s.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
-    };
-    let name_ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && name.as_bytes()[0].is_ascii_alphanumeric()
-        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
-    name_ok && prefix.is_none_or(is_dns_subdomain)
-}
-
 /// `https://host[/path]` without user info, query, fragment or whitespace: what the API server
 /// accepts as a webhook URL.
 fn check_url(url: &str) -> Result<(), String> {
@@ -310,7 +282,7 @@ impl RegistrationOptions {
             check_ca_bundle(pem).map_err(|m| ArgError::new("--ca-bundle-file", m))?;
         }
         if let Some(key) = &self.mesh_label_key
-            && !is_label_key(key)
+            && !is_qualified_name(key)
         {
             return Err(ArgError::new(
                 "--mesh-label-key",
@@ -416,7 +388,7 @@ pub fn parse_webhook_config_args(args: &[String]) -> Result<WebhookConfigArgs, A
             "--path-token-file" => set(&mut out.path_token_file, flag, value)?,
             "--ca-bundle-file" => set(&mut out.ca_bundle_file, flag, value)?,
             "--mesh-label-key" => {
-                if !is_label_key(&value) {
+                if !is_qualified_name(&value) {
                     return Err(ArgError::new(
                         flag,
                         format!(
@@ -553,9 +525,9 @@ mod tests {
         assert_eq!(
             paths,
             [
-                crate::http::PATH_SECRETS,
-                crate::http::PATH_MANAGED_POD,
-                crate::http::PATH_MANAGED_NAMESPACE
+                crate::transport::http::PATH_SECRETS,
+                crate::transport::http::PATH_MANAGED_POD,
+                crate::transport::http::PATH_MANAGED_NAMESPACE
             ]
         );
     }
@@ -901,6 +873,6 @@ mod tests {
     #[case::two_slashes("a/b/c", false)]
     #[case::too_long(&"a".repeat(64), false)]
     fn label_keys_follow_kubernetes_rules(#[case] key: &str, #[case] ok: bool) {
-        assert_eq!(is_label_key(key), ok, "{key}");
+        assert_eq!(is_qualified_name(key), ok, "{key}");
     }
 }

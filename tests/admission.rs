@@ -3,18 +3,16 @@
 mod common;
 
 use common::*;
-use podmutator::admission::App;
 use podmutator::config::Config;
-use podmutator::http::Incoming;
 use rstest::rstest;
 use serde_json::{Value, json};
 
-fn app() -> App {
+fn app() -> Front {
     let loaded = Config::from_value(json!({})).unwrap();
-    App::new(&loaded.config, None).unwrap()
+    webhook(&loaded.config, Deps::offline())
 }
 
-async fn post(app: &App, path: &str, content_type: Option<&str>, body: &[u8]) -> (u16, Value) {
+async fn post(app: &Front, path: &str, content_type: Option<&str>, body: &[u8]) -> (u16, Value) {
     let reply = app
         .handle(Incoming {
             method: "POST",
@@ -261,7 +259,7 @@ async fn a_bad_secret_annotation_is_denied_with_http_200() {
 async fn path_token_guards_every_route() {
     let token = "0123456789abcdef0123456789abcdef";
     let loaded = Config::from_value(json!({"http": {"pathToken": token}})).unwrap();
-    let app = App::new(&loaded.config, None).unwrap();
+    let app = webhook(&loaded.config, Deps::offline());
     let review = bytes(&flyte_review());
     let (status, _) = post(&app, "/mutate--v1-pod", Some("application/json"), &review).await;
     assert_eq!(status, 404);
@@ -289,7 +287,7 @@ async fn the_selector_label_is_configurable() {
         json!({"secretsSelector": {"label": "example.com/secrets", "value": "on"}}),
     )
     .unwrap();
-    let app = App::new(&loaded.config, None).unwrap();
+    let app = webhook(&loaded.config, Deps::offline());
     let review = flyte_review();
     let (_, v) = post(
         &app,

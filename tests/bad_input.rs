@@ -20,11 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use common::root;
+use common::{Deps, Front, Incoming, root, webhook};
 use lambda_http::request::LambdaRequest;
-use podmutator::admission::App;
 use podmutator::config::Config;
-use podmutator::http::Incoming;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -332,7 +330,7 @@ struct Outcome {
 
 /// Runs the request or event of a case, off the test's task so that a panic is reported as
 /// this case's failure instead of ending the run.
-async fn run(app: Arc<App>, case: &Case, case_dir: &Path) -> Result<Outcome, String> {
+async fn run(app: Arc<Front>, case: &Case, case_dir: &Path) -> Result<Outcome, String> {
     if let Some(spec) = &case.event {
         let bytes = build_event(spec, case_dir);
         let task = tokio::spawn(async move {
@@ -347,7 +345,7 @@ async fn run(app: Arc<App>, case: &Case, case_dir: &Path) -> Result<Outcome, Str
                     };
                 }
             };
-            let reply = podmutator::lambda::handle(&app, event).await;
+            let reply = podmutator::transport::lambda::handle(&app, event).await;
             let wire = serde_json::to_value(&reply).expect("a Lambda reply serialises");
             let elapsed = started.elapsed();
             assert_eq!(wire["statusCode"], reply.status());
@@ -492,17 +490,13 @@ fn case_files() -> Vec<(String, String, PathBuf)> {
     out
 }
 
-fn app_for(config: Option<&Value>, cache: &mut BTreeMap<String, Arc<App>>) -> Arc<App> {
+fn app_for(config: Option<&Value>, cache: &mut BTreeMap<String, Arc<Front>>) -> Arc<Front> {
     let config = config.cloned().unwrap_or_else(|| json!({}));
     cache
         .entry(config.to_string())
         .or_insert_with(|| {
             let loaded = Config::from_value(config).expect("case config is valid");
-            Arc::new(
-                App::new(&loaded.config, None)
-                    .expect("app")
-                    .with_metrics(None),
-            )
+            Arc::new(webhook(&loaded.config, Deps::offline()))
         })
         .clone()
 }
@@ -577,9 +571,10 @@ async fn every_bad_input_gets_its_status_and_message_without_a_panic_within_budg
 
 #[tokio::test]
 async fn the_base_review_is_mutated_so_each_case_fails_only_by_its_own_edit() {
-    let app = App::new(&Config::from_value(json!({})).unwrap().config, None)
-        .unwrap()
-        .with_metrics(None);
+    let app = webhook(
+        &Config::from_value(json!({})).unwrap().config,
+        Deps::offline(),
+    );
     let body = read(&corpus_dir().join("base-review.json"));
     let reply = app
         .handle(Incoming {

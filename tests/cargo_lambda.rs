@@ -68,6 +68,11 @@ fn every_event_file_through_the_lambda_runtime_api() {
         .env("AWS_LAMBDA_FUNCTION_NAME", "_")
         .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+        // The events' paths carry no token (tests/lambda_events.rs covers the token).
+        .env(
+            "PODMUTATOR_CONFIG",
+            r#"{"http": {"pathTokenDisabled": true}}"#,
+        )
         .stdout(Stdio::null())
         .spawn()
         .unwrap();

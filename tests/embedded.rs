@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use podmutator::admission::App;
 use podmutator::config::Config;
 use podmutator::mutate::Route;
 use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
@@ -37,10 +36,11 @@ fn config(extra: Value) -> Config {
     Config::from_value(v).unwrap().config
 }
 
-fn app_with(source: impl SecretSource + 'static, extra: Value) -> App {
-    App::new(&config(extra), None)
-        .unwrap()
-        .with_source(Arc::new(source), Duration::from_millis(500))
+fn app_with(source: impl SecretSource + 'static, extra: Value) -> Front {
+    webhook(
+        &config(extra),
+        Deps::offline().with_source(Arc::new(source)),
+    )
 }
 
 fn secret(key: &str, mount: MountRequirement, env_var: &str) -> Secret {
@@ -73,7 +73,7 @@ fn scope_labels() -> Value {
     json!({"organization": "flyte", "project": "flytesnacks", "domain": "development"})
 }
 
-async fn admit(app: &App, pod: &Value, namespace: &str) -> (u16, Value) {
+async fn admit(app: &Front, pod: &Value, namespace: &str) -> (u16, Value) {
     let review = create_review(pod, namespace);
     let reply = app
         .review(Route::Secrets, &serde_json::to_vec(&review).unwrap())
@@ -81,7 +81,7 @@ async fn admit(app: &App, pod: &Value, namespace: &str) -> (u16, Value) {
     (reply.status, response(&reply.body))
 }
 
-async fn mutated(app: &App, pod: &Value) -> Value {
+async fn mutated(app: &Front, pod: &Value) -> Value {
     let (status, resp) = admit(app, pod, NS).await;
     assert_eq!(status, 200, "{resp}");
     assert_eq!(resp["allowed"], true, "{resp}");
@@ -480,7 +480,7 @@ async fn backend_trouble_is_an_internal_error_so_failure_policy_decides(
     #[case] source: Broken,
     #[case] want: &str,
 ) {
-    let app = app_with(source, json!({}));
+    let app = app_with(source, json!({"embedded": {"deadlineMs": 500}}));
     let started = std::time::Instant::now();
     let (status, resp) = admit(
         &app,
@@ -518,9 +518,7 @@ async fn a_pod_served_by_an_earlier_manager_fetches_nothing() {
     }}))
     .unwrap()
     .config;
-    let app = App::new(&config, None)
-        .unwrap()
-        .with_source(Arc::new(Broken(None)), Duration::from_millis(500));
+    let app = webhook(&config, Deps::offline().with_source(Arc::new(Broken(None))));
     mutated(
         &app,
         &pod(&[secret("k", MountRequirement::EnvVar, "")], scope_labels()),

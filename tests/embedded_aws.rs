@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use common::aws::{CountingProxy, Moto, client, create_secret};
 use common::*;
-use podmutator::admission::App;
 use podmutator::config::Config;
 use podmutator::mutate::Route;
 use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
@@ -71,9 +70,7 @@ async fn ten_secrets_cost_two_batch_calls_cold_and_none_warm() {
             max_bytes: 1 << 20,
         },
     );
-    let app = App::new(&config(), None)
-        .unwrap()
-        .with_source(Arc::new(source), Duration::from_secs(5));
+    let app = webhook(&config(), Deps::offline().with_source(Arc::new(source)));
     let pod = task_pod(&keys);
     let body = serde_json::to_vec(&create_review(&pod, NS)).unwrap();
 

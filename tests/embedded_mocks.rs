@@ -15,7 +15,6 @@ use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_types::Blob;
 use aws_smithy_types::body::SdkBody;
 use common::*;
-use podmutator::admission::App;
 use podmutator::config::Config;
 use podmutator::mutate::Route;
 use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
@@ -63,7 +62,7 @@ fn service(store: BTreeMap<String, Stored>) -> Rule {
     })
 }
 
-fn app_over(client: Client) -> App {
+fn app_over(client: Client) -> Front {
     let config = Config::from_value(json!({"webhook": {
         "secretManagerTypes": ["Embedded"],
         "embeddedSecretManagerConfig": {"type": "AWS"}
@@ -79,9 +78,7 @@ fn app_over(client: Client) -> App {
             max_bytes: 1 << 20,
         },
     );
-    App::new(&config, None)
-        .unwrap()
-        .with_source(Arc::new(source), Duration::from_secs(2))
+    webhook(&config, Deps::offline().with_source(Arc::new(source)))
 }
 
 fn pod(key: &str, mount: MountRequirement) -> Value {
@@ -98,7 +95,7 @@ fn pod(key: &str, mount: MountRequirement) -> Value {
     })
 }
 
-async fn admit(app: &App, pod: &Value) -> (u16, Value) {
+async fn admit(app: &Front, pod: &Value) -> (u16, Value) {
     let reply = app
         .review(
             Route::Secrets,

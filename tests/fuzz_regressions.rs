@@ -219,9 +219,7 @@ fn a_body_with_invalid_utf8_in_an_unknown_field_is_refused_as_not_json() {
 fn the_patch_applies_to_a_pod_sent_without_metadata() {
     let mesh: Value = common::read_json(&root().join("tests/fixtures/mesh/config.json"));
     let loaded = podmutator::config::Config::from_value(json!({"mesh": mesh})).expect("config");
-    let app = podmutator::admission::App::new(&loaded.config, None)
-        .expect("app")
-        .with_metrics(None);
+    let app = common::webhook(&loaded.config, podmutator::Deps::offline());
     let mut r = base_review();
     r["request"]["object"]
         .as_object_mut()

@@ -1,5 +1,5 @@
 //! Golden tests for secret injection, one fixture per case, through the real configuration path
-//! (`Config::from_value` -> `build_chain_with` -> `App::from_chain`, plus an in-memory secret
+//! (`Config::from_value` -> `App::build`, with the Global manager and an in-memory secret
 //! source when Embedded is enabled). For every case the decoded response and the pod the API
 //! server would store are compared with `tests/fixtures/golden/out/<case>.json`; for every
 //! admitted case the patch is also applied to the original pod JSON by Python's `jsonpatch`
@@ -21,10 +21,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
 
 use common::*;
-use podmutator::admission::App;
 use podmutator::config::{Config, SecretManagerType};
 use podmutator::mutate::Route;
 use podmutator::secrets::codec::{self, Secret};
@@ -99,14 +97,11 @@ fn cases() -> Vec<Case> {
 
 /// The app `podmutator` builds from the case's configuration, with the Global manager reading
 /// `globalEnv` and Embedded reading `secretValues`.
-fn app_for(case: &Case) -> App {
+fn app_for(case: &Case) -> Front {
     let config = Config::from_value(case.config.clone())
         .unwrap_or_else(|e| panic!("{}: {e}", case.name))
         .config;
     let global = FileEnvSource::new(&config.secrets, case.global_env.clone());
-    let chain = podmutator::build_chain_with(&config, Box::new(global))
-        .unwrap_or_else(|e| panic!("{}: {e}", case.name));
-    let app = App::from_chain(&config, chain, None);
     let embedded = config
         .webhook
         .enabled_secret_managers()
@@ -116,17 +111,15 @@ fn app_for(case: &Case) -> App {
         "{}: secretValues without Embedded in webhook.secretManagerTypes",
         case.name
     );
-    if !embedded {
-        return app;
+    let mut deps = Deps::offline().with_global(Box::new(global));
+    if embedded {
+        let source = case
+            .secret_values
+            .iter()
+            .fold(StaticSource::default(), |s, (id, v)| s.with(id, v));
+        deps = deps.with_source(Arc::new(source));
     }
-    let source = case
-        .secret_values
-        .iter()
-        .fold(StaticSource::default(), |s, (id, v)| s.with(id, v));
-    app.with_source(
-        Arc::new(source),
-        Duration::from_millis(config.embedded.deadline_ms),
-    )
+    webhook(&config, deps)
 }
 
 /// One admission as the API server sees it.
@@ -138,7 +131,7 @@ struct Admission {
     mutated: Option<Value>,
 }
 
-async fn admit(app: &App, namespace: &str, pod: &Value) -> Admission {
+async fn admit(app: &Front, namespace: &str, pod: &Value) -> Admission {
     let review = serde_json::to_vec(&create_review(pod, namespace)).unwrap();
     let reply = app.review(Route::Secrets, &review).await;
     let response = response(&reply.body);
@@ -153,7 +146,7 @@ async fn admit(app: &App, namespace: &str, pod: &Value) -> Admission {
 }
 
 /// Every case with its app and first admission.
-async fn admit_all() -> Vec<(Case, App, Admission)> {
+async fn admit_all() -> Vec<(Case, Front, Admission)> {
     let mut out = Vec::new();
     for case in cases() {
         let app = app_for(&case);

@@ -225,10 +225,10 @@ fn expectations() -> Value {
     let config = podmutator::Config::default();
     json!({
         "routes": {
-            "secrets": podmutator::http::PATH_SECRETS,
-            "managedPod": podmutator::http::PATH_MANAGED_POD,
-            "managedNamespace": podmutator::http::PATH_MANAGED_NAMESPACE,
-            "healthz": podmutator::http::PATH_HEALTHZ,
+            "secrets": podmutator::transport::http::PATH_SECRETS,
+            "managedPod": podmutator::transport::http::PATH_MANAGED_POD,
+            "managedNamespace": podmutator::transport::http::PATH_MANAGED_NAMESPACE,
+            "healthz": podmutator::transport::http::PATH_HEALTHZ,
         },
         "secretsWebhookName": "flyte-pod-webhook.flyte.org",
         "meshLabelKeyPlaceholder": MESH_LABEL_KEY_PLACEHOLDER,

@@ -6,14 +6,16 @@ mod common;
 
 use common::*;
 use lambda_http::request::LambdaRequest;
-use podmutator::admission::App;
 use podmutator::config::Config;
-use podmutator::lambda::{LambdaReply, handle};
+use podmutator::transport::lambda::{LambdaReply, handle};
 use rstest::rstest;
 use serde_json::{Value, json};
 
-fn app() -> App {
-    App::new(&Config::from_value(json!({})).unwrap().config, None).unwrap()
+fn app() -> Front {
+    webhook(
+        &Config::from_value(json!({})).unwrap().config,
+        Deps::offline(),
+    )
 }
 
 fn event(name: &str) -> Value {
@@ -21,7 +23,7 @@ fn event(name: &str) -> Value {
 }
 
 /// Deserialises like the runtime does, then handles and serialises the reply.
-async fn invoke(app: &App, event: &Value) -> (LambdaReply, Value) {
+async fn invoke(app: &Front, event: &Value) -> (LambdaReply, Value) {
     let req: LambdaRequest = serde_json::from_value(event.clone())
         .unwrap_or_else(|e| panic!("lambda_http rejects the event: {e}"));
     let reply = handle(app, req).await;

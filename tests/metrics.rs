@@ -6,24 +6,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use podmutator::admission::App;
 use podmutator::config::Config;
-use podmutator::metrics::{Metrics, Sink};
+use podmutator::metrics::Sink;
 use podmutator::mutate::Route;
 use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use podmutator::secrets::source::{CachePolicy, CachingSource, StaticSource};
 use serde_json::{Value, json};
 
-fn app(config: Value) -> (App, Arc<Mutex<Vec<String>>>) {
+fn app(config: Value) -> (Front, Arc<Mutex<Vec<String>>>) {
+    app_with(config, Deps::offline())
+}
+
+fn app_with(config: Value, deps: Deps) -> (Front, Arc<Mutex<Vec<String>>>) {
     let config = Config::from_value(config).unwrap().config;
     let lines = Arc::new(Mutex::new(Vec::new()));
-    let app = App::new(&config, None)
-        .unwrap()
-        .with_metrics(Some(Metrics::new(
-            config.metrics.clone(),
-            Sink::Memory(lines.clone()),
-        )));
-    (app, lines)
+    let deps = deps.with_metrics(Some(Sink::Memory(lines.clone())));
+    (webhook(&config, deps), lines)
 }
 
 fn flyte_review() -> Vec<u8> {
@@ -108,7 +106,6 @@ async fn a_denial_is_counted_by_reason() {
 #[tokio::test]
 async fn embedded_fetches_and_cache_hits_are_reported_and_values_are_not() {
     let config = json!({"webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS"}}});
-    let (app, lines) = app(config);
     let source = CachingSource::new(
         StaticSource::default().with(
             "u__org__flyte__domain____project____key__token",
@@ -121,7 +118,7 @@ async fn embedded_fetches_and_cache_hits_are_reported_and_values_are_not() {
             max_bytes: 1 << 20,
         },
     );
-    let app = app.with_source(Arc::new(source), Duration::from_secs(1));
+    let (app, lines) = app_with(config, Deps::offline().with_source(Arc::new(source)));
     let secret = Secret {
         key: "token".into(),
         mount_requirement: MountRequirement::EnvVar,

@@ -3,47 +3,18 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use podmutator::admission::App;
 use podmutator::config::Config;
-use podmutator::server;
+use podmutator::transport::server::Limits;
+use podmutator::transport::tls;
 use serde_json::{Value, json};
 
-struct Running {
-    port: u16,
-    ca: Vec<u8>,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
-}
-
 async fn start(max_body: usize) -> Running {
-    let dir = temp_dir("server");
-    let names = server::serving_names("podmutator", "flyte");
-    let files = server::ensure_certs(&dir, true, &names).unwrap();
-    assert!(files.generated);
-    let tls = server::tls_config(&files).unwrap();
     let mut cfg = Config::from_value(json!({})).unwrap().config;
     cfg.http.max_body_bytes = max_body;
-    let app = Arc::new(App::new(&cfg, None).unwrap());
-    let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        server::serve(app, listener, tls, max_body, async {
-            let _ = stopped.await;
-        })
-        .await
-        .unwrap();
-    });
-    Running {
-        port,
-        ca: std::fs::read(&files.ca).unwrap(),
-        stop,
-        task,
-    }
+    start_server(&cfg, Limits::default()).await
 }
 
 fn review_bytes() -> Vec<u8> {
@@ -133,11 +104,11 @@ async fn a_body_over_the_limit_gets_400_without_being_read_whole() {
 #[test]
 fn existing_certificates_are_reused_not_regenerated() {
     let dir = temp_dir("reuse");
-    let names = server::serving_names("svc", "ns");
-    let first = server::ensure_certs(&dir, true, &names).unwrap();
+    let names = tls::serving_names("svc", "ns");
+    let first = tls::ensure_certs(&dir, true, &names).unwrap();
     let cert = std::fs::read(&first.cert).unwrap();
     let key = std::fs::read(&first.key).unwrap();
-    let second = server::ensure_certs(&dir, true, &names).unwrap();
+    let second = tls::ensure_certs(&dir, true, &names).unwrap();
     assert!(!second.generated);
     assert_eq!(std::fs::read(&second.cert).unwrap(), cert);
     assert_eq!(std::fs::read(&second.key).unwrap(), key);
@@ -149,7 +120,7 @@ fn existing_certificates_are_reused_not_regenerated() {
 #[test]
 fn missing_certificates_without_local_cert_name_the_fix() {
     let dir = temp_dir("nocerts");
-    let err = server::ensure_certs(&dir, false, &server::serving_names("s", "n")).unwrap_err();
+    let err = tls::ensure_certs(&dir, false, &tls::serving_names("s", "n")).unwrap_err();
     assert!(err.to_string().contains("webhook.localCert: true"), "{err}");
 }
 
@@ -186,7 +157,7 @@ async fn the_binary_serves_and_stops_cleanly_on_sigterm() {
     let port = free_port();
     let config = json!({
         "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
-        "http": {"listenAddress": "127.0.0.1"}
+        "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true}
     });
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
         .arg("serve")

@@ -10,15 +10,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 
 use base64::Engine;
 use lambda_http::request::LambdaRequest;
-use podmutator::admission::{App, Reply};
+use podmutator::admission::Reply;
 use podmutator::config::Config;
-use podmutator::http::Incoming;
-use podmutator::lambda::{LambdaReply, handle};
-use podmutator::metrics::{Metrics, Sink};
+use podmutator::metrics::Sink;
 use podmutator::mutate::Route;
 use podmutator::secrets::codec::{
     self, ANNOTATION_PREFIX, CodecError, MAX_ENCODED_LEN, MountRequirement, Secret,
@@ -26,6 +23,9 @@ use podmutator::secrets::codec::{
 use podmutator::secrets::source::{
     BoxFuture, Fetched, SecretSource, SecretValue, SourceError, StaticSource,
 };
+use podmutator::transport::http::{Front, Incoming};
+use podmutator::transport::lambda::{LambdaReply, handle};
+use podmutator::{App, Deps};
 use serde_json::{Value, json};
 
 /// Values the fake Embedded source holds. Obviously fake; a reply must never contain one unless
@@ -48,11 +48,11 @@ const ID_PREFIX: &str = "u__org__flyte__domain__development__project__flytesnack
 /// The webhook instances every oracle runs against, built once.
 pub struct Apps {
     /// `Config::from_value({})`: K8s secrets, no mesh.
-    pub default: App,
+    pub default: Front,
     /// Embedded (fake source), Vault and AWS managers after Global; the mesh mutators on.
-    pub rich: App,
+    pub rich: Front,
     /// Default chain behind a path token, with a 1 KiB body limit.
-    pub guarded: App,
+    pub guarded: Front,
     /// Metric lines of every app (drained after each input).
     pub metric_lines: Arc<Mutex<Vec<String>>>,
 }
@@ -104,6 +104,12 @@ fn fake_source() -> FakeSource {
     FakeSource(source)
 }
 
+/// The webhook for `config`, built the one way every caller builds it.
+fn front(config: &Config, deps: Deps) -> Front {
+    let app = App::build(config, deps).expect("fuzz app builds");
+    Front::new(Arc::new(app), &config.http, None).expect("fuzz http config")
+}
+
 fn config(v: Value) -> Config {
     Config::from_value(v)
         .unwrap_or_else(|e| panic!("fuzz config is invalid: {e}"))
@@ -114,12 +120,7 @@ pub fn apps() -> &'static Apps {
     static APPS: OnceLock<Apps> = OnceLock::new();
     APPS.get_or_init(|| {
         let metric_lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = |c: &Config| {
-            Some(Metrics::new(
-                c.metrics.clone(),
-                Sink::Memory(metric_lines.clone()),
-            ))
-        };
+        let sink = || Some(Sink::Memory(metric_lines.clone()));
         let default = config(json!({}));
         let mesh: Value =
             serde_json::from_str(include_str!("../../tests/fixtures/mesh/config.json"))
@@ -135,16 +136,14 @@ pub fn apps() -> &'static Apps {
             "http": {"pathToken": FAKE_TOKEN, "maxBodyBytes": SMALL_BODY_LIMIT}
         }));
         Apps {
-            default: App::new(&default, None)
-                .expect("default app")
-                .with_metrics(sink(&default)),
-            rich: App::new(&rich, None)
-                .expect("rich app")
-                .with_metrics(sink(&rich))
-                .with_source(Arc::new(fake_source()), Duration::from_millis(500)),
-            guarded: App::new(&guarded, None)
-                .expect("guarded app")
-                .with_metrics(sink(&guarded)),
+            default: front(&default, Deps::offline().with_metrics(sink())),
+            rich: front(
+                &rich,
+                Deps::offline()
+                    .with_metrics(sink())
+                    .with_source(Arc::new(fake_source())),
+            ),
+            guarded: front(&guarded, Deps::offline().with_metrics(sink())),
             metric_lines,
         }
     })
@@ -286,8 +285,8 @@ pub fn check_review_reply(status: u16, body: &[u8]) -> ReviewReply {
 }
 
 /// One review through `app`, checked against the request it answers. Returns the checked reply.
-fn review_once(app: &App, route: Route, body: &[u8]) -> ReviewReply {
-    let Reply { status, body: out } = block_on(app.review(route, body));
+fn review_once(app: &Front, route: Route, body: &[u8]) -> ReviewReply {
+    let Reply { status, body: out } = block_on(app.app().review(route, body));
     drain_metrics();
     no_secret_value(body, &out);
     let r = check_review_reply(status, &out);
@@ -334,7 +333,7 @@ fn review_once(app: &App, route: Route, body: &[u8]) -> ReviewReply {
         let mut again = input.clone();
         again["request"]["object"] = pod;
         let again = serde_json::to_vec(&again).expect("serialise");
-        let Reply { status, body: out } = block_on(app.review(route, &again));
+        let Reply { status, body: out } = block_on(app.app().review(route, &again));
         drain_metrics();
         let second = check_review_reply(status, &out);
         assert!(
@@ -446,7 +445,7 @@ fn check_http(app_name: &str, input: &HttpInput<'_>, path: &str, limit: usize, r
     }
 }
 
-/// `handler` target: one HTTP request through `App::handle` of the default and the guarded app.
+/// `handler` target: one HTTP request through `Front::handle` of the default and the guarded app.
 pub fn handler(data: &[u8]) {
     let input = HttpInput::parse(data);
     let apps = apps();

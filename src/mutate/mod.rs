@@ -1,11 +1,7 @@
 //! The mutator chain: pure, idempotent changes to a typed Pod, built once from config.
 
-pub mod dns;
-pub mod gate;
 pub mod mesh;
-pub mod namespace;
 pub mod pod;
-pub mod socket_check;
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -54,7 +50,10 @@ pub struct PodCtx<'a> {
     pub username: &'a str,
     pub groups: &'a [String],
     pub dry_run: bool,
-    /// Secret values fetched before the chain ran (Embedded mode); empty otherwise.
+    /// The pod's secrets, planned before the chain ran (`None`: the `secrets` mutator plans
+    /// itself, and nothing was fetched).
+    pub secrets: Option<&'a crate::secrets::Plan>,
+    /// Secret values fetched for that plan (Embedded mode); empty otherwise.
     pub resolved: &'a ResolvedSecrets,
     /// Where mutators count what they did, for metrics.
     pub tally: &'a Tally,
@@ -95,8 +94,8 @@ impl Tally {
 }
 
 impl PodCtx<'static> {
-    /// A context for tests: namespace `ns`, user `u`, nothing resolved, nothing counted.
-    #[cfg(test)]
+    /// A context outside any admission (tests, examples): namespace `ns`, user `u`, nothing
+    /// planned or resolved, nothing counted.
     pub fn test(route: Route) -> Self {
         PodCtx {
             namespace: "ns",
@@ -104,6 +103,7 @@ impl PodCtx<'static> {
             username: "u",
             groups: &[],
             dry_run: false,
+            secrets: None,
             resolved: &crate::secrets::NOTHING_RESOLVED,
             tally: &UNCOUNTED,
         }
@@ -115,10 +115,15 @@ impl PodCtx<'static> {
 pub trait PodMutator: Send + Sync {
     fn id(&self) -> &'static str;
     fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial>;
+}
 
-    /// Secret ids whose values `mutate` will need, fetched (with a deadline) before the chain.
-    fn prefetch(&self, _ctx: &PodCtx<'_>, _pod: &Pod) -> Vec<String> {
-        Vec::new()
+/// A shared mutator (the app keeps the `secrets` mutator to plan with, the chain runs it).
+impl<M: PodMutator + ?Sized> PodMutator for std::sync::Arc<M> {
+    fn id(&self) -> &'static str {
+        (**self).id()
+    }
+    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+        (**self).mutate(ctx, pod)
     }
 }
 
@@ -145,19 +150,6 @@ pub struct Applied {
 impl Chain {
     pub fn push(&mut self, mutator: Box<dyn PodMutator>, required: bool) {
         self.entries.push(Entry { mutator, required });
-    }
-
-    /// Every secret id the chain will need for `pod`, without duplicates.
-    pub fn prefetch(&self, ctx: &PodCtx<'_>, pod: &Pod) -> Vec<String> {
-        let mut ids: Vec<String> = Vec::new();
-        for e in &self.entries {
-            for id in e.mutator.prefetch(ctx, pod) {
-                if !ids.contains(&id) {
-                    ids.push(id);
-                }
-            }
-        }
-        ids
     }
 
     pub fn ids(&self) -> Vec<&'static str> {

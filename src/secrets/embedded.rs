@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
 use super::codec::MountRequirement;
 use super::source::Lookup;
 use super::{
-    ENV_DEFAULT_DIR, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Plan, SECRETS_DIR, SecretInjector,
+    Accept, ENV_DEFAULT_DIR, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Edits, SECRETS_DIR, SecretInjector,
     SecretRequest,
 };
 use crate::config::{EmbeddedConfig, FileMountInitContainer, SecretManagerType};
@@ -41,27 +41,6 @@ pub fn cascade(org: &str, domain: &str, project: &str, key: &str) -> [String; 3]
         secret_name(org, domain, "", key),
         secret_name(org, "", "", key),
     ]
-}
-
-const PLACEHOLDERS: [&str; 3] = ["organization", "project", "domain"];
-
-/// A namespace template may use only `{{ organization }}`, `{{ project }}` and `{{ domain }}`.
-pub fn check_template(t: &str) -> Result<(), String> {
-    let mut rest = t;
-    while let Some(start) = rest.find("{{") {
-        let after = &rest[start + 2..];
-        let end = after
-            .find("}}")
-            .ok_or_else(|| format!("unclosed '{{{{' in {t:?}"))?;
-        let name = after[..end].trim();
-        if !PLACEHOLDERS.contains(&name) {
-            return Err(format!(
-                "unknown placeholder {{{{ {name} }}}} in {t:?}; use {{{{ organization }}}}, {{{{ project }}}} or {{{{ domain }}}}"
-            ));
-        }
-        rest = &after[end + 2..];
-    }
-    Ok(())
 }
 
 fn render(t: &str, org: &str, project: &str, domain: &str) -> String {
@@ -256,18 +235,31 @@ impl SecretInjector for EmbeddedInjector {
         SecretManagerType::Embedded
     }
 
-    fn fetches(&self) -> bool {
-        true
-    }
-
-    fn prefetch(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Vec<String> {
-        if req.secret.key.is_empty() || self.check_binding(ctx, pod).is_err() {
-            return Vec::new();
+    /// Takes a request with a key from a pod with its scope labels, if one of the scope's
+    /// three names (project, domain, organisation) resolves.
+    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, pod: &Pod) -> Result<Accept, String> {
+        let key = &req.secret.key;
+        if key.is_empty() {
+            return Err("EmbeddedSecretManager requires key to be set".into());
         }
-        match scope(pod) {
-            Ok((org, project, domain)) => cascade(org, domain, project, &req.secret.key).into(),
-            Err(_) => Vec::new(),
+        let (org, project, domain) = scope(pod).map_err(|label| {
+            format!(
+                "[SecretRequirementsError] secret read requirements not met due to empty {label} field in the pod labels"
+            )
+        })?;
+        match req.secret.mount_requirement {
+            MountRequirement::Any | MountRequirement::EnvVar => {}
+            MountRequirement::File if is_safe_file_key(key) => {}
+            MountRequirement::File => {
+                return Err(format!(
+                    "key {key:?} cannot be a file name: use letters, digits, '.', '_' and '-' only"
+                ));
+            }
+            MountRequirement::Unknown(n) => {
+                return Err(format!("unrecognized mount requirement [{n}]"));
+            }
         }
+        Ok(Accept::Fetch(cascade(org, domain, project, key).into()))
     }
 
     fn deny(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Option<Denial> {
@@ -282,17 +274,10 @@ impl SecretInjector for EmbeddedInjector {
         req: &SecretRequest,
         ctx: &PodCtx<'_>,
         pod: &mut Pod,
-        plan: &mut Plan,
+        edits: &mut Edits,
     ) -> Result<(), String> {
         let key = &req.secret.key;
-        if key.is_empty() {
-            return Err("EmbeddedSecretManager requires key to be set".into());
-        }
-        let (org, project, domain) = scope(pod).map_err(|label| {
-            format!(
-                "[SecretRequirementsError] secret read requirements not met due to empty {label} field in the pod labels"
-            )
-        })?;
+        let (org, project, domain) = scope(pod).map_err(|label| format!("no {label} label"))?;
         let ids = cascade(org, domain, project, key);
         let mut value = None;
         for id in &ids {
@@ -335,17 +320,12 @@ impl SecretInjector for EmbeddedInjector {
                 } else {
                     req.secret.env_var.clone()
                 };
-                plan.env(env_value(&name, text));
-                plan.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
+                edits.env(env_value(&name, text));
+                edits.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
             }
             MountRequirement::File => {
-                if !is_safe_file_key(key) {
-                    return Err(format!(
-                        "key {key:?} cannot be a file name: use letters, digits, '.', '_' and '-' only"
-                    ));
-                }
                 self.add_file(pod, key, bytes);
-                plan.mount(VolumeMount {
+                edits.mount(VolumeMount {
                     name: VOLUME.into(),
                     read_only: Some(true),
                     mount_path: SECRETS_DIR.into(),
@@ -354,13 +334,13 @@ impl SecretInjector for EmbeddedInjector {
                 if !req.secret.env_var.is_empty() {
                     // The file keeps the key's case (Flyte pointed the variable at a lower-cased
                     // path that does not exist for mixed-case keys).
-                    plan.env(env_value(
+                    edits.env(env_value(
                         &req.secret.env_var,
                         &format!("{SECRETS_DIR}/{key}"),
                     ));
                 }
-                plan.env(env_value(ENV_FILE_PREFIX, ""));
-                plan.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
+                edits.env(env_value(ENV_FILE_PREFIX, ""));
+                edits.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
             }
             MountRequirement::Unknown(n) => {
                 return Err(format!("unrecognized mount requirement [{n}]"));
@@ -412,7 +392,7 @@ mod tests {
     #[case::with_org("{{ organization }}-{{ project }}", "o-p")]
     #[case::literal("fixed", "fixed")]
     fn templates_render(#[case] t: &str, #[case] expected: &str) {
-        check_template(t).unwrap();
+        crate::config::check_template(t).unwrap();
         assert_eq!(render(t, "o", "p", "d"), expected);
     }
 
@@ -420,6 +400,6 @@ mod tests {
     #[case::unknown("{{ tenant }}")]
     #[case::unclosed("{{ project")]
     fn bad_templates_are_rejected(#[case] t: &str) {
-        assert!(check_template(t).is_err());
+        assert!(crate::config::check_template(t).is_err());
     }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::codec::MountRequirement;
-use super::{ENV_ENV_PREFIX, Plan, SecretInjector, SecretRequest};
+use super::{Accept, ENV_ENV_PREFIX, Edits, SecretInjector, SecretRequest};
 use crate::config::{GlobalSecretsConfig, SecretManagerType};
 use crate::mutate::PodCtx;
 use crate::mutate::pod::env_value;
@@ -76,6 +76,15 @@ impl GlobalSecretSource for FileEnvSource {
     }
 }
 
+/// A process that holds no Global secrets (tests, `podmutator inject`).
+pub struct NoGlobalSecrets;
+
+impl GlobalSecretSource for NoGlobalSecrets {
+    fn get(&self, group: &str, key: &str) -> Result<String, String> {
+        Err(format!("no Global secret {group}/{key} in this process"))
+    }
+}
+
 fn is_plain_segment(s: &str) -> bool {
     !s.is_empty()
         && s != "."
@@ -97,31 +106,35 @@ impl SecretInjector for GlobalInjector {
         SecretManagerType::Global
     }
 
-    fn inject(
-        &self,
-        req: &SecretRequest,
-        _ctx: &PodCtx<'_>,
-        _pod: &mut Pod,
-        plan: &mut Plan,
-    ) -> Result<(), String> {
+    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, _: &Pod) -> Result<Accept, String> {
         let s = &req.secret;
         if s.group.is_empty() || s.key.is_empty() {
             return Err("both key and group are required parameters".into());
         }
-        let value = self.source.get(&s.group, &s.key)?;
+        self.source.get(&s.group, &s.key)?;
         match s.mount_requirement {
-            MountRequirement::Any | MountRequirement::EnvVar => {
-                let name = format!("{}{}_{}", self.env_prefix, s.group, s.key).to_uppercase();
-                plan.env(env_value(&name, &value));
-                plan.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
-                Ok(())
-            }
+            MountRequirement::Any | MountRequirement::EnvVar => Ok(Accept::Now),
             MountRequirement::File => Err(format!(
                 "global secrets can only be injected as environment variables [{}/{}]",
                 s.group, s.key
             )),
             MountRequirement::Unknown(n) => Err(format!("unrecognized mount requirement [{n}]")),
         }
+    }
+
+    fn inject(
+        &self,
+        req: &SecretRequest,
+        _ctx: &PodCtx<'_>,
+        _pod: &mut Pod,
+        edits: &mut Edits,
+    ) -> Result<(), String> {
+        let s = &req.secret;
+        let value = self.source.get(&s.group, &s.key)?;
+        let name = format!("{}{}_{}", self.env_prefix, s.group, s.key).to_uppercase();
+        edits.env(env_value(&name, &value));
+        edits.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
+        Ok(())
     }
 }
 

@@ -9,7 +9,7 @@ use sha2::Sha256;
 
 use super::codec::{MountRequirement, encode_base32};
 use super::{
-    ENV_DEFAULT_DIR, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Plan, SECRETS_DIR, SecretInjector,
+    Accept, ENV_DEFAULT_DIR, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Edits, SECRETS_DIR, SecretInjector,
     SecretRequest,
 };
 use crate::config::SecretManagerType;
@@ -35,17 +35,25 @@ impl SecretInjector for K8sInjector {
         SecretManagerType::K8s
     }
 
+    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, _: &Pod) -> Result<Accept, String> {
+        let s = &req.secret;
+        if s.key.is_empty() {
+            return Err("k8s Secrets Webhook require key to be set".into());
+        }
+        if let MountRequirement::Unknown(n) = s.mount_requirement {
+            return Err(format!("unrecognized mount requirement [{n}]"));
+        }
+        Ok(Accept::Now)
+    }
+
     fn inject(
         &self,
         req: &SecretRequest,
         _ctx: &PodCtx<'_>,
         pod: &mut Pod,
-        plan: &mut Plan,
+        edits: &mut Edits,
     ) -> Result<(), String> {
         let s = &req.secret;
-        if s.key.is_empty() {
-            return Err("k8s Secrets Webhook require key to be set".into());
-        }
         let group = if s.group.is_empty() {
             hex::encode(Md5::digest(s.key.as_bytes()))
         } else {
@@ -61,15 +69,15 @@ impl SecretInjector for K8sInjector {
                     }),
                     ..Default::default()
                 };
-                plan.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
+                edits.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
                 if !s.env_var.is_empty() {
-                    plan.env(EnvVar {
+                    edits.env(EnvVar {
                         name: s.env_var.clone(),
                         value: None,
                         value_from: Some(source.clone()),
                     });
                 }
-                plan.env(EnvVar {
+                edits.env(EnvVar {
                     name: format!("{}{}_{}", self.env_prefix, group, s.key).to_uppercase(),
                     value: None,
                     value_from: Some(source),
@@ -79,17 +87,17 @@ impl SecretInjector for K8sInjector {
                 let dir = format!("{SECRETS_DIR}/{}", group.to_lowercase());
                 let file = s.key.to_lowercase();
                 let volume = add_secret_item(pod, &group, &s.group_version, &s.key, &file)?;
-                plan.mount(VolumeMount {
+                edits.mount(VolumeMount {
                     name: volume,
                     read_only: Some(true),
                     mount_path: dir.clone(),
                     ..Default::default()
                 });
                 if !s.env_var.is_empty() {
-                    plan.env(env_value(&s.env_var, &format!("{dir}/{file}")));
+                    edits.env(env_value(&s.env_var, &format!("{dir}/{file}")));
                 }
-                plan.env(env_value(ENV_FILE_PREFIX, ""));
-                plan.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
+                edits.env(env_value(ENV_FILE_PREFIX, ""));
+                edits.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
             }
             MountRequirement::Unknown(n) => {
                 return Err(format!("unrecognized mount requirement [{n}]"));

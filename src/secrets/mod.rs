@@ -3,31 +3,36 @@
 //!
 //! A pod labelled `inject-flyte-secrets: "true"` carries one `flyte.secrets/s<N>` annotation per
 //! secret. Each secret is offered to the enabled managers in order (Global first); the first that
-//! can inject it wins. Environment variables and mounts are collected in a [`Plan`] and applied
-//! at the end to every container and init container, so that the result does not depend on
-//! which container existed when, and a second pass changes nothing.
+//! accepts it wins. The choice is made once, by [`SecretsMutator::plan`], before any value is
+//! fetched; [`SecretsMutator::apply`] then injects. Environment variables and mounts are collected
+//! in [`Edits`] and applied at the end to every container and init container, so that the result
+//! does not depend on which container existed when, and a second pass changes nothing.
 
 pub mod codec;
+pub mod edits;
 pub mod embedded;
 pub mod global;
 pub mod k8s;
+pub mod plan;
 pub mod sidecar;
 pub mod source;
 pub mod vault;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{EnvVar, Pod, VolumeMount};
+use k8s_openapi::api::core::v1::Pod;
 
 use crate::config::SecretManagerType;
 use crate::error::Denial;
-use crate::mutate::pod::{add_mounts, containers_mut, put_env_first};
 use crate::mutate::{PodCtx, PodMutator};
 use codec::{MountRequirement, Secret};
+pub use edits::Edits;
+pub use plan::Plan;
 use source::Lookup;
 
-pub const POD_LABEL: &str = "inject-flyte-secrets";
-pub const POD_LABEL_VALUE: &str = "true";
+pub use crate::config::{
+    DEFAULT_SECRETS_LABEL as POD_LABEL, DEFAULT_SECRETS_LABEL_VALUE as POD_LABEL_VALUE,
+};
 /// Where every injector puts secret files (`K8sSecretPathPrefix`).
 pub const SECRETS_DIR: &str = "/etc/flyte/secrets";
 pub const ENV_DEFAULT_DIR: &str = "FLYTE_SECRETS_DEFAULT_DIR";
@@ -100,107 +105,26 @@ pub fn mount_name(m: MountRequirement) -> String {
     }
 }
 
-/// Environment variables and mounts that every (init) container receives, in request order.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Plan {
-    env: Vec<EnvVar>,
-    env_owner: Vec<String>,
-    mounts: Vec<VolumeMount>,
-    mount_owner: Vec<String>,
-    conflicts: Vec<String>,
-    current: String,
+/// Whether a manager takes a request, as decided when the pod is planned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Accept {
+    /// The manager injects it from what it holds.
+    Now,
+    /// The manager injects it if one of these Secrets Manager ids resolves (in this order);
+    /// otherwise the request goes on to the next manager.
+    Fetch(Vec<String>),
 }
 
-/// A position in a [`Plan`] to roll back to when an injector fails.
-#[derive(Debug, Clone, Copy)]
-pub struct PlanMark {
-    env: usize,
-    mounts: usize,
-    conflicts: usize,
-}
-
-impl Plan {
-    /// Adds `var` unless the same variable is already planned. Two requests that want different
-    /// values under one name are a conflict, reported after all requests ran.
-    pub fn env(&mut self, var: EnvVar) {
-        match self.env.iter().position(|e| e.name == var.name) {
-            Some(i) if self.env[i] == var => {}
-            Some(i) => self.conflicts.push(format!(
-                "{} and {} both set environment variable {}; give one of them a different env_var",
-                self.env_owner[i], self.current, var.name
-            )),
-            None => {
-                self.env.push(var);
-                self.env_owner.push(self.current.clone());
-            }
-        }
-    }
-
-    /// Adds `m` unless a mount of that volume is already planned. Two different volumes at one
-    /// path (say an AWS fetcher's and an Embedded file volume, both at `/etc/flyte/secrets`) would
-    /// make the API server reject the pod: that is a conflict, reported after all requests ran.
-    pub fn mount(&mut self, m: VolumeMount) {
-        if self.mounts.iter().any(|x| x.name == m.name) {
-            return;
-        }
-        if let Some(i) = self
-            .mounts
-            .iter()
-            .position(|x| x.mount_path == m.mount_path)
-        {
-            self.conflicts.push(format!(
-                "{} and {} both need a volume mounted at {} ({:?} and {:?}); request these secrets through one secret manager",
-                self.mount_owner[i], self.current, m.mount_path, self.mounts[i].name, m.name
-            ));
-            return;
-        }
-        self.mounts.push(m);
-        self.mount_owner.push(self.current.clone());
-    }
-
-    fn mark(&self) -> PlanMark {
-        PlanMark {
-            env: self.env.len(),
-            mounts: self.mounts.len(),
-            conflicts: self.conflicts.len(),
-        }
-    }
-
-    fn reset(&mut self, mark: PlanMark) {
-        self.env.truncate(mark.env);
-        self.env_owner.truncate(mark.env);
-        self.mounts.truncate(mark.mounts);
-        self.mount_owner.truncate(mark.mounts);
-        self.conflicts.truncate(mark.conflicts);
-    }
-
-    /// Puts the planned variables first in every container (replacing same-name ones) and adds
-    /// the planned mounts, skipping containers named in `skip`.
-    pub fn apply(&self, pod: &mut Pod, skip: &[String]) {
-        let Some(spec) = pod.spec.as_mut() else {
-            return;
-        };
-        for c in containers_mut(spec, skip) {
-            put_env_first(&mut c.env, &self.env);
-            add_mounts(&mut c.volume_mounts, &self.mounts);
-        }
-    }
-}
-
-/// Turns one secret request into pod changes. Pure. On `Err` (the reason this manager cannot
-/// inject the secret, never containing a value) the pod has not been changed.
+/// Turns one secret request into pod changes. Pure.
+///
+/// A request meets the managers twice: [`accepts`](Self::accepts) when the pod is planned
+/// (before any value is fetched), then [`inject`](Self::inject) for the one chosen.
 pub trait SecretInjector: Send + Sync {
     fn kind(&self) -> SecretManagerType;
 
-    /// Whether this manager needs values fetched before the chain (only Embedded does).
-    fn fetches(&self) -> bool {
-        false
-    }
-
-    /// Secret ids whose values this manager needs to inject `req` (fetched before the chain).
-    fn prefetch(&self, _req: &SecretRequest, _ctx: &PodCtx<'_>, _pod: &Pod) -> Vec<String> {
-        Vec::new()
-    }
+    /// Whether this manager takes `req`: `Err` says why not (never a value), and the next
+    /// manager is asked.
+    fn accepts(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Result<Accept, String>;
 
     /// A refusal that stops the admission outright when this manager is reached for `req`
     /// (e.g. a pod asking for another project's secrets), instead of trying the next manager.
@@ -208,12 +132,15 @@ pub trait SecretInjector: Send + Sync {
         None
     }
 
+    /// Injects an accepted request. `Err` (the reason, never a value) leaves `pod` unchanged
+    /// and hands the request to the next manager that accepted it; for a manager that accepted
+    /// with [`Accept::Now`] there is none, so the pod is denied with that reason.
     fn inject(
         &self,
         req: &SecretRequest,
         ctx: &PodCtx<'_>,
         pod: &mut Pod,
-        plan: &mut Plan,
+        edits: &mut Edits,
     ) -> Result<(), String>;
 }
 
@@ -275,94 +202,13 @@ impl PodMutator for SecretsMutator {
         "secrets"
     }
 
-    /// Ids for every request that no manager before the fetching one would take (the earlier
-    /// managers are pure, so trying them on a scratch copy answers exactly). Without a fetching
-    /// manager this costs nothing.
-    fn prefetch(&self, ctx: &PodCtx<'_>, pod: &Pod) -> Vec<String> {
-        let Some(fetching) = self.injectors.iter().position(|i| i.fetches()) else {
-            return Vec::new();
-        };
-        if !self.selects(pod) {
-            return Vec::new();
-        }
-        let Ok(requests) = Self::requests(pod) else {
-            return Vec::new();
-        };
-        let mut ids: Vec<String> = Vec::new();
-        // One copy for the whole admission: like the real run, each request sees the pod as the
-        // requests before it left it.
-        let mut scratch: Option<Pod> = None;
-        for req in &requests {
-            let taken_earlier = self.injectors[..fetching].iter().any(|inj| {
-                let scratch = scratch.get_or_insert_with(|| pod.clone());
-                inj.inject(req, ctx, scratch, &mut Plan::default()).is_ok()
-            });
-            if taken_earlier {
-                continue;
-            }
-            for id in self.injectors[fetching].prefetch(req, ctx, pod) {
-                if !ids.contains(&id) {
-                    ids.push(id);
-                }
-            }
-        }
-        ids
-    }
-
+    /// Applies the plan made before the chain ran ([`PodCtx::secrets`]), or plans now when the
+    /// caller made none (then nothing was fetched).
     fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
-        if !self.selects(pod) {
-            return Ok(());
+        match ctx.secrets {
+            Some(plan) => self.apply(plan, ctx, pod),
+            None => self.apply(&self.plan(ctx, pod), ctx, pod),
         }
-        let requests = Self::requests(pod)?;
-        if requests.is_empty() {
-            return Ok(());
-        }
-        let mut plan = Plan::default();
-        let mut by = Vec::with_capacity(requests.len());
-        for req in &requests {
-            plan.current = req.annotation.clone();
-            let mut reasons = Vec::new();
-            let mut injected = false;
-            for inj in &self.injectors {
-                if let Some(denial) = inj.deny(req, ctx, pod) {
-                    return Err(denial);
-                }
-                plan.current = format!("{} ({})", req.annotation, inj.kind());
-                let mark = plan.mark();
-                match inj.inject(req, ctx, pod, &mut plan) {
-                    Ok(()) => {
-                        injected = true;
-                        by.push(inj.kind());
-                        break;
-                    }
-                    Err(reason) => {
-                        plan.reset(mark);
-                        reasons.push(format!("{}: {reason}", inj.kind()));
-                    }
-                }
-            }
-            if !injected {
-                return Err(Denial::bad_request(
-                    "SecretNotInjected",
-                    format!(
-                        "none of the secret managers could inject {}: {}",
-                        req.describe(),
-                        reasons.join("; ")
-                    ),
-                ));
-            }
-        }
-        if !plan.conflicts.is_empty() {
-            return Err(Denial::bad_request(
-                "SecretConflict",
-                plan.conflicts.join("; "),
-            ));
-        }
-        plan.apply(pod, &self.skip_containers);
-        for kind in by {
-            ctx.tally.secret_injected(kind);
-        }
-        Ok(())
     }
 }
 
@@ -397,28 +243,41 @@ pub(crate) mod testing {
         }
     }
 
-    /// Runs one injector on `pod` the way the secrets mutator does (plan applied at the end).
+    /// Runs one injector on `pod` the way the secrets mutator does: accepted, injected, the
+    /// edits applied at the end.
     pub fn inject_one(
         inj: &dyn SecretInjector,
         secrets: &[Secret],
         mut pod: Pod,
     ) -> Result<Pod, String> {
         let ctx = PodCtx::test(Route::Secrets);
-        let mut plan = Plan::default();
+        let mut edits = Edits::default();
         for (i, s) in secrets.iter().enumerate() {
             let req = SecretRequest {
                 index: i as u32,
                 annotation: format!("flyte.secrets/s{i}"),
                 secret: s.clone(),
             };
-            plan.current = req.annotation.clone();
-            inj.inject(&req, &ctx, &mut pod, &mut plan)?;
+            edits.current = req.annotation.clone();
+            accept_and_inject(inj, &req, &ctx, &mut pod, &mut edits)?;
         }
-        if !plan.conflicts.is_empty() {
-            return Err(plan.conflicts.join("; "));
+        if !edits.conflicts.is_empty() {
+            return Err(edits.conflicts.join("; "));
         }
-        plan.apply(&mut pod, &[]);
+        edits.apply(&mut pod, &[]);
         Ok(pod)
+    }
+
+    /// `accepts`, then `inject` when accepted: one manager's whole say on one request.
+    pub fn accept_and_inject(
+        inj: &dyn SecretInjector,
+        req: &SecretRequest,
+        ctx: &PodCtx<'_>,
+        pod: &mut Pod,
+        edits: &mut Edits,
+    ) -> Result<(), String> {
+        inj.accepts(req, ctx, pod)?;
+        inj.inject(req, ctx, pod, edits)
     }
 
     /// Admits `pod`, labelled and annotated with `secrets`, through the real `secrets` mutator

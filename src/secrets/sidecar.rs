@@ -7,7 +7,9 @@ use k8s_openapi::api::core::v1::{
 
 use super::codec::{MountRequirement, Secret};
 use super::vault::identity_digest;
-use super::{ENV_DEFAULT_DIR, ENV_FILE_PREFIX, Plan, SECRETS_DIR, SecretInjector, SecretRequest};
+use super::{
+    Accept, ENV_DEFAULT_DIR, ENV_FILE_PREFIX, Edits, SECRETS_DIR, SecretInjector, SecretRequest,
+};
 use crate::config::{
     AWS_SIDECAR_IMAGE, AZURE_SIDECAR_IMAGE, GCP_SIDECAR_IMAGE, SecretManagerType, SidecarConfig,
 };
@@ -291,28 +293,30 @@ impl SecretInjector for SidecarInjector {
         self.provider.kind()
     }
 
+    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, _: &Pod) -> Result<Accept, String> {
+        let s = &req.secret;
+        let p = self.provider;
+        p.fetch(s)?;
+        match s.mount_requirement {
+            MountRequirement::Any | MountRequirement::File => Ok(Accept::Now),
+            MountRequirement::EnvVar => Err(format!(
+                "mount requirement ENV_VAR is not supported by {}: its init container writes the secret to a file; request FILE or ANY (env_var then names a variable holding the file's path)",
+                p.label()
+            )),
+            MountRequirement::Unknown(n) => Err(format!("unrecognized mount requirement [{n}]")),
+        }
+    }
+
     fn inject(
         &self,
         req: &SecretRequest,
         _ctx: &PodCtx<'_>,
         pod: &mut Pod,
-        plan: &mut Plan,
+        edits: &mut Edits,
     ) -> Result<(), String> {
         let s = &req.secret;
         let p = self.provider;
         let fetch = p.fetch(s)?;
-        match s.mount_requirement {
-            MountRequirement::Any | MountRequirement::File => {}
-            MountRequirement::EnvVar => {
-                return Err(format!(
-                    "mount requirement ENV_VAR is not supported by {}: its init container writes the secret to a file; request FILE or ANY (env_var then names a variable holding the file's path)",
-                    p.label()
-                ));
-            }
-            MountRequirement::Unknown(n) => {
-                return Err(format!("unrecognized mount requirement [{n}]"));
-            }
-        }
 
         let name = fetch.name(p);
         let existing = pod
@@ -351,17 +355,17 @@ impl SecretInjector for SidecarInjector {
             },
         );
 
-        plan.mount(VolumeMount {
+        edits.mount(VolumeMount {
             name: p.volume_name(),
             read_only: Some(true),
             mount_path: SECRETS_DIR.into(),
             ..Default::default()
         });
         if !s.env_var.is_empty() {
-            plan.env(env_value(&s.env_var, &fetch.file));
+            edits.env(env_value(&s.env_var, &fetch.file));
         }
-        plan.env(env_value(ENV_FILE_PREFIX, ""));
-        plan.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
+        edits.env(env_value(ENV_FILE_PREFIX, ""));
+        edits.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
         Ok(())
     }
 }
@@ -468,7 +472,7 @@ mod tests {
 
     fn inject_all(inj: &SidecarInjector, secrets: &[Secret], mut pod: Pod) -> Result<Pod, String> {
         let ctx = PodCtx::test(Route::Secrets);
-        let mut plan = Plan::default();
+        let mut plan = Edits::default();
         for (i, s) in secrets.iter().enumerate() {
             let req = SecretRequest {
                 index: i as u32,
@@ -476,7 +480,9 @@ mod tests {
                 secret: s.clone(),
             };
             let before = pod.clone();
-            if let Err(e) = inj.inject(&req, &ctx, &mut pod, &mut plan) {
+            if let Err(e) =
+                crate::secrets::testing::accept_and_inject(inj, &req, &ctx, &mut pod, &mut plan)
+            {
                 assert_eq!(pod, before, "a refused request leaves the pod alone");
                 return Err(e);
             }

@@ -7,7 +7,9 @@ use k8s_openapi::api::core::v1::Pod;
 use sha2::{Digest, Sha256};
 
 use super::codec::{MountRequirement, Secret};
-use super::{ENV_DEFAULT_DIR, ENV_FILE_PREFIX, Plan, SECRETS_DIR, SecretInjector, SecretRequest};
+use super::{
+    Accept, ENV_DEFAULT_DIR, ENV_FILE_PREFIX, Edits, SECRETS_DIR, SecretInjector, SecretRequest,
+};
 use crate::config::{KvVersion, SecretManagerType, VaultConfig};
 use crate::mutate::PodCtx;
 use crate::mutate::pod::env_value;
@@ -106,13 +108,7 @@ impl SecretInjector for VaultInjector {
         SecretManagerType::Vault
     }
 
-    fn inject(
-        &self,
-        req: &SecretRequest,
-        _ctx: &PodCtx<'_>,
-        pod: &mut Pod,
-        plan: &mut Plan,
-    ) -> Result<(), String> {
+    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, _: &Pod) -> Result<Accept, String> {
         let s = &req.secret;
         let missing: Vec<&str> = [("group", &s.group), ("key", &s.key)]
             .into_iter()
@@ -138,6 +134,17 @@ impl SecretInjector for VaultInjector {
             }
         }
 
+        Ok(Accept::Now)
+    }
+
+    fn inject(
+        &self,
+        req: &SecretRequest,
+        _ctx: &PodCtx<'_>,
+        pod: &mut Pod,
+        edits: &mut Edits,
+    ) -> Result<(), String> {
+        let s = &req.secret;
         // Later maps win: defaults < configured annotations < what the pod already has. On
         // re-admission the pod already holds exactly these keys with these values. Only our few
         // keys are inserted where absent; the pod's own map is not rebuilt per secret.
@@ -152,8 +159,8 @@ impl SecretInjector for VaultInjector {
             annotations.entry(k).or_insert(v);
         }
 
-        plan.env(env_value(ENV_FILE_PREFIX, ""));
-        plan.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
+        edits.env(env_value(ENV_FILE_PREFIX, ""));
+        edits.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
         Ok(())
     }
 }
@@ -257,8 +264,8 @@ mod tests {
             annotation: "flyte.secrets/s0".into(),
             secret: s.clone(),
         };
-        let mut plan = Plan::default();
-        inj.inject(&req, &ctx, &mut pod, &mut plan)?;
+        let mut plan = Edits::default();
+        crate::secrets::testing::accept_and_inject(inj, &req, &ctx, &mut pod, &mut plan)?;
         plan.apply(&mut pod, &[]);
         Ok(pod)
     }
@@ -531,20 +538,25 @@ mod tests {
     fn missing_group_or_key_is_refused(#[case] s: Secret, #[case] says: &str) {
         let pod = mk_pod(&[]);
         let mut changed = pod.clone();
-        let mut plan = Plan::default();
+        let mut plan = Edits::default();
         let ctx = PodCtx::test(Route::Secrets);
         let req = SecretRequest {
             index: 0,
             annotation: "flyte.secrets/s0".into(),
             secret: s,
         };
-        let err = injector(None, &[])
-            .inject(&req, &ctx, &mut changed, &mut plan)
-            .unwrap_err();
+        let err = crate::secrets::testing::accept_and_inject(
+            &injector(None, &[]),
+            &req,
+            &ctx,
+            &mut changed,
+            &mut plan,
+        )
+        .unwrap_err();
         assert!(err.starts_with("vault secrets webhook requires"), "{err}");
         assert!(err.contains(says), "{err}");
         assert_eq!(changed, pod, "a refused request leaves the pod alone");
-        assert_eq!(plan, Plan::default());
+        assert_eq!(plan, Edits::default());
     }
 
     fn is_dns1123_label(s: &str) -> bool {

@@ -7,7 +7,18 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
+use podmutator::config::Config;
+#[allow(unused_imports)]
+pub use podmutator::transport::http::{Front, Incoming};
+pub use podmutator::{App, Deps};
 use serde_json::{Value, json};
+
+/// The one way tests build the webhook: [`App::build`] with `deps`, behind the HTTP front
+/// `config.http` describes, as `podmutator serve` and the Lambda do.
+pub fn webhook(config: &Config, deps: Deps) -> Front {
+    let app = App::build(config, deps).unwrap_or_else(|e| panic!("{e}"));
+    Front::new(Arc::new(app), &config.http, None).unwrap_or_else(|e| panic!("{e}"))
+}
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -272,4 +283,66 @@ pub async fn wait_for(buf: &Mutex<String>, needle: &str, count: usize) {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     panic!("fewer than {count} {needle:?} in:\n{}", buf.lock().unwrap());
+}
+
+/// A `podmutator` HTTPS server running in this process on a free loopback port.
+pub struct Running {
+    pub port: u16,
+    /// The generated CA the client trusts.
+    pub ca: Vec<u8>,
+    pub stop: tokio::sync::oneshot::Sender<()>,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Serves the webhook for `config` (certificates generated into a temp dir) with `limits`.
+pub async fn start_server(
+    config: &Config,
+    limits: podmutator::transport::server::Limits,
+) -> Running {
+    use podmutator::transport::{server, tls};
+    let dir = temp_dir("server");
+    let names = tls::serving_names("podmutator", "flyte");
+    let files = tls::ensure_certs(&dir, true, &names).unwrap();
+    assert!(files.generated);
+    let tls = tls::tls_config(&files).unwrap();
+    let front = Arc::new(webhook(config, Deps::offline()));
+    let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        server::serve(front, listener, tls, limits, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    Running {
+        port,
+        ca: std::fs::read(&files.ca).unwrap(),
+        stop,
+        task,
+    }
+}
+
+/// A TLS client connection to `port`, trusting `ca_pem`, as `localhost`.
+pub async fn tls_connect(
+    port: u16,
+    ca_pem: &[u8],
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut &ca_pem[..]) {
+        roots.add(cert?).map_err(std::io::Error::other)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let name = rustls::pki_types::ServerName::try_from("localhost".to_owned())
+        .map_err(std::io::Error::other)?;
+    connector.connect(name, tcp).await
 }

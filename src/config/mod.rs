@@ -12,6 +12,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+pub mod mesh;
+pub mod metrics;
+
 pub const ENV_CONFIG_FILE: &str = "PODMUTATOR_CONFIG_FILE";
 pub const ENV_CONFIG_INLINE: &str = "PODMUTATOR_CONFIG";
 
@@ -46,13 +49,17 @@ pub struct Config {
     /// Embedded mode: deadline, cache and scope binding.
     pub embedded: EmbeddedConfig,
     /// Mesh pod mutations (all off unless `mesh.enabled`).
-    pub mesh: crate::mutate::mesh::MeshConfig,
+    pub mesh: mesh::MeshConfig,
     /// The pod label that asks for secret injection (Flyte's is fixed).
     #[serde(rename = "secretsSelector")]
     pub secrets_selector: SecretsSelector,
     /// CloudWatch Embedded Metric Format lines on stdout.
-    pub metrics: crate::metrics::MetricsConfig,
+    pub metrics: metrics::MetricsConfig,
 }
+
+/// Flyte's label that asks for secret injection (`secretsSelector`'s default).
+pub const DEFAULT_SECRETS_LABEL: &str = "inject-flyte-secrets";
+pub const DEFAULT_SECRETS_LABEL_VALUE: &str = "true";
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -64,8 +71,8 @@ pub struct SecretsSelector {
 impl Default for SecretsSelector {
     fn default() -> Self {
         Self {
-            label: crate::secrets::POD_LABEL.into(),
-            value: crate::secrets::POD_LABEL_VALUE.into(),
+            label: DEFAULT_SECRETS_LABEL.into(),
+            value: DEFAULT_SECRETS_LABEL_VALUE.into(),
         }
     }
 }
@@ -471,8 +478,16 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// A literal path token (for local testing); every route then lives under `/<token>/`.
     pub path_token: Option<String>,
-    /// Secrets Manager id of the path token, read once at cold start.
+    /// The SHA-256 of the path token, as 64 hex digits: the function holds only this, so a
+    /// cold start reads nothing (what Terraform and SAM configure).
+    pub path_token_sha256: Option<String>,
+    /// Secrets Manager id of the path token, read once at cold start (one network call before
+    /// the first answer; prefer `pathTokenSha256`).
     pub path_token_secret_id: Option<String>,
+    /// Serving without any path token must be asked for: then anyone who reaches the endpoint
+    /// can send reviews (and, in Embedded value mode, read secrets). `podmutator serve` and the
+    /// Lambda refuse to start without a token unless this is true, and warn when it is.
+    pub path_token_disabled: bool,
 }
 
 impl Default for HttpConfig {
@@ -481,7 +496,9 @@ impl Default for HttpConfig {
             listen_address: std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             path_token: None,
+            path_token_sha256: None,
             path_token_secret_id: None,
+            path_token_disabled: false,
         }
     }
 }
@@ -694,7 +711,7 @@ impl Config {
                 "must not exceed embedded.cacheTtlSeconds",
             ));
         }
-        if let Err(e) = crate::secrets::embedded::check_template(&em.namespace_template) {
+        if let Err(e) = check_template(&em.namespace_template) {
             return Err(ConfigError::new("embedded.namespaceTemplate", e));
         }
         if enabled.contains(&SecretManagerType::Embedded) && em.namespace_template.is_empty() {
@@ -739,15 +756,42 @@ impl Config {
                 ),
             ));
         }
-        match (&self.http.path_token, &self.http.path_token_secret_id) {
-            (Some(_), Some(_)) => {
+        let h = &self.http;
+        let tokens = [
+            h.path_token.is_some(),
+            h.path_token_sha256.is_some(),
+            h.path_token_secret_id.is_some(),
+        ];
+        match tokens.iter().filter(|set| **set).count() {
+            0 if h.path_token_disabled => warnings.push(
+                "http.pathTokenDisabled is true: every route answers without a path token, so anyone who reaches the endpoint can send reviews"
+                    .into(),
+            ),
+            0 => {}
+            1 if h.path_token_disabled => {
                 return Err(ConfigError::new(
-                    "http.pathToken",
-                    "set either http.pathToken or http.pathTokenSecretId, not both",
+                    "http.pathTokenDisabled",
+                    "is true while a path token is configured; remove one of them",
                 ));
             }
-            (Some(t), None) => check_path_token("http.pathToken", t)?,
-            _ => {}
+            1 => {}
+            _ => {
+                return Err(ConfigError::new(
+                    "http.pathToken",
+                    "set one of http.pathToken, http.pathTokenSha256 and http.pathTokenSecretId, not several",
+                ));
+            }
+        }
+        if let Some(t) = &h.path_token {
+            check_path_token("http.pathToken", t)?;
+        }
+        if let Some(hash) = &h.path_token_sha256
+            && !(hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            return Err(ConfigError::new(
+                "http.pathTokenSha256",
+                "must be the SHA-256 of the path token as 64 hex digits (`printf %s \"$TOKEN\" | sha256sum`)",
+            ));
         }
         warnings.extend(self.mesh.validate()?);
         self.metrics.validate()?;
@@ -756,17 +800,6 @@ impl Config {
             &self.secrets_selector.label,
             &self.secrets_selector.value,
         )?;
-        for id in self.mutators.keys() {
-            if !crate::mutate::MUTATOR_IDS.contains(&id.as_str()) {
-                return Err(ConfigError::new(
-                    format!("mutators.{id}"),
-                    format!(
-                        "unknown mutator, expected one of {}",
-                        crate::mutate::MUTATOR_IDS.join(", ")
-                    ),
-                ));
-            }
-        }
         Ok(warnings)
     }
 
@@ -776,45 +809,41 @@ impl Config {
     }
 }
 
-/// A Kubernetes label: optional DNS-subdomain prefix and `/`, a name of up to 63 characters
-/// (alphanumerics, `-`, `_`, `.`, alphanumeric at both ends), and a value of the same shape
-/// (empty allowed).
+/// A Kubernetes label key and value, as the API server checks them.
 pub fn check_label(key: &str, label: &str, value: &str) -> Result<(), ConfigError> {
-    fn name_ok(s: &str) -> bool {
-        !s.is_empty()
-            && s.len() <= 63
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-            && s.as_bytes()[0].is_ascii_alphanumeric()
-            && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
-    }
-    let (prefix, name) = match label.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, label),
-    };
-    let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|part| {
-                !part.is_empty()
-                    && part
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    && !part.starts_with('-')
-                    && !part.ends_with('-')
-            })
-    });
-    if !prefix_ok || !name_ok(name) {
+    if !crate::k8s_names::is_qualified_name(label) {
         return Err(ConfigError::new(
             format!("{key}.label"),
             format!("{label:?} is not a valid Kubernetes label key"),
         ));
     }
-    if !(value.is_empty() || name_ok(value)) {
+    if !crate::k8s_names::is_label_value(value) {
         return Err(ConfigError::new(
             format!("{key}.value"),
             format!("{value:?} is not a valid Kubernetes label value"),
         ));
+    }
+    Ok(())
+}
+
+/// The placeholders `embedded.namespaceTemplate` may use.
+const PLACEHOLDERS: [&str; 3] = ["organization", "project", "domain"];
+
+/// A namespace template may use only `{{ organization }}`, `{{ project }}` and `{{ domain }}`.
+pub fn check_template(t: &str) -> Result<(), String> {
+    let mut rest = t;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let end = after
+            .find("}}")
+            .ok_or_else(|| format!("unclosed '{{{{' in {t:?}"))?;
+        let name = after[..end].trim();
+        if !PLACEHOLDERS.contains(&name) {
+            return Err(format!(
+                "unknown placeholder {{{{ {name} }}}} in {t:?}; use {{{{ organization }}}}, {{{{ project }}}} or {{{{ domain }}}}"
+            ));
+        }
+        rest = &after[end + 2..];
     }
     Ok(())
 }
@@ -962,7 +991,6 @@ mod tests {
     #[case::short_token(json!({"http": {"pathToken": "abc"}}), "http.pathToken")]
     #[case::tiny_body_limit(json!({"http": {"maxBodyBytes": 10}}), "http.maxBodyBytes")]
     #[case::bad_listen_address(json!({"http": {"listenAddress": "localhost"}}), "http.listenAddress")]
-    #[case::unknown_mutator(json!({"mutators": {"secretz": {"required": true}}}), "mutators.secretz")]
     #[case::zero_port(json!({"webhook": {"listenPort": 0}}), "webhook.listenPort")]
     #[case::global_provider_type(json!({"secrets": {"type": "vault"}}), "secrets.type")]
     #[case::not_a_mapping(json!([1]), "(root)")]

@@ -11,11 +11,12 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
 use crate::error::Denial;
-use crate::mutate::mesh::{MeshConfig, annotation, is_dns_label, is_managed};
+use crate::k8s_names::is_dns_label;
+use crate::mutate::mesh::{MeshConfig, annotation, is_managed};
 use crate::mutate::{PodCtx, PodMutator};
 
 /// Longest path `connect(2)`/`bind(2)` accept: `sun_path` is 108 bytes and holds the NUL.
-pub const SUN_PATH_MAX: usize = 107;
+pub use crate::config::mesh::SUN_PATH_MAX;
 
 /// Adds nothing. Denies a managed pod (code 403, reason `SocketUndeliverable`) when:
 /// - annotation `<socketCheck.annotation>` is not `<volume>/<file>`;

@@ -18,9 +18,9 @@ use lambda_http::http::{HeaderMap, HeaderValue, header::CONTENT_TYPE};
 use lambda_http::request::LambdaRequest;
 use serde::Serialize;
 
-use crate::admission::{App, Reply, error_reply};
+use super::http::{Front, Routed};
+use crate::admission::{Reply, error_reply};
 use crate::error::Error;
-use crate::http::Incoming;
 
 /// The response, in the shape of the event's source.
 #[derive(Debug, Serialize)]
@@ -51,11 +51,11 @@ impl LambdaReply {
 }
 
 /// One event in, one response out.
-pub async fn handle(app: &App, event: LambdaRequest) -> LambdaReply {
+pub async fn handle(front: &Front, event: LambdaRequest) -> LambdaReply {
     match event {
-        LambdaRequest::ApiGatewayV1(req) => LambdaReply::ApiGatewayV1(rest(app, req).await),
-        LambdaRequest::ApiGatewayV2(req) => LambdaReply::ApiGatewayV2(http_api(app, req).await),
-        LambdaRequest::Alb(req) => LambdaReply::Alb(alb(app, req).await),
+        LambdaRequest::ApiGatewayV1(req) => LambdaReply::ApiGatewayV1(rest(front, req).await),
+        LambdaRequest::ApiGatewayV2(req) => LambdaReply::ApiGatewayV2(http_api(front, req).await),
+        LambdaRequest::Alb(req) => LambdaReply::Alb(alb(front, req).await),
         // Only the features we compile in exist; this arm covers future variants of a
         // non-exhaustive enum.
         _ => {
@@ -95,23 +95,21 @@ fn content_type(headers: &HeaderMap) -> Option<&str> {
 }
 
 async fn dispatch(
-    app: &App,
+    front: &Front,
     method: &str,
     path: &str,
     headers: &HeaderMap,
     body: Option<&str>,
     base64: bool,
 ) -> Reply {
+    // Path token, route and method first: a caller without the token gets its 404 before
+    // the body is even decoded.
+    let route = match front.route(method, path, content_type(headers)) {
+        Routed::Answer(reply) => return reply,
+        Routed::Review(route) => route,
+    };
     match body_bytes(body, base64) {
-        Ok(bytes) => {
-            app.handle(Incoming {
-                method,
-                path,
-                content_type: content_type(headers),
-                body: &bytes,
-            })
-            .await
-        }
+        Ok(bytes) => front.review(route, &bytes).await,
         Err(reply) => reply,
     }
 }
@@ -122,11 +120,11 @@ fn json_headers() -> HeaderMap {
     h
 }
 
-async fn rest(app: &App, req: ApiGatewayProxyRequest) -> ApiGatewayProxyResponse {
+async fn rest(front: &Front, req: ApiGatewayProxyRequest) -> ApiGatewayProxyResponse {
     // REST APIs report the resource path without the stage.
     let path = req.path.as_deref().unwrap_or("/");
     let reply = dispatch(
-        app,
+        front,
         req.http_method.as_str(),
         path,
         &req.headers,
@@ -143,7 +141,7 @@ async fn rest(app: &App, req: ApiGatewayProxyRequest) -> ApiGatewayProxyResponse
     out
 }
 
-async fn http_api(app: &App, req: ApiGatewayV2httpRequest) -> ApiGatewayV2httpResponse {
+async fn http_api(front: &Front, req: ApiGatewayV2httpRequest) -> ApiGatewayV2httpResponse {
     // HTTP APIs put a named stage in front of the raw path; `$default` has none.
     let raw = req.raw_path.as_deref().unwrap_or("/");
     let path = match req.request_context.stage.as_deref() {
@@ -155,7 +153,7 @@ async fn http_api(app: &App, req: ApiGatewayV2httpRequest) -> ApiGatewayV2httpRe
         _ => raw,
     };
     let reply = dispatch(
-        app,
+        front,
         req.request_context.http.method.as_str(),
         path,
         &req.headers,
@@ -176,7 +174,7 @@ fn v2_response(reply: Reply) -> ApiGatewayV2httpResponse {
     out
 }
 
-async fn alb(app: &App, req: AlbTargetGroupRequest) -> AlbTargetGroupResponse {
+async fn alb(front: &Front, req: AlbTargetGroupRequest) -> AlbTargetGroupResponse {
     // With multi-value headers enabled on the target group, ALB sends and expects
     // `multiValueHeaders` only.
     let multi = !req.multi_value_headers.is_empty();
@@ -186,7 +184,7 @@ async fn alb(app: &App, req: AlbTargetGroupRequest) -> AlbTargetGroupResponse {
         &req.headers
     };
     let reply = dispatch(
-        app,
+        front,
         req.http_method.as_str(),
         req.path.as_deref().unwrap_or("/"),
         headers,
@@ -221,11 +219,11 @@ fn status_description(status: u16) -> String {
 }
 
 /// Runs the Lambda runtime loop until the process is stopped.
-pub async fn run(app: std::sync::Arc<App>) -> Result<(), lambda_http::Error> {
+pub async fn run(front: std::sync::Arc<Front>) -> Result<(), lambda_http::Error> {
     lambda_http::lambda_runtime::run(lambda_http::lambda_runtime::service_fn(
         move |event: lambda_http::lambda_runtime::LambdaEvent<LambdaRequest>| {
-            let app = app.clone();
-            async move { Ok::<_, std::convert::Infallible>(handle(&app, event.payload).await) }
+            let front = front.clone();
+            async move { Ok::<_, std::convert::Infallible>(handle(&front, event.payload).await) }
         },
     ))
     .await

@@ -1,0 +1,220 @@
+//! The composition root: [`App::build`] is the one place the webhook is put together from its
+//! configuration and the few things that come from outside ([`Deps`]). `main`, `podmutator
+//! inject`, every test and every bench build the app here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{Config, ConfigError, SecretManagerType};
+use crate::metrics::{Metrics, Sink};
+use crate::mutate::{Chain, MUTATOR_IDS, PodMutator, mesh};
+use crate::secrets::global::{FileEnvSource, GlobalSecretSource};
+use crate::secrets::source::SecretSource;
+use crate::secrets::{SecretInjector, SecretsMutator};
+use crate::secrets::{embedded, global, k8s, sidecar, vault};
+
+/// The webhook's core: the mutator chain and what it runs with. It answers review bodies
+/// ([`App::review`]); it knows nothing of HTTP, paths or tokens (see [`crate::transport`]).
+pub struct App {
+    pub(crate) chain: Chain,
+    /// The `secrets` mutator, also in `chain`: the admission plans with it before the chain.
+    pub(crate) secrets: Arc<SecretsMutator>,
+    pub(crate) source: Option<Arc<dyn SecretSource>>,
+    pub(crate) deadline: Duration,
+    pub(crate) metrics: Option<Metrics>,
+}
+
+/// What the app takes from outside its configuration. Made at the edge (`cli`), by tests, or
+/// by `podmutator inject`.
+pub struct Deps {
+    /// Where the Global manager reads: this process's environment and files in production.
+    pub global: Box<dyn GlobalSecretSource>,
+    /// Where Embedded values come from. `None` answers a pod that needs one with a 500.
+    pub source: Option<Arc<dyn SecretSource>>,
+    /// Where metric lines go when `metrics.enabled`; `None` sends them nowhere.
+    pub metrics: Option<Sink>,
+}
+
+impl Deps {
+    /// This process: Global reads its environment and files, metrics go to stdout, and no
+    /// secret source (add one with [`Deps::with_source`]).
+    pub fn process(config: &Config) -> Self {
+        Self {
+            global: Box::new(FileEnvSource::from_process(&config.secrets)),
+            source: None,
+            metrics: Some(Sink::Stdout),
+        }
+    }
+
+    /// Nothing from outside: an empty Global source, no secret source, no metrics.
+    pub fn offline() -> Self {
+        Self {
+            global: Box::new(global::NoGlobalSecrets),
+            source: None,
+            metrics: None,
+        }
+    }
+
+    #[must_use]
+    pub fn with_source(mut self, source: Arc<dyn SecretSource>) -> Self {
+        self.source = Some(source);
+        self
+    }
+
+    #[must_use]
+    pub fn with_global(mut self, global: Box<dyn GlobalSecretSource>) -> Self {
+        self.global = global;
+        self
+    }
+
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Option<Sink>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+}
+
+impl App {
+    /// Builds the chain from `config`: every feature checks its own settings here, so a bad
+    /// configuration stops the process at start with the key that is wrong.
+    pub fn build(config: &Config, deps: Deps) -> Result<Self, ConfigError> {
+        let Deps {
+            global,
+            source,
+            metrics,
+        } = deps;
+        for id in config.mutators.keys() {
+            if !MUTATOR_IDS.contains(&id.as_str()) {
+                return Err(ConfigError::new(
+                    format!("mutators.{id}"),
+                    format!(
+                        "unknown mutator, expected one of {}",
+                        MUTATOR_IDS.join(", ")
+                    ),
+                ));
+            }
+        }
+        if config.mesh.enabled && config.secrets_selector.label == config.mesh.managed_label {
+            // Namespace injection writes that label; secrets are planned before it runs.
+            return Err(ConfigError::new(
+                "secretsSelector.label",
+                "must differ from mesh.managedLabel: the mesh label is written by the namespace-injection mutator, and the secrets selector must be the pod's own",
+            ));
+        }
+        let secrets = Arc::new(SecretsMutator {
+            // Secrets never reach the mesh gate: it runs before the app and needs none.
+            skip_containers: mesh::skip_containers(&config.mesh),
+            selector: (
+                config.secrets_selector.label.clone(),
+                config.secrets_selector.value.clone(),
+            ),
+            ..SecretsMutator::new(injectors(config, global)?)
+        });
+        let mut chain = Chain::default();
+        let secrets_entry: Box<dyn PodMutator> = Box::new(Arc::clone(&secrets));
+        for (m, default_required) in mesh::in_chain_order(&config.mesh, (secrets_entry, true)) {
+            let required = config.mutator_required(m.id(), default_required);
+            chain.push(m, required);
+        }
+        let metrics = match (config.metrics.enabled, metrics) {
+            (true, Some(sink)) => Some(Metrics::new(config.metrics.clone(), sink)),
+            _ => None,
+        };
+        Ok(Self {
+            chain,
+            secrets,
+            source,
+            deadline: Duration::from_millis(config.embedded.deadline_ms),
+            metrics,
+        })
+    }
+
+    pub fn chain(&self) -> &Chain {
+        &self.chain
+    }
+}
+
+/// The secret managers enabled by `webhook.secretManagerTypes`, in order, Global first.
+fn injectors(
+    config: &Config,
+    global: Box<dyn GlobalSecretSource>,
+) -> Result<Vec<Box<dyn SecretInjector>>, ConfigError> {
+    let w = &config.webhook;
+    let mut global = Some(global);
+    w.enabled_secret_managers()
+        .into_iter()
+        .map(|t| -> Result<Box<dyn SecretInjector>, ConfigError> {
+            Ok(match t {
+                SecretManagerType::Global => Box::new(global::GlobalInjector {
+                    env_prefix: w.secret_env_var_prefix.clone(),
+                    source: global.take().ok_or_else(|| {
+                        ConfigError::new("webhook.secretManagerTypes", "Global listed twice")
+                    })?,
+                }),
+                SecretManagerType::K8s => Box::new(k8s::K8sInjector {
+                    env_prefix: w.secret_env_var_prefix.clone(),
+                }),
+                SecretManagerType::Embedded => Box::new(embedded::EmbeddedInjector::new(
+                    &w.secret_env_var_prefix,
+                    &w.embedded_secret_manager_config.file_mount_init_container,
+                    &config.embedded,
+                )),
+                SecretManagerType::Vault => {
+                    Box::new(vault::VaultInjector::from_config(&w.vault_secret_manager))
+                }
+                SecretManagerType::AWS => Box::new(sidecar::SidecarInjector::new(
+                    sidecar::Provider::Aws,
+                    &w.aws_secret_manager,
+                )),
+                SecretManagerType::GCP => Box::new(sidecar::SidecarInjector::new(
+                    sidecar::Provider::Gcp,
+                    &w.gcp_secret_manager,
+                )),
+                SecretManagerType::Azure => Box::new(sidecar::SidecarInjector::new(
+                    sidecar::Provider::Azure,
+                    &w.azure_secret_manager,
+                )),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn build(v: serde_json::Value) -> Result<App, ConfigError> {
+        let config = Config::from_value(v).expect("loads").config;
+        App::build(&config, Deps::offline())
+    }
+
+    #[test]
+    fn an_unknown_mutator_id_stops_the_build_naming_the_key() {
+        let err = build(json!({"mutators": {"secretz": {"required": true}}}))
+            .err()
+            .expect("refused");
+        assert_eq!(err.key, "mutators.secretz");
+        assert!(
+            err.message.contains("namespace-injection, secrets"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_secrets_selector_may_not_be_the_mesh_label() {
+        let err = build(json!({
+            "mesh": {"enabled": true, "managedLabel": "example.io/managed"},
+            "secretsSelector": {"label": "example.io/managed", "value": "true"}
+        }))
+        .err()
+        .expect("refused");
+        assert_eq!(err.key, "secretsSelector.label");
+    }
+
+    #[test]
+    fn the_default_config_builds_the_secrets_mutator_alone() {
+        let app = build(json!({})).expect("builds");
+        assert_eq!(app.chain().ids(), vec!["secrets"]);
+    }
+}

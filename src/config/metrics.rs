@@ -1,0 +1,65 @@
+//! The `metrics` section: CloudWatch Embedded Metric Format lines on stdout.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    pub enabled: bool,
+    pub namespace: String,
+    /// Fixed dimensions added to every metric (e.g. `{"Cluster": "prod-eks"}`).
+    pub dimensions: BTreeMap<String, String>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            namespace: "podmutator".into(),
+            dimensions: BTreeMap::new(),
+        }
+    }
+}
+
+/// Names we set ourselves; a configured dimension may not shadow them.
+const OWN_DIMENSIONS: [&str; 3] = ["Route", "Decision", "Reason"];
+
+impl MetricsConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.namespace.is_empty()
+            || self.namespace.len() > 255
+            || self.namespace.starts_with(':')
+        {
+            return Err(ConfigError::new(
+                "metrics.namespace",
+                "must be 1 to 255 characters and must not start with ':'",
+            ));
+        }
+        // CloudWatch allows 30 dimensions per metric; we use up to two of our own.
+        if self.dimensions.len() > 28 {
+            return Err(ConfigError::new(
+                "metrics.dimensions",
+                "at most 28 fixed dimensions (CloudWatch allows 30 per metric)",
+            ));
+        }
+        for (k, v) in &self.dimensions {
+            if OWN_DIMENSIONS.contains(&k.as_str()) {
+                return Err(ConfigError::new(
+                    format!("metrics.dimensions.{k}"),
+                    "is set by podmutator itself; choose another name",
+                ));
+            }
+            if k.is_empty() || k.len() > 255 || v.is_empty() || v.len() > 1024 {
+                return Err(ConfigError::new(
+                    format!("metrics.dimensions.{k}"),
+                    "names must be 1-255 characters and values 1-1024",
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,94 @@
+//! What the injectors add to every container: environment variables and volume mounts,
+//! collected per request and applied once at the end.
+
+use k8s_openapi::api::core::v1::{EnvVar, Pod, VolumeMount};
+
+use crate::mutate::pod::{add_mounts, containers_mut, put_env_first};
+
+/// Environment variables and mounts that every (init) container receives, in request order.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Edits {
+    env: Vec<EnvVar>,
+    env_owner: Vec<String>,
+    mounts: Vec<VolumeMount>,
+    mount_owner: Vec<String>,
+    pub(super) conflicts: Vec<String>,
+    /// Who is asking now, for conflict messages.
+    pub(super) current: String,
+}
+
+/// A position in [`Edits`] to roll back to when an injector fails.
+#[derive(Debug, Clone, Copy)]
+pub struct EditsMark {
+    env: usize,
+    mounts: usize,
+    conflicts: usize,
+}
+
+impl Edits {
+    /// Adds `var` unless the same variable is already planned. Two requests that want different
+    /// values under one name are a conflict, reported after all requests ran.
+    pub fn env(&mut self, var: EnvVar) {
+        match self.env.iter().position(|e| e.name == var.name) {
+            Some(i) if self.env[i] == var => {}
+            Some(i) => self.conflicts.push(format!(
+                "{} and {} both set environment variable {}; give one of them a different env_var",
+                self.env_owner[i], self.current, var.name
+            )),
+            None => {
+                self.env.push(var);
+                self.env_owner.push(self.current.clone());
+            }
+        }
+    }
+
+    /// Adds `m` unless a mount of that volume is already planned. Two different volumes at one
+    /// path (say an AWS fetcher's and an Embedded file volume, both at `/etc/flyte/secrets`) would
+    /// make the API server reject the pod: that is a conflict, reported after all requests ran.
+    pub fn mount(&mut self, m: VolumeMount) {
+        if self.mounts.iter().any(|x| x.name == m.name) {
+            return;
+        }
+        if let Some(i) = self
+            .mounts
+            .iter()
+            .position(|x| x.mount_path == m.mount_path)
+        {
+            self.conflicts.push(format!(
+                "{} and {} both need a volume mounted at {} ({:?} and {:?}); request these secrets through one secret manager",
+                self.mount_owner[i], self.current, m.mount_path, self.mounts[i].name, m.name
+            ));
+            return;
+        }
+        self.mounts.push(m);
+        self.mount_owner.push(self.current.clone());
+    }
+
+    pub(super) fn mark(&self) -> EditsMark {
+        EditsMark {
+            env: self.env.len(),
+            mounts: self.mounts.len(),
+            conflicts: self.conflicts.len(),
+        }
+    }
+
+    pub(super) fn reset(&mut self, mark: EditsMark) {
+        self.env.truncate(mark.env);
+        self.env_owner.truncate(mark.env);
+        self.mounts.truncate(mark.mounts);
+        self.mount_owner.truncate(mark.mounts);
+        self.conflicts.truncate(mark.conflicts);
+    }
+
+    /// Puts the planned variables first in every container (replacing same-name ones) and adds
+    /// the planned mounts, skipping containers named in `skip`.
+    pub fn apply(&self, pod: &mut Pod, skip: &[String]) {
+        let Some(spec) = pod.spec.as_mut() else {
+            return;
+        };
+        for c in containers_mut(spec, skip) {
+            put_env_first(&mut c.env, &self.env);
+            add_mounts(&mut c.volume_mounts, &self.mounts);
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Secrets planned once: the annotations are decoded, and each request's manager chosen,
+//! before any value is fetched. The admission then fetches [`Plan::ids`] and the `secrets`
+//! mutator applies the plan. Nothing is decided twice, so nothing can disagree.
+
+use std::collections::HashSet;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::{Accept, Edits, SecretRequest, SecretsMutator};
+use crate::config::SecretManagerType;
+use crate::error::Denial;
+use crate::mutate::PodCtx;
+
+/// The pod's secret requests and, for each, the managers that will try it in order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// A denial found while planning (a bad annotation, a request no manager accepts, another
+    /// project's secret) is kept here and returned when the `secrets` mutator runs, so the
+    /// chain's `required` setting decides what it means, as for any mutator.
+    outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    Requests(Vec<Planned>),
+    Denied(Denial),
+}
+
+impl Default for Outcome {
+    fn default() -> Self {
+        Outcome::Requests(Vec::new())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Planned {
+    req: SecretRequest,
+    /// Managers (index into the injectors) that accepted, in order. Only a manager that
+    /// accepted with [`Accept::Fetch`] can be followed by another: one that accepted with
+    /// [`Accept::Now`] ends the list.
+    candidates: Vec<(usize, Accept)>,
+    /// Why each manager before or between the candidates refused.
+    refusals: Vec<(usize, String)>,
+}
+
+impl Plan {
+    /// Every Secrets Manager id the plan may read, each once, in request order.
+    pub fn ids(&self) -> Vec<String> {
+        let Outcome::Requests(planned) = &self.outcome else {
+            return Vec::new();
+        };
+        let mut seen = HashSet::new();
+        planned
+            .iter()
+            .flat_map(|p| &p.candidates)
+            .filter_map(|(_, accept)| match accept {
+                Accept::Fetch(ids) => Some(ids),
+                Accept::Now => None,
+            })
+            .flatten()
+            .filter(|id| seen.insert(id.as_str()))
+            .cloned()
+            .collect()
+    }
+
+    /// The number of secret requests planned (0 when denied).
+    pub fn len(&self) -> usize {
+        match &self.outcome {
+            Outcome::Requests(p) => p.len(),
+            Outcome::Denied(_) => 0,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl SecretsMutator {
+    /// Decodes the pod's requests once and asks the managers, in order, which takes each.
+    /// Reads only the selector label and the `flyte.secrets/*` annotations, which no mutator
+    /// before `secrets` writes, so planning the pod as it came in plans what the chain sees.
+    pub fn plan(&self, ctx: &PodCtx<'_>, pod: &Pod) -> Plan {
+        if !self.selects(pod) {
+            return Plan::default();
+        }
+        let outcome = match Self::requests(pod) {
+            Err(denial) => Outcome::Denied(denial),
+            Ok(requests) => requests
+                .into_iter()
+                .map(|req| self.plan_one(req, ctx, pod))
+                .collect::<Result<Vec<_>, Denial>>()
+                .map_or_else(Outcome::Denied, Outcome::Requests),
+        };
+        Plan { outcome }
+    }
+
+    fn plan_one(&self, req: SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Result<Planned, Denial> {
+        let mut candidates = Vec::new();
+        let mut refusals = Vec::new();
+        for (i, inj) in self.injectors.iter().enumerate() {
+            if let Some(denial) = inj.deny(&req, ctx, pod) {
+                return Err(denial);
+            }
+            match inj.accepts(&req, ctx, pod) {
+                Ok(Accept::Now) => {
+                    candidates.push((i, Accept::Now));
+                    break;
+                }
+                Ok(fetch) => candidates.push((i, fetch)),
+                Err(reason) => refusals.push((i, reason)),
+            }
+        }
+        if candidates.is_empty() {
+            return Err(self.not_injected(&req, refusals));
+        }
+        Ok(Planned {
+            req,
+            candidates,
+            refusals,
+        })
+    }
+
+    fn not_injected(&self, req: &SecretRequest, mut refusals: Vec<(usize, String)>) -> Denial {
+        refusals.sort_by_key(|(i, _)| *i);
+        let reasons: Vec<String> = refusals
+            .iter()
+            .map(|(i, reason)| format!("{}: {reason}", self.injectors[*i].kind()))
+            .collect();
+        Denial::bad_request(
+            "SecretNotInjected",
+            format!(
+                "none of the secret managers could inject {}: {}",
+                req.describe(),
+                reasons.join("; ")
+            ),
+        )
+    }
+
+    /// Injects every planned request with its chosen manager (the values a fetching manager
+    /// needs are in `ctx.resolved`), then puts the collected env vars and mounts into every
+    /// container. Pure.
+    pub fn apply(&self, plan: &Plan, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+        let planned = match &plan.outcome {
+            Outcome::Denied(denial) => return Err(denial.clone()),
+            Outcome::Requests(planned) if planned.is_empty() => return Ok(()),
+            Outcome::Requests(planned) => planned,
+        };
+        let mut edits = Edits::default();
+        let mut by: Vec<SecretManagerType> = Vec::with_capacity(planned.len());
+        for p in planned {
+            let mut refusals = Vec::new();
+            let mut injected = false;
+            for (i, _) in &p.candidates {
+                let inj = &self.injectors[*i];
+                edits.current = format!("{} ({})", p.req.annotation, inj.kind());
+                let mark = edits.mark();
+                match inj.inject(&p.req, ctx, pod, &mut edits) {
+                    Ok(()) => {
+                        injected = true;
+                        by.push(inj.kind());
+                        break;
+                    }
+                    Err(reason) => {
+                        edits.reset(mark);
+                        refusals.push((*i, reason));
+                    }
+                }
+            }
+            if !injected {
+                refusals.extend(p.refusals.iter().cloned());
+                return Err(self.not_injected(&p.req, refusals));
+            }
+        }
+        if !edits.conflicts.is_empty() {
+            return Err(Denial::bad_request(
+                "SecretConflict",
+                edits.conflicts.join("; "),
+            ));
+        }
+        edits.apply(pod, &self.skip_containers);
+        for kind in by {
+            ctx.tally.secret_injected(kind);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,253 @@
+//! Routing shared by the Lambda adapter and the HTTPS server: path token, paths, methods,
+//! content type and the body limit. [`Front::route`] decides from the request line and
+//! headers alone, so a caller without the token is answered before its body is read. Every
+//! answer is JSON.
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::admission::{API_VERSION_V1, Reply, error_reply};
+use crate::app::App;
+use crate::config::{ConfigError, HttpConfig, check_path_token};
+use crate::error::Error;
+use crate::mutate::Route;
+
+/// Flyte's path for the core Pod kind (`/mutate-` + group + `-` + version + `-` + kind).
+pub const PATH_SECRETS: &str = "/mutate--v1-pod";
+pub const PATH_MANAGED_POD: &str = "/mutate/managed-pod";
+pub const PATH_MANAGED_NAMESPACE: &str = "/mutate/managed-namespace";
+pub const PATH_HEALTHZ: &str = "/healthz";
+
+/// The parts of an HTTP request the webhook looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct Incoming<'a> {
+    pub method: &'a str,
+    /// Path without query string (the API server appends `?timeout=10s`).
+    pub path: &'a str,
+    pub content_type: Option<&'a str>,
+    pub body: &'a [u8],
+}
+
+/// The path token as the front holds it: only its SHA-256, so the token itself need not be in
+/// the function's configuration, and a cold start reads nothing to learn it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TokenHash([u8; 32]);
+
+impl std::fmt::Debug for TokenHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenHash(..)")
+    }
+}
+
+impl TokenHash {
+    pub fn of(token: &str) -> Self {
+        Self(Sha256::digest(token.as_bytes()).into())
+    }
+
+    /// From `http.pathTokenSha256`: 64 hex digits.
+    pub fn from_hex(key: &str, hex_digest: &str) -> Result<Self, ConfigError> {
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(hex_digest.trim(), &mut out).map_err(|_| {
+            ConfigError::new(
+                key,
+                "must be the SHA-256 of the path token as 64 hex digits (`printf %s \"$TOKEN\" | sha256sum`)",
+            )
+        })?;
+        Ok(Self(out))
+    }
+
+    /// Constant time: the answer's timing does not say how much of a guess was right.
+    fn matches(&self, given: &str) -> bool {
+        Sha256::digest(given.as_bytes())
+            .as_slice()
+            .ct_eq(&self.0)
+            .into()
+    }
+}
+
+/// The transport's gate in front of the app.
+pub struct Front {
+    app: Arc<App>,
+    max_body_bytes: usize,
+    token: Option<TokenHash>,
+}
+
+fn message(status: u16, text: &str) -> Reply {
+    Reply {
+        status,
+        body: serde_json::json!({ "message": text })
+            .to_string()
+            .into_bytes(),
+    }
+}
+
+fn invalid(text: String) -> Reply {
+    error_reply(&Error::Invalid(text), "", API_VERSION_V1)
+}
+
+/// The 400 for a body over `http.maxBodyBytes`.
+pub fn body_too_large(limit: usize) -> Reply {
+    invalid(format!(
+        "body is over the {limit}-byte limit (http.maxBodyBytes); a Pod AdmissionReview is normally a few kilobytes"
+    ))
+}
+
+/// Where a request goes, decided before its body is read.
+#[derive(Debug)]
+pub enum Routed {
+    /// An AdmissionReview for this route: read the body (at most `max_body_bytes`) and admit.
+    Review(Route),
+    /// Answered already (health check, unknown path, wrong method or content type).
+    Answer(Reply),
+}
+
+impl Front {
+    /// The front for `app` with `http`'s body limit and path token. `fetched_token` is a token
+    /// read at start from `http.pathTokenSecretId`, if that is how it was configured.
+    pub fn new(
+        app: Arc<App>,
+        http: &HttpConfig,
+        fetched_token: Option<&str>,
+    ) -> Result<Self, ConfigError> {
+        let token = match (&http.path_token, &http.path_token_sha256, fetched_token) {
+            (Some(t), _, _) => Some(TokenHash::of(t)),
+            (None, Some(h), _) => Some(TokenHash::from_hex("http.pathTokenSha256", h)?),
+            (None, None, Some(t)) => {
+                check_path_token("http.pathTokenSecretId", t)?;
+                Some(TokenHash::of(t))
+            }
+            (None, None, None) => None,
+        };
+        Ok(Self {
+            app,
+            max_body_bytes: http.max_body_bytes,
+            token,
+        })
+    }
+
+    pub fn app(&self) -> &Arc<App> {
+        &self.app
+    }
+
+    pub fn max_body_bytes(&self) -> usize {
+        self.max_body_bytes
+    }
+
+    /// Whether every route sits behind a path token.
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// Strips the path token, if one is configured; `None` means "not found".
+    fn route_path<'a>(&self, path: &'a str) -> Option<&'a str> {
+        let Some(token) = &self.token else {
+            return Some(path);
+        };
+        let rest = path.strip_prefix('/')?;
+        let (given, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        token.matches(given).then_some(tail)
+    }
+
+    /// Decides from the request line and headers alone.
+    pub fn route(&self, method: &str, path: &str, content_type: Option<&str>) -> Routed {
+        let Some(path) = self.route_path(path) else {
+            return Routed::Answer(message(404, "not found"));
+        };
+        let route = match path {
+            PATH_HEALTHZ => {
+                return Routed::Answer(match method {
+                    "GET" | "HEAD" => message(200, "ok"),
+                    _ => message(405, "method not allowed: use GET for /healthz"),
+                });
+            }
+            PATH_SECRETS => Route::Secrets,
+            PATH_MANAGED_POD => Route::ManagedPod,
+            PATH_MANAGED_NAMESPACE => Route::ManagedNamespace,
+            _ => return Routed::Answer(message(404, "not found")),
+        };
+        if method != "POST" {
+            return Routed::Answer(message(
+                405,
+                "method not allowed: the API server POSTs AdmissionReviews to this path",
+            ));
+        }
+        let is_json = content_type.is_some_and(|ct| {
+            ct.split(';')
+                .next()
+                .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+        });
+        if !is_json {
+            return Routed::Answer(invalid(format!(
+                "content-type must be application/json, got {}",
+                content_type.map_or_else(|| "none".to_owned(), |c| format!("{c:?}"))
+            )));
+        }
+        Routed::Review(route)
+    }
+
+    /// Admits a body that arrived by `route`, within the body limit.
+    pub async fn review(&self, route: Route, body: &[u8]) -> Reply {
+        if body.len() > self.max_body_bytes {
+            return body_too_large(self.max_body_bytes);
+        }
+        self.app.review(route, body).await
+    }
+
+    /// [`Front::route`], then [`Front::review`]: for a caller that holds the whole request.
+    pub async fn handle(&self, req: Incoming<'_>) -> Reply {
+        match self.route(req.method, req.path, req.content_type) {
+            Routed::Answer(reply) => reply,
+            Routed::Review(route) => self.review(route, req.body).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::Deps;
+    use crate::config::Config;
+
+    fn front(token: &str) -> Front {
+        let config = Config::default();
+        let app = Arc::new(App::build(&config, Deps::offline()).unwrap());
+        let http = HttpConfig {
+            path_token: Some(token.into()),
+            ..HttpConfig::default()
+        };
+        Front::new(app, &http, None).unwrap()
+    }
+
+    #[test]
+    fn token_comparison_requires_the_whole_token() {
+        let hash = TokenHash::of("abc");
+        assert!(hash.matches("abc"));
+        assert!(!hash.matches("abd"));
+        assert!(!hash.matches("ab"));
+        assert!(!hash.matches(""));
+    }
+
+    #[test]
+    fn a_hash_from_config_matches_its_token() {
+        let hex = hex::encode(Sha256::digest(b"t0k3n"));
+        let hash = TokenHash::from_hex("k", &hex).unwrap();
+        assert!(hash.matches("t0k3n"));
+        assert!(!hash.matches("t0k3m"));
+        assert!(TokenHash::from_hex("k", "abc").is_err());
+        assert!(TokenHash::from_hex("k", &"zz".repeat(32)).is_err());
+    }
+
+    #[test]
+    fn path_token_is_stripped_or_the_path_is_not_found() {
+        let front = front("t0k3n");
+        assert_eq!(
+            front.route_path("/t0k3n/mutate--v1-pod"),
+            Some("/mutate--v1-pod")
+        );
+        assert_eq!(front.route_path("/mutate--v1-pod"), None);
+        assert_eq!(front.route_path("/t0k3nX/mutate--v1-pod"), None);
+        assert_eq!(front.route_path("/t0k3n"), Some(""));
+    }
+}

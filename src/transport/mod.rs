@@ -1,0 +1,7 @@
+//! The edges around the core: HTTP routing ([`http::Front`]), the Lambda adapter, and the
+//! HTTPS server with its certificates. Each holds an `Arc<App>` and calls `App::review`.
+
+pub mod http;
+pub mod lambda;
+pub mod server;
+pub mod tls;

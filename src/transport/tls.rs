@@ -1,0 +1,207 @@
+//! Certificates for the HTTPS server: `certDir` (`tls.crt`, `tls.key`, and `ca.crt` for the
+//! `caBundle`). With `localCert` the webhook creates a CA and a serving certificate there the
+//! first time and reuses them on every later start, so a restart never invalidates a registered
+//! `caBundle` (Flyte v2 regenerates its CA on each start, which breaks every replica but the
+//! last one to write).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+use tokio_rustls::rustls;
+
+pub const CA_CERT: &str = "ca.crt";
+pub const TLS_CERT: &str = "tls.crt";
+pub const TLS_KEY: &str = "tls.key";
+
+/// Generated certificates are valid this long; delete the files to rotate earlier.
+const VALIDITY_DAYS: i64 = 3650;
+
+/// A certificate directory the server cannot use.
+#[derive(Debug, thiserror::Error)]
+#[error("certificate directory {dir}: {message}")]
+pub struct TlsError {
+    pub dir: String,
+    pub message: String,
+}
+
+fn certs_err(dir: &Path, message: impl Into<String>) -> TlsError {
+    TlsError {
+        dir: dir.display().to_string(),
+        message: message.into(),
+    }
+}
+
+/// The DNS names and IPs the serving certificate is valid for.
+pub fn serving_names(service: &str, namespace: &str) -> Vec<String> {
+    vec![
+        "localhost".into(),
+        "127.0.0.1".into(),
+        service.into(),
+        format!("{service}.{namespace}"),
+        format!("{service}.{namespace}.svc"),
+    ]
+}
+
+/// Paths of the files in `certDir`.
+#[derive(Debug, Clone)]
+pub struct CertFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// True when this call created them.
+    pub generated: bool,
+}
+
+/// Uses `tls.crt`/`tls.key` from `dir` when both exist; otherwise, if `generate`, creates a CA
+/// and a serving certificate for `names` there (key files mode 0600).
+pub fn ensure_certs(dir: &Path, generate: bool, names: &[String]) -> Result<CertFiles, TlsError> {
+    let files = CertFiles {
+        ca: dir.join(CA_CERT),
+        cert: dir.join(TLS_CERT),
+        key: dir.join(TLS_KEY),
+        generated: false,
+    };
+    if files.cert.is_file() && files.key.is_file() {
+        // A key someone else wrote (a mounted Secret, an earlier tool) is made private too.
+        restrict(&files.key, 0o600)?;
+        return Ok(files);
+    }
+    if !generate {
+        return Err(certs_err(
+            dir,
+            format!(
+                "{TLS_CERT} and {TLS_KEY} are missing; mount them there or set webhook.localCert: true to generate them"
+            ),
+        ));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| certs_err(dir, format!("cannot create: {e}")))?;
+    let (ca_pem, cert_pem, key_pem) =
+        generate_certs(names).map_err(|e| certs_err(dir, format!("cannot generate: {e}")))?;
+    write_file(&files.ca, ca_pem.as_bytes(), 0o644)?;
+    write_file(&files.cert, cert_pem.as_bytes(), 0o644)?;
+    write_file(&files.key, key_pem.as_bytes(), 0o600)?;
+    Ok(CertFiles {
+        generated: true,
+        ..files
+    })
+}
+
+fn restrict(path: &Path, mode: u32) -> Result<(), TlsError> {
+    use std::os::unix::fs::PermissionsExt;
+    let current = std::fs::metadata(path)
+        .map_err(|e| certs_err(path.parent().unwrap_or(Path::new(".")), e.to_string()))?
+        .permissions()
+        .mode();
+    if current & 0o777 == mode {
+        return Ok(());
+    }
+    // A read-only mount (a Kubernetes Secret volume) cannot be changed: keep it as it is.
+    match std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(30) => Ok(()), // EROFS
+        Err(e) => Err(certs_err(
+            path.parent().unwrap_or(Path::new(".")),
+            format!(
+                "cannot make {} private (mode {mode:o}): {e}",
+                path.display()
+            ),
+        )),
+    }
+}
+
+fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)
+        .map_err(|e| certs_err(dir, format!("cannot write {}: {e}", path.display())))?;
+    f.write_all(bytes)
+        .map_err(|e| certs_err(dir, format!("cannot write {}: {e}", path.display())))
+}
+
+/// A CA and a serving certificate signed by it (ECDSA P-256), as PEM: (ca, cert, key).
+pub fn generate_certs(names: &[String]) -> Result<(String, String, String), rcgen::Error> {
+    let now = time::OffsetDateTime::now_utc();
+    let not_before = now - time::Duration::days(1);
+    let not_after = now + time::Duration::days(VALIDITY_DAYS);
+
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.distinguished_name
+        .push(DnType::OrganizationName, "podmutator");
+    ca.distinguished_name
+        .push(DnType::CommonName, "podmutator webhook CA");
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    ca.not_before = not_before;
+    ca.not_after = not_after;
+    let ca_key = KeyPair::generate()?;
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+
+    let mut leaf = CertificateParams::new(Vec::<String>::new())?;
+    leaf.subject_alt_names = names
+        .iter()
+        .map(|n| match n.parse::<std::net::IpAddr>() {
+            Ok(ip) => Ok(SanType::IpAddress(ip)),
+            Err(_) => n.clone().try_into().map(SanType::DnsName),
+        })
+        .collect::<Result<_, _>>()?;
+    leaf.distinguished_name
+        .push(DnType::OrganizationName, "podmutator");
+    if let Some(cn) = names.last() {
+        leaf.distinguished_name.push(DnType::CommonName, cn.clone());
+    }
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.not_before = not_before;
+    leaf.not_after = not_after;
+    let leaf_key = KeyPair::generate()?;
+    let leaf_cert = leaf.signed_by(&leaf_key, &issuer)?;
+    Ok((ca_cert.pem(), leaf_cert.pem(), leaf_key.serialize_pem()))
+}
+
+/// rustls server config from PEM files, offering HTTP/2 and HTTP/1.1.
+pub fn tls_config(files: &CertFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let dir = files.cert.parent().unwrap_or(Path::new("."));
+    let read = |p: &Path| {
+        std::fs::read(p).map_err(|e| certs_err(dir, format!("cannot read {}: {e}", p.display())))
+    };
+    let cert_pem = read(&files.cert)?;
+    let key_pem = read(&files.key)?;
+    let certs = rustls_pemfile::certs(&mut cert_pem.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| certs_err(dir, format!("{TLS_CERT} is not PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(certs_err(dir, format!("{TLS_CERT} holds no certificate")));
+    }
+    let key = rustls_pemfile::private_key(&mut key_pem.as_slice())
+        .map_err(|e| certs_err(dir, format!("{TLS_KEY} is not PEM: {e}")))?
+        .ok_or_else(|| certs_err(dir, format!("{TLS_KEY} holds no private key")))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| certs_err(dir, e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| {
+            certs_err(
+                dir,
+                format!("{TLS_CERT} and {TLS_KEY} do not form a usable pair: {e}"),
+            )
+        })?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
