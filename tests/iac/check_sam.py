@@ -241,7 +241,7 @@ def main():
             tg = ev.value(resources["TargetGroup"]["Properties"])
             c.eq(f"{tag} target is the live alias", tg["Targets"], [{"Id": "<Function.Alias>"}])
             c.eq(f"{tag} health check answer", tg["Matcher"]["HttpCode"], "404" if token_on == "true" else "200")
-            src = perms["AlbInvokePermission"]["SourceArn"]
+            src = perms["AlbInvokePermission"].get("SourceArn")
             c.eq(f"{tag} ALB permission SourceArn names this stack's target group", src, f"arn:aws:elasticloadbalancing:eu-west-1:123456789012:targetgroup/{tg['Name']}/*")
             c.true(f"{tag} no API Gateway", not any(r["Type"].startswith("AWS::ApiGatewayV2") for r in resources.values()))
         else:
@@ -255,7 +255,7 @@ def main():
                 f"{tag} integration timeout above the largest Lambda timeout",
                 integ["TimeoutInMillis"] > int(template["Parameters"]["LambdaTimeoutSeconds"]["MaxValue"]) * 1000,
             )
-            c.true(f"{tag} API permission SourceArn is the API's execution ARN", perms["HttpApiInvokePermission"]["SourceArn"].endswith(":<HttpApi>/*"))
+            c.true(f"{tag} API permission SourceArn is the API's execution ARN", perms["HttpApiInvokePermission"].get("SourceArn", "").endswith(":<HttpApi>/*"))
 
         role = ev.value(resources["FunctionRole"]["Properties"])
         stmts = [s for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
