@@ -209,7 +209,11 @@ impl Moto {
             if let Ok(Some(status)) = moto.child.try_wait() {
                 panic!("moto_server.py exited early ({status})");
             }
-            assert!(Instant::now() < deadline, "moto did not answer on {}", moto.url);
+            assert!(
+                Instant::now() < deadline,
+                "moto did not answer on {}",
+                moto.url
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -322,11 +326,9 @@ output "zone_id" {{ value = one(aws_route53_zone.public[*].zone_id) }}
 
 /// A zip with a `bootstrap` in it: moto stores the code without running it.
 fn write_zip(path: &Path) -> String {
-    let script = format!(
-        "import base64,hashlib,sys,zipfile\nz=zipfile.ZipFile(sys.argv[1],'w')\nz.writestr('bootstrap','#!/bin/sh\\n')\nz.close()\nprint(base64.b64encode(hashlib.sha256(open(sys.argv[1],'rb').read()).digest()).decode())"
-    );
+    let script = "import base64,hashlib,sys,zipfile\nz=zipfile.ZipFile(sys.argv[1],'w')\nz.writestr('bootstrap','#!/bin/sh\\n')\nz.close()\nprint(base64.b64encode(hashlib.sha256(open(sys.argv[1],'rb').read()).digest()).decode())";
     let out = Command::new(tool("python"))
-        .args(["-c", &script])
+        .args(["-c", script])
         .arg(path)
         .output()
         .unwrap();
@@ -423,7 +425,13 @@ fn apply_and_destroy(endpoint: &str) {
         String::from_utf8_lossy(&plan.stderr)
     );
     std::fs::write(&plan_log, &plan_text).unwrap();
-    check("applied", endpoint, dir, &env, &[apply_log.clone(), plan_log.clone()]);
+    check(
+        "applied",
+        endpoint,
+        dir,
+        &env,
+        &[apply_log.clone(), plan_log.clone()],
+    );
     assert_eq!(
         plan.status.code(),
         Some(0),
@@ -457,4 +465,258 @@ fn terraform_applies_and_destroys_the_alb_endpoint_against_moto() {
 #[test]
 fn terraform_applies_and_destroys_the_http_api_endpoint_against_moto() {
     apply_and_destroy("http_api");
+}
+
+fn provider_block() -> String {
+    format!(
+        r#"
+provider "aws" {{
+  region                      = "{REGION}"
+  skip_credentials_validation = true
+  skip_metadata_api_check     = true
+  s3_use_path_style           = true
+}}
+"#
+    )
+}
+
+fn moto_env(moto: &Moto) -> Vec<(String, String)> {
+    [
+        ("AWS_ENDPOINT_URL", moto.url.as_str()),
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_REGION", REGION),
+        ("AWS_DEFAULT_REGION", REGION),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+fn combined(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `modules/eks-network` against an EKS cluster in moto whose VPC has what eksctl makes: a public
+/// and a private subnet in one zone, two private subnets in another. It must pick the private
+/// (kubernetes.io/role/internal-elb) subnets, one per zone, and the control plane's additional
+/// security group; and refuse the cluster security group, and a group the cluster does not
+/// have. The AWS module must refuse two ALB subnets in one zone before CreateLoadBalancer would.
+#[test]
+fn eks_network_picks_one_private_subnet_per_zone_and_refuses_the_cluster_security_group() {
+    let moto = Moto::start();
+    let scratch = Scratch::new("eks-network");
+    copy_iac(&scratch.0);
+    let tf = Terraform::new(moto_env(&moto));
+
+    // 1. The cluster side, as eksctl leaves it.
+    let cluster = scratch.0.join("cluster");
+    std::fs::create_dir_all(&cluster).unwrap();
+    std::fs::write(
+        cluster.join("main.tf"),
+        provider_block()
+            + r#"
+resource "aws_vpc" "cluster" {
+  cidr_block = "10.1.0.0/16"
+}
+
+locals {
+  subnets = {
+    a_private  = { zone = "us-east-1a", cidr = "10.1.0.0/24", tag = "kubernetes.io/role/internal-elb" }
+    a_public   = { zone = "us-east-1a", cidr = "10.1.1.0/24", tag = "kubernetes.io/role/elb" }
+    b_private  = { zone = "us-east-1b", cidr = "10.1.2.0/24", tag = "kubernetes.io/role/internal-elb" }
+    b_private2 = { zone = "us-east-1b", cidr = "10.1.3.0/24", tag = "kubernetes.io/role/internal-elb" }
+  }
+}
+
+resource "aws_subnet" "this" {
+  for_each          = local.subnets
+  vpc_id            = aws_vpc.cluster.id
+  cidr_block        = each.value.cidr
+  availability_zone = each.value.zone
+  tags              = { (each.value.tag) = "1" }
+}
+
+resource "aws_security_group" "control_plane" {
+  name_prefix = "eks-control-plane-"
+  description = "Carried by the EKS control plane alone"
+  vpc_id      = aws_vpc.cluster.id
+}
+
+resource "aws_security_group" "unrelated" {
+  name_prefix = "unrelated-"
+  description = "Not the cluster's"
+  vpc_id      = aws_vpc.cluster.id
+}
+
+resource "aws_iam_role" "cluster" {
+  name_prefix        = "eks-"
+  assume_role_policy = jsonencode({ Version = "2012-10-17", Statement = [{ Effect = "Allow", Action = "sts:AssumeRole", Principal = { Service = "eks.amazonaws.com" } }] })
+}
+
+resource "aws_eks_cluster" "this" {
+  name     = "flyte"
+  role_arn = aws_iam_role.cluster.arn
+  vpc_config {
+    subnet_ids         = [for k, s in aws_subnet.this : s.id]
+    security_group_ids = [aws_security_group.control_plane.id]
+  }
+}
+
+output "subnets" { value = { for k, s in aws_subnet.this : k => s.id } }
+output "control_plane_sg" { value = aws_security_group.control_plane.id }
+output "unrelated_sg" { value = aws_security_group.unrelated.id }
+"#,
+    )
+    .unwrap();
+    tf.init(&cluster);
+    tf.ok(
+        &cluster,
+        &["apply", "-auto-approve", "-input=false", "-no-color"],
+        None,
+    );
+    let facts: serde_json::Value =
+        serde_json::from_slice(&tf.ok(&cluster, &["output", "-json"], None).stdout).unwrap();
+    let subnet = |k: &str| facts["subnets"]["value"][k].as_str().unwrap().to_owned();
+    let control_plane_sg = facts["control_plane_sg"]["value"].as_str().unwrap();
+    let unrelated_sg = facts["unrelated_sg"]["value"].as_str().unwrap();
+
+    // 2. The convenience module, as examples/alb uses it.
+    let net = scratch.0.join("net");
+    std::fs::create_dir_all(&net).unwrap();
+    std::fs::write(
+        net.join("main.tf"),
+        provider_block()
+            + r#"
+variable "control_plane_security_group_id" {
+  type    = string
+  default = null
+}
+
+module "network" {
+  source                          = "../terraform/modules/eks-network"
+  cluster_name                    = "flyte"
+  control_plane_security_group_id = var.control_plane_security_group_id
+}
+
+output "vpc_id" { value = module.network.vpc_id }
+output "subnet_ids" { value = module.network.subnet_ids }
+output "control_plane_security_group_id" { value = module.network.control_plane_security_group_id }
+output "cluster_security_group_id" { value = module.network.cluster_security_group_id }
+"#,
+    )
+    .unwrap();
+    tf.init(&net);
+    tf.ok(
+        &net,
+        &["apply", "-auto-approve", "-input=false", "-no-color"],
+        None,
+    );
+    let out: serde_json::Value =
+        serde_json::from_slice(&tf.ok(&net, &["output", "-json"], None).stdout).unwrap();
+    let mut picked: Vec<String> = out["subnet_ids"]["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    picked.sort();
+    let b = {
+        let mut b = [subnet("b_private"), subnet("b_private2")];
+        b.sort();
+        b[0].clone()
+    };
+    let mut want = vec![subnet("a_private"), b];
+    want.sort();
+    assert_eq!(
+        picked, want,
+        "eks-network must pick the internal-elb subnets, the lowest ID per zone"
+    );
+    assert_eq!(
+        out["control_plane_security_group_id"]["value"], control_plane_sg,
+        "the cluster's one additional security group"
+    );
+    let cluster_sg = out["cluster_security_group_id"]["value"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(cluster_sg.starts_with("sg-") && cluster_sg != control_plane_sg);
+
+    for (sg, why) in [
+        (
+            cluster_sg.as_str(),
+            "control_plane_security_group_id is the EKS cluster security group",
+        ),
+        (
+            unrelated_sg,
+            "is not one of the cluster's additional security groups",
+        ),
+    ] {
+        let out = tf.run(
+            &net,
+            &[
+                "plan",
+                "-input=false",
+                "-no-color",
+                &format!("-var=control_plane_security_group_id={sg}"),
+            ],
+        );
+        let text = combined(&out);
+        assert!(!out.status.success(), "eks-network accepted {sg}:\n{text}");
+        assert!(
+            text.replace('\n', " ").contains(why),
+            "eks-network refused {sg} for another reason than {why:?}:\n{text}"
+        );
+    }
+
+    // 3. Two ALB subnets in one zone (eksctl's public + private): refused at plan time.
+    let alb = scratch.0.join("alb");
+    std::fs::create_dir_all(&alb).unwrap();
+    std::fs::write(
+        alb.join("main.tf"),
+        provider_block()
+            + &format!(
+                r#"
+module "podmutator" {{
+  source                          = "../terraform"
+  lambda_zip_path                 = "bootstrap.zip"
+  lambda_zip_base64sha256         = "{hash}"
+  domain_name                     = "podmutator.example.com"
+  create_certificate              = false
+  certificate_arn                 = "arn:aws:acm:{REGION}:123456789012:certificate/00000000-0000-0000-0000-000000000000"
+  create_dns_record               = false
+  vpc_id                          = "{vpc}"
+  subnet_ids                      = ["{a_private}", "{a_public}"]
+  control_plane_security_group_id = "{control_plane_sg}"
+}}
+"#,
+                hash = "A".repeat(43) + "=",
+                vpc = out_vpc(&net, &tf),
+                a_private = subnet("a_private"),
+                a_public = subnet("a_public"),
+            ),
+    )
+    .unwrap();
+    tf.init(&alb);
+    let out = tf.run(&alb, &["plan", "-input=false", "-no-color"]);
+    let text = combined(&out);
+    assert!(
+        !out.status.success(),
+        "two ALB subnets in one zone were accepted:\n{text}"
+    );
+    assert!(
+        text.replace('\n', " ")
+            .contains("subnet_ids must hold one subnet per availability zone"),
+        "refused for another reason:\n{text}"
+    );
+}
+
+fn out_vpc(dir: &Path, tf: &Terraform) -> String {
+    let out: serde_json::Value =
+        serde_json::from_slice(&tf.ok(dir, &["output", "-json"], None).stdout).unwrap();
+    out["vpc_id"]["value"].as_str().unwrap().to_owned()
 }

@@ -14,6 +14,9 @@ block on every run, so the empty object is dropped.
 And moto's security group rules report a description only for CIDR rules; a rule that
 references a group loses it, and the provider then plans to set it again on every run. The
 description of the referenced-group pair is reported.
+And moto's EKS clusters echo resourcesVpcConfig as sent: the service adds the VPC ID and the
+cluster security group it creates, which modules/eks-network reads. The VPC is taken from the
+first subnet and a cluster security group is created in it, as EKS does.
 And moto's Lambda functions drop LoggingConfig (log format, log group, levels): GetFunction
 returns none, so every plan would show the module's logging_config as a change. It is kept from
 CreateFunction / UpdateFunctionConfiguration and returned. Everything else is moto as released.
@@ -82,6 +85,26 @@ def _rule_description(self):
 
 
 ec2_sg.SecurityGroupRule.description = property(_rule_description)
+
+from moto.ec2.models import ec2_backends  # noqa: E402
+from moto.eks import models as eks  # noqa: E402
+
+_cluster_init = eks.Cluster.__init__
+
+
+def _cluster_with_vpc(self, name, role_arn, resources_vpc_config, account_id, region_name, *args, **kwargs):
+    _cluster_init(self, name, role_arn, resources_vpc_config, account_id, region_name, *args, **kwargs)
+    cfg = self.resources_vpc_config
+    subnets = cfg.get("subnetIds") or []
+    if subnets and "vpcId" not in cfg:
+        ec2 = ec2_backends[account_id][region_name]
+        vpc_id = ec2.get_subnet(subnets[0]).vpc_id
+        sg = ec2.create_security_group(f"eks-cluster-sg-{name}", "EKS created security group", vpc_id=vpc_id)
+        cfg["vpcId"] = vpc_id
+        cfg["clusterSecurityGroupId"] = sg.id
+
+
+eks.Cluster.__init__ = _cluster_with_vpc
 
 from moto.server import main  # noqa: E402
 
