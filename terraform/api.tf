@@ -1,44 +1,22 @@
 # Alternative endpoint: API Gateway HTTP API on a custom domain. It is reachable from the
 # internet, and EKS cannot make the API server authenticate to a webhook, so the only thing
 # between a stranger and the secrets the function can read is the path token. HTTP APIs accept
-# neither resource policies nor WAF; throttling bounds what guessing can cost.
+# neither resource policies nor WAF.
 
 locals {
   routes = concat(module.webhook_config.paths, ["/healthz"])
 
   # "{token}" is a path parameter, not the token: the token never appears in the API's
-  # configuration or in access logs ($context.routeKey), and the function compares it in
-  # constant time, answering 404 when it is wrong.
+  # configuration or in access logs ($context.routeKey). Without the token the routes are the
+  # paths themselves.
   api_routes = {
-    for p in local.routes : "${p == "/healthz" ? "GET" : "POST"} /{token}${p}" => p
+    for p in local.routes : "${p == "/healthz" ? "GET" : "POST"} ${var.path_token_enabled ? "/{token}" : ""}${p}" => p
   }
-}
 
-resource "random_password" "path_token" {
-  count = local.use_api ? 1 : 0
-
-  # Letters and digits only: one URL path segment, as the function's token check requires.
-  length  = 48
-  special = false
-}
-
-resource "aws_secretsmanager_secret" "path_token" {
-  count = local.use_api ? 1 : 0
-
-  name_prefix             = "${var.name}-path-token-"
-  description             = "podmutator: secret first path segment of the webhook URL; read by the function at cold start"
-  recovery_window_in_days = 7
-  tags                    = var.tags
-
-  #checkov:skip=CKV2_AWS_57:The token is also in the MutatingWebhookConfiguration; rotate it with `terraform apply -replace=random_password.path_token[0]`, which updates both together.
-  #checkov:skip=CKV_AWS_149:The aws/secretsmanager key protects a routing token; a customer key would add key-policy management and no isolation, since the function role is the only reader.
-}
-
-resource "aws_secretsmanager_secret_version" "path_token" {
-  count = local.use_api ? 1 : 0
-
-  secret_id     = aws_secretsmanager_secret.path_token[0].id
-  secret_string = random_password.path_token[0].result
+  # Below the registered timeoutSeconds, so the API server always gets the gateway's answer (or
+  # the function's) before it gives up itself, and one second past the Lambda timeout, so the
+  # function's own timeout answer wins over the gateway's.
+  api_integration_timeout_ms = min(30000, (var.lambda_timeout_seconds + 1) * 1000)
 }
 
 resource "aws_apigatewayv2_api" "this" {
@@ -58,10 +36,16 @@ resource "aws_apigatewayv2_integration" "function" {
 
   api_id                 = aws_apigatewayv2_api.this[0].id
   integration_type       = "AWS_PROXY"
-  integration_uri        = aws_lambda_function.this.invoke_arn
+  integration_uri        = aws_lambda_alias.live.invoke_arn
   payload_format_version = "2.0"
-  # One second past the Lambda timeout, so the function's own timeout answer wins.
-  timeout_milliseconds = min(30000, (var.lambda_timeout_seconds + 1) * 1000)
+  timeout_milliseconds   = local.api_integration_timeout_ms
+
+  lifecycle {
+    precondition {
+      condition     = local.api_integration_timeout_ms < module.webhook_config.min_timeout_seconds * 1000
+      error_message = "The HTTP API integration timeout (Lambda timeout + 1 s) must stay below the webhooks' timeoutSeconds."
+    }
+  }
 }
 
 resource "aws_apigatewayv2_route" "routes" {
@@ -74,7 +58,7 @@ resource "aws_apigatewayv2_route" "routes" {
   # The API server cannot present credentials; the path token is checked by the function.
   authorization_type = "NONE"
 
-  #checkov:skip=CKV_AWS_309:EKS cannot make the API server authenticate to a webhook; the secret path token, checked in constant time by the function, takes the authorizer's place.
+  #checkov:skip=CKV_AWS_309:EKS cannot make the API server authenticate to a webhook; the secret path token, checked by the function before it reads the body, takes the authorizer's place.
 }
 
 resource "aws_cloudwatch_log_group" "api_access" {
@@ -83,7 +67,10 @@ resource "aws_cloudwatch_log_group" "api_access" {
   name              = "/aws/apigateway/${var.name}"
   retention_in_days = var.log_retention_days
   kms_key_id        = var.log_kms_key_arn
+  skip_destroy      = var.retain_log_groups
   tags              = var.tags
+
+  #checkov:skip=CKV_AWS_158:log_kms_key_arn selects a customer key; by default CloudWatch Logs encrypts the lines (route keys and status codes, never the token) with its own key.
 }
 
 resource "aws_apigatewayv2_stage" "default" {
@@ -94,6 +81,9 @@ resource "aws_apigatewayv2_stage" "default" {
   auto_deploy = true
   tags        = var.tags
 
+  # Sized for pod creation bursts (a Flyte fan-out makes up to three webhook calls per pod): a
+  # 429 under failurePolicy Fail is a rejected pod. Throttling does nothing against guessing a
+  # 285-bit token; the 4xx alarm watches for it.
   default_route_settings {
     throttling_burst_limit   = var.api_throttling_burst_limit
     throttling_rate_limit    = var.api_throttling_rate_limit
@@ -143,6 +133,7 @@ resource "aws_lambda_permission" "api" {
   statement_id  = "AllowInvokeFromHttpApi"
   action        = "lambda:InvokeFunction"
   function_name = aws_lambda_function.this.function_name
+  qualifier     = aws_lambda_alias.live.name
   principal     = "apigateway.amazonaws.com"
   source_arn    = "${aws_apigatewayv2_api.this[0].execution_arn}/*"
 }

@@ -1,8 +1,13 @@
+# Log groups outlive `terraform destroy` (skip_destroy): they are the audit trail of every
+# admission. A later apply with the same name adopts nothing; import the group or pick a name.
 resource "aws_cloudwatch_log_group" "function" {
   name              = "/aws/lambda/${var.name}"
   retention_in_days = var.log_retention_days
   kms_key_id        = var.log_kms_key_arn
+  skip_destroy      = var.retain_log_groups
   tags              = var.tags
+
+  #checkov:skip=CKV_AWS_158:log_kms_key_arn selects a customer key; by default CloudWatch Logs encrypts the lines (admission decisions, never secret values) with its own key.
 }
 
 data "aws_iam_policy_document" "assume" {
@@ -20,10 +25,18 @@ data "aws_iam_policy_document" "assume" {
   }
 }
 
+# name_prefix: IAM names are global to the account, and a second deployment (another region or
+# cluster) must not collide with the first.
 resource "aws_iam_role" "function" {
-  name               = "${var.name}-function"
-  assume_role_policy = data.aws_iam_policy_document.assume.json
-  tags               = var.tags
+  name_prefix          = substr("${var.name}-fn-", 0, 38)
+  path                 = var.iam_role_path
+  permissions_boundary = var.permissions_boundary_arn
+  assume_role_policy   = data.aws_iam_policy_document.assume.json
+  tags                 = var.tags
+
+  lifecycle {
+    create_before_destroy = true
+  }
 }
 
 data "aws_iam_policy_document" "function" {
@@ -65,14 +78,7 @@ data "aws_iam_policy_document" "function" {
     }
   }
 
-  dynamic "statement" {
-    for_each = aws_secretsmanager_secret.path_token[*].arn
-    content {
-      sid       = "ReadPathToken"
-      actions   = ["secretsmanager:GetSecretValue"]
-      resources = [statement.value]
-    }
-  }
+  # No statement for the path token: the function holds its hash and never reads the secret.
 }
 
 resource "aws_iam_role_policy" "function" {
@@ -81,27 +87,43 @@ resource "aws_iam_role_policy" "function" {
   policy = data.aws_iam_policy_document.function.json
 }
 
-resource "aws_lambda_function" "this" {
-  function_name    = var.name
-  description      = "podmutator: Kubernetes pod-mutating admission webhook"
-  role             = aws_iam_role.function.arn
-  filename         = var.lambda_zip_path
-  source_code_hash = filebase64sha256(var.lambda_zip_path)
-  handler          = "bootstrap"
-  runtime          = "provided.al2023"
-  architectures    = ["arm64"]
-  memory_size      = var.memory_size
-  timeout          = var.lambda_timeout_seconds
+locals {
+  use_s3_artefact = var.lambda_s3_bucket != null
+}
 
+resource "aws_lambda_function" "this" {
+  function_name = var.name
+  description   = "podmutator: Kubernetes pod-mutating admission webhook"
+  role          = aws_iam_role.function.arn
+
+  # The artefact is named, and its hash given, by variables: nothing is read at plan time, so
+  # `terraform destroy` and an incident apply work on a machine without the zip, and a rebuilt
+  # zip is deployed only when its hash is passed on purpose.
+  filename          = local.use_s3_artefact ? null : var.lambda_zip_path
+  s3_bucket         = var.lambda_s3_bucket
+  s3_key            = var.lambda_s3_key
+  s3_object_version = var.lambda_s3_object_version
+  source_code_hash  = var.lambda_zip_base64sha256
+
+  handler       = "bootstrap"
+  runtime       = "provided.al2023"
+  architectures = [var.architecture]
+  memory_size   = var.memory_size
+  timeout       = var.lambda_timeout_seconds
+  kms_key_arn   = var.environment_kms_key_arn
+
+  # Versions are published; the endpoint invokes the `live` alias (alias.tf), so a rollback is
+  # an alias move and provisioned concurrency can be attached to it.
+  publish = true
+
+  # A small reservation: other functions in the account cannot starve admissions, and one
+  # flood of reviews cannot starve them either.
   reserved_concurrent_executions = var.reserved_concurrent_executions
 
   environment {
-    variables = merge(
-      { PODMUTATOR_CONFIG = jsonencode(local.function_config) },
-      # The function reads the path token once, at cold start. This value changes with the token,
-      # so rotating it replaces the warm instances that still hold the old one.
-      { for k, v in { PODMUTATOR_PATH_TOKEN_VERSION = one(aws_secretsmanager_secret_version.path_token[*].version_id) } : k => v if v != null },
-    )
+    variables = {
+      PODMUTATOR_CONFIG = jsonencode(local.function_config)
+    }
   }
 
   logging_config {
@@ -122,12 +144,29 @@ resource "aws_lambda_function" "this" {
     }
   }
 
-  # The policy must exist before the first invocation writes logs or reads the path token.
+  # The policy must exist before the first invocation writes logs.
   depends_on = [aws_iam_role_policy.function]
 
   #checkov:skip=CKV_AWS_116:Invoked synchronously by the ALB or API Gateway; a dead-letter queue only receives failed asynchronous invocations.
   #checkov:skip=CKV_AWS_117:The function calls only Secrets Manager over its public endpoint; a VPC attachment adds ENI and NAT or endpoint costs and a failure mode without narrowing what it can reach.
-  #checkov:skip=CKV_AWS_173:The environment holds configuration only; the path token stays in Secrets Manager and is read at start.
+  #checkov:skip=CKV_AWS_173:environment_kms_key_arn selects a customer key; the environment holds configuration and the path token's SHA-256, never the token or a secret.
   #checkov:skip=CKV_AWS_272:Code signing needs an AWS Signer profile the deployer owns; the artefact is built from source by the same pipeline that applies this module.
   #checkov:skip=CKV_AWS_50:One structured log line and EMF metrics per admission cover tracing needs; X-Ray would add xray:Put* on "*" to the role.
+}
+
+# The endpoint invokes this alias. Rolling back is `aws lambda update-alias --function-version`
+# (or an apply of the previous artefact); provisioned concurrency attaches here.
+resource "aws_lambda_alias" "live" {
+  name             = "live"
+  description      = "What the endpoint invokes"
+  function_name    = aws_lambda_function.this.function_name
+  function_version = aws_lambda_function.this.version
+}
+
+resource "aws_lambda_provisioned_concurrency_config" "live" {
+  count = var.provisioned_concurrency > 0 ? 1 : 0
+
+  function_name                     = aws_lambda_alias.live.function_name
+  qualifier                         = aws_lambda_alias.live.name
+  provisioned_concurrent_executions = var.provisioned_concurrency
 }

@@ -6,11 +6,18 @@ locals {
   use_alb = var.endpoint == "alb"
   use_api = var.endpoint == "http_api"
 
+  # Only the Embedded secrets are read in secrets_region; nothing else the function needs (it
+  # holds the path token's hash, not a reference to the token) depends on it.
   secrets_region = coalesce(var.secrets_region, data.aws_region.current.name)
 
   # Secret ARNs end in a random six-character suffix; the trailing "__" keeps org "flyte" from
   # matching org "flyte2".
   scoped_secrets_arn = "arn:${data.aws_partition.current.partition}:secretsmanager:${local.secrets_region}:${data.aws_caller_identity.current.account_id}:secret:u__org__${var.secret_org}__*"
+
+  # The function compares the first path segment's SHA-256 with this value; it never sees the
+  # token itself, so a cold start makes no call and the role cannot read the token. A hash of
+  # a 285-bit random token reveals nothing, which is why it may appear in plans.
+  path_token_sha256 = var.path_token_enabled ? nonsensitive(sha256(local.path_token)) : null
 
   function_config = {
     webhook = merge(var.webhook_config, {
@@ -22,7 +29,7 @@ locals {
     })
     http = merge(
       { maxBodyBytes = var.max_body_bytes },
-      { for k, v in { pathTokenSecretId = one(aws_secretsmanager_secret.path_token[*].arn) } : k => v if v != null },
+      var.path_token_enabled ? { pathTokenSha256 = local.path_token_sha256 } : {},
     )
     embedded = merge(
       {
@@ -33,20 +40,19 @@ locals {
       { for k, v in { allowedUsernames = var.allowed_usernames } : k => v if length(v) > 0 },
     )
     # The label the mutators set and read must be the one the registration selects on.
-    mesh = merge(var.mesh_config, { enabled = var.mesh_enabled, managedLabel = var.mesh_label_key })
+    mesh    = merge(var.mesh_config, { enabled = var.mesh_enabled, managedLabel = var.mesh_label_key })
+    metrics = { namespace = var.metrics_namespace }
   }
 }
 
+# The renderer without a token: the AWS side needs only the routes and the registered timeout.
+# modules/registration renders the same file again, with the token, for the cluster.
 module "webhook_config" {
   source = "./modules/webhook-config"
 
   registration_json = file("${path.module}/registration.json")
   url               = "https://${var.domain_name}"
-  path_token        = one(random_password.path_token[*].result)
-  ca_bundle_pem     = var.ca_bundle_pem
   mesh_enabled      = var.mesh_enabled
   mesh_label_key    = var.mesh_label_key
-  failure_policy    = var.failure_policy
   timeout_seconds   = var.timeout_seconds
-  name              = var.webhook_configuration_name
 }

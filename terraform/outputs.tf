@@ -1,23 +1,38 @@
-output "webhook_url" {
-  description = "URL of the secrets webhook (/mutate--v1-pod). With http_api it contains the path token."
-  value       = module.webhook_config.manifest.webhooks[0].clientConfig.url
+output "registration" {
+  description = "Everything modules/registration needs, as one object: base URL, path token (sensitive), mesh switch and label, timeoutSeconds."
   sensitive   = true
+  value = {
+    url             = "https://${var.domain_name}"
+    path_token      = local.path_token
+    mesh_enabled    = var.mesh_enabled
+    mesh_label_key  = var.mesh_label_key
+    timeout_seconds = var.timeout_seconds
+  }
 }
 
 output "webhook_base_url" {
-  description = "Base URL to give `podmutator webhook-config --url` (with --path-token-file for http_api)."
+  description = "https://<domain_name>, for `podmutator webhook-config --url` (with --path-token-file)."
   value       = "https://${var.domain_name}"
 }
 
 output "routes" {
-  description = "Paths the endpoint forwards to the function (after the path token, for http_api)."
+  description = "Paths the function serves (after the path token)."
   value       = local.routes
 }
 
-output "mutating_webhook_configuration" {
-  description = "The registration as an object; yamlencode it for GitOps when register_webhook is false."
-  value       = module.webhook_config.manifest
-  sensitive   = true
+output "path_token_enabled" {
+  description = "Whether every route sits behind the path token."
+  value       = var.path_token_enabled
+}
+
+output "path_token_secret_arn" {
+  description = "Secrets Manager secret holding the path token (for operators and `podmutator webhook-config --path-token-file`); null without a token."
+  value       = one(aws_secretsmanager_secret.path_token[*].arn)
+}
+
+output "path_token_sha256" {
+  description = "SHA-256 (hex) of the path token, as the function holds it; null without a token."
+  value       = local.path_token_sha256
 }
 
 output "function_name" {
@@ -26,8 +41,18 @@ output "function_name" {
 }
 
 output "function_arn" {
-  description = "Lambda function ARN."
+  description = "Lambda function ARN (unqualified)."
   value       = aws_lambda_function.this.arn
+}
+
+output "function_version" {
+  description = "Version the `live` alias points at."
+  value       = aws_lambda_alias.live.function_version
+}
+
+output "alias_arn" {
+  description = "ARN of the `live` alias, which the endpoint invokes."
+  value       = aws_lambda_alias.live.arn
 }
 
 output "function_role_arn" {
@@ -36,8 +61,23 @@ output "function_role_arn" {
 }
 
 output "log_group_name" {
-  description = "Function log group."
+  description = "Function log group (kept on destroy unless retain_log_groups is false)."
   value       = aws_cloudwatch_log_group.function.name
+}
+
+output "dns_target_name" {
+  description = "Name domain_name must alias to, for DNS managed elsewhere: the ALB's DNS name or the API domain's target domain name."
+  value       = local.dns_target_name
+}
+
+output "dns_target_zone_id" {
+  description = "Hosted zone ID of dns_target_name, for an alias record."
+  value       = local.dns_target_zone
+}
+
+output "certificate_arn" {
+  description = "Certificate the endpoint serves."
+  value       = local.certificate_arn
 }
 
 output "alb_arn" {
@@ -50,7 +90,22 @@ output "alb_security_group_id" {
   value       = one(aws_security_group.alb[*].id)
 }
 
-output "path_token_secret_arn" {
-  description = "Secrets Manager secret holding the path token (http_api)."
-  value       = one(aws_secretsmanager_secret.path_token[*].arn)
+output "target_group_arn" {
+  description = "Target group of the function (alb); the ALB invoke permission's SourceArn."
+  value       = one(aws_lb_target_group.function[*].arn)
+}
+
+output "api_id" {
+  description = "HTTP API (http_api)."
+  value       = one(aws_apigatewayv2_api.this[*].id)
+}
+
+output "alarm_names" {
+  description = "CloudWatch alarms created (alarms_enabled)."
+  value       = concat([for a in aws_cloudwatch_metric_alarm.this : a.alarm_name], aws_cloudwatch_metric_alarm.secrets_manager_throttles[*].alarm_name)
+}
+
+output "dashboard_name" {
+  description = "CloudWatch dashboard (dashboard_enabled)."
+  value       = one(aws_cloudwatch_dashboard.this[*].dashboard_name)
 }

@@ -3,20 +3,70 @@
 # ---------------------------------------------------------------------------------------------
 
 variable "name" {
-  description = "Name of the function and prefix of every AWS resource this module creates."
+  description = "Name of the function (unique per account and region) and prefix of the AWS resources this module creates. Resources with account-wide names (the IAM role) or that may be replaced (security group, target group) get a generated suffix."
   type        = string
   default     = "podmutator"
 
   validation {
-    # Load balancer and target group names allow 32 characters; "-fn" is appended to one.
+    # Load balancer names allow 32 characters.
     condition     = can(regex("^[a-z0-9][a-z0-9-]{0,27}[a-z0-9]$", var.name))
     error_message = "name must be 2-29 lowercase letters, digits or '-', starting and ending with a letter or digit."
   }
 }
 
 variable "lambda_zip_path" {
-  description = "Path to the zip built by `cargo lambda build --release --arm64 --output-format zip` (target/lambda/podmutator/bootstrap.zip)."
+  description = "Local path of the zip built by `cargo lambda build --release --arm64 --output-format zip`. Read only when the function's code is created or updated (never at plan time); null when the artefact is in S3."
   type        = string
+  default     = null
+}
+
+variable "lambda_s3_bucket" {
+  description = "S3 bucket of the zip (instead of lambda_zip_path)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = (var.lambda_s3_bucket == null) != (var.lambda_zip_path == null)
+    error_message = "Set exactly one of lambda_zip_path and lambda_s3_bucket (with lambda_s3_key)."
+  }
+}
+
+variable "lambda_s3_key" {
+  description = "S3 key of the zip (with lambda_s3_bucket)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = (var.lambda_s3_bucket == null) == (var.lambda_s3_key == null)
+    error_message = "lambda_s3_key goes with lambda_s3_bucket."
+  }
+}
+
+variable "lambda_s3_object_version" {
+  description = "S3 object version of the zip (versioned buckets)."
+  type        = string
+  default     = null
+}
+
+variable "lambda_zip_base64sha256" {
+  description = "Base64 SHA-256 of the zip (`openssl dgst -sha256 -binary bootstrap.zip | base64`, or scripts/lambda-artefact.sh). The code is redeployed when, and only when, this changes: a rebuilt zip is not deployed by accident (e.g. by an incident apply), and plan and destroy never need the file."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9+/]{43}=$", var.lambda_zip_base64sha256))
+    error_message = "lambda_zip_base64sha256 must be a base64-encoded SHA-256 (44 characters ending in '=')."
+  }
+}
+
+variable "architecture" {
+  description = "Instruction set of the build: arm64 (`cargo lambda build --arm64`) or x86_64."
+  type        = string
+  default     = "arm64"
+
+  validation {
+    condition     = contains(["arm64", "x86_64"], var.architecture)
+    error_message = "architecture must be arm64 or x86_64."
+  }
 }
 
 variable "memory_size" {
@@ -29,6 +79,7 @@ variable "memory_size" {
     error_message = "memory_size must be between 128 and 10240 MB."
   }
 }
+
 
 variable "lambda_timeout_seconds" {
   description = "Lambda timeout. Must exceed the Embedded deadline and stay below the webhook's timeoutSeconds, so that the API server receives the function's own answer rather than a gateway timeout."
@@ -45,10 +96,56 @@ variable "lambda_timeout_seconds" {
   }
 }
 
+
 variable "reserved_concurrent_executions" {
-  description = "Reserved concurrency; -1 leaves the function on the account's unreserved pool. A cap turns a burst of pod creations into admission failures, so set it only with failurePolicy in mind."
+  description = "Concurrency reserved for the function, so that other functions in the account cannot starve admissions (and a flood of reviews cannot starve them). An admission takes milliseconds, so 20 serves thousands of reviews per second; -1 reserves nothing (accounts whose concurrency limit is 10 need that)."
   type        = number
-  default     = -1
+  default     = 20
+
+  validation {
+    condition     = var.reserved_concurrent_executions == -1 || var.reserved_concurrent_executions >= 1
+    error_message = "reserved_concurrent_executions must be -1 (none) or at least 1 (0 would stop every admission)."
+  }
+}
+
+variable "provisioned_concurrency" {
+  description = "Provisioned concurrency on the `live` alias (0: none). Removes cold starts from admissions at a fixed hourly cost."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.provisioned_concurrency >= 0
+    error_message = "provisioned_concurrency must be 0 or more."
+  }
+}
+
+variable "iam_role_path" {
+  description = "Path of the function's IAM role."
+  type        = string
+  default     = "/"
+
+  validation {
+    condition     = can(regex("^/([\\x21-\\x7E]+/)?$", var.iam_role_path))
+    error_message = "iam_role_path must start and end with '/'."
+  }
+}
+
+variable "permissions_boundary_arn" {
+  description = "Permissions boundary of the function's IAM role, where the account requires one."
+  type        = string
+  default     = null
+}
+
+variable "environment_kms_key_arn" {
+  description = "Customer managed KMS key for the function's environment variables (null: the Lambda service key). They hold configuration and the path token's hash, never a secret."
+  type        = string
+  default     = null
+}
+
+variable "path_token_kms_key_arn" {
+  description = "Customer managed KMS key of the path token's secret (null: aws/secretsmanager)."
+  type        = string
+  default     = null
 }
 
 variable "log_retention_days" {
@@ -62,10 +159,18 @@ variable "log_retention_days" {
   }
 }
 
+
 variable "log_kms_key_arn" {
   description = "KMS key for the log groups; null uses CloudWatch Logs' own encryption. The key policy must allow logs.<region>.amazonaws.com."
   type        = string
   default     = null
+}
+
+
+variable "retain_log_groups" {
+  description = "Keep the log groups on destroy (they are the audit trail of every admission). A redeploy under the same name then needs `terraform import` of the kept groups, or their deletion."
+  type        = bool
+  default     = true
 }
 
 variable "tags" {
@@ -73,6 +178,7 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
 
 # ---------------------------------------------------------------------------------------------
 # Function configuration (PODMUTATOR_CONFIG)
@@ -87,6 +193,7 @@ variable "webhook_config" {
   }
 }
 
+
 variable "embedded_deadline_ms" {
   description = "How long the function waits for Secrets Manager before it fails the admission."
   type        = number
@@ -98,11 +205,13 @@ variable "embedded_deadline_ms" {
   }
 }
 
+
 variable "embedded_cache_ttl_seconds" {
   description = "How long a warm function reuses a fetched secret value."
   type        = number
   default     = 300
 }
+
 
 variable "namespace_template" {
   description = "Namespace a pod must be in to read the secrets of its project and domain (Flyte's default layout)."
@@ -110,17 +219,20 @@ variable "namespace_template" {
   default     = "{{ project }}-{{ domain }}"
 }
 
+
 variable "allowed_usernames" {
   description = "Users (request.userInfo.username) allowed to create pods that ask for Embedded secrets, e.g. system:serviceaccount:flyte:flytepropeller. Empty leaves this check off."
   type        = list(string)
   default     = []
 }
 
+
 variable "max_body_bytes" {
   description = "Largest AdmissionReview the function accepts. An ALB passes at most 1 MB to Lambda whatever this says."
   type        = number
   default     = 6291456
 }
+
 
 variable "secret_org" {
   description = "Organisation in the secret names (u__org__<org>__...); the role can read only secrets with this prefix."
@@ -134,8 +246,9 @@ variable "secret_org" {
   }
 }
 
+
 variable "secrets_region" {
-  description = "Region of the secrets; null means the deployment's region."
+  description = "Region of the Embedded secrets; null means the deployment's region. Only the Embedded fetches use it: the function needs nothing else from Secrets Manager."
   type        = string
   default     = null
 }
@@ -146,11 +259,13 @@ variable "secrets_kms_key_arn" {
   default     = null
 }
 
+
 variable "mesh_enabled" {
   description = "Turn on the mesh mutators and register their two webhooks."
   type        = bool
   default     = false
 }
+
 
 variable "mesh_config" {
   description = "Further keys of the function's `mesh` section; `enabled` and `managedLabel` come from mesh_enabled and mesh_label_key."
@@ -158,10 +273,18 @@ variable "mesh_config" {
   default     = {}
 }
 
+
 variable "mesh_label_key" {
   description = "Label that marks mesh-managed pods and namespaces, in the registration's selectors and the function's mesh.managedLabel alike."
   type        = string
   default     = "aether.io/managed"
+}
+
+
+variable "metrics_namespace" {
+  description = "CloudWatch namespace of the function's EMF metrics (its metrics.namespace), which the alarms and the dashboard read."
+  type        = string
+  default     = "podmutator"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -179,32 +302,57 @@ variable "endpoint" {
   }
 }
 
+
+variable "path_token_enabled" {
+  description = "Put a secret path token in front of every route, on either endpoint (default). The function holds only its SHA-256 and answers 404 without it, before reading the body. Turn it off only on purpose: anyone who reaches the endpoint could then ask for secrets."
+  type        = bool
+  default     = true
+}
+
+variable "path_token_version" {
+  description = "Version of the path token: raising it draws a new token, stores it, and updates the function's hash and the registration's URL (rotation)."
+  type        = number
+  default     = 1
+}
+
 variable "domain_name" {
   description = "DNS name of the endpoint, e.g. podmutator.internal.example.com. The webhook URL is https://<domain_name>/..."
   type        = string
 }
 
+
+variable "create_certificate" {
+  description = "Create a public, DNS-validated ACM certificate for domain_name in route53_zone_id. false: certificate_arn is used."
+  type        = bool
+  default     = true
+}
+
+variable "create_dns_record" {
+  description = "Create the alias record for domain_name in route53_zone_id. false: point domain_name at the dns_target_name / dns_target_zone_id outputs yourself."
+  type        = bool
+  default     = true
+}
+
 variable "route53_zone_id" {
-  description = "Public Route 53 zone for domain_name: the certificate's validation records and the endpoint's alias record go there. The EKS control plane resolves webhook hosts in public DNS only. Null when certificate_arn is given and DNS is managed elsewhere."
+  description = "Public Route 53 zone of domain_name, for the certificate's validation record and the endpoint's alias record (create_certificate, create_dns_record). The EKS control plane resolves webhook hosts in public DNS only. May be created in the same apply."
   type        = string
   default     = null
 
   validation {
-    condition     = var.route53_zone_id != null || var.certificate_arn != null
-    error_message = "Set route53_zone_id (an ACM certificate is then created and validated), or certificate_arn."
+    condition     = !(var.create_certificate || var.create_dns_record) || var.route53_zone_id != null
+    error_message = "route53_zone_id is required when create_certificate or create_dns_record is true."
   }
 }
 
 variable "certificate_arn" {
-  description = "Existing ACM certificate for domain_name, e.g. from ACM Private CA (then set ca_bundle_pem). Null creates a public, DNS-validated certificate."
+  description = "Existing ACM certificate for domain_name (create_certificate = false), e.g. from ACM Private CA; then give the registration its CA."
   type        = string
   default     = null
-}
 
-variable "ca_bundle_pem" {
-  description = "PEM CA the API server must trust for the endpoint (a private CA); null uses the API server's system roots, which trust public ACM certificates."
-  type        = string
-  default     = null
+  validation {
+    condition     = var.create_certificate || var.certificate_arn != null
+    error_message = "certificate_arn is required when create_certificate is false."
+  }
 }
 
 variable "vpc_id" {
@@ -218,25 +366,26 @@ variable "vpc_id" {
   }
 }
 
+
 variable "subnet_ids" {
-  description = "Private subnets of the cluster VPC for the internal ALB, in at least two availability zones (alb)."
+  description = "Subnets for the internal ALB (alb): private subnets of the cluster VPC, exactly one per availability zone, at least two zones, each with 8 free addresses. modules/eks-network picks them by the kubernetes.io/role/internal-elb tag."
   type        = list(string)
   default     = []
 
   validation {
     condition     = var.endpoint != "alb" || length(var.subnet_ids) >= 2
-    error_message = "subnet_ids needs at least two subnets when endpoint is alb."
+    error_message = "subnet_ids needs at least two subnets (one per availability zone) when endpoint is alb."
   }
 }
 
-variable "cluster_security_group_id" {
-  description = "Only source the ALB accepts (alb): a security group the EKS control plane's network interfaces carry. The cluster security group (vpc_config[0].cluster_security_group_id) works everywhere, but EKS also puts it on managed node groups, whose pods could then call the endpoint; an additional control-plane security group (vpc_config[0].security_group_ids) carried by nothing else closes that. See the README, Deploy."
+variable "control_plane_security_group_id" {
+  description = "The only source the ALB accepts (alb): a security group that the EKS control plane's network interfaces carry and nothing else does (an additional cluster security group, vpc_config.security_group_ids). Never the cluster security group: managed node groups and Fargate pods carry it too. docs/deploy.md says how to create one; modules/eks-network finds it and refuses the cluster security group."
   type        = string
   default     = null
 
   validation {
-    condition     = var.endpoint != "alb" || var.cluster_security_group_id != null
-    error_message = "cluster_security_group_id is required when endpoint is alb."
+    condition     = var.endpoint != "alb" || var.control_plane_security_group_id != null
+    error_message = "control_plane_security_group_id is required when endpoint is alb."
   }
 }
 
@@ -246,11 +395,13 @@ variable "alb_ssl_policy" {
   default     = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 }
 
+
 variable "alb_deletion_protection" {
   description = "Protect the ALB from deletion: with failurePolicy Fail, a missing endpoint stops opted-in pods from being created. Set false before `terraform destroy`."
   type        = bool
   default     = true
 }
+
 
 variable "alb_access_logs_bucket" {
   description = "S3 bucket for ALB access logs; null for none."
@@ -258,42 +409,49 @@ variable "alb_access_logs_bucket" {
   default     = null
 }
 
+
 variable "api_throttling_burst_limit" {
-  description = "HTTP API burst limit (http_api). Bounds what guessing at the path token can cost."
+  description = "HTTP API burst limit (http_api). Sized for bursts of pod creations (a Flyte fan-out makes up to three webhook calls per pod); a 429 under failurePolicy Fail rejects a pod."
   type        = number
-  default     = 100
+  default     = 5000
 }
 
 variable "api_throttling_rate_limit" {
   description = "HTTP API steady-state requests per second (http_api)."
   type        = number
-  default     = 50
-}
-
-# ---------------------------------------------------------------------------------------------
-# Registration
-# ---------------------------------------------------------------------------------------------
-
-variable "register_webhook" {
-  description = "Create the MutatingWebhookConfiguration with the kubernetes provider. Set false to apply it another way (output mutating_webhook_configuration)."
-  type        = bool
-  default     = true
-}
-
-variable "webhook_configuration_name" {
-  description = "metadata.name of the MutatingWebhookConfiguration; null keeps registration.json's (podmutator)."
-  type        = string
-  default     = null
+  default     = 2000
 }
 
 variable "timeout_seconds" {
-  description = "Overrides the webhooks' timeoutSeconds (registration.json: 10). Must exceed lambda_timeout_seconds."
+  description = "The webhooks' timeoutSeconds (null: registration.json's, 10). Given here too, so the Lambda and integration timeouts can be checked against it; pass the module's registration output to modules/registration."
   type        = number
   default     = null
 }
 
-variable "failure_policy" {
-  description = "Overrides the webhooks' failurePolicy (registration.json: Fail). Ignore admits pods unmutated when the endpoint fails."
-  type        = string
-  default     = null
+# ---------------------------------------------------------------------------------------------
+# Alarms and dashboard
+# ---------------------------------------------------------------------------------------------
+
+variable "alarms_enabled" {
+  description = "Create the CloudWatch alarms (function errors, throttles and p99 duration; ALB health and 5xx; HTTP API 4xx, 5xx and latency; Secrets Manager throttles)."
+  type        = bool
+  default     = true
+}
+
+variable "alarm_topic_arns" {
+  description = "SNS topics the alarms notify (alarm and OK); empty: the alarms only change state."
+  type        = list(string)
+  default     = []
+}
+
+variable "api_4xx_alarm_threshold" {
+  description = "4xx responses per minute of the HTTP API above which the 4xx alarm fires (token guessing, throttling)."
+  type        = number
+  default     = 10
+}
+
+variable "dashboard_enabled" {
+  description = "Create a CloudWatch dashboard of the function's EMF metrics (admissions, denials by reason, duration, secrets by manager, cache hits, throttles)."
+  type        = bool
+  default     = false
 }

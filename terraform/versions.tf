@@ -1,21 +1,17 @@
 terraform {
-  # 1.9: variable validations may refer to other variables.
-  required_version = ">= 1.9"
+  # 1.11: write-only attributes (the path token never enters a plan); 1.9: variable validations
+  # that refer to other variables.
+  required_version = ">= 1.11"
 
+  # Only the AWS provider: the module can be planned and applied before the cluster exists (and
+  # offline against a local AWS emulator, as the tests do). The registration lives in
+  # modules/registration, composed by the examples.
   required_providers {
     aws = {
-      source  = "hashicorp/aws"
-      version = ">= 5.70"
-    }
-    # kubernetes_manifest, not kubernetes_mutating_webhook_configuration_v1: the typed resource
-    # cannot express matchConditions (hashicorp/terraform-provider-kubernetes#2750).
-    kubernetes = {
-      source  = "hashicorp/kubernetes"
-      version = ">= 2.23"
-    }
-    random = {
-      source  = "hashicorp/random"
-      version = ">= 3.5"
+      source = "hashicorp/aws"
+      # The version the tests apply (ephemeral aws_secretsmanager_random_password and the
+      # write-only secret_string_wo need a recent 5.x).
+      version = ">= 5.100"
     }
   }
 }

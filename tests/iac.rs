@@ -3,7 +3,8 @@
 //! function's routes and deadlines.
 //!
 //! Every tool comes from `scripts/tools.sh path ...`; a tool that cannot be installed fails the
-//! test, it never skips it. `sam build` is slow (a cross-compiled LTO release build) and runs in
+//! test, it never skips it. `terraform validate`, and apply/destroy against moto, are in
+//! tests/terraform_apply.rs. `sam build` is slow (a cross-compiled LTO release build) and runs in
 //! `scripts/sam-build-check.sh` instead.
 
 mod common;
@@ -101,8 +102,9 @@ fn cfn_lint_is_clean() {
     );
 }
 
-/// Runs checkov and asserts nothing failed and every skip says why. Returns (passed, skips).
-fn checkov(what: &str, args: &[&str]) -> (u64, Vec<String>) {
+/// Runs checkov and asserts nothing failed and every skip says why. Returns (passed, skips,
+/// resources checked).
+fn checkov(what: &str, args: &[&str]) -> (u64, Vec<String>, Vec<String>) {
     let out = run(
         what,
         Command::new(tool("checkov"))
@@ -151,6 +153,12 @@ fn checkov(what: &str, args: &[&str]) -> (u64, Vec<String>) {
             )
         })
         .collect();
+    let resources: Vec<String> = report["results"]["passed_checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["resource"].as_str().map(str::to_owned))
+        .collect();
     let passed = summary["passed"].as_u64().unwrap_or(0);
     assert!(passed > 0, "{what}: checkov ran no check");
     eprintln!(
@@ -158,15 +166,17 @@ fn checkov(what: &str, args: &[&str]) -> (u64, Vec<String>) {
         skips.len(),
         skips.join("\n  ")
     );
-    (passed, skips)
+    (passed, skips, resources)
 }
 
 #[test]
 fn checkov_passes_terraform_with_every_skip_explained() {
-    checkov(
-        "checkov terraform/",
-        &["--directory", "terraform", "--framework", "terraform"],
-    );
+    for dir in ["terraform", "examples"] {
+        checkov(
+            &format!("checkov {dir}/"),
+            &["--directory", dir, "--framework", "terraform"],
+        );
+    }
 }
 
 /// checkov drops resources whose Condition is false for the parameter defaults, so the template
@@ -200,7 +210,7 @@ fn checkov_passes_template_for_both_endpoints_with_every_skip_explained() {
     let scratch = Scratch::new("checkov-template");
     let file = scratch.path().join("template-http-api.yaml");
     std::fs::write(&file, variant).unwrap();
-    let (_, skips) = checkov(
+    let (_, _, resources) = checkov(
         "checkov template.yaml (http-api, mesh)",
         &[
             "--file",
@@ -210,8 +220,8 @@ fn checkov_passes_template_for_both_endpoints_with_every_skip_explained() {
         ],
     );
     assert!(
-        skips.iter().any(|s| s.contains("PathTokenSecret")),
-        "the http-api variant was not scanned as such: {skips:?}"
+        resources.iter().any(|r| r.contains("HttpApiStage")),
+        "the http-api variant was not scanned as such: {resources:?}"
     );
 }
 
@@ -403,14 +413,28 @@ fn terraform_renders_exactly_what_webhook_config_prints() {
             min_timeout
         );
 
-        // What the command prints is a valid object for the oldest supported Kubernetes.
+        // What the command prints is a valid object for the oldest supported Kubernetes. An
+        // unknown kind is only a warning with exit status 0, so the "passed" line for this very
+        // object is required, not just the status.
         let yaml = scratch.path().join(format!("{name}.yaml"));
         std::fs::write(&yaml, registration::to_yaml(&rust)).unwrap();
-        run_ok(
+        let out = run_ok(
             &format!("kubernetes-validate {name}.yaml"),
             Command::new(&kubernetes_validate)
                 .args(["--strict", "--kubernetes-version", KUBERNETES_VERSION])
                 .arg(&yaml),
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let minor = KUBERNETES_VERSION.trim_end_matches(".0");
+        let want = format!(
+            "{} passed for resource mutatingwebhookconfiguration/{} against version {minor}",
+            yaml.display(),
+            rust["metadata"]["name"].as_str().unwrap()
+        );
+        assert!(
+            stdout.lines().any(|l| l.ends_with(&want)),
+            "{name}: the registration was not validated as a MutatingWebhookConfiguration (no line {want:?}):\n{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
         );
     }
 }

@@ -1,25 +1,23 @@
 # podmutator behind an internal ALB in an existing EKS cluster's VPC, registered with the cluster.
-# The endpoint accepts connections only from the cluster security group, which the EKS control
-# plane's network interfaces carry: the API server is the only client that can reach it.
+# The ALB admits HTTPS only from the control plane's dedicated security group (never the cluster
+# security group, which nodes and pods carry), and every URL carries the secret path token.
 #
 #   1. In the podmutator checkout:  cargo lambda build --release --arm64 --output-format zip
+#                                   scripts/lambda-artefact.sh   (prints the zip's base64 SHA-256)
 #   2. Here:                        cp terraform.tfvars.example terraform.tfvars  (and edit it)
 #   3.                              terraform init && terraform apply
 #
-# Copy this directory anywhere; point `source` at the module (a path, or a git URL with
-# //terraform?ref=<tag>) and lambda_zip_path at the zip.
+# Needs only the AWS provider; the registration is applied with kubectl and the deployer's own
+# credentials (modules/registration). Copy this directory anywhere and point the `source`s at
+# the module (a path, or a git URL with //terraform?ref=<tag>).
 
 terraform {
-  required_version = ">= 1.9"
+  required_version = ">= 1.11"
 
   required_providers {
     aws = {
       source  = "hashicorp/aws"
-      version = ">= 5.70"
-    }
-    kubernetes = {
-      source  = "hashicorp/kubernetes"
-      version = ">= 2.23"
+      version = ">= 5.100"
     }
   }
 }
@@ -44,16 +42,20 @@ variable "route53_zone_id" {
   type        = string
 }
 
-variable "subnet_ids" {
-  description = "Private subnets for the ALB (two or more AZs); empty uses the cluster's subnets."
-  type        = list(string)
-  default     = []
+variable "control_plane_security_group_id" {
+  description = "A security group that only the EKS control plane carries: one of the cluster's additional security groups (vpc_config.security_group_ids). Required; the cluster security group is refused (docs/deploy.md says how to create one)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^sg-[0-9a-f]+$", var.control_plane_security_group_id))
+    error_message = "control_plane_security_group_id must be a security group ID (sg-...)."
+  }
 }
 
-variable "control_plane_security_group_id" {
-  description = "An additional cluster security group that only the control plane carries (vpc_config.security_group_ids at cluster creation or update). Null falls back to the cluster security group, which managed node groups carry too."
-  type        = string
-  default     = null
+variable "subnet_ids" {
+  description = "Private subnets for the ALB, one per availability zone; empty picks the VPC's subnets tagged kubernetes.io/role/internal-elb, one per zone."
+  type        = list(string)
+  default     = []
 }
 
 variable "lambda_zip_path" {
@@ -62,36 +64,41 @@ variable "lambda_zip_path" {
   default     = "../../target/lambda/podmutator/bootstrap.zip"
 }
 
+variable "lambda_zip_base64sha256" {
+  description = "Its base64 SHA-256 (scripts/lambda-artefact.sh). The code is redeployed when this changes."
+  type        = string
+}
+
+variable "failure_policy" {
+  description = "Fail (default) or Ignore: the fail-open switch (docs/deploy.md, \"Fail open\")."
+  type        = string
+  default     = null
+}
+
 provider "aws" {
   region = var.region
 }
 
-data "aws_eks_cluster" "this" {
-  name = var.cluster_name
-}
+module "network" {
+  source = "../../terraform/modules/eks-network"
 
-# The registration is applied with the deployer's own cluster credentials.
-provider "kubernetes" {
-  host                   = data.aws_eks_cluster.this.endpoint
-  cluster_ca_certificate = base64decode(data.aws_eks_cluster.this.certificate_authority[0].data)
-  exec {
-    api_version = "client.authentication.k8s.io/v1beta1"
-    command     = "aws"
-    args        = ["eks", "get-token", "--cluster-name", var.cluster_name, "--region", var.region]
-  }
+  cluster_name                    = var.cluster_name
+  subnet_ids                      = var.subnet_ids
+  control_plane_security_group_id = var.control_plane_security_group_id
 }
 
 module "podmutator" {
   source = "../../terraform"
 
-  lambda_zip_path = var.lambda_zip_path
-  domain_name     = var.domain_name
-  route53_zone_id = var.route53_zone_id
+  lambda_zip_path         = var.lambda_zip_path
+  lambda_zip_base64sha256 = var.lambda_zip_base64sha256
+  domain_name             = var.domain_name
+  route53_zone_id         = var.route53_zone_id
 
-  endpoint                  = "alb"
-  vpc_id                    = data.aws_eks_cluster.this.vpc_config[0].vpc_id
-  subnet_ids                = length(var.subnet_ids) > 0 ? var.subnet_ids : tolist(data.aws_eks_cluster.this.vpc_config[0].subnet_ids)
-  cluster_security_group_id = coalesce(var.control_plane_security_group_id, data.aws_eks_cluster.this.vpc_config[0].cluster_security_group_id)
+  endpoint                        = "alb"
+  vpc_id                          = module.network.vpc_id
+  subnet_ids                      = module.network.subnet_ids
+  control_plane_security_group_id = module.network.control_plane_security_group_id
 
   # Flyte's webhook section; Embedded reads u__org__flyte__... secrets from Secrets Manager.
   webhook_config = {
@@ -102,9 +109,24 @@ module "podmutator" {
   allowed_usernames = ["system:serviceaccount:flyte:flytepropeller"]
 }
 
-output "webhook_url" {
-  value     = module.podmutator.webhook_url
-  sensitive = true
+# Applied last (it depends on the whole AWS module), deleted first.
+module "registration" {
+  source = "../../terraform/modules/registration"
+
+  registration     = module.podmutator.registration
+  failure_policy   = var.failure_policy
+  eks_cluster_name = var.cluster_name
+  eks_region       = var.region
+
+  depends_on = [module.podmutator]
+}
+
+output "webhook_base_url" {
+  value = module.podmutator.webhook_base_url
+}
+
+output "path_token_secret_arn" {
+  value = module.podmutator.path_token_secret_arn
 }
 
 output "function_name" {

@@ -1,26 +1,23 @@
 # podmutator behind an API Gateway HTTP API with a secret path token, registered with the
 # cluster. Use it only where the internal ALB cannot work: this endpoint is reachable from the
-# internet, and the generated token in the URL is all that keeps strangers from the secrets the
-# function can read (README, Deploy, "What each endpoint protects against").
+# internet, and the token in the URL is all that keeps strangers from the secrets the function
+# can read (docs/deploy.md, "What each endpoint protects against").
 #
 #   1. In the podmutator checkout:  cargo lambda build --release --arm64 --output-format zip
+#                                   scripts/lambda-artefact.sh   (prints the zip's base64 SHA-256)
 #   2. Here:                        cp terraform.tfvars.example terraform.tfvars  (and edit it)
 #   3.                              terraform init && terraform apply
 #
 # The token lives in Terraform state, in Secrets Manager and in the registration's URL: keep
-# the state encrypted and access to it as narrow as access to the secrets.
+# the state encrypted and access to it as narrow as access to the secrets. Plans never show it.
 
 terraform {
-  required_version = ">= 1.9"
+  required_version = ">= 1.11"
 
   required_providers {
     aws = {
       source  = "hashicorp/aws"
-      version = ">= 5.70"
-    }
-    kubernetes = {
-      source  = "hashicorp/kubernetes"
-      version = ">= 2.23"
+      version = ">= 5.100"
     }
   }
 }
@@ -51,31 +48,35 @@ variable "lambda_zip_path" {
   default     = "../../target/lambda/podmutator/bootstrap.zip"
 }
 
+variable "lambda_zip_base64sha256" {
+  description = "Its base64 SHA-256 (scripts/lambda-artefact.sh). The code is redeployed when this changes."
+  type        = string
+}
+
+variable "failure_policy" {
+  description = "Fail (default) or Ignore: the fail-open switch (docs/deploy.md, \"Fail open\")."
+  type        = string
+  default     = null
+}
+
+variable "alarm_topic_arns" {
+  description = "SNS topics for the alarms."
+  type        = list(string)
+  default     = []
+}
+
 provider "aws" {
   region = var.region
-}
-
-data "aws_eks_cluster" "this" {
-  name = var.cluster_name
-}
-
-provider "kubernetes" {
-  host                   = data.aws_eks_cluster.this.endpoint
-  cluster_ca_certificate = base64decode(data.aws_eks_cluster.this.certificate_authority[0].data)
-  exec {
-    api_version = "client.authentication.k8s.io/v1beta1"
-    command     = "aws"
-    args        = ["eks", "get-token", "--cluster-name", var.cluster_name, "--region", var.region]
-  }
 }
 
 module "podmutator" {
   source = "../../terraform"
 
-  lambda_zip_path = var.lambda_zip_path
-  domain_name     = var.domain_name
-  route53_zone_id = var.route53_zone_id
-  endpoint        = "http_api"
+  lambda_zip_path         = var.lambda_zip_path
+  lambda_zip_base64sha256 = var.lambda_zip_base64sha256
+  domain_name             = var.domain_name
+  route53_zone_id         = var.route53_zone_id
+  endpoint                = "http_api"
 
   webhook_config = {
     secretManagerTypes = ["Embedded"]
@@ -83,14 +84,23 @@ module "podmutator" {
   }
   allowed_usernames = ["system:serviceaccount:flyte:flytepropeller"]
 
-  # Bounds what guessing at the token costs; raise it if pod creation bursts are throttled.
-  api_throttling_burst_limit = 100
-  api_throttling_rate_limit  = 50
+  alarm_topic_arns  = var.alarm_topic_arns
+  dashboard_enabled = true
 }
 
-output "webhook_url" {
-  value     = module.podmutator.webhook_url
-  sensitive = true
+module "registration" {
+  source = "../../terraform/modules/registration"
+
+  registration     = module.podmutator.registration
+  failure_policy   = var.failure_policy
+  eks_cluster_name = var.cluster_name
+  eks_region       = var.region
+
+  depends_on = [module.podmutator]
+}
+
+output "webhook_base_url" {
+  value = module.podmutator.webhook_base_url
 }
 
 output "path_token_secret_arn" {
@@ -99,4 +109,8 @@ output "path_token_secret_arn" {
 
 output "function_name" {
   value = module.podmutator.function_name
+}
+
+output "dns_target_name" {
+  value = module.podmutator.dns_target_name
 }

@@ -40,7 +40,20 @@ SAME_DEFAULTS = {
     "ApiThrottlingBurstLimit": "api_throttling_burst_limit",
     "ApiThrottlingRateLimit": "api_throttling_rate_limit",
     "MeshLabelKey": "mesh_label_key",
+    "ReservedConcurrency": "reserved_concurrent_executions",
+    "Architecture": "architecture",
 }
+
+TOKEN_SHA256 = "0123456789abcdef" * 4
+
+
+def is_wildcard(v):
+    """True for "*" in either form a policy may hold it: the string or a list containing it."""
+    if isinstance(v, str):
+        return v.strip() == "*"
+    if isinstance(v, list):
+        return any(is_wildcard(x) for x in v)
+    return False
 
 
 class Evaluator:
@@ -63,6 +76,8 @@ class Evaluator:
     def ref(self, name):
         if name in self.params:
             return self.params[name]
+        if name == "AWS::StackId":
+            return "arn:aws:cloudformation:eu-west-1:123456789012:stack/podmutator/1a2b3c4d-0000-1111-2222-333344445555"
         if name in PSEUDO:
             return PSEUDO[name]
         if name == "AWS::NoValue":
@@ -107,6 +122,10 @@ class Evaluator:
                         return self.sub(a, {})
                     extra = {name: self.value(x) for name, x in a[1].items()}
                     return self.sub(a[0], extra)
+                if k == "Fn::Select":
+                    return self.value(a[1])[int(self.value(a[0]))]
+                if k == "Fn::Split":
+                    return str(self.value(a[1])).split(a[0])
                 if k == "Fn::GetAtt":
                     return f"<{a[0] if isinstance(a, list) else a}>"
             out = {}
@@ -143,7 +162,8 @@ def main():
     c.eq("template decodes", [str(m) for m in matches], [])
     base = defaults(template)
     base.update({"DomainName": "podmutator.example.com", "HostedZoneId": "Z0000000000000", "VpcId": "vpc-0123abcd",
-                 "SubnetIds": ["subnet-0123abcd", "subnet-4567abcd"], "ClusterSecurityGroupId": "sg-0123abcd"})
+                 "SubnetIds": ["subnet-0123abcd", "subnet-4567abcd"], "ControlPlaneSecurityGroupId": "sg-0123abcd",
+                 "PathTokenSha256": TOKEN_SHA256})
     healthz = expect["routes"]["healthz"]
     want_hooks = expected_webhooks(expect)
 
@@ -166,7 +186,13 @@ def main():
     c.eq("binary", fn["Metadata"].get("BuildProperties", {}).get("Binary"), "podmutator")
     c.eq("handler", props.get("Handler"), "bootstrap")
     c.eq("runtime", props.get("Runtime"), "provided.al2023")
-    c.eq("architectures", props.get("Architectures"), ["arm64"])
+    c.eq("architectures", props.get("Architectures"), [{"Ref": "Architecture"}])
+    c.eq("endpoint invokes the live alias (published versions)", props.get("AutoPublishAlias"), "live")
+    c.eq("reserved concurrency", props.get("ReservedConcurrentExecutions"), {"Ref": "ReservedConcurrency"})
+    c.eq("path token on by default", base["PathTokenEnabled"], "true")
+    for name, r in template["Resources"].items():
+        if r["Type"] == "AWS::Logs::LogGroup":
+            c.eq(f"{name} kept when the stack is deleted", (r.get("DeletionPolicy"), r.get("UpdateReplacePolicy")), ("Retain", "Retain"))
     c.eq("timeout", props.get("Timeout"), {"Ref": "LambdaTimeoutSeconds"})
     c.eq("memory", props.get("MemorySize"), {"Ref": "MemorySize"})
     c.eq("log group", props.get("LoggingConfig", {}).get("LogGroup"), {"Ref": "FunctionLogGroup"})
@@ -177,9 +203,9 @@ def main():
     )
 
     # --- every endpoint and mesh combination --------------------------------------------------
-    for endpoint, mesh, users in itertools.product(["alb", "http-api"], ["false", "true"], [[], ["system:serviceaccount:flyte:flytepropeller"]]):
-        ev = Evaluator(template, dict(base, EndpointType=endpoint, MeshEnabled=mesh, AllowedUsernames=users))
-        tag = f"[{endpoint}, mesh={mesh}, users={len(users)}]"
+    for endpoint, mesh, users, token_on in itertools.product(["alb", "http-api"], ["false", "true"], [[], ["system:serviceaccount:flyte:flytepropeller"]], ["true", "false"]):
+        ev = Evaluator(template, dict(base, EndpointType=endpoint, MeshEnabled=mesh, AllowedUsernames=users, PathTokenEnabled=token_on))
+        tag = f"[{endpoint}, mesh={mesh}, users={len(users)}, token={token_on}]"
         paths = registration_paths(registration, mesh == "true")
         routes = paths + [healthz]
 
@@ -192,7 +218,7 @@ def main():
         c.eq(f"{tag} config sections", sorted(config), ["embedded", "http", "mesh", "webhook"])
         c.eq(f"{tag} config deadline", config["embedded"].get("deadlineMs"), base["EmbeddedDeadlineMs"])
         c.eq(f"{tag} config mesh", config["mesh"], {"enabled": mesh == "true", "managedLabel": registration["meshLabelKey"]})
-        c.eq(f"{tag} config path token only behind API Gateway", "pathTokenSecretId" in config["http"], endpoint == "http-api")
+        c.eq(f"{tag} config http", config["http"], dict({"maxBodyBytes": base["MaxBodyBytes"]}, **({"pathTokenSha256": TOKEN_SHA256} if token_on == "true" else {})))
         c.eq(f"{tag} config allowedUsernames", config["embedded"].get("allowedUsernames", []), users)
         c.eq(f"{tag} config region", config["webhook"]["embeddedSecretManagerConfig"]["awsConfig"]["region"], PSEUDO["AWS::Region"])
 
@@ -201,46 +227,61 @@ def main():
         c.eq(f"{tag} WebhookUrl output", ev.value(outputs["WebhookUrl"]["Value"]), "https://" + base["DomainName"])
 
         resources = {k: r for k, r in template["Resources"].items() if ev.exists(k)}
+        perms = {k: ev.value(r["Properties"]) for k, r in resources.items() if r["Type"] == "AWS::Lambda::Permission"}
+        c.eq(f"{tag} one invoke permission", len(perms), 1)
+        for k, perm in perms.items():
+            c.true(f"{tag} {k} carries SourceArn", bool(perm.get("SourceArn")), str(perm))
+            c.true(f"{tag} {k} SourceArn is not a wildcard", not is_wildcard(perm.get("SourceArn")))
+            c.eq(f"{tag} {k} invokes the live alias", perm.get("FunctionName"), "<Function.Alias>")
+        prefix = "/{token}" if token_on == "true" else ""
         if endpoint == "alb":
-            rule = ev.value(resources["RoutesRule"]["Properties"])
-            values = [v for cnd in rule["Conditions"] for v in cnd["PathPatternConfig"]["Values"]]
-            c.eq(f"{tag} ALB forwards exactly the routes", values, routes)
+            listener = ev.value(resources["HttpsListener"]["Properties"])
+            c.eq(f"{tag} ALB catch-all default action forwards to the function", listener["DefaultActions"], [{"Type": "forward", "TargetGroupArn": "<TargetGroup>"}])
+            c.true(f"{tag} no listener rules (the token would be readable in them)", not any(r["Type"] == "AWS::ElasticLoadBalancingV2::ListenerRule" for r in resources.values()))
+            tg = ev.value(resources["TargetGroup"]["Properties"])
+            c.eq(f"{tag} target is the live alias", tg["Targets"], [{"Id": "<Function.Alias>"}])
+            c.eq(f"{tag} health check answer", tg["Matcher"]["HttpCode"], "404" if token_on == "true" else "200")
+            src = perms["AlbInvokePermission"].get("SourceArn")
+            c.eq(f"{tag} ALB permission SourceArn names this stack's target group", src, f"arn:aws:elasticloadbalancing:eu-west-1:123456789012:targetgroup/{tg['Name']}/*")
             c.true(f"{tag} no API Gateway", not any(r["Type"].startswith("AWS::ApiGatewayV2") for r in resources.values()))
         else:
             keys = sorted(ev.value(r["Properties"])["RouteKey"] for r in resources.values() if r["Type"] == "AWS::ApiGatewayV2::Route")
-            want = sorted([f"POST /{{token}}{p}" for p in paths] + [f"GET /{{token}}{healthz}"])
+            want = sorted([f"POST {prefix}{p}" for p in paths] + [f"GET {prefix}{healthz}"])
             c.eq(f"{tag} API routes", keys, want)
             c.true(f"{tag} no load balancer", "LoadBalancer" not in resources)
+            integ = ev.value(resources["HttpApiIntegration"]["Properties"])
+            c.true(f"{tag} integration timeout below the webhook timeout", integ["TimeoutInMillis"] < min_timeout * 1000)
+            c.true(
+                f"{tag} integration timeout above the largest Lambda timeout",
+                integ["TimeoutInMillis"] > int(template["Parameters"]["LambdaTimeoutSeconds"]["MaxValue"]) * 1000,
+            )
+            c.true(f"{tag} API permission SourceArn is the API's execution ARN", perms["HttpApiInvokePermission"].get("SourceArn", "").endswith(":<HttpApi>/*"))
 
         role = ev.value(resources["FunctionRole"]["Properties"])
         stmts = [s for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
         actions = [a for s in stmts for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
         c.true(f"{tag} no wildcard actions", not any("*" in a for a in actions), str(actions))
-        c.true(f"{tag} only the expected actions", set(actions) <= ALLOWED_ACTIONS, str(sorted(set(actions) - ALLOWED_ACTIONS)))
         for s in stmts:
-            if s["Resource"] == "*":
-                c.eq(f"{tag} {s['Sid']} on * is BatchGetSecretValue only", s["Action"], "secretsmanager:BatchGetSecretValue")
+            if is_wildcard(s["Resource"]):
+                c.eq(f"{tag} {s['Sid']} on * (string or list form) is BatchGetSecretValue only", s["Action"], "secretsmanager:BatchGetSecretValue")
+        c.true(f"{tag} only the expected actions", set(actions) <= ALLOWED_ACTIONS, str(sorted(set(actions) - ALLOWED_ACTIONS)))
         by_sid = {s["Sid"]: s for s in stmts}
         c.eq(
             f"{tag} GetSecretValue on the org prefix",
             by_sid["ReadOrgSecrets"]["Resource"],
             "arn:aws:secretsmanager:eu-west-1:123456789012:secret:u__org__flyte__*",
         )
-        c.eq(f"{tag} path token readable only behind API Gateway", "ReadPathToken" in by_sid, endpoint == "http-api")
+        c.true(f"{tag} the role cannot read the path token", "ReadPathToken" not in by_sid and "PathToken" not in json.dumps(role))
 
     # --- endpoint hardening ------------------------------------------------------------------
     r = template["Resources"]
     c.eq("ALB is internal", r["LoadBalancer"]["Properties"].get("Scheme"), "internal")
     c.eq("ALB listener", (r["HttpsListener"]["Properties"]["Protocol"], r["HttpsListener"]["Properties"]["Port"]), ("HTTPS", 443))
     c.eq("ALB TLS policy", r["HttpsListener"]["Properties"]["SslPolicy"], {"Ref": "AlbSslPolicy"})
-    c.eq(
-        "ALB default action answers 404",
-        r["HttpsListener"]["Properties"]["DefaultActions"][0]["FixedResponseConfig"]["StatusCode"],
-        "404",
-    )
     c.eq("one listener", [k for k, v in r.items() if v["Type"] == "AWS::ElasticLoadBalancingV2::Listener"], ["HttpsListener"])
     ingress = r["AlbSecurityGroup"]["Properties"]["SecurityGroupIngress"]
-    c.eq("ingress only from the cluster security group", [i.get("SourceSecurityGroupId") for i in ingress], [{"Ref": "ClusterSecurityGroupId"}])
+    c.eq("ingress only from the control plane's security group", [i.get("SourceSecurityGroupId") for i in ingress], [{"Ref": "ControlPlaneSecurityGroupId"}])
+    c.true("no ClusterSecurityGroupId parameter (never the cluster SG)", "ClusterSecurityGroupId" not in template["Parameters"])
     c.eq("ingress port", [(i["IpProtocol"], i["FromPort"], i["ToPort"]) for i in ingress], [("tcp", 443, 443)])
     c.eq(
         "egress matches nothing",
@@ -254,16 +295,15 @@ def main():
     c.eq("API throttling", sorted(stage["DefaultRouteSettings"]), ["DetailedMetricsEnabled", "ThrottlingBurstLimit", "ThrottlingRateLimit"])
     c.true("access logs never record the path (it holds the token)", "$context.path" not in stage["AccessLogSettings"]["Format"])
     c.eq("custom domain TLS policy", r["ApiDomain"]["Properties"]["DomainNameConfigurations"][0]["SecurityPolicy"], "TLS_1_2")
-    gen = r["PathTokenSecret"]["Properties"]["GenerateSecretString"]
-    c.true("path token has at least 32 characters", gen["PasswordLength"] >= 32)
-    c.eq("path token is letters and digits", (gen.get("ExcludePunctuation"), gen.get("IncludeSpace")), (True, False))
+    c.eq("token hash parameter is 64 lowercase hex digits", template["Parameters"]["PathTokenSha256"]["AllowedPattern"], "^([0-9a-f]{64})?$")
+    c.true("no Secrets Manager secret in the stack holds a token", not any(v["Type"] == "AWS::SecretsManager::Secret" for v in r.values()))
     c.eq("certificate validated by DNS", r["Certificate"]["Properties"]["ValidationMethod"], "DNS")
     c.eq("secrets webhook name is Flyte's", list(want_hooks)[0], registration["webhooks"][0]["name"])
 
-    # --- README.md documents every parameter and output ---------------------------------
-    docs = (root / "README.md").read_text(encoding="utf-8")
+    # --- docs/deploy.md documents every parameter and output -------------------------------
+    docs = (root / "docs" / "deploy.md").read_text(encoding="utf-8")
     for name in list(template["Parameters"]) + list(template["Outputs"]):
-        c.true(f"README.md documents {name}", f"`{name}`" in docs)
+        c.true(f"docs/deploy.md documents {name}", f"`{name}`" in docs)
     c.finish()
 
 

@@ -31,11 +31,12 @@ TLS12_PLUS_POLICIES = {
 
 def load_module(directory):
     """All top-level blocks of a module, merged: {"resource": {type: {name: body}}, ...}."""
-    merged = {"resource": {}, "data": {}, "variable": {}, "locals": {}, "module": {}, "output": {}}
+    merged = {"resource": {}, "data": {}, "ephemeral": {}, "variable": {}, "locals": {}, "module": {}, "output": {}, "terraform": []}
     for path in sorted(pathlib.Path(directory).glob("*.tf")):
         with open(path, encoding="utf-8") as f:
             doc = hcl2.load(f, serialization_options=OPTS)
-        for kind in ("resource", "data"):
+        merged["terraform"].extend(doc.get("terraform", []))
+        for kind in ("resource", "data", "ephemeral"):
             for block in doc.get(kind, []):
                 for rtype, by_name in block.items():
                     merged[kind].setdefault(rtype, {}).update(by_name)
@@ -59,6 +60,27 @@ def statements(policy_document):
         for _, body in dyn.items():
             out.extend(body.get("content", []))
     return out
+
+
+def is_wildcard(v):
+    """True for "*" in either form the HCL may hold it: the string or a list containing it."""
+    if isinstance(v, str):
+        return v.strip() == "*"
+    if isinstance(v, list):
+        return any(is_wildcard(x) for x in v)
+    return False
+
+
+def required_providers(mod):
+    out = {}
+    for t in mod["terraform"]:
+        for rp in t.get("required_providers", []):
+            out.update(rp)
+    return out
+
+
+def lambda_permissions(mod):
+    return mod["resource"].get("aws_lambda_permission", {})
 
 
 def main():
@@ -148,7 +170,8 @@ def main():
     fn = res["aws_lambda_function"]["this"]
     c.eq("function handler", fn.get("handler"), "bootstrap")
     c.eq("function runtime", fn.get("runtime"), "provided.al2023")
-    c.eq("function architectures", fn.get("architectures"), ["arm64"])
+    c.eq("function architectures", fn.get("architectures"), ["${var.architecture}"])
+    c.eq("architecture default", var.get("architecture"), "arm64")
     c.eq("function timeout", fn.get("timeout"), "${var.lambda_timeout_seconds}")
     c.eq("function memory", fn.get("memory_size"), "${var.memory_size}")
     c.eq("memory default", var.get("memory_size"), 256)
@@ -164,16 +187,25 @@ def main():
         True,
     )
     env = one(fn, "environment")["variables"]
-    c.true(
-        "function reads its config from PODMUTATOR_CONFIG",
-        "PODMUTATOR_CONFIG = jsonencode(local.function_config)" in env,
-        env,
-    )
-    c.true(
-        "rotating the path token replaces warm instances",
-        "aws_secretsmanager_secret_version.path_token[*].version_id" in env,
-        env,
-    )
+    c.eq("the environment is PODMUTATOR_CONFIG alone", env, {"PODMUTATOR_CONFIG": "${jsonencode(local.function_config)}"})
+    c.true("function config carries the token's hash, not a secret id", "pathTokenSha256 = local.path_token_sha256" in tf["locals"]["function_config"]["http"] and "pathTokenSecretId" not in json.dumps(tf["locals"]), tf["locals"]["function_config"]["http"])
+    c.true("the hash is SHA-256 of the stored token", tf["locals"]["path_token_sha256"] == "${var.path_token_enabled ? nonsensitive(sha256(local.path_token)) : null}", tf["locals"]["path_token_sha256"])
+    c.eq("path token on by default", var.get("path_token_enabled"), True)
+    c.true("token generated without the random provider, never in a plan (ephemeral, write-only)",
+           "aws_secretsmanager_random_password" in tf["ephemeral"] and "secret_string_wo" in res["aws_secretsmanager_secret_version"]["path_token"],
+           str(list(tf["ephemeral"])))
+    c.eq("the AWS module needs only the AWS provider", sorted(required_providers(tf)), ["aws"])
+    c.eq("the registration module needs no provider", sorted(required_providers(load_module(root / "terraform" / "modules" / "registration"))), [])
+    text = "".join(p.read_text() for p in (root / "terraform").rglob("*.tf"))
+    c.true("no file hash at plan time (filebase64sha256 / filesha256)", "filebase64sha256(" not in text and "filesha256(" not in text)
+    c.eq("code hash from a variable", fn.get("source_code_hash"), "${var.lambda_zip_base64sha256}")
+    c.eq("versions published", fn.get("publish"), True)
+    c.eq("reserved concurrency default is small and set", var.get("reserved_concurrent_executions"), 20)
+    c.eq("role name is a prefix (unique per deployment)", "name" in res["aws_iam_role"]["function"], False)
+    c.eq("role permissions boundary", res["aws_iam_role"]["function"].get("permissions_boundary"), "${var.permissions_boundary_arn}")
+    for name, lg in res["aws_cloudwatch_log_group"].items():
+        c.eq(f"log group {name} kept on destroy", lg.get("skip_destroy"), "${var.retain_log_groups}")
+    c.eq("log groups kept by default", var.get("retain_log_groups"), True)
     log_group = res["aws_cloudwatch_log_group"]["function"]
     c.eq("function log group retention", log_group.get("retention_in_days"), "${var.log_retention_days}")
     c.eq("function logs go to that group", one(fn, "logging_config").get("log_group"), "${aws_cloudwatch_log_group.function.name}")
@@ -183,6 +215,9 @@ def main():
     stmts = statements(policy)
     actions = [a for s in stmts for a in s.get("actions", [])]
     c.true("no wildcard actions", not any("*" in a for a in actions), str(actions))
+    for s in stmts:
+        if is_wildcard(s.get("resources")):
+            c.eq(f"statement {s.get('sid')} on * (string or list form) is BatchGetSecretValue only", s.get("actions"), ["secretsmanager:BatchGetSecretValue"])
     c.true("only the expected actions", set(actions) <= ALLOWED_ACTIONS, str(sorted(set(actions) - ALLOWED_ACTIONS)))
     c.true("no NotAction / NotResource", not any("not_actions" in s or "not_resources" in s for s in stmts))
     by_sid = {s.get("sid"): s for s in stmts}
@@ -196,28 +231,28 @@ def main():
     c.eq("secret org default", var.get("secret_org"), "flyte")
     batch = by_sid.get("BatchReadSecrets", {})
     c.eq("BatchGetSecretValue stands alone (it is granted on *)", batch.get("actions"), ["secretsmanager:BatchGetSecretValue"])
-    for s in stmts:
-        if s.get("resources") == ["*"]:
-            c.eq(f"statement {s.get('sid')} on * is BatchGetSecretValue only", s.get("actions"), ["secretsmanager:BatchGetSecretValue"])
     kms = by_sid.get("DecryptSecretsThroughSecretsManager", {})
     c.eq("kms:Decrypt only through Secrets Manager", one(kms, "condition").get("variable") if kms else None, "kms:ViaService")
 
     # --- endpoint: routes the registration calls, and nothing else ----------------------------
     c.eq("routes local", tf["locals"].get("routes"), '${concat(module.webhook_config.paths, ["' + expect["routes"]["healthz"] + '"])}')
-    rule = res["aws_lb_listener_rule"]["routes"]
-    c.eq("ALB forwards exactly the routes", one(one(rule, "condition"), "path_pattern").get("values"), "${local.routes}")
-    c.eq("ALB rule forwards to the function", one(rule, "action").get("type"), "forward")
+    c.true("no listener rules (the token would be readable in them)", "aws_lb_listener_rule" not in res)
     listener = res["aws_lb_listener"]["https"]
     c.eq("ALB listener protocol", listener.get("protocol"), "HTTPS")
     c.eq("ALB listener port", listener.get("port"), 443)
-    c.eq("ALB default action answers 404", one(one(listener, "default_action"), "fixed_response").get("status_code"), "404")
+    c.eq("ALB catch-all default action forwards to the function", (one(listener, "default_action").get("type"), one(listener, "default_action").get("target_group_arn")), ("forward", "${aws_lb_target_group.function[0].arn}"))
     c.eq("no HTTP listener", sorted(res["aws_lb_listener"]), ["https"])
     c.true("ALB TLS policy is TLS 1.2+", var.get("alb_ssl_policy") in TLS12_PLUS_POLICIES, str(var.get("alb_ssl_policy")))
     c.eq("ALB is internal", res["aws_lb"]["this"].get("internal"), True)
     ingress = res.get("aws_vpc_security_group_ingress_rule", {})
-    c.eq("one ingress rule", list(ingress), ["alb_from_cluster"])
-    rule_in = ingress.get("alb_from_cluster", {})
-    c.eq("ingress only from the cluster security group", rule_in.get("referenced_security_group_id"), "${var.cluster_security_group_id}")
+    c.eq("one ingress rule", list(ingress), ["alb_from_control_plane"])
+    rule_in = ingress.get("alb_from_control_plane", {})
+    c.eq("ingress only from the control plane's security group", rule_in.get("referenced_security_group_id"), "${var.control_plane_security_group_id}")
+    c.true("no cluster_security_group_id input (never the cluster SG)", "cluster_security_group_id" not in var)
+    c.true("security group and target group names are prefixes, replaced before destroy",
+           all("name_prefix" in r and one(r, "lifecycle").get("create_before_destroy") is True for r in (res["aws_security_group"]["alb"], res["aws_lb_target_group"]["function"])))
+    pre = [p["condition"] for p in one(res["aws_lb"]["this"], "lifecycle").get("precondition", [])]
+    c.true("ALB subnets checked: one per availability zone", any("distinct(data.aws_subnet.alb[*].availability_zone)" in p for p in pre), str(pre))
     c.eq("ingress port", (rule_in.get("from_port"), rule_in.get("to_port"), rule_in.get("ip_protocol")), (443, 443, "tcp"))
     c.true("no CIDR ingress", "cidr_ipv4" not in rule_in and "cidr_ipv6" not in rule_in)
     c.true("no egress rules", "aws_vpc_security_group_egress_rule" not in res and "egress" not in res["aws_security_group"]["alb"])
@@ -229,7 +264,7 @@ def main():
     )
 
     api_routes = tf["locals"].get("api_routes", "")
-    c.true("API routes put the token first", "/{token}${p}" in api_routes, api_routes)
+    c.true("API routes put the token first", '"/{token}"' in api_routes and "${p}" in api_routes, api_routes)
     c.true("API routes: GET for healthz, POST otherwise", '"GET" : "POST"' in api_routes, api_routes)
     c.eq("API routes from local.routes", res["aws_apigatewayv2_route"]["routes"].get("for_each"), "${local.use_api ? local.api_routes : {}}")
     c.eq("execute-api endpoint disabled", res["aws_apigatewayv2_api"]["this"].get("disable_execute_api_endpoint"), True)
@@ -243,9 +278,22 @@ def main():
         one(res["aws_apigatewayv2_domain_name"]["this"], "domain_name_configuration").get("security_policy"),
         "TLS_1_2",
     )
-    token = res["random_password"]["path_token"]
-    c.true("path token has at least 32 characters", token.get("length", 0) >= 32)
-    c.eq("path token is letters and digits", token.get("special"), False)
+    c.true("integration timeout checked against the webhook timeout", any("min_timeout_seconds * 1000" in p["condition"] for p in one(res["aws_apigatewayv2_integration"]["function"], "lifecycle").get("precondition", [])))
+    c.eq("integration invokes the live alias", res["aws_apigatewayv2_integration"]["function"].get("integration_uri"), "${aws_lambda_alias.live.invoke_arn}")
+    c.eq("API throttling default burst", var.get("api_throttling_burst_limit"), 5000)
+    c.eq("API throttling default rate", var.get("api_throttling_rate_limit"), 2000)
+    token = tf["ephemeral"]["aws_secretsmanager_random_password"]["path_token"]
+    c.true("path token has at least 32 characters", token.get("password_length", 0) >= 32)
+    c.eq("path token is letters and digits", (token.get("exclude_punctuation"), token.get("include_space")), (True, False))
+
+    # --- every invoke permission is scoped by SourceArn, on the alias --------------------------
+    for mod_name, mod in [("terraform", tf)] + [(f"modules/{d.name}", load_module(d)) for d in sorted((root / "terraform" / "modules").iterdir())]:
+        for name, perm in lambda_permissions(mod).items():
+            c.true(f"{mod_name}: aws_lambda_permission.{name} has source_arn", bool(perm.get("source_arn")), str(perm))
+            c.true(f"{mod_name}: aws_lambda_permission.{name} source_arn is not a wildcard", not is_wildcard(perm.get("source_arn")))
+    c.true("there are invoke permissions to check", len(lambda_permissions(tf)) == 2)
+    for name, perm in lambda_permissions(tf).items():
+        c.eq(f"aws_lambda_permission.{name} on the live alias", perm.get("qualifier"), "${aws_lambda_alias.live.name}")
     c.eq("ACM validates by DNS", res["aws_acm_certificate"]["this"].get("validation_method"), "DNS")
 
     # --- registration wiring: the root feeds the renderer what `webhook-config` takes ---------
@@ -253,30 +301,39 @@ def main():
     c.eq("renderer source", mod.get("source"), "./modules/webhook-config")
     c.true("renderer reads registration.json", "registration.json" in mod.get("registration_json", ""), mod.get("registration_json", ""))
     c.eq("renderer url", mod.get("url"), "https://${var.domain_name}")
-    c.eq("renderer path token", mod.get("path_token"), "${one(random_password.path_token[*].result)}")
-    for arg, variable in [
-        ("ca_bundle_pem", "ca_bundle_pem"),
-        ("mesh_enabled", "mesh_enabled"),
-        ("mesh_label_key", "mesh_label_key"),
-        ("failure_policy", "failure_policy"),
-        ("timeout_seconds", "timeout_seconds"),
-        ("name", "webhook_configuration_name"),
-    ]:
-        c.eq(f"renderer {arg}", mod.get(arg), "${var.%s}" % variable)
-    manifest = res["kubernetes_manifest"]["webhook"]
-    c.eq("registered object is the rendered one", manifest.get("manifest"), "${module.webhook_config.manifest}")
-    deps = manifest.get("depends_on", [])
-    for d in ["aws_lambda_function.this", "aws_lb_listener_rule.routes", "aws_apigatewayv2_route.routes"]:
-        c.true(f"registration depends on {d} (created after, destroyed before)", "${%s}" % d in deps, str(deps))
+    c.true("the AWS module's renderer gets no token", "path_token" not in mod)
+    reg = load_module(root / "terraform" / "modules" / "registration")
+    rmod = reg["module"]["webhook_config"]
+    c.eq("registration renders with the token", rmod.get("path_token"), "${var.registration.path_token}")
+    c.eq("registration failure_policy", rmod.get("failure_policy"), "${var.failure_policy}")
+    c.eq("registration input is sensitive", reg["variable"]["registration"].get("sensitive"), True)
+    data = reg["resource"]["terraform_data"]["registration"]
+    provs = data.get("provisioner", [])
+    create = [p["local-exec"] for p in provs if "local-exec" in p and p["local-exec"].get("when") is None]
+    c.true("registration applied server-side with --force-conflicts", create and "--server-side --force-conflicts" in create[0]["command"], str(create))
+    c.true("the manifest travels only in a (sensitive) environment variable", create and create[0].get("environment", {}).get("MANIFEST") == "${jsonencode(local.applied)}")
+    c.eq("registration replaced before destroy", one(data, "lifecycle").get("create_before_destroy"), True)
+    c.true("no kubernetes_manifest resource anywhere (it prints the token in plans)", "resource \"kubernetes_manifest\"" not in text)
+    for ex in ("alb", "http-api"):
+        exm = load_module(root / "examples" / ex)
+        c.eq(f"examples/{ex} needs only the AWS provider", sorted(required_providers(exm)), ["aws"])
+        c.eq(f"examples/{ex}: registration after the AWS module", exm["module"]["registration"].get("depends_on"), ["${module.podmutator}"])
+    alb_ex = load_module(root / "examples" / "alb")
+    c.true("examples/alb requires the control plane's security group (no default)", "default" not in alb_ex["variable"]["control_plane_security_group_id"])
+    c.true("examples/alb never falls back to the cluster security group", "cluster_security_group_id" not in (root / "examples" / "alb" / "main.tf").read_text())
+    net = load_module(root / "terraform" / "modules" / "eks-network")
+    pre = [p["condition"] for p in net["output"]["control_plane_security_group_id"].get("precondition", [])]
+    c.true("eks-network refuses the cluster security group", "${local.control_plane_sg != local.cluster_security_group_id}" in pre, str(pre))
     mesh_config = tf["locals"]["function_config"]["mesh"]
     c.true("function config turns mesh on with the registration", "enabled = var.mesh_enabled" in mesh_config, mesh_config)
     c.true("function config uses the registration's mesh label", "managedLabel = var.mesh_label_key" in mesh_config, mesh_config)
 
-    # --- README.md documents every variable and output ----------------------------------
-    docs = (root / "README.md").read_text(encoding="utf-8")
-    for kind in ("variable", "output"):
-        for name in tf[kind]:
-            c.true(f"README.md documents {kind} {name}", f"`{name}`" in docs)
+    # --- docs/deploy.md documents every variable and output --------------------------------
+    docs = (root / "docs" / "deploy.md").read_text(encoding="utf-8")
+    for mod_name, mod in [("terraform", tf), ("registration", reg), ("eks-network", net)]:
+        for kind in ("variable", "output"):
+            for name in mod[kind]:
+                c.true(f"docs/deploy.md documents {mod_name} {kind} {name}", f"`{name}`" in docs)
 
     with open(facts_out, "w", encoding="utf-8") as f:
         json.dump({"defaults": var}, f)

@@ -29,7 +29,7 @@ class Checks:
     def true(self, what, cond, detail=""):
         self.count += 1
         if not cond:
-            self.failures.append(f"{what}{': ' + detail if detail else ''}")
+            self.failures.append(f"{what}{': ' + str(detail) if detail else ''}")
 
     def finish(self):
         if self.failures:

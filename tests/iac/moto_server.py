@@ -1,0 +1,111 @@
+"""moto's server on 127.0.0.1 for tests/terraform_apply.rs, with the stubs moto needs here.
+
+Usage: python moto_server.py PORT
+
+Stubs, and only these: moto's API Gateway v2 domain names come back without three attributes
+that the real service fills in and the Terraform AWS provider reads:
+  - domainNameConfigurations[].domainNameStatus: the provider waits for AVAILABLE after
+    CreateDomainName;
+  - domainNameConfigurations[].apiGatewayDomainName and .hostedZoneId: the alias target of the
+    endpoint's Route 53 record (outputs dns_target_name / dns_target_zone_id).
+They are filled in when absent. moto also returns "mutualTlsAuthentication": {} for a domain
+created without it, where the service omits the key; the provider then plans to remove an empty
+block on every run, so the empty object is dropped.
+And moto's security group rules report a description only for CIDR rules; a rule that
+references a group loses it, and the provider then plans to set it again on every run. The
+description of the referenced-group pair is reported.
+And moto's EKS clusters echo resourcesVpcConfig as sent: the service adds the VPC ID and the
+cluster security group it creates, which modules/eks-network reads. The VPC is taken from the
+first subnet and a cluster security group is created in it, as EKS does.
+And moto's Lambda functions drop LoggingConfig (log format, log group, levels): GetFunction
+returns none, so every plan would show the module's logging_config as a change. It is kept from
+CreateFunction / UpdateFunctionConfiguration and returned. Everything else is moto as released.
+"""
+
+import hashlib
+import sys
+
+from moto.apigatewayv2 import models as apigwv2
+
+# API Gateway's regional hosted zone in us-east-1 (the region the tests use).
+REGIONAL_ZONE = "Z1UJRXOUMOOFQ8"
+
+
+def _with_stubs(to_json):
+    def wrapper(self, *args, **kwargs):
+        d = to_json(self, *args, **kwargs)
+        suffix = hashlib.sha256(self.domain_name.encode()).hexdigest()[:10]
+        for c in d.get("domainNameConfigurations") or []:
+            c.setdefault("domainNameStatus", "AVAILABLE")
+            c.setdefault("apiGatewayDomainName", f"d-{suffix}.execute-api.us-east-1.amazonaws.com")
+            c.setdefault("hostedZoneId", REGIONAL_ZONE)
+        if not d.get("mutualTlsAuthentication"):
+            d.pop("mutualTlsAuthentication", None)
+        return d
+
+    return wrapper
+
+
+apigwv2.DomainName.to_json = _with_stubs(apigwv2.DomainName.to_json)
+
+from moto.awslambda import models as awslambda  # noqa: E402
+
+_init = awslambda.LambdaFunction.__init__
+_get_configuration = awslambda.LambdaFunction.get_configuration
+_update_configuration = awslambda.LambdaFunction.update_configuration
+
+
+def _init_keeping_logging(self, account_id, spec, *args, **kwargs):
+    _init(self, account_id, spec, *args, **kwargs)
+    self._stub_logging_config = spec.get("LoggingConfig")
+
+
+def _configuration_with_logging(self, *args, **kwargs):
+    config = _get_configuration(self, *args, **kwargs)
+    if getattr(self, "_stub_logging_config", None):
+        config.setdefault("LoggingConfig", self._stub_logging_config)
+    return config
+
+
+def _update_keeping_logging(self, updates):
+    if "LoggingConfig" in updates:
+        self._stub_logging_config = updates["LoggingConfig"]
+    return _update_configuration(self, updates)
+
+
+awslambda.LambdaFunction.__init__ = _init_keeping_logging
+awslambda.LambdaFunction.get_configuration = _configuration_with_logging
+awslambda.LambdaFunction.update_configuration = _update_keeping_logging
+
+from moto.ec2.models import security_groups as ec2_sg  # noqa: E402
+
+
+def _rule_description(self):
+    return self.ip_range.get("Description") or (self.source_group or {}).get("Description")
+
+
+ec2_sg.SecurityGroupRule.description = property(_rule_description)
+
+from moto.ec2.models import ec2_backends  # noqa: E402
+from moto.eks import models as eks  # noqa: E402
+
+_cluster_init = eks.Cluster.__init__
+
+
+def _cluster_with_vpc(self, name, role_arn, resources_vpc_config, account_id, region_name, *args, **kwargs):
+    _cluster_init(self, name, role_arn, resources_vpc_config, account_id, region_name, *args, **kwargs)
+    cfg = self.resources_vpc_config
+    subnets = cfg.get("subnetIds") or []
+    if subnets and "vpcId" not in cfg:
+        ec2 = ec2_backends[account_id][region_name]
+        vpc_id = ec2.get_subnet(subnets[0]).vpc_id
+        sg = ec2.create_security_group(f"eks-cluster-sg-{name}", "EKS created security group", vpc_id=vpc_id)
+        cfg["vpcId"] = vpc_id
+        cfg["clusterSecurityGroupId"] = sg.id
+
+
+eks.Cluster.__init__ = _cluster_with_vpc
+
+from moto.server import main  # noqa: E402
+
+sys.exit(main(["-H", "127.0.0.1", "-p", sys.argv[1]]))
