@@ -1,0 +1,323 @@
+//! `docs/configuration.md` against the configuration types, in both directions, so the document
+//! cannot drift from the code:
+//!
+//! - every key of `podmutator::Config::default()`, serialised to JSON, is a table row whose first
+//!   cell is its full dotted path in backticks (each top-level section is a `## `-heading
+//!   instead, and a row only when the section is a map); objects are rows too, and the walk stops at a key whose type cell says `map` or
+//!   names a Kubernetes type (their keys are the user's or Kubernetes');
+//! - every row names a real key (or a key under such a map, like `mutators.<id>.required`), once;
+//! - every backticked dotted path in any table cell that starts with a section name is a real key;
+//! - each row's type agrees with the JSON value, "unset" is written exactly for the keys whose
+//!   default is absent, and a default cell that starts with a literal starts with the real
+//!   default.
+//!
+//! Only the public `podmutator::Config` API is used.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+const DOC: &str = "docs/configuration.md";
+
+struct Row {
+    line: usize,
+    key: String,
+    ty: String,
+    default: String,
+    cells: Vec<String>,
+}
+
+fn doc() -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DOC);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+/// Splits a Markdown table line into trimmed cells; a `|` inside backticks is not a separator.
+fn cells(line: &str) -> Vec<String> {
+    let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
+    let mut out = vec![String::new()];
+    let mut in_code = false;
+    for c in inner.chars() {
+        match c {
+            '`' => {
+                in_code = !in_code;
+                out.last_mut().unwrap().push(c);
+            }
+            '|' if !in_code => out.push(String::new()),
+            c => out.last_mut().unwrap().push(c),
+        }
+    }
+    out.iter().map(|c| c.trim().to_owned()).collect()
+}
+
+/// The text between each pair of backticks.
+fn backticked(s: &str) -> Vec<&str> {
+    s.split('`').skip(1).step_by(2).collect()
+}
+
+fn rows(doc: &str) -> Vec<Row> {
+    let mut out = Vec::new();
+    for (i, line) in doc.lines().enumerate() {
+        if !line.trim_start().starts_with('|') {
+            continue;
+        }
+        let cells = cells(line);
+        if cells[0] == "key" || cells[0].starts_with("---") {
+            continue;
+        }
+        assert_eq!(
+            cells.len(),
+            4,
+            "{DOC}:{}: a row has 4 cells (key | type | default | meaning): {line}",
+            i + 1
+        );
+        let key = match backticked(&cells[0]).as_slice() {
+            [k] if cells[0] == format!("`{k}`") => (*k).to_owned(),
+            _ => panic!(
+                "{DOC}:{}: the key cell must be one backticked dotted path, got {:?}",
+                i + 1,
+                cells[0]
+            ),
+        };
+        out.push(Row {
+            line: i + 1,
+            key,
+            ty: cells[1].clone(),
+            default: cells[2].clone(),
+            cells,
+        });
+    }
+    out
+}
+
+/// A map or a Kubernetes object: its keys are not ours to document.
+fn opaque(ty: &str) -> bool {
+    ty.starts_with("map") || ty.starts_with("Kubernetes")
+}
+
+/// Every key path of `v` under `prefix`, stopping at opaque keys.
+fn walk<'a>(
+    v: &'a Value,
+    prefix: &str,
+    stop: &BTreeSet<String>,
+    out: &mut BTreeMap<String, &'a Value>,
+) {
+    let Value::Object(m) = v else { return };
+    for (k, child) in m {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        out.insert(path.clone(), child);
+        if !stop.contains(&path) {
+            walk(child, &path, stop, out);
+        }
+    }
+}
+
+/// How a default is written in the table: strings bare or quoted, anything else as JSON.
+fn renders(v: &Value, literal: &str) -> bool {
+    match v {
+        Value::String(s) => literal == s || literal == serde_json::to_string(s).unwrap(),
+        v => literal == serde_json::to_string(v).unwrap(),
+    }
+}
+
+fn type_agrees(ty: &str, v: &Value) -> Result<(), String> {
+    let first = ty.split_whitespace().next().unwrap_or("");
+    let ok = match first {
+        _ if v.is_null() => true,
+        "bool" => v.is_boolean(),
+        "integer" => v.is_u64() || v.is_i64(),
+        "string" => v.is_string(),
+        "list" => v.is_array(),
+        "object" => v.as_object().is_some_and(|m| !m.is_empty()),
+        "map" | "Kubernetes" => v.is_object(),
+        other => return Err(format!("unknown type {other:?}")),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("type {ty:?} but the default is {v}"))
+    }
+}
+
+fn path_like(token: &str, sections: &BTreeSet<String>) -> bool {
+    let Some((first, rest)) = token.split_once('.') else {
+        return false;
+    };
+    sections.contains(first)
+        && !rest.is_empty()
+        && rest
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-<>".contains(c))
+}
+
+/// Every disagreement between `doc` and the serialised configuration `config`.
+fn problems(doc: &str, config: &Value) -> Vec<String> {
+    let rows = rows(doc);
+
+    let stop: BTreeSet<String> = rows
+        .iter()
+        .filter(|r| opaque(&r.ty))
+        .map(|r| r.key.clone())
+        .collect();
+    let mut keys = BTreeMap::new();
+    walk(config, "", &stop, &mut keys);
+    let sections: BTreeSet<String> = config
+        .as_object()
+        .expect("Config serialises to an object")
+        .keys()
+        .cloned()
+        .collect();
+    let under_opaque = |k: &str| stop.iter().any(|s| k.starts_with(&format!("{s}.")));
+
+    let mut problems = Vec::new();
+    let mut by_key: BTreeMap<&str, &Row> = BTreeMap::new();
+    for r in &rows {
+        if let Some(first) = by_key.insert(r.key.as_str(), r) {
+            problems.push(format!(
+                "{DOC}:{}: `{}` is documented twice (also line {})",
+                r.line, r.key, first.line
+            ));
+        }
+    }
+
+    // Code -> doc: every key is documented.
+    for (key, value) in &keys {
+        if sections.contains(key) {
+            if !doc.lines().any(|l| l.trim() == format!("## `{key}`")) {
+                problems.push(format!(
+                    "{DOC}: no heading \"## `{key}`\" for section {key}"
+                ));
+            }
+            continue;
+        }
+        let Some(row) = by_key.get(key.as_str()) else {
+            problems.push(format!(
+                "{DOC}: key `{key}` (default {value}) has no table row"
+            ));
+            continue;
+        };
+        if let Err(e) = type_agrees(&row.ty, value) {
+            problems.push(format!("{DOC}:{}: `{key}`: {e}", row.line));
+        }
+        if value.is_null() != row.default.starts_with("unset") {
+            problems.push(format!(
+                "{DOC}:{}: `{key}`: the default is {value}, so the default cell starts with \"unset\" exactly when it is null; got {:?}",
+                row.line, row.default
+            ));
+        }
+        if let Some(literal) = backticked(&row.default).first()
+            && row.default.starts_with('`')
+            && !renders(value, literal)
+        {
+            problems.push(format!(
+                "{DOC}:{}: `{key}`: the default cell says `{literal}`, the code's default is {value}",
+                row.line
+            ));
+        }
+    }
+
+    // Doc -> code: every row, and every dotted path in a table, names a real key.
+    for r in &rows {
+        if !keys.contains_key(&r.key) && !under_opaque(&r.key) {
+            problems.push(format!(
+                "{DOC}:{}: `{}` is not a configuration key",
+                r.line, r.key
+            ));
+        }
+        if sections.contains(&r.key) && !stop.contains(&r.key) {
+            problems.push(format!(
+                "{DOC}:{}: section `{}` is a heading, not a row (unless it is a map)",
+                r.line, r.key
+            ));
+        }
+        for cell in &r.cells[1..] {
+            for token in backticked(cell) {
+                if path_like(token, &sections) && !keys.contains_key(token) && !under_opaque(token)
+                {
+                    problems.push(format!(
+                        "{DOC}:{}: `{token}` (in the row of `{}`) is not a configuration key",
+                        r.line, r.key
+                    ));
+                }
+            }
+        }
+    }
+
+    problems
+}
+
+fn config_json() -> Value {
+    serde_json::to_value(podmutator::Config::default())
+        .expect("podmutator::Config serialises to JSON")
+}
+
+#[test]
+fn configuration_doc_matches_the_config_types() {
+    let doc = doc();
+    assert!(
+        rows(&doc).len() > 50,
+        "{DOC}: only {} rows found",
+        rows(&doc).len()
+    );
+    let problems = problems(&doc, &config_json());
+    assert!(
+        problems.is_empty(),
+        "{DOC} and podmutator::Config disagree ({} problems):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+/// The check can fail: a missing row, an invented key, a wrong default and a wrong type are
+/// each reported.
+#[test]
+fn the_check_reports_drift_in_either_direction() {
+    let doc = doc();
+    let line = |key: &str| {
+        doc.lines()
+            .find(|l| l.starts_with(&format!("| `{key}` |")))
+            .unwrap_or_else(|| panic!("{DOC} has no row for {key}"))
+            .to_owned()
+    };
+    let deadline = line("embedded.deadlineMs");
+    let batch = line("embedded.batchSize");
+    let enabled = line("metrics.enabled");
+    let drifted = doc
+        .replace(&format!("{deadline}\n"), "")
+        .replace(
+            &batch,
+            "| `embedded.batchSize` | integer | `25` | ids per call |\n| `embedded.deadlineSeconds` | integer | `2` | invented |",
+        )
+        .replace(&enabled, "| `metrics.enabled` | string | `true` | wrong type |");
+    let found = problems(&drifted, &config_json()).join("\n");
+    for expected in [
+        "key `embedded.deadlineMs` (default 2000) has no table row",
+        "`embedded.deadlineSeconds` is not a configuration key",
+        "the default cell says `25`, the code's default is 20",
+        "`metrics.enabled`: type \"string\" but the default is true",
+    ] {
+        assert!(found.contains(expected), "{expected:?} not in:\n{found}");
+    }
+}
+
+#[test]
+fn the_helpers_parse_tables_and_paths() {
+    let config = serde_json::to_value(podmutator::Config::default()).unwrap();
+    let mut keys = BTreeMap::new();
+    walk(&config, "", &BTreeSet::new(), &mut keys);
+    assert!(keys.contains_key("embedded.deadlineMs"), "{keys:?}");
+    assert!(keys.contains_key("webhook.secretManagerTypes"));
+    assert!(!keys.contains_key("embedded.deadlineSeconds"));
+    let sections: BTreeSet<String> = ["embedded".to_owned()].into();
+    assert!(path_like("embedded.deadlineMs", &sections));
+    assert!(!path_like("csi.aether.io", &sections));
+    assert_eq!(
+        cells("| `a` | b `x|y` | c | d |"),
+        ["`a`", "b `x|y`", "c", "d"]
+    );
+}
