@@ -702,10 +702,25 @@ mod tests {
     /// One edit; the numbers pick the list, element, position and field at apply time.
     #[derive(Debug, Clone)]
     enum Edit {
-        Insert { list: u8, at: usize, fresh: u8 },
-        Delete { list: u8, at: usize },
-        Modify { list: u8, at: usize, how: u8, pick: usize },
-        Label { key: u8, value: Option<u8> },
+        Insert {
+            list: u8,
+            at: usize,
+            fresh: u8,
+        },
+        Delete {
+            list: u8,
+            at: usize,
+        },
+        Modify {
+            list: u8,
+            at: usize,
+            how: u8,
+            pick: usize,
+        },
+        Label {
+            key: u8,
+            value: Option<u8>,
+        },
     }
 
     fn arb_edit() -> impl Strategy<Value = Edit> {
@@ -809,7 +824,10 @@ mod tests {
                                     if env.iter().any(|e| e["name"] == var.as_str()) {
                                         continue;
                                     }
-                                    env.insert(pick % (env.len() + 1), json!({"name": var, "value": "v"}));
+                                    env.insert(
+                                        pick % (env.len() + 1),
+                                        json!({"name": var, "value": "v"}),
+                                    );
                                     if had_env {
                                         path.push(var);
                                     }

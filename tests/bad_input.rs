@@ -659,7 +659,11 @@ impl Seen<'_> {
         serde_json::from_str(&String::from_utf8_lossy(bytes)).ok()
     }
     fn review_kind(&self) -> Option<String> {
-        Some(self.review()?["request"]["kind"]["kind"].as_str()?.to_owned())
+        Some(
+            self.review()?["request"]["kind"]["kind"]
+                .as_str()?
+                .to_owned(),
+        )
     }
     fn review_is_a_typed_pod_review(&self) -> bool {
         self.review_bytes.as_ref().is_some_and(|b| {
@@ -692,7 +696,9 @@ fn branches() -> Vec<(&'static str, Evidence)> {
     }
     vec![
         // src/lambda.rs
-        b("lambda::handle: REST API event", |s| s.source() == Some("rest")),
+        b("lambda::handle: REST API event", |s| {
+            s.source() == Some("rest")
+        }),
         b("lambda::handle: HTTP API or Function URL event", |s| {
             s.source() == Some("http")
         }),
@@ -710,23 +716,28 @@ fn branches() -> Vec<(&'static str, Evidence)> {
             s.event_base64() && s.is_review() && !s.has("not valid base64")
         }),
         b("lambda::body_bytes: invalid base64", |s| {
-            s.event_base64() && s.has("the event's body is marked isBase64Encoded but is not valid base64")
+            s.event_base64()
+                && s.has("the event's body is marked isBase64Encoded but is not valid base64")
         }),
         b("lambda::content_type: no content-type header", |s| {
             s.event.is_some() && s.event_content_type().is_none() && s.has("got none")
         }),
-        b("lambda::content_type: a header that is not visible ASCII", |s| {
-            s.event_content_type().is_some() && s.has("got none")
-        }),
+        b(
+            "lambda::content_type: a header that is not visible ASCII",
+            |s| s.event_content_type().is_some() && s.has("got none"),
+        ),
         b("lambda::rest: no path", |s| {
             s.source() == Some("rest") && s.event_str("/path").is_none() && s.status() == 404
         }),
-        b("lambda::http_api: named stage stripped from the path", |s| {
-            s.named_stage().is_some_and(|stage| {
-                s.event_str("/rawPath")
-                    .is_some_and(|p| p.starts_with(&format!("/{stage}/")))
-            }) && s.status() != 404
-        }),
+        b(
+            "lambda::http_api: named stage stripped from the path",
+            |s| {
+                s.named_stage().is_some_and(|stage| {
+                    s.event_str("/rawPath")
+                        .is_some_and(|p| p.starts_with(&format!("/{stage}/")))
+                }) && s.status() != 404
+            },
+        ),
         b("lambda::http_api: named stage not in the path", |s| {
             s.named_stage().is_some_and(|stage| {
                 s.event_str("/rawPath")
@@ -742,9 +753,9 @@ fn branches() -> Vec<(&'static str, Evidence)> {
             }) && s.status() == 404
         }),
         b("lambda::http_api: path is the stage alone", |s| {
-            s.named_stage().is_some_and(|stage| {
-                s.event_str("/rawPath") == Some(format!("/{stage}").as_str())
-            }) && s.status() == 404
+            s.named_stage()
+                .is_some_and(|stage| s.event_str("/rawPath") == Some(format!("/{stage}").as_str()))
+                && s.status() == 404
         }),
         b("lambda::http_api: $default stage", |s| {
             s.stage() == Some("$default") && s.status() != 404
@@ -754,7 +765,8 @@ fn branches() -> Vec<(&'static str, Evidence)> {
         }),
         b("lambda::alb: single-value headers", |s| {
             s.source() == Some("alb")
-                && s.wire("/headers/content-type").is_some_and(|v| v == "application/json")
+                && s.wire("/headers/content-type")
+                    .is_some_and(|v| v == "application/json")
         }),
         b("lambda::alb: multi-value headers", |s| {
             s.source() == Some("alb")
@@ -768,10 +780,12 @@ fn branches() -> Vec<(&'static str, Evidence)> {
             s.wire("/statusDescription").is_some_and(|d| d == "200 OK")
         }),
         b("lambda::status_description: 400 Bad Request", |s| {
-            s.wire("/statusDescription").is_some_and(|d| d == "400 Bad Request")
+            s.wire("/statusDescription")
+                .is_some_and(|d| d == "400 Bad Request")
         }),
         b("lambda::status_description: 404 Not Found", |s| {
-            s.wire("/statusDescription").is_some_and(|d| d == "404 Not Found")
+            s.wire("/statusDescription")
+                .is_some_and(|d| d == "404 Not Found")
         }),
         b("lambda::status_description: 405 Method Not Allowed", |s| {
             s.wire("/statusDescription")
@@ -805,10 +819,14 @@ fn branches() -> Vec<(&'static str, Evidence)> {
             s.status() == 405 && s.has("use GET for /healthz")
         }),
         b("http::dispatch: Flyte's route", |s| {
-            s.http_path().is_some_and(|p| p.ends_with("/mutate--v1-pod")) && s.is_review()
+            s.http_path()
+                .is_some_and(|p| p.ends_with("/mutate--v1-pod"))
+                && s.is_review()
         }),
         b("http::dispatch: managed-pod route", |s| {
-            s.http_path().is_some_and(|p| p.ends_with("/mutate/managed-pod")) && s.is_review()
+            s.http_path()
+                .is_some_and(|p| p.ends_with("/mutate/managed-pod"))
+                && s.is_review()
         }),
         b("http::dispatch: managed-namespace route", |s| {
             s.http_path()
@@ -839,26 +857,31 @@ fn branches() -> Vec<(&'static str, Evidence)> {
         b("admission::parse: empty or blank body", |s| {
             s.has("empty body: expected an AdmissionReview")
         }),
-        b("admission::parse: a Pod review with invalid UTF-8 where no type looks", |s| {
-            s.has("invalid UTF-8 at byte") && s.review_kind().as_deref() == Some("Pod")
-        }),
-        b("admission::parse: another kind's review with invalid UTF-8 where no type looks", |s| {
-            s.has("invalid UTF-8 at byte")
-                && s.review_kind().is_some_and(|k| k != "Pod")
-        }),
-        b("admission::api_version_of: kind is not AdmissionReview", |s| {
-            s.has("expected \"AdmissionReview\"")
-        }),
+        b(
+            "admission::parse: a Pod review with invalid UTF-8 where no type looks",
+            |s| s.has("invalid UTF-8 at byte") && s.review_kind().as_deref() == Some("Pod"),
+        ),
+        b(
+            "admission::parse: another kind's review with invalid UTF-8 where no type looks",
+            |s| s.has("invalid UTF-8 at byte") && s.review_kind().is_some_and(|k| k != "Pod"),
+        ),
+        b(
+            "admission::api_version_of: kind is not AdmissionReview",
+            |s| s.has("expected \"AdmissionReview\""),
+        ),
         b("admission::api_version_of: unsupported apiVersion", |s| {
             s.has("unsupported apiVersion")
         }),
         b("admission::api_version_of: admission.k8s.io/v1beta1", |s| {
             s.reply["apiVersion"] == "admission.k8s.io/v1beta1"
         }),
-        b("admission::parse: no request", |s| s.has("review has no request")),
-        b("admission::parse: a pod CREATE whose object is no Pod", |s| {
-            s.has("request.object is not a valid Pod")
+        b("admission::parse: no request", |s| {
+            s.has("review has no request")
         }),
+        b(
+            "admission::parse: a pod CREATE whose object is no Pod",
+            |s| s.has("request.object is not a valid Pod"),
+        ),
         b("admission::parse: another kind, untyped", |s| {
             s.allowed()
                 && !s.patched()
@@ -890,7 +913,8 @@ fn branches() -> Vec<(&'static str, Evidence)> {
         b("admission::admit: a subresource", |s| {
             s.allowed()
                 && !s.patched()
-                && s.review().is_some_and(|r| r["request"]["subResource"].is_string())
+                && s.review()
+                    .is_some_and(|r| r["request"]["subResource"].is_string())
         }),
         b("admission::admit: pod CREATE without an object", |s| {
             s.has("has no request.object")
@@ -974,8 +998,10 @@ async fn every_bad_input_gets_its_status_and_message_without_a_panic_in_linear_w
     let mut failures = Vec::new();
     let mut per_category: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let branches = branches();
-    let mut reached: BTreeMap<&str, Vec<String>> =
-        branches.iter().map(|(name, _)| (*name, Vec::new())).collect();
+    let mut reached: BTreeMap<&str, Vec<String>> = branches
+        .iter()
+        .map(|(name, _)| (*name, Vec::new()))
+        .collect();
     let mut heaviest = Vec::new();
     for (id, case, dir) in &cases {
         let category = id.split('/').next().unwrap().to_owned();

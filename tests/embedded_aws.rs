@@ -9,12 +9,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine;
 use common::aws::{CountingProxy, Moto, client, create_secret};
 use common::*;
 use podmutator::admission::App;
 use podmutator::config::Config;
 use podmutator::mutate::Route;
-use base64::Engine;
 use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use podmutator::secrets::source::{AwsSource, CachePolicy, CachingSource};
 use serde_json::{Value, json};
@@ -38,7 +38,9 @@ fn task_pod(keys: &[String]) -> Value {
 
 /// A Flyte task pod asking for `env_keys` as ENV_VAR secrets and `file_keys` as FILE secrets.
 fn task_pod_with_files(env_keys: &[String], file_keys: &[&str]) -> Value {
-    let env = env_keys.iter().map(|k| (k.as_str(), MountRequirement::EnvVar));
+    let env = env_keys
+        .iter()
+        .map(|k| (k.as_str(), MountRequirement::EnvVar));
     let files = file_keys.iter().map(|k| (*k, MountRequirement::File));
     let secrets: Vec<Secret> = env
         .chain(files)
@@ -219,8 +221,14 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(line)
             .expect("a SECRETS line is base64");
-        assert!(decoded == value.as_bytes(), "{key}: the line decodes to its value");
-        assert!(!out.to_string().contains(value), "{key} travels encoded only");
+        assert!(
+            decoded == value.as_bytes(),
+            "{key}: the line decodes to its value"
+        );
+        assert!(
+            !out.to_string().contains(value),
+            "{key} travels encoded only"
+        );
     }
     // Positive control on this very reply: the probe finds every value, the FILE ones two
     // base64 layers down (the patch, then the SECRETS line), so it would find them in the logs.
@@ -232,12 +240,17 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
     let hits = leaks::find(&reply, &labelled);
     for (label, _) in &labelled[..4] {
         assert!(
-            hits.iter().any(|h| h.starts_with(&format!("{label} in clear in base64"))),
+            hits.iter()
+                .any(|h| h.starts_with(&format!("{label} in clear in base64"))),
             "{label} not found in the reply: {hits:?}"
         );
     }
     assert_eq!(proxy.count("GetSecretValue"), 1, "the token, once at start");
-    assert_eq!(proxy.count("BatchGetSecretValue"), 1, "4 keys, 12 ids: one batch");
+    assert_eq!(
+        proxy.count("BatchGetSecretValue"),
+        1,
+        "4 keys, 12 ids: one batch"
+    );
     wait_for(&logs, "\"decision\":\"mutated\"", 1).await;
 
     let _ = std::process::Command::new("kill")

@@ -54,7 +54,11 @@ const TARGETS: [Target; 4] = [
 const MINIMAL: [(&str, &[&str]); 4] = [
     (
         "review",
-        &["minimal-empty", "minimal-empty-object", "minimal-pod-create"],
+        &[
+            "minimal-empty",
+            "minimal-empty-object",
+            "minimal-pod-create",
+        ],
     ),
     (
         "codec",
@@ -62,7 +66,11 @@ const MINIMAL: [(&str, &[&str]); 4] = [
     ),
     (
         "lambda_event",
-        &["minimal-empty", "minimal-empty-object", "minimal-http-api-event"],
+        &[
+            "minimal-empty",
+            "minimal-empty-object",
+            "minimal-http-api-event",
+        ],
     ),
     (
         "handler",
@@ -85,9 +93,15 @@ fn every_fuzz_target_has_an_oracle_here_and_its_minimal_regressions() {
         }
     }
     let here: BTreeSet<String> = TARGETS.iter().map(|(t, _)| (*t).to_owned()).collect();
-    assert_eq!(here, on_disk, "each fuzz target needs its oracle in TARGETS");
+    assert_eq!(
+        here, on_disk,
+        "each fuzz target needs its oracle in TARGETS"
+    );
     let minimal: BTreeSet<String> = MINIMAL.iter().map(|(t, _)| (*t).to_owned()).collect();
-    assert_eq!(minimal, on_disk, "each fuzz target needs its MINIMAL inputs");
+    assert_eq!(
+        minimal, on_disk,
+        "each fuzz target needs its MINIMAL inputs"
+    );
     for (target, names) in MINIMAL {
         let dir = root().join("fuzz/regressions").join(target);
         assert!(dir.is_dir(), "{} is missing", dir.display());
@@ -130,7 +144,11 @@ fn the_minimal_inputs_reach_what_they_are_for() {
     // review: the smallest pod CREATE that asks for a secret is admitted with a patch; `{}` is
     // refused (no request), the empty body too.
     let (status, v) = review(&regression("review", "minimal-pod-create"));
-    assert_eq!((status, &v["response"]["allowed"]), (200, &json!(true)), "{v}");
+    assert_eq!(
+        (status, &v["response"]["allowed"]),
+        (200, &json!(true)),
+        "{v}"
+    );
     assert!(v["response"]["patch"].is_string(), "{v}");
     for name in ["minimal-empty", "minimal-empty-object"] {
         let (status, v) = review(&regression("review", name));
@@ -157,14 +175,12 @@ fn the_minimal_inputs_reach_what_they_are_for() {
     for (name, status) in [("minimal-healthz", 200), ("minimal-post", 400)] {
         let data = regression("handler", name);
         let input = harness::HttpInput::parse(&data);
-        let reply = harness::block_on(harness::apps().default.handle(
-            podmutator::http::Incoming {
-                method: &input.method,
-                path: &input.path,
-                content_type: input.content_type.as_deref(),
-                body: input.body,
-            },
-        ));
+        let reply = harness::block_on(harness::apps().default.handle(podmutator::http::Incoming {
+            method: &input.method,
+            path: &input.path,
+            content_type: input.content_type.as_deref(),
+            body: input.body,
+        }));
         assert_eq!(reply.status, status, "{name}");
     }
 }
@@ -199,8 +215,7 @@ fn secret_annotations_cost_linear_work() {
         let mut runs = Vec::new();
         for count in [300, 3_000] {
             let body = with_secret_annotations(count);
-            let (reply, work) =
-                measure(|| harness::block_on(app.review(Route::Secrets, &body)));
+            let (reply, work) = measure(|| harness::block_on(app.review(Route::Secrets, &body)));
             let r = harness::check_review_reply(reply.status, &reply.body);
             assert_eq!(r.status, 200, "{name}: {}", r.v);
             let ops = r.patch.as_ref().map_or(0, |p| p.as_array().unwrap().len());

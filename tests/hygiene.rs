@@ -47,8 +47,9 @@ fn the_leak_probe_finds_a_value_in_every_encoding() {
     let reply = json!({"response": {"patch": b64(patch.to_string().as_bytes())}}).to_string();
     let hits = leaks::find(reply.as_bytes(), &SENTINELS);
     assert!(
-        hits.iter().any(|h| h.starts_with("ORG in clear in base64 at byte")
-            && h.matches("in base64").count() == 2),
+        hits.iter()
+            .any(|h| h.starts_with("ORG in clear in base64 at byte")
+                && h.matches("in base64").count() == 2),
         "{hits:?}"
     );
     assert_eq!(

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use common::*;
 use k8s_openapi::api::core::v1::{
     CSIVolumeSource, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
-    EphemeralContainer, Pod, PodDNSConfig, PodDNSConfigOption, PodSecurityContext, PodSpec,
-    Volume, VolumeMount,
+    EphemeralContainer, Pod, PodDNSConfig, PodDNSConfigOption, PodSecurityContext, PodSpec, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use podmutator::admission::App;
@@ -599,7 +599,14 @@ fn arb_pod() -> impl Strategy<Value = Pod> {
                 );
                 (
                     Just((
-                        names, split, volumes, dns, labels, annotations, fs_group, ephemeral,
+                        names,
+                        split,
+                        volumes,
+                        dns,
+                        labels,
+                        annotations,
+                        fs_group,
+                        ephemeral,
                     )),
                     mounts,
                 )
@@ -776,7 +783,12 @@ fn for_arbitrary_pods_the_chain_is_idempotent_keeps_user_fields_and_yields_valid
                     mutated["spec"]["ephemeralContainers"] == input["spec"]["ephemeralContainers"],
                     || format!("ephemeral containers were changed: {patch}"),
                 )?;
-                for (i, c) in input["spec"]["containers"].as_array().unwrap().iter().enumerate() {
+                for (i, c) in input["spec"]["containers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .enumerate()
+                {
                     let env_after = mutated["spec"]["containers"][i]["env"].as_array();
                     for var in c["env"].as_array().into_iter().flatten() {
                         check(env_after.is_some_and(|e| e.contains(var)), || {

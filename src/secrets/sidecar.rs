@@ -407,8 +407,8 @@ mod tests {
     use k8s_openapi::api::core::v1::PodSpec;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use proptest::prelude::*;
-    use sha2::Digest;
     use rstest::rstest;
+    use sha2::Digest;
 
     fn injector(provider: Provider) -> SidecarInjector {
         SidecarInjector::new(provider, &SidecarConfig::default())

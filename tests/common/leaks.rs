@@ -5,8 +5,8 @@
 
 use base64::Engine;
 use base64::alphabet;
-use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD_NO_PAD};
 use base64::engine::DecodePaddingMode;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD_NO_PAD};
 
 /// Decoders that take any slice of a longer encoding: no padding needed, stray bits allowed.
 const LENIENT_CONFIG: GeneralPurposeConfig = GeneralPurposeConfig::new()
