@@ -651,6 +651,291 @@ mod tests {
         );
     }
 
+    // -----------------------------------------------------------------------------------------
+    // `b` made from `a` by edits: the patch touches only what the edits changed.
+
+    /// A pod-like document whose lists are named (containers with env vars, volumes), plus a
+    /// label map and unnamed string arrays (args), as mutators see them.
+    fn arb_doc() -> impl Strategy<Value = Value> {
+        let env = prop::collection::btree_map("[A-E]", "[xy]{0,2}", 0..4).prop_map(|m| {
+            Value::Array(
+                m.into_iter()
+                    .map(|(n, v)| json!({"name": n, "value": v}))
+                    .collect(),
+            )
+        });
+        let container = (
+            "[a-c]{0,1}",
+            prop::option::of(env),
+            prop::option::of(prop::collection::vec("[pq]", 0..3)),
+        );
+        let containers = prop::collection::vec(container, 0..5).prop_map(|cs| {
+            Value::Array(
+                cs.into_iter()
+                    .enumerate()
+                    .map(|(i, (image, env, args))| {
+                        let mut c = json!({"name": format!("c{i}"), "image": image});
+                        if let Some(env) = env {
+                            c["env"] = env;
+                        }
+                        if let Some(args) = args {
+                            c["args"] = json!(args);
+                        }
+                        c
+                    })
+                    .collect(),
+            )
+        });
+        let volumes = prop::collection::vec(0u8..3, 0..4).prop_map(|vs| {
+            Value::Array(
+                vs.into_iter()
+                    .enumerate()
+                    .map(|(i, size)| json!({"name": format!("v{i}"), "size": size}))
+                    .collect(),
+            )
+        });
+        let labels = prop::collection::btree_map("[k-m]", "[st]", 0..3);
+        (containers, volumes, labels)
+            .prop_map(|(c, v, l)| json!({"containers": c, "volumes": v, "labels": l}))
+    }
+
+    /// One edit; the numbers pick the list, element, position and field at apply time.
+    #[derive(Debug, Clone)]
+    enum Edit {
+        Insert {
+            list: u8,
+            at: usize,
+            fresh: u8,
+        },
+        Delete {
+            list: u8,
+            at: usize,
+        },
+        Modify {
+            list: u8,
+            at: usize,
+            how: u8,
+            pick: usize,
+        },
+        Label {
+            key: u8,
+            value: Option<u8>,
+        },
+    }
+
+    fn arb_edit() -> impl Strategy<Value = Edit> {
+        prop_oneof![
+            (0u8..2, any::<usize>(), 0u8..4).prop_map(|(list, at, fresh)| Edit::Insert {
+                list,
+                at,
+                fresh
+            }),
+            (0u8..2, any::<usize>()).prop_map(|(list, at)| Edit::Delete { list, at }),
+            (0u8..2, any::<usize>(), 0u8..7, any::<usize>()).prop_map(|(list, at, how, pick)| {
+                Edit::Modify {
+                    list,
+                    at,
+                    how,
+                    pick,
+                }
+            }),
+            (0u8..4, prop::option::of(0u8..2)).prop_map(|(key, value)| Edit::Label { key, value }),
+        ]
+    }
+
+    /// Applies `edits` to a copy of `a`; returns `b` and the changed places as name paths
+    /// (`["containers", "c1", "env", "B"]`: list elements by name, array items of unnamed
+    /// arrays by `#index`).
+    fn apply_edits(a: &Value, edits: &[Edit]) -> (Value, Vec<Vec<String>>) {
+        let mut b = a.clone();
+        let mut changed = Vec::new();
+        let lists = ["containers", "volumes"];
+        for edit in edits {
+            match *edit {
+                Edit::Insert { list, at, fresh } => {
+                    let key = lists[list as usize];
+                    let items = b[key].as_array_mut().unwrap();
+                    let name = format!("{}-new{fresh}", &key[..1]);
+                    if items.iter().any(|x| x["name"] == name.as_str()) {
+                        continue;
+                    }
+                    let item = if key == "containers" {
+                        json!({"name": name, "image": "n", "env": [{"name": "NEW", "value": "1"}]})
+                    } else {
+                        json!({"name": name, "size": 9})
+                    };
+                    items.insert(at % (items.len() + 1), item);
+                    changed.push(vec![key.to_owned(), name]);
+                }
+                Edit::Delete { list, at } => {
+                    let key = lists[list as usize];
+                    let items = b[key].as_array_mut().unwrap();
+                    if items.is_empty() {
+                        continue;
+                    }
+                    let gone = items.remove(at % items.len());
+                    changed.push(vec![key.to_owned(), gone["name"].as_str().unwrap().into()]);
+                }
+                Edit::Modify {
+                    list,
+                    at,
+                    how,
+                    pick,
+                } => {
+                    let key = lists[list as usize];
+                    let items = b[key].as_array_mut().unwrap();
+                    if items.is_empty() {
+                        continue;
+                    }
+                    let i = at % items.len();
+                    let item = &mut items[i];
+                    let mut path = vec![key.to_owned(), item["name"].as_str().unwrap().to_owned()];
+                    let obj = item.as_object_mut().unwrap();
+                    if key == "volumes" {
+                        obj.insert("size".into(), json!(100 + how as usize + pick % 7));
+                        path.push("size".into());
+                        changed.push(path);
+                        continue;
+                    }
+                    match how {
+                        0 => {
+                            obj.insert("image".into(), json!(format!("img{}", pick % 5)));
+                            path.push("image".into());
+                        }
+                        1 => {
+                            obj.remove("env");
+                            path.push("env".into());
+                        }
+                        2 => {
+                            obj.remove("args");
+                            obj.insert("args".into(), json!(["r", "s"]));
+                            path.push("args".into());
+                        }
+                        _ => {
+                            // An env var added, removed or given a new value.
+                            path.push("env".into());
+                            // A container without env gets the whole list added.
+                            let had_env = obj.contains_key("env");
+                            let env = obj.entry("env").or_insert_with(|| json!([]));
+                            let env = env.as_array_mut().unwrap();
+                            let var = format!("V{}", pick % 3);
+                            match (how, env.is_empty()) {
+                                (3, _) | (_, true) => {
+                                    if env.iter().any(|e| e["name"] == var.as_str()) {
+                                        continue;
+                                    }
+                                    env.insert(
+                                        pick % (env.len() + 1),
+                                        json!({"name": var, "value": "v"}),
+                                    );
+                                    if had_env {
+                                        path.push(var);
+                                    }
+                                }
+                                (4, false) => {
+                                    let gone = env.remove(pick % env.len());
+                                    path.push(gone["name"].as_str().unwrap().into());
+                                }
+                                _ => {
+                                    let i = pick % env.len();
+                                    env[i]["value"] = json!(format!("changed{how}"));
+                                    path.push(env[i]["name"].as_str().unwrap().into());
+                                }
+                            }
+                        }
+                    }
+                    changed.push(path);
+                }
+                Edit::Label { key, value } => {
+                    let k = format!("l{key}");
+                    let labels = b["labels"].as_object_mut().unwrap();
+                    match value {
+                        Some(v) => {
+                            labels.insert(k.clone(), json!(format!("w{v}")));
+                        }
+                        None => {
+                            labels.remove(&k);
+                        }
+                    }
+                    changed.push(vec!["labels".into(), k]);
+                }
+            }
+        }
+        (b, changed)
+    }
+
+    /// The name path of `pointer` in `doc` (the document the operation applies to), and for an
+    /// `add` into an array, the name of the element it inserts.
+    fn name_path(doc: &Value, pointer: &str, added: Option<&Value>) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut at = Some(doc);
+        let tokens: Vec<String> = pointer
+            .split('/')
+            .skip(1)
+            .map(|t| t.replace("~1", "/").replace("~0", "~"))
+            .collect();
+        for (depth, token) in tokens.iter().enumerate() {
+            let last = depth + 1 == tokens.len();
+            match at {
+                Some(Value::Array(items)) => {
+                    let i: usize = token.parse().expect("array index");
+                    let element = if last && added.is_some() {
+                        added
+                    } else {
+                        items.get(i)
+                    };
+                    match element.and_then(|e| e.get("name")).and_then(Value::as_str) {
+                        Some(name) => out.push(name.to_owned()),
+                        None => out.push(format!("#{i}")),
+                    }
+                    at = items.get(i);
+                }
+                Some(Value::Object(m)) => {
+                    out.push(token.clone());
+                    at = m.get(token);
+                }
+                _ => out.push(token.clone()),
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn a_patch_touches_only_what_the_edits_changed(
+            a in arb_doc(),
+            edits in prop::collection::vec(arb_edit(), 1..5),
+        ) {
+            let (b, changed) = apply_edits(&a, &edits);
+            let p = diff(&a, &b);
+            let mut doc = a.clone();
+            for op in &p.0 {
+                let (pointer, added) = match op {
+                    PatchOperation::Add(o) => (o.path.to_string(), Some(&o.value)),
+                    PatchOperation::Remove(o) => (o.path.to_string(), None),
+                    PatchOperation::Replace(o) => (o.path.to_string(), None),
+                    other => return Err(TestCaseError::fail(format!("unexpected op {other}"))),
+                };
+                let named = name_path(&doc, &pointer, added);
+                prop_assert!(
+                    changed.iter().any(|c| named.starts_with(c)),
+                    "{} {} (at {:?}) is outside what changed {:?}\na = {}\nb = {}\npatch = {:?}",
+                    match op { PatchOperation::Add(_) => "add", PatchOperation::Remove(_) => "remove", _ => "replace" },
+                    pointer, named, changed, a, b, ops_of(&p)
+                );
+                json_patch::patch(&mut doc, std::slice::from_ref(op)).unwrap();
+            }
+            prop_assert_eq!(&doc, &b);
+            if a == b {
+                prop_assert!(p.0.is_empty());
+            }
+            // One insertion or deletion of a named element is exactly one operation.
+            if let [Edit::Insert { .. } | Edit::Delete { .. }] = edits.as_slice() && a != b {
+                prop_assert_eq!(p.0.len(), 1, "{:?}", ops_of(&p));
+            }
+        }
+    }
+
     proptest! {
         #[test]
         fn patch_turns_before_into_after(a in arb_json(), b in arb_json()) {

@@ -1,12 +1,15 @@
 //! Embedded mode against a real AWS API emulator: moto server on 127.0.0.1, secrets created
 //! through its API, the SDK pointed at it through a counting proxy. Proves the round-trip
-//! budget (one batch per 20 ids cold, none warm) and that values never reach the logs.
+//! budget (one batch per 20 ids cold, none warm) and that values, ENV_VAR and FILE, never reach
+//! the logs in clear, base64-encoded at any alignment, or inside any base64 there
+//! (`common::leaks`).
 
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine;
 use common::aws::{CountingProxy, Moto, client, create_secret};
 use common::*;
 use podmutator::config::Config;
@@ -16,6 +19,8 @@ use podmutator::secrets::source::{AwsSource, CachePolicy, CachingSource};
 use serde_json::{Value, json};
 
 const NS: &str = "flytesnacks-development";
+/// The Embedded file init container's variable of `<key>=<base64 value>` lines (README).
+const ENV_SECRETS: &str = "SECRETS";
 
 fn config() -> Config {
     Config::from_value(json!({"webhook": {
@@ -27,11 +32,20 @@ fn config() -> Config {
 }
 
 fn task_pod(keys: &[String]) -> Value {
-    let secrets: Vec<Secret> = keys
+    task_pod_with_files(keys, &[])
+}
+
+/// A Flyte task pod asking for `env_keys` as ENV_VAR secrets and `file_keys` as FILE secrets.
+fn task_pod_with_files(env_keys: &[String], file_keys: &[&str]) -> Value {
+    let env = env_keys
         .iter()
-        .map(|k| Secret {
-            key: k.clone(),
-            mount_requirement: MountRequirement::EnvVar,
+        .map(|k| (k.as_str(), MountRequirement::EnvVar));
+    let files = file_keys.iter().map(|k| (*k, MountRequirement::File));
+    let secrets: Vec<Secret> = env
+        .chain(files)
+        .map(|(k, mount_requirement)| Secret {
+            key: k.into(),
+            mount_requirement,
             ..Default::default()
         })
         .collect();
@@ -113,7 +127,22 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
         sentinels[1],
     )
     .await;
-    // A FILE secret too: its value travels base64-encoded, which must not be logged either.
+    // FILE secrets too, one per scope: their values travel base64-encoded in the init
+    // container's SECRETS, which must not be logged either, encoded or not.
+    let file_keys = ["tls_key", "ssh_key"];
+    let file_sentinels = ["SENTINEL-5e0b7d21-tls-file", "SENTINEL-c4a9e316-ssh-file"];
+    create_secret(
+        &setup,
+        "u__org__flyte__domain__development__project__flytesnacks__key__tls_key",
+        file_sentinels[0],
+    )
+    .await;
+    create_secret(
+        &setup,
+        "u__org__flyte__domain____project____key__ssh_key",
+        file_sentinels[1],
+    )
+    .await;
     let proxy = CountingProxy::start(moto.port).await;
 
     let dir = temp_dir("embedded-binary");
@@ -142,7 +171,7 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
     let logs = capture(&mut child);
     wait_for(&logs, "serving https", 1).await;
     let ca = std::fs::read(dir.join("ca.crt")).unwrap();
-    let pod = task_pod(&keys);
+    let pod = task_pod_with_files(&keys, &file_keys);
     let body = serde_json::to_vec(&create_review(&pod, NS)).unwrap();
 
     let (status, _) = https_request(
@@ -171,11 +200,54 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
     let out = apply(&pod, &patch_of(&response(&reply)));
     let env = out["spec"]["containers"][0]["env"].to_string();
-    for s in sentinels {
-        assert!(env.contains(s), "value injected: {env}");
+    for (i, s) in sentinels.iter().enumerate() {
+        assert!(env.contains(s), "ENV_VAR value {i} injected");
+    }
+    // FILE values: `<key>=<base64 value>` lines in the init container's SECRETS, not in clear.
+    let init = &out["spec"]["initContainers"][0];
+    let lines = init["env"]
+        .as_array()
+        .and_then(|e| e.iter().find(|v| v["name"] == ENV_SECRETS))
+        .and_then(|v| v["value"].as_str())
+        .expect("the init container carries SECRETS");
+    for (key, value) in file_keys.iter().zip(file_sentinels) {
+        let line = lines
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no SECRETS line for {key}"));
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(line)
+            .expect("a SECRETS line is base64");
+        assert!(
+            decoded == value.as_bytes(),
+            "{key}: the line decodes to its value"
+        );
+        assert!(
+            !out.to_string().contains(value),
+            "{key} travels encoded only"
+        );
+    }
+    // Positive control on this very reply: the probe finds every value, the FILE ones two
+    // base64 layers down (the patch, then the SECRETS line), so it would find them in the logs.
+    let labelled: Vec<(&str, &str)> = ["env-db", "env-api", "file-tls", "file-ssh"]
+        .into_iter()
+        .zip(sentinels.iter().chain(&file_sentinels).copied())
+        .chain([("path-token", token)])
+        .collect();
+    let hits = leaks::find(&reply, &labelled);
+    for (label, _) in &labelled[..4] {
+        assert!(
+            hits.iter()
+                .any(|h| h.starts_with(&format!("{label} in clear in base64"))),
+            "{label} not found in the reply: {hits:?}"
+        );
     }
     assert_eq!(proxy.count("GetSecretValue"), 1, "the token, once at start");
-    assert_eq!(proxy.count("BatchGetSecretValue"), 1);
+    assert_eq!(
+        proxy.count("BatchGetSecretValue"),
+        1,
+        "4 keys, 12 ids: one batch"
+    );
     wait_for(&logs, "\"decision\":\"mutated\"", 1).await;
 
     let _ = std::process::Command::new("kill")
@@ -184,7 +256,6 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
     let _ = child.wait();
     let logs = logs.lock().unwrap().clone();
     assert!(logs.lines().count() > 5, "trace logging was on:\n{logs}");
-    for secret in sentinels.iter().copied().chain([token]) {
-        assert!(!logs.contains(secret), "a secret value reached the logs");
-    }
+    let hits = leaks::find(logs.as_bytes(), &labelled);
+    assert!(hits.is_empty(), "a secret value reached the logs: {hits:?}");
 }

@@ -1,7 +1,8 @@
 //! Secret hygiene: every manager that handles a value (Global from this process, Embedded from
 //! Secrets Manager) runs inside the real binary with sentinel values, through successes and
 //! every kind of refusal, at TRACE level; no sentinel may reach the logs, the metric lines or an
-//! error message.
+//! error message, in clear or base64-encoded at any alignment, nor inside any base64 there
+//! (a patch, and the file values inside it), which `common::leaks` decodes before searching.
 
 mod common;
 
@@ -15,6 +16,47 @@ const GLOBAL: &str = "SENTINEL-global-4f1d";
 const PROJECT: &str = "SENTINEL-project-9a2c";
 const ORG: &str = "SENTINEL-org-77be";
 const BIG: &str = "SENTINEL-big-";
+/// Every sentinel, by label (failures name the label, never the value).
+const SENTINELS: [(&str, &str); 4] = [
+    ("GLOBAL", GLOBAL),
+    ("PROJECT", PROJECT),
+    ("ORG", ORG),
+    ("BIG", BIG),
+];
+
+/// The probe itself: a sentinel is found at each byte alignment of base64, inside a base64
+/// JSON Patch, and inside a base64 value inside that patch (a FILE secret's `SECRETS` line);
+/// text without it gives nothing.
+#[test]
+fn the_leak_probe_finds_a_value_in_every_encoding() {
+    use base64::Engine;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    for pad in ["", "x", "xy", "xyz"] {
+        let text = b64(format!("{pad}{PROJECT}!").as_bytes());
+        let hits = leaks::find(text.as_bytes(), &SENTINELS);
+        assert!(
+            hits.iter().any(|h| h.starts_with("PROJECT as base64")),
+            "after {} bytes: {hits:?}",
+            pad.len()
+        );
+    }
+    let file_line = format!("api={}", b64(ORG.as_bytes()));
+    let patch = json!([{"op": "add", "path": "/spec/initContainers", "value": [
+        {"name": "init", "env": [{"name": "SECRETS", "value": format!("db=eA==\n{file_line}\n")}]}
+    ]}]);
+    let reply = json!({"response": {"patch": b64(patch.to_string().as_bytes())}}).to_string();
+    let hits = leaks::find(reply.as_bytes(), &SENTINELS);
+    assert!(
+        hits.iter()
+            .any(|h| h.starts_with("ORG in clear in base64 at byte")
+                && h.matches("in base64").count() == 2),
+        "{hits:?}"
+    );
+    assert_eq!(
+        leaks::find(b"SENTINEL U0VOVElORUw plain text", &SENTINELS),
+        Vec::<String>::new()
+    );
+}
 
 fn secret(group: &str, key: &str, mount: MountRequirement, env_var: &str) -> Secret {
     Secret {
@@ -124,6 +166,7 @@ async fn no_secret_value_reaches_logs_metrics_or_error_messages() {
         ),
     ];
     let mut messages = String::new();
+    let mut allowed_replies = Vec::new();
     for (p, allowed) in &cases {
         let body = serde_json::to_vec(&create_review(p, NS)).unwrap();
         let (status, reply) = https_request(
@@ -142,10 +185,14 @@ async fn no_secret_value_reaches_logs_metrics_or_error_messages() {
         assert_eq!(resp["allowed"], *allowed, "{resp}");
         if *allowed {
             let patched = apply(p, &patch_of(&resp)).to_string();
-            for s in [GLOBAL, PROJECT] {
-                assert!(patched.contains(s), "{s} injected");
+            for (label, s) in &SENTINELS[..2] {
+                assert!(patched.contains(s), "{label} injected");
             }
+            allowed_replies.push(reply);
         } else {
+            // A refusal carries no patch: the whole reply must be clean.
+            let hits = leaks::find(&reply, &SENTINELS);
+            assert!(hits.is_empty(), "a refusal carries a value: {hits:?}");
             messages.push_str(resp["status"]["message"].as_str().unwrap());
             messages.push('\n');
         }
@@ -168,15 +215,26 @@ async fn no_secret_value_reaches_logs_metrics_or_error_messages() {
         messages.contains("both set environment variable _UNION_TEAM_TOKEN"),
         "{messages}"
     );
-    for sentinel in [GLOBAL, PROJECT, ORG, BIG, "U0VOVElORUw"] {
-        // The last is the start of base64("SENTINEL"): file values travel encoded.
+    // Positive control on real output: the admitted reply's base64 patch carries GLOBAL and
+    // PROJECT as env values and ORG as a FILE value, base64 inside it; the probe finds all three
+    // (so it would find them in the logs), and nothing else.
+    let hits = leaks::find(&allowed_replies.concat(), &SENTINELS);
+    for label in ["GLOBAL", "PROJECT"] {
         assert!(
-            !logs.contains(sentinel),
-            "{sentinel} reached the logs or metrics"
-        );
-        assert!(
-            !messages.contains(sentinel),
-            "{sentinel} reached an error message"
+            hits.iter()
+                .any(|h| h.starts_with(&format!("{label} in clear in base64 at byte"))),
+            "{label} not found in the patch: {hits:?}"
         );
     }
+    assert!(
+        hits.iter()
+            .any(|h| h.starts_with("ORG in clear") && h.matches("in base64").count() == 2),
+        "the FILE value was not found base64 inside the patch: {hits:?}"
+    );
+    assert!(!hits.iter().any(|h| h.starts_with("BIG")), "{hits:?}");
+
+    let hits = leaks::find(logs.as_bytes(), &SENTINELS);
+    assert!(hits.is_empty(), "reached the logs or metrics: {hits:?}");
+    let hits = leaks::find(messages.as_bytes(), &SENTINELS);
+    assert!(hits.is_empty(), "reached an error message: {hits:?}");
 }

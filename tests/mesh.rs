@@ -12,12 +12,14 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use k8s_openapi::api::core::v1::{
-    CSIVolumeSource, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, Pod, PodDNSConfig,
-    PodDNSConfigOption, PodSecurityContext, PodSpec, Volume, VolumeMount,
+    CSIVolumeSource, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
+    EphemeralContainer, Pod, PodDNSConfig, PodDNSConfigOption, PodSecurityContext, PodSpec, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use podmutator::mutate::MUTATOR_IDS;
 use podmutator::mutate::mesh::MeshConfig;
+use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use podmutator::transport::http::{PATH_MANAGED_NAMESPACE, PATH_MANAGED_POD, PATH_SECRETS};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
@@ -430,9 +432,22 @@ async fn a_disabled_mesh_changes_nothing(#[case] path: &str) {
     assert!(out.patch_is_empty(), "{out:?}");
 }
 
+/// The chain as README "Mesh" states it, written out rather than read from `MUTATOR_IDS`
+/// (the constant `in_chain_order` sorts by): namespace injection first, because every later
+/// mutator reads the managed label it adds; `secrets` before the gate, because the gate puts
+/// itself at index 0 after the fetcher init containers were appended, so it still runs first;
+/// `dns` in between; `socket-check` last, denying on the final pod.
 #[test]
 fn the_chain_runs_in_the_documented_order() {
-    assert_eq!(app().app().chain().ids(), MUTATOR_IDS);
+    let intended = [
+        "namespace-injection",
+        "secrets",
+        "dns",
+        "init-gate",
+        "socket-check",
+    ];
+    assert_eq!(app().app().chain().ids(), intended);
+    assert_eq!(MUTATOR_IDS, intended, "config keys list the chain in order");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -440,6 +455,35 @@ fn the_chain_runs_in_the_documented_order() {
 
 const NAME_POOL: [&str; 6] = ["app", "web", "proxy", "migrate", "seed", GATE];
 const VOLUME_POOL: [&str; 6] = ["data", "scratch", "sock", "sock-b", "cfg", GATE_VOLUME];
+/// Namespaces the property test admits pods into (the chain must not depend on which).
+const NAMESPACES: [&str; 4] = ["shop", "flytesnacks-development", "default", "a"];
+/// User env vars (name, value): none is a name the K8s secrets manager injects.
+const USER_ENV: [(&str, &str); 4] = [
+    ("USER", "me"),
+    ("LANG", "C.UTF-8"),
+    ("API_TOKEN_PATH", "/home/me/token"),
+    ("_UNION_NOT_A_SECRET", "x"),
+];
+const EPHEMERAL_NAMES: [&str; 2] = ["debug", "debug-2"];
+
+/// The Flyte secret requests a pod may carry (K8s manager: env vars, files and both).
+fn secret_pool() -> Vec<Secret> {
+    let s = |group: &str, key: &str, mount, env_var: &str| Secret {
+        group: group.into(),
+        key: key.into(),
+        mount_requirement: mount,
+        env_var: env_var.into(),
+        ..Default::default()
+    };
+    vec![
+        s("user-info", "user_secret", MountRequirement::EnvVar, ""),
+        s("db", "password", MountRequirement::EnvVar, "DB_PASSWORD"),
+        s("tls", "ca.crt", MountRequirement::File, ""),
+        s("api", "token", MountRequirement::Any, "API_TOKEN"),
+        s("", "solo", MountRequirement::EnvVar, ""),
+    ]
+}
+
 const OPTION_NAMES: [&str; 6] = [
     "ndots",
     "timeout",
@@ -475,8 +519,8 @@ fn volume(name: &str) -> Volume {
 }
 
 /// A valid pod of arbitrary shape: containers and init containers (possibly one named like the
-/// gate), volumes and mounts (some at paths too long for a socket), dnsConfig, labels and the
-/// annotations every mutator reads.
+/// gate), user env vars, ephemeral containers, volumes and mounts (some at paths too long for a
+/// socket), dnsConfig, labels and the annotations every mutator reads (several Flyte secrets).
 fn arb_pod() -> impl Strategy<Value = Pod> {
     let names = proptest::sample::subsequence(NAME_POOL.to_vec(), 1..=5)
         .prop_shuffle()
@@ -498,8 +542,12 @@ fn arb_pod() -> impl Strategy<Value = Pod> {
     ));
     let labels = (
         proptest::option::of(proptest::sample::select(vec!["true", "false", "yes"])),
-        proptest::bool::weighted(0.25),
+        proptest::option::of(proptest::sample::subsequence(
+            (0..secret_pool().len()).collect::<Vec<_>>(),
+            1..=3,
+        )),
     );
+    let ephemeral = proptest::sample::subsequence(EPHEMERAL_NAMES.to_vec(), 0..=2);
     let annotations = (
         proptest::option::of(proptest::sample::select(vec!["false", "true"])),
         proptest::option::of(proptest::sample::select(vec![
@@ -515,32 +563,64 @@ fn arb_pod() -> impl Strategy<Value = Pod> {
         dns,
         labels,
         annotations,
-        proptest::option::of(Just(1000i64)),
+        (proptest::option::of(Just(1000i64)), ephemeral),
     )
         .prop_flat_map(
-            |((names, split), volumes, dns, labels, annotations, fs_group)| {
-                // Per container: which volumes it mounts, and whether at an overlong path.
+            |((names, split), volumes, dns, labels, annotations, (fs_group, ephemeral))| {
+                // Per container: which volumes it mounts, whether at an overlong path, and
+                // which user env vars it has.
                 let mounts = proptest::collection::vec(
                     (
                         proptest::sample::subsequence(volumes.clone(), 0..=volumes.len()),
                         proptest::bool::weighted(0.2),
+                        proptest::sample::subsequence(USER_ENV.to_vec(), 0..=3),
                     ),
                     names.len(),
                 );
                 (
-                    Just((names, split, volumes, dns, labels, annotations, fs_group)),
+                    Just((
+                        names,
+                        split,
+                        volumes,
+                        dns,
+                        labels,
+                        annotations,
+                        fs_group,
+                        ephemeral,
+                    )),
                     mounts,
                 )
             },
         )
         .prop_map(|(parts, mounts)| {
-            let (names, split, volumes, dns, (managed, flyte), (opt_out, socket), fs_group) = parts;
+            let (
+                names,
+                split,
+                volumes,
+                dns,
+                (managed, flyte),
+                (opt_out, socket),
+                fs_group,
+                ephemeral,
+            ) = parts;
+            let user_env = |vars: &[(&str, &str)]| {
+                (!vars.is_empty()).then(|| {
+                    vars.iter()
+                        .map(|(n, v)| EnvVar {
+                            name: (*n).into(),
+                            value: Some((*v).into()),
+                            ..Default::default()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            };
             let containers: Vec<Container> = names
                 .iter()
                 .zip(mounts)
-                .map(|(name, (vols, long))| Container {
+                .map(|(name, (vols, long, env))| Container {
                     name: (*name).into(),
                     image: Some(format!("registry.example/{name}:1")),
+                    env: user_env(&env),
                     volume_mounts: (!vols.is_empty()).then(|| {
                         vols.iter()
                             .map(|v| VolumeMount {
@@ -563,9 +643,11 @@ fn arb_pod() -> impl Strategy<Value = Pod> {
                 label_map.insert(MANAGED.to_owned(), v.to_owned());
             }
             let mut annotation_map = std::collections::BTreeMap::new();
-            if flyte {
+            if let Some(picked) = flyte {
                 label_map.insert("inject-flyte-secrets".into(), "true".into());
-                annotation_map.insert("flyte.secrets/s0".into(), FLYTE_S0.into());
+                let pool = secret_pool();
+                let secrets: Vec<Secret> = picked.iter().map(|&i| pool[i].clone()).collect();
+                annotation_map.extend(encode_annotations(&secrets).expect("encodable secrets"));
             }
             if let Some(v) = opt_out {
                 annotation_map.insert(GATE_OPT_OUT.into(), v.into());
@@ -583,6 +665,17 @@ fn arb_pod() -> impl Strategy<Value = Pod> {
                 spec: Some(PodSpec {
                     init_containers: (!init.is_empty()).then(|| init.to_vec()),
                     containers: app.to_vec(),
+                    ephemeral_containers: (!ephemeral.is_empty()).then(|| {
+                        ephemeral
+                            .iter()
+                            .map(|name| EphemeralContainer {
+                                name: (*name).into(),
+                                image: Some("registry.example/debug:1".into()),
+                                env: user_env(&USER_ENV[..1]),
+                                ..Default::default()
+                            })
+                            .collect()
+                    }),
                     volumes: (!volumes.is_empty())
                         .then(|| volumes.iter().map(|v| volume(v)).collect()),
                     dns_config: dns.map(|(ns, searches, options)| PodDNSConfig {
@@ -626,14 +719,20 @@ fn for_arbitrary_pods_the_chain_is_idempotent_keeps_user_fields_and_yields_valid
         .unwrap();
     let app = app();
     let secrets_only = secrets_only_app();
-    let run = |app: &Front, path: &str, pod: &Value| rt.block_on(admit(app, path, "shop", pod));
+    let run_in =
+        |app: &Front, path: &str, ns: &str, pod: &Value| rt.block_on(admit(app, path, ns, pod));
     let collected = std::cell::RefCell::new(Vec::<(String, Value)>::new());
     let mut runner = TestRunner::new(ProptestConfig {
         failure_persistence: None,
         ..ProptestConfig::default()
     });
-    let strategy = (arb_pod(), proptest::sample::select(PATHS.to_vec()));
-    let result = runner.run(&strategy, |(pod, path)| {
+    let strategy = (
+        arb_pod(),
+        proptest::sample::select(PATHS.to_vec()),
+        proptest::sample::select(NAMESPACES.to_vec()),
+    );
+    let result = runner.run(&strategy, |(pod, path, namespace)| {
+        let run = |app: &Front, path: &str, pod: &Value| run_in(app, path, namespace, pod);
         let input = serde_json::to_value(&pod).unwrap();
         check(pod_problems(&input).is_empty(), || {
             format!("generator made an invalid pod: {:?}", pod_problems(&input))
@@ -660,6 +759,23 @@ fn for_arbitrary_pods_the_chain_is_idempotent_keeps_user_fields_and_yields_valid
                 warnings,
             } => {
                 ours_only(patch).map_err(TestCaseError::fail)?;
+                check(
+                    mutated["spec"]["ephemeralContainers"] == input["spec"]["ephemeralContainers"],
+                    || format!("ephemeral containers were changed: {patch}"),
+                )?;
+                for (i, c) in input["spec"]["containers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .enumerate()
+                {
+                    let env_after = mutated["spec"]["containers"][i]["env"].as_array();
+                    for var in c["env"].as_array().into_iter().flatten() {
+                        check(env_after.is_some_and(|e| e.contains(var)), || {
+                            format!("user env var {var} of {} was lost: {patch}", c["name"])
+                        })?;
+                    }
+                }
                 let problems = pod_problems(mutated);
                 check(problems.is_empty(), || {
                     format!("mutated pod is invalid: {problems:?}\n{mutated}")

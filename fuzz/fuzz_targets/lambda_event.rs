@@ -1,5 +1,5 @@
 //! Bytes as a Lambda event: `serde_json::from_slice::<LambdaRequest>` as the runtime does, then
-//! `podmutator::lambda::handle`.
+//! `podmutator::transport::lambda::handle`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

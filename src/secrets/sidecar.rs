@@ -412,6 +412,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use proptest::prelude::*;
     use rstest::rstest;
+    use sha2::Digest;
 
     fn injector(provider: Provider) -> SidecarInjector {
         SidecarInjector::new(provider, &SidecarConfig::default())
@@ -975,6 +976,68 @@ mod tests {
             && !s.ends_with('-')
     }
 
+    /// The fetcher's name recomputed from the container the injector really wrote, without
+    /// `Fetch::name` or `identity_digest`: `<slug>-pull-secret-` and the first 12 hex digits of
+    /// SHA-256 over the domain `podmutator.io/<slug>-fetcher`, the command's length in decimal,
+    /// each command argument, then each of the fetcher's own env vars (AWS: `SECRET_ARN`,
+    /// `SECRET_FILENAME`) as name and value; every field preceded by its length as 8 big-endian
+    /// bytes. Returns the name and what went into it (command, own env vars).
+    fn name_by_definition(provider: Provider, fetcher: &Container) -> (String, Vec<String>) {
+        let command = fetcher.command.clone().unwrap_or_default();
+        let mut fields = vec![command.len().to_string()];
+        fields.extend(command.iter().cloned());
+        for e in fetcher.env.iter().flatten() {
+            if matches!(e.name.as_str(), ENV_SECRET_ARN | ENV_SECRET_FILENAME) {
+                fields.push(e.name.clone());
+                fields.push(e.value.clone().unwrap_or_default());
+            }
+        }
+        let domain = format!("podmutator.io/{}-fetcher", provider.slug());
+        let mut input = Vec::new();
+        for f in std::iter::once(domain.as_str()).chain(fields.iter().map(String::as_str)) {
+            input.extend_from_slice(&(f.len() as u64).to_be_bytes());
+            input.extend_from_slice(f.as_bytes());
+        }
+        let digest = sha2::Sha256::digest(&input);
+        let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+        (format!("{}-pull-secret-{hex}", provider.slug()), fields)
+    }
+
+    /// The one fetcher `s` gets in an empty pod.
+    fn fetcher_of(provider: Provider, s: &Secret) -> Container {
+        let pod = run(&injector(provider), s, empty_pod()).unwrap();
+        let mut inits = pod.spec.unwrap().init_containers.unwrap();
+        assert_eq!(inits.len(), 1);
+        inits.remove(0)
+    }
+
+    #[test]
+    fn the_definition_gives_the_golden_names() {
+        // The names pinned in the Flyte ports above, recomputed by definition.
+        let gcp = fetcher_of(Provider::Gcp, &secret("TestSecret", "2", ""));
+        assert_eq!(
+            name_by_definition(Provider::Gcp, &gcp).0,
+            "gcp-pull-secret-6c319689e95a"
+        );
+        let azure = fetcher_of(
+            Provider::Azure,
+            &secret(
+                "https://test-storage-account.vault.azure.net/secrets/test-secret-name",
+                "",
+                "",
+            ),
+        );
+        assert_eq!(
+            name_by_definition(Provider::Azure, &azure).0,
+            "azure-pull-secret-5fd5d0c04118"
+        );
+    }
+
+    fn field() -> impl Strategy<Value = String> {
+        // A small alphabet, so two draws often fetch the same thing (case, slashes, colons).
+        prop_oneof![Just(String::new()), "[aAb/:.]{0,4}", ".*"]
+    }
+
     proptest! {
         #[test]
         fn fetcher_name_is_a_stable_dns_label(group in ".*", group_version in ".*", key in ".*") {
@@ -982,11 +1045,36 @@ mod tests {
             for provider in Provider::ALL {
                 let Ok(name) = provider.fetcher_name(&s) else { continue };
                 prop_assert!(is_dns1123_label(&name), "{name}");
-                let prefix = format!("{}-pull-secret-", provider.slug());
-                prop_assert!(name.starts_with(&prefix), "{}", name);
-                prop_assert_eq!(&name, &provider.fetcher_name(&s.clone()).unwrap());
-                let pod = run(&injector(provider), &s, empty_pod()).unwrap();
-                prop_assert_eq!(init_names(&pod), vec![name]);
+                let fetcher = fetcher_of(provider, &s);
+                prop_assert_eq!(&fetcher.name, &name);
+                prop_assert_eq!(&name, &name_by_definition(provider, &fetcher).0);
+            }
+        }
+
+        #[test]
+        fn fetcher_names_differ_exactly_when_the_fetchers_do(
+            a in (field(), field(), field()),
+            b in (field(), field(), field()),
+        ) {
+            let (sa, sb) = (secret(&a.0, &a.1, &a.2), secret(&b.0, &b.1, &b.2));
+            for provider in Provider::ALL {
+                let (Ok(na), Ok(nb)) = (provider.fetcher_name(&sa), provider.fetcher_name(&sb)) else {
+                    continue;
+                };
+                let (fa, fb) = (fetcher_of(provider, &sa), fetcher_of(provider, &sb));
+                let (da, inputs_a) = name_by_definition(provider, &fa);
+                let (db, inputs_b) = name_by_definition(provider, &fb);
+                prop_assert_eq!(&na, &da);
+                prop_assert_eq!(&nb, &db);
+                prop_assert_eq!(
+                    na == nb,
+                    inputs_a == inputs_b,
+                    "{:?}: {:?} -> {}, {:?} -> {}", provider, a, na, b, nb
+                );
+                // Different fetched files always mean different fetchers.
+                if fa.command != fb.command || fa.env != fb.env {
+                    prop_assert_ne!(&na, &nb);
+                }
             }
         }
     }

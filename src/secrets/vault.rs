@@ -568,7 +568,61 @@ mod tests {
             && !s.ends_with('-')
     }
 
+    /// The id recomputed from its definition, without `identity_digest` or `vault_id`: SHA-256
+    /// of the domain `podmutator.io/vault`, then group, key and group_version, each preceded by
+    /// its length as 8 big-endian bytes; the first 16 bytes, version nibble 8 (RFC 9562 §5.8),
+    /// variant bits 10; lower-case hex grouped 8-4-4-4-12.
+    fn uuid_v8_by_definition(group: &str, key: &str, group_version: &str) -> String {
+        let mut input = Vec::new();
+        for field in ["podmutator.io/vault", group, key, group_version] {
+            input.extend_from_slice(&(field.len() as u64).to_be_bytes());
+            input.extend_from_slice(field.as_bytes());
+        }
+        let digest = sha2::Sha256::digest(&input);
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&digest[..16]);
+        bytes[6] = 0x80 | (bytes[6] & 0x0f);
+        bytes[8] = 0x80 | (bytes[8] & 0x3f);
+        let mut out = String::new();
+        for (i, b) in bytes.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                out.push('-');
+            }
+            out.push_str(&format!("{b:02x}"));
+        }
+        out
+    }
+
+    #[test]
+    fn the_definition_gives_the_golden_id() {
+        // Pins the test's own derivation to the Python-checked golden value above.
+        assert_eq!(
+            uuid_v8_by_definition("foo", "bar", "kv2"),
+            "a4d130ea-8c8e-8a96-b85e-19d6a93e8648"
+        );
+    }
+
+    fn field() -> impl Strategy<Value = String> {
+        // Short strings from a small alphabet, so two draws often share prefixes and contents.
+        prop_oneof![Just(String::new()), "[a-c/:\\x00]{0,4}", ".*"]
+    }
+
     proptest! {
+        #[test]
+        fn vault_id_is_the_uuid_v8_of_its_fields_and_differs_when_they_do(
+            a in (field(), field(), field()),
+            b in (field(), field(), field()),
+        ) {
+            let (sa, sb) = (secret(&a.0, &a.1, &a.2), secret(&b.0, &b.1, &b.2));
+            let (ia, ib) = (vault_id(&sa), vault_id(&sb));
+            prop_assert_eq!(&ia, &uuid_v8_by_definition(&a.0, &a.1, &a.2));
+            prop_assert_eq!(&ib, &uuid_v8_by_definition(&b.0, &b.1, &b.2));
+            prop_assert_eq!(ia == ib, a == b, "{:?} -> {}, {:?} -> {}", a, ia, b, ib);
+            // The mount requirement and env_var are not part of the id.
+            let file = Secret { mount_requirement: MountRequirement::File, env_var: "X".into(), ..sa.clone() };
+            prop_assert_eq!(vault_id(&file), ia);
+        }
+
         #[test]
         fn vault_id_is_a_stable_label_and_annotation_names_fit(
             group in ".*", key in ".*", gv in prop_oneof![Just(String::new()), Just("kv1".to_owned()), Just("db".to_owned()), ".*"],
@@ -576,7 +630,7 @@ mod tests {
             let s = secret(&group, &key, &gv);
             let id = vault_id(&s);
             prop_assert!(is_dns1123_label(&id), "{id}");
-            prop_assert_eq!(&id, &vault_id(&s.clone()));
+            prop_assert_eq!(&id, &uuid_v8_by_definition(&group, &key, &gv));
             let inj = injector(None, &[]);
             for k in inj.secret_annotations(&s).keys() {
                 let name = k.strip_prefix(VAULT_ANNOTATION_PREFIX).unwrap();

@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 pub mod aws;
+pub mod leaks;
+pub mod work;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

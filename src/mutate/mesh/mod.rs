@@ -259,13 +259,42 @@ mod tests {
         }
     }
 
+    /// The intended chain, stated here rather than read from `MUTATOR_IDS` (the constant
+    /// `in_chain_order` sorts by), so reordering that constant fails this test:
+    /// - `namespace-injection` first: it adds the managed label, and every later mutator decides
+    ///   whether to act by reading that label;
+    /// - `secrets` before the gate: the secrets managers append fetcher init containers, and the
+    ///   gate inserts itself at index 0 afterwards, so the gate still runs first in the pod;
+    /// - `dns` after `secrets` and before the gate (neither reads the other's fields;
+    ///   docs/mesh.md documents this order);
+    /// - `socket-check` last: it denies on the final pod, after the gate added its volume.
+    const INTENDED_CHAIN: [&str; 5] = [
+        "namespace-injection",
+        "secrets",
+        "dns",
+        "init-gate",
+        "socket-check",
+    ];
+
     #[test]
     fn secrets_sits_between_namespace_injection_and_dns() {
         let all = in_chain_order(&parse(enabled_gate()), (Box::new(Named("secrets")), true));
         let ids: Vec<_> = all.iter().map(|(m, _)| m.id()).collect();
-        assert_eq!(ids, MUTATOR_IDS);
+        assert_eq!(ids, INTENDED_CHAIN);
+        // Config keys under `mutators` are the same ids, in the same order.
+        assert_eq!(MUTATOR_IDS, INTENDED_CHAIN);
+        let required: Vec<_> = all.iter().map(|(_, r)| *r).collect();
+        assert_eq!(required, [false, true, false, false, true]);
         let off = in_chain_order(&MeshConfig::default(), (Box::new(Named("secrets")), true));
-        assert_eq!(off.len(), 1);
+        let ids: Vec<_> = off.iter().map(|(m, _)| m.id()).collect();
+        assert_eq!(ids, ["secrets"]);
+        // Switches leave mutators out without moving the others.
+        let no_dns = parse(json!({"enabled": true, "dns": {"enabled": false}}));
+        let ids: Vec<_> = in_chain_order(&no_dns, (Box::new(Named("secrets")), true))
+            .iter()
+            .map(|(m, _)| m.id())
+            .collect();
+        assert_eq!(ids, ["namespace-injection", "secrets", "socket-check"]);
     }
 
     #[rstest]
