@@ -15,6 +15,7 @@ pub mod k8s_names;
 pub mod metrics;
 pub mod mutate;
 pub mod patch;
+pub mod pod;
 pub mod registration;
 pub mod secrets;
 pub mod transport;

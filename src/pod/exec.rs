@@ -1,0 +1,197 @@
+//! `podmutator exec -- <command> <args>`: the wrapper of a container that asks for secrets as
+//! environment variables in reference delivery (bank-vaults' `vault-env` shape). It reads each
+//! variable's value from the file the init container wrote (`podmutator fetch`), sets them in
+//! its environment and replaces itself with the original command, so the values live only in
+//! that process's memory: never in the pod spec, so never in etcd or `kubectl get pod`.
+//!
+//! The plan is JSON in [`EXEC_ENV_ENV`], variable name to file:
+//! `{"_UNION_DB_PASSWORD": "/podmutator/env/0"}`.
+//!
+//! Why files from the init container rather than a fetch here: the pod's secrets cost one
+//! `BatchGetSecretValue` round trip for the whole pod instead of one per container start; a
+//! failed fetch keeps the pod in Init (visible in `kubectl describe`) instead of crash-looping
+//! the task; and the wrapped command starts without waiting on the network. The files sit on
+//! an in-memory volume mounted, read-only, only into the containers that need them.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+
+use super::path_problem;
+use crate::k8s_names::{ENV_VAR_NAME_RULE, is_env_var_name};
+
+/// The environment variable holding a wrapped container's [`ExecPlan`] as JSON.
+pub const EXEC_ENV_ENV: &str = "PODMUTATOR_EXEC_ENV";
+/// Linux's limit for one `NAME=value` string of a new process (`MAX_ARG_STRLEN`, 32 pages):
+/// a longer value would fail the `exec` with a bare "Argument list too long".
+pub const MAX_ENV_STRING: usize = 32 * 4096;
+
+/// Variable name to the file holding its value.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct ExecPlan {
+    pub vars: BTreeMap<String, PathBuf>,
+}
+
+/// Why the command was not started. Names variables and files, never values.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("no command to run: use `podmutator exec -- <command> [args...]`")]
+    NoCommand,
+    #[error(
+        "{EXEC_ENV_ENV} is not set: `podmutator exec` wraps the command of a container the webhook rewrote, and the webhook sets it"
+    )]
+    NoPlan,
+    #[error("{EXEC_ENV_ENV} is not a valid exec plan: {0}")]
+    BadPlan(String),
+    #[error(
+        "cannot read {path} for {var}: {source} (the init container writes it; is the secrets volume mounted in this container, and did the fetch succeed?)"
+    )]
+    Read {
+        var: String,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} for {var} is not UTF-8 text without NUL bytes: a binary secret can only be mounted as a file (mount_requirement: FILE)"
+    )]
+    NotText { var: String, path: String },
+    #[error(
+        "{path} for {var} holds more than {MAX_ENV_STRING} bytes, Linux's limit for one environment variable: mount it as a file (mount_requirement: FILE)"
+    )]
+    TooLong { var: String, path: String },
+    #[error("cannot run {program}: {source}")]
+    Exec {
+        program: String,
+        source: std::io::Error,
+    },
+}
+
+impl ExecPlan {
+    /// Parses and validates a plan: names per the API server's env-var rule, files absolute
+    /// and clean.
+    pub fn parse(json: &str) -> Result<Self, ExecError> {
+        let de = &mut serde_json::Deserializer::from_str(json);
+        let plan: ExecPlan = serde_path_to_error::deserialize(de)
+            .map_err(|e| ExecError::BadPlan(format!("at {}: {}", e.path(), e.inner())))?;
+        for (var, file) in &plan.vars {
+            if !is_env_var_name(var) {
+                return Err(ExecError::BadPlan(format!(
+                    "{var:?} is not an environment variable name: {ENV_VAR_NAME_RULE}"
+                )));
+            }
+            if var == EXEC_ENV_ENV {
+                return Err(ExecError::BadPlan(format!(
+                    "{var} cannot be set from a file"
+                )));
+            }
+            if let Some(p) = path_problem(file) {
+                return Err(ExecError::BadPlan(format!("{var}: {p}")));
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Each variable with its file's content, verbatim (a trailing newline is kept, as Flyte's
+    /// file secrets keep it). Fails on the first file that cannot be an environment value.
+    pub fn load(&self) -> Result<Vec<(String, String)>, ExecError> {
+        let mut out = Vec::with_capacity(self.vars.len());
+        for (var, file) in &self.vars {
+            let path = file.display().to_string();
+            let bytes = std::fs::read(file).map_err(|source| ExecError::Read {
+                var: var.clone(),
+                path: path.clone(),
+                source,
+            })?;
+            if var.len() + 1 + bytes.len() > MAX_ENV_STRING {
+                return Err(ExecError::TooLong {
+                    var: var.clone(),
+                    path,
+                });
+            }
+            match String::from_utf8(bytes) {
+                Ok(text) if !text.contains('\0') => out.push((var.clone(), text)),
+                _ => {
+                    return Err(ExecError::NotText {
+                        var: var.clone(),
+                        path,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `podmutator exec`: `args` are what follows `exec` (a leading `--` is skipped). Reads
+/// [`EXEC_ENV_ENV`], loads every value before anything starts, then replaces this process with
+/// the command (same pid, so signals and the exit code are the command's own). Returns only on
+/// failure.
+pub fn run_exec<I, S>(args: I) -> Result<Infallible, ExecError>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<OsString>,
+{
+    let mut args = args.into_iter().map(Into::into).peekable();
+    if args.peek().is_some_and(|a| a == "--") {
+        args.next();
+    }
+    let program = args.next().ok_or(ExecError::NoCommand)?;
+    let json = std::env::var(EXEC_ENV_ENV).map_err(|_| ExecError::NoPlan)?;
+    let values = ExecPlan::parse(&json)?.load()?;
+    let mut command = std::process::Command::new(&program);
+    command.args(args).env_remove(EXEC_ENV_ENV).envs(values);
+    let source = command.exec();
+    Err(ExecError::Exec {
+        program: program.to_string_lossy().into_owned(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bad(json: &str) -> String {
+        match ExecPlan::parse(json) {
+            Err(ExecError::BadPlan(m)) => m,
+            other => panic!("expected a bad plan, got {other:?}"),
+        }
+    }
+
+    #[rstest::rstest]
+    #[case::not_an_object(r#"["A"]"#, "at")]
+    #[case::bad_name(r#"{"1A": "/f"}"#, "not an environment variable name")]
+    #[case::relative_file(r#"{"A": "f"}"#, "absolute")]
+    #[case::escaping_file(r#"{"A": "/p/../etc/shadow"}"#, "clean")]
+    #[case::itself(r#"{"PODMUTATOR_EXEC_ENV": "/f"}"#, "cannot be set from a file")]
+    fn bad_plans_are_refused_naming_the_variable(#[case] json: &str, #[case] want: &str) {
+        let m = bad(json);
+        assert!(m.contains(want), "{m:?} should contain {want:?}");
+    }
+
+    #[test]
+    fn values_are_read_verbatim_and_refused_when_they_cannot_be_env_values() {
+        let dir = std::env::temp_dir().join(format!("podmutator-exec-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("text"), "fake-line\n").unwrap();
+        std::fs::write(dir.join("binary"), [0xff, 0xfe, 0x00]).unwrap();
+        std::fs::write(dir.join("big"), vec![b'x'; MAX_ENV_STRING]).unwrap();
+        let plan = |var: &str, file: &str| ExecPlan {
+            vars: BTreeMap::from([(var.to_owned(), dir.join(file))]),
+        };
+        assert_eq!(
+            plan("A", "text").load().unwrap(),
+            vec![("A".to_owned(), "fake-line\n".to_owned())]
+        );
+        let e = plan("B", "binary").load().unwrap_err();
+        assert!(matches!(e, ExecError::NotText { .. }), "{e}");
+        let e = plan("C", "big").load().unwrap_err();
+        assert!(matches!(e, ExecError::TooLong { .. }), "{e}");
+        let e = plan("D", "absent").load().unwrap_err().to_string();
+        assert!(e.contains("absent") && e.contains("D"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
