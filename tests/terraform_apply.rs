@@ -155,6 +155,7 @@ fn terraform_validates_the_module_its_submodules_and_both_examples() {
         "terraform/modules/registration",
         "terraform/modules/eks-network",
         "terraform/modules/webhook-config",
+        "terraform/modules/pod-identity",
         "examples/alb",
         "examples/http-api",
     ] {
