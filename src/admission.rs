@@ -12,6 +12,7 @@ use crate::app::App;
 use crate::error::{Denial, Error};
 use crate::metrics::AdmissionFacts;
 use crate::mutate::{Applied, PodCtx, Route, Tally};
+use crate::secrets::plan::Planned;
 use crate::secrets::{Plan, ResolvedSecrets};
 
 pub const API_VERSION_V1: &str = "admission.k8s.io/v1";
@@ -184,14 +185,12 @@ impl App {
 
         let groups = req.user_info.groups.clone().unwrap_or_default();
         let tally = Tally::new();
-        let mut ctx = PodCtx {
+        let ctx = PodCtx {
             namespace: &namespace,
             route,
             username: req.user_info.username.as_deref().unwrap_or_default(),
             groups: &groups,
             dry_run: req.dry_run,
-            secrets: None,
-            resolved: &ResolvedSecrets::default(),
             tally: &tally,
         };
         let plan = self.secrets.plan(&ctx, &pod);
@@ -199,12 +198,15 @@ impl App {
             .resolve(&plan, audit)
             .await
             .map_err(|e| (e, api_version))?;
-        ctx.secrets = Some(&plan);
-        ctx.resolved = &resolved;
+        let secrets = Planned {
+            mutator: &self.secrets,
+            plan: &plan,
+            resolved: &resolved,
+        };
         let original = pod.clone();
         let Applied { changed, warnings } = self
             .chain
-            .apply_from(&ctx, &original, &mut pod)
+            .apply_from(&ctx, &original, &mut pod, Some(&secrets))
             .map_err(|d| (Error::Denied(d), api_version))?;
         audit.mutators.clone_from(&changed);
         audit.injected = tally.injected();

@@ -3,11 +3,15 @@
 
 use k8s_openapi::api::core::v1::{EnvVar, Pod, VolumeMount};
 
+use super::{NOTHING_RESOLVED, ResolvedSecrets};
 use crate::mutate::pod::{add_mounts, containers_mut, put_env_first};
 
-/// Environment variables and mounts that every (init) container receives, in request order.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Edits {
+/// Environment variables and mounts that every (init) container receives, in request order,
+/// and the secret values fetched for this admission (what a fetching manager injects from).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Edits<'a> {
+    /// Values fetched before the chain ran (Embedded mode); empty otherwise.
+    pub resolved: &'a ResolvedSecrets,
     env: Vec<EnvVar>,
     env_owner: Vec<String>,
     mounts: Vec<VolumeMount>,
@@ -25,7 +29,26 @@ pub struct EditsMark {
     conflicts: usize,
 }
 
-impl Edits {
+impl Default for Edits<'static> {
+    /// Nothing resolved.
+    fn default() -> Self {
+        Edits::new(&NOTHING_RESOLVED)
+    }
+}
+
+impl<'a> Edits<'a> {
+    pub fn new(resolved: &'a ResolvedSecrets) -> Self {
+        Self {
+            resolved,
+            env: Vec::new(),
+            env_owner: Vec::new(),
+            mounts: Vec::new(),
+            mount_owner: Vec::new(),
+            conflicts: Vec::new(),
+            current: String::new(),
+        }
+    }
+
     /// Adds `var` unless the same variable is already planned. Two requests that want different
     /// values under one name are a conflict, reported after all requests ran.
     pub fn env(&mut self, var: EnvVar) {

@@ -272,7 +272,7 @@ impl SecretInjector for EmbeddedInjector {
     fn inject(
         &self,
         req: &SecretRequest,
-        ctx: &PodCtx<'_>,
+        _ctx: &PodCtx<'_>,
         pod: &mut Pod,
         edits: &mut Edits,
     ) -> Result<(), String> {
@@ -281,7 +281,7 @@ impl SecretInjector for EmbeddedInjector {
         let ids = cascade(org, domain, project, key);
         let mut value = None;
         for id in &ids {
-            match ctx.resolved.get(id) {
+            match edits.resolved.get(id) {
                 Some(Lookup::Found(v)) => {
                     value = Some((id, v));
                     break;

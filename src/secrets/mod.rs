@@ -202,13 +202,10 @@ impl PodMutator for SecretsMutator {
         "secrets"
     }
 
-    /// Applies the plan made before the chain ran ([`PodCtx::secrets`]), or plans now when the
-    /// caller made none (then nothing was fetched).
+    /// Plans and applies with nothing fetched. An admission runs [`plan::Planned`] instead,
+    /// with the plan it made before fetching.
     fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
-        match ctx.secrets {
-            Some(plan) => self.apply(plan, ctx, pod),
-            None => self.apply(&self.plan(ctx, pod), ctx, pod),
-        }
+        self.apply(&self.plan(ctx, pod), &NOTHING_RESOLVED, ctx, pod)
     }
 }
 

@@ -6,10 +6,10 @@ use std::collections::HashSet;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{Accept, Edits, SecretRequest, SecretsMutator};
+use super::{Accept, Edits, ResolvedSecrets, SecretRequest, SecretsMutator};
 use crate::config::SecretManagerType;
 use crate::error::Denial;
-use crate::mutate::PodCtx;
+use crate::mutate::{PodCtx, PodMutator};
 
 /// The pod's secret requests and, for each, the managers that will try it in order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -22,7 +22,7 @@ pub struct Plan {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Outcome {
-    Requests(Vec<Planned>),
+    Requests(Vec<PlannedRequest>),
     Denied(Denial),
 }
 
@@ -33,7 +33,7 @@ impl Default for Outcome {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Planned {
+struct PlannedRequest {
     req: SecretRequest,
     /// Managers (index into the injectors) that accepted, in order. Only a manager that
     /// accepted with [`Accept::Fetch`] can be followed by another: one that accepted with
@@ -95,7 +95,12 @@ impl SecretsMutator {
         Plan { outcome }
     }
 
-    fn plan_one(&self, req: SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Result<Planned, Denial> {
+    fn plan_one(
+        &self,
+        req: SecretRequest,
+        ctx: &PodCtx<'_>,
+        pod: &Pod,
+    ) -> Result<PlannedRequest, Denial> {
         let mut candidates = Vec::new();
         let mut refusals = Vec::new();
         for (i, inj) in self.injectors.iter().enumerate() {
@@ -114,7 +119,7 @@ impl SecretsMutator {
         if candidates.is_empty() {
             return Err(self.not_injected(&req, refusals));
         }
-        Ok(Planned {
+        Ok(PlannedRequest {
             req,
             candidates,
             refusals,
@@ -137,16 +142,22 @@ impl SecretsMutator {
         )
     }
 
-    /// Injects every planned request with its chosen manager (the values a fetching manager
-    /// needs are in `ctx.resolved`), then puts the collected env vars and mounts into every
+    /// Injects every planned request with its chosen manager (a fetching manager reads the
+    /// values in `resolved`), then puts the collected env vars and mounts into every
     /// container. Pure.
-    pub fn apply(&self, plan: &Plan, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+    pub fn apply(
+        &self,
+        plan: &Plan,
+        resolved: &ResolvedSecrets,
+        ctx: &PodCtx<'_>,
+        pod: &mut Pod,
+    ) -> Result<(), Denial> {
         let planned = match &plan.outcome {
             Outcome::Denied(denial) => return Err(denial.clone()),
             Outcome::Requests(planned) if planned.is_empty() => return Ok(()),
             Outcome::Requests(planned) => planned,
         };
-        let mut edits = Edits::default();
+        let mut edits = Edits::new(resolved);
         let mut by: Vec<SecretManagerType> = Vec::with_capacity(planned.len());
         for p in planned {
             let mut refusals = Vec::new();
@@ -183,5 +194,23 @@ impl SecretsMutator {
             ctx.tally.secret_injected(kind);
         }
         Ok(())
+    }
+}
+
+/// The `secrets` mutator for one admission: its plan and the values fetched for it. Runs in
+/// the chain in place of the planless [`SecretsMutator`] ([`crate::mutate::Chain::apply_from`]).
+pub struct Planned<'a> {
+    pub mutator: &'a SecretsMutator,
+    pub plan: &'a Plan,
+    pub resolved: &'a ResolvedSecrets,
+}
+
+impl PodMutator for Planned<'_> {
+    fn id(&self) -> &'static str {
+        self.mutator.id()
+    }
+
+    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+        self.mutator.apply(self.plan, self.resolved, ctx, pod)
     }
 }
