@@ -204,7 +204,6 @@ impl Chain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     struct Label(&'static str);
     impl PodMutator for Label {
@@ -233,13 +232,7 @@ mod tests {
     }
 
     fn mk_pod() -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("p".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
+        pod::testing::mk_pod().build()
     }
 
     #[test]

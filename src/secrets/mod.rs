@@ -214,20 +214,18 @@ impl PodMutator for SecretsMutator {
 pub(crate) mod testing {
     use super::*;
     use crate::mutate::Route;
-    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    use k8s_openapi::api::core::v1::Container;
 
     /// A pod with one container `container1`, like Flyte's injector tests.
     pub fn mk_pod() -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "container1".into(),
-                    ..Default::default()
-                }],
+        let mut pod = crate::mutate::pod::testing::mk_pod()
+            .app(Container {
+                name: "container1".into(),
                 ..Default::default()
-            }),
-            ..Default::default()
-        }
+            })
+            .build();
+        pod.metadata.name = None;
+        pod
     }
 
     pub fn secret(group: &str, key: &str, mount: MountRequirement, env_var: &str) -> Secret {
