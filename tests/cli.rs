@@ -271,7 +271,12 @@ fn injected_pods_are_valid_kubernetes_pods() {
 #[tokio::test]
 async fn inject_does_what_the_served_webhook_does() {
     let input: Vec<Value> = serde_saphyr::from_multiple(&read("manifests.yaml")).unwrap();
-    let output: Vec<Value> = serde_saphyr::from_multiple(&read("manifests.out.yaml")).unwrap();
+    let out = podmutator(
+        &["inject", "-f", fixture("manifests.yaml").to_str().unwrap()],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let output: Vec<Value> = serde_saphyr::from_multiple(&text(&out.stdout)).unwrap();
     let front = common::webhook(&Config::default(), Deps::offline());
     let pod = &input[2];
     assert_eq!(pod["kind"], "Pod");
