@@ -255,7 +255,8 @@ impl Injector {
         let Some(pointer) = template_pointer(&kind) else {
             return Ok(());
         };
-        let Some(template) = doc.pointer_mut(pointer) else {
+        // A template that is not an object is the API server's to refuse; pass it through.
+        let Some(template) = doc.pointer_mut(pointer).filter(|t| t.is_object()) else {
             return Ok(());
         };
         let what = format!("{kind}/{namespace}/{name}");
@@ -532,5 +533,27 @@ mod tests {
         );
         let err = parse_documents("{", "in.json").unwrap_err().to_string();
         assert!(err.contains("in.json"), "{err}");
+        let err = parse_documents("a: [1\n", "in.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("in.yaml: not valid YAML"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn odd_shapes_pass_through_untouched() {
+        let app = App::build(&Config::default(), Deps::offline()).expect("builds");
+        let injector = Injector::new(app, Route::Secrets, "default");
+        for doc in [
+            json!("a scalar"),
+            json!([1, 2]),
+            json!({"kind": "Deployment", "spec": {"template": "not an object"}}),
+            json!({"kind": "CronJob", "spec": {}}),
+            json!({"kind": "List", "items": "not a list"}),
+        ] {
+            let mut out = doc.clone();
+            let injected = injector.inject(&mut out).await.expect("no error");
+            assert!(injected.is_empty(), "{doc}: {injected:?}");
+            assert_eq!(out, doc);
+        }
     }
 }
