@@ -1,6 +1,8 @@
 //! What the injectors add to every container: environment variables and volume mounts,
 //! collected per request and applied once at the end.
 
+use std::collections::HashMap;
+
 use k8s_openapi::api::core::v1::{EnvVar, Pod, VolumeMount};
 
 use crate::mutate::pod::{add_mounts, containers_mut, put_env_first};
@@ -10,6 +12,9 @@ use crate::mutate::pod::{add_mounts, containers_mut, put_env_first};
 pub struct Edits {
     env: Vec<EnvVar>,
     env_owner: Vec<String>,
+    /// Position of each name in `env`: a pod's requests are checked against each other in
+    /// O(n), not by scanning the list for every variable.
+    env_index: HashMap<String, usize>,
     mounts: Vec<VolumeMount>,
     mount_owner: Vec<String>,
     pub(super) conflicts: Vec<String>,
@@ -29,13 +34,14 @@ impl Edits {
     /// Adds `var` unless the same variable is already planned. Two requests that want different
     /// values under one name are a conflict, reported after all requests ran.
     pub fn env(&mut self, var: EnvVar) {
-        match self.env.iter().position(|e| e.name == var.name) {
+        match self.env_index.get(&var.name).copied() {
             Some(i) if self.env[i] == var => {}
             Some(i) => self.conflicts.push(format!(
                 "{} and {} both set environment variable {}; give one of them a different env_var",
                 self.env_owner[i], self.current, var.name
             )),
             None => {
+                self.env_index.insert(var.name.clone(), self.env.len());
                 self.env.push(var);
                 self.env_owner.push(self.current.clone());
             }
@@ -73,6 +79,9 @@ impl Edits {
     }
 
     pub(super) fn reset(&mut self, mark: EditsMark) {
+        for e in &self.env[mark.env.min(self.env.len())..] {
+            self.env_index.remove(&e.name);
+        }
         self.env.truncate(mark.env);
         self.env_owner.truncate(mark.env);
         self.mounts.truncate(mark.mounts);
