@@ -533,3 +533,31 @@ fn standard_reason(code: u16) -> &'static str {
         _ => "InternalError",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_aws_error_code_of_a_failed_fetch_reaches_the_reply() {
+        let e = SourceError::failed(
+            &["u__org__o__domain__d__project__p__key__k".to_owned()],
+            "service error: AccessDeniedException: User: arn:aws:sts::123456789012:assumed-role/r/f is not authorized",
+        );
+        assert_eq!(
+            public_fetch_error(&e),
+            "failed to fetch secret u__org__o__domain__d__project__p__key__k from AWS Secrets Manager: AccessDeniedException (details in the function's log)"
+        );
+        for (reason, code) in [
+            (
+                "DecryptionFailure: arn:aws:kms:us-east-1:1:key/x",
+                "DecryptionFailure",
+            ),
+            ("dispatch failure: io error: connection refused", "error"),
+            ("ThrottlingException: Rate exceeded", "ThrottlingException"),
+            ("", "error"),
+        ] {
+            assert_eq!(error_code(reason), code, "{reason}");
+        }
+    }
+}

@@ -101,3 +101,34 @@ impl Edits {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mutate::pod::env_value;
+
+    #[test]
+    fn a_rolled_back_variable_can_be_planned_again_and_conflicts_still_show() {
+        let mut edits = Edits::default();
+        edits.current = "s0".into();
+        edits.env(env_value("A", "1"));
+        let mark = edits.mark();
+        edits.current = "s1".into();
+        edits.env(env_value("B", "2"));
+        edits.reset(mark);
+        edits.env(env_value("B", "3"));
+        edits.env(env_value("A", "1"));
+        assert!(edits.conflicts.is_empty(), "{:?}", edits.conflicts);
+        edits.env(env_value("A", "other"));
+        assert_eq!(
+            edits.conflicts,
+            ["s0 and s1 both set environment variable A; give one of them a different env_var"]
+        );
+        let names: Vec<(&str, &str)> = edits
+            .env
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.as_deref().unwrap()))
+            .collect();
+        assert_eq!(names, [("A", "1"), ("B", "3")]);
+    }
+}

@@ -559,6 +559,32 @@ mod tests {
         assert_eq!(render(t, "o", "p", "d"), expected);
     }
 
+    fn domains(d: &[&str]) -> Vec<String> {
+        d.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[rstest]
+    #[case::flyte_default("{{ project }}-{{ domain }}", "ml-pre-production", &["development", "production"], &["project=\"ml-pre\" domain=\"production\""])]
+    #[case::two_readings("{{ project }}-{{ domain }}", "ml-pre-prod", &["prod", "pre-prod"], &["project=\"ml\" domain=\"pre-prod\"", "project=\"ml-pre\" domain=\"prod\""])]
+    #[case::unlisted_domain("{{ project }}-{{ domain }}", "ml-pre-prod", &["production"], &[])]
+    #[case::domain_first("{{ domain }}-{{ project }}", "prod-ml-pre", &["prod", "pre-prod"], &["project=\"ml-pre\" domain=\"prod\""])]
+    #[case::no_separator("{{ project }}{{ domain }}", "mlprod", &["prod"], &["project=\"ml\" domain=\"prod\""])]
+    #[case::org_and_project_split_two_ways("{{ organization }}-{{ project }}-{{ domain }}", "a-b-c-prod", &["prod"], &["organization=\"a\" project=\"b-c\" domain=\"prod\"", "organization=\"a-b\" project=\"c\" domain=\"prod\""])]
+    #[case::repeated_placeholder("{{ project }}-{{ domain }}-{{ project }}", "ml-prod-ml", &["prod"], &["project=\"ml\" domain=\"prod\""])]
+    #[case::empty_project_is_no_reading("{{ project }}-{{ domain }}", "-prod", &["prod"], &[])]
+    fn namespaces_are_read_back_under_the_template(
+        #[case] t: &str,
+        #[case] namespace: &str,
+        #[case] d: &[&str],
+        #[case] expected: &[&str],
+    ) {
+        let found: Vec<String> = readings(t, namespace, &domains(d))
+            .iter()
+            .map(Reading::describe)
+            .collect();
+        assert_eq!(found, expected);
+    }
+
     #[rstest]
     #[case::unknown("{{ tenant }}")]
     #[case::unclosed("{{ project")]
