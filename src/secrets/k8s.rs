@@ -431,6 +431,34 @@ mod tests {
         assert_eq!(name, volume_name(group, gv), "stable");
     }
 
+    #[rstest]
+    #[case::parent("g", "../etc", MountRequirement::File, "", "'..' element")]
+    #[case::absolute("g", "/etc/passwd", MountRequirement::Any, "", "absolute path")]
+    #[case::env_var_with_equals(
+        "g",
+        "k",
+        MountRequirement::File,
+        "A=B",
+        "\"A=B\" would be refused by the API server"
+    )]
+    #[case::built_name_with_a_space(
+        "my group",
+        "k",
+        MountRequirement::EnvVar,
+        "",
+        "\"_UNION_MY GROUP_K\" would be refused"
+    )]
+    fn names_the_api_server_would_refuse_are_refused_before_injection(
+        #[case] group: &str,
+        #[case] key: &str,
+        #[case] mount: MountRequirement,
+        #[case] env_var: &str,
+        #[case] says: &str,
+    ) {
+        let err = inject_one(&k8s(), &[secret(group, key, mount, env_var)], mk_pod()).unwrap_err();
+        assert!(err.contains(says), "{err}");
+    }
+
     #[test]
     fn long_groups_with_a_common_prefix_get_different_volume_names() {
         let a = volume_name(&format!("{}-a", "x".repeat(60)), "");
