@@ -109,8 +109,10 @@ mod tests {
 
     #[test]
     fn a_rolled_back_variable_can_be_planned_again_and_conflicts_still_show() {
-        let mut edits = Edits::default();
-        edits.current = "s0".into();
+        let mut edits = Edits {
+            current: "s0".into(),
+            ..Edits::default()
+        };
         edits.env(env_value("A", "1"));
         let mark = edits.mark();
         edits.current = "s1".into();
