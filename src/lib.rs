@@ -11,7 +11,6 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod error;
-pub mod inject;
 pub mod k8s_names;
 pub mod metrics;
 pub mod mutate;

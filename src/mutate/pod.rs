@@ -25,12 +25,12 @@ pub fn put_env_first(env: &mut Option<Vec<EnvVar>>, block: &[EnvVar]) {
         return;
     }
     let old = env.take().unwrap_or_default();
+    // A set, not a scan of `block` per variable: both lists can be long (the pod's own env and
+    // one variable per secret request).
+    let ours: std::collections::HashSet<&str> = block.iter().map(|b| b.name.as_str()).collect();
     let mut merged = Vec::with_capacity(block.len() + old.len());
     merged.extend_from_slice(block);
-    merged.extend(
-        old.into_iter()
-            .filter(|e| !block.iter().any(|b| b.name == e.name)),
-    );
+    merged.extend(old.into_iter().filter(|e| !ours.contains(e.name.as_str())));
     *env = Some(merged);
 }
 

@@ -18,6 +18,8 @@ pub struct Plan {
     /// project's secret) is kept here and returned when the `secrets` mutator runs, so the
     /// chain's `required` setting decides what it means, as for any mutator.
     outcome: Outcome,
+    /// A dry run fetches nothing: its values are withheld (see [`super::embedded::DRY_RUN_PLACEHOLDER`]).
+    dry_run: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,8 +46,16 @@ struct PlannedRequest {
 }
 
 impl Plan {
-    /// Every Secrets Manager id the plan may read, each once, in request order.
+    /// Every Secrets Manager id the plan may read, each once, in request order; none for a
+    /// dry run, whose pod is never created and so must not carry values back to its creator.
     pub fn ids(&self) -> Vec<String> {
+        if self.dry_run {
+            return Vec::new();
+        }
+        self.candidate_ids()
+    }
+
+    fn candidate_ids(&self) -> Vec<String> {
         let Outcome::Requests(planned) = &self.outcome else {
             return Vec::new();
         };
@@ -86,13 +96,38 @@ impl SecretsMutator {
         }
         let outcome = match Self::requests(pod) {
             Err(denial) => Outcome::Denied(denial),
+            Ok(requests) if requests.len() > self.limits.max_secret_requests_per_pod => {
+                Outcome::Denied(Denial::bad_request(
+                    "TooManySecretRequests",
+                    format!(
+                        "the pod carries {} secret requests (flyte.secrets/s<N> annotations), over the cap of {} (limits.maxSecretRequestsPerPod); request fewer secrets per task, or raise the cap",
+                        requests.len(),
+                        self.limits.max_secret_requests_per_pod
+                    ),
+                ))
+            }
             Ok(requests) => requests
                 .into_iter()
                 .map(|req| self.plan_one(req, ctx, pod))
                 .collect::<Result<Vec<_>, Denial>>()
                 .map_or_else(Outcome::Denied, Outcome::Requests),
         };
-        Plan { outcome }
+        let mut plan = Plan {
+            outcome,
+            dry_run: ctx.dry_run,
+        };
+        // Counted even for a dry run, so that a dry run answers what the real create would.
+        let ids = plan.candidate_ids().len();
+        if ids > self.limits.max_secret_ids_per_admission {
+            plan.outcome = Outcome::Denied(Denial::bad_request(
+                "TooManySecretIds",
+                format!(
+                    "the pod's secret requests need {ids} AWS Secrets Manager ids, over the cap of {} per admission (limits.maxSecretIdsPerAdmission); request fewer secrets per task, or raise the cap",
+                    self.limits.max_secret_ids_per_admission
+                ),
+            ));
+        }
+        plan
     }
 
     fn plan_one(

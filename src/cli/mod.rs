@@ -15,6 +15,8 @@ use crate::secrets::source::SecretSource;
 use crate::transport::http::Front;
 use crate::transport::{lambda, server, tls};
 
+pub mod inject;
+
 /// The environment variable the Lambda runtime sets; its presence makes `lambda` the default.
 pub const ENV_LAMBDA_RUNTIME_API: &str = "AWS_LAMBDA_RUNTIME_API";
 
@@ -83,7 +85,7 @@ pub enum Command {
         json: String,
     },
     /// Run the webhook offline over manifests and print what it would do to each pod
-    Inject(crate::inject::InjectArgs),
+    Inject(inject::InjectArgs),
 }
 
 const SECRET_ANNOTATIONS_HELP: &str = "\
@@ -123,7 +125,7 @@ pub enum CliError {
     #[error(transparent)]
     SecretAnnotations(#[from] AnnotationsError),
     #[error(transparent)]
-    Inject(#[from] crate::inject::InjectError),
+    Inject(#[from] inject::InjectError),
     #[error("cannot write the output")]
     Output(#[source] serde_json::Error),
 }
@@ -253,7 +255,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Inject(args) => {
             let config = source.load()?.config;
-            crate::inject::run(&config, &args)?;
+            inject::run(&config, &args)?;
             Ok(())
         }
         Command::CheckConfig { .. } => {

@@ -25,7 +25,7 @@ pub const WEBHOOK_NAME: &str = "podmutator";
 )]
 pub struct InjectArgs {
     #[command(flatten)]
-    pub config: crate::cli::ConfigArgs,
+    pub config: super::ConfigArgs,
     /// Manifest to read (YAML, `---`-separated documents, or JSON); - reads stdin
     #[arg(short = 'f', long = "filename", value_name = "FILE|-")]
     pub file: PathBuf,
@@ -482,7 +482,7 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
     let out = runtime.block_on(async {
         let mut deps = Deps::offline();
         if embedded {
-            deps = deps.with_source(crate::cli::embedded_source(config).await);
+            deps = deps.with_source(super::embedded_source(config).await);
         }
         let app = App::build(config, deps)?;
         inject_text(app, args, &text, &path).await
