@@ -262,24 +262,56 @@ impl App {
     /// deadline. Failures are internal errors (HTTP 500), so `failurePolicy` decides.
     async fn resolve(&self, plan: &Plan, audit: &mut Audit) -> Result<ResolvedSecrets, Error> {
         let ids = plan.ids();
-        if ids.is_empty() {
+        let refs = plan.resolve_ids();
+        if ids.is_empty() && refs.is_empty() {
             return Ok(ResolvedSecrets::default());
         }
-        audit.secrets_fetched = ids.len();
-        let Some(source) = &self.source else {
-            return Err(Error::Internal(format!(
-                "no secret source is configured to fetch {}",
+        audit.secrets_fetched = ids.len() + refs.len();
+        let missing = |what: &str, ids: &[String]| {
+            Error::Internal(format!(
+                "no secret source is configured to {what} {}",
                 ids.join(", ")
-            )));
+            ))
+        };
+        let source = match &self.source {
+            Some(s) => Some(s),
+            None if ids.is_empty() => None,
+            None => return Err(missing("fetch", &ids)),
+        };
+        let resolver = match &self.resolver {
+            Some(r) => Some(r),
+            None if refs.is_empty() => None,
+            None => return Err(missing("resolve", &refs)),
         };
         let started = Instant::now();
-        let fetched = tokio::time::timeout(self.deadline, source.fetch_many(&ids)).await;
+        // Values and names in parallel: still one round trip for the pod.
+        let both = async {
+            let values = async {
+                match source {
+                    Some(s) if !ids.is_empty() => s.fetch_many(&ids).await.map(Some),
+                    _ => Ok(None),
+                }
+            };
+            let names = async {
+                match resolver {
+                    Some(r) if !refs.is_empty() => r.fetch_many(&refs).await.map(Some),
+                    _ => Ok(None),
+                }
+            };
+            let (values, names) = tokio::join!(values, names);
+            Ok::<_, SourceError>((values?, names?))
+        };
+        let fetched = tokio::time::timeout(self.deadline, both).await;
         audit.fetch_us = started.elapsed().as_micros() as u64;
         match fetched {
-            Ok(Ok(fetched)) => {
-                audit.cache_hits = fetched.cache_hits;
-                audit.backend_calls = fetched.backend_calls;
-                Ok(ResolvedSecrets::new(fetched.values))
+            Ok(Ok((values, names))) => {
+                let mut resolved = ResolvedSecrets::default();
+                for f in [values, names].into_iter().flatten() {
+                    audit.cache_hits += f.cache_hits;
+                    audit.backend_calls += f.backend_calls;
+                    resolved.merge(f.values);
+                }
+                Ok(resolved)
             }
             Ok(Err(e)) => {
                 // The SDK's text names the account, the role and the secret's ARN: the log
@@ -290,7 +322,7 @@ impl App {
             Err(_) => Err(Error::Internal(format!(
                 "deadline of {} ms (embedded.deadlineMs) passed while fetching secret {}",
                 self.deadline.as_millis(),
-                ids.join(", ")
+                ids.iter().chain(&refs).cloned().collect::<Vec<_>>().join(", ")
             ))),
         }
     }

@@ -5,12 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{Config, ConfigError, SecretManagerType};
+use crate::config::{Config, ConfigError, Delivery, SecretManagerType};
 use crate::metrics::{Metrics, Sink};
 use crate::mutate::{Chain, MUTATOR_IDS, PodMutator, mesh};
 use crate::secrets::global::{FileEnvSource, GlobalSecretSource};
 use crate::secrets::source::SecretSource;
 use crate::secrets::{SecretInjector, SecretsMutator};
+use crate::pod::injector::ReferenceInjector;
 use crate::secrets::{embedded, global, k8s, sidecar, vault};
 
 /// The webhook's core: the mutator chain and what it runs with. It answers review bodies
@@ -20,6 +21,8 @@ pub struct App {
     /// The `secrets` mutator, also in `chain`: the admission plans with it before the chain.
     pub(crate) secrets: Arc<SecretsMutator>,
     pub(crate) source: Option<Arc<dyn SecretSource>>,
+    /// Where `reference` delivery resolves names (metadata only, never a value).
+    pub(crate) resolver: Option<Arc<dyn SecretSource>>,
     pub(crate) deadline: Duration,
     pub(crate) metrics: Option<Metrics>,
 }
@@ -31,6 +34,9 @@ pub struct Deps {
     pub global: Box<dyn GlobalSecretSource>,
     /// Where Embedded values come from. `None` answers a pod that needs one with a 500.
     pub source: Option<Arc<dyn SecretSource>>,
+    /// Where `reference` delivery resolves names (`DescribeSecret`). `None` answers a pod that
+    /// needs one with a 500.
+    pub resolver: Option<Arc<dyn SecretSource>>,
     /// Where metric lines go when `metrics.enabled`; `None` sends them nowhere.
     pub metrics: Option<Sink>,
 }
@@ -42,6 +48,7 @@ impl Deps {
         Self {
             global: Box::new(FileEnvSource::from_process(&config.secrets)),
             source: None,
+            resolver: None,
             metrics: Some(Sink::Stdout),
         }
     }
@@ -51,6 +58,7 @@ impl Deps {
         Self {
             global: Box::new(global::NoGlobalSecrets),
             source: None,
+            resolver: None,
             metrics: None,
         }
     }
@@ -58,6 +66,12 @@ impl Deps {
     #[must_use]
     pub fn with_source(mut self, source: Arc<dyn SecretSource>) -> Self {
         self.source = Some(source);
+        self
+    }
+
+    #[must_use]
+    pub fn with_resolver(mut self, resolver: Arc<dyn SecretSource>) -> Self {
+        self.resolver = Some(resolver);
         self
     }
 
@@ -81,6 +95,7 @@ impl App {
         let Deps {
             global,
             source,
+            resolver,
             metrics,
         } = deps;
         for id in config.mutators.keys() {
@@ -109,7 +124,7 @@ impl App {
                 config.secrets_selector.value.clone(),
             ),
             limits: config.limits.clone(),
-            ..SecretsMutator::new(injectors(config, global)?)
+            ..SecretsMutator::new(injectors(config, global, &mesh::skip_containers(&config.mesh))?)
         });
         let mut chain = Chain::default();
         let secrets_entry: Box<dyn PodMutator> = Box::new(Arc::clone(&secrets));
@@ -125,6 +140,7 @@ impl App {
             chain,
             secrets,
             source,
+            resolver,
             deadline: Duration::from_millis(config.embedded.deadline_ms),
             metrics,
         })
@@ -139,6 +155,7 @@ impl App {
 fn injectors(
     config: &Config,
     global: Box<dyn GlobalSecretSource>,
+    skip_containers: &[String],
 ) -> Result<Vec<Box<dyn SecretInjector>>, ConfigError> {
     let w = &config.webhook;
     let mut global = Some(global);
@@ -156,11 +173,22 @@ fn injectors(
                 SecretManagerType::K8s => Box::new(k8s::K8sInjector {
                     env_prefix: w.secret_env_var_prefix.clone(),
                 }),
-                SecretManagerType::Embedded => Box::new(embedded::EmbeddedInjector::new(
-                    &w.secret_env_var_prefix,
-                    &w.embedded_secret_manager_config.file_mount_init_container,
-                    &config.embedded,
-                )),
+                SecretManagerType::Embedded => {
+                    let value = embedded::EmbeddedInjector::new(
+                        &w.secret_env_var_prefix,
+                        &w.embedded_secret_manager_config.file_mount_init_container,
+                        &config.embedded,
+                    );
+                    match config.embedded.delivery {
+                        Delivery::Value => Box::new(value),
+                        Delivery::Reference => Box::new(ReferenceInjector::new(
+                            value,
+                            &config.embedded,
+                            &w.embedded_secret_manager_config.aws_config.region,
+                            skip_containers,
+                        )),
+                    }
+                }
                 SecretManagerType::Vault => {
                     Box::new(vault::VaultInjector::from_config(&w.vault_secret_manager))
                 }

@@ -47,25 +47,46 @@ data "aws_iam_policy_document" "function" {
     resources = ["${aws_cloudwatch_log_group.function.arn}:*"]
   }
 
-  # The only secrets the function can read are those of the configured organisation.
-  statement {
-    sid       = "ReadOrgSecrets"
-    actions   = ["secretsmanager:GetSecretValue"]
-    resources = [local.scoped_secrets_arn]
+  # The only secrets the function can read are those of the configured organisation, and only
+  # when it delivers values (local.reads_values): in reference delivery it has no value-reading
+  # action at all.
+  dynamic "statement" {
+    for_each = local.reads_values ? [1] : []
+    content {
+      sid       = "ReadOrgSecrets"
+      actions   = ["secretsmanager:GetSecretValue"]
+      resources = [local.scoped_secrets_arn]
+    }
   }
 
   # BatchGetSecretValue has no resource type in IAM: it is granted on "*" or not at all. It
   # returns only the secrets the caller may also GetSecretValue (authorised per secret, above);
   # the rest come back as per-secret AccessDenied errors. The function names secrets by id, so
   # it needs no ListSecrets (required only for filters).
-  statement {
-    sid       = "BatchReadSecrets"
-    actions   = ["secretsmanager:BatchGetSecretValue"]
-    resources = ["*"]
+  dynamic "statement" {
+    for_each = local.reads_values ? [1] : []
+    content {
+      sid       = "BatchReadSecrets"
+      actions   = ["secretsmanager:BatchGetSecretValue"]
+      resources = ["*"]
+    }
   }
 
+  # Reference delivery resolves which scope name exists with DescribeSecret: metadata (name,
+  # ARN, dates), never a value, on the organisation's names only. ListSecrets would need "*"
+  # and would list every secret name in the account.
   dynamic "statement" {
-    for_each = var.secrets_kms_key_arn == null ? [] : [var.secrets_kms_key_arn]
+    for_each = local.resolves_refs ? [1] : []
+    content {
+      sid       = "DescribeOrgSecrets"
+      actions   = ["secretsmanager:DescribeSecret"]
+      resources = [local.scoped_secrets_arn]
+    }
+  }
+
+  # Decrypting is reading: only with values (DescribeSecret needs no key).
+  dynamic "statement" {
+    for_each = var.secrets_kms_key_arn == null || !local.reads_values ? [] : [var.secrets_kms_key_arn]
     content {
       sid       = "DecryptSecretsThroughSecretsManager"
       actions   = ["kms:Decrypt"]

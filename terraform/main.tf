@@ -14,6 +14,12 @@ locals {
   # matching org "flyte2".
   scoped_secrets_arn = "arn:${data.aws_partition.current.partition}:secretsmanager:${local.secrets_region}:${data.aws_caller_identity.current.account_id}:secret:u__org__${var.secret_org}__*"
 
+  # Whether the function reads secret values (GetSecretValue, BatchGetSecretValue) or only
+  # resolves names (DescribeSecret): reference delivery reads none unless env vars are
+  # delivered by value.
+  reads_values  = var.embedded_delivery == "value" || var.embedded_env_var_delivery == "value"
+  resolves_refs = var.embedded_delivery == "reference"
+
   # The function compares the first path segment's SHA-256 with this value; it never sees the
   # token itself, so a cold start makes no call and the role cannot read the token. A hash of
   # a 285-bit random token reveals nothing, which is why it may appear in plans.
@@ -36,7 +42,10 @@ locals {
         deadlineMs        = var.embedded_deadline_ms
         cacheTtlSeconds   = var.embedded_cache_ttl_seconds
         namespaceTemplate = var.namespace_template
+        delivery          = var.embedded_delivery
+        envVarDelivery    = var.embedded_env_var_delivery
       },
+      { for k, v in { fetcherImage = var.fetcher_image } : k => v if v != null },
       { for k, v in { allowedUsernames = var.allowed_usernames } : k => v if length(v) > 0 },
     )
     # The label the mutators set and read must be the one the registration selects on.

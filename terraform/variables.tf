@@ -213,6 +213,42 @@ variable "embedded_cache_ttl_seconds" {
 }
 
 
+variable "embedded_delivery" {
+  description = "How Embedded secrets reach the pod: \"value\" (Flyte's: the function reads each value and writes it into the pod spec) or \"reference\" (the function resolves names with DescribeSecret only; an init container fetches the values with the pod's own identity, see modules/pod-identity). The function's policy follows: no GetSecretValue or BatchGetSecretValue in reference delivery unless embedded_env_var_delivery is \"value\"."
+  type        = string
+  default     = "value"
+
+  validation {
+    condition     = contains(["value", "reference"], var.embedded_delivery)
+    error_message = "embedded_delivery must be \"value\" or \"reference\"."
+  }
+}
+
+
+variable "embedded_env_var_delivery" {
+  description = "In reference delivery, how ENV_VAR requests get their variable: \"exec\" (podmutator exec sets it from the fetched file) or \"value\" (Flyte's: the value in the pod spec, so the function reads values again)."
+  type        = string
+  default     = "exec"
+
+  validation {
+    condition     = contains(["exec", "value"], var.embedded_env_var_delivery)
+    error_message = "embedded_env_var_delivery must be \"exec\" or \"value\"."
+  }
+}
+
+
+variable "fetcher_image" {
+  description = "The podmutator image the reference init container runs (podmutator fetch), pinned by digest; required when embedded_delivery is \"reference\"."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.embedded_delivery != "reference" || (var.fetcher_image != null && length(coalesce(var.fetcher_image, "")) > 0)
+    error_message = "fetcher_image is required when embedded_delivery is \"reference\"."
+  }
+}
+
+
 variable "namespace_template" {
   description = "Namespace a pod must be in to read the secrets of its project and domain (Flyte's default layout)."
   type        = string

@@ -86,6 +86,15 @@ pub enum Command {
     },
     /// Run the webhook offline over manifests and print what it would do to each pod
     Inject(inject::InjectArgs),
+    /// In a pod (reference delivery): fetch the secrets of $PODMUTATOR_FETCH_PLAN into files
+    Fetch,
+    /// In a pod (reference delivery): set the variables of $PODMUTATOR_EXEC_ENV from their
+    /// files, then replace this process with COMMAND
+    Exec {
+        /// The container's original command and arguments
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "COMMAND")]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 const SECRET_ANNOTATIONS_HELP: &str = "\
@@ -128,6 +137,10 @@ pub enum CliError {
     Inject(#[from] inject::InjectError),
     #[error("cannot write the output")]
     Output(#[source] serde_json::Error),
+    #[error("fetch failed")]
+    Fetch(#[source] crate::pod::fetch::FetchError),
+    #[error("exec failed")]
+    Exec(#[source] crate::pod::exec::ExecError),
 }
 
 impl CliError {
@@ -166,7 +179,10 @@ impl Cli {
             | Command::Lambda { config }
             | Command::CheckConfig { config } => Some(config),
             Command::Inject(args) => Some(&args.config),
-            Command::WebhookConfig(_) | Command::SecretAnnotations { .. } => None,
+            Command::WebhookConfig(_)
+            | Command::SecretAnnotations { .. }
+            | Command::Fetch
+            | Command::Exec { .. } => None,
         };
         let source = Source {
             file: after.and_then(|c| c.config.clone()).or(self.config.config),
@@ -244,6 +260,18 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     let in_lambda = std::env::var_os(ENV_LAMBDA_RUNTIME_API).is_some();
     let (command, source) = cli.command_or_default(in_lambda);
     match command {
+        // The pod side: its whole input is one environment variable each.
+        Command::Fetch => {
+            let summary = crate::pod::fetch::run_fetch().map_err(CliError::Fetch)?;
+            eprintln!(
+                "podmutator: fetched {} secrets into {} files in {} BatchGetSecretValue calls",
+                summary.secrets, summary.files, summary.calls
+            );
+            Ok(())
+        }
+        Command::Exec { command } => match crate::pod::exec::run_exec(command) {
+            Err(e) => Err(CliError::Exec(e)),
+        },
         // These need no configuration, no runtime and print only their answer.
         Command::WebhookConfig(args) => {
             print!("{}", crate::registration::webhook_config_command(args)?);
@@ -328,6 +356,31 @@ pub async fn embedded_source(config: &Config) -> Arc<dyn SecretSource> {
     ))
 }
 
+/// Reference delivery's resolver: `DescribeSecret` (metadata only) behind the same cache
+/// bounds and lifetimes as values.
+pub async fn embedded_resolver(config: &Config) -> Arc<dyn SecretSource> {
+    use crate::secrets::resolve::DescribeSource;
+    use crate::secrets::source::{CachePolicy, CachingSource};
+    use std::time::Duration;
+    let region = &config
+        .webhook
+        .embedded_secret_manager_config
+        .aws_config
+        .region;
+    let e = &config.embedded;
+    let client =
+        crate::secrets::source::aws_client(region, Duration::from_millis(e.deadline_ms)).await;
+    Arc::new(CachingSource::new(
+        DescribeSource::new(client),
+        CachePolicy {
+            ttl: Duration::from_secs(e.cache_ttl_seconds),
+            negative_ttl: Duration::from_secs(e.negative_cache_ttl_seconds),
+            max_entries: e.cache_max_entries,
+            max_bytes: e.cache_max_bytes,
+        },
+    ))
+}
+
 /// The app behind its HTTP front, with what is fetched at start: the AWS client (Embedded
 /// mode, built lazily on first use) and, only with `http.pathTokenSecretId`, the path token.
 pub async fn build_front(config: &Config) -> Result<Front, CliError> {
@@ -369,7 +422,19 @@ pub async fn build_front(config: &Config) -> Result<Front, CliError> {
     };
     let mut deps = Deps::process(config);
     if embedded {
-        deps = deps.with_source(embedded_source(config).await);
+        deps = match config.embedded.delivery {
+            // Values are read only for env vars served by value.
+            crate::config::Delivery::Reference => {
+                let deps = deps.with_resolver(embedded_resolver(config).await);
+                match config.embedded.env_var_delivery {
+                    crate::config::EnvVarDelivery::Value => {
+                        deps.with_source(embedded_source(config).await)
+                    }
+                    crate::config::EnvVarDelivery::Exec => deps,
+                }
+            }
+            crate::config::Delivery::Value => deps.with_source(embedded_source(config).await),
+        };
     }
     let app = App::build(config, deps)?;
     Ok(Front::new(Arc::new(app), h, token.as_deref())?)
@@ -466,6 +531,10 @@ pub enum AnnotationsError {
     MountRequirement { index: usize, value: String },
     #[error("cannot write the output")]
     Output(#[source] serde_json::Error),
+    #[error("fetch failed")]
+    Fetch(#[source] crate::pod::fetch::FetchError),
+    #[error("exec failed")]
+    Exec(#[source] crate::pod::exec::ExecError),
 }
 
 /// `secret-annotations JSON` encodes; `secret-annotations --decode JSON` decodes.

@@ -567,6 +567,42 @@ pub struct EmbeddedConfig {
     /// When non-empty, only these requesting users (`request.userInfo.username`) may get
     /// Embedded secrets; an entry ending in `*` matches a prefix.
     pub allowed_usernames: Vec<String>,
+    /// Where a secret's value travels: `value` (Flyte's Embedded manager: the webhook reads it
+    /// and writes it into the pod spec) or `reference` (the webhook resolves the name with
+    /// metadata calls only; an init container in the pod fetches the value with the pod's own
+    /// AWS identity).
+    pub delivery: Delivery,
+    /// In `reference` delivery, how ENV_VAR requests (and ANY requests that name an
+    /// `env_var`) are served: `exec` (the container's command is wrapped by `podmutator exec`,
+    /// which sets the variables from the init container's files) or `value` (Flyte's
+    /// behaviour: the webhook reads the value and writes it into the pod spec, so the function
+    /// needs `GetSecretValue` again).
+    pub env_var_delivery: EnvVarDelivery,
+    /// The podmutator image the `reference` init container runs (`podmutator fetch`); required
+    /// with `delivery: reference`. Pin it by digest.
+    pub fetcher_image: String,
+}
+
+/// How Embedded secrets reach the pod (`embedded.delivery`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Delivery {
+    /// The webhook reads each value and writes it into the pod spec (Flyte's behaviour).
+    #[default]
+    Value,
+    /// The webhook resolves names only; the pod fetches the values with its own identity.
+    Reference,
+}
+
+/// How ENV_VAR requests are served in `reference` delivery (`embedded.envVarDelivery`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EnvVarDelivery {
+    /// `podmutator exec` sets the variables in the container's process from the fetched files.
+    #[default]
+    Exec,
+    /// The value goes into the pod spec, as in `value` delivery.
+    Value,
 }
 
 impl Default for EmbeddedConfig {
@@ -582,6 +618,9 @@ impl Default for EmbeddedConfig {
             namespace_template: "{{ project }}-{{ domain }}".into(),
             domains: default_domains(),
             allowed_usernames: Vec::new(),
+            delivery: Delivery::Value,
+            env_var_delivery: EnvVarDelivery::Exec,
+            fetcher_image: String::new(),
         }
     }
 }
@@ -745,6 +784,14 @@ impl Config {
             return Err(ConfigError::new(
                 "embedded.maxValueBytes",
                 "must be positive",
+            ));
+        }
+        if em.delivery == Delivery::Reference
+            && (em.fetcher_image.is_empty() || em.fetcher_image.chars().any(char::is_whitespace))
+        {
+            return Err(ConfigError::new(
+                "embedded.fetcherImage",
+                "must name the podmutator image (e.g. <account>.dkr.ecr.<region>.amazonaws.com/podmutator@sha256:...) when embedded.delivery is reference: its init container runs `podmutator fetch` in each pod",
             ));
         }
         if em.negative_cache_ttl_seconds > em.cache_ttl_seconds {
@@ -1110,6 +1157,9 @@ mod tests {
     #[case::unknown_manager(json!({"webhook": {"secretManagerTypes": ["S3"]}}), "webhook.secretManagerTypes[0]")]
     #[case::nested_unknown_key(json!({"webhook": {"vaultSecretManager": {"rol": "x"}}}), "webhook.vaultSecretManager.rol")]
     #[case::embedded_needs_aws(json!({"webhook": {"secretManagerTypes": ["Embedded"]}}), "webhook.embeddedSecretManagerConfig.type")]
+    #[case::reference_needs_an_image(json!({"embedded": {"delivery": "reference"}}), "embedded.fetcherImage")]
+    #[case::unknown_delivery(json!({"embedded": {"delivery": "inline"}}), "embedded.delivery")]
+    #[case::unknown_env_var_delivery(json!({"embedded": {"envVarDelivery": "file"}}), "embedded.envVarDelivery")]
     #[case::image_pull_copies_need_writes(json!({"webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS", "imagePullSecrets": {"enabled": true}}}}), "webhook.embeddedSecretManagerConfig.imagePullSecrets.enabled")]
     #[case::token_and_token_secret(json!({"http": {"pathToken": "a", "pathTokenSecretId": "b"}}), "http.pathToken")]
     #[case::short_token(json!({"http": {"pathToken": "abc"}}), "http.pathToken")]

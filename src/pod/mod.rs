@@ -16,6 +16,7 @@
 
 pub mod exec;
 pub mod fetch;
+pub mod injector;
 
 use std::path::Path;
 

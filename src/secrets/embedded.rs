@@ -179,7 +179,7 @@ fn readings(template: &str, namespace: &str, domains: &[String]) -> Vec<Reading>
 }
 
 /// The pod's scope labels, or the first missing one (checked in Flyte's order).
-fn scope(pod: &Pod) -> Result<(&str, &str, &str), &'static str> {
+pub(crate) fn scope(pod: &Pod) -> Result<(&str, &str, &str), &'static str> {
     let get = |k: &'static str| {
         pod.metadata
             .labels
@@ -198,7 +198,7 @@ fn scope(pod: &Pod) -> Result<(&str, &str, &str), &'static str> {
 
 /// Keys that become file names inside a shell pipeline: nothing that can leave the directory or
 /// be read by the shell.
-fn is_safe_file_key(key: &str) -> bool {
+pub(crate) fn is_safe_file_key(key: &str) -> bool {
     !key.is_empty()
         && key != "."
         && key != ".."
@@ -248,7 +248,7 @@ impl EmbeddedInjector {
 
     /// The scope binding: a 403 when the pod asks for another scope's secrets, or when its
     /// namespace could belong to more than one scope.
-    fn check_binding(&self, ctx: &PodCtx<'_>, pod: &Pod) -> Result<(), Denial> {
+    pub(crate) fn check_binding(&self, ctx: &PodCtx<'_>, pod: &Pod) -> Result<(), Denial> {
         if !super::user_allowed(&self.allowed_usernames, ctx.username) {
             return Err(Denial::forbidden(
                 "EmbeddedUserNotAllowed",
@@ -303,7 +303,7 @@ impl EmbeddedInjector {
     }
 
     /// The variable an ANY or ENV_VAR request is written to.
-    fn env_name(&self, s: &super::codec::Secret) -> String {
+    pub(crate) fn env_name(&self, s: &super::codec::Secret) -> String {
         if s.env_var.is_empty() {
             format!("{}{}", self.env_prefix, s.key.to_uppercase())
         } else {
@@ -329,7 +329,9 @@ impl EmbeddedInjector {
                     break;
                 }
                 Some(Lookup::NotFound) => {}
-                None => return Err(format!("secret {id} was not fetched")),
+                Some(Lookup::Exists(_)) | None => {
+                    return Err(format!("secret {id} was not fetched"));
+                }
             }
         }
         let Some((id, value)) = value else {

@@ -14,6 +14,7 @@ pub mod embedded;
 pub mod global;
 pub mod k8s;
 pub mod plan;
+pub mod resolve;
 pub mod sidecar;
 pub mod source;
 pub mod vault;
@@ -53,6 +54,20 @@ pub static NOTHING_RESOLVED: ResolvedSecrets = ResolvedSecrets {
 impl ResolvedSecrets {
     pub fn new(values: BTreeMap<String, Lookup>) -> Self {
         Self { values }
+    }
+
+    /// Adds `more`; where both answer an id, a value read beats a bare existence, and any
+    /// answer beats none.
+    pub fn merge(&mut self, more: BTreeMap<String, Lookup>) {
+        for (id, lookup) in more {
+            match self.values.get(&id) {
+                Some(Lookup::Found(_)) => {}
+                Some(Lookup::Exists(_)) if !matches!(lookup, Lookup::Found(_)) => {}
+                _ => {
+                    self.values.insert(id, lookup);
+                }
+            }
+        }
     }
 
     pub fn get(&self, id: &str) -> Option<&Lookup> {
@@ -136,6 +151,9 @@ pub enum Accept {
     /// The manager injects it if one of these Secrets Manager ids resolves (in this order);
     /// otherwise the request goes on to the next manager.
     Fetch(Vec<String>),
+    /// As `Fetch`, but only whether each id exists (its name and ARN) is read, never its value
+    /// (`embedded.delivery: reference`).
+    Resolve(Vec<String>),
 }
 
 /// Turns one secret request into pod changes. Pure.

@@ -55,7 +55,22 @@ impl Plan {
         self.candidate_ids()
     }
 
+    /// Every Secrets Manager id the plan needs only to resolve (name and ARN, never the value),
+    /// each once, in request order. A dry run resolves too: names are not values.
+    pub fn resolve_ids(&self) -> Vec<String> {
+        self.ids_where(|a| matches!(a, Accept::Resolve(_)))
+    }
+
     fn candidate_ids(&self) -> Vec<String> {
+        self.ids_where(|a| matches!(a, Accept::Fetch(_)))
+    }
+
+    /// Every id of any kind, for the per-admission cap.
+    fn all_ids(&self) -> Vec<String> {
+        self.ids_where(|_| true)
+    }
+
+    fn ids_where(&self, keep: impl Fn(&Accept) -> bool) -> Vec<String> {
         let Outcome::Requests(planned) = &self.outcome else {
             return Vec::new();
         };
@@ -63,8 +78,9 @@ impl Plan {
         planned
             .iter()
             .flat_map(|p| &p.candidates)
+            .filter(|(_, accept)| keep(accept))
             .filter_map(|(_, accept)| match accept {
-                Accept::Fetch(ids) => Some(ids),
+                Accept::Fetch(ids) | Accept::Resolve(ids) => Some(ids),
                 Accept::Now => None,
             })
             .flatten()
@@ -117,7 +133,7 @@ impl SecretsMutator {
             dry_run: ctx.dry_run,
         };
         // Counted even for a dry run, so that a dry run answers what the real create would.
-        let ids = plan.candidate_ids().len();
+        let ids = plan.all_ids().len();
         if ids > self.limits.max_secret_ids_per_admission {
             plan.outcome = Outcome::Denied(Denial::bad_request(
                 "TooManySecretIds",

@@ -52,7 +52,33 @@ impl fmt::Debug for SecretValue {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {
     Found(SecretValue),
+    /// The secret exists; only its metadata was read (`reference` delivery, see
+    /// [`super::resolve`]).
+    Exists(SecretRef),
     NotFound,
+}
+
+impl Lookup {
+    /// Bytes the cache counts for this answer besides its id.
+    pub fn weight(&self) -> usize {
+        match self {
+            Lookup::Found(v) => v.len(),
+            Lookup::Exists(r) => r.name.len() + r.arn.len(),
+            Lookup::NotFound => 0,
+        }
+    }
+
+    /// Whether the secret exists (its value read or not).
+    pub fn exists(&self) -> bool {
+        !matches!(self, Lookup::NotFound)
+    }
+}
+
+/// A secret's name and ARN: what the webhook learns about a secret in `reference` delivery.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SecretRef {
+    pub name: String,
+    pub arn: String,
 }
 
 /// The answers for one `fetch_many`, with what they cost.
@@ -260,11 +286,7 @@ struct Store {
 
 impl Store {
     fn insert(&mut self, id: String, lookup: Lookup, expires: Instant, policy: &CachePolicy) {
-        let bytes = id.len()
-            + match &lookup {
-                Lookup::Found(v) => v.len(),
-                Lookup::NotFound => 0,
-            };
+        let bytes = id.len() + lookup.weight();
         if bytes > policy.max_bytes {
             return;
         }
@@ -386,7 +408,7 @@ impl<S: SecretSource> SecretSource for CachingSource<S> {
             if let Ok(mut store) = self.store.lock() {
                 for (id, lookup) in &fetched.values {
                     let ttl = match lookup {
-                        Lookup::Found(_) => self.policy.ttl,
+                        Lookup::Found(_) | Lookup::Exists(_) => self.policy.ttl,
                         Lookup::NotFound => self.policy.negative_ttl,
                     };
                     if !ttl.is_zero() {

@@ -1,0 +1,466 @@
+//! The webhook's half of reference delivery (`embedded.delivery: reference`): the Embedded
+//! manager, but the pod spec gets where each secret is, never what it is.
+//!
+//! For a pod's requests the patch adds:
+//! - one init container, [`INIT_CONTAINER`] (`embedded.fetcherImage`, `podmutator fetch`), whose
+//!   [`FETCH_PLAN_ENV`] lists each resolved secret name and the file it goes to. It mounts the
+//!   in-memory volumes it writes, and runs before every other init container but the ones
+//!   another mutator owns (the mesh gate);
+//! - FILE requests (and ANY requests without an `env_var`): the file on the in-memory volume
+//!   [`FILES_VOLUME`], mounted read-only at `/etc/flyte/secrets` in every container, at the
+//!   path the SDKs read ([`file_path`]);
+//! - ENV_VAR requests (and ANY requests naming an `env_var`), with `envVarDelivery: exec`: the
+//!   value's file on a second in-memory volume, [`RUN_VOLUME`], with a copy of the podmutator
+//!   executable; each container's `command` becomes `/podmutator/bin/podmutator exec --
+//!   <command>`, and its [`EXEC_ENV_ENV`] maps each variable to its file. That volume is
+//!   mounted, read-only, only in the wrapped containers. A wrapped command is never wrapped
+//!   again, so a second admission of the patched pod changes nothing.
+//!
+//! A container without `command` runs its image's ENTRYPOINT, which the pod spec does not
+//! show: it cannot be wrapped, and the pod is refused naming the container and the fix.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, Pod, PodSpec, ResourceRequirements, SecurityContext,
+    Volume, VolumeMount,
+};
+
+use super::exec::{EXEC_ENV_ENV, ExecPlan};
+use super::fetch::{FETCH_PLAN_ENV, FetchItem, FetchPlan};
+use crate::config::{EmbeddedConfig, EnvVarDelivery, SecretManagerType};
+use crate::error::Denial;
+use crate::mutate::PodCtx;
+use crate::mutate::pod::{add_volume, env_value};
+use crate::secrets::codec::{MountRequirement, Secret};
+use crate::secrets::embedded::{EmbeddedInjector, cascade, is_safe_file_key, scope};
+use crate::secrets::{
+    Accept, ENV_DEFAULT_DIR, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Edits, SECRETS_DIR, SecretInjector,
+    SecretRequest, check_env_name,
+};
+
+/// The fetcher's init container.
+pub const INIT_CONTAINER: &str = "podmutator-fetch";
+/// In-memory volume of the secret files, read-only at `/etc/flyte/secrets` in every container.
+pub const FILES_VOLUME: &str = "podmutator-secret-files";
+/// In-memory volume of the executable and the env-var files, read-only at [`RUN_DIR`] in the
+/// wrapped containers only.
+pub const RUN_VOLUME: &str = "podmutator-run";
+/// The plan's root in the init container (the image keeps its executable at `/podmutator`).
+pub const INIT_ROOT: &str = "/podmutator-init";
+const INIT_FILES: &str = "/podmutator-init/files";
+const INIT_RUN: &str = "/podmutator-init/run";
+/// Where wrapped containers see [`RUN_VOLUME`].
+pub const RUN_DIR: &str = "/podmutator";
+/// The executable the wrapped command starts with.
+pub const EXECUTABLE: &str = "/podmutator/bin/podmutator";
+
+/// How one request reaches the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Route {
+    /// A file below `/etc/flyte/secrets`, at this relative path.
+    File(String),
+    /// An environment variable set by `podmutator exec`.
+    Exec(String),
+    /// Flyte's behaviour (`envVarDelivery: value`): the value in the pod spec.
+    Value,
+}
+
+/// The file the SDKs read for `s`, relative to `/etc/flyte/secrets`:
+/// - FILE: `<key>`, as Flyte's Embedded manager writes it (and value delivery here);
+/// - ANY: flytekit's `SecretsManager.get_secrets_file`: `<group>/[<group_version>/]<key>`, each
+///   part lower-cased, empty parts left out (with `FLYTE_SECRETS_FILE_PREFIX` empty).
+pub fn file_path(s: &Secret) -> Result<String, String> {
+    let parts: Vec<String> = match s.mount_requirement {
+        MountRequirement::File => vec![s.key.clone()],
+        _ => [&s.group, &s.group_version, &s.key]
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .map(|p| p.to_lowercase())
+            .collect(),
+    };
+    match parts.iter().find(|p| !is_safe_file_key(p)) {
+        Some(bad) => Err(format!(
+            "{bad:?} cannot be part of a file name: use letters, digits, '.', '_' and '-' only"
+        )),
+        None => Ok(parts.join("/")),
+    }
+}
+
+/// The Embedded manager in reference delivery. Scope checks are the value manager's.
+pub struct ReferenceInjector {
+    base: EmbeddedInjector,
+    env_var_delivery: EnvVarDelivery,
+    image: String,
+    region: String,
+    resources: ResourceRequirements,
+    /// Init containers another mutator owns: neither wrapped nor given secrets.
+    skip: Vec<String>,
+}
+
+impl ReferenceInjector {
+    pub fn new(
+        base: EmbeddedInjector,
+        cfg: &EmbeddedConfig,
+        region: &str,
+        skip_containers: &[String],
+    ) -> Self {
+        Self {
+            resources: base.file_init.resources.clone(),
+            base,
+            env_var_delivery: cfg.env_var_delivery,
+            image: cfg.fetcher_image.clone(),
+            region: region.to_owned(),
+            skip: skip_containers.to_vec(),
+        }
+    }
+
+    fn route(&self, s: &Secret) -> Result<Route, String> {
+        let env = |name: String| match self.env_var_delivery {
+            EnvVarDelivery::Value => Ok(Route::Value),
+            EnvVarDelivery::Exec => {
+                check_env_name(&name)?;
+                if name == EXEC_ENV_ENV || !is_safe_file_key(&name) {
+                    return Err(format!(
+                        "environment variable {name:?} cannot be set by podmutator exec; choose another env_var"
+                    ));
+                }
+                Ok(Route::Exec(name))
+            }
+        };
+        match s.mount_requirement {
+            MountRequirement::File => file_path(s).map(Route::File),
+            MountRequirement::Any if s.env_var.is_empty() => file_path(s).map(Route::File),
+            MountRequirement::Any | MountRequirement::EnvVar => env(self.base.env_name(s)),
+            MountRequirement::Unknown(n) => Err(format!("unrecognized mount requirement [{n}]")),
+        }
+    }
+
+    /// The containers an exec request wraps: every container and init container but the
+    /// fetcher and those another mutator owns.
+    fn wrapped<'a>(&'a self, spec: &'a mut PodSpec) -> impl Iterator<Item = &'a mut Container> {
+        spec.containers.iter_mut().chain(
+            spec.init_containers
+                .iter_mut()
+                .flatten()
+                .filter(|c| c.name != INIT_CONTAINER && !self.skip.contains(&c.name)),
+        )
+    }
+
+    /// The first resolved name of the request's cascade.
+    fn resolved_name(&self, req: &SecretRequest, edits: &Edits<'_>, pod: &Pod) -> Result<String, String> {
+        let (org, project, domain) = scope(pod).map_err(|label| format!("no {label} label"))?;
+        let ids = cascade(org, domain, project, &req.secret.key);
+        for id in &ids {
+            match edits.resolved.get(id) {
+                Some(l) if l.exists() => return Ok(id.clone()),
+                Some(_) => {}
+                None => return Err(format!("secret {id} was not resolved")),
+            }
+        }
+        Err(format!(
+            "[SecretNotFoundAcrossAllScopes] secret not found across all scopes (looked for {})",
+            ids.join(", ")
+        ))
+    }
+
+    /// The fetcher with `item` added (and the executable copy, for exec), or why not. Reads
+    /// the pod; changes nothing.
+    fn fetcher(&self, pod: &Pod, item: FetchItem, exec: bool) -> Result<Container, String> {
+        let existing = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.init_containers.as_ref())
+            .and_then(|c| c.iter().find(|c| c.name == INIT_CONTAINER));
+        let mut container = existing.cloned().unwrap_or_else(|| self.new_fetcher(pod));
+        let mut plan = match plan_env(&container, FETCH_PLAN_ENV) {
+            Some(json) => FetchPlan::parse(json).map_err(|e| {
+                format!("init container {INIT_CONTAINER:?} carries an invalid plan: {e}")
+            })?,
+            None => FetchPlan {
+                root: PathBuf::from(INIT_ROOT),
+                region: (!self.region.is_empty()).then(|| self.region.clone()),
+                secrets: Vec::new(),
+                copy_executable_to: None,
+            },
+        };
+        match plan.secrets.iter().find(|i| i.file == item.file) {
+            Some(i) if i.id == item.id => {}
+            Some(i) => {
+                return Err(format!(
+                    "{} would hold both {} and {}; request one of them under another key or env_var",
+                    item.file.display(),
+                    i.id,
+                    item.id
+                ));
+            }
+            None => plan.secrets.push(item),
+        }
+        let mut mounts = vec![(FILES_VOLUME, INIT_FILES)];
+        if exec {
+            plan.copy_executable_to = Some(PathBuf::from(format!("{INIT_RUN}/bin/podmutator")));
+            mounts.push((RUN_VOLUME, INIT_RUN));
+        }
+        let json = plan.to_json().map_err(|e| e.to_string())?;
+        set_env(&mut container, FETCH_PLAN_ENV, json);
+        for (name, path) in mounts {
+            let list = container.volume_mounts.get_or_insert_with(Vec::new);
+            if !list.iter().any(|m| m.name == name) {
+                list.push(VolumeMount {
+                    name: name.into(),
+                    mount_path: path.into(),
+                    ..Default::default()
+                });
+            }
+        }
+        Ok(container)
+    }
+
+    fn new_fetcher(&self, pod: &Pod) -> Container {
+        // The files are 0400: the fetcher runs as the user the first app container names, so
+        // that it can read them (a pod-level runAsUser applies to both anyway).
+        let user = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.security_context.as_ref());
+        Container {
+            name: INIT_CONTAINER.into(),
+            image: Some(self.image.clone()),
+            command: Some(vec!["/podmutator".into(), "fetch".into()]),
+            resources: Some(self.resources.clone()),
+            security_context: Some(SecurityContext {
+                allow_privilege_escalation: Some(false),
+                read_only_root_filesystem: Some(true),
+                capabilities: Some(k8s_openapi::api::core::v1::Capabilities {
+                    drop: Some(vec!["ALL".into()]),
+                    ..Default::default()
+                }),
+                run_as_user: user.and_then(|u| u.run_as_user),
+                run_as_group: user.and_then(|u| u.run_as_group),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Puts the fetcher in the pod: replaced in place, or inserted before every init container
+    /// but those another mutator owns.
+    fn put_fetcher(&self, spec: &mut PodSpec, fetcher: Container) {
+        let inits = spec.init_containers.get_or_insert_with(Vec::new);
+        if let Some(c) = inits.iter_mut().find(|c| c.name == INIT_CONTAINER) {
+            *c = fetcher;
+            return;
+        }
+        let at = inits
+            .iter()
+            .rposition(|c| self.skip.contains(&c.name))
+            .map_or(0, |i| i + 1);
+        inits.insert(at, fetcher);
+    }
+}
+
+fn memory_volume(name: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn plan_env<'c>(c: &'c Container, name: &str) -> Option<&'c str> {
+    c.env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)?
+        .value
+        .as_deref()
+}
+
+fn set_env(c: &mut Container, name: &str, value: String) {
+    let env = c.env.get_or_insert_with(Vec::new);
+    match env.iter_mut().find(|e| e.name == name) {
+        Some(e) => {
+            e.value = Some(value);
+            e.value_from = None;
+        }
+        None => env.push(env_value(name, &value)),
+    }
+}
+
+/// Whether `c`'s command already starts with `podmutator exec`.
+fn is_wrapped(c: &Container) -> bool {
+    c.command
+        .as_ref()
+        .is_some_and(|cmd| cmd.len() >= 2 && cmd[0] == EXECUTABLE && cmd[1] == "exec")
+}
+
+impl SecretInjector for ReferenceInjector {
+    fn kind(&self) -> SecretManagerType {
+        SecretManagerType::Embedded
+    }
+
+    fn accepts(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Result<Accept, String> {
+        let fetch = self.base.accepts(req, ctx, pod)?;
+        match self.route(&req.secret)? {
+            Route::Value => Ok(fetch),
+            Route::File(_) | Route::Exec(_) => {
+                let (org, project, domain) = scope(pod).map_err(|l| format!("no {l} label"))?;
+                Ok(Accept::Resolve(
+                    cascade(org, domain, project, &req.secret.key).into(),
+                ))
+            }
+        }
+    }
+
+    /// The value manager's scope binding, and for an env var served by `exec`, every
+    /// container must have a `command` to wrap.
+    fn deny(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Option<Denial> {
+        if let Some(d) = self.base.deny(req, ctx, pod) {
+            return Some(d);
+        }
+        if req.secret.key.is_empty() || scope(pod).is_err() {
+            return None;
+        }
+        let Ok(Route::Exec(var)) = self.route(&req.secret) else {
+            return None;
+        };
+        let mut spec = pod.spec.clone()?;
+        let bare = self
+            .wrapped(&mut spec)
+            .find(|c| c.command.as_ref().is_none_or(Vec::is_empty))
+            .map(|c| c.name.clone())?;
+        Some(Denial::bad_request(
+            "ContainerCommandRequired",
+            format!(
+                "container {bare:?} has no command, so podmutator cannot wrap it to set {var} from {} without putting the value in the pod spec (embedded.delivery: reference): set the container's `command` (its image's ENTRYPOINT, followed by what `args` needs), request the secret with mount_requirement FILE, or set embedded.envVarDelivery: value",
+                req.describe()
+            ),
+        ))
+    }
+
+    fn inject(
+        &self,
+        req: &SecretRequest,
+        ctx: &PodCtx<'_>,
+        pod: &mut Pod,
+        edits: &mut Edits,
+    ) -> Result<(), String> {
+        let route = self.route(&req.secret)?;
+        if route == Route::Value {
+            return self.base.inject(req, ctx, pod, edits);
+        }
+        let id = self.resolved_name(req, edits, pod)?;
+        // Everything is decided before the pod changes: an `Err` leaves it as it was.
+        match route {
+            Route::File(rel) => {
+                let item = FetchItem {
+                    id,
+                    file: PathBuf::from(format!("{INIT_FILES}/{rel}")),
+                };
+                let fetcher = self.fetcher(pod, item, false)?;
+                let spec = pod.spec.get_or_insert_with(Default::default);
+                self.put_fetcher(spec, fetcher);
+                add_volume(&mut spec.volumes, memory_volume(FILES_VOLUME));
+                edits.mount(VolumeMount {
+                    name: FILES_VOLUME.into(),
+                    read_only: Some(true),
+                    mount_path: SECRETS_DIR.into(),
+                    ..Default::default()
+                });
+                if req.secret.mount_requirement == MountRequirement::File
+                    && !req.secret.env_var.is_empty()
+                {
+                    edits.env(env_value(&req.secret.env_var, &format!("{SECRETS_DIR}/{rel}")));
+                }
+                edits.env(env_value(ENV_FILE_PREFIX, ""));
+                edits.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
+            }
+            Route::Exec(var) => {
+                let item = FetchItem {
+                    id,
+                    file: PathBuf::from(format!("{INIT_RUN}/env/{var}")),
+                };
+                let fetcher = self.fetcher(pod, item, true)?;
+                let seen = PathBuf::from(format!("{RUN_DIR}/env/{var}"));
+                let spec = pod.spec.get_or_insert_with(Default::default);
+                let mut plans = Vec::new();
+                for c in self.wrapped(spec) {
+                    if c.command.as_ref().is_none_or(Vec::is_empty) {
+                        return Err(format!(
+                            "container {:?} has no command to wrap; set its `command`",
+                            c.name
+                        ));
+                    }
+                    let mut plan = match plan_env(c, EXEC_ENV_ENV) {
+                        Some(json) => ExecPlan::parse(json).map_err(|e| {
+                            format!("container {:?} carries an invalid plan: {e}", c.name)
+                        })?,
+                        None => ExecPlan::default(),
+                    };
+                    plan.vars.insert(var.clone(), seen.clone());
+                    let json = serde_json::to_string(&plan).map_err(|e| e.to_string())?;
+                    plans.push(json);
+                }
+                for (c, json) in self.wrapped(spec).zip(plans) {
+                    if !is_wrapped(c) {
+                        let original = c.command.take().unwrap_or_default();
+                        let mut command = vec![EXECUTABLE.to_owned(), "exec".into(), "--".into()];
+                        command.extend(original);
+                        c.command = Some(command);
+                    }
+                    set_env(c, EXEC_ENV_ENV, json);
+                    let mounts = c.volume_mounts.get_or_insert_with(Vec::new);
+                    if !mounts.iter().any(|m| m.name == RUN_VOLUME) {
+                        mounts.push(VolumeMount {
+                            name: RUN_VOLUME.into(),
+                            read_only: Some(true),
+                            mount_path: RUN_DIR.into(),
+                            ..Default::default()
+                        });
+                    }
+                }
+                self.put_fetcher(spec, fetcher);
+                add_volume(&mut spec.volumes, memory_volume(RUN_VOLUME));
+                add_volume(&mut spec.volumes, memory_volume(FILES_VOLUME));
+                edits.env(env_value(ENV_ENV_PREFIX, &self.base.env_prefix));
+            }
+            Route::Value => {}
+        }
+        Ok(())
+    }
+}
+
+/// What a plan promises, for tests and `podmutator inject`: the fetcher's files, by the path a
+/// task container sees, each with the secret name it holds.
+pub fn promised_files(pod: &Pod) -> Result<BTreeMap<String, String>, String> {
+    let Some(c) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .and_then(|c| c.iter().find(|c| c.name == INIT_CONTAINER))
+    else {
+        return Ok(BTreeMap::new());
+    };
+    let json = plan_env(c, FETCH_PLAN_ENV).ok_or("the fetcher has no plan")?;
+    let plan = FetchPlan::parse(json).map_err(|e| e.to_string())?;
+    Ok(plan
+        .secrets
+        .into_iter()
+        .map(|i| {
+            let file = i.file.display().to_string();
+            let seen = if let Some(rel) = file.strip_prefix(&format!("{INIT_FILES}/")) {
+                format!("{SECRETS_DIR}/{rel}")
+            } else if let Some(rel) = file.strip_prefix(&format!("{INIT_RUN}/")) {
+                format!("{RUN_DIR}/{rel}")
+            } else {
+                file
+            };
+            (seen, i.id)
+        })
+        .collect())
+}

@@ -1,0 +1,181 @@
+//! Resolve, don't read: `reference` delivery asks AWS Secrets Manager which of a secret's scope
+//! names exist with `DescribeSecret`, which returns metadata (name, ARN, dates) and never a
+//! value. Every id of an admission is described at once, one call each, all in parallel: one
+//! round trip per pod, whatever its number of secrets. [`super::source::CachingSource`] in
+//! front of it remembers the answers with the TTL and the negative TTL.
+//!
+//! Why `DescribeSecret` and not `ListSecrets` with `name` filters (docs/secrets.md has the
+//! figures): both answer in one round trip when issued in parallel, but `DescribeSecret`'s
+//! account quota is 40,000 requests per second against `ListSecrets`' 100, and it can be
+//! permitted on the `u__org__*` names only, while `ListSecrets` takes no resource and would
+//! let the function list every secret name in the account. A `ListSecrets` name filter also
+//! matches by prefix, so `...__key__db` would answer for `...__key__db2` too.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use aws_sdk_secretsmanager::Client;
+use aws_sdk_secretsmanager::error::{DisplayErrorContext, ProvideErrorMetadata};
+use tokio::sync::Semaphore;
+
+use super::source::{BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError};
+
+/// `DescribeSecret` calls this process has in flight at most, all admissions together. Above a
+/// pod's ids (`limits.maxSecretIdsPerAdmission` caps those): one admission still takes one
+/// round trip, and a burst of admissions cannot open thousands of connections.
+pub const DEFAULT_MAX_DESCRIBE_IN_FLIGHT: usize = 256;
+
+/// AWS Secrets Manager metadata: whether each id exists, and its name and ARN.
+#[derive(Clone)]
+pub struct DescribeSource {
+    client: Client,
+    in_flight: Arc<Semaphore>,
+}
+
+impl DescribeSource {
+    pub fn new(client: Client) -> Self {
+        Self::with_limit(client, DEFAULT_MAX_DESCRIBE_IN_FLIGHT)
+    }
+
+    /// At most `max_in_flight` calls at once for the whole process (at least 1).
+    pub fn with_limit(client: Client, max_in_flight: usize) -> Self {
+        Self {
+            client,
+            in_flight: Arc::new(Semaphore::new(max_in_flight.max(1))),
+        }
+    }
+
+    async fn describe(
+        client: Client,
+        slots: Arc<Semaphore>,
+        id: String,
+    ) -> Result<(String, Lookup), SourceError> {
+        // The semaphore is never closed; if it were, the call would go ahead unbounded.
+        let _slot = slots.acquire_owned().await.ok();
+        match client.describe_secret().secret_id(&id).send().await {
+            // A secret scheduled for deletion is still described, but its value can no longer
+            // be read: for the pod it does not exist, and the cascade goes on.
+            Ok(out) if out.deleted_date().is_some() => Ok((id, Lookup::NotFound)),
+            Ok(out) => {
+                let found = SecretRef {
+                    name: out.name().unwrap_or(&id).to_owned(),
+                    arn: out.arn().unwrap_or_default().to_owned(),
+                };
+                Ok((id, Lookup::Exists(found)))
+            }
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_resource_not_found_exception()) =>
+            {
+                Ok((id, Lookup::NotFound))
+            }
+            Err(e) => {
+                let code = e.code().unwrap_or("DescribeSecretError").to_owned();
+                Err(SourceError::failed(
+                    std::slice::from_ref(&id),
+                    format!("DescribeSecret: {code}: {}", DisplayErrorContext(e)),
+                ))
+            }
+        }
+    }
+}
+
+impl SecretSource for DescribeSource {
+    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
+        Box::pin(async move {
+            // Dropping the set (first error, or the admission's deadline) aborts the calls
+            // still waiting for a slot.
+            let mut calls = tokio::task::JoinSet::new();
+            for id in ids {
+                calls.spawn(Self::describe(
+                    self.client.clone(),
+                    self.in_flight.clone(),
+                    id.clone(),
+                ));
+            }
+            let mut found = BTreeMap::new();
+            while let Some(joined) = calls.join_next().await {
+                let (id, lookup) = joined.map_err(|e| {
+                    SourceError::failed(ids, format!("describe task failed: {e}"))
+                })??;
+                found.insert(id, lookup);
+            }
+            Ok(Fetched {
+                values: found,
+                cache_hits: 0,
+                backend_ids: ids.len() as u32,
+                backend_calls: ids.len() as u32,
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_secretsmanager::operation::describe_secret::{
+        DescribeSecretError, DescribeSecretOutput,
+    };
+    use aws_sdk_secretsmanager::types::error::{InternalServiceError, ResourceNotFoundException};
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+
+    #[tokio::test]
+    async fn existing_deleted_and_missing_secrets_are_told_apart_by_metadata_alone() {
+        let exists = mock!(aws_sdk_secretsmanager::Client::describe_secret)
+            .match_requests(|r| r.secret_id() == Some("a"))
+            .then_output(|| {
+                DescribeSecretOutput::builder()
+                    .name("a")
+                    .arn("arn:aws:secretsmanager:us-east-1:123456789012:secret:a-AbCdEf")
+                    .build()
+            });
+        let deleted = mock!(aws_sdk_secretsmanager::Client::describe_secret)
+            .match_requests(|r| r.secret_id() == Some("gone"))
+            .then_output(|| {
+                DescribeSecretOutput::builder()
+                    .name("gone")
+                    .deleted_date(aws_smithy_types::DateTime::from_secs(1))
+                    .build()
+            });
+        let missing = mock!(aws_sdk_secretsmanager::Client::describe_secret).then_error(|| {
+            DescribeSecretError::ResourceNotFoundException(
+                ResourceNotFoundException::builder().build(),
+            )
+        });
+        let client = mock_client!(
+            aws_sdk_secretsmanager,
+            RuleMode::MatchAny,
+            [&exists, &deleted, &missing]
+        );
+        let ids: Vec<String> = ["a", "gone", "none"].map(String::from).into();
+        let got = DescribeSource::new(client).fetch_many(&ids).await.unwrap();
+        assert_eq!(got.backend_calls, 3);
+        assert_eq!(
+            got.values["a"],
+            Lookup::Exists(SecretRef {
+                name: "a".into(),
+                arn: "arn:aws:secretsmanager:us-east-1:123456789012:secret:a-AbCdEf".into()
+            })
+        );
+        assert_eq!(got.values["gone"], Lookup::NotFound);
+        assert_eq!(got.values["none"], Lookup::NotFound);
+    }
+
+    #[tokio::test]
+    async fn a_failing_call_names_the_id_and_the_error_code() {
+        let rule = mock!(aws_sdk_secretsmanager::Client::describe_secret).then_error(|| {
+            DescribeSecretError::InternalServiceError(
+                InternalServiceError::builder()
+                    .message("service unavailable")
+                    .build(),
+            )
+        });
+        let client = mock_client!(aws_sdk_secretsmanager, RuleMode::MatchAny, [&rule]);
+        let err = DescribeSource::new(client)
+            .fetch_many(&["k".to_owned()])
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("failed to fetch secret k: DescribeSecret: "), "{err}");
+    }
+}
