@@ -25,9 +25,12 @@ use std::sync::Arc;
 use common::*;
 use podmutator::config::{Config, SecretManagerType};
 use podmutator::mutate::Route;
+use podmutator::pod::injector::{EXECUTABLE, INIT_CONTAINER};
 use podmutator::secrets::codec::{self, Secret};
 use podmutator::secrets::global::FileEnvSource;
-use podmutator::secrets::source::StaticSource;
+use podmutator::secrets::source::{
+    BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError, StaticSource,
+};
 use serde_json::{Value, json};
 
 fn fixtures() -> PathBuf {
@@ -117,9 +120,35 @@ fn app_for(case: &Case) -> Front {
             .secret_values
             .iter()
             .fold(StaticSource::default(), |s, (id, v)| s.with(id, v));
-        deps = deps.with_source(Arc::new(source));
+        deps = deps
+            .with_source(Arc::new(source))
+            .with_resolver(Arc::new(Names(case.secret_values.keys().cloned().collect())));
     }
     webhook(&config, deps)
+}
+
+/// Reference delivery's resolver: the ids of `secretValues` exist (name and ARN); no value is
+/// ever read from it.
+struct Names(BTreeSet<String>);
+
+impl SecretSource for Names {
+    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
+        let values = ids
+            .iter()
+            .map(|id| {
+                let lookup = if self.0.contains(id) {
+                    Lookup::Exists(SecretRef {
+                        name: id.clone(),
+                        arn: format!("arn:aws:secretsmanager:us-east-1:123456789012:secret:{id}-AbCdEf"),
+                    })
+                } else {
+                    Lookup::NotFound
+                };
+                (id.clone(), lookup)
+            })
+            .collect::<BTreeMap<_, _>>();
+        Box::pin(async move { Ok(values.into()) })
+    }
 }
 
 /// One admission as the API server sees it.
@@ -432,7 +461,15 @@ fn user_fields_kept(input: &Value, mutated: &Value) -> Result<Vec<String>, Strin
     }
     let mut replaced = Vec::new();
     for list in ["initContainers", "containers"] {
-        let (before, after) = (containers_of(input, list), containers_of(mutated, list));
+        let before = containers_of(input, list);
+        // Reference delivery's fetcher goes before the user's init containers, which may need
+        // what it fetches; it is the one container allowed ahead of theirs.
+        let after: Vec<Value> = containers_of(mutated, list)
+            .iter()
+            .filter(|c| c["name"] != INIT_CONTAINER || find_named(before, &c["name"]).is_some())
+            .cloned()
+            .collect();
+        let after = after.as_slice();
         if before.len() > after.len()
             || before
                 .iter()
@@ -467,6 +504,17 @@ fn user_fields_kept(input: &Value, mutated: &Value) -> Result<Vec<String>, Strin
                         }
                         if !ours.ends_with(&kept) {
                             return Err(format!("{name}: the user's env vars moved"));
+                        }
+                    }
+                    // Reference delivery's exec wrapper: the same command after it.
+                    "command" if a[k] != *v => {
+                        let wrapped: Vec<Value> = [EXECUTABLE, "exec", "--"]
+                            .into_iter()
+                            .map(Value::from)
+                            .chain(v.as_array().unwrap().iter().cloned())
+                            .collect();
+                        if a[k].as_array() != Some(&wrapped) {
+                            return Err(format!("{name}.command changed other than wrapped"));
                         }
                     }
                     _ if a[k] != *v => return Err(format!("{name}.{k} changed")),

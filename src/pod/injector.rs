@@ -288,7 +288,8 @@ fn set_env(c: &mut Container, name: &str, value: String) {
             e.value = Some(value);
             e.value_from = None;
         }
-        None => env.push(env_value(name, &value)),
+        // Ahead of the container's own variables, like every variable podmutator adds.
+        None => env.insert(0, env_value(name, &value)),
     }
 }
 
