@@ -322,7 +322,11 @@ impl App {
             Err(_) => Err(Error::Internal(format!(
                 "deadline of {} ms (embedded.deadlineMs) passed while fetching secret {}",
                 self.deadline.as_millis(),
-                ids.iter().chain(&refs).cloned().collect::<Vec<_>>().join(", ")
+                ids.iter()
+                    .chain(&refs)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))),
         }
     }

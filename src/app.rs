@@ -8,10 +8,10 @@ use std::time::Duration;
 use crate::config::{Config, ConfigError, Delivery, SecretManagerType};
 use crate::metrics::{Metrics, Sink};
 use crate::mutate::{Chain, MUTATOR_IDS, PodMutator, mesh};
+use crate::pod::injector::ReferenceInjector;
 use crate::secrets::global::{FileEnvSource, GlobalSecretSource};
 use crate::secrets::source::SecretSource;
 use crate::secrets::{SecretInjector, SecretsMutator};
-use crate::pod::injector::ReferenceInjector;
 use crate::secrets::{embedded, global, k8s, sidecar, vault};
 
 /// The webhook's core: the mutator chain and what it runs with. It answers review bodies
@@ -124,7 +124,11 @@ impl App {
                 config.secrets_selector.value.clone(),
             ),
             limits: config.limits.clone(),
-            ..SecretsMutator::new(injectors(config, global, &mesh::skip_containers(&config.mesh))?)
+            ..SecretsMutator::new(injectors(
+                config,
+                global,
+                &mesh::skip_containers(&config.mesh),
+            )?)
         });
         let mut chain = Chain::default();
         let secrets_entry: Box<dyn PodMutator> = Box::new(Arc::clone(&secrets));

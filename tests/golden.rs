@@ -122,7 +122,9 @@ fn app_for(case: &Case) -> Front {
             .fold(StaticSource::default(), |s, (id, v)| s.with(id, v));
         deps = deps
             .with_source(Arc::new(source))
-            .with_resolver(Arc::new(Names(case.secret_values.keys().cloned().collect())));
+            .with_resolver(Arc::new(Names(
+                case.secret_values.keys().cloned().collect(),
+            )));
     }
     webhook(&config, deps)
 }
@@ -139,7 +141,9 @@ impl SecretSource for Names {
                 let lookup = if self.0.contains(id) {
                     Lookup::Exists(SecretRef {
                         name: id.clone(),
-                        arn: format!("arn:aws:secretsmanager:us-east-1:123456789012:secret:{id}-AbCdEf"),
+                        arn: format!(
+                            "arn:aws:secretsmanager:us-east-1:123456789012:secret:{id}-AbCdEf"
+                        ),
                     })
                 } else {
                     Lookup::NotFound

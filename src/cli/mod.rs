@@ -92,7 +92,12 @@ pub enum Command {
     /// files, then replace this process with COMMAND
     Exec {
         /// The container's original command and arguments
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "COMMAND")]
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            required = true,
+            value_name = "COMMAND"
+        )]
         command: Vec<std::ffi::OsString>,
     },
 }

@@ -23,8 +23,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, Pod, PodSpec, ResourceRequirements, SecurityContext,
-    Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, Pod, PodSpec, ResourceRequirements, SecurityContext, Volume,
+    VolumeMount,
 };
 
 use super::exec::{EXEC_ENV_ENV, ExecPlan};
@@ -149,7 +149,12 @@ impl ReferenceInjector {
     }
 
     /// The first resolved name of the request's cascade.
-    fn resolved_name(&self, req: &SecretRequest, edits: &Edits<'_>, pod: &Pod) -> Result<String, String> {
+    fn resolved_name(
+        &self,
+        req: &SecretRequest,
+        edits: &Edits<'_>,
+        pod: &Pod,
+    ) -> Result<String, String> {
         let (org, project, domain) = scope(pod).map_err(|label| format!("no {label} label"))?;
         let ids = cascade(org, domain, project, &req.secret.key);
         for id in &ids {
@@ -376,7 +381,10 @@ impl SecretInjector for ReferenceInjector {
                 if req.secret.mount_requirement == MountRequirement::File
                     && !req.secret.env_var.is_empty()
                 {
-                    edits.env(env_value(&req.secret.env_var, &format!("{SECRETS_DIR}/{rel}")));
+                    edits.env(env_value(
+                        &req.secret.env_var,
+                        &format!("{SECRETS_DIR}/{rel}"),
+                    ));
                 }
                 edits.env(env_value(ENV_FILE_PREFIX, ""));
                 edits.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));

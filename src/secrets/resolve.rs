@@ -176,6 +176,9 @@ mod tests {
             .await
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("failed to fetch secret k: DescribeSecret: "), "{err}");
+        assert!(
+            err.starts_with("failed to fetch secret k: DescribeSecret: "),
+            "{err}"
+        );
     }
 }

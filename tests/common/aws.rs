@@ -91,6 +91,13 @@ impl Drop for CountingProxy {
 
 impl CountingProxy {
     pub async fn start(upstream: u16) -> Self {
+        Self::start_delayed(upstream, Duration::ZERO).await
+    }
+
+    /// As [`CountingProxy::start`], but each request waits `delay` before it is forwarded: a
+    /// stand-in for a round trip to AWS, so that calls made one after another take `delay`
+    /// each while calls made in parallel take it once.
+    pub async fn start_delayed(upstream: u16, delay: Duration) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let counts: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
@@ -115,7 +122,12 @@ impl CountingProxy {
                                 Ok(n) => n,
                             };
                             tail.push_str(&String::from_utf8_lossy(&buf[..n]));
+                            let before: usize = counts.lock().unwrap().values().sum();
                             count_targets(&mut tail, &counts);
+                            let after: usize = counts.lock().unwrap().values().sum();
+                            if after > before && !delay.is_zero() {
+                                tokio::time::sleep(delay).await;
+                            }
                             if sw.write_all(&buf[..n]).await.is_err() {
                                 break;
                             }
