@@ -37,6 +37,15 @@ OPTIONS:
                               without it the API server uses its system roots
     --mesh                    also register the two mesh webhooks
     --mesh-label-key KEY      label of mesh-managed pods and namespaces (default aether.io/managed)
+    --image-builder-selector JSON
+                              also register the image-builder webhook, with this objectSelector
+                              (webhook.imageBuilderConfig.labelSelector as JSON)
+    --images                  also register the images webhook (images.rules)
+    --images-pod-selector JSON
+                              its objectSelector (images.podSelector; default: every pod)
+    --images-namespace-selector JSON
+                              its namespaceSelector (images.namespaceSelector), kube-system
+                              always excluded
     --failure-policy POLICY   Fail or Ignore for every webhook (default: Fail)
     --timeout-seconds N       timeoutSeconds for every webhook, 1-30 (default: 10); keep it above
                               the Lambda timeout
@@ -61,7 +70,7 @@ impl FailurePolicy {
 }
 
 /// What varies between deployments; everything else is in [`REGISTRATION_JSON`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RegistrationOptions {
     /// `https://host[/prefix]`; each webhook's path is appended (after the path token).
     pub url: String,
@@ -73,6 +82,14 @@ pub struct RegistrationOptions {
     pub mesh: bool,
     /// `None` keeps the file's `meshLabelKey`.
     pub mesh_label_key: Option<String>,
+    /// Register the image-builder webhook with this `objectSelector`.
+    pub image_builder_selector: Option<Value>,
+    /// Register the images webhook.
+    pub images: bool,
+    /// Its `objectSelector`; `None` keeps the file's (every pod).
+    pub images_pod_selector: Option<Value>,
+    /// Added to its `namespaceSelector` (which keeps excluding kube-system).
+    pub images_namespace_selector: Option<Value>,
     /// `None` keeps each webhook's own.
     pub failure_policy: Option<FailurePolicy>,
     /// `None` keeps each webhook's own.
@@ -157,8 +174,27 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
         .into_iter()
         .flatten()
         .filter(|w| opts.mesh || !w.get("mesh").and_then(Value::as_bool).unwrap_or(false))
+        .filter(|w| match file_str(w, "feature") {
+            "imageBuilder" => opts.image_builder_selector.is_some(),
+            "images" => opts.images,
+            _ => true,
+        })
         .map(|w| {
-            let w = substitute(w, label_key);
+            let mut w = substitute(w, label_key);
+            match file_str(&w, "feature") {
+                "imageBuilder" => {
+                    w["objectSelector"] = opts.image_builder_selector.clone().unwrap_or_default();
+                }
+                "images" => {
+                    if let Some(s) = &opts.images_pod_selector {
+                        w["objectSelector"] = s.clone();
+                    }
+                    if let Some(s) = &opts.images_namespace_selector {
+                        w["namespaceSelector"] = with_file_exclusions(s, &w["namespaceSelector"]);
+                    }
+                }
+                _ => {}
+            }
             let mut client_config = Map::new();
             client_config.insert(
                 "url".into(),
@@ -207,6 +243,43 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
         "metadata": { "name": name },
         "webhooks": webhooks,
     })
+}
+
+/// `selector` with the file's `matchExpressions` (the kube-system exclusion) appended, as the
+/// Terraform module does.
+fn with_file_exclusions(selector: &Value, file: &Value) -> Value {
+    let mut out = selector.clone();
+    let mut expressions: Vec<Value> = selector
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    expressions.extend(
+        file.get("matchExpressions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+    );
+    if let Value::Object(map) = &mut out {
+        map.insert("matchExpressions".into(), Value::Array(expressions));
+    }
+    out
+}
+
+/// A `LabelSelector` given as JSON on the command line, checked like the config's.
+fn parse_selector(flag: &str, json: &str) -> Result<Value, ArgError> {
+    let selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector =
+        serde_json::from_str(json).map_err(|e| {
+            ArgError::new(
+                flag,
+                format!(
+                    "must be a LabelSelector as JSON, e.g. '{{\"matchLabels\":{{\"image-builder\":\"true\"}}}}': {e}"
+                ),
+            )
+        })?;
+    crate::config::images::check_label_selector(flag, &selector)
+        .map_err(|e| ArgError::new(flag, e.to_string()))?;
+    serde_json::to_value(&selector).map_err(|e| ArgError::new(flag, e.to_string()))
 }
 
 /// The object as a YAML document for `kubectl apply -f`.
@@ -311,7 +384,7 @@ impl RegistrationOptions {
 // ----------------------------------------------------------------------------------------------
 
 /// `podmutator webhook-config` arguments, before any file is read.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct WebhookConfigArgs {
     pub help: bool,
     pub url: Option<String>,
@@ -319,6 +392,10 @@ pub struct WebhookConfigArgs {
     pub ca_bundle_file: Option<String>,
     pub mesh: bool,
     pub mesh_label_key: Option<String>,
+    pub image_builder_selector: Option<Value>,
+    pub images: bool,
+    pub images_pod_selector: Option<Value>,
+    pub images_namespace_selector: Option<Value>,
     pub failure_policy: Option<FailurePolicy>,
     pub timeout_seconds: Option<u32>,
     pub name: Option<String>,
@@ -354,8 +431,23 @@ pub fn parse_webhook_config_args(args: &[String]) -> Result<WebhookConfigArgs, A
                 out.mesh = true;
                 continue;
             }
-            "--url" | "--path-token-file" | "--ca-bundle-file" | "--mesh-label-key"
-            | "--failure-policy" | "--timeout-seconds" | "--name" => {}
+            "--images" => {
+                if inline.is_some() {
+                    return Err(ArgError::new("--images", "takes no value"));
+                }
+                out.images = true;
+                continue;
+            }
+            "--url"
+            | "--path-token-file"
+            | "--ca-bundle-file"
+            | "--mesh-label-key"
+            | "--failure-policy"
+            | "--timeout-seconds"
+            | "--name"
+            | "--image-builder-selector"
+            | "--images-pod-selector"
+            | "--images-namespace-selector" => {}
             other if other.starts_with('-') => {
                 return Err(ArgError::new(
                     other,
@@ -397,6 +489,18 @@ pub fn parse_webhook_config_args(args: &[String]) -> Result<WebhookConfigArgs, A
                     ));
                 }
                 set(&mut out.mesh_label_key, flag, value)?;
+            }
+            "--image-builder-selector" => {
+                let v = parse_selector(flag, &value)?;
+                set(&mut out.image_builder_selector, flag, v)?;
+            }
+            "--images-pod-selector" => {
+                let v = parse_selector(flag, &value)?;
+                set(&mut out.images_pod_selector, flag, v)?;
+            }
+            "--images-namespace-selector" => {
+                let v = parse_selector(flag, &value)?;
+                set(&mut out.images_namespace_selector, flag, v)?;
             }
             "--failure-policy" => {
                 let policy = parse_failure_policy(&value).map_err(|m| ArgError::new(flag, m))?;
@@ -462,6 +566,12 @@ impl WebhookConfigArgs {
             ca_bundle_pem,
             mesh: self.mesh,
             mesh_label_key: self.mesh_label_key,
+            image_builder_selector: self.image_builder_selector,
+            images: self.images
+                || self.images_pod_selector.is_some()
+                || self.images_namespace_selector.is_some(),
+            images_pod_selector: self.images_pod_selector,
+            images_namespace_selector: self.images_namespace_selector,
             failure_policy: self.failure_policy,
             timeout_seconds: self.timeout_seconds,
             name: self.name,
@@ -527,9 +637,69 @@ mod tests {
             [
                 crate::transport::http::PATH_SECRETS,
                 crate::transport::http::PATH_MANAGED_POD,
-                crate::transport::http::PATH_MANAGED_NAMESPACE
+                crate::transport::http::PATH_MANAGED_NAMESPACE,
+                crate::transport::http::PATH_IMAGE_BUILDER,
+                crate::transport::http::PATH_IMAGES,
             ]
         );
+    }
+
+    #[test]
+    fn image_entries_are_registered_only_when_asked_with_their_selectors() {
+        let names = |o: &RegistrationOptions| -> Vec<String> {
+            webhooks(&mutating_webhook_configuration(o))
+                .iter()
+                .map(|w| w["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let plain = opts("https://x.example");
+        assert_eq!(names(&plain), ["flyte-pod-webhook.flyte.org"]);
+        let parsed = parse_webhook_config_args(&args(&[
+            "--url",
+            "https://x.example",
+            "--image-builder-selector",
+            r#"{"matchLabels":{"image-builder":"true"}}"#,
+            "--images-namespace-selector",
+            r#"{"matchLabels":{"mirror":"ecr"}}"#,
+        ]))
+        .unwrap()
+        .into_options()
+        .unwrap();
+        let v = mutating_webhook_configuration(&parsed);
+        let hooks = webhooks(&v);
+        assert_eq!(
+            names(&parsed),
+            [
+                "flyte-pod-webhook.flyte.org",
+                "image-builder-webhook.union.ai",
+                "images.podmutator.io"
+            ]
+        );
+        assert_eq!(
+            hooks[1]["clientConfig"]["url"],
+            "https://x.example/mutate--v1-pod/image-builder"
+        );
+        assert_eq!(
+            hooks[1]["objectSelector"],
+            json!({"matchLabels": {"image-builder": "true"}})
+        );
+        assert_eq!(hooks[1]["failurePolicy"], "Fail");
+        assert_eq!(hooks[2]["objectSelector"], json!({}));
+        assert_eq!(
+            hooks[2]["namespaceSelector"],
+            json!({"matchLabels": {"mirror": "ecr"}, "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]})
+        );
+        assert_eq!(hooks[2]["failurePolicy"], "Ignore");
+    }
+
+    #[rstest]
+    #[case::not_json("{", "--image-builder-selector")]
+    #[case::bad_label(r#"{"matchLabels":{"bad key!":"x"}}"#, "--image-builder-selector")]
+    fn a_bad_selector_names_the_flag(#[case] json: &str, #[case] flag: &str) {
+        let err = parse_webhook_config_args(&args(&["--url", "https://x.example", flag, json]))
+            .unwrap_err();
+        assert_eq!(err.flag, flag);
     }
 
     #[test]
@@ -779,6 +949,7 @@ mod tests {
                 failure_policy: Some(FailurePolicy::Ignore),
                 timeout_seconds: Some(8),
                 name: Some("pm".into()),
+                ..Default::default()
             }
         );
     }
