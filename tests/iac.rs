@@ -179,6 +179,31 @@ fn checkov_passes_terraform_with_every_skip_explained() {
     }
 }
 
+/// The task pods' role module on its own, so that its resources are known to have been scanned.
+#[test]
+fn checkov_passes_the_pod_identity_module() {
+    let (_, _, resources) = checkov(
+        "checkov terraform/modules/pod-identity",
+        &[
+            "--directory",
+            "terraform/modules/pod-identity",
+            "--framework",
+            "terraform",
+        ],
+    );
+    // checkov has no check of Pod Identity associations; the roles and policies are the point.
+    for want in [
+        "aws_iam_role.pods",
+        "aws_iam_role_policy.read",
+        "aws_iam_policy_document.read",
+    ] {
+        assert!(
+            resources.iter().any(|r| r.contains(want)),
+            "{want} was not scanned: {resources:?}"
+        );
+    }
+}
+
 /// checkov drops resources whose Condition is false for the parameter defaults, so the template
 /// is scanned once per endpoint: as written (alb) and with http-api and mesh switched on.
 #[test]

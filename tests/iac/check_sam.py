@@ -32,6 +32,8 @@ SAME_DEFAULTS = {
     "LambdaTimeoutSeconds": "lambda_timeout_seconds",
     "EmbeddedDeadlineMs": "embedded_deadline_ms",
     "EmbeddedCacheTtlSeconds": "embedded_cache_ttl_seconds",
+    "EmbeddedDelivery": "embedded_delivery",
+    "EmbeddedEnvVarDelivery": "embedded_env_var_delivery",
     "NamespaceTemplate": "namespace_template",
     "MaxBodyBytes": "max_body_bytes",
     "SecretOrg": "secret_org",
@@ -268,10 +270,36 @@ def main():
         by_sid = {s["Sid"]: s for s in stmts}
         c.eq(
             f"{tag} GetSecretValue on the org prefix",
-            by_sid["ReadOrgSecrets"]["Resource"],
+            by_sid.get("ReadOrgSecrets", {}).get("Resource"),
             "arn:aws:secretsmanager:eu-west-1:123456789012:secret:u__org__flyte__*",
         )
         c.true(f"{tag} the role cannot read the path token", "ReadPathToken" not in by_sid and "PathToken" not in json.dumps(role))
+
+    # --- the policy follows the delivery ------------------------------------------------------
+    org_arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:u__org__flyte__*"
+    value_actions = {"secretsmanager:GetSecretValue", "secretsmanager:BatchGetSecretValue", "kms:Decrypt"}
+    for delivery, env_var_delivery in [("value", "exec"), ("reference", "exec"), ("reference", "value")]:
+        params = dict(base, EmbeddedDelivery=delivery, EmbeddedEnvVarDelivery=env_var_delivery,
+                      FetcherImage="registry.example/podmutator@sha256:" + "0" * 64,
+                      SecretsKmsKeyArn="arn:aws:kms:eu-west-1:123456789012:key/00000000-0000-0000-0000-000000000000")
+        ev = Evaluator(template, params)
+        tag = f"[delivery={delivery}, envVarDelivery={env_var_delivery}]"
+        config = json.loads(ev.value(props["Environment"]["Variables"]["PODMUTATOR_CONFIG"]))
+        c.eq(f"{tag} config delivery", (config["embedded"].get("delivery"), config["embedded"].get("envVarDelivery")), (delivery, env_var_delivery))
+        c.eq(f"{tag} config fetcherImage", config["embedded"].get("fetcherImage"), params["FetcherImage"] if delivery == "reference" else None)
+        role = ev.value(template["Resources"]["FunctionRole"]["Properties"])
+        stmts = [s for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
+        actions = {a for s in stmts for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+        by_sid = {s["Sid"]: s for s in stmts}
+        reads = delivery == "value" or env_var_delivery == "value"
+        if reads:
+            c.true(f"{tag} the function reads values", value_actions <= actions, str(sorted(actions)))
+        else:
+            c.eq(f"{tag} no value-reading action at all", sorted(actions & value_actions), [])
+        if delivery == "reference":
+            c.eq(f"{tag} DescribeSecret on the org prefix", (by_sid.get("DescribeOrgSecrets", {}).get("Action"), by_sid.get("DescribeOrgSecrets", {}).get("Resource")), ("secretsmanager:DescribeSecret", org_arn))
+        else:
+            c.true(f"{tag} no DescribeSecret", "secretsmanager:DescribeSecret" not in actions, str(sorted(actions)))
 
     # --- endpoint hardening ------------------------------------------------------------------
     r = template["Resources"]

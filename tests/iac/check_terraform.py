@@ -231,6 +231,35 @@ def main():
     c.eq("secret org default", var.get("secret_org"), "flyte")
     batch = by_sid.get("BatchReadSecrets", {})
     c.eq("BatchGetSecretValue stands alone (it is granted on *)", batch.get("actions"), ["secretsmanager:BatchGetSecretValue"])
+    # Reference delivery: every value-reading statement exists only when the function reads
+    # values, and that is false exactly for delivery "reference" with env vars by "exec".
+    c.eq(
+        "reads_values: value delivery, or env vars by value",
+        tf["locals"].get("reads_values"),
+        '${var.embedded_delivery == "value" || var.embedded_env_var_delivery == "value"}',
+    )
+    c.eq("resolves_refs: reference delivery", tf["locals"].get("resolves_refs"), '${var.embedded_delivery == "reference"}')
+    gates = {}
+    for dyn in policy.get("dynamic", []):
+        for _, body in dyn.items():
+            for content in body.get("content", []):
+                gates[content.get("sid")] = body.get("for_each")
+    for sid in ("ReadOrgSecrets", "BatchReadSecrets"):
+        c.eq(f"{sid} only when the function reads values", gates.get(sid), "${local.reads_values ? [1] : []}")
+    c.true(
+        "kms:Decrypt only when the function reads values",
+        "!local.reads_values" in str(gates.get("DecryptSecretsThroughSecretsManager")),
+        str(gates.get("DecryptSecretsThroughSecretsManager")),
+    )
+    c.eq("no statement outside a delivery gate reads secrets", [s.get("sid") for s in policy.get("statement", []) if any("secretsmanager" in a or "kms" in a for a in s.get("actions", []))], [])
+    describe = by_sid.get("DescribeOrgSecrets", {})
+    c.eq("DescribeSecret on the org prefix only", describe.get("resources"), ["${local.scoped_secrets_arn}"])
+    c.eq("DescribeSecret stands alone", describe.get("actions"), ["secretsmanager:DescribeSecret"])
+    c.eq("DescribeSecret only in reference delivery", gates.get("DescribeOrgSecrets"), "${local.resolves_refs ? [1] : []}")
+    c.eq("value delivery stays the default", var.get("embedded_delivery"), "value")
+    embedded_config = tf["locals"]["function_config"]["embedded"]
+    for key in ("delivery = var.embedded_delivery", "envVarDelivery = var.embedded_env_var_delivery", "fetcherImage = var.fetcher_image"):
+        c.true(f"function config passes {key}", key in " ".join(str(embedded_config).split()), str(embedded_config))
     kms = by_sid.get("DecryptSecretsThroughSecretsManager", {})
     c.eq("kms:Decrypt only through Secrets Manager", one(kms, "condition").get("variable") if kms else None, "kms:ViaService")
 

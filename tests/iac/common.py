@@ -9,6 +9,7 @@ ALLOWED_ACTIONS = {
     "logs:PutLogEvents",
     "secretsmanager:GetSecretValue",
     "secretsmanager:BatchGetSecretValue",
+    "secretsmanager:DescribeSecret",
     "kms:Decrypt",
 }
 
