@@ -39,6 +39,7 @@ struct Audit {
     fetch_us: u64,
     cache_hits: u32,
     backend_calls: u32,
+    throttles: u32,
     injected: Vec<(crate::config::SecretManagerType, u32)>,
     patch_bytes: usize,
     /// The refusal's message (names ids and keys, never values).
@@ -80,6 +81,7 @@ impl App {
                 fetch_ids: audit.secrets_fetched,
                 backend_calls: audit.backend_calls,
                 cache_hits: audit.cache_hits,
+                throttles: audit.throttles,
             });
         }
         let mutators = audit.mutators.join(",");
@@ -258,9 +260,13 @@ impl App {
             Ok(Ok(fetched)) => {
                 audit.cache_hits = fetched.cache_hits;
                 audit.backend_calls = fetched.backend_calls;
+                audit.throttles = fetched.throttles;
                 Ok(ResolvedSecrets::new(fetched.values))
             }
-            Ok(Err(e)) => Err(Error::Internal(e.to_string())),
+            Ok(Err(e)) => {
+                audit.throttles = e.throttles();
+                Err(Error::Internal(e.to_string()))
+            }
             Err(_) => Err(Error::Internal(format!(
                 "deadline of {} ms (embedded.deadlineMs) passed while fetching secret {}",
                 self.deadline.as_millis(),

@@ -208,15 +208,9 @@ pub async fn build_front(config: &Config) -> Result<Front, String> {
     let mut deps = Deps::process(config);
     if embedded {
         let client = crate::secrets::source::aws_client(region, budget).await;
-        let e = &config.embedded;
         let source = CachingSource::new(
-            AwsSource::new(client, e.batch_size),
-            CachePolicy {
-                ttl: Duration::from_secs(e.cache_ttl_seconds),
-                negative_ttl: Duration::from_secs(e.negative_cache_ttl_seconds),
-                max_entries: e.cache_max_entries,
-                max_bytes: e.cache_max_bytes,
-            },
+            AwsSource::from_config(client, &config.embedded),
+            CachePolicy::from_config(&config.embedded),
         );
         deps = deps.with_source(Arc::new(source));
     }
