@@ -284,12 +284,13 @@ async fn throttling_that_outlasts_the_sdk_retries_fails_naming_the_quota_and_is_
         !msg.contains("arn:") && !msg.contains("123456789012"),
         "no account or role in the reply: {msg}"
     );
+    // The id that failed was answered ThrottlingException three times (the SDK's attempts);
+    // the first failure aborts the admission's other calls, whose answers may never be read.
     let calls = get.num_calls() + batch.num_calls();
-    assert!(calls >= 3, "the SDK retried ({calls} calls)");
-    assert_eq!(
-        throttle_metric(&lines),
-        json!(calls),
-        "every attempt counted"
+    let counted = throttle_metric(&lines).as_u64().unwrap();
+    assert!(
+        (3..=calls as u64).contains(&counted),
+        "{counted} throttles counted of {calls} calls"
     );
 }
 
