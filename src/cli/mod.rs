@@ -349,15 +349,9 @@ pub async fn embedded_source(config: &Config) -> Arc<dyn SecretSource> {
         .region;
     let budget = Duration::from_millis(config.embedded.deadline_ms);
     let client = crate::secrets::source::aws_client(region, budget).await;
-    let e = &config.embedded;
     Arc::new(CachingSource::new(
-        AwsSource::new(client, e.batch_size),
-        CachePolicy {
-            ttl: Duration::from_secs(e.cache_ttl_seconds),
-            negative_ttl: Duration::from_secs(e.negative_cache_ttl_seconds),
-            max_entries: e.cache_max_entries,
-            max_bytes: e.cache_max_bytes,
-        },
+        AwsSource::from_config(client, &config.embedded),
+        CachePolicy::from_config(&config.embedded),
     ))
 }
 
@@ -377,12 +371,7 @@ pub async fn embedded_resolver(config: &Config) -> Arc<dyn SecretSource> {
         crate::secrets::source::aws_client(region, Duration::from_millis(e.deadline_ms)).await;
     Arc::new(CachingSource::new(
         DescribeSource::new(client),
-        CachePolicy {
-            ttl: Duration::from_secs(e.cache_ttl_seconds),
-            negative_ttl: Duration::from_secs(e.negative_cache_ttl_seconds),
-            max_entries: e.cache_max_entries,
-            max_bytes: e.cache_max_bytes,
-        },
+        CachePolicy::from_config(e),
     ))
 }
 

@@ -15,10 +15,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use aws_sdk_secretsmanager::Client;
-use aws_sdk_secretsmanager::error::{DisplayErrorContext, ProvideErrorMetadata};
 use tokio::sync::Semaphore;
 
-use super::source::{BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError};
+use super::source::{
+    Api, BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError, ThrottleCounter,
+};
 
 /// `DescribeSecret` calls this process has in flight at most, all admissions together. Above a
 /// pod's ids (`limits.maxSecretIdsPerAdmission` caps those): one admission still takes one
@@ -48,11 +49,19 @@ impl DescribeSource {
     async fn describe(
         client: Client,
         slots: Arc<Semaphore>,
+        throttles: ThrottleCounter,
         id: String,
     ) -> Result<(String, Lookup), SourceError> {
         // The semaphore is never closed; if it were, the call would go ahead unbounded.
         let _slot = slots.acquire_owned().await.ok();
-        match client.describe_secret().secret_id(&id).send().await {
+        let sent = client
+            .describe_secret()
+            .secret_id(&id)
+            .customize()
+            .interceptor(throttles.clone())
+            .send()
+            .await;
+        match sent {
             // A secret scheduled for deletion is still described, but its value can no longer
             // be read: for the pod it does not exist, and the cascade goes on.
             Ok(out) if out.deleted_date().is_some() => Ok((id, Lookup::NotFound)),
@@ -69,13 +78,12 @@ impl DescribeSource {
             {
                 Ok((id, Lookup::NotFound))
             }
-            Err(e) => {
-                let code = e.code().unwrap_or("DescribeSecretError").to_owned();
-                Err(SourceError::failed(
-                    std::slice::from_ref(&id),
-                    format!("DescribeSecret: {code}: {}", DisplayErrorContext(e)),
-                ))
-            }
+            Err(e) => Err(SourceError::from_sdk(
+                Api::DescribeSecret,
+                std::slice::from_ref(&id),
+                throttles.get(),
+                e,
+            )),
         }
     }
 }
@@ -85,18 +93,21 @@ impl SecretSource for DescribeSource {
         Box::pin(async move {
             // Dropping the set (first error, or the admission's deadline) aborts the calls
             // still waiting for a slot.
+            let throttles = ThrottleCounter::default();
             let mut calls = tokio::task::JoinSet::new();
             for id in ids {
                 calls.spawn(Self::describe(
                     self.client.clone(),
                     self.in_flight.clone(),
+                    throttles.clone(),
                     id.clone(),
                 ));
             }
             let mut found = BTreeMap::new();
             while let Some(joined) = calls.join_next().await {
-                let (id, lookup) = joined.map_err(|e| {
-                    SourceError::failed(ids, format!("describe task failed: {e}"))
+                let (id, lookup) = joined.map_err(|source| SourceError::Task {
+                    ids: ids.join(", "),
+                    source,
                 })??;
                 found.insert(id, lookup);
             }
@@ -105,6 +116,7 @@ impl SecretSource for DescribeSource {
                 cache_hits: 0,
                 backend_ids: ids.len() as u32,
                 backend_calls: ids.len() as u32,
+                throttles: throttles.get(),
             })
         })
     }
