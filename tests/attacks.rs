@@ -776,3 +776,103 @@ mod secrets_attacks {
         assert_eq!(source.calls.load(Ordering::Relaxed), 0, "nothing fetched");
     }
 }
+
+/// The oracle: whoever can send the webhook a review (the path token leaked, or a caller inside
+/// the network) forges one for a pod asking for every scope's secrets. Against a value
+/// deployment the reply carries the values; against a `reference` deployment, built with no
+/// value source at all (as its role has no value-reading action), it carries names only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_review_to_a_reference_deployment_gets_names_only() {
+    use common::aws::{Moto, client, create_secret};
+    use podmutator::mutate::Route;
+    use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
+    use podmutator::secrets::resolve::DescribeSource;
+    use podmutator::secrets::source::{AwsSource, CachePolicy, CachingSource};
+    use std::sync::Arc;
+
+    let moto = Moto::start();
+    let setup = client(&moto.url()).await;
+    let stored = [
+        (
+            "u__org__flyte__domain__development__project__flytesnacks__key__db",
+            "SENTINEL-2b9d6e10-project-db",
+            MountRequirement::File,
+        ),
+        (
+            "u__org__flyte__domain__development__project____key__tok",
+            "SENTINEL-2b9d6e10-domain-tok",
+            MountRequirement::Any,
+        ),
+        (
+            "u__org__flyte__domain____project____key__api",
+            "SENTINEL-2b9d6e10-org-api",
+            MountRequirement::EnvVar,
+        ),
+    ];
+    let mut secrets = Vec::new();
+    for (name, value, mount) in stored {
+        create_secret(&setup, name, value).await;
+        secrets.push(Secret {
+            key: name.rsplit("__").next().unwrap().into(),
+            mount_requirement: mount,
+            ..Default::default()
+        });
+    }
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "forged",
+            "labels": {"inject-flyte-secrets": "true", "organization": "flyte", "project": "flytesnacks", "domain": "development"},
+            "annotations": encode_annotations(&secrets).unwrap()
+        },
+        "spec": {"containers": [{"name": "main", "image": "x", "command": ["sleep", "1"]}]}
+    });
+    let review = serde_json::to_vec(&create_review(&pod, "flytesnacks-development")).unwrap();
+    let sentinels: Vec<(&str, &str)> = stored.iter().map(|(n, v, _)| (*n, *v)).collect();
+    let embedded = |extra: Value| {
+        let mut v = json!({"webhook": {
+            "secretManagerTypes": ["Embedded"],
+            "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
+        }});
+        v["embedded"] = extra;
+        config(v)
+    };
+
+    // Control: the same forged review against a value deployment gets every value.
+    let value = embedded(json!({}));
+    let source = AwsSource::new(client(&moto.url()).await, 20);
+    let app = webhook(&value, Deps::offline().with_source(Arc::new(source)));
+    let reply = app.review(Route::Secrets, &review).await;
+    assert_eq!(reply.status, 200);
+    let hits = leaks::find(&reply.body, &sentinels);
+    for (name, _) in &sentinels {
+        assert!(
+            hits.iter().any(|h| h.starts_with(name)),
+            "the control should leak {name}: {hits:?}"
+        );
+    }
+
+    // The reference deployment: metadata calls only, and no value source to call.
+    let reference = embedded(json!({
+        "delivery": "reference",
+        "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+    }));
+    let resolver = CachingSource::new(
+        DescribeSource::new(client(&moto.url()).await),
+        CachePolicy::from_config(&reference.embedded),
+    );
+    let app = webhook(
+        &reference,
+        Deps::offline().with_resolver(Arc::new(resolver)),
+    );
+    let reply = app.review(Route::Secrets, &review).await;
+    assert_eq!(reply.status, 200);
+    let resp = response(&reply.body);
+    assert_eq!(resp["allowed"], true, "{resp}");
+    let hits = leaks::find(&reply.body, &sentinels);
+    assert!(hits.is_empty(), "a value reached the forger: {hits:?}");
+    let out = apply(&pod, &patch_of(&resp)).to_string();
+    for (name, _) in &sentinels {
+        assert!(out.contains(name), "the reply names {name}");
+    }
+}
