@@ -243,7 +243,7 @@ variable "fetcher_image" {
   default     = null
 
   validation {
-    condition     = var.embedded_delivery != "reference" || (var.fetcher_image != null && length(coalesce(var.fetcher_image, "")) > 0)
+    condition     = var.embedded_delivery != "reference" || try(length(var.fetcher_image) > 0, false)
     error_message = "fetcher_image is required when embedded_delivery is \"reference\"."
   }
 }

@@ -483,6 +483,9 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
         let mut deps = Deps::offline();
         if embedded {
             deps = deps.with_source(super::embedded_source(config).await);
+            if config.embedded.delivery == crate::config::Delivery::Reference {
+                deps = deps.with_resolver(super::embedded_resolver(config).await);
+            }
         }
         let app = App::build(config, deps)?;
         inject_text(app, args, &text, &path).await
