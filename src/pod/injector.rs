@@ -36,8 +36,8 @@ use crate::mutate::pod::{add_volume, env_value};
 use crate::secrets::codec::{MountRequirement, Secret};
 use crate::secrets::embedded::{EmbeddedInjector, cascade, is_safe_file_key, scope};
 use crate::secrets::{
-    Accept, ENV_DEFAULT_DIR, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Edits, SECRETS_DIR, SecretInjector,
-    SecretRequest, check_env_name,
+    Accept, ENV_DEFAULT_DIR, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Edits, Refusal, SECRETS_DIR,
+    SecretInjector, SecretRequest, check_env_name,
 };
 
 /// The fetcher's init container.
@@ -71,7 +71,7 @@ enum Route {
 /// - FILE: `<key>`, as Flyte's Embedded manager writes it (and value delivery here);
 /// - ANY: flytekit's `SecretsManager.get_secrets_file`: `<group>/[<group_version>/]<key>`, each
 ///   part lower-cased, empty parts left out (with `FLYTE_SECRETS_FILE_PREFIX` empty).
-pub fn file_path(s: &Secret) -> Result<String, String> {
+pub fn file_path(s: &Secret) -> Result<String, Refusal> {
     let parts: Vec<String> = match s.mount_requirement {
         MountRequirement::File => vec![s.key.clone()],
         _ => [&s.group, &s.group_version, &s.key]
@@ -81,9 +81,9 @@ pub fn file_path(s: &Secret) -> Result<String, String> {
             .collect(),
     };
     match parts.iter().find(|p| !is_safe_file_key(p)) {
-        Some(bad) => Err(format!(
+        Some(bad) => Err(Refusal::BadName(format!(
             "{bad:?} cannot be part of a file name: use letters, digits, '.', '_' and '-' only"
-        )),
+        ))),
         None => Ok(parts.join("/")),
     }
 }
@@ -116,15 +116,15 @@ impl ReferenceInjector {
         }
     }
 
-    fn route(&self, s: &Secret) -> Result<Route, String> {
+    fn route(&self, s: &Secret) -> Result<Route, Refusal> {
         let env = |name: String| match self.env_var_delivery {
             EnvVarDelivery::Value => Ok(Route::Value),
             EnvVarDelivery::Exec => {
                 check_env_name(&name)?;
                 if name == EXEC_ENV_ENV || !is_safe_file_key(&name) {
-                    return Err(format!(
+                    return Err(Refusal::BadName(format!(
                         "environment variable {name:?} cannot be set by podmutator exec; choose another env_var"
-                    ));
+                    )));
                 }
                 Ok(Route::Exec(name))
             }
@@ -133,7 +133,7 @@ impl ReferenceInjector {
             MountRequirement::File => file_path(s).map(Route::File),
             MountRequirement::Any if s.env_var.is_empty() => file_path(s).map(Route::File),
             MountRequirement::Any | MountRequirement::EnvVar => env(self.base.env_name(s)),
-            MountRequirement::Unknown(n) => Err(format!("unrecognized mount requirement [{n}]")),
+            MountRequirement::Unknown(n) => Err(Refusal::UnknownMount(n)),
         }
     }
 
@@ -154,25 +154,25 @@ impl ReferenceInjector {
         req: &SecretRequest,
         edits: &Edits<'_>,
         pod: &Pod,
-    ) -> Result<String, String> {
-        let (org, project, domain) = scope(pod).map_err(|label| format!("no {label} label"))?;
+    ) -> Result<String, Refusal> {
+        let (org, project, domain) = scope(pod).map_err(Refusal::MissingScopeLabel)?;
         let ids = cascade(org, domain, project, &req.secret.key);
         for id in &ids {
             match edits.resolved.get(id) {
                 Some(l) if l.exists() => return Ok(id.clone()),
                 Some(_) => {}
-                None => return Err(format!("secret {id} was not resolved")),
+                None => return Err(Refusal::NotFetched(id.clone())),
             }
         }
-        Err(format!(
+        Err(Refusal::NotFound(format!(
             "[SecretNotFoundAcrossAllScopes] secret not found across all scopes (looked for {})",
             ids.join(", ")
-        ))
+        )))
     }
 
     /// The fetcher with `item` added (and the executable copy, for exec), or why not. Reads
     /// the pod; changes nothing.
-    fn fetcher(&self, pod: &Pod, item: FetchItem, exec: bool) -> Result<Container, String> {
+    fn fetcher(&self, pod: &Pod, item: FetchItem, exec: bool) -> Result<Container, Refusal> {
         let existing = pod
             .spec
             .as_ref()
@@ -181,7 +181,9 @@ impl ReferenceInjector {
         let mut container = existing.cloned().unwrap_or_else(|| self.new_fetcher(pod));
         let mut plan = match plan_env(&container, FETCH_PLAN_ENV) {
             Some(json) => FetchPlan::parse(json).map_err(|e| {
-                format!("init container {INIT_CONTAINER:?} carries an invalid plan: {e}")
+                Refusal::Conflict(format!(
+                    "init container {INIT_CONTAINER:?} carries an invalid plan: {e}"
+                ))
             })?,
             None => FetchPlan {
                 root: PathBuf::from(INIT_ROOT),
@@ -193,12 +195,12 @@ impl ReferenceInjector {
         match plan.secrets.iter().find(|i| i.file == item.file) {
             Some(i) if i.id == item.id => {}
             Some(i) => {
-                return Err(format!(
+                return Err(Refusal::Conflict(format!(
                     "{} would hold both {} and {}; request one of them under another key or env_var",
                     item.file.display(),
                     i.id,
                     item.id
-                ));
+                )));
             }
             None => plan.secrets.push(item),
         }
@@ -207,7 +209,9 @@ impl ReferenceInjector {
             plan.copy_executable_to = Some(PathBuf::from(format!("{INIT_RUN}/bin/podmutator")));
             mounts.push((RUN_VOLUME, INIT_RUN));
         }
-        let json = plan.to_json().map_err(|e| e.to_string())?;
+        let json = plan
+            .to_json()
+            .map_err(|e| Refusal::Conflict(e.to_string()))?;
         set_env(&mut container, FETCH_PLAN_ENV, json);
         for (name, path) in mounts {
             let list = container.volume_mounts.get_or_insert_with(Vec::new);
@@ -310,12 +314,12 @@ impl SecretInjector for ReferenceInjector {
         SecretManagerType::Embedded
     }
 
-    fn accepts(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Result<Accept, String> {
+    fn accepts(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Result<Accept, Refusal> {
         let fetch = self.base.accepts(req, ctx, pod)?;
         match self.route(&req.secret)? {
             Route::Value => Ok(fetch),
             Route::File(_) | Route::Exec(_) => {
-                let (org, project, domain) = scope(pod).map_err(|l| format!("no {l} label"))?;
+                let (org, project, domain) = scope(pod).map_err(Refusal::MissingScopeLabel)?;
                 Ok(Accept::Resolve(
                     cascade(org, domain, project, &req.secret.key).into(),
                 ))
@@ -355,7 +359,7 @@ impl SecretInjector for ReferenceInjector {
         ctx: &PodCtx<'_>,
         pod: &mut Pod,
         edits: &mut Edits,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let route = self.route(&req.secret)?;
         if route == Route::Value {
             return self.base.inject(req, ctx, pod, edits);
@@ -400,19 +404,23 @@ impl SecretInjector for ReferenceInjector {
                 let mut plans = Vec::new();
                 for c in self.wrapped(spec) {
                     if c.command.as_ref().is_none_or(Vec::is_empty) {
-                        return Err(format!(
+                        return Err(Refusal::UnsupportedMount(format!(
                             "container {:?} has no command to wrap; set its `command`",
                             c.name
-                        ));
+                        )));
                     }
                     let mut plan = match plan_env(c, EXEC_ENV_ENV) {
                         Some(json) => ExecPlan::parse(json).map_err(|e| {
-                            format!("container {:?} carries an invalid plan: {e}", c.name)
+                            Refusal::Conflict(format!(
+                                "container {:?} carries an invalid plan: {e}",
+                                c.name
+                            ))
                         })?,
                         None => ExecPlan::default(),
                     };
                     plan.vars.insert(var.clone(), seen.clone());
-                    let json = serde_json::to_string(&plan).map_err(|e| e.to_string())?;
+                    let json = serde_json::to_string(&plan)
+                        .map_err(|e| Refusal::Conflict(e.to_string()))?;
                     plans.push(json);
                 }
                 for (c, json) in self.wrapped(spec).zip(plans) {
