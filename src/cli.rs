@@ -169,7 +169,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
 /// mode, built lazily on first use) and, only with `http.pathTokenSecretId`, the path token.
 pub async fn build_front(config: &Config) -> Result<Front, String> {
     use crate::config::SecretManagerType;
-    use crate::secrets::source::{AwsSource, CachePolicy, CachingSource};
+    use crate::secrets::source::{CachePolicy, CachingSource};
     use std::time::Duration;
 
     let h = &config.http;
@@ -207,10 +207,14 @@ pub async fn build_front(config: &Config) -> Result<Front, String> {
     };
     let mut deps = Deps::process(config);
     if embedded {
-        let client = crate::secrets::source::aws_client(region, budget).await;
         let e = &config.embedded;
         let source = CachingSource::new(
-            AwsSource::new(client, e.batch_size),
+            LazyAws {
+                region: region.clone(),
+                budget,
+                batch_size: e.batch_size,
+                source: tokio::sync::OnceCell::new(),
+            },
             CachePolicy {
                 ttl: Duration::from_secs(e.cache_ttl_seconds),
                 negative_ttl: Duration::from_secs(e.negative_cache_ttl_seconds),
@@ -222,6 +226,38 @@ pub async fn build_front(config: &Config) -> Result<Front, String> {
     }
     let app = App::build(config, deps).map_err(|e| e.to_string())?;
     Front::new(Arc::new(app), h, token.as_deref()).map_err(|e| e.to_string())
+}
+
+/// Secrets Manager with its client built on the first fetch: loading the AWS configuration
+/// (root certificates, HTTP client, credential chain) costs a cold start time it need not pay
+/// when its first admissions fetch nothing, and then happens once, inside that fetch's deadline.
+struct LazyAws {
+    region: String,
+    budget: std::time::Duration,
+    batch_size: usize,
+    source: tokio::sync::OnceCell<crate::secrets::source::AwsSource>,
+}
+
+impl crate::secrets::source::SecretSource for LazyAws {
+    fn fetch_many<'a>(
+        &'a self,
+        ids: &'a [String],
+    ) -> crate::secrets::source::BoxFuture<
+        'a,
+        Result<crate::secrets::source::Fetched, crate::secrets::source::SourceError>,
+    > {
+        Box::pin(async move {
+            let source = self
+                .source
+                .get_or_init(|| async {
+                    let client =
+                        crate::secrets::source::aws_client(&self.region, self.budget).await;
+                    crate::secrets::source::AwsSource::new(client, self.batch_size)
+                })
+                .await;
+            source.fetch_many(ids).await
+        })
+    }
 }
 
 async fn read_path_token(
