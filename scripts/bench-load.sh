@@ -226,7 +226,7 @@ printf '%-44s %10s %9s %9s %7s %14s\n' "run" "req/s" "p50 ms" "p99 ms" "errors" 
 read -r a_rps a_p50 a_p99 a_err <<<"$P_admission"
 read -r u_rps u_p50 u_p99 u_err <<<"$P_unselected"
 read -r h_rps h_p50 h_p99 h_err <<<"$P_healthz"
-x() { awk -v a="$1" -v b="$u_rps" 'BEGIN {printf "%.2f", b > 0 ? a / b : 0}'; }
+x() { awk -v a="$1" -v b="$u_rps" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
 printf '%-44s %10s %9s %9s %7s %14s\n' "task pod review (mutated)" "$a_rps" "$a_p50" "$a_p99" "$a_err" "$(x "$a_rps")"
 printf '%-44s %10s %9s %9s %7s %14s\n' "same review, selector off (parse + allow)" "$u_rps" "$u_p50" "$u_p99" "$u_err" "1.00"
 printf '%-44s %10s %9s %9s %7s %14s\n' "GET /healthz (transport ceiling)" "$h_rps" "$h_p50" "$h_p99" "$h_err" "$(x "$h_rps")"
