@@ -9,9 +9,13 @@ use kube_core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use serde::Serialize;
 
 use crate::app::App;
+use crate::config::SecretManagerType;
 use crate::error::{Denial, Error};
 use crate::metrics::AdmissionFacts;
 use crate::mutate::{Applied, PodCtx, Route, Tally};
+use crate::secrets::embedded::DRY_RUN_PLACEHOLDER;
+use crate::secrets::plan::Planned;
+use crate::secrets::source::SourceError;
 use crate::secrets::{Plan, ResolvedSecrets};
 
 pub const API_VERSION_V1: &str = "admission.k8s.io/v1";
@@ -184,14 +188,12 @@ impl App {
 
         let groups = req.user_info.groups.clone().unwrap_or_default();
         let tally = Tally::new();
-        let mut ctx = PodCtx {
+        let ctx = PodCtx {
             namespace: &namespace,
             route,
             username: req.user_info.username.as_deref().unwrap_or_default(),
             groups: &groups,
             dry_run: req.dry_run,
-            secrets: None,
-            resolved: &ResolvedSecrets::default(),
             tally: &tally,
         };
         let plan = self.secrets.plan(&ctx, &pod);
@@ -199,15 +201,34 @@ impl App {
             .resolve(&plan, audit)
             .await
             .map_err(|e| (e, api_version))?;
-        ctx.secrets = Some(&plan);
-        ctx.resolved = &resolved;
+        let secrets = Planned {
+            mutator: &self.secrets,
+            plan: &plan,
+            resolved: &resolved,
+        };
         let original = pod.clone();
-        let Applied { changed, warnings } = self
+        let Applied {
+            changed,
+            mut warnings,
+        } = self
             .chain
-            .apply_from(&ctx, &original, &mut pod)
+            .apply_from(&ctx, &original, &mut pod, Some(&secrets))
             .map_err(|d| (Error::Denied(d), api_version))?;
         audit.mutators.clone_from(&changed);
         audit.injected = tally.injected();
+        if req.dry_run
+            && audit.injected.iter().any(|(kind, n)| {
+                *n > 0
+                    && matches!(
+                        kind,
+                        SecretManagerType::Embedded | SecretManagerType::Global
+                    )
+            })
+        {
+            warnings.push(format!(
+                "dry run: secret values were withheld; the patched pod carries {DRY_RUN_PLACEHOLDER:?} where a created pod gets each value"
+            ));
+        }
         let patch = if changed.is_empty() {
             None
         } else {
@@ -253,7 +274,12 @@ impl App {
                 audit.backend_calls = fetched.backend_calls;
                 Ok(ResolvedSecrets::new(fetched.values))
             }
-            Ok(Err(e)) => Err(Error::Internal(e.to_string())),
+            Ok(Err(e)) => {
+                // The SDK's text names the account, the role and the secret's ARN: the log
+                // gets it, the pod's creator gets the ids and the error code.
+                tracing::error!(error = %e, "fetching secrets from AWS Secrets Manager failed");
+                Err(Error::Internal(public_fetch_error(&e)))
+            }
             Err(_) => Err(Error::Internal(format!(
                 "deadline of {} ms (embedded.deadlineMs) passed while fetching secret {}",
                 self.deadline.as_millis(),
@@ -261,6 +287,29 @@ impl App {
             ))),
         }
     }
+}
+
+/// What the reply says about a failed fetch: the ids asked for (the pod's creator wrote them)
+/// and the AWS error code, never the rest of the SDK's message.
+fn public_fetch_error(e: &SourceError) -> String {
+    let SourceError::Failed { ids, reason } = e;
+    format!(
+        "failed to fetch secret {ids} from AWS Secrets Manager: {} (details in the function's log)",
+        error_code(reason)
+    )
+}
+
+/// The AWS error code in an SDK message (`service error: AccessDeniedException: User:
+/// arn:...`): the first word shaped like one, or "error" when there is none.
+fn error_code(reason: &str) -> &str {
+    const SUFFIXES: [&str; 5] = ["Exception", "Error", "Failure", "Denied", "Fault"];
+    reason
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .find(|w| {
+            w.starts_with(|c: char| c.is_ascii_uppercase())
+                && SUFFIXES.iter().any(|s| w.len() > s.len() && w.ends_with(s))
+        })
+        .unwrap_or("error")
 }
 
 fn internal(what: &str, e: impl std::fmt::Display) -> Error {
@@ -631,6 +680,29 @@ mod tests {
                 .decode(v["response"]["patch"].as_str().unwrap())
                 .unwrap();
             assert_eq!(decoded, serde_json::to_vec(&small).unwrap());
+        }
+    }
+
+    #[test]
+    fn only_the_aws_error_code_of_a_failed_fetch_reaches_the_reply() {
+        let e = SourceError::failed(
+            &["u__org__o__domain__d__project__p__key__k".to_owned()],
+            "service error: AccessDeniedException: User: arn:aws:sts::123456789012:assumed-role/r/f is not authorized",
+        );
+        assert_eq!(
+            public_fetch_error(&e),
+            "failed to fetch secret u__org__o__domain__d__project__p__key__k from AWS Secrets Manager: AccessDeniedException (details in the function's log)"
+        );
+        for (reason, code) in [
+            (
+                "DecryptionFailure: arn:aws:kms:us-east-1:1:key/x",
+                "DecryptionFailure",
+            ),
+            ("dispatch failure: io error: connection refused", "error"),
+            ("ThrottlingException: Rate exceeded", "ThrottlingException"),
+            ("", "error"),
+        ] {
+            assert_eq!(error_code(reason), code, "{reason}");
         }
     }
 }

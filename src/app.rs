@@ -108,6 +108,7 @@ impl App {
                 config.secrets_selector.label.clone(),
                 config.secrets_selector.value.clone(),
             ),
+            limits: config.limits.clone(),
             ..SecretsMutator::new(injectors(config, global)?)
         });
         let mut chain = Chain::default();
@@ -147,6 +148,7 @@ fn injectors(
             Ok(match t {
                 SecretManagerType::Global => Box::new(global::GlobalInjector {
                     env_prefix: w.secret_env_var_prefix.clone(),
+                    allowed_usernames: config.embedded.allowed_usernames.clone(),
                     source: global.take().ok_or_else(|| {
                         ConfigError::new("webhook.secretManagerTypes", "Global listed twice")
                     })?,

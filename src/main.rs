@@ -1,14 +1,17 @@
 //! Wiring only: everything testable lives in the library.
 
+use clap::Parser;
+
 /// An admission allocates many small objects and frees them at once; glibc's allocator spends
-/// a third of a 10,000-container admission consolidating free chunks (README, Performance).
+/// a third of a 10,000-container admission consolidating free chunks (docs/performance.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Err(message) = podmutator::cli::run(&args) {
-        eprintln!("podmutator: {message}");
+    // `--help`, `--version` and usage errors are answered (and exit) here.
+    let cli = podmutator::cli::Cli::parse();
+    if let Err(err) = podmutator::cli::run(cli) {
+        eprintln!("podmutator: {}", err.chain());
         std::process::exit(1);
     }
 }

@@ -21,29 +21,6 @@ pub const MESH_LABEL_KEY_PLACEHOLDER: &str = "@MESH_LABEL_KEY@";
 /// Kubernetes caps `timeoutSeconds` at 30.
 pub const MAX_TIMEOUT_SECONDS: u32 = 30;
 
-pub const WEBHOOK_CONFIG_USAGE: &str = "\
-podmutator webhook-config — print the MutatingWebhookConfiguration for a deployed endpoint
-
-USAGE:
-    podmutator webhook-config --url URL [OPTIONS] > webhook.yaml && kubectl apply -f webhook.yaml
-
-OPTIONS:
-    --url URL                 base URL of the endpoint, e.g. https://podmutator.example.com
-                              (SAM output WebhookUrl; Terraform output webhook_base_url);
-                              each webhook's path is appended
-    --path-token-file FILE    file holding the API Gateway path token (SAM output
-                              PathTokenSecretArn); kept out of the command line on purpose
-    --ca-bundle-file FILE     PEM CA the API server must trust for the endpoint (private CA);
-                              without it the API server uses its system roots
-    --mesh                    also register the two mesh webhooks
-    --mesh-label-key KEY      label of mesh-managed pods and namespaces (default aether.io/managed)
-    --failure-policy POLICY   Fail or Ignore for every webhook (default: Fail)
-    --timeout-seconds N       timeoutSeconds for every webhook, 1-30 (default: 10); keep it above
-                              the Lambda timeout
-    --name NAME               metadata.name (default: podmutator)
-    -h, --help                print this help
-";
-
 /// `failurePolicy` of every registered webhook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailurePolicy {
@@ -79,23 +56,6 @@ pub struct RegistrationOptions {
     pub timeout_seconds: Option<u32>,
     /// `metadata.name`; `None` keeps the file's.
     pub name: Option<String>,
-}
-
-/// A bad command-line flag or option, named so the user knows what to fix.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{flag}: {message}")]
-pub struct ArgError {
-    pub flag: String,
-    pub message: String,
-}
-
-impl ArgError {
-    fn new(flag: &str, message: impl Into<String>) -> Self {
-        Self {
-            flag: flag.to_owned(),
-            message: message.into(),
-        }
-    }
 }
 
 /// [`REGISTRATION_JSON`], parsed once.
@@ -218,54 +178,142 @@ pub fn to_yaml(v: &Value) -> String {
 // Validation: the same rules as terraform/modules/webhook-config/variables.tf.
 // ----------------------------------------------------------------------------------------------
 
+/// Why a registration option is refused; [`ArgError`] adds the flag that set it.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidValue {
+    #[error("must start with https:// (the API server calls webhooks over TLS only), got {0:?}")]
+    NotHttps(String),
+    #[error("has no host, got {0:?}")]
+    NoHost(String),
+    #[error("must not contain user info (user@host)")]
+    UserInfo,
+    #[error("must not contain a query or fragment; the API server rejects them")]
+    QueryOrFragment,
+    #[error("must not contain whitespace")]
+    Whitespace,
+    #[error("must be a whole number of seconds, got {0:?}")]
+    NotANumber(String),
+    #[error("must be from 1 to {MAX_TIMEOUT_SECONDS} (the Kubernetes limit), got {0}")]
+    Timeout(u32),
+    #[error("is not a PEM file (not UTF-8)")]
+    PemNotText,
+    #[error("holds no PEM certificate (-----BEGIN CERTIFICATE-----)")]
+    NoCertificate,
+    #[error("must be Fail or Ignore, got {0:?}")]
+    FailurePolicy(String),
+    #[error("must be a Kubernetes label key such as aether.io/managed, got {0:?}")]
+    LabelKey(String),
+    #[error("must be a DNS subdomain (lowercase letters, digits, '-', '.'), got {0:?}")]
+    Name(String),
+    #[error("needs a non-empty value")]
+    Empty,
+    #[error("cannot read {path}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0} is not UTF-8 text")]
+    NotText(String),
+    #[error(transparent)]
+    PathToken(#[from] crate::config::ConfigError),
+}
+
+/// A bad command-line option, named so the user knows what to fix.
+#[derive(Debug, thiserror::Error)]
+#[error("{flag}: {reason}")]
+pub struct ArgError {
+    pub flag: &'static str,
+    #[source]
+    pub reason: InvalidValue,
+}
+
+impl ArgError {
+    fn new(flag: &'static str, reason: InvalidValue) -> Self {
+        Self { flag, reason }
+    }
+}
+
 /// `https://host[/path]` without user info, query, fragment or whitespace: what the API server
 /// accepts as a webhook URL.
-fn check_url(url: &str) -> Result<(), String> {
+pub fn parse_url(url: &str) -> Result<String, InvalidValue> {
     let Some(rest) = url.strip_prefix("https://") else {
-        return Err(format!(
-            "must start with https:// (the API server calls webhooks over TLS only), got {url:?}"
-        ));
+        return Err(InvalidValue::NotHttps(url.to_owned()));
     };
     let host = rest.split('/').next().unwrap_or_default();
     if host.is_empty() {
-        return Err(format!("has no host, got {url:?}"));
+        return Err(InvalidValue::NoHost(url.to_owned()));
     }
     if host.contains('@') {
-        return Err("must not contain user info (user@host)".into());
+        return Err(InvalidValue::UserInfo);
     }
     if rest.contains(['?', '#']) {
-        return Err("must not contain a query or fragment; the API server rejects them".into());
+        return Err(InvalidValue::QueryOrFragment);
     }
     if rest.chars().any(char::is_whitespace) {
-        return Err("must not contain whitespace".into());
+        return Err(InvalidValue::Whitespace);
     }
-    Ok(())
+    Ok(url.to_owned())
 }
 
-fn check_timeout(n: u32) -> Result<(), String> {
+fn check_timeout(n: u32) -> Result<u32, InvalidValue> {
     if (1..=MAX_TIMEOUT_SECONDS).contains(&n) {
-        Ok(())
+        Ok(n)
     } else {
-        Err(format!(
-            "must be from 1 to {MAX_TIMEOUT_SECONDS} (the Kubernetes limit), got {n}"
-        ))
+        Err(InvalidValue::Timeout(n))
     }
 }
 
-fn check_ca_bundle(pem: &[u8]) -> Result<(), String> {
-    let text = std::str::from_utf8(pem).map_err(|_| "is not a PEM file (not UTF-8)".to_owned())?;
+/// `--timeout-seconds`: a whole number from 1 to [`MAX_TIMEOUT_SECONDS`].
+pub fn parse_timeout(s: &str) -> Result<u32, InvalidValue> {
+    let n = s
+        .parse()
+        .map_err(|_| InvalidValue::NotANumber(s.to_owned()))?;
+    check_timeout(n)
+}
+
+fn check_ca_bundle(pem: &[u8]) -> Result<(), InvalidValue> {
+    let text = std::str::from_utf8(pem).map_err(|_| InvalidValue::PemNotText)?;
     if text.contains("-----BEGIN CERTIFICATE-----") {
         Ok(())
     } else {
-        Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into())
+        Err(InvalidValue::NoCertificate)
     }
 }
 
-fn parse_failure_policy(s: &str) -> Result<FailurePolicy, String> {
+/// `--failure-policy`: exactly `Fail` or `Ignore`, as the API server spells them.
+pub fn parse_failure_policy(s: &str) -> Result<FailurePolicy, InvalidValue> {
     match s {
         "Fail" => Ok(FailurePolicy::Fail),
         "Ignore" => Ok(FailurePolicy::Ignore),
-        other => Err(format!("must be Fail or Ignore, got {other:?}")),
+        other => Err(InvalidValue::FailurePolicy(other.to_owned())),
+    }
+}
+
+/// `--mesh-label-key`: a Kubernetes qualified name.
+pub fn parse_label_key(s: &str) -> Result<String, InvalidValue> {
+    if is_qualified_name(s) {
+        Ok(s.to_owned())
+    } else {
+        Err(InvalidValue::LabelKey(s.to_owned()))
+    }
+}
+
+/// `--name`: a DNS subdomain, as `metadata.name` must be.
+pub fn parse_name(s: &str) -> Result<String, InvalidValue> {
+    if is_dns_subdomain(s) {
+        Ok(s.to_owned())
+    } else {
+        Err(InvalidValue::Name(s.to_owned()))
+    }
+}
+
+/// A file flag: any non-empty path (read later, so the error names the flag and the file).
+pub fn parse_path(s: &str) -> Result<String, InvalidValue> {
+    if s.is_empty() {
+        Err(InvalidValue::Empty)
+    } else {
+        Ok(s.to_owned())
     }
 }
 
@@ -273,34 +321,22 @@ impl RegistrationOptions {
     /// Checks what the API server (or the function, for the path token) would reject; the error
     /// names the command-line flag that sets the option.
     pub fn validate(&self) -> Result<(), ArgError> {
-        check_url(&self.url).map_err(|m| ArgError::new("--url", m))?;
+        parse_url(&self.url).map_err(|e| ArgError::new("--url", e))?;
         if let Some(token) = &self.path_token {
             crate::config::check_path_token("path token", token)
-                .map_err(|e| ArgError::new("--path-token-file", e.to_string()))?;
+                .map_err(|e| ArgError::new("--path-token-file", e.into()))?;
         }
         if let Some(pem) = &self.ca_bundle_pem {
-            check_ca_bundle(pem).map_err(|m| ArgError::new("--ca-bundle-file", m))?;
+            check_ca_bundle(pem).map_err(|e| ArgError::new("--ca-bundle-file", e))?;
         }
-        if let Some(key) = &self.mesh_label_key
-            && !is_qualified_name(key)
-        {
-            return Err(ArgError::new(
-                "--mesh-label-key",
-                format!("must be a Kubernetes label key such as aether.io/managed, got {key:?}"),
-            ));
+        if let Some(key) = &self.mesh_label_key {
+            parse_label_key(key).map_err(|e| ArgError::new("--mesh-label-key", e))?;
         }
         if let Some(n) = self.timeout_seconds {
-            check_timeout(n).map_err(|m| ArgError::new("--timeout-seconds", m))?;
+            check_timeout(n).map_err(|e| ArgError::new("--timeout-seconds", e))?;
         }
-        if let Some(name) = &self.name
-            && !is_dns_subdomain(name)
-        {
-            return Err(ArgError::new(
-                "--name",
-                format!(
-                    "must be a DNS subdomain (lowercase letters, digits, '-', '.'), got {name:?}"
-                ),
-            ));
+        if let Some(name) = &self.name {
+            parse_name(name).map_err(|e| ArgError::new("--name", e))?;
         }
         Ok(())
     }
@@ -310,142 +346,61 @@ impl RegistrationOptions {
 // Command line
 // ----------------------------------------------------------------------------------------------
 
-/// `podmutator webhook-config` arguments, before any file is read.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WebhookConfigArgs {
-    pub help: bool,
-    pub url: Option<String>,
-    pub path_token_file: Option<String>,
-    pub ca_bundle_file: Option<String>,
-    pub mesh: bool,
-    pub mesh_label_key: Option<String>,
-    pub failure_policy: Option<FailurePolicy>,
-    pub timeout_seconds: Option<u32>,
-    pub name: Option<String>,
-}
-
-/// Parses the arguments after `webhook-config`. Values are checked here; files are read by
+/// `podmutator webhook-config`: values are checked as they are parsed; files are read by
 /// [`WebhookConfigArgs::into_options`].
-pub fn parse_webhook_config_args(args: &[String]) -> Result<WebhookConfigArgs, ArgError> {
-    fn set<T>(slot: &mut Option<T>, flag: &str, value: T) -> Result<(), ArgError> {
-        if slot.is_some() {
-            return Err(ArgError::new(flag, "given more than once"));
-        }
-        *slot = Some(value);
-        Ok(())
-    }
-
-    let mut out = WebhookConfigArgs::default();
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
-            _ => (arg.as_str(), None),
-        };
-        match flag {
-            "-h" | "--help" => {
-                out.help = true;
-                continue;
-            }
-            "--mesh" => {
-                if inline.is_some() {
-                    return Err(ArgError::new("--mesh", "takes no value"));
-                }
-                out.mesh = true;
-                continue;
-            }
-            "--url" | "--path-token-file" | "--ca-bundle-file" | "--mesh-label-key"
-            | "--failure-policy" | "--timeout-seconds" | "--name" => {}
-            other if other.starts_with('-') => {
-                return Err(ArgError::new(
-                    other,
-                    "unknown flag; see podmutator webhook-config --help",
-                ));
-            }
-            other => {
-                return Err(ArgError::new(
-                    other,
-                    "unexpected argument; every option is a --flag (see --help)",
-                ));
-            }
-        }
-        let value = match inline {
-            Some(v) => v,
-            None => it
-                .next()
-                .filter(|v| !v.starts_with("--"))
-                .cloned()
-                .ok_or_else(|| ArgError::new(flag, "needs a value"))?,
-        };
-        if value.is_empty() {
-            return Err(ArgError::new(flag, "needs a non-empty value"));
-        }
-        match flag {
-            "--url" => {
-                check_url(&value).map_err(|m| ArgError::new(flag, m))?;
-                set(&mut out.url, flag, value)?;
-            }
-            "--path-token-file" => set(&mut out.path_token_file, flag, value)?,
-            "--ca-bundle-file" => set(&mut out.ca_bundle_file, flag, value)?,
-            "--mesh-label-key" => {
-                if !is_qualified_name(&value) {
-                    return Err(ArgError::new(
-                        flag,
-                        format!(
-                            "must be a Kubernetes label key such as aether.io/managed, got {value:?}"
-                        ),
-                    ));
-                }
-                set(&mut out.mesh_label_key, flag, value)?;
-            }
-            "--failure-policy" => {
-                let policy = parse_failure_policy(&value).map_err(|m| ArgError::new(flag, m))?;
-                set(&mut out.failure_policy, flag, policy)?;
-            }
-            "--timeout-seconds" => {
-                let n: u32 = value.parse().map_err(|_| {
-                    ArgError::new(
-                        flag,
-                        format!("must be a whole number of seconds, got {value:?}"),
-                    )
-                })?;
-                check_timeout(n).map_err(|m| ArgError::new(flag, m))?;
-                set(&mut out.timeout_seconds, flag, n)?;
-            }
-            "--name" => {
-                if !is_dns_subdomain(&value) {
-                    return Err(ArgError::new(
-                        flag,
-                        format!(
-                            "must be a DNS subdomain (lowercase letters, digits, '-', '.'), got {value:?}"
-                        ),
-                    ));
-                }
-                set(&mut out.name, flag, value)?;
-            }
-            _ => unreachable!("flag list above"),
-        }
-    }
-    if !out.help && out.url.is_none() {
-        return Err(ArgError::new(
-            "--url",
-            "is required: the endpoint's base URL, e.g. https://podmutator.example.com (SAM output WebhookUrl, Terraform output webhook_base_url)",
-        ));
-    }
-    Ok(out)
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+#[command(
+    after_help = "Example:\n  podmutator webhook-config --url https://podmutator.example.com > webhook.yaml && kubectl apply -f webhook.yaml"
+)]
+pub struct WebhookConfigArgs {
+    /// Base URL of the endpoint, e.g. https://podmutator.example.com (SAM output WebhookUrl,
+    /// Terraform output webhook_base_url); each webhook's path is appended
+    #[arg(long, value_name = "URL", required = true, value_parser = parse_url)]
+    pub url: Option<String>,
+    /// File holding the API Gateway path token (SAM output PathTokenSecretArn); kept out of the
+    /// command line on purpose
+    #[arg(long, value_name = "FILE", value_parser = parse_path)]
+    pub path_token_file: Option<String>,
+    /// PEM CA the API server must trust for the endpoint (private CA); without it the API
+    /// server uses its system roots
+    #[arg(long, value_name = "FILE", value_parser = parse_path)]
+    pub ca_bundle_file: Option<String>,
+    /// Also register the two mesh webhooks
+    #[arg(long)]
+    pub mesh: bool,
+    /// Label of mesh-managed pods and namespaces [default: aether.io/managed]
+    #[arg(long, value_name = "KEY", value_parser = parse_label_key)]
+    pub mesh_label_key: Option<String>,
+    /// Fail or Ignore for every webhook [default: Fail]
+    #[arg(long, value_name = "POLICY", value_parser = parse_failure_policy)]
+    pub failure_policy: Option<FailurePolicy>,
+    /// timeoutSeconds for every webhook, 1-30 [default: 10]; keep it above the Lambda timeout
+    #[arg(long, value_name = "N", value_parser = parse_timeout)]
+    pub timeout_seconds: Option<u32>,
+    /// metadata.name [default: podmutator]
+    #[arg(long, value_name = "NAME", value_parser = parse_name)]
+    pub name: Option<String>,
 }
 
 impl WebhookConfigArgs {
     /// Reads the token and CA files and validates the result.
     pub fn into_options(self) -> Result<RegistrationOptions, ArgError> {
-        let read = |flag: &str, path: &str| {
-            std::fs::read(path).map_err(|e| ArgError::new(flag, format!("cannot read {path}: {e}")))
+        let read = |flag: &'static str, path: &str| {
+            std::fs::read(path).map_err(|source| {
+                ArgError::new(
+                    flag,
+                    InvalidValue::Read {
+                        path: path.to_owned(),
+                        source,
+                    },
+                )
+            })
         };
         let path_token = match &self.path_token_file {
             Some(path) => {
                 let bytes = read("--path-token-file", path)?;
                 let text = String::from_utf8(bytes).map_err(|_| {
-                    ArgError::new("--path-token-file", format!("{path} is not UTF-8 text"))
+                    ArgError::new("--path-token-file", InvalidValue::NotText(path.clone()))
                 })?;
                 // `aws secretsmanager get-secret-value --output text > file` ends with a newline.
                 Some(text.trim().to_owned())
@@ -471,13 +426,9 @@ impl WebhookConfigArgs {
     }
 }
 
-/// `podmutator webhook-config ARGS`: the text to print (the YAML, or the usage for `--help`).
-pub fn webhook_config_command(args: &[String]) -> Result<String, ArgError> {
-    let parsed = parse_webhook_config_args(args)?;
-    if parsed.help {
-        return Ok(WEBHOOK_CONFIG_USAGE.to_owned());
-    }
-    let opts = parsed.into_options()?;
+/// `podmutator webhook-config ARGS`: the YAML to print.
+pub fn webhook_config_command(args: WebhookConfigArgs) -> Result<String, ArgError> {
+    let opts = args.into_options()?;
     Ok(to_yaml(&mutating_webhook_configuration(&opts)))
 }
 
@@ -497,8 +448,17 @@ mod tests {
         }
     }
 
-    fn args(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| (*s).to_owned()).collect()
+    /// `webhook-config` as the binary parses it.
+    #[derive(Debug, clap::Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: WebhookConfigArgs,
+    }
+
+    fn parse(list: &[&str]) -> Result<WebhookConfigArgs, clap::Error> {
+        use clap::Parser;
+        Cmd::try_parse_from(std::iter::once("webhook-config").chain(list.iter().copied()))
+            .map(|c| c.args)
     }
 
     fn webhooks(v: &Value) -> &Vec<Value> {
@@ -737,22 +697,14 @@ mod tests {
 
     #[test]
     fn command_prints_yaml_for_a_minimal_invocation() {
-        let out = webhook_config_command(&args(&["--url", "https://h"])).unwrap();
+        let out = webhook_config_command(parse(&["--url", "https://h"]).unwrap()).unwrap();
         let back: Value = serde_saphyr::from_str(&out).unwrap();
         assert_eq!(back, mutating_webhook_configuration(&opts("https://h")));
     }
 
     #[test]
-    fn help_needs_no_url() {
-        assert_eq!(
-            webhook_config_command(&args(&["--help"])).unwrap(),
-            WEBHOOK_CONFIG_USAGE
-        );
-    }
-
-    #[test]
     fn every_flag_is_parsed_in_both_forms() {
-        let parsed = parse_webhook_config_args(&args(&[
+        let parsed = parse(&[
             "--url=https://h",
             "--path-token-file",
             "/t",
@@ -765,12 +717,11 @@ mod tests {
             "8",
             "--name",
             "pm",
-        ]))
+        ])
         .unwrap();
         assert_eq!(
             parsed,
             WebhookConfigArgs {
-                help: false,
                 url: Some("https://h".into()),
                 path_token_file: Some("/t".into()),
                 ca_bundle_file: Some("/ca.pem".into()),
@@ -783,29 +734,32 @@ mod tests {
         );
     }
 
+    /// Each bad argument is refused before any file is read, with a message naming the flag
+    /// and, where a rule is broken, the rule.
     #[rstest]
-    #[case::missing_url(&[], "--url")]
-    #[case::http_url(&["--url", "http://h"], "--url")]
-    #[case::url_with_query(&["--url", "https://h/x?timeout=5s"], "--url")]
-    #[case::url_with_user(&["--url", "https://u@h"], "--url")]
-    #[case::url_without_host(&["--url", "https:///x"], "--url")]
-    #[case::url_without_value(&["--url"], "--url")]
-    #[case::url_followed_by_flag(&["--url", "--mesh"], "--url")]
-    #[case::url_twice(&["--url", "https://a", "--url", "https://b"], "--url")]
-    #[case::failure_policy_lowercase(&["--url", "https://h", "--failure-policy", "fail"], "--failure-policy")]
-    #[case::timeout_not_a_number(&["--url", "https://h", "--timeout-seconds", "ten"], "--timeout-seconds")]
-    #[case::timeout_zero(&["--url", "https://h", "--timeout-seconds", "0"], "--timeout-seconds")]
-    #[case::timeout_over_the_kubernetes_limit(&["--url", "https://h", "--timeout-seconds", "31"], "--timeout-seconds")]
-    #[case::name_uppercase(&["--url", "https://h", "--name", "PodMutator"], "--name")]
-    #[case::label_key_with_quote(&["--url", "https://h", "--mesh-label-key", "a\"b"], "--mesh-label-key")]
-    #[case::label_key_with_empty_name(&["--url", "https://h", "--mesh-label-key", "example.org/"], "--mesh-label-key")]
-    #[case::mesh_with_value(&["--url", "https://h", "--mesh=true"], "--mesh")]
-    #[case::unknown_flag(&["--url", "https://h", "--ca-bundle", "x"], "--ca-bundle")]
-    #[case::stray_argument(&["https://h"], "https://h")]
-    fn bad_arguments_name_the_flag(#[case] list: &[&str], #[case] flag: &str) {
-        let err = parse_webhook_config_args(&args(list)).unwrap_err();
-        assert_eq!(err.flag, flag, "{err}");
-        assert!(err.to_string().starts_with(&format!("{flag}: ")), "{err}");
+    #[case::missing_url(&[], "--url", "required")]
+    #[case::http_url(&["--url", "http://h"], "--url", "must start with https://")]
+    #[case::url_with_query(&["--url", "https://h/x?timeout=5s"], "--url", "query or fragment")]
+    #[case::url_with_user(&["--url", "https://u@h"], "--url", "user info")]
+    #[case::url_without_host(&["--url", "https:///x"], "--url", "has no host")]
+    #[case::url_without_value(&["--url"], "--url", "a value is required")]
+    #[case::url_followed_by_flag(&["--url", "--mesh"], "--url", "a value is required")]
+    #[case::url_twice(&["--url", "https://a", "--url", "https://b"], "--url", "cannot be used multiple times")]
+    #[case::empty_file(&["--url", "https://h", "--ca-bundle-file="], "--ca-bundle-file", "non-empty")]
+    #[case::failure_policy_lowercase(&["--url", "https://h", "--failure-policy", "fail"], "--failure-policy", "must be Fail or Ignore")]
+    #[case::timeout_not_a_number(&["--url", "https://h", "--timeout-seconds", "ten"], "--timeout-seconds", "whole number")]
+    #[case::timeout_zero(&["--url", "https://h", "--timeout-seconds", "0"], "--timeout-seconds", "from 1 to 30")]
+    #[case::timeout_over_the_kubernetes_limit(&["--url", "https://h", "--timeout-seconds", "31"], "--timeout-seconds", "from 1 to 30")]
+    #[case::name_uppercase(&["--url", "https://h", "--name", "PodMutator"], "--name", "DNS subdomain")]
+    #[case::label_key_with_quote(&["--url", "https://h", "--mesh-label-key", "a\"b"], "--mesh-label-key", "label key")]
+    #[case::label_key_with_empty_name(&["--url", "https://h", "--mesh-label-key", "example.org/"], "--mesh-label-key", "label key")]
+    #[case::mesh_with_value(&["--url", "https://h", "--mesh=true"], "--mesh", "unexpected value")]
+    #[case::unknown_flag(&["--url", "https://h", "--ca-bundle", "x"], "--ca-bundle", "unexpected argument")]
+    #[case::stray_argument(&["https://h"], "https://h", "unexpected argument")]
+    fn bad_arguments_name_the_flag(#[case] list: &[&str], #[case] flag: &str, #[case] rule: &str) {
+        let err = parse(list).unwrap_err().to_string();
+        assert!(err.contains(flag), "{err}");
+        assert!(err.contains(rule), "{err}");
     }
 
     fn temp_file(name: &str, contents: &[u8]) -> String {
@@ -821,14 +775,14 @@ mod tests {
     fn token_file_is_read_and_trimmed() {
         let token = temp_file("token-ok", format!("{TOKEN}\n").as_bytes());
         let ca = temp_file("ca-ok.pem", FAKE_PEM.as_bytes());
-        let opts = parse_webhook_config_args(&args(&[
+        let opts = parse(&[
             "--url",
             "https://h",
             "--path-token-file",
             &token,
             "--ca-bundle-file",
             &ca,
-        ]))
+        ])
         .unwrap()
         .into_options()
         .unwrap();
@@ -842,7 +796,7 @@ mod tests {
     #[case::ca_without_certificate("--ca-bundle-file", b"not a certificate")]
     fn bad_file_contents_name_the_flag(#[case] flag: &str, #[case] contents: &[u8]) {
         let path = temp_file(&format!("bad{}", flag.len() + contents.len()), contents);
-        let err = parse_webhook_config_args(&args(&["--url", "https://h", flag, &path]))
+        let err = parse(&["--url", "https://h", flag, &path])
             .unwrap()
             .into_options()
             .unwrap_err();
@@ -851,17 +805,17 @@ mod tests {
 
     #[test]
     fn missing_file_names_the_flag_and_the_path() {
-        let err = parse_webhook_config_args(&args(&[
+        let err = parse(&[
             "--url",
             "https://h",
             "--ca-bundle-file",
             "/nonexistent/ca.pem",
-        ]))
+        ])
         .unwrap()
         .into_options()
         .unwrap_err();
         assert_eq!(err.flag, "--ca-bundle-file");
-        assert!(err.message.contains("/nonexistent/ca.pem"), "{err}");
+        assert!(err.to_string().contains("/nonexistent/ca.pem"), "{err}");
     }
 
     #[rstest]

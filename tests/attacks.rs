@@ -270,3 +270,504 @@ fn hex_sha256(s: &str) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(s.as_bytes()))
 }
+
+// ---- What one request may cost, and whose secrets a pod may get ----
+
+mod secrets_attacks {
+    use std::collections::BTreeMap;
+    use std::io::Write;
+    use std::sync::atomic::Ordering;
+    use std::sync::{Arc, Mutex};
+
+    use super::common::*;
+    use podmutator::config::Config;
+    use podmutator::mutate::Route;
+    use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
+    use podmutator::secrets::global::GlobalSecretSource;
+    use podmutator::secrets::source::{
+        BoxFuture, Fetched, SecretSource, SecretValue, SourceError, StaticSource,
+    };
+    use serde_json::{Value, json};
+
+    const NS: &str = "flytesnacks-development";
+    const EXECUTOR: &str = "system:serviceaccount:flyte:flyte-executor";
+    const PLACEHOLDER: &str = "<podmutator: value withheld from dry run>";
+
+    fn id(org: &str, domain: &str, project: &str, key: &str) -> String {
+        format!("u__org__{org}__domain__{domain}__project__{project}__key__{key}")
+    }
+
+    /// Embedded (plus Global, always first) with `extra` sections merged in.
+    fn config(extra: Value) -> Config {
+        let mut v = json!({"webhook": {
+            "secretManagerTypes": ["Embedded"],
+            "embeddedSecretManagerConfig": {"type": "AWS"}
+        }});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        Config::from_value(v).unwrap().config
+    }
+
+    fn secret(group: &str, key: &str, mount: MountRequirement, env_var: &str) -> Secret {
+        Secret {
+            group: group.into(),
+            key: key.into(),
+            mount_requirement: mount,
+            env_var: env_var.into(),
+            ..Default::default()
+        }
+    }
+
+    fn pod(secrets: &[Secret], project: &str, domain: &str) -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "task-pod",
+                "labels": {
+                    "inject-flyte-secrets": "true",
+                    "organization": "flyte",
+                    "project": project,
+                    "domain": domain
+                },
+                "annotations": encode_annotations(secrets).unwrap()
+            },
+            "spec": {"containers": [{"name": "main", "image": "flytekit:latest"}]}
+        })
+    }
+
+    async fn admit_as(
+        app: &Front,
+        pod: &Value,
+        namespace: &str,
+        username: &str,
+        dry_run: bool,
+    ) -> (u16, Value) {
+        let mut review = create_review(pod, namespace);
+        review["request"]["userInfo"]["username"] = json!(username);
+        review["request"]["dryRun"] = json!(dry_run);
+        let reply = app
+            .review(Route::Secrets, &serde_json::to_vec(&review).unwrap())
+            .await;
+        (reply.status, response(&reply.body))
+    }
+
+    async fn admit(app: &Front, pod: &Value, namespace: &str) -> (u16, Value) {
+        admit_as(app, pod, namespace, EXECUTOR, false).await
+    }
+
+    fn app(config: &Config, source: &StaticSource) -> Front {
+        webhook(
+            config,
+            Deps::offline().with_source(Arc::new(StaticSource {
+                values: source.values.clone(),
+                calls: Arc::clone(&source.calls),
+            })),
+        )
+    }
+
+    fn denied(status: u16, resp: &Value, code: u16, reason: &str) -> String {
+        assert_eq!(status, 200, "{resp}");
+        assert_eq!(resp["allowed"], false, "{resp}");
+        assert_eq!(resp["status"]["code"], code, "{resp}");
+        assert_eq!(resp["auditAnnotations"]["denial-reason"], reason, "{resp}");
+        resp["status"]["message"].as_str().unwrap().to_owned()
+    }
+
+    #[tokio::test]
+    async fn a_pod_with_more_secret_requests_than_the_cap_is_denied_before_any_fetch() {
+        let source = StaticSource::default();
+        let front = app(&config(json!({})), &source);
+        let many: Vec<Secret> = (0..65)
+            .map(|i| secret("", &format!("k{i}"), MountRequirement::EnvVar, ""))
+            .collect();
+        let (status, resp) = admit(&front, &pod(&many, "flytesnacks", "development"), NS).await;
+        let msg = denied(status, &resp, 400, "TooManySecretRequests");
+        assert!(msg.contains("65 secret requests"), "{msg}");
+        assert!(
+            msg.contains("cap of 64 (limits.maxSecretRequestsPerPod)"),
+            "{msg}"
+        );
+        assert_eq!(source.calls.load(Ordering::Relaxed), 0, "nothing fetched");
+        // At the cap the pod is planned and fetched (one call for its 192 ids).
+        let (status, resp) =
+            admit(&front, &pod(&many[..64], "flytesnacks", "development"), NS).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            resp["auditAnnotations"]["denial-reason"], "SecretNotInjected",
+            "{resp}"
+        );
+        assert_eq!(source.calls.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_pod_needing_more_secret_ids_than_the_cap_is_denied_before_any_fetch() {
+        let source =
+            StaticSource::default().with(&id("flyte", "development", "flytesnacks", "a"), "x");
+        let front = app(
+            &config(json!({"limits": {"maxSecretIdsPerAdmission": 5}})),
+            &source,
+        );
+        // Two Embedded requests try 3 ids each: 6 > 5.
+        let two = [
+            secret("", "a", MountRequirement::EnvVar, ""),
+            secret("", "b", MountRequirement::EnvVar, ""),
+        ];
+        let (status, resp) = admit(&front, &pod(&two, "flytesnacks", "development"), NS).await;
+        let msg = denied(status, &resp, 400, "TooManySecretIds");
+        assert!(msg.contains("6 AWS Secrets Manager ids"), "{msg}");
+        assert!(
+            msg.contains("cap of 5 per admission (limits.maxSecretIdsPerAdmission)"),
+            "{msg}"
+        );
+        assert_eq!(source.calls.load(Ordering::Relaxed), 0, "nothing fetched");
+        let (status, resp) = admit(&front, &pod(&two[..1], "flytesnacks", "development"), NS).await;
+        assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+    }
+
+    #[tokio::test]
+    async fn a_namespace_that_reads_as_two_projects_gives_neither_its_secrets() {
+        // `{{ project }}-{{ domain }}` renders ml-pre + prod and ml + pre-prod to one namespace.
+        let source = StaticSource::default()
+            .with(&id("flyte", "prod", "ml-pre", "k"), "ml-pre-secret")
+            .with(&id("flyte", "pre-prod", "ml", "k"), "ml-secret");
+        let req = [secret("", "k", MountRequirement::EnvVar, "")];
+        // Flyte's domains: "prod" is none of them, so the claim is refused.
+        let front = app(&config(json!({})), &source);
+        let (status, resp) = admit(&front, &pod(&req, "ml-pre", "prod"), "ml-pre-prod").await;
+        let msg = denied(status, &resp, 403, "EmbeddedScopeMismatch");
+        assert!(msg.contains("is not one of embedded.domains"), "{msg}");
+        // Both domains configured: the namespace has two readings, and both are refused.
+        let both = config(json!({"embedded": {"domains": ["prod", "pre-prod"]}}));
+        let front = app(&both, &source);
+        for (project, domain) in [("ml-pre", "prod"), ("ml", "pre-prod")] {
+            let (status, resp) = admit(&front, &pod(&req, project, domain), "ml-pre-prod").await;
+            let msg = denied(status, &resp, 403, "EmbeddedScopeAmbiguous");
+            assert!(msg.contains("project=\"ml-pre\" domain=\"prod\""), "{msg}");
+            assert!(msg.contains("project=\"ml\" domain=\"pre-prod\""), "{msg}");
+            assert!(msg.contains("embedded.domains"), "{msg}");
+        }
+        assert_eq!(source.calls.load(Ordering::Relaxed), 0, "nothing fetched");
+        // A namespace with one reading still gets its own secret, and only its own.
+        let (status, resp) = admit(&front, &pod(&req, "ml", "pre-prod"), "ml-prod").await;
+        let msg = denied(status, &resp, 403, "EmbeddedScopeMismatch");
+        assert!(msg.contains("belong to namespace \"ml-pre-prod\""), "{msg}");
+        let source = StaticSource::default().with(&id("flyte", "prod", "ml", "k"), "ml-secret");
+        let front = app(&both, &source);
+        let (status, resp) = admit(&front, &pod(&req, "ml", "prod"), "ml-prod").await;
+        assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+    }
+
+    #[test]
+    fn a_namespace_template_without_the_domain_is_refused_at_start() {
+        for t in ["{{ project }}", "{{ organization }}-{{ project }}", "fixed"] {
+            let err =
+                Config::from_value(json!({"embedded": {"namespaceTemplate": t}})).unwrap_err();
+            assert_eq!(err.key, "embedded.namespaceTemplate", "{t}");
+            assert!(err.message.contains("{{ domain }}"), "{err}");
+        }
+        let err =
+            Config::from_value(json!({"embedded": {"domains": ["development", "development"]}}))
+                .unwrap_err();
+        assert_eq!(err.key, "embedded.domains");
+        Config::from_value(
+            json!({"embedded": {"namespaceTemplate": "{{ domain }}-{{ project }}"}}),
+        )
+        .expect("a template with the domain loads");
+        Config::from_value(json!({"embedded": {"namespaceTemplate": ""}}))
+            .expect("an empty template turns the binding off");
+    }
+
+    /// A Global source that holds every group/key it is asked for.
+    struct Everything;
+
+    impl GlobalSecretSource for Everything {
+        fn get(&self, group: &str, key: &str) -> Result<String, String> {
+            Ok(format!("global-value-of-{group}-{key}"))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_gets_placeholders_and_nothing_is_fetched() {
+        let value = "sentinel-dry-run-value-7f3a";
+        let source = StaticSource::default()
+            .with(&id("flyte", "development", "flytesnacks", "db"), value)
+            .with(&id("flyte", "development", "flytesnacks", "cert"), value);
+        let cfg = config(json!({}));
+        let front = webhook(
+            &cfg,
+            Deps::offline()
+                .with_global(Box::new(Everything))
+                .with_source(Arc::new(StaticSource {
+                    values: source.values.clone(),
+                    calls: Arc::clone(&source.calls),
+                })),
+        );
+        let reqs = [
+            secret("", "db", MountRequirement::EnvVar, ""),
+            secret("", "cert", MountRequirement::File, ""),
+            secret("g", "k", MountRequirement::EnvVar, ""),
+        ];
+        let p = pod(&reqs, "flytesnacks", "development");
+        let (status, resp) = admit_as(&front, &p, NS, EXECUTOR, true).await;
+        assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+        assert_eq!(
+            source.calls.load(Ordering::Relaxed),
+            0,
+            "a dry run fetches nothing"
+        );
+        let dry = apply(&p, &patch_of(&resp));
+        let text = dry.to_string();
+        assert!(!text.contains(value), "{text}");
+        assert!(!text.contains("global-value-of"), "{text}");
+        let env = &dry["spec"]["containers"][0]["env"];
+        let of = |name: &str| {
+            env.as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == name)
+                .unwrap_or_else(|| panic!("no {name} in {env}"))["value"]
+                .clone()
+        };
+        assert_eq!(of("_UNION_DB"), PLACEHOLDER);
+        assert_eq!(of("_UNION_G_K"), PLACEHOLDER);
+        use base64::Engine;
+        let line = format!(
+            "cert={}\n",
+            base64::engine::general_purpose::STANDARD.encode(PLACEHOLDER)
+        );
+        assert!(text.contains(&line.replace('\n', "\\n")), "{text}");
+        let warnings = resp["warnings"].to_string();
+        assert!(
+            warnings.contains("dry run: secret values were withheld"),
+            "{resp}"
+        );
+        // The real create gets the values (and the same names and paths).
+        let (_, resp) = admit_as(&front, &p, NS, EXECUTOR, false).await;
+        let real = apply(&p, &patch_of(&resp)).to_string();
+        assert!(real.contains(value));
+        assert!(resp.get("warnings").is_none(), "{resp}");
+        assert_eq!(source.calls.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_global_env_prefix_that_captures_the_functions_credentials_is_refused_at_start() {
+        for prefix in [
+            "",
+            "A",
+            "AW",
+            "AWS_",
+            "AWS_SECRET_",
+            "PODMUTATOR_",
+            "LAMBDA_",
+            "_HANDLER",
+            "_",
+        ] {
+            let err =
+                Config::from_value(json!({"secrets": {"env-prefix": prefix}})).expect_err(prefix);
+            assert_eq!(err.key, "secrets.env-prefix", "{prefix:?}");
+            assert!(err.message.contains("FLYTE_SECRET_"), "{err}");
+        }
+        Config::from_value(json!({"secrets": {"env-prefix": "MY_GLOBAL_"}}))
+            .expect("an unrelated prefix loads");
+    }
+
+    #[tokio::test]
+    async fn a_user_outside_allowed_usernames_gets_no_global_secret() {
+        let cfg = Config::from_value(json!({
+            "webhook": {"secretManagerTypes": ["K8s"]},
+            "embedded": {"allowedUsernames": ["system:serviceaccount:flyte:*"]}
+        }))
+        .unwrap()
+        .config;
+        /// Holds one Global secret, g/k.
+        struct One;
+        impl GlobalSecretSource for One {
+            fn get(&self, group: &str, key: &str) -> Result<String, String> {
+                ((group, key) == ("g", "k"))
+                    .then(|| "global-secret".to_owned())
+                    .ok_or_else(|| "not held".into())
+            }
+        }
+        let front = webhook(&cfg, Deps::offline().with_global(Box::new(One)));
+        let global = pod(
+            &[secret("g", "k", MountRequirement::EnvVar, "")],
+            "p",
+            "development",
+        );
+        let (status, resp) = admit_as(&front, &global, "p-development", "alice", false).await;
+        let msg = denied(status, &resp, 403, "GlobalUserNotAllowed");
+        assert!(msg.contains("embedded.allowedUsernames"), "{msg}");
+        assert!(!resp.to_string().contains("global-secret"));
+        // The allowed user gets it; alice still gets what Global does not serve (a K8s Secret).
+        let (_, resp) = admit_as(&front, &global, "p-development", EXECUTOR, false).await;
+        assert_eq!(resp["allowed"], true, "{resp}");
+        let k8s = pod(
+            &[secret("other", "k", MountRequirement::EnvVar, "")],
+            "p",
+            "development",
+        );
+        let (_, resp) = admit_as(&front, &k8s, "p-development", "alice", false).await;
+        assert_eq!(resp["allowed"], true, "{resp}");
+    }
+
+    /// Fails every fetch the way AWS does when the role may not read the secret.
+    struct AccessDenied;
+
+    const ACCOUNT: &str = "123456789012";
+
+    impl SecretSource for AccessDenied {
+        fn fetch_many<'a>(
+            &'a self,
+            ids: &'a [String],
+        ) -> BoxFuture<'a, Result<Fetched, SourceError>> {
+            Box::pin(async move {
+                Err(SourceError::failed(
+                    ids,
+                    format!(
+                        "service error: AccessDeniedException: User: arn:aws:sts::{ACCOUNT}:assumed-role/podmutator-fn-role/podmutator is not authorized to perform: secretsmanager:BatchGetSecretValue on resource: arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:x"
+                    ),
+                ))
+            })
+        }
+    }
+
+    /// Log lines written while the guard lives.
+    #[derive(Clone, Default)]
+    struct Logs(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Logs {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_aws_error_naming_the_account_and_role_reaches_the_log_not_the_reply() {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let _guard = tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_max_level(tracing::Level::ERROR)
+                .finish(),
+        );
+        let front = webhook(
+            &config(json!({})),
+            Deps::offline().with_source(Arc::new(AccessDenied)),
+        );
+        let p = pod(
+            &[secret("", "db", MountRequirement::EnvVar, "")],
+            "flytesnacks",
+            "development",
+        );
+        let (status, resp) = admit(&front, &p, NS).await;
+        assert_eq!(status, 500, "{resp}");
+        let msg = resp["status"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains(&id("flyte", "development", "flytesnacks", "db")),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("AccessDeniedException (details in the function's log)"),
+            "{msg}"
+        );
+        let reply = resp.to_string();
+        for leak in ["arn:", ACCOUNT, "podmutator-fn-role"] {
+            assert!(!reply.contains(leak), "{leak} in {reply}");
+        }
+        let logged = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            logged.contains(&format!("arn:aws:sts::{ACCOUNT}:assumed-role")),
+            "{logged}"
+        );
+    }
+
+    const RULE: &str = "letters, digits, '_', '-' and '.', not starting with a digit";
+
+    /// Every manager that writes an env var refuses a name the API server would refuse,
+    /// naming the annotation and the rule, before anything is fetched.
+    #[tokio::test]
+    async fn a_secret_whose_env_var_name_the_api_server_would_refuse_is_denied_naming_the_rule() {
+        let source = StaticSource::default();
+        let cases: Vec<(&str, Value, Box<dyn GlobalSecretSource>, Secret)> = vec![
+            (
+                "Embedded env_var with '='",
+                json!(["Embedded"]),
+                Box::new(podmutator::secrets::global::NoGlobalSecrets),
+                secret("", "db", MountRequirement::EnvVar, "A=B"),
+            ),
+            (
+                "Embedded key with a control character",
+                json!(["Embedded"]),
+                Box::new(podmutator::secrets::global::NoGlobalSecrets),
+                secret("", "d\u{1}b", MountRequirement::Any, ""),
+            ),
+            (
+                "Embedded FILE env_var",
+                json!(["Embedded"]),
+                Box::new(podmutator::secrets::global::NoGlobalSecrets),
+                secret("", "db", MountRequirement::File, "1PATH"),
+            ),
+            (
+                "Global group with a space",
+                json!(["K8s"]),
+                Box::new(Everything),
+                secret("my group", "k", MountRequirement::EnvVar, ""),
+            ),
+            (
+                "K8s env_var with a newline",
+                json!(["K8s"]),
+                Box::new(podmutator::secrets::global::NoGlobalSecrets),
+                secret("g", "k", MountRequirement::Any, "X\nY"),
+            ),
+            (
+                "K8s group with '='",
+                json!(["K8s"]),
+                Box::new(podmutator::secrets::global::NoGlobalSecrets),
+                secret("a=b", "k", MountRequirement::EnvVar, ""),
+            ),
+            (
+                "AWS sidecar env_var",
+                json!(["AWS"]),
+                Box::new(podmutator::secrets::global::NoGlobalSecrets),
+                secret(
+                    "arn:aws:secretsmanager:us-east-1:1:secret:",
+                    "db",
+                    MountRequirement::Any,
+                    "A=B",
+                ),
+            ),
+        ];
+        for (what, types, global, s) in cases {
+            let cfg = Config::from_value(json!({"webhook": {
+                "secretManagerTypes": types,
+                "embeddedSecretManagerConfig": {"type": "AWS"}
+            }}))
+            .unwrap()
+            .config;
+            let front = webhook(
+                &cfg,
+                Deps::offline()
+                    .with_global(global)
+                    .with_source(Arc::new(StaticSource {
+                        values: BTreeMap::<String, SecretValue>::new(),
+                        calls: Arc::clone(&source.calls),
+                    })),
+            );
+            let (status, resp) = admit(&front, &pod(&[s], "flytesnacks", "development"), NS).await;
+            assert_eq!(status, 200, "{what}: {resp}");
+            assert_eq!(resp["allowed"], false, "{what}: {resp}");
+            assert_eq!(resp["status"]["code"], 400, "{what}: {resp}");
+            let msg = resp["status"]["message"].as_str().unwrap();
+            assert!(msg.contains("flyte.secrets/s0"), "{what}: {msg}");
+            assert!(msg.contains(RULE), "{what}: {msg}");
+        }
+        assert_eq!(source.calls.load(Ordering::Relaxed), 0, "nothing fetched");
+    }
+}

@@ -55,6 +55,41 @@ pub struct Config {
     pub secrets_selector: SecretsSelector,
     /// CloudWatch Embedded Metric Format lines on stdout.
     pub metrics: metrics::MetricsConfig,
+    /// What one admission may ask for: the cost one pod can impose is bounded here.
+    pub limits: LimitsConfig,
+}
+
+/// Bounds on what one pod may ask for, checked when its secrets are planned (before any fetch).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct LimitsConfig {
+    /// Most `flyte.secrets/s<N>` annotations one pod may carry. A Flyte task lists its secrets
+    /// by hand (a few, rarely dozens); 64 leaves room and bounds the planning work.
+    pub max_secret_requests_per_pod: usize,
+    /// Most distinct Secrets Manager ids one admission may fetch. An Embedded request tries up
+    /// to 3 ids (project, domain, organisation), so 64 requests need at most 192; 200 ids are
+    /// 10 `BatchGetSecretValue` calls of 20, a tenth of the account's 100 calls/s.
+    pub max_secret_ids_per_admission: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_secret_requests_per_pod: 64,
+            max_secret_ids_per_admission: 200,
+        }
+    }
+}
+
+/// Environment variable prefixes of this process's own credentials and runtime: a Global
+/// `secrets.env-prefix` that matches any of them would hand them to pods.
+pub const PROTECTED_ENV_PREFIXES: [&str; 4] = ["AWS_", "PODMUTATOR_", "_HANDLER", "LAMBDA_"];
+
+/// Flyte's default domains (`domains` in flyteadmin's configuration).
+pub fn default_domains() -> Vec<String> {
+    ["development", "staging", "production"]
+        .map(String::from)
+        .to_vec()
 }
 
 /// Flyte's label that asks for secret injection (`secretsSelector`'s default).
@@ -521,8 +556,14 @@ pub struct EmbeddedConfig {
     pub max_value_bytes: usize,
     /// The namespace a pod with labels organization/project/domain must be in to read that
     /// scope's secrets. `{{ organization }}`, `{{ project }}` and `{{ domain }}` are replaced.
-    /// Empty turns the check off (then any pod creator can read any project's secrets).
+    /// Empty turns the check off (then any pod creator can read any project's secrets). A
+    /// non-empty template must use `{{ domain }}`.
     pub namespace_template: String,
+    /// The Flyte domains a namespace may end in. A namespace must have exactly one reading
+    /// (organization, project, domain) under the template with these domains, and it must be
+    /// the pod's labels: `ml-pre-prod` would otherwise be both `ml-pre`+`prod` and
+    /// `ml`+`pre-prod`.
+    pub domains: Vec<String>,
     /// When non-empty, only these requesting users (`request.userInfo.username`) may get
     /// Embedded secrets; an entry ending in `*` matches a prefix.
     pub allowed_usernames: Vec<String>,
@@ -539,6 +580,7 @@ impl Default for EmbeddedConfig {
             batch_size: 20,
             max_value_bytes: 64 << 10,
             namespace_template: "{{ project }}-{{ domain }}".into(),
+            domains: default_domains(),
             allowed_usernames: Vec::new(),
         }
     }
@@ -714,6 +756,47 @@ impl Config {
         if let Err(e) = check_template(&em.namespace_template) {
             return Err(ConfigError::new("embedded.namespaceTemplate", e));
         }
+        if !em.namespace_template.is_empty() && !template_uses(&em.namespace_template, "domain") {
+            return Err(ConfigError::new(
+                "embedded.namespaceTemplate",
+                format!(
+                    "{:?} does not use {{{{ domain }}}}: every domain of a project would share one namespace and read each other's secrets; use e.g. \"{{{{ project }}}}-{{{{ domain }}}}\" (or \"\" to turn the binding off)",
+                    em.namespace_template
+                ),
+            ));
+        }
+        let mut seen_domains = std::collections::HashSet::new();
+        for d in &em.domains {
+            if !crate::k8s_names::is_dns_label(d) || !seen_domains.insert(d.as_str()) {
+                return Err(ConfigError::new(
+                    "embedded.domains",
+                    format!(
+                        "{d:?}: each domain must be listed once and be part of a namespace name ({})",
+                        crate::k8s_names::DNS_LABEL_RULE
+                    ),
+                ));
+            }
+        }
+        if !em.namespace_template.is_empty() && em.domains.is_empty() {
+            return Err(ConfigError::new(
+                "embedded.domains",
+                "is empty while embedded.namespaceTemplate is set: no namespace could be read; list Flyte's domains (default development, staging, production)",
+            ));
+        }
+        let l = &self.limits;
+        if l.max_secret_requests_per_pod == 0 {
+            return Err(ConfigError::new(
+                "limits.maxSecretRequestsPerPod",
+                "must be positive (default 64)",
+            ));
+        }
+        if l.max_secret_ids_per_admission == 0 {
+            return Err(ConfigError::new(
+                "limits.maxSecretIdsPerAdmission",
+                "must be positive (default 200)",
+            ));
+        }
+        check_global_env_prefix(&self.secrets.env_prefix)?;
         if enabled.contains(&SecretManagerType::Embedded) && em.namespace_template.is_empty() {
             warnings.push(
                 "embedded.namespaceTemplate is empty: any pod creator can read any project's Embedded secrets by labelling a pod with that project"
@@ -844,6 +927,47 @@ pub fn check_template(t: &str) -> Result<(), String> {
             ));
         }
         rest = &after[end + 2..];
+    }
+    Ok(())
+}
+
+/// Whether template `t` uses placeholder `name` (assumes [`check_template`] passed).
+pub fn template_uses(t: &str, name: &str) -> bool {
+    let mut rest = t;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else {
+            return false;
+        };
+        if after[..end].trim() == name {
+            return true;
+        }
+        rest = &after[end + 2..];
+    }
+    false
+}
+
+/// The Global manager hands pods every variable of this process that starts with
+/// `secrets.env-prefix`: a prefix that also matches this process's credentials or runtime
+/// variables (or is matched by one of their prefixes, like `A` or the empty string) would
+/// serve them to any selected pod.
+pub fn check_global_env_prefix(prefix: &str) -> Result<(), ConfigError> {
+    if prefix.is_empty() {
+        return Err(ConfigError::new(
+            "secrets.env-prefix",
+            "is empty: the Global manager would serve every variable of this process (its AWS credentials included) to pods; use Flyte's default FLYTE_SECRET_",
+        ));
+    }
+    if let Some(p) = PROTECTED_ENV_PREFIXES
+        .iter()
+        .find(|p| p.starts_with(prefix) || prefix.starts_with(*p))
+    {
+        return Err(ConfigError::new(
+            "secrets.env-prefix",
+            format!(
+                "{prefix:?} overlaps {p:?}, the prefix of this process's own credentials or runtime variables, which the Global manager would then serve to pods; use Flyte's default FLYTE_SECRET_"
+            ),
+        ));
     }
     Ok(())
 }

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::config::SecretManagerType;
 use crate::error::Denial;
-use crate::secrets::ResolvedSecrets;
 
 /// Every mutator id, in chain order. Config keys under `mutators` must be one of these.
 pub const MUTATOR_IDS: &[&str] = &[
@@ -50,11 +49,6 @@ pub struct PodCtx<'a> {
     pub username: &'a str,
     pub groups: &'a [String],
     pub dry_run: bool,
-    /// The pod's secrets, planned before the chain ran (`None`: the `secrets` mutator plans
-    /// itself, and nothing was fetched).
-    pub secrets: Option<&'a crate::secrets::Plan>,
-    /// Secret values fetched for that plan (Embedded mode); empty otherwise.
-    pub resolved: &'a ResolvedSecrets,
     /// Where mutators count what they did, for metrics.
     pub tally: &'a Tally,
 }
@@ -95,7 +89,7 @@ impl Tally {
 
 impl PodCtx<'static> {
     /// A context outside any admission (tests, examples): namespace `ns`, user `u`, nothing
-    /// planned or resolved, nothing counted.
+    /// counted.
     pub fn test(route: Route) -> Self {
         PodCtx {
             namespace: "ns",
@@ -103,8 +97,6 @@ impl PodCtx<'static> {
             username: "u",
             groups: &[],
             dry_run: false,
-            secrets: None,
-            resolved: &crate::secrets::NOTHING_RESOLVED,
             tally: &UNCOUNTED,
         }
     }
@@ -160,22 +152,30 @@ impl Chain {
     /// that names it; an optional one's failure is undone and becomes a warning.
     pub fn apply(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Applied, Denial> {
         let original = pod.clone();
-        self.apply_from(ctx, &original, pod)
+        self.apply_from(ctx, &original, pod, None)
     }
 
     /// [`Chain::apply`] for a caller that already holds a copy of the pod as it came in
     /// (`original == *pod` on entry): the pod is copied again only after a mutator changed it.
+    /// `stand_in` runs in place of the entry with its id, with that entry's `required`: the
+    /// admission's per-request form of a mutator (the `secrets` mutator with this pod's plan
+    /// and fetched values).
     pub fn apply_from(
         &self,
         ctx: &PodCtx<'_>,
         original: &Pod,
         pod: &mut Pod,
+        stand_in: Option<&dyn PodMutator>,
     ) -> Result<Applied, Denial> {
         let mut applied = Applied::default();
         let mut previous = std::borrow::Cow::Borrowed(original);
         for entry in &self.entries {
             let id = entry.mutator.id();
-            match entry.mutator.mutate(ctx, pod) {
+            let mutator = match stand_in {
+                Some(m) if m.id() == id => m,
+                _ => entry.mutator.as_ref(),
+            };
+            match mutator.mutate(ctx, pod) {
                 Ok(()) => {
                     if *pod != *previous {
                         applied.changed.push(id);
@@ -204,7 +204,6 @@ impl Chain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     struct Label(&'static str);
     impl PodMutator for Label {
@@ -233,13 +232,7 @@ mod tests {
     }
 
     fn mk_pod() -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("p".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
+        pod::testing::mk_pod().build()
     }
 
     #[test]

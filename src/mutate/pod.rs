@@ -25,12 +25,12 @@ pub fn put_env_first(env: &mut Option<Vec<EnvVar>>, block: &[EnvVar]) {
         return;
     }
     let old = env.take().unwrap_or_default();
+    // A set, not a scan of `block` per variable: both lists can be long (the pod's own env and
+    // one variable per secret request).
+    let ours: std::collections::HashSet<&str> = block.iter().map(|b| b.name.as_str()).collect();
     let mut merged = Vec::with_capacity(block.len() + old.len());
     merged.extend_from_slice(block);
-    merged.extend(
-        old.into_iter()
-            .filter(|e| !block.iter().any(|b| b.name == e.name)),
-    );
+    merged.extend(old.into_iter().filter(|e| !ours.contains(e.name.as_str())));
     *env = Some(merged);
 }
 
@@ -103,5 +103,83 @@ mod tests {
         add_mounts(&mut mounts, &[m("v", "/etc/flyte/secrets"), m("w", "/w")]);
         let paths: Vec<_> = mounts.unwrap().into_iter().map(|m| m.mount_path).collect();
         assert_eq!(paths, ["/tmp", "/w"]);
+    }
+}
+
+/// The one pod builder of the unit tests: `mk_pod().label(K, V).annotation(K, V).build()`.
+#[cfg(test)]
+pub(crate) mod testing {
+    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Volume};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    /// A pod under construction; tests add what their case needs.
+    #[derive(Debug, Clone)]
+    pub struct PodBuilder(pub Pod);
+
+    /// Pod `p` with no spec: add containers, volumes or a spec as the case needs.
+    pub fn mk_pod() -> PodBuilder {
+        PodBuilder(Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    impl PodBuilder {
+        pub fn label(mut self, k: &str, v: &str) -> Self {
+            self.0
+                .metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert(k.into(), v.into());
+            self
+        }
+
+        pub fn labels(self, pairs: &[(&str, &str)]) -> Self {
+            pairs.iter().fold(self, |b, (k, v)| b.label(k, v))
+        }
+
+        pub fn annotation(mut self, k: &str, v: &str) -> Self {
+            self.0
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(k.into(), v.into());
+            self
+        }
+
+        /// The spec, created empty on first use.
+        pub fn spec(&mut self) -> &mut PodSpec {
+            self.0.spec.get_or_insert_with(Default::default)
+        }
+
+        pub fn with_spec(mut self, f: impl FnOnce(&mut PodSpec)) -> Self {
+            f(self.spec());
+            self
+        }
+
+        pub fn app(mut self, c: Container) -> Self {
+            self.spec().containers.push(c);
+            self
+        }
+
+        pub fn init(mut self, c: Container) -> Self {
+            self.spec()
+                .init_containers
+                .get_or_insert_with(Vec::new)
+                .push(c);
+            self
+        }
+
+        pub fn volume(mut self, v: Volume) -> Self {
+            self.spec().volumes.get_or_insert_with(Vec::new).push(v);
+            self
+        }
+
+        pub fn build(self) -> Pod {
+            self.0
+        }
     }
 }

@@ -1,15 +1,24 @@
 //! What the injectors add to every container: environment variables and volume mounts,
 //! collected per request and applied once at the end.
 
+use std::collections::HashMap;
+
 use k8s_openapi::api::core::v1::{EnvVar, Pod, VolumeMount};
 
+use super::{NOTHING_RESOLVED, ResolvedSecrets};
 use crate::mutate::pod::{add_mounts, containers_mut, put_env_first};
 
-/// Environment variables and mounts that every (init) container receives, in request order.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Edits {
+/// Environment variables and mounts that every (init) container receives, in request order,
+/// and the secret values fetched for this admission (what a fetching manager injects from).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Edits<'a> {
+    /// Values fetched before the chain ran (Embedded mode); empty otherwise.
+    pub resolved: &'a ResolvedSecrets,
     env: Vec<EnvVar>,
     env_owner: Vec<String>,
+    /// Position of each name in `env`: a pod's requests are checked against each other in
+    /// O(n), not by scanning the list for every variable.
+    env_index: HashMap<String, usize>,
     mounts: Vec<VolumeMount>,
     mount_owner: Vec<String>,
     pub(super) conflicts: Vec<String>,
@@ -25,17 +34,38 @@ pub struct EditsMark {
     conflicts: usize,
 }
 
-impl Edits {
+impl Default for Edits<'static> {
+    /// Nothing resolved.
+    fn default() -> Self {
+        Edits::new(&NOTHING_RESOLVED)
+    }
+}
+
+impl<'a> Edits<'a> {
+    pub fn new(resolved: &'a ResolvedSecrets) -> Self {
+        Self {
+            resolved,
+            env: Vec::new(),
+            env_owner: Vec::new(),
+            env_index: HashMap::new(),
+            mounts: Vec::new(),
+            mount_owner: Vec::new(),
+            conflicts: Vec::new(),
+            current: String::new(),
+        }
+    }
+
     /// Adds `var` unless the same variable is already planned. Two requests that want different
     /// values under one name are a conflict, reported after all requests ran.
     pub fn env(&mut self, var: EnvVar) {
-        match self.env.iter().position(|e| e.name == var.name) {
+        match self.env_index.get(&var.name).copied() {
             Some(i) if self.env[i] == var => {}
             Some(i) => self.conflicts.push(format!(
                 "{} and {} both set environment variable {}; give one of them a different env_var",
                 self.env_owner[i], self.current, var.name
             )),
             None => {
+                self.env_index.insert(var.name.clone(), self.env.len());
                 self.env.push(var);
                 self.env_owner.push(self.current.clone());
             }
@@ -73,6 +103,9 @@ impl Edits {
     }
 
     pub(super) fn reset(&mut self, mark: EditsMark) {
+        for e in &self.env[mark.env.min(self.env.len())..] {
+            self.env_index.remove(&e.name);
+        }
         self.env.truncate(mark.env);
         self.env_owner.truncate(mark.env);
         self.mounts.truncate(mark.mounts);
@@ -90,5 +123,38 @@ impl Edits {
             put_env_first(&mut c.env, &self.env);
             add_mounts(&mut c.volume_mounts, &self.mounts);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mutate::pod::env_value;
+
+    #[test]
+    fn a_rolled_back_variable_can_be_planned_again_and_conflicts_still_show() {
+        let mut edits = Edits {
+            current: "s0".into(),
+            ..Edits::default()
+        };
+        edits.env(env_value("A", "1"));
+        let mark = edits.mark();
+        edits.current = "s1".into();
+        edits.env(env_value("B", "2"));
+        edits.reset(mark);
+        edits.env(env_value("B", "3"));
+        edits.env(env_value("A", "1"));
+        assert!(edits.conflicts.is_empty(), "{:?}", edits.conflicts);
+        edits.env(env_value("A", "other"));
+        assert_eq!(
+            edits.conflicts,
+            ["s0 and s1 both set environment variable A; give one of them a different env_var"]
+        );
+        let names: Vec<(&str, &str)> = edits
+            .env
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.as_deref().unwrap()))
+            .collect();
+        assert_eq!(names, [("A", "1"), ("B", "3")]);
     }
 }

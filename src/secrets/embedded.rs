@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{
     Container, EmptyDirVolumeSource, EnvVar, Pod, Volume, VolumeMount,
 };
 
+use super::ResolvedSecrets;
 use super::codec::MountRequirement;
 use super::source::Lookup;
 use super::{
@@ -64,6 +65,119 @@ fn render(t: &str, org: &str, project: &str, domain: &str) -> String {
     out
 }
 
+/// One way to read a namespace under the template: the value of each placeholder the template
+/// uses (`None` for one it does not use, which the namespace says nothing about).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Reading([Option<String>; 3]);
+
+const PLACEHOLDERS: [&str; 3] = ["organization", "project", "domain"];
+
+impl Reading {
+    fn describe(&self) -> String {
+        PLACEHOLDERS
+            .iter()
+            .zip(&self.0)
+            .filter_map(|(name, v)| v.as_ref().map(|v| format!("{name}={v:?}")))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+enum Part<'t> {
+    Literal(&'t str),
+    /// Index into [`PLACEHOLDERS`].
+    Slot(usize),
+}
+
+fn parts(t: &str) -> Vec<Part<'_>> {
+    let mut out = Vec::new();
+    let mut rest = t;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else {
+            break;
+        };
+        if start > 0 {
+            out.push(Part::Literal(&rest[..start]));
+        }
+        let name = after[..end].trim();
+        out.push(Part::Slot(
+            PLACEHOLDERS.iter().position(|p| *p == name).unwrap_or(2),
+        ));
+        rest = &after[end + 2..];
+    }
+    if !rest.is_empty() {
+        out.push(Part::Literal(rest));
+    }
+    out
+}
+
+/// Every reading of `namespace` under `template` whose domain is one of `domains` and whose
+/// placeholders are non-empty; stops at two, which is enough to call it ambiguous. A
+/// namespace is at most 63 bytes and a template has a few placeholders, so the search is small.
+fn readings(template: &str, namespace: &str, domains: &[String]) -> Vec<Reading> {
+    fn walk<'n>(
+        parts: &[Part<'_>],
+        rest: &'n str,
+        bound: &mut [Option<&'n str>; 3],
+        domains: &[String],
+        out: &mut Vec<Reading>,
+    ) {
+        if out.len() >= 2 {
+            return;
+        }
+        let Some((first, more)) = parts.split_first() else {
+            if rest.is_empty() {
+                let r = Reading(bound.map(|v| v.map(str::to_owned)));
+                if !out.contains(&r) {
+                    out.push(r);
+                }
+            }
+            return;
+        };
+        match first {
+            Part::Literal(l) => {
+                if let Some(after) = rest.strip_prefix(l) {
+                    walk(more, after, bound, domains, out);
+                }
+            }
+            Part::Slot(i) => {
+                if let Some(v) = bound[*i] {
+                    if let Some(after) = rest.strip_prefix(v) {
+                        walk(more, after, bound, domains, out);
+                    }
+                    return;
+                }
+                let cuts: Vec<usize> = if *i == 2 {
+                    domains
+                        .iter()
+                        .filter(|d| rest.starts_with(d.as_str()))
+                        .map(String::len)
+                        .collect()
+                } else {
+                    (1..=rest.len())
+                        .filter(|n| rest.is_char_boundary(*n))
+                        .collect()
+                };
+                for n in cuts {
+                    bound[*i] = Some(&rest[..n]);
+                    walk(more, &rest[n..], bound, domains, out);
+                    bound[*i] = None;
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(
+        &parts(template),
+        namespace,
+        &mut [None; 3],
+        domains,
+        &mut out,
+    );
+    out
+}
+
 /// The pod's scope labels, or the first missing one (checked in Flyte's order).
 fn scope(pod: &Pod) -> Result<(&str, &str, &str), &'static str> {
     let get = |k: &'static str| {
@@ -111,9 +225,14 @@ pub struct EmbeddedInjector {
     pub env_prefix: String,
     pub file_init: FileMountInitContainer,
     pub namespace_template: String,
+    pub domains: Vec<String>,
     pub allowed_usernames: Vec<String>,
     pub max_value_bytes: usize,
 }
+
+/// What a dry run gets instead of a value: `kubectl create --dry-run=server -o yaml` prints the
+/// patched pod, and no pod is left behind to answer for having read it.
+pub const DRY_RUN_PLACEHOLDER: &str = "<podmutator: value withheld from dry run>";
 
 impl EmbeddedInjector {
     pub fn new(env_prefix: &str, file_init: &FileMountInitContainer, cfg: &EmbeddedConfig) -> Self {
@@ -121,25 +240,16 @@ impl EmbeddedInjector {
             env_prefix: env_prefix.to_owned(),
             file_init: file_init.clone(),
             namespace_template: cfg.namespace_template.clone(),
+            domains: cfg.domains.clone(),
             allowed_usernames: cfg.allowed_usernames.clone(),
             max_value_bytes: cfg.max_value_bytes,
         }
     }
 
-    fn user_allowed(&self, username: &str) -> bool {
-        self.allowed_usernames.is_empty()
-            || self
-                .allowed_usernames
-                .iter()
-                .any(|a| match a.strip_suffix('*') {
-                    Some(prefix) => username.starts_with(prefix),
-                    None => a == username,
-                })
-    }
-
-    /// The scope binding: a 403 when the pod asks for another scope's secrets.
+    /// The scope binding: a 403 when the pod asks for another scope's secrets, or when its
+    /// namespace could belong to more than one scope.
     fn check_binding(&self, ctx: &PodCtx<'_>, pod: &Pod) -> Result<(), Denial> {
-        if !self.user_allowed(ctx.username) {
+        if !super::user_allowed(&self.allowed_usernames, ctx.username) {
             return Err(Denial::forbidden(
                 "EmbeddedUserNotAllowed",
                 format!(
@@ -154,17 +264,93 @@ impl EmbeddedInjector {
         if self.namespace_template.is_empty() {
             return Ok(());
         }
+        // The labels are one reading of the namespace when they render to it with a
+        // configured domain; the search below then tells whether they are the only one.
         let expected = render(&self.namespace_template, org, project, domain);
-        if expected != ctx.namespace {
+        let domain_known = self.domains.iter().any(|d| d == domain);
+        if expected != ctx.namespace || !domain_known {
+            let domain_hint = if domain_known {
+                String::new()
+            } else {
+                format!(
+                    " (domain {domain:?} is not one of embedded.domains {:?})",
+                    self.domains
+                )
+            };
             return Err(Denial::forbidden(
                 "EmbeddedScopeMismatch",
                 format!(
-                    "pod labels organization={org:?} project={project:?} domain={domain:?} belong to namespace {expected:?} (embedded.namespaceTemplate {:?}), not {:?}; a pod may read only its own project's secrets: create it in {expected:?} or fix its labels",
+                    "pod labels organization={org:?} project={project:?} domain={domain:?} belong to namespace {expected:?} (embedded.namespaceTemplate {:?}), not {:?}{domain_hint}; a pod may read only its own project's secrets: create it in {expected:?} or fix its labels",
                     self.namespace_template, ctx.namespace
                 ),
             ));
         }
+        let readings = readings(&self.namespace_template, ctx.namespace, &self.domains);
+        if readings.len() > 1 {
+            let shown: Vec<String> = readings.iter().map(Reading::describe).collect();
+            return Err(Denial::forbidden(
+                "EmbeddedScopeAmbiguous",
+                format!(
+                    "namespace {:?} reads as {} under embedded.namespaceTemplate {:?} and embedded.domains {:?}, so its pods could claim another project's secrets; remove the domain that makes it ambiguous from embedded.domains, or run the project in a namespace with one reading",
+                    ctx.namespace,
+                    shown.join(" and as "),
+                    self.namespace_template,
+                    self.domains
+                ),
+            ));
+        }
         Ok(())
+    }
+
+    /// The variable an ANY or ENV_VAR request is written to.
+    fn env_name(&self, s: &super::codec::Secret) -> String {
+        if s.env_var.is_empty() {
+            format!("{}{}", self.env_prefix, s.key.to_uppercase())
+        } else {
+            s.env_var.clone()
+        }
+    }
+
+    /// The value fetched for `key`, most specific scope first.
+    fn fetched_value<'c>(
+        &self,
+        resolved: &'c ResolvedSecrets,
+        org: &str,
+        project: &str,
+        domain: &str,
+        key: &str,
+    ) -> Result<&'c [u8], String> {
+        let ids = cascade(org, domain, project, key);
+        let mut value = None;
+        for id in &ids {
+            match resolved.get(id) {
+                Some(Lookup::Found(v)) => {
+                    value = Some((id, v));
+                    break;
+                }
+                Some(Lookup::NotFound) => {}
+                None => return Err(format!("secret {id} was not fetched")),
+            }
+        }
+        let Some((id, value)) = value else {
+            return Err(format!(
+                "[SecretNotFoundAcrossAllScopes] secret not found across all scopes (looked for {})",
+                ids.join(", ")
+            ));
+        };
+        if value.len() > self.max_value_bytes {
+            return Err(format!(
+                "secret {id} is {} bytes, over embedded.maxValueBytes ({})",
+                value.len(),
+                self.max_value_bytes
+            ));
+        }
+        let Some(bytes) = value.bytes() else {
+            return Err(format!(
+                "[SecretNil] secret {id} read as empty from the secret manager"
+            ));
+        };
+        Ok(bytes)
     }
 
     fn add_file(&self, pod: &mut Pod, key: &str, bytes: &[u8]) {
@@ -248,8 +434,14 @@ impl SecretInjector for EmbeddedInjector {
             )
         })?;
         match req.secret.mount_requirement {
-            MountRequirement::Any | MountRequirement::EnvVar => {}
-            MountRequirement::File if is_safe_file_key(key) => {}
+            MountRequirement::Any | MountRequirement::EnvVar => {
+                super::check_env_name(&self.env_name(&req.secret))?;
+            }
+            MountRequirement::File if is_safe_file_key(key) => {
+                if !req.secret.env_var.is_empty() {
+                    super::check_env_name(&req.secret.env_var)?;
+                }
+            }
             MountRequirement::File => {
                 return Err(format!(
                     "key {key:?} cannot be a file name: use letters, digits, '.', '_' and '-' only"
@@ -278,35 +470,12 @@ impl SecretInjector for EmbeddedInjector {
     ) -> Result<(), String> {
         let key = &req.secret.key;
         let (org, project, domain) = scope(pod).map_err(|label| format!("no {label} label"))?;
-        let ids = cascade(org, domain, project, key);
-        let mut value = None;
-        for id in &ids {
-            match ctx.resolved.get(id) {
-                Some(Lookup::Found(v)) => {
-                    value = Some((id, v));
-                    break;
-                }
-                Some(Lookup::NotFound) => {}
-                None => return Err(format!("secret {id} was not fetched")),
-            }
-        }
-        let Some((id, value)) = value else {
-            return Err(format!(
-                "[SecretNotFoundAcrossAllScopes] secret not found across all scopes (looked for {})",
-                ids.join(", ")
-            ));
-        };
-        if value.len() > self.max_value_bytes {
-            return Err(format!(
-                "secret {id} is {} bytes, over embedded.maxValueBytes ({})",
-                value.len(),
-                self.max_value_bytes
-            ));
-        }
-        let Some(bytes) = value.bytes() else {
-            return Err(format!(
-                "[SecretNil] secret {id} read as empty from the secret manager"
-            ));
+        let bytes = if ctx.dry_run {
+            // Nothing was fetched for a dry run (see `Plan::ids`): the same names and paths,
+            // never the value.
+            DRY_RUN_PLACEHOLDER.as_bytes()
+        } else {
+            self.fetched_value(edits.resolved, org, project, domain, key)?
         };
         match req.secret.mount_requirement {
             MountRequirement::Any | MountRequirement::EnvVar => {
@@ -315,12 +484,7 @@ impl SecretInjector for EmbeddedInjector {
                         "secret {key:?} is attempted to be mounted as an environment variable, but has a binary value that is not a valid UTF-8 string; mount as a file instead"
                     )
                 })?;
-                let name = if req.secret.env_var.is_empty() {
-                    format!("{}{}", self.env_prefix, key.to_uppercase())
-                } else {
-                    req.secret.env_var.clone()
-                };
-                edits.env(env_value(&name, text));
+                edits.env(env_value(&self.env_name(&req.secret), text));
                 edits.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
             }
             MountRequirement::File => {
@@ -394,6 +558,32 @@ mod tests {
     fn templates_render(#[case] t: &str, #[case] expected: &str) {
         crate::config::check_template(t).unwrap();
         assert_eq!(render(t, "o", "p", "d"), expected);
+    }
+
+    fn domains(d: &[&str]) -> Vec<String> {
+        d.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[rstest]
+    #[case::flyte_default("{{ project }}-{{ domain }}", "ml-pre-production", &["development", "production"], &["project=\"ml-pre\" domain=\"production\""])]
+    #[case::two_readings("{{ project }}-{{ domain }}", "ml-pre-prod", &["prod", "pre-prod"], &["project=\"ml\" domain=\"pre-prod\"", "project=\"ml-pre\" domain=\"prod\""])]
+    #[case::unlisted_domain("{{ project }}-{{ domain }}", "ml-pre-prod", &["production"], &[])]
+    #[case::domain_first("{{ domain }}-{{ project }}", "prod-ml-pre", &["prod", "pre-prod"], &["project=\"ml-pre\" domain=\"prod\""])]
+    #[case::no_separator("{{ project }}{{ domain }}", "mlprod", &["prod"], &["project=\"ml\" domain=\"prod\""])]
+    #[case::org_and_project_split_two_ways("{{ organization }}-{{ project }}-{{ domain }}", "a-b-c-prod", &["prod"], &["organization=\"a\" project=\"b-c\" domain=\"prod\"", "organization=\"a-b\" project=\"c\" domain=\"prod\""])]
+    #[case::repeated_placeholder("{{ project }}-{{ domain }}-{{ project }}", "ml-prod-ml", &["prod"], &["project=\"ml\" domain=\"prod\""])]
+    #[case::empty_project_is_no_reading("{{ project }}-{{ domain }}", "-prod", &["prod"], &[])]
+    fn namespaces_are_read_back_under_the_template(
+        #[case] t: &str,
+        #[case] namespace: &str,
+        #[case] d: &[&str],
+        #[case] expected: &[&str],
+    ) {
+        let found: Vec<String> = readings(t, namespace, &domains(d))
+            .iter()
+            .map(Reading::describe)
+            .collect();
+        assert_eq!(found, expected);
     }
 
     #[rstest]

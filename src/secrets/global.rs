@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::codec::MountRequirement;
 use super::{Accept, ENV_ENV_PREFIX, Edits, SecretInjector, SecretRequest};
 use crate::config::{GlobalSecretsConfig, SecretManagerType};
+use crate::error::Denial;
 use crate::mutate::PodCtx;
 use crate::mutate::pod::env_value;
 
@@ -99,6 +100,15 @@ fn is_plain_segment(s: &str) -> bool {
 pub struct GlobalInjector {
     pub env_prefix: String,
     pub source: Box<dyn GlobalSecretSource>,
+    /// `embedded.allowedUsernames`: a Global value is as secret as an Embedded one.
+    pub allowed_usernames: Vec<String>,
+}
+
+impl GlobalInjector {
+    /// The variable a request is written to (Flyte's name, upper-cased).
+    fn env_name(&self, s: &super::codec::Secret) -> String {
+        format!("{}{}_{}", self.env_prefix, s.group, s.key).to_uppercase()
+    }
 }
 
 impl SecretInjector for GlobalInjector {
@@ -113,7 +123,10 @@ impl SecretInjector for GlobalInjector {
         }
         self.source.get(&s.group, &s.key)?;
         match s.mount_requirement {
-            MountRequirement::Any | MountRequirement::EnvVar => Ok(Accept::Now),
+            MountRequirement::Any | MountRequirement::EnvVar => {
+                super::check_env_name(&self.env_name(s))?;
+                Ok(Accept::Now)
+            }
             MountRequirement::File => Err(format!(
                 "global secrets can only be injected as environment variables [{}/{}]",
                 s.group, s.key
@@ -122,17 +135,37 @@ impl SecretInjector for GlobalInjector {
         }
     }
 
+    /// A user outside `embedded.allowedUsernames` is refused only for a secret Global would
+    /// serve: its other requests still go on to the other managers.
+    fn deny(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Option<Denial> {
+        if super::user_allowed(&self.allowed_usernames, ctx.username)
+            || self.accepts(req, ctx, pod).is_err()
+        {
+            return None;
+        }
+        Some(Denial::forbidden(
+            "GlobalUserNotAllowed",
+            format!(
+                "user {:?} may not create pods that read Global secrets ({} asks for one); add it to embedded.allowedUsernames or create the pod as an allowed user",
+                ctx.username, req.annotation
+            ),
+        ))
+    }
+
     fn inject(
         &self,
         req: &SecretRequest,
-        _ctx: &PodCtx<'_>,
+        ctx: &PodCtx<'_>,
         _pod: &mut Pod,
         edits: &mut Edits,
     ) -> Result<(), String> {
         let s = &req.secret;
-        let value = self.source.get(&s.group, &s.key)?;
-        let name = format!("{}{}_{}", self.env_prefix, s.group, s.key).to_uppercase();
-        edits.env(env_value(&name, &value));
+        let value = if ctx.dry_run {
+            super::embedded::DRY_RUN_PLACEHOLDER.to_owned()
+        } else {
+            self.source.get(&s.group, &s.key)?
+        };
+        edits.env(env_value(&self.env_name(s), &value));
         edits.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
         Ok(())
     }
@@ -157,6 +190,7 @@ mod tests {
             .collect();
         GlobalInjector {
             env_prefix: "_UNION_".into(),
+            allowed_usernames: Vec::new(),
             source: Box::new(FileEnvSource::new(&cfg, env)),
         }
     }

@@ -40,8 +40,26 @@ impl SecretInjector for K8sInjector {
         if s.key.is_empty() {
             return Err("k8s Secrets Webhook require key to be set".into());
         }
-        if let MountRequirement::Unknown(n) = s.mount_requirement {
-            return Err(format!("unrecognized mount requirement [{n}]"));
+        if !s.env_var.is_empty() {
+            super::check_env_name(&s.env_var)?;
+        }
+        match s.mount_requirement {
+            MountRequirement::Unknown(n) => {
+                return Err(format!("unrecognized mount requirement [{n}]"));
+            }
+            MountRequirement::EnvVar => {
+                super::check_env_name(&self.env_name(&secret_group(s), &s.key))?;
+            }
+            MountRequirement::Any | MountRequirement::File => {
+                // The API server refuses an item path that is absolute or has a `..` element.
+                let file = s.key.to_lowercase();
+                if file.starts_with('/') || file.split('/').any(|seg| seg == "..") {
+                    return Err(format!(
+                        "key {:?} cannot be a file name under {SECRETS_DIR}: the API server refuses an absolute path or a '..' element; rename the key",
+                        s.key
+                    ));
+                }
+            }
         }
         Ok(Accept::Now)
     }
@@ -54,11 +72,7 @@ impl SecretInjector for K8sInjector {
         edits: &mut Edits,
     ) -> Result<(), String> {
         let s = &req.secret;
-        let group = if s.group.is_empty() {
-            hex::encode(Md5::digest(s.key.as_bytes()))
-        } else {
-            s.group.clone()
-        };
+        let group = secret_group(s);
         match s.mount_requirement {
             MountRequirement::EnvVar => {
                 let source = EnvVarSource {
@@ -78,7 +92,7 @@ impl SecretInjector for K8sInjector {
                     });
                 }
                 edits.env(EnvVar {
-                    name: format!("{}{}_{}", self.env_prefix, group, s.key).to_uppercase(),
+                    name: self.env_name(&group, &s.key),
                     value: None,
                     value_from: Some(source),
                 });
@@ -104,6 +118,22 @@ impl SecretInjector for K8sInjector {
             }
         }
         Ok(())
+    }
+}
+
+/// The Kubernetes Secret a request reads: its group, or Flyte's MD5 of the key without one.
+fn secret_group(s: &super::codec::Secret) -> String {
+    if s.group.is_empty() {
+        hex::encode(Md5::digest(s.key.as_bytes()))
+    } else {
+        s.group.clone()
+    }
+}
+
+impl K8sInjector {
+    /// The variable an ENV_VAR request is written to (Flyte's name, upper-cased).
+    fn env_name(&self, group: &str, key: &str) -> String {
+        format!("{}{}_{}", self.env_prefix, group, key).to_uppercase()
     }
 }
 
@@ -399,6 +429,34 @@ mod tests {
         );
         assert!(!name.starts_with('-') && !name.ends_with('-'));
         assert_eq!(name, volume_name(group, gv), "stable");
+    }
+
+    #[rstest]
+    #[case::parent("g", "../etc", MountRequirement::File, "", "'..' element")]
+    #[case::absolute("g", "/etc/passwd", MountRequirement::Any, "", "absolute path")]
+    #[case::env_var_with_equals(
+        "g",
+        "k",
+        MountRequirement::File,
+        "A=B",
+        "\"A=B\" would be refused by the API server"
+    )]
+    #[case::built_name_with_a_space(
+        "my group",
+        "k",
+        MountRequirement::EnvVar,
+        "",
+        "\"_UNION_MY GROUP_K\" would be refused"
+    )]
+    fn names_the_api_server_would_refuse_are_refused_before_injection(
+        #[case] group: &str,
+        #[case] key: &str,
+        #[case] mount: MountRequirement,
+        #[case] env_var: &str,
+        #[case] says: &str,
+    ) {
+        let err = inject_one(&k8s(), &[secret(group, key, mount, env_var)], mk_pod()).unwrap_err();
+        assert!(err.contains(says), "{err}");
     }
 
     #[test]

@@ -68,6 +68,29 @@ impl ResolvedSecrets {
     }
 }
 
+/// Whether `username` may get secret values when `allowed` (`embedded.allowedUsernames`) is
+/// set: an entry ending in `*` matches a prefix.
+pub fn user_allowed(allowed: &[String], username: &str) -> bool {
+    allowed.is_empty()
+        || allowed.iter().any(|a| match a.strip_suffix('*') {
+            Some(prefix) => username.starts_with(prefix),
+            None => a == username,
+        })
+}
+
+/// An environment variable name podmutator is about to write, checked against the API
+/// server's rule so that the pod is refused here, naming the rule, not by the API server later
+/// (which blames the pod).
+pub fn check_env_name(name: &str) -> Result<(), String> {
+    if crate::k8s_names::is_env_var_name(name) {
+        return Ok(());
+    }
+    Err(format!(
+        "environment variable name {name:?} would be refused by the API server (names are {}); fix the secret's env_var, group or key",
+        crate::k8s_names::ENV_VAR_NAME_RULE
+    ))
+}
+
 /// One decoded `flyte.secrets/s<N>` annotation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecretRequest {
@@ -152,6 +175,8 @@ pub struct SecretsMutator {
     pub skip_containers: Vec<String>,
     /// The pod label (and value) that asks for injection (`secretsSelector`).
     pub selector: (String, String),
+    /// What one pod may ask for (`limits`), checked when it is planned.
+    pub limits: crate::config::LimitsConfig,
 }
 
 impl SecretsMutator {
@@ -161,6 +186,7 @@ impl SecretsMutator {
             injectors,
             skip_containers: Vec::new(),
             selector: (POD_LABEL.to_owned(), POD_LABEL_VALUE.to_owned()),
+            limits: crate::config::LimitsConfig::default(),
         }
     }
 
@@ -202,13 +228,10 @@ impl PodMutator for SecretsMutator {
         "secrets"
     }
 
-    /// Applies the plan made before the chain ran ([`PodCtx::secrets`]), or plans now when the
-    /// caller made none (then nothing was fetched).
+    /// Plans and applies with nothing fetched. An admission runs [`plan::Planned`] instead,
+    /// with the plan it made before fetching.
     fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
-        match ctx.secrets {
-            Some(plan) => self.apply(plan, ctx, pod),
-            None => self.apply(&self.plan(ctx, pod), ctx, pod),
-        }
+        self.apply(&self.plan(ctx, pod), &NOTHING_RESOLVED, ctx, pod)
     }
 }
 
@@ -217,20 +240,18 @@ impl PodMutator for SecretsMutator {
 pub(crate) mod testing {
     use super::*;
     use crate::mutate::Route;
-    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    use k8s_openapi::api::core::v1::Container;
 
     /// A pod with one container `container1`, like Flyte's injector tests.
     pub fn mk_pod() -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "container1".into(),
-                    ..Default::default()
-                }],
+        let mut pod = crate::mutate::pod::testing::mk_pod()
+            .app(Container {
+                name: "container1".into(),
                 ..Default::default()
-            }),
-            ..Default::default()
-        }
+            })
+            .build();
+        pod.metadata.name = None;
+        pod
     }
 
     pub fn secret(group: &str, key: &str, mount: MountRequirement, env_var: &str) -> Secret {
@@ -343,6 +364,7 @@ mod tests {
     fn first_fail_denies_and_leaves_the_pod_unchanged() {
         let global = crate::secrets::global::GlobalInjector {
             env_prefix: "_UNION_".into(),
+            allowed_usernames: Vec::new(),
             source: Box::new(crate::secrets::global::FileEnvSource::new(
                 &crate::config::GlobalSecretsConfig::default(),
                 Default::default(),
@@ -415,6 +437,7 @@ mod tests {
         // Flyte v1 handed the next injector the nil pod Global returned for a FILE request.
         let global = crate::secrets::global::GlobalInjector {
             env_prefix: "_UNION_".into(),
+            allowed_usernames: Vec::new(),
             source: Box::new(crate::secrets::global::FileEnvSource::new(
                 &crate::config::GlobalSecretsConfig::default(),
                 [("FLYTE_SECRET_G_K".to_owned(), "fake-global".to_owned())].into(),

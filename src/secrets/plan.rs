@@ -6,10 +6,10 @@ use std::collections::HashSet;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{Accept, Edits, SecretRequest, SecretsMutator};
+use super::{Accept, Edits, ResolvedSecrets, SecretRequest, SecretsMutator};
 use crate::config::SecretManagerType;
 use crate::error::Denial;
-use crate::mutate::PodCtx;
+use crate::mutate::{PodCtx, PodMutator};
 
 /// The pod's secret requests and, for each, the managers that will try it in order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -18,11 +18,13 @@ pub struct Plan {
     /// project's secret) is kept here and returned when the `secrets` mutator runs, so the
     /// chain's `required` setting decides what it means, as for any mutator.
     outcome: Outcome,
+    /// A dry run fetches nothing: its values are withheld (see [`super::embedded::DRY_RUN_PLACEHOLDER`]).
+    dry_run: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Outcome {
-    Requests(Vec<Planned>),
+    Requests(Vec<PlannedRequest>),
     Denied(Denial),
 }
 
@@ -33,7 +35,7 @@ impl Default for Outcome {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Planned {
+struct PlannedRequest {
     req: SecretRequest,
     /// Managers (index into the injectors) that accepted, in order. Only a manager that
     /// accepted with [`Accept::Fetch`] can be followed by another: one that accepted with
@@ -44,8 +46,16 @@ struct Planned {
 }
 
 impl Plan {
-    /// Every Secrets Manager id the plan may read, each once, in request order.
+    /// Every Secrets Manager id the plan may read, each once, in request order; none for a
+    /// dry run, whose pod is never created and so must not carry values back to its creator.
     pub fn ids(&self) -> Vec<String> {
+        if self.dry_run {
+            return Vec::new();
+        }
+        self.candidate_ids()
+    }
+
+    fn candidate_ids(&self) -> Vec<String> {
         let Outcome::Requests(planned) = &self.outcome else {
             return Vec::new();
         };
@@ -86,16 +96,46 @@ impl SecretsMutator {
         }
         let outcome = match Self::requests(pod) {
             Err(denial) => Outcome::Denied(denial),
+            Ok(requests) if requests.len() > self.limits.max_secret_requests_per_pod => {
+                Outcome::Denied(Denial::bad_request(
+                    "TooManySecretRequests",
+                    format!(
+                        "the pod carries {} secret requests (flyte.secrets/s<N> annotations), over the cap of {} (limits.maxSecretRequestsPerPod); request fewer secrets per task, or raise the cap",
+                        requests.len(),
+                        self.limits.max_secret_requests_per_pod
+                    ),
+                ))
+            }
             Ok(requests) => requests
                 .into_iter()
                 .map(|req| self.plan_one(req, ctx, pod))
                 .collect::<Result<Vec<_>, Denial>>()
                 .map_or_else(Outcome::Denied, Outcome::Requests),
         };
-        Plan { outcome }
+        let mut plan = Plan {
+            outcome,
+            dry_run: ctx.dry_run,
+        };
+        // Counted even for a dry run, so that a dry run answers what the real create would.
+        let ids = plan.candidate_ids().len();
+        if ids > self.limits.max_secret_ids_per_admission {
+            plan.outcome = Outcome::Denied(Denial::bad_request(
+                "TooManySecretIds",
+                format!(
+                    "the pod's secret requests need {ids} AWS Secrets Manager ids, over the cap of {} per admission (limits.maxSecretIdsPerAdmission); request fewer secrets per task, or raise the cap",
+                    self.limits.max_secret_ids_per_admission
+                ),
+            ));
+        }
+        plan
     }
 
-    fn plan_one(&self, req: SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Result<Planned, Denial> {
+    fn plan_one(
+        &self,
+        req: SecretRequest,
+        ctx: &PodCtx<'_>,
+        pod: &Pod,
+    ) -> Result<PlannedRequest, Denial> {
         let mut candidates = Vec::new();
         let mut refusals = Vec::new();
         for (i, inj) in self.injectors.iter().enumerate() {
@@ -114,7 +154,7 @@ impl SecretsMutator {
         if candidates.is_empty() {
             return Err(self.not_injected(&req, refusals));
         }
-        Ok(Planned {
+        Ok(PlannedRequest {
             req,
             candidates,
             refusals,
@@ -137,16 +177,22 @@ impl SecretsMutator {
         )
     }
 
-    /// Injects every planned request with its chosen manager (the values a fetching manager
-    /// needs are in `ctx.resolved`), then puts the collected env vars and mounts into every
+    /// Injects every planned request with its chosen manager (a fetching manager reads the
+    /// values in `resolved`), then puts the collected env vars and mounts into every
     /// container. Pure.
-    pub fn apply(&self, plan: &Plan, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+    pub fn apply(
+        &self,
+        plan: &Plan,
+        resolved: &ResolvedSecrets,
+        ctx: &PodCtx<'_>,
+        pod: &mut Pod,
+    ) -> Result<(), Denial> {
         let planned = match &plan.outcome {
             Outcome::Denied(denial) => return Err(denial.clone()),
             Outcome::Requests(planned) if planned.is_empty() => return Ok(()),
             Outcome::Requests(planned) => planned,
         };
-        let mut edits = Edits::default();
+        let mut edits = Edits::new(resolved);
         let mut by: Vec<SecretManagerType> = Vec::with_capacity(planned.len());
         for p in planned {
             let mut refusals = Vec::new();
@@ -183,5 +229,23 @@ impl SecretsMutator {
             ctx.tally.secret_injected(kind);
         }
         Ok(())
+    }
+}
+
+/// The `secrets` mutator for one admission: its plan and the values fetched for it. Runs in
+/// the chain in place of the planless [`SecretsMutator`] ([`crate::mutate::Chain::apply_from`]).
+pub struct Planned<'a> {
+    pub mutator: &'a SecretsMutator,
+    pub plan: &'a Plan,
+    pub resolved: &'a ResolvedSecrets,
+}
+
+impl PodMutator for Planned<'_> {
+    fn id(&self) -> &'static str {
+        self.mutator.id()
+    }
+
+    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+        self.mutator.apply(self.plan, self.resolved, ctx, pod)
     }
 }

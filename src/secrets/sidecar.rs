@@ -297,6 +297,9 @@ impl SecretInjector for SidecarInjector {
         let s = &req.secret;
         let p = self.provider;
         p.fetch(s)?;
+        if !s.env_var.is_empty() {
+            super::check_env_name(&s.env_var)?;
+        }
         match s.mount_requirement {
             MountRequirement::Any | MountRequirement::File => Ok(Accept::Now),
             MountRequirement::EnvVar => Err(format!(

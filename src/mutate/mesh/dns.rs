@@ -91,8 +91,6 @@ impl PodMutator for DnsOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::PodSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use rstest::rstest;
 
     fn opt(name: &str, value: Option<&str>) -> PodDNSConfigOption {
@@ -169,23 +167,13 @@ mod tests {
     }
 
     fn mk_pod(labels: &[(&str, &str)], dns_config: Option<PodDNSConfig>) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("p".into()),
-                labels: Some(
-                    labels
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                dns_config,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        let mut pod = crate::mutate::pod::testing::mk_pod()
+            .labels(labels)
+            .with_spec(|s| s.dns_config = dns_config)
+            .build();
+        // A pod with no labels has an empty label map here, as the dns cases expect.
+        pod.metadata.labels.get_or_insert_with(Default::default);
+        pod
     }
 
     fn run(m: &DnsOptions, pod: &mut Pod) {

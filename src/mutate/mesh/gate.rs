@@ -163,8 +163,8 @@ impl PodMutator for InitGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mutate::pod::testing::{self, PodBuilder};
     use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, EphemeralContainer};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use rstest::rstest;
 
     const KEY: &str = "aether.io/managed";
@@ -192,60 +192,20 @@ mod tests {
         }
     }
 
-    struct PodBuilder(Pod);
-
+    /// A managed pod with containers `app` and `proxy` and an emptyDir `data`.
     fn mk_pod() -> PodBuilder {
-        PodBuilder(Pod {
-            metadata: ObjectMeta {
-                name: Some("p".into()),
-                labels: Some([(KEY.to_owned(), "true".to_owned())].into()),
+        testing::mk_pod()
+            .label(KEY, "true")
+            .app(container("app"))
+            .app(container("proxy"))
+            .volume(Volume {
+                name: "data".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
                 ..Default::default()
-            },
-            spec: Some(PodSpec {
-                containers: vec![container("app"), container("proxy")],
-                volumes: Some(vec![Volume {
-                    name: "data".into(),
-                    empty_dir: Some(EmptyDirVolumeSource::default()),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
+            })
     }
 
     impl PodBuilder {
-        fn label(mut self, k: &str, v: &str) -> Self {
-            self.0
-                .metadata
-                .labels
-                .get_or_insert_with(Default::default)
-                .insert(k.into(), v.into());
-            self
-        }
-        fn annotation(mut self, k: &str, v: &str) -> Self {
-            self.0
-                .metadata
-                .annotations
-                .get_or_insert_with(Default::default)
-                .insert(k.into(), v.into());
-            self
-        }
-        fn init(mut self, name: &str) -> Self {
-            self.spec()
-                .init_containers
-                .get_or_insert_with(Vec::new)
-                .push(container(name));
-            self
-        }
-        fn app(mut self, name: &str) -> Self {
-            self.spec().containers.push(container(name));
-            self
-        }
-        fn volume(mut self, v: Volume) -> Self {
-            self.spec().volumes.get_or_insert_with(Vec::new).push(v);
-            self
-        }
         fn ephemeral(mut self, name: &str) -> Self {
             self.spec()
                 .ephemeral_containers
@@ -255,12 +215,6 @@ mod tests {
                     ..Default::default()
                 });
             self
-        }
-        fn spec(&mut self) -> &mut PodSpec {
-            self.0.spec.as_mut().unwrap()
-        }
-        fn build(self) -> Pod {
-            self.0
         }
     }
 
@@ -291,9 +245,9 @@ mod tests {
 
     #[rstest]
     #[case::no_init_containers(mk_pod(), &[GATE])]
-    #[case::gate_goes_before_existing_init_containers(mk_pod().init("migrate").init("seed"), &[GATE, "migrate", "seed"])]
-    #[case::pod_with_the_gate_first_is_left_alone(mk_pod().init(GATE).init("migrate"), &[GATE, "migrate"])]
-    #[case::pod_with_the_gate_later_is_left_alone(mk_pod().init("migrate").init(GATE), &["migrate", GATE])]
+    #[case::gate_goes_before_existing_init_containers(mk_pod().init(container("migrate")).init(container("seed")), &[GATE, "migrate", "seed"])]
+    #[case::pod_with_the_gate_first_is_left_alone(mk_pod().init(container(GATE)).init(container("migrate")), &[GATE, "migrate"])]
+    #[case::pod_with_the_gate_later_is_left_alone(mk_pod().init(container("migrate")).init(container(GATE)), &["migrate", GATE])]
     fn gate_position(#[case] pod: PodBuilder, #[case] expected: &[&str]) {
         let pod = gated_once_and_idempotent(pod.build());
         assert_eq!(init_names(&pod), expected);
@@ -319,7 +273,7 @@ mod tests {
 
     #[test]
     fn gate_volume_is_not_mounted_into_app_containers() {
-        let pod = gated_once_and_idempotent(mk_pod().init("migrate").build());
+        let pod = gated_once_and_idempotent(mk_pod().init(container("migrate")).build());
         let spec = pod.spec.as_ref().unwrap();
         let mounts_gate_volume =
             |c: &Container| c.volume_mounts.iter().flatten().any(|m| m.name == VOL);
@@ -377,7 +331,7 @@ mod tests {
     }
 
     #[rstest]
-    #[case::gate_name_taken_by_an_app_container(mk_pod().app(GATE), "container name \"aether-identity-ready\" is reserved")]
+    #[case::gate_name_taken_by_an_app_container(mk_pod().app(container(GATE)), "container name \"aether-identity-ready\" is reserved")]
     #[case::gate_name_taken_by_an_ephemeral_container(mk_pod().ephemeral(GATE), "container name \"aether-identity-ready\" is reserved")]
     #[case::foreign_volume_under_the_gate_volume_name(
         mk_pod().volume(Volume { name: VOL.into(), empty_dir: Some(Default::default()), ..Default::default() }),

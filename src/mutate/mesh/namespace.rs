@@ -57,25 +57,12 @@ impl PodMutator for NamespaceInjection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use rstest::rstest;
 
     const KEY: &str = "aether.io/managed";
 
     fn mk_pod(labels: &[(&str, &str)]) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("p".into()),
-                labels: (!labels.is_empty()).then(|| {
-                    labels
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
+        crate::mutate::pod::testing::mk_pod().labels(labels).build()
     }
 
     fn run(route: Route, pod: &mut Pod) {

@@ -209,44 +209,35 @@ impl PodMutator for SocketCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mutate::pod::testing::{self, PodBuilder};
     use k8s_openapi::api::core::v1::{
         CSIVolumeSource, Container, EmptyDirVolumeSource, HostPathVolumeSource, PodSecurityContext,
         Volume, VolumeMount,
     };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use rstest::rstest;
 
     const KEY: &str = "aether.io/managed";
     const ANN: &str = "endpoint.aether.io/uds-socket";
 
-    struct PodBuilder(Pod);
-
     /// A managed pod with one carrier volume `mesh-socket` mounted at /run/mesh in `app`, fsGroup
     /// set and the socket declared: the pod the check admits.
     fn mk_pod() -> PodBuilder {
-        PodBuilder(Pod {
-            metadata: ObjectMeta {
-                name: Some("p".into()),
-                labels: Some([(KEY.to_owned(), "true".to_owned())].into()),
-                annotations: Some([(ANN.to_owned(), "mesh-socket/app.sock".to_owned())].into()),
+        testing::mk_pod()
+            .label(KEY, "true")
+            .annotation(ANN, "mesh-socket/app.sock")
+            .app(Container {
+                name: "app".into(),
+                image: Some("app".into()),
+                volume_mounts: Some(vec![mount("mesh-socket", "/run/mesh")]),
                 ..Default::default()
-            },
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "app".into(),
-                    image: Some("app".into()),
-                    volume_mounts: Some(vec![mount("mesh-socket", "/run/mesh")]),
-                    ..Default::default()
-                }],
-                volumes: Some(vec![carrier("mesh-socket")]),
-                security_context: Some(PodSecurityContext {
+            })
+            .volume(carrier("mesh-socket"))
+            .with_spec(|s| {
+                s.security_context = Some(PodSecurityContext {
                     fs_group: Some(1000),
                     ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
+                })
+            })
     }
 
     fn mount(name: &str, path: &str) -> VolumeMount {
@@ -269,28 +260,15 @@ mod tests {
     }
 
     impl PodBuilder {
-        fn label(mut self, v: &str) -> Self {
-            self.0
-                .metadata
-                .labels
-                .get_or_insert_with(Default::default)
-                .insert(KEY.into(), v.into());
-            self
+        fn managed(self, v: &str) -> Self {
+            self.label(KEY, v)
         }
-        fn socket(mut self, v: &str) -> Self {
-            self.0
-                .metadata
-                .annotations
-                .get_or_insert_with(Default::default)
-                .insert(ANN.into(), v.into());
-            self
+        fn socket(self, v: &str) -> Self {
+            self.annotation(ANN, v)
         }
         fn no_socket(mut self) -> Self {
             self.0.metadata.annotations = None;
             self
-        }
-        fn spec(&mut self) -> &mut PodSpec {
-            self.0.spec.as_mut().unwrap()
         }
         fn volumes(mut self, v: Vec<Volume>) -> Self {
             self.spec().volumes = Some(v);
@@ -303,9 +281,6 @@ mod tests {
         fn no_fs_group(mut self) -> Self {
             self.spec().security_context = None;
             self
-        }
-        fn build(self) -> Pod {
-            self.0
         }
     }
 
@@ -339,8 +314,8 @@ mod tests {
     #[case::host_path_volume_is_admitted(mk_pod().volumes(vec![Volume { name: "mesh-socket".into(), host_path: Some(HostPathVolumeSource { path: "/run/aether".into(), type_: None }), ..Default::default() }]))]
     #[case::socket_in_a_sub_directory(mk_pod().socket("mesh-socket/sockets/app.sock"))]
     #[case::sub_path_mount_showing_the_socket(mk_pod().socket("mesh-socket/sockets/app.sock").app_mounts(vec![VolumeMount { sub_path: Some("sockets".into()), ..mount("mesh-socket", "/s") }]))]
-    #[case::opted_out_pod_is_not_checked(mk_pod().label("false").socket("scratch/app.sock"))]
-    #[case::unmanaged_pod_is_not_checked(mk_pod().label("").no_fs_group())]
+    #[case::opted_out_pod_is_not_checked(mk_pod().managed("false").socket("scratch/app.sock"))]
+    #[case::unmanaged_pod_is_not_checked(mk_pod().managed("").no_fs_group())]
     fn admitted(#[case] pod: PodBuilder) {
         assert_eq!(check(pod.build()), Ok(()));
     }

@@ -1,0 +1,559 @@
+//! `podmutator inject`: the webhook run offline over manifests, the way `istioctl kube-inject`
+//! and `linkerd inject` answer "what will the webhook do to my pod?" without a cluster.
+//!
+//! Every Pod and pod template is wrapped in the AdmissionReview the API server would send and
+//! answered by the same [`App`] `serve` and the Lambda run ([`App::build`]), so what this prints
+//! is what the webhook does. Nothing is read from the network unless `--embedded` is given.
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::app::{App, Deps};
+use crate::config::{Config, ConfigError, SecretManagerType};
+use crate::mutate::Route;
+
+/// The webhook name the API server puts in front of a denial.
+pub const WEBHOOK_NAME: &str = "podmutator";
+
+/// `podmutator inject`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(
+    after_help = "Examples:\n  podmutator inject -f deployment.yaml | kubectl apply -f -\n  kubectl get deploy web -o yaml | podmutator inject -f - --diff"
+)]
+pub struct InjectArgs {
+    #[command(flatten)]
+    pub config: super::ConfigArgs,
+    /// Manifest to read (YAML, `---`-separated documents, or JSON); - reads stdin
+    #[arg(short = 'f', long = "filename", value_name = "FILE|-")]
+    pub file: PathBuf,
+    /// The webhook entry the pods arrive by: secrets, managed-pod or managed-namespace
+    #[arg(long, value_name = "ROUTE", default_value = "secrets", value_parser = parse_route)]
+    pub route: Route,
+    /// Namespace of objects that name none
+    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
+    pub namespace: String,
+    /// Print each pod's JSON Patch instead of the manifests
+    #[arg(long, conflicts_with = "diff")]
+    pub patch: bool,
+    /// Print a line diff of each pod before and after instead of the manifests
+    #[arg(long)]
+    pub diff: bool,
+    /// Allow the Embedded secret manager: reads AWS Secrets Manager with this machine's
+    /// credentials and writes the values into the printed manifests
+    #[arg(long)]
+    pub embedded: bool,
+}
+
+/// What `inject` could not do. Denials are reported per object on stderr; this says how many.
+#[derive(Debug, thiserror::Error)]
+pub enum InjectError {
+    #[error("cannot read {path}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not valid JSON")]
+    Json {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: not valid YAML")]
+    Yaml {
+        path: String,
+        // Boxed: the parser's error is large, and every `Result` here would carry its size.
+        #[source]
+        source: Box<serde_saphyr::Error>,
+    },
+    #[error(
+        "the configuration enables the Embedded secret manager, which reads AWS Secrets Manager: pass --embedded to read the values with this machine's AWS credentials (they are printed), or leave Embedded out of webhook.secretManagerTypes"
+    )]
+    EmbeddedNotAllowed,
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("failed to start the async runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error("{what}: the webhook's answer is not an admission review (HTTP {status}): {body}")]
+    BadReply {
+        what: String,
+        status: u16,
+        body: String,
+    },
+    #[error("{what}: the webhook's patch does not apply")]
+    Patch {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("cannot write the output")]
+    Output(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("{denied} of {pods} pods would be refused (the reasons are above)")]
+    Denied { denied: usize, pods: usize },
+}
+
+fn parse_route(s: &str) -> Result<Route, UnknownRoute> {
+    [Route::Secrets, Route::ManagedPod, Route::ManagedNamespace]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+        .ok_or_else(|| UnknownRoute(s.to_owned()))
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown route {0:?}: use secrets, managed-pod or managed-namespace")]
+pub struct UnknownRoute(String);
+
+/// The input's syntax; the output uses the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Yaml,
+    Json,
+}
+
+/// Reads the documents of a manifest: JSON when it starts with `{` or `[`, else YAML.
+pub fn parse_documents(text: &str, path: &str) -> Result<(Format, Vec<Value>), InjectError> {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        // `kubectl get -o json` prints one object; concatenated objects are read too.
+        let docs = serde_json::Deserializer::from_str(text)
+            .into_iter::<Value>()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| InjectError::Json {
+                path: path.to_owned(),
+                source,
+            })?;
+        return Ok((Format::Json, docs));
+    }
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(text).map_err(|source| InjectError::Yaml {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })?;
+    // An empty document (`---` at the end) is no object.
+    Ok((
+        Format::Yaml,
+        docs.into_iter().filter(|d| !d.is_null()).collect(),
+    ))
+}
+
+/// Renders documents in `format`: YAML documents separated by `---`, JSON objects one after
+/// another.
+pub fn render(format: Format, docs: &[Value]) -> Result<String, InjectError> {
+    let mut out = String::new();
+    for (i, doc) in docs.iter().enumerate() {
+        match format {
+            Format::Yaml => {
+                if i > 0 {
+                    out.push_str("---\n");
+                }
+                out.push_str(
+                    &serde_saphyr::to_string(doc).map_err(|e| InjectError::Output(e.into()))?,
+                );
+            }
+            Format::Json => {
+                out.push_str(
+                    &serde_json::to_string_pretty(doc)
+                        .map_err(|e| InjectError::Output(e.into()))?,
+                );
+                out.push('\n');
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Where a workload kind keeps its pod template.
+fn template_pointer(kind: &str) -> Option<&'static str> {
+    match kind {
+        "Deployment"
+        | "StatefulSet"
+        | "DaemonSet"
+        | "ReplicaSet"
+        | "ReplicationController"
+        | "Job" => Some("/spec/template"),
+        "CronJob" => Some("/spec/jobTemplate/spec/template"),
+        _ => None,
+    }
+}
+
+/// What happened to one pod or template.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Allowed; the patch may be empty.
+    Allowed {
+        before: Value,
+        after: Value,
+        patch: Value,
+    },
+    /// Refused, with the message the API server would show.
+    Denied { message: String },
+}
+
+/// One pod or template and what the webhook did to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Injected {
+    /// `Kind/namespace/name`, and for a template the pointer to it.
+    pub what: String,
+    pub outcome: Outcome,
+}
+
+/// The webhook, offline.
+pub struct Injector {
+    app: App,
+    route: Route,
+    namespace: String,
+}
+
+impl Injector {
+    pub fn new(app: App, route: Route, namespace: impl Into<String>) -> Self {
+        Self {
+            app,
+            route,
+            namespace: namespace.into(),
+        }
+    }
+
+    /// Runs every pod and template in `doc` (a List's items too) through the webhook, writing
+    /// the mutated pods back into `doc`. Other objects are left as they are.
+    pub async fn inject(&self, doc: &mut Value) -> Result<Vec<Injected>, InjectError> {
+        let mut out = Vec::new();
+        self.inject_into(doc, &mut out).await?;
+        Ok(out)
+    }
+
+    async fn inject_into(
+        &self,
+        doc: &mut Value,
+        out: &mut Vec<Injected>,
+    ) -> Result<(), InjectError> {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+        let namespace = doc["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or(&self.namespace)
+            .to_owned();
+        let name = doc["metadata"]["name"].as_str().unwrap_or("").to_owned();
+        if kind == "List" || kind.ends_with("List") {
+            if let Some(items) = doc.get_mut("items").and_then(Value::as_array_mut) {
+                for item in items {
+                    Box::pin(self.inject_into(item, out)).await?;
+                }
+            }
+            return Ok(());
+        }
+        if kind == "Pod" {
+            let what = format!("Pod/{namespace}/{name}");
+            let outcome = self.review(&what, doc.clone(), &namespace).await?;
+            if let Outcome::Allowed { after, .. } = &outcome {
+                *doc = after.clone();
+            }
+            out.push(Injected { what, outcome });
+            return Ok(());
+        }
+        let Some(pointer) = template_pointer(&kind) else {
+            return Ok(());
+        };
+        // A template that is not an object is the API server's to refuse; pass it through.
+        let Some(template) = doc.pointer_mut(pointer).filter(|t| t.is_object()) else {
+            return Ok(());
+        };
+        let what = format!("{kind}/{namespace}/{name}");
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod"});
+        if let Some(metadata) = template.get("metadata") {
+            pod["metadata"] = metadata.clone();
+        }
+        pod["spec"] = template["spec"].clone();
+        let outcome = self.review(&what, pod, &namespace).await?;
+        if let Outcome::Allowed { after, .. } = &outcome {
+            // A template holds only metadata and spec.
+            for key in ["metadata", "spec"] {
+                match after.get(key) {
+                    Some(v) if !v.is_null() => template[key] = v.clone(),
+                    _ => {}
+                }
+            }
+        }
+        out.push(Injected { what, outcome });
+        Ok(())
+    }
+
+    /// One CREATE review, as the API server sends it, answered by the app.
+    async fn review(
+        &self,
+        what: &str,
+        pod: Value,
+        namespace: &str,
+    ) -> Result<Outcome, InjectError> {
+        let mut review = json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "00000000-0000-0000-0000-000000000000",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+                "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": namespace,
+                "operation": "CREATE",
+                "userInfo": {"username": "podmutator-inject"},
+                "object": pod,
+                "oldObject": null,
+                "dryRun": true,
+                "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
+            }
+        });
+        if let Some(name) = pod["metadata"]["name"].as_str() {
+            review["request"]["name"] = json!(name);
+        }
+        let body = serde_json::to_vec(&review).map_err(|e| InjectError::Output(e.into()))?;
+        let reply = self.app.review(self.route, &body).await;
+        let bad = || InjectError::BadReply {
+            what: what.to_owned(),
+            status: reply.status,
+            body: String::from_utf8_lossy(&reply.body).into_owned(),
+        };
+        let v: Value = serde_json::from_slice(&reply.body).map_err(|_| bad())?;
+        let response = v.get("response").ok_or_else(bad)?;
+        if response["allowed"] != Value::Bool(true) {
+            let message = response["status"]["message"]
+                .as_str()
+                .unwrap_or("denied")
+                .to_owned();
+            return Ok(Outcome::Denied {
+                message: format!(
+                    "admission webhook \"{WEBHOOK_NAME}\" denied the request: {message}"
+                ),
+            });
+        }
+        let patch = match response["patch"].as_str() {
+            None => json!([]),
+            Some(b64) => {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .map_err(|e| InjectError::Patch {
+                        what: what.to_owned(),
+                        source: e.into(),
+                    })?;
+                serde_json::from_slice(&bytes).map_err(|e| InjectError::Patch {
+                    what: what.to_owned(),
+                    source: e.into(),
+                })?
+            }
+        };
+        let ops: json_patch::Patch =
+            serde_json::from_value(patch.clone()).map_err(|e| InjectError::Patch {
+                what: what.to_owned(),
+                source: e.into(),
+            })?;
+        let mut after = pod.clone();
+        json_patch::patch(&mut after, &ops).map_err(|e| InjectError::Patch {
+            what: what.to_owned(),
+            source: e.into(),
+        })?;
+        Ok(Outcome::Allowed {
+            before: pod,
+            after,
+            patch,
+        })
+    }
+}
+
+/// A line diff of `before` and `after` (longest common subsequence): unchanged lines start with
+/// two spaces, removed ones with `- `, added ones with `+ `.
+pub fn line_diff(before: &str, after: &str) -> String {
+    let a: Vec<&str> = before.lines().collect();
+    let b: Vec<&str> = after.lines().collect();
+    // lcs[i][j]: length of the longest common subsequence of a[i..] and b[j..].
+    let mut lcs = vec![vec![0u32; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            lcs[i][j] = if a[i] == b[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
+        }
+    }
+    let (mut i, mut j) = (0, 0);
+    let mut out = String::new();
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            out.push_str("  ");
+            out.push_str(a[i]);
+            i += 1;
+            j += 1;
+        } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
+            // Removals before additions, as `diff -u` prints a changed line.
+            out.push_str("- ");
+            out.push_str(a[i]);
+            i += 1;
+        } else {
+            out.push_str("+ ");
+            out.push_str(b[j]);
+            j += 1;
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// What `inject` prints and what it reports on stderr.
+#[derive(Debug, Default)]
+pub struct Output {
+    pub stdout: String,
+    /// One API-server-style refusal per denied pod.
+    pub denials: Vec<String>,
+    pub pods: usize,
+}
+
+/// Runs `args` over `text` with `app`; pure but for the app.
+pub async fn inject_text(
+    app: App,
+    args: &InjectArgs,
+    text: &str,
+    path: &str,
+) -> Result<Output, InjectError> {
+    let (format, mut docs) = parse_documents(text, path)?;
+    let injector = Injector::new(app, args.route, args.namespace.clone());
+    let mut out = Output::default();
+    let mut sections = Vec::new();
+    for doc in &mut docs {
+        for injected in injector.inject(doc).await? {
+            out.pods += 1;
+            match injected.outcome {
+                Outcome::Denied { message } => {
+                    out.denials.push(format!("{}: {message}", injected.what));
+                }
+                Outcome::Allowed {
+                    before,
+                    after,
+                    patch,
+                } => {
+                    if args.patch {
+                        sections.push(json!({"object": injected.what, "patch": patch}));
+                    } else if args.diff {
+                        let before = render(format, std::slice::from_ref(&before))?;
+                        let after = render(format, std::slice::from_ref(&after))?;
+                        out.stdout.push_str(&format!(
+                            "--- {what} (before)\n+++ {what} (after)\n{}",
+                            line_diff(&before, &after),
+                            what = injected.what
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if args.patch {
+        out.stdout = render(format, &sections)?;
+    } else if !args.diff {
+        out.stdout = render(format, &docs)?;
+    }
+    Ok(out)
+}
+
+/// `podmutator inject`: reads the manifest, prints the result, reports denials on stderr.
+pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
+    let path = args.file.display().to_string();
+    let read_err = |source| InjectError::Read {
+        path: path.clone(),
+        source,
+    };
+    let text = if path == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).map_err(read_err)?;
+        s
+    } else {
+        std::fs::read_to_string(&args.file).map_err(read_err)?
+    };
+    let embedded = config
+        .webhook
+        .enabled_secret_managers()
+        .contains(&SecretManagerType::Embedded);
+    if embedded && !args.embedded {
+        return Err(InjectError::EmbeddedNotAllowed);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(InjectError::Runtime)?;
+    let out = runtime.block_on(async {
+        let mut deps = Deps::offline();
+        if embedded {
+            deps = deps.with_source(super::embedded_source(config).await);
+        }
+        let app = App::build(config, deps)?;
+        inject_text(app, args, &text, &path).await
+    })?;
+    print!("{}", out.stdout);
+    for d in &out.denials {
+        eprintln!("{d}");
+    }
+    if out.denials.is_empty() {
+        Ok(())
+    } else {
+        Err(InjectError::Denied {
+            denied: out.denials.len(),
+            pods: out.pods,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_diff_keeps_common_lines_and_marks_the_rest() {
+        let d = line_diff("a\nb\nc\n", "a\nx\nc\nd\n");
+        assert_eq!(d, "  a\n- b\n+ x\n  c\n+ d\n");
+        assert_eq!(line_diff("a\n", "a\n"), "  a\n");
+    }
+
+    #[test]
+    fn routes_are_named_as_on_the_command_line() {
+        assert_eq!(parse_route("managed-pod").unwrap(), Route::ManagedPod);
+        let err = parse_route("mesh").unwrap_err().to_string();
+        assert!(
+            err.contains("secrets, managed-pod or managed-namespace"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn json_and_yaml_streams_are_split_into_documents() {
+        let (f, docs) = parse_documents("{\"a\": 1}\n{\"b\": 2}", "x").unwrap();
+        assert_eq!((f, docs.len()), (Format::Json, 2));
+        let (f, docs) = parse_documents("a: 1\n---\nb: 2\n---\n", "x").unwrap();
+        assert_eq!(
+            (f, docs),
+            (Format::Yaml, vec![json!({"a": 1}), json!({"b": 2})])
+        );
+        let err = parse_documents("{", "in.json").unwrap_err().to_string();
+        assert!(err.contains("in.json"), "{err}");
+        let err = parse_documents("a: [1\n", "in.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("in.yaml: not valid YAML"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn odd_shapes_pass_through_untouched() {
+        let app = App::build(&Config::default(), Deps::offline()).expect("builds");
+        let injector = Injector::new(app, Route::Secrets, "default");
+        for doc in [
+            json!("a scalar"),
+            json!([1, 2]),
+            json!({"kind": "Deployment", "spec": {"template": "not an object"}}),
+            json!({"kind": "CronJob", "spec": {}}),
+            json!({"kind": "List", "items": "not a list"}),
+        ] {
+            let mut out = doc.clone();
+            let injected = injector.inject(&mut out).await.expect("no error");
+            assert!(injected.is_empty(), "{doc}: {injected:?}");
+            assert_eq!(out, doc);
+        }
+    }
+}

@@ -1,0 +1,692 @@
+//! Command line: `podmutator [serve|lambda|check-config|webhook-config|secret-annotations|inject]`.
+//! Without a subcommand the binary runs the Lambda runtime when `AWS_LAMBDA_RUNTIME_API` is set
+//! and the HTTPS server otherwise, so the same binary is the Lambda bootstrap and the container
+//! entrypoint.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+
+use crate::app::{App, Deps};
+use crate::config::{Config, ConfigError, ENV_CONFIG_FILE, ENV_CONFIG_INLINE, Loaded};
+use crate::secrets::source::SecretSource;
+use crate::transport::http::Front;
+use crate::transport::{lambda, server, tls};
+
+pub mod inject;
+
+/// The environment variable the Lambda runtime sets; its presence makes `lambda` the default.
+pub const ENV_LAMBDA_RUNTIME_API: &str = "AWS_LAMBDA_RUNTIME_API";
+
+const AFTER_HELP: &str = "\
+Environment (besides each option's own):
+  AWS_LAMBDA_RUNTIME_API   set by Lambda: makes `lambda` the default command
+  RUST_LOG                 log filter (default: info, else AWS_LAMBDA_LOG_LEVEL); logs are JSON lines on stdout";
+
+/// podmutator: Kubernetes pod-mutating admission webhook (AWS Lambda or HTTPS).
+#[derive(Debug, Parser)]
+#[command(name = "podmutator", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Where the configuration comes from, for the commands that read one. Accepted before the
+/// command too (`podmutator --config c.yaml serve`); after it wins.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct ConfigArgs {
+    /// Configuration file (JSON or YAML)
+    #[arg(long, value_name = "FILE", env = ENV_CONFIG_FILE)]
+    pub config: Option<PathBuf>,
+    /// Inline configuration (JSON), merged over the file
+    #[arg(long, value_name = "JSON", env = ENV_CONFIG_INLINE, hide_env_values = true)]
+    pub config_json: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve HTTPS on webhook.listenPort (the default outside Lambda)
+    Serve {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Namespace of the Service named in the generated certificate
+        #[arg(
+            long,
+            value_name = "NAMESPACE",
+            env = "POD_NAMESPACE",
+            default_value = "default"
+        )]
+        pod_namespace: String,
+    },
+    /// Run the AWS Lambda runtime loop (the default when AWS_LAMBDA_RUNTIME_API is set)
+    Lambda {
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
+    /// Load and validate the configuration, print it as JSON (path token redacted), and exit
+    CheckConfig {
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
+    /// Print the MutatingWebhookConfiguration for a deployed endpoint as YAML
+    WebhookConfig(crate::registration::WebhookConfigArgs),
+    /// Print the flyte.secrets/s<N> annotations for a JSON array of secrets, or decode them
+    #[command(after_help = SECRET_ANNOTATIONS_HELP)]
+    SecretAnnotations {
+        /// Read an annotation map (JSON object) back into secrets
+        #[arg(long)]
+        decode: bool,
+        /// A JSON array of secrets, or with --decode a JSON object of annotations
+        #[arg(value_name = "JSON")]
+        json: String,
+    },
+    /// Run the webhook offline over manifests and print what it would do to each pod
+    Inject(inject::InjectArgs),
+}
+
+const SECRET_ANNOTATIONS_HELP: &str = "\
+Example:
+  podmutator secret-annotations '[{\"group\": \"db\", \"key\": \"password\", \"mount_requirement\": \"FILE\"}]'
+Fields: group, group_version, key, mount_requirement (ANY | ENV_VAR | FILE), env_var";
+
+/// Why the program stopped; `main` prints it with its sources and exits non-zero.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("invalid configuration: --config: cannot read {}", path.display())]
+    ReadConfig {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid configuration: http.pathTokenSecretId: cannot read the path token {id}")]
+    ReadPathToken {
+        id: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("invalid configuration: http.pathTokenSecretId: secret {id} has no string value")]
+    PathTokenNotText { id: String },
+    #[error("failed to start the async runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error("lambda runtime stopped")]
+    Lambda(#[source] lambda_http::Error),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error(transparent)]
+    Server(#[from] server::ServerError),
+    #[error(transparent)]
+    WebhookConfig(#[from] crate::registration::ArgError),
+    #[error(transparent)]
+    SecretAnnotations(#[from] AnnotationsError),
+    #[error(transparent)]
+    Inject(#[from] inject::InjectError),
+    #[error("cannot write the output")]
+    Output(#[source] serde_json::Error),
+}
+
+impl CliError {
+    /// The message with every source after it, `: `-separated, as `main` prints it.
+    pub fn chain(&self) -> String {
+        let mut out = self.to_string();
+        let mut next = std::error::Error::source(self);
+        while let Some(e) = next {
+            let s = e.to_string();
+            // `transparent` variants hand their own message up; don't print it twice.
+            if !out.ends_with(&s) {
+                out.push_str(": ");
+                out.push_str(&s);
+            }
+            next = e.source();
+        }
+        out
+    }
+}
+
+impl Cli {
+    /// The command to run (the one given, else `lambda` inside Lambda and `serve` elsewhere) and
+    /// where its configuration comes from.
+    pub fn command_or_default(self, in_lambda: bool) -> (Command, Source) {
+        let command = self.command.unwrap_or_else(|| {
+            if in_lambda {
+                Command::Lambda {
+                    config: ConfigArgs::default(),
+                }
+            } else {
+                default_serve()
+            }
+        });
+        let after = match &command {
+            Command::Serve { config, .. }
+            | Command::Lambda { config }
+            | Command::CheckConfig { config } => Some(config),
+            Command::Inject(args) => Some(&args.config),
+            Command::WebhookConfig(_) | Command::SecretAnnotations { .. } => None,
+        };
+        let source = Source {
+            file: after.and_then(|c| c.config.clone()).or(self.config.config),
+            inline: after
+                .and_then(|c| c.config_json.clone())
+                .or(self.config.config_json),
+        };
+        (command, source)
+    }
+}
+
+/// Where the configuration comes from (`--config` / `--config-json` or their variables).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Source {
+    pub file: Option<PathBuf>,
+    pub inline: Option<String>,
+}
+
+impl Source {
+    pub fn load(&self) -> Result<Loaded, CliError> {
+        let text = match &self.file {
+            Some(path) => {
+                Some(
+                    std::fs::read_to_string(path).map_err(|source| CliError::ReadConfig {
+                        path: path.clone(),
+                        source,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        let path = self.file.as_ref().map(|p| p.display().to_string());
+        let file = path.as_deref().zip(text.as_deref());
+        let loaded = Config::load(file, self.inline.as_deref())?;
+        for w in &loaded.warnings {
+            tracing::warn!(warning = %w, "configuration");
+        }
+        Ok(loaded)
+    }
+}
+
+/// `serve` as if it had been typed, so its options still come from their variables.
+fn default_serve() -> Command {
+    match Cli::try_parse_from(["podmutator", "serve"]) {
+        Ok(Cli {
+            command: Some(command),
+            ..
+        }) => command,
+        _ => Command::Serve {
+            config: ConfigArgs::default(),
+            pod_namespace: "default".into(),
+        },
+    }
+}
+
+/// JSON log lines on stdout; the filter comes from `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL`.
+pub fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = std::env::var("RUST_LOG")
+        .or_else(|_| std::env::var("AWS_LAMBDA_LOG_LEVEL"))
+        .unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_target(false)
+        .with_env_filter(EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stdout)
+        .try_init();
+}
+
+/// Runs the parsed command line; the `Err` is printed by `main` and exits non-zero.
+pub fn run(cli: Cli) -> Result<(), CliError> {
+    let in_lambda = std::env::var_os(ENV_LAMBDA_RUNTIME_API).is_some();
+    let (command, source) = cli.command_or_default(in_lambda);
+    match command {
+        // These need no configuration, no runtime and print only their answer.
+        Command::WebhookConfig(args) => {
+            print!("{}", crate::registration::webhook_config_command(args)?);
+            Ok(())
+        }
+        Command::SecretAnnotations { decode, json } => {
+            println!("{}", secret_annotations(decode, &json)?);
+            Ok(())
+        }
+        Command::Inject(args) => {
+            let config = source.load()?.config;
+            inject::run(&config, &args)?;
+            Ok(())
+        }
+        Command::CheckConfig { .. } => {
+            init_logging();
+            let Loaded { config, .. } = source.load()?;
+            let text =
+                serde_json::to_string_pretty(&redacted(&config)?).map_err(CliError::Output)?;
+            println!("{text}");
+            Ok(())
+        }
+        Command::Lambda { .. } => {
+            init_logging();
+            let Loaded { config, .. } = source.load()?;
+            runtime(false)?.block_on(async {
+                let front = Arc::new(build_front(&config).await?);
+                tracing::info!(mutators = ?front.app().chain().ids(), "lambda runtime starting");
+                lambda::run(front).await.map_err(CliError::Lambda)
+            })
+        }
+        Command::Serve { pod_namespace, .. } => {
+            init_logging();
+            let Loaded { config, .. } = source.load()?;
+            serve(&config, &pod_namespace)
+        }
+    }
+}
+
+/// The configuration as `check-config` prints it: `http.pathToken` is a credential (whoever
+/// holds it may call the webhook), so only whether it is set shows.
+pub fn redacted(config: &Config) -> Result<serde_json::Value, CliError> {
+    let mut v = serde_json::to_value(config).map_err(CliError::Output)?;
+    if let Some(token) = v.pointer_mut("/http/pathToken")
+        && !token.is_null()
+    {
+        *token = serde_json::Value::String("<redacted>".into());
+    }
+    Ok(v)
+}
+
+fn runtime(multi_thread: bool) -> Result<tokio::runtime::Runtime, CliError> {
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder.enable_all().build().map_err(CliError::Runtime)
+}
+
+/// The Embedded manager's source as production reads it: AWS Secrets Manager in
+/// `webhook.embeddedSecretManagerConfig.awsConfig.region`, behind the configured cache. The SDK
+/// client is built on the first fetch ([`BuiltOnFirstFetch`]), not here.
+pub async fn embedded_source(config: &Config) -> Arc<dyn SecretSource> {
+    use crate::secrets::source::{AwsSource, CachePolicy, CachingSource};
+    use std::time::Duration;
+    let region = config
+        .webhook
+        .embedded_secret_manager_config
+        .aws_config
+        .region
+        .clone();
+    let budget = Duration::from_millis(config.embedded.deadline_ms);
+    let e = &config.embedded;
+    let batch_size = e.batch_size;
+    Arc::new(CachingSource::new(
+        BuiltOnFirstFetch::new(move || {
+            let region = region.clone();
+            async move {
+                let client = crate::secrets::source::aws_client(&region, budget).await;
+                AwsSource::new(client, batch_size)
+            }
+        }),
+        CachePolicy {
+            ttl: Duration::from_secs(e.cache_ttl_seconds),
+            negative_ttl: Duration::from_secs(e.negative_cache_ttl_seconds),
+            max_entries: e.cache_max_entries,
+            max_bytes: e.cache_max_bytes,
+        },
+    ))
+}
+
+/// A source built on its first fetch. Loading the AWS configuration (root certificates, the HTTP
+/// client, the credential chain's providers) costs a cold start time it need not pay when its
+/// first admissions fetch nothing; built here, it is paid once, inside that fetch's deadline.
+struct BuiltOnFirstFetch<S, F> {
+    build: F,
+    source: tokio::sync::OnceCell<S>,
+}
+
+impl<S, F> BuiltOnFirstFetch<S, F> {
+    fn new(build: F) -> Self {
+        Self {
+            build,
+            source: tokio::sync::OnceCell::new(),
+        }
+    }
+}
+
+impl<S, F, Fut> SecretSource for BuiltOnFirstFetch<S, F>
+where
+    S: SecretSource,
+    F: Fn() -> Fut + Send + Sync,
+    Fut: std::future::Future<Output = S> + Send,
+{
+    fn fetch_many<'a>(
+        &'a self,
+        ids: &'a [String],
+    ) -> crate::secrets::source::BoxFuture<
+        'a,
+        Result<crate::secrets::source::Fetched, crate::secrets::source::SourceError>,
+    > {
+        Box::pin(async move {
+            let source = self.source.get_or_init(|| (self.build)()).await;
+            source.fetch_many(ids).await
+        })
+    }
+}
+
+/// The app behind its HTTP front, with what is fetched at start: the AWS client (Embedded
+/// mode, built lazily on first use) and, only with `http.pathTokenSecretId`, the path token.
+pub async fn build_front(config: &Config) -> Result<Front, CliError> {
+    use crate::config::SecretManagerType;
+    use std::time::Duration;
+
+    let h = &config.http;
+    if h.path_token.is_none()
+        && h.path_token_sha256.is_none()
+        && h.path_token_secret_id.is_none()
+        && !h.path_token_disabled
+    {
+        return Err(ConfigError::new("http", "no path token: set http.pathTokenSha256 (the SHA-256 of the token in the registration URL), http.pathToken or http.pathTokenSecretId; or set http.pathTokenDisabled: true to serve every route to anyone who reaches it").into());
+    }
+    let embedded = config
+        .webhook
+        .enabled_secret_managers()
+        .contains(&SecretManagerType::Embedded);
+    let token = match h.path_token_secret_id.as_deref() {
+        // The token lives in the function's own region (Lambda sets AWS_REGION), which may not
+        // be the region Embedded secrets are read from.
+        Some(id) => {
+            let own = std::env::var("AWS_REGION").unwrap_or_default();
+            let token_region = if own.is_empty() {
+                config
+                    .webhook
+                    .embedded_secret_manager_config
+                    .aws_config
+                    .region
+                    .as_str()
+            } else {
+                &own
+            };
+            let budget = Duration::from_millis(config.embedded.deadline_ms);
+            let client = crate::secrets::source::aws_client(token_region, budget).await;
+            Some(read_path_token(&client, id).await?)
+        }
+        None => None,
+    };
+    let mut deps = Deps::process(config);
+    if embedded {
+        deps = deps.with_source(embedded_source(config).await);
+    }
+    let app = App::build(config, deps)?;
+    Ok(Front::new(Arc::new(app), h, token.as_deref())?)
+}
+
+async fn read_path_token(
+    client: &aws_sdk_secretsmanager::Client,
+    id: &str,
+) -> Result<String, CliError> {
+    let out = client
+        .get_secret_value()
+        .secret_id(id)
+        .send()
+        .await
+        .map_err(|e| CliError::ReadPathToken {
+            id: id.to_owned(),
+            // The SDK's own Display is terse ("service error"); its context names the cause.
+            source: aws_sdk_secretsmanager::error::DisplayErrorContext(e)
+                .to_string()
+                .into(),
+        })?;
+    let token = out
+        .secret_string()
+        .map(str::trim)
+        .ok_or_else(|| CliError::PathTokenNotText { id: id.to_owned() })?
+        .to_owned();
+    Ok(token)
+}
+
+fn serve(config: &Config, namespace: &str) -> Result<(), CliError> {
+    let w = &config.webhook;
+    let dir = std::path::PathBuf::from(w.cert_dir_expanded());
+    let files = tls::ensure_certs(
+        &dir,
+        w.local_cert.unwrap_or(true),
+        &tls::serving_names(&w.service_name, namespace),
+    )?;
+    let tls = tls::tls_config(&files)?;
+    let addr = SocketAddr::from((config.http.listen_address, w.listen_port));
+    runtime(true)?.block_on(async move {
+        let front = Arc::new(build_front(config).await?);
+        let listener = server::bind(addr).await?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| server::ServerError::Listen { addr, source })?;
+        tracing::info!(
+            addr = %local,
+            cert_dir = %dir.display(),
+            certs_generated = files.generated,
+            ca = %files.ca.display(),
+            mutators = ?front.app().chain().ids(),
+            "serving https"
+        );
+        server::serve(
+            front,
+            listener,
+            tls,
+            server::Limits::default(),
+            server::shutdown_signal(),
+        )
+        .await?;
+        tracing::info!("shut down");
+        Ok(())
+    })
+}
+
+/// A secret request as JSON, the way Flyte's `flyteidl.core.Secret` names its fields.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct SecretJson {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    group: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    group_version: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    key: String,
+    mount_requirement: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    env_var: String,
+}
+
+/// What `secret-annotations` could not read or encode.
+#[derive(Debug, thiserror::Error)]
+pub enum AnnotationsError {
+    #[error("--decode: expected a JSON object of annotations")]
+    DecodeInput(#[source] serde_json::Error),
+    #[error("expected a JSON array of secrets")]
+    EncodeInput(#[source] serde_json::Error),
+    #[error(transparent)]
+    Annotation(#[from] crate::secrets::codec::AnnotationError),
+    #[error(transparent)]
+    Codec(#[from] crate::secrets::codec::CodecError),
+    #[error("secret {index}: mount_requirement {value:?}: use ANY, ENV_VAR or FILE")]
+    MountRequirement { index: usize, value: String },
+    #[error("cannot write the output")]
+    Output(#[source] serde_json::Error),
+}
+
+/// `secret-annotations JSON` encodes; `secret-annotations --decode JSON` decodes.
+pub fn secret_annotations(decode: bool, json: &str) -> Result<String, AnnotationsError> {
+    use crate::secrets::codec::{self, MountRequirement, Secret};
+    if decode {
+        let map: std::collections::BTreeMap<String, String> =
+            serde_json::from_str(json).map_err(AnnotationsError::DecodeInput)?;
+        let decoded = codec::decode_annotations(&map)?;
+        let out: Vec<SecretJson> = decoded
+            .into_iter()
+            .map(|d| SecretJson {
+                group: d.secret.group,
+                group_version: d.secret.group_version,
+                key: d.secret.key,
+                mount_requirement: crate::secrets::mount_name(d.secret.mount_requirement),
+                env_var: d.secret.env_var,
+            })
+            .collect();
+        return serde_json::to_string_pretty(&out).map_err(AnnotationsError::Output);
+    }
+    let list: Vec<SecretJson> =
+        serde_json::from_str(json).map_err(AnnotationsError::EncodeInput)?;
+    let secrets = list
+        .into_iter()
+        .enumerate()
+        .map(|(index, s)| {
+            let mount_requirement = match s.mount_requirement.as_str() {
+                "" | "ANY" => MountRequirement::Any,
+                "ENV_VAR" => MountRequirement::EnvVar,
+                "FILE" => MountRequirement::File,
+                other => {
+                    return Err(AnnotationsError::MountRequirement {
+                        index,
+                        value: other.to_owned(),
+                    });
+                }
+            };
+            Ok(Secret {
+                group: s.group,
+                group_version: s.group_version,
+                key: s.key,
+                mount_requirement,
+                env_var: s.env_var,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let map = codec::encode_annotations(&secrets)?;
+    serde_json::to_string_pretty(&map).map_err(AnnotationsError::Output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("podmutator").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_embedded_source_is_built_on_the_first_fetch_and_once() {
+        use crate::secrets::source::{Lookup, StaticSource};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let built = Arc::new(AtomicUsize::new(0));
+        let counter = built.clone();
+        let lazy = BuiltOnFirstFetch::new(move || {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                StaticSource::default().with("id", "value")
+            }
+        });
+        assert_eq!(built.load(Ordering::SeqCst), 0, "built before any fetch");
+        let rt = runtime(false).unwrap();
+        for _ in 0..3 {
+            let got = rt.block_on(lazy.fetch_many(&["id".to_owned()])).unwrap();
+            assert!(matches!(got.values.get("id"), Some(Lookup::Found(_))));
+        }
+        assert_eq!(built.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn the_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_mode_follows_the_lambda_environment_unless_a_command_is_given() {
+        let (c, _) = parse(&[]).unwrap().command_or_default(true);
+        assert!(matches!(c, Command::Lambda { .. }), "{c:?}");
+        let (c, _) = parse(&[]).unwrap().command_or_default(false);
+        assert!(matches!(c, Command::Serve { .. }), "{c:?}");
+        let (c, source) = parse(&["serve", "--config", "c.yaml"])
+            .unwrap()
+            .command_or_default(true);
+        assert!(matches!(c, Command::Serve { .. }), "{c:?}");
+        assert_eq!(source.file, Some(PathBuf::from("c.yaml")));
+        let (c, source) = parse(&["--config=c.json", "check-config"])
+            .unwrap()
+            .command_or_default(false);
+        assert!(matches!(c, Command::CheckConfig { .. }), "{c:?}");
+        assert_eq!(source.file, Some(PathBuf::from("c.json")));
+        let (_, source) = parse(&["--config=a.yaml", "check-config", "--config", "b.yaml"])
+            .unwrap()
+            .command_or_default(false);
+        assert_eq!(source.file, Some(PathBuf::from("b.yaml")));
+        let err = parse(&["--config"]).unwrap_err().to_string();
+        assert!(err.contains("--config <FILE>"), "{err}");
+        let err = parse(&["serve", "lambda"]).unwrap_err().to_string();
+        assert!(err.contains("'lambda'"), "{err}");
+    }
+
+    #[test]
+    fn check_config_hides_the_path_token_and_keeps_the_rest() {
+        let token = "abcdefghijklmnopqrstuvwxyz0123456789ABCD";
+        let config = Config::from_value(serde_json::json!({"http": {"pathToken": token}}))
+            .expect("loads")
+            .config;
+        let v = redacted(&config).unwrap();
+        assert_eq!(v["http"]["pathToken"], "<redacted>");
+        assert!(!v.to_string().contains(token), "{v}");
+        assert_eq!(
+            v["webhook"],
+            serde_json::to_value(&config).unwrap()["webhook"]
+        );
+        let unset = redacted(&Config::default()).unwrap();
+        assert!(unset["http"]["pathToken"].is_null(), "{unset}");
+    }
+
+    #[test]
+    fn secret_annotations_round_trip_through_the_cli() {
+        let json = r#"[{"group": "user-info", "key": "user_secret", "mount_requirement": "ENV_VAR"}, {"key": "openai_key", "env_var": "OPENAI_API_KEY"}]"#;
+        let out = secret_annotations(false, json).unwrap();
+        let map: serde_json::Value = serde_json::from_str(&out).unwrap();
+        // The spec's vectors (flyte-webhook-spec.md §1.2).
+        assert_eq!(
+            map["flyte.secrets/s0"],
+            "m4zg54lqhiqce4ltmvzc11lomzxsectlmv3tuibcovzwk3s6onswg3tfoqrau2lpovxhix2smvyxk1lsmvwwk2tuhiqektswl4lecuqk"
+        );
+        assert_eq!(
+            map["flyte.secrets/s1"],
+            "nnsxsoraejxxazlomfuv512fperauzloozpxmylshiqcet1qivhecsk6ifiesx1livmsecq"
+        );
+        let back = secret_annotations(true, &out).unwrap();
+        let back: serde_json::Value = serde_json::from_str(&back).unwrap();
+        assert_eq!(back[0]["group"], "user-info");
+        assert_eq!(back[0]["mount_requirement"], "ENV_VAR");
+        assert_eq!(back[1]["env_var"], "OPENAI_API_KEY");
+        assert_eq!(back[1]["mount_requirement"], "ANY");
+    }
+
+    #[test]
+    fn secret_annotations_name_what_is_wrong() {
+        let err = secret_annotations(false, r#"[{"key": "k", "mount_requirement": "DISK"}]"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("secret 0: mount_requirement \"DISK\""),
+            "{err}"
+        );
+        let err = secret_annotations(true, r#"{"flyte.secrets/s0": "9"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("flyte.secrets/s0"), "{err}");
+    }
+
+    #[test]
+    fn secret_annotations_takes_decode_as_a_flag() {
+        let cli = parse(&["secret-annotations", "--decode", "{}"]).unwrap();
+        match cli.command {
+            Some(Command::SecretAnnotations { decode, json }) => {
+                assert!(decode);
+                assert_eq!(json, "{}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! The binary's command line: generated help for every command, `check-config` redaction, and
+//! `podmutator inject` against golden outputs in tests/fixtures/inject/ (inputs written for
+//! these tests; the annotations are `podmutator secret-annotations` output).
+
+mod common;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use common::{apply, assert_valid_pods, create_review, patch_of, response, root};
+use podmutator::mutate::Route;
+use podmutator::{Config, Deps};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "abcdefghijklmnopqrstuvwxyz0123456789ABCD";
+
+fn fixture(name: &str) -> PathBuf {
+    root().join("tests/fixtures/inject").join(name)
+}
+
+fn read(name: &str) -> String {
+    std::fs::read_to_string(fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The binary with no configuration from this machine's environment.
+fn podmutator(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .args(args)
+        .env_remove("PODMUTATOR_CONFIG_FILE")
+        .env_remove("PODMUTATOR_CONFIG")
+        .env_remove("AWS_LAMBDA_RUNTIME_API")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut pipe = child.stdin.take().unwrap();
+    pipe.write_all(stdin.unwrap_or_default().as_bytes())
+        .unwrap();
+    drop(pipe);
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn every_command_has_generated_help_listing_its_options() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["--help"],
+            &[
+                "serve",
+                "lambda",
+                "check-config",
+                "webhook-config",
+                "secret-annotations",
+                "inject",
+                "--config <FILE>",
+                "PODMUTATOR_CONFIG_FILE",
+                "PODMUTATOR_CONFIG]",
+                "AWS_LAMBDA_RUNTIME_API",
+                "RUST_LOG",
+            ],
+        ),
+        (
+            &["serve", "--help"],
+            &["--pod-namespace", "POD_NAMESPACE", "--config <FILE>"],
+        ),
+        (
+            &["lambda", "--help"],
+            &["--config <FILE>", "PODMUTATOR_CONFIG_FILE"],
+        ),
+        (
+            &["check-config", "--help"],
+            &["--config-json <JSON>", "redacted"],
+        ),
+        (
+            &["webhook-config", "--help"],
+            &[
+                "--url <URL>",
+                "--path-token-file <FILE>",
+                "--ca-bundle-file <FILE>",
+                "--mesh ",
+                "--mesh-label-key <KEY>",
+                "--failure-policy <POLICY>",
+                "--timeout-seconds <N>",
+                "--name <NAME>",
+            ],
+        ),
+        (
+            &["secret-annotations", "--help"],
+            &["--decode", "<JSON>", "mount_requirement"],
+        ),
+        (
+            &["inject", "--help"],
+            &[
+                "--filename <FILE|->",
+                "--route <ROUTE>",
+                "--namespace <NAMESPACE>",
+                "--patch",
+                "--diff",
+                "--embedded",
+                "PODMUTATOR_CONFIG_FILE",
+            ],
+        ),
+    ];
+    for (args, wanted) in cases {
+        let out = podmutator(args, None);
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{args:?}: {:?} {}",
+            out.status,
+            text(&out.stderr)
+        );
+        for w in *wanted {
+            assert!(stdout.contains(w), "{args:?} help lacks {w:?}:\n{stdout}");
+        }
+    }
+}
+
+#[test]
+fn a_usage_error_names_the_flag_and_exits_non_zero() {
+    let out = podmutator(
+        &[
+            "webhook-config",
+            "--url",
+            "https://h",
+            "--timeout-seconds",
+            "31",
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("--timeout-seconds"), "{stderr}");
+    assert!(stderr.contains("from 1 to 30"), "{stderr}");
+}
+
+#[test]
+fn check_config_never_prints_the_path_token() {
+    let config = json!({"http": {"pathToken": TOKEN}}).to_string();
+    let out = podmutator(&["check-config", "--config-json", &config], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains(TOKEN), "{stdout}");
+    assert!(!text(&out.stderr).contains(TOKEN));
+    let printed: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(printed["http"]["pathToken"], "<redacted>");
+}
+
+/// `inject` prints the golden output for `args`, and succeeds.
+fn assert_golden(args: &[&str], stdin: Option<&str>, golden: &str) {
+    let out = podmutator(args, stdin);
+    assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        stdout,
+        read(golden),
+        "{args:?} differs from {golden}; got:\n{stdout}"
+    );
+}
+
+#[test]
+fn inject_prints_the_mutated_manifests() {
+    let input = fixture("manifests.yaml");
+    let input = input.to_str().unwrap();
+    assert_golden(&["inject", "-f", input], None, "manifests.out.yaml");
+    assert_golden(&["inject", "-f", input, "--diff"], None, "manifests.diff");
+    assert_golden(
+        &["inject", "-f", input, "--patch"],
+        None,
+        "manifests.patch.yaml",
+    );
+}
+
+#[test]
+fn inject_reads_a_json_list_from_stdin_and_answers_in_json() {
+    assert_golden(
+        &["inject", "-f", "-"],
+        Some(&read("list.json")),
+        "list.out.json",
+    );
+}
+
+#[test]
+fn a_denial_reads_as_the_api_server_would_show_it_and_the_rest_is_still_printed() {
+    let out = podmutator(
+        &["inject", "-f", fixture("denied.yaml").to_str().unwrap()],
+        None,
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "Pod/default/broken: admission webhook \"podmutator\" denied the request: [secrets]"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("re-register the task or remove the annotation"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("1 of 1 pods would be refused"), "{stderr}");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("kind: ConfigMap") && stdout.contains("name: after"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn inject_will_not_reach_aws_unless_told_to() {
+    let config = json!({"webhook": {
+        "secretManagerTypes": ["Embedded"],
+        "embeddedSecretManagerConfig": {"type": "AWS"}
+    }})
+    .to_string();
+    let input = fixture("manifests.yaml");
+    let out = podmutator(
+        &[
+            "inject",
+            "-f",
+            input.to_str().unwrap(),
+            "--config-json",
+            &config,
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("pass --embedded"), "{stderr}");
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+}
+
+/// Every pod and pod template in a manifest, as the Pod the API server would create.
+fn pods_of(docs: &[Value]) -> Vec<(String, Value)> {
+    let mut pods = Vec::new();
+    for doc in docs {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+        let template = match kind {
+            "Pod" => {
+                pods.push((format!("Pod/{name}"), doc.clone()));
+                continue;
+            }
+            "CronJob" => doc.pointer("/spec/jobTemplate/spec/template"),
+            _ => doc.pointer("/spec/template"),
+        };
+        if let Some(t) = template {
+            let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": t["metadata"], "spec": t["spec"]});
+            pod["metadata"]["name"] = json!(name);
+            pods.push((format!("{kind}/{name}"), pod));
+        }
+    }
+    pods
+}
+
+#[test]
+fn injected_pods_are_valid_kubernetes_pods() {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&read("manifests.out.yaml")).unwrap();
+    let pods = pods_of(&docs);
+    assert_eq!(pods.len(), 3, "{pods:?}");
+    assert_valid_pods("inject", &pods);
+}
+
+/// `inject` is the webhook: its pod is what the served webhook's patch makes of the input.
+#[tokio::test]
+async fn inject_does_what_the_served_webhook_does() {
+    let input: Vec<Value> = serde_saphyr::from_multiple(&read("manifests.yaml")).unwrap();
+    let out = podmutator(
+        &["inject", "-f", fixture("manifests.yaml").to_str().unwrap()],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let output: Vec<Value> = serde_saphyr::from_multiple(&text(&out.stdout)).unwrap();
+    let front = common::webhook(&Config::default(), Deps::offline());
+    let pod = &input[2];
+    assert_eq!(pod["kind"], "Pod");
+    let body = serde_json::to_vec(&create_review(pod, "flyte")).unwrap();
+    let reply = front.review(Route::Secrets, &body).await;
+    let served = apply(pod, &patch_of(&response(&reply.body)));
+    assert_ne!(&served, pod, "the fixture pod must be mutated");
+    assert_eq!(output[2], served);
+    // Objects that are not pods pass through unchanged.
+    assert_eq!(output[3], input[3]);
+}
