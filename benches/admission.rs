@@ -26,7 +26,10 @@
 //! - `e_ten_thousand_containers`: the task pod of b with 10,000 containers, each of which gets
 //!   the secrets (the bad-input corpus' budget for it is 100 ms);
 //!   `e_ten_thousand_unselected`: the same pod without the selector label (same size, parsed
-//!   and allowed untouched), the yardstick for e.
+//!   and allowed untouched), the yardstick for e;
+//! - `f_images_builder_10`, `f_images_rules_10`: a pod with 10 containers whose images both
+//!   image mutators rewrite (the Union image builder on `/mutate--v1-pod/image-builder`, the
+//!   ECR pull-through rules on `/mutate/images`; one app has both enabled).
 
 /// The binary's allocator (`src/main.rs`), so the figures are production's.
 #[global_allocator]
@@ -372,6 +375,46 @@ fn cases() -> Vec<Case> {
         body: create_review(&unselected, NS),
         logged: None,
         mutated: false,
+    });
+    let ecr = "123456789012.dkr.ecr.us-east-1.amazonaws.com";
+    let images = config(json!({
+        "webhook": {"imageBuilderConfig": {"enabled": true,
+            "hostnameReplacement": {"existing": "registry.union.example", "replacement": "cr.union.example"},
+            "labelSelector": {"matchLabels": {"image-builder": "true"}}}},
+        "images": {"enabled": true, "rules": [
+            {"match": "docker.io", "replace": format!("{ecr}/docker-hub")},
+            {"match": "quay.io", "replace": format!("{ecr}/quay")},
+            {"match": "ghcr.io", "replace": format!("{ecr}/github")}]}
+    }));
+    let ten = |image: &dyn Fn(usize) -> String| -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "ten", "namespace": NS, "labels": {"image-builder": "true"}},
+            "spec": {"containers": (0..10).map(|i| json!({"name": format!("c{i}"), "image": image(i)})).collect::<Vec<_>>()}})
+    };
+    let builder_pod = ten(&|i| format!("registry.union.example/{NS}/task-{i}:v1"));
+    out.push(Case {
+        name: "f_images_builder_10",
+        what: "10 containers rewritten and verified by the Union image builder",
+        app: app(&images),
+        route: Route::ImageBuilder,
+        body: create_review(&builder_pod, NS),
+        logged: None,
+        mutated: true,
+    });
+    let sources = [
+        "nginx:1.27",
+        "quay.io/prometheus/node-exporter:v1.8.0",
+        "ghcr.io/example/app:v2@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    ];
+    let rules_pod = ten(&|i| sources[i % sources.len()].to_owned());
+    out.push(Case {
+        name: "f_images_rules_10",
+        what: "10 containers rewritten by images.rules (ECR pull-through)",
+        app: app(&images),
+        route: Route::Images,
+        body: create_review(&rules_pod, NS),
+        logged: None,
+        mutated: true,
     });
     out
 }

@@ -44,6 +44,7 @@ struct Audit {
     cache_hits: u32,
     backend_calls: u32,
     injected: Vec<(crate::config::SecretManagerType, u32)>,
+    images: Vec<(crate::mutate::ImageCount, u32)>,
     patch_bytes: usize,
     /// The refusal's message (names ids and keys, never values).
     error: String,
@@ -81,6 +82,7 @@ impl App {
                 patch_bytes: audit.patch_bytes,
                 mutators: &audit.mutators,
                 injected: &audit.injected,
+                images: &audit.images,
                 fetch_ids: audit.secrets_fetched,
                 backend_calls: audit.backend_calls,
                 cache_hits: audit.cache_hits,
@@ -207,13 +209,16 @@ impl App {
             resolved: &resolved,
         };
         let original = pod.clone();
+        let applied = self
+            .chain
+            .apply_from(&ctx, &original, &mut pod, Some(&secrets));
+        // Counted on denials too: the image builder's failure counts are the point.
+        audit.images = tally.images();
         let Applied {
             changed,
             mut warnings,
-        } = self
-            .chain
-            .apply_from(&ctx, &original, &mut pod, Some(&secrets))
-            .map_err(|d| (Error::Denied(d), api_version))?;
+        } = applied.map_err(|d| (Error::Denied(d), api_version))?;
+        warnings.extend(tally.notes());
         audit.mutators.clone_from(&changed);
         audit.injected = tally.injected();
         if req.dry_run

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::config::{Config, ConfigError, SecretManagerType};
 use crate::metrics::{Metrics, Sink};
-use crate::mutate::{Chain, MUTATOR_IDS, PodMutator, mesh};
+use crate::mutate::{Chain, MUTATOR_IDS, PodMutator, image, mesh};
 use crate::secrets::global::{FileEnvSource, GlobalSecretSource};
 use crate::secrets::source::SecretSource;
 use crate::secrets::{SecretInjector, SecretsMutator};
@@ -112,8 +112,22 @@ impl App {
             ..SecretsMutator::new(injectors(config, global)?)
         });
         let mut chain = Chain::default();
-        let secrets_entry: Box<dyn PodMutator> = Box::new(Arc::clone(&secrets));
-        for (m, default_required) in mesh::in_chain_order(&config.mesh, (secrets_entry, true)) {
+        let mut others: Vec<(Box<dyn PodMutator>, bool)> =
+            vec![(Box::new(Arc::clone(&secrets)), true)];
+        if config.webhook.image_builder_config.enabled {
+            // Its denial is its point: a pod pulling another organisation's image is refused.
+            others.push((
+                Box::new(image::ImageBuilder::new(
+                    &config.webhook.image_builder_config,
+                )),
+                true,
+            ));
+        }
+        if config.images.enabled {
+            // Never fails: a reference it cannot read is left alone with a warning.
+            others.push((Box::new(image::ImageRules::new(&config.images)), false));
+        }
+        for (m, default_required) in mesh::in_chain_order(&config.mesh, others) {
             let required = config.mutator_required(m.id(), default_required);
             chain.push(m, required);
         }
@@ -218,5 +232,19 @@ mod tests {
     fn the_default_config_builds_the_secrets_mutator_alone() {
         let app = build(json!({})).expect("builds");
         assert_eq!(app.chain().ids(), vec!["secrets"]);
+    }
+
+    #[test]
+    fn the_image_mutators_follow_their_switches() {
+        let app = build(json!({
+            "webhook": {"imageBuilderConfig": {"enabled": true, "hostnameReplacement": {"existing": "e.io", "replacement": "r.io"},
+                "labelSelector": {"matchLabels": {"image-builder": "true"}}}},
+            "images": {"enabled": true, "rules": [{"match": "docker.io", "replace": "r.io/hub"}]}
+        }))
+        .expect("builds");
+        assert_eq!(
+            app.chain().ids(),
+            vec!["secrets", "image-builder", "image-rules"]
+        );
     }
 }

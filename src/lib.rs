@@ -11,6 +11,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod image_ref;
 pub mod k8s_names;
 pub mod metrics;
 pub mod mutate;

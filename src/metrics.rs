@@ -21,6 +21,8 @@ pub struct AdmissionFacts<'a> {
     pub patch_bytes: usize,
     pub mutators: &'a [&'static str],
     pub injected: &'a [(SecretManagerType, u32)],
+    /// The image mutators' counts (only non-zero ones).
+    pub images: &'a [(crate::mutate::ImageCount, u32)],
     pub fetch_ids: usize,
     pub backend_calls: u32,
     pub cache_hits: u32,
@@ -80,6 +82,14 @@ impl Metrics {
             f.injected
                 .iter()
                 .map(|(t, n)| (format!("SecretsInjected_{t}"), json!(n))),
+        );
+        // The Union fork's image-builder counters (§5.6: attempts, failures, replacements by
+        // version and type, container validations); its `round_time` is `Duration` of the
+        // image-builder route.
+        named.extend(
+            f.images
+                .iter()
+                .map(|(c, n)| (c.metric().to_owned(), json!(n))),
         );
         if f.fetch_ids > 0 {
             metrics.push(("EmbeddedFetchIds", "Count", json!(f.fetch_ids)));

@@ -38,7 +38,7 @@ impl FailurePolicy {
 }
 
 /// What varies between deployments; everything else is in [`REGISTRATION_JSON`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RegistrationOptions {
     /// `https://host[/prefix]`; each webhook's path is appended (after the path token).
     pub url: String,
@@ -50,6 +50,14 @@ pub struct RegistrationOptions {
     pub mesh: bool,
     /// `None` keeps the file's `meshLabelKey`.
     pub mesh_label_key: Option<String>,
+    /// Register the image-builder webhook with this `objectSelector`.
+    pub image_builder_selector: Option<Value>,
+    /// Register the images webhook.
+    pub images: bool,
+    /// Its `objectSelector`; `None` keeps the file's (every pod).
+    pub images_pod_selector: Option<Value>,
+    /// Added to its `namespaceSelector` (which keeps excluding kube-system).
+    pub images_namespace_selector: Option<Value>,
     /// `None` keeps each webhook's own.
     pub failure_policy: Option<FailurePolicy>,
     /// `None` keeps each webhook's own.
@@ -117,8 +125,27 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
         .into_iter()
         .flatten()
         .filter(|w| opts.mesh || !w.get("mesh").and_then(Value::as_bool).unwrap_or(false))
+        .filter(|w| match file_str(w, "feature") {
+            "imageBuilder" => opts.image_builder_selector.is_some(),
+            "images" => opts.images,
+            _ => true,
+        })
         .map(|w| {
-            let w = substitute(w, label_key);
+            let mut w = substitute(w, label_key);
+            match file_str(&w, "feature") {
+                "imageBuilder" => {
+                    w["objectSelector"] = opts.image_builder_selector.clone().unwrap_or_default();
+                }
+                "images" => {
+                    if let Some(s) = &opts.images_pod_selector {
+                        w["objectSelector"] = s.clone();
+                    }
+                    if let Some(s) = &opts.images_namespace_selector {
+                        w["namespaceSelector"] = with_file_exclusions(s, &w["namespaceSelector"]);
+                    }
+                }
+                _ => {}
+            }
             let mut client_config = Map::new();
             client_config.insert(
                 "url".into(),
@@ -167,6 +194,40 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
         "metadata": { "name": name },
         "webhooks": webhooks,
     })
+}
+
+/// `selector` with the file's `matchExpressions` (the kube-system exclusion) appended, as the
+/// Terraform module does.
+fn with_file_exclusions(selector: &Value, file: &Value) -> Value {
+    let mut out = selector.clone();
+    let mut expressions: Vec<Value> = selector
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    expressions.extend(
+        file.get("matchExpressions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+    );
+    if let Value::Object(map) = &mut out {
+        map.insert("matchExpressions".into(), Value::Array(expressions));
+    }
+    out
+}
+
+/// A `LabelSelector` given as JSON on the command line, checked like the config's.
+pub fn parse_label_selector(json: &str) -> Result<Value, String> {
+    let selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector =
+        serde_json::from_str(json).map_err(|e| {
+            format!(
+                "must be a LabelSelector as JSON, e.g. '{{\"matchLabels\":{{\"image-builder\":\"true\"}}}}': {e}"
+            )
+        })?;
+    crate::config::images::check_label_selector("selector", &selector)
+        .map_err(|e| e.to_string())?;
+    serde_json::to_value(&selector).map_err(|e| e.to_string())
 }
 
 /// The object as a YAML document for `kubectl apply -f`.
@@ -371,6 +432,19 @@ pub struct WebhookConfigArgs {
     /// Label of mesh-managed pods and namespaces [default: aether.io/managed]
     #[arg(long, value_name = "KEY", value_parser = parse_label_key)]
     pub mesh_label_key: Option<String>,
+    /// Also register the image-builder webhook, with this objectSelector
+    /// (webhook.imageBuilderConfig.labelSelector as JSON)
+    #[arg(long, value_name = "JSON", value_parser = parse_label_selector)]
+    pub image_builder_selector: Option<Value>,
+    /// Also register the images webhook (images.rules)
+    #[arg(long)]
+    pub images: bool,
+    /// Its objectSelector (images.podSelector) as JSON [default: every pod]
+    #[arg(long, value_name = "JSON", value_parser = parse_label_selector)]
+    pub images_pod_selector: Option<Value>,
+    /// Its namespaceSelector (images.namespaceSelector) as JSON; kube-system is always excluded
+    #[arg(long, value_name = "JSON", value_parser = parse_label_selector)]
+    pub images_namespace_selector: Option<Value>,
     /// Fail or Ignore for every webhook [default: Fail]
     #[arg(long, value_name = "POLICY", value_parser = parse_failure_policy)]
     pub failure_policy: Option<FailurePolicy>,
@@ -417,6 +491,12 @@ impl WebhookConfigArgs {
             ca_bundle_pem,
             mesh: self.mesh,
             mesh_label_key: self.mesh_label_key,
+            image_builder_selector: self.image_builder_selector,
+            images: self.images
+                || self.images_pod_selector.is_some()
+                || self.images_namespace_selector.is_some(),
+            images_pod_selector: self.images_pod_selector,
+            images_namespace_selector: self.images_namespace_selector,
             failure_policy: self.failure_policy,
             timeout_seconds: self.timeout_seconds,
             name: self.name,
@@ -487,8 +567,73 @@ mod tests {
             [
                 crate::transport::http::PATH_SECRETS,
                 crate::transport::http::PATH_MANAGED_POD,
-                crate::transport::http::PATH_MANAGED_NAMESPACE
+                crate::transport::http::PATH_MANAGED_NAMESPACE,
+                crate::transport::http::PATH_IMAGE_BUILDER,
+                crate::transport::http::PATH_IMAGES,
             ]
+        );
+    }
+
+    #[test]
+    fn image_entries_are_registered_only_when_asked_with_their_selectors() {
+        let names = |o: &RegistrationOptions| -> Vec<String> {
+            webhooks(&mutating_webhook_configuration(o))
+                .iter()
+                .map(|w| w["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let plain = opts("https://x.example");
+        assert_eq!(names(&plain), ["flyte-pod-webhook.flyte.org"]);
+        let parsed = parse(&[
+            "--url",
+            "https://x.example",
+            "--image-builder-selector",
+            r#"{"matchLabels":{"image-builder":"true"}}"#,
+            "--images-namespace-selector",
+            r#"{"matchLabels":{"mirror":"ecr"}}"#,
+        ])
+        .unwrap()
+        .into_options()
+        .unwrap();
+        let v = mutating_webhook_configuration(&parsed);
+        let hooks = webhooks(&v);
+        assert_eq!(
+            names(&parsed),
+            [
+                "flyte-pod-webhook.flyte.org",
+                "image-builder-webhook.union.ai",
+                "images.podmutator.io"
+            ]
+        );
+        assert_eq!(
+            hooks[1]["clientConfig"]["url"],
+            "https://x.example/mutate--v1-pod/image-builder"
+        );
+        assert_eq!(
+            hooks[1]["objectSelector"],
+            json!({"matchLabels": {"image-builder": "true"}})
+        );
+        assert_eq!(hooks[1]["failurePolicy"], "Fail");
+        assert_eq!(hooks[2]["objectSelector"], json!({}));
+        assert_eq!(
+            hooks[2]["namespaceSelector"],
+            json!({"matchLabels": {"mirror": "ecr"}, "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]})
+        );
+        assert_eq!(hooks[2]["failurePolicy"], "Ignore");
+    }
+
+    #[rstest]
+    #[case::not_json("{", "--image-builder-selector")]
+    #[case::bad_label(r#"{"matchLabels":{"bad key!":"x"}}"#, "--image-builder-selector")]
+    fn a_bad_selector_names_the_flag(#[case] json: &str, #[case] flag: &str) {
+        let err = parse(&["--url", "https://x.example", flag, json])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(flag), "{err}");
+        assert!(
+            err.contains("LabelSelector") || err.contains("label"),
+            "{err}"
         );
     }
 
@@ -730,6 +875,7 @@ mod tests {
                 failure_policy: Some(FailurePolicy::Ignore),
                 timeout_seconds: Some(8),
                 name: Some("pm".into()),
+                ..Default::default()
             }
         );
     }

@@ -42,7 +42,11 @@ locals {
     # The label the mutators set and read must be the one the registration selects on.
     mesh    = merge(var.mesh_config, { enabled = var.mesh_enabled, managedLabel = var.mesh_label_key })
     metrics = { namespace = var.metrics_namespace }
+    images  = merge(var.images_config, { enabled = local.images_enabled, rules = local.image_rules })
   }
+
+  # The image-builder entry's objectSelector is the function's labelSelector.
+  image_builder_selector = try(var.webhook_config.imageBuilderConfig.enabled, false) ? try(var.webhook_config.imageBuilderConfig.labelSelector, {}) : null
 }
 
 # The renderer without a token: the AWS side needs only the routes and the registered timeout.
@@ -55,4 +59,9 @@ module "webhook_config" {
   mesh_enabled      = var.mesh_enabled
   mesh_label_key    = var.mesh_label_key
   timeout_seconds   = var.timeout_seconds
+
+  image_builder_object_selector = local.image_builder_selector
+  images_enabled                = local.images_enabled
+  images_pod_selector           = try(var.images_config.podSelector, null)
+  images_namespace_selector     = try(var.images_config.namespaceSelector, null)
 }

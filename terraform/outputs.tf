@@ -1,5 +1,5 @@
 output "registration" {
-  description = "Everything modules/registration needs, as one object: base URL, path token (sensitive), mesh switch and label, timeoutSeconds."
+  description = "Everything modules/registration needs, as one object: base URL, path token (sensitive), mesh switch and label, timeoutSeconds, the image entries' selectors."
   sensitive   = true
   value = {
     url             = "https://${var.domain_name}"
@@ -7,7 +7,17 @@ output "registration" {
     mesh_enabled    = var.mesh_enabled
     mesh_label_key  = var.mesh_label_key
     timeout_seconds = var.timeout_seconds
+
+    image_builder_object_selector = local.image_builder_selector
+    images_enabled                = local.images_enabled
+    images_pod_selector           = try(var.images_config.podSelector, null)
+    images_namespace_selector     = try(var.images_config.namespaceSelector, null)
   }
+}
+
+output "ecr_pull_through_cache_prefixes" {
+  description = "ECR repository prefix of each pull-through cache rule, by upstream (the nodes' pull permission must cover these repositories)."
+  value       = { for k, r in aws_ecr_pull_through_cache_rule.upstream : k => r.ecr_repository_prefix }
 }
 
 output "webhook_base_url" {

@@ -455,3 +455,46 @@ variable "dashboard_enabled" {
   type        = bool
   default     = false
 }
+
+# ---------------------------------------------------------------------------------------------
+# Image rewriting (docs/images.md)
+# ---------------------------------------------------------------------------------------------
+
+variable "images_config" {
+  description = "The function's `images` section (podSelector, namespaceSelector, excludedContainerNames, extra rules). The ECR pull-through cache rules below come first; `enabled` follows from having any rule."
+  type        = any
+  default     = {}
+}
+
+variable "ecr_pull_through_cache_upstreams" {
+  description = "Upstreams to create an ECR pull-through cache rule for, each with the matching images rule: any of docker-hub, quay, github, k8s, ecr-public. Empty creates none."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for u in var.ecr_pull_through_cache_upstreams : contains(["docker-hub", "quay", "github", "k8s", "ecr-public"], u)])
+    error_message = "ecr_pull_through_cache_upstreams may list only docker-hub, quay, github, k8s and ecr-public."
+  }
+}
+
+variable "ecr_pull_through_cache_prefix" {
+  description = "Prepended to each upstream's name to form its ECR repository prefix (e.g. \"cache/\" gives cache/docker-hub)."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = can(regex("^([a-z0-9][a-z0-9._-]*/)?$", var.ecr_pull_through_cache_prefix))
+    error_message = "ecr_pull_through_cache_prefix must be empty or lower-case letters, digits, '.', '_' or '-' ending in '/'."
+  }
+}
+
+variable "ecr_pull_through_cache_credential_arns" {
+  description = "Secrets Manager ARNs (secret names starting with ecr-pullthroughcache/) holding upstream credentials, by upstream; docker-hub and github need one."
+  type        = map(string)
+  default     = {}
+
+  validation {
+    condition     = alltrue([for u in ["docker-hub", "github"] : !contains(var.ecr_pull_through_cache_upstreams, u) || can(regex(":secret:ecr-pullthroughcache/", lookup(var.ecr_pull_through_cache_credential_arns, u, "")))])
+    error_message = "docker-hub and github pull-through caches need a credential: set ecr_pull_through_cache_credential_arns[\"docker-hub\"] / [\"github\"] to a secret named ecr-pullthroughcache/..."
+  }
+}

@@ -218,6 +218,8 @@ struct Expect {
     denial_reason: Option<String>,
     /// Whether the reply carries a patch (only checked when set).
     patched: Option<bool>,
+    /// A substring of one of `response.warnings` (what `kubectl` prints for an admitted pod).
+    warning: Option<String>,
     /// The reply's `apiVersion` (only checked when set).
     api_version: Option<String>,
     /// The Lambda runtime cannot deserialise the event (the invocation fails; no panic).
@@ -517,6 +519,15 @@ fn check(case: &Case, out: &Outcome) -> Result<(), String> {
             && r.patch.is_some() != patched
         {
             return Err(format!("patched should be {patched}: {}", shown()));
+        }
+        if let Some(needle) = &e.warning
+            && !resp["warnings"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|w| w.as_str().is_some_and(|w| w.contains(needle.as_str())))
+        {
+            return Err(format!("no warning contains {needle:?}: {}", shown()));
         }
         if let Some(version) = &e.api_version
             && v["apiVersion"] != version.as_str()

@@ -17,9 +17,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use common::*;
@@ -289,46 +287,6 @@ async fn denials_are_http_200_answers_that_name_the_annotation_and_never_a_value
         assert_eq!(again.response, first.response, "{}", case.name);
     }
     assert!(denied >= 3, "expected the denial cases, found {denied}");
-}
-
-/// Python's `jsonpatch` result for each `(name, doc, patch)`, from one process.
-fn python_apply(items: &[(String, Value, Value)]) -> BTreeMap<String, Result<Value, String>> {
-    let input: Vec<Value> = items
-        .iter()
-        .map(|(name, doc, patch)| json!({"name": name, "doc": doc, "patch": patch}))
-        .collect();
-    let script = root().join("tests/golden/apply_patches.py");
-    let mut child = Command::new(common::tool("python"))
-        .arg(&script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python runs");
-    let body = serde_json::to_vec(&input).unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || stdin.write_all(&body));
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    assert!(
-        out.status.success(),
-        "{} failed: {}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let results: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(results.len(), items.len());
-    results
-        .into_iter()
-        .map(|r| {
-            let name = r["name"].as_str().unwrap().to_owned();
-            let result = match r.get("error") {
-                Some(e) => Err(e.as_str().unwrap().to_owned()),
-                None => Ok(r["result"].clone()),
-            };
-            (name, result)
-        })
-        .collect()
 }
 
 #[tokio::test]

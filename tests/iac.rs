@@ -238,9 +238,12 @@ fn expectations() -> Value {
             "secrets": podmutator::transport::http::PATH_SECRETS,
             "managedPod": podmutator::transport::http::PATH_MANAGED_POD,
             "managedNamespace": podmutator::transport::http::PATH_MANAGED_NAMESPACE,
+            "imageBuilder": podmutator::transport::http::PATH_IMAGE_BUILDER,
+            "images": podmutator::transport::http::PATH_IMAGES,
             "healthz": podmutator::transport::http::PATH_HEALTHZ,
         },
         "secretsWebhookName": "flyte-pod-webhook.flyte.org",
+        "imageBuilderWebhookName": podmutator::mutate::image::builder::WEBHOOK_NAME,
         "meshLabelKeyPlaceholder": MESH_LABEL_KEY_PLACEHOLDER,
         "annotationPrefix": podmutator::secrets::codec::ANNOTATION_PREFIX,
         "embedded": {
@@ -318,6 +321,29 @@ fn cases() -> Vec<(&'static str, RegistrationOptions)> {
                 failure_policy: Some(FailurePolicy::Ignore),
                 timeout_seconds: Some(7),
                 name: Some("podmutator-staging".into()),
+                ..Default::default()
+            },
+        ),
+        (
+            "alb_image_entries",
+            RegistrationOptions {
+                url: "https://podmutator.example.com".into(),
+                image_builder_selector: Some(json!({"matchLabels": {"image-builder": "true"}})),
+                images: true,
+                images_namespace_selector: Some(json!({
+                    "matchLabels": {"mirror": "ecr"},
+                    "matchExpressions": [{"key": "tier", "operator": "In", "values": ["web"]}]
+                })),
+                ..Default::default()
+            },
+        ),
+        (
+            "alb_images_pod_selector",
+            RegistrationOptions {
+                url: "https://podmutator.example.com".into(),
+                images: true,
+                images_pod_selector: Some(json!({"matchLabels": {"mirror": "ecr"}})),
+                ..Default::default()
             },
         ),
     ]
@@ -364,6 +390,19 @@ fn render_root(cases: &[(&str, RegistrationOptions)]) -> String {
         }
         if let Some(n) = &o.name {
             args.push(format!("name = {}", hcl_string(n)));
+        }
+        // A JSON object is an HCL expression as it stands.
+        if let Some(s) = &o.image_builder_selector {
+            args.push(format!("image_builder_object_selector = {s}"));
+        }
+        if o.images {
+            args.push("images_enabled = true".into());
+        }
+        if let Some(s) = &o.images_pod_selector {
+            args.push(format!("images_pod_selector = {s}"));
+        }
+        if let Some(s) = &o.images_namespace_selector {
+            args.push(format!("images_namespace_selector = {s}"));
         }
         tf.push_str(&format!(
             "module \"{name}\" {{\n  {}\n}}\n\noutput \"{name}\" {{\n  value     = module.{name}.manifest\n  sensitive = true\n}}\n\noutput \"{name}_min_timeout\" {{\n  value = module.{name}.min_timeout_seconds\n}}\n\n",

@@ -436,7 +436,10 @@ async fn a_disabled_mesh_changes_nothing(#[case] path: &str) {
 /// (the constant `in_chain_order` sorts by): namespace injection first, because every later
 /// mutator reads the managed label it adds; `secrets` before the gate, because the gate puts
 /// itself at index 0 after the fetcher init containers were appended, so it still runs first;
-/// `dns` in between; `socket-check` last, denying on the final pod.
+/// `dns` in between; `socket-check` after the mesh, denying on the final mesh pod; then the
+/// image mutators (docs/images.md): `image-builder` once every container is in the pod, so its
+/// verification sees them all, and `image-rules` after it, as the issue asks ("applied after the
+/// Flyte mutator"). This app has the image mutators off, so its chain is the first five.
 #[test]
 fn the_chain_runs_in_the_documented_order() {
     let intended = [
@@ -445,8 +448,10 @@ fn the_chain_runs_in_the_documented_order() {
         "dns",
         "init-gate",
         "socket-check",
+        "image-builder",
+        "image-rules",
     ];
-    assert_eq!(app().app().chain().ids(), intended);
+    assert_eq!(app().app().chain().ids(), intended[..5]);
     assert_eq!(MUTATOR_IDS, intended, "config keys list the chain in order");
 }
 

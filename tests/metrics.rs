@@ -176,3 +176,40 @@ fn metrics_config_is_validated() {
         assert_eq!(err.key, key);
     }
 }
+
+/// The Union image builder's counters (§5.6 of the spec: attempts, failures, replacements by
+/// version and type, container validations), as EMF metrics of the image-builder route, on a
+/// denial as on a rewrite.
+#[tokio::test]
+async fn the_image_builder_reports_its_counters_on_rewrites_and_denials() {
+    let (app, lines) = app(json!({"webhook": {"imageBuilderConfig": {"enabled": true,
+        "hostnameReplacement": {"existing": "e.example", "replacement": "r.example"},
+        "labelSelector": {"matchLabels": {"image-builder": "true"}}}}}));
+    let pod = |images: &[&str]| {
+        json!({"metadata": {"name": "p", "labels": {"image-builder": "true"}}, "spec": {"containers":
+            images.iter().enumerate().map(|(i, image)| json!({"name": format!("c{i}"), "image": image})).collect::<Vec<_>>()}})
+    };
+    let review = |p: Value| serde_json::to_vec(&create_review(&p, "acme")).unwrap();
+    app.review(
+        Route::ImageBuilder,
+        &review(pod(&["e.example/acme/a:1", "e.example/v1/unionai/b:1"])),
+    )
+    .await;
+    app.review(Route::ImageBuilder, &review(pod(&["e.example/globex/a:1"])))
+        .await;
+    let lines = lines.lock().unwrap();
+    assert_eq!(lines.len(), 2);
+    let (ok, denied) = (check_emf(&lines[0]), check_emf(&lines[1]));
+    assert_eq!(ok["Route"], "image-builder");
+    assert_eq!(ok["Mutator_image-builder"], 1);
+    assert_eq!(ok["ImageBuilderAttempts"], 1);
+    assert_eq!(ok["ImageBuilderReplacements_org_none"], 1);
+    assert_eq!(ok["ImageBuilderReplacements_public_v1"], 1);
+    assert_eq!(ok["ImageBuilderV1ContainerValidationAttempts"], 2);
+    assert!(ok.get("ImageBuilderFailures").is_none(), "{ok}");
+    assert_eq!(denied["Decision"], "denied");
+    assert_eq!(denied["Reason"], "ImageNotAuthorized");
+    assert_eq!(denied["ImageBuilderFailures"], 1);
+    assert_eq!(denied["ImageBuilderV1ContainerValidationFailures"], 1);
+    assert_eq!(denied["ImageBuilderReplacements_org_none"], 1);
+}

@@ -73,7 +73,7 @@ pub enum Command {
         config: ConfigArgs,
     },
     /// Print the MutatingWebhookConfiguration for a deployed endpoint as YAML
-    WebhookConfig(crate::registration::WebhookConfigArgs),
+    WebhookConfig(Box<crate::registration::WebhookConfigArgs>),
     /// Print the flyte.secrets/s<N> annotations for a JSON array of secrets, or decode them
     #[command(after_help = SECRET_ANNOTATIONS_HELP)]
     SecretAnnotations {
@@ -246,7 +246,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     match command {
         // These need no configuration, no runtime and print only their answer.
         Command::WebhookConfig(args) => {
-            print!("{}", crate::registration::webhook_config_command(args)?);
+            print!("{}", crate::registration::webhook_config_command(*args)?);
             Ok(())
         }
         Command::SecretAnnotations { decode, json } => {

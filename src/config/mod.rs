@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+pub mod images;
 pub mod mesh;
 pub mod metrics;
 
@@ -57,6 +58,8 @@ pub struct Config {
     pub metrics: metrics::MetricsConfig,
     /// What one admission may ask for: the cost one pod can impose is bounded here.
     pub limits: LimitsConfig,
+    /// Registry rewrite rules (ECR pull-through caches, mirrors).
+    pub images: images::ImagesConfig,
 }
 
 /// Bounds on what one pod may ask for, checked when its secrets are planned (before any fetch).
@@ -439,8 +442,8 @@ pub struct ImagePullSecrets {
     pub enabled: bool,
 }
 
-/// Union fork's image-builder settings: accepted so Flyte configs load; OSS v2 reads none of it.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+/// The Union fork's image-builder settings (`crate::mutate::image::builder`), key for key.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct ImageBuilderConfig {
     pub enabled: bool,
@@ -448,6 +451,21 @@ pub struct ImageBuilderConfig {
     pub label_selector: Option<LabelSelector>,
     pub excluded_container_names: Vec<String>,
     pub excluded_image_prefixes: Vec<String>,
+}
+
+/// The Embedded manager's init container: it carries secret values, so it keeps its image.
+pub const DEFAULT_IMAGE_BUILDER_EXCLUDED: &str = "init-embedded-secret";
+
+impl Default for ImageBuilderConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            hostname_replacement: HostnameReplacement::default(),
+            label_selector: None,
+            excluded_container_names: vec![DEFAULT_IMAGE_BUILDER_EXCLUDED.into()],
+            excluded_image_prefixes: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -803,12 +821,8 @@ impl Config {
                     .into(),
             );
         }
-        if w.image_builder_config.enabled {
-            warnings.push(
-                "webhook.imageBuilderConfig.enabled is accepted for compatibility but the image-builder mutator is not part of podmutator (OSS Flyte v2 does not run it either)"
-                    .into(),
-            );
-        }
+        warnings.extend(images::check_image_builder(&w.image_builder_config)?);
+        warnings.extend(self.images.validate()?);
         if w.listen_port == 0 {
             return Err(ConfigError::new(
                 "webhook.listenPort",

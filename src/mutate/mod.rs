@@ -1,10 +1,12 @@
 //! The mutator chain: pure, idempotent changes to a typed Pod, built once from config.
 
+pub mod image;
 pub mod mesh;
 pub mod pod;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::config::SecretManagerType;
@@ -17,6 +19,8 @@ pub const MUTATOR_IDS: &[&str] = &[
     "dns",
     "init-gate",
     "socket-check",
+    "image-builder",
+    "image-rules",
 ];
 
 /// Which webhook entry (URL path) the review arrived by.
@@ -28,6 +32,12 @@ pub enum Route {
     ManagedPod,
     /// `/mutate/managed-namespace`: the mesh entry matching pods in managed namespaces.
     ManagedNamespace,
+    /// `/mutate--v1-pod/image-builder`: the Union fork's image-builder entry (its own
+    /// `labelSelector`).
+    ImageBuilder,
+    /// `/mutate/images`: the registry rewrite rules' entry (`images.podSelector`,
+    /// `images.namespaceSelector`).
+    Images,
 }
 
 impl Route {
@@ -36,6 +46,8 @@ impl Route {
             Route::Secrets => "secrets",
             Route::ManagedPod => "managed-pod",
             Route::ManagedNamespace => "managed-namespace",
+            Route::ImageBuilder => "image-builder",
+            Route::Images => "images",
         }
     }
 }
@@ -57,6 +69,59 @@ pub struct PodCtx<'a> {
 #[derive(Debug, Default)]
 pub struct Tally {
     injected: [AtomicU32; SecretManagerType::ALL.len()],
+    images: [AtomicU32; ImageCount::ALL.len()],
+    /// Things the user should see (`warnings` of the review response), for changes a mutator
+    /// chose not to make.
+    notes: Mutex<Vec<String>>,
+}
+
+/// What the image mutators count. The first seven are the Union fork's image-builder metrics
+/// (`attempts`, `failures`, `replacements{version,type}`, `v1_container_validation_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageCount {
+    Attempts,
+    Failures,
+    ReplacedPublicUnversioned,
+    ReplacedPublicV1,
+    ReplacedOrgUnversioned,
+    ReplacedOrgV1,
+    ValidationAttempts,
+    ValidationFailures,
+    /// Images rewritten by `images.rules`.
+    RuleRewrites,
+    /// Images `images.rules` left alone because they do not parse.
+    Unparsed,
+}
+
+impl ImageCount {
+    pub const ALL: [ImageCount; 10] = [
+        ImageCount::Attempts,
+        ImageCount::Failures,
+        ImageCount::ReplacedPublicUnversioned,
+        ImageCount::ReplacedPublicV1,
+        ImageCount::ReplacedOrgUnversioned,
+        ImageCount::ReplacedOrgV1,
+        ImageCount::ValidationAttempts,
+        ImageCount::ValidationFailures,
+        ImageCount::RuleRewrites,
+        ImageCount::Unparsed,
+    ];
+
+    /// The EMF metric name.
+    pub fn metric(self) -> &'static str {
+        match self {
+            ImageCount::Attempts => "ImageBuilderAttempts",
+            ImageCount::Failures => "ImageBuilderFailures",
+            ImageCount::ReplacedPublicUnversioned => "ImageBuilderReplacements_public_none",
+            ImageCount::ReplacedPublicV1 => "ImageBuilderReplacements_public_v1",
+            ImageCount::ReplacedOrgUnversioned => "ImageBuilderReplacements_org_none",
+            ImageCount::ReplacedOrgV1 => "ImageBuilderReplacements_org_v1",
+            ImageCount::ValidationAttempts => "ImageBuilderV1ContainerValidationAttempts",
+            ImageCount::ValidationFailures => "ImageBuilderV1ContainerValidationFailures",
+            ImageCount::RuleRewrites => "ImageRuleRewrites",
+            ImageCount::Unparsed => "ImageRuleUnparsed",
+        }
+    }
 }
 
 /// A tally nobody reads, for callers that do not report metrics.
@@ -66,7 +131,41 @@ impl Tally {
     pub const fn new() -> Self {
         Self {
             injected: [const { AtomicU32::new(0) }; SecretManagerType::ALL.len()],
+            images: [const { AtomicU32::new(0) }; ImageCount::ALL.len()],
+            notes: Mutex::new(Vec::new()),
         }
+    }
+
+    /// One more `what`.
+    pub fn image(&self, what: ImageCount) {
+        if let Some(i) = ImageCount::ALL.iter().position(|c| *c == what) {
+            self.images[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Image counts (only those that are not zero).
+    pub fn images(&self) -> Vec<(ImageCount, u32)> {
+        ImageCount::ALL
+            .iter()
+            .zip(&self.images)
+            .map(|(c, n)| (*c, n.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    /// A warning for the review response (names images and containers, never secret values).
+    pub fn note(&self, warning: String) {
+        // Nobody reads the shared tally; it must not grow.
+        if std::ptr::eq(self, &UNCOUNTED) {
+            return;
+        }
+        if let Ok(mut notes) = self.notes.lock() {
+            notes.push(warning);
+        }
+    }
+
+    pub fn notes(&self) -> Vec<String> {
+        self.notes.lock().map(|n| n.clone()).unwrap_or_default()
     }
 
     /// One secret injected by `manager`.

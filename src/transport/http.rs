@@ -18,6 +18,10 @@ use crate::mutate::Route;
 pub const PATH_SECRETS: &str = "/mutate--v1-pod";
 pub const PATH_MANAGED_POD: &str = "/mutate/managed-pod";
 pub const PATH_MANAGED_NAMESPACE: &str = "/mutate/managed-namespace";
+/// The Union fork's image-builder path (Flyte's pod path plus `/<mutatorID>`).
+pub const PATH_IMAGE_BUILDER: &str = "/mutate--v1-pod/image-builder";
+/// The registry rewrite rules' entry.
+pub const PATH_IMAGES: &str = "/mutate/images";
 pub const PATH_HEALTHZ: &str = "/healthz";
 
 /// The parts of an HTTP request the webhook looks at.
@@ -165,6 +169,8 @@ impl Front {
             PATH_SECRETS => Route::Secrets,
             PATH_MANAGED_POD => Route::ManagedPod,
             PATH_MANAGED_NAMESPACE => Route::ManagedNamespace,
+            PATH_IMAGE_BUILDER => Route::ImageBuilder,
+            PATH_IMAGES => Route::Images,
             _ => return Routed::Answer(message(404, "not found")),
         };
         if method != "POST" {

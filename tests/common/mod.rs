@@ -348,3 +348,45 @@ pub async fn tls_connect(
         .map_err(std::io::Error::other)?;
     connector.connect(name, tcp).await
 }
+
+/// Python's `jsonpatch` result for each `(name, doc, patch)`, from one process.
+pub fn python_apply(
+    items: &[(String, Value, Value)],
+) -> std::collections::BTreeMap<String, Result<Value, String>> {
+    let input: Vec<Value> = items
+        .iter()
+        .map(|(name, doc, patch)| json!({"name": name, "doc": doc, "patch": patch}))
+        .collect();
+    let script = root().join("tests/golden/apply_patches.py");
+    let mut child = std::process::Command::new(tool("python"))
+        .arg(&script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    let body = serde_json::to_vec(&input).unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &body));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(
+        out.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(results.len(), items.len());
+    results
+        .into_iter()
+        .map(|r| {
+            let name = r["name"].as_str().unwrap().to_owned();
+            let result = match r.get("error") {
+                Some(e) => Err(e.as_str().unwrap().to_owned()),
+                None => Ok(r["result"].clone()),
+            };
+            (name, result)
+        })
+        .collect()
+}

@@ -52,8 +52,12 @@ def expected_webhooks(expect):
         expect["secretsWebhookName"]: (r["secrets"], False),
         "managed-pod.podmutator.io": (r["managedPod"], True),
         "managed-namespace.podmutator.io": (r["managedNamespace"], True),
+        expect["imageBuilderWebhookName"]: (r["imageBuilder"], False),
+        "images.podmutator.io": (r["images"], False),
     }
 
 
 def registration_paths(registration, mesh):
-    return [w["path"] for w in registration["webhooks"] if mesh or not w["mesh"]]
+    """Paths registered by the root module and SAM, which register no optional-feature entry
+    (`feature`: image builder, images) yet; `podmutator webhook-config` adds those."""
+    return [w["path"] for w in registration["webhooks"] if (mesh or not w["mesh"]) and "feature" not in w]

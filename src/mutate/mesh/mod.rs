@@ -45,14 +45,15 @@ pub fn mesh_mutators(cfg: &MeshConfig) -> Vec<(Box<dyn PodMutator>, bool)> {
 }
 
 /// Every mutator of the chain in `MUTATOR_IDS` order: the enabled mesh mutators around
-/// `secrets` (namespace injection first, so a namespace-routed pod is managed before anything
-/// reads the label; the gate after secrets, so it is inserted first last and stays first).
+/// `others` (`secrets` and the image mutators; namespace injection first, so a namespace-routed
+/// pod is managed before anything reads the label; the gate after secrets, so it is inserted
+/// first last and stays first).
 pub fn in_chain_order(
     cfg: &MeshConfig,
-    secrets: (Box<dyn PodMutator>, bool),
+    others: Vec<(Box<dyn PodMutator>, bool)>,
 ) -> Vec<(Box<dyn PodMutator>, bool)> {
     let mut all = mesh_mutators(cfg);
-    all.push(secrets);
+    all.extend(others);
     let position = |id: &str| {
         super::MUTATOR_IDS
             .iter()
@@ -267,34 +268,59 @@ mod tests {
     ///   gate inserts itself at index 0 afterwards, so the gate still runs first in the pod;
     /// - `dns` after `secrets` and before the gate (neither reads the other's fields;
     ///   docs/mesh.md documents this order);
-    /// - `socket-check` last: it denies on the final pod, after the gate added its volume.
-    const INTENDED_CHAIN: [&str; 5] = [
+    /// - `socket-check` after the mesh: it denies on the final mesh pod, after the gate added
+    ///   its volume;
+    /// - `image-builder` after every container is in the pod (the secrets fetchers' and the
+    ///   gate's included), so its verification sees every image; it excludes the Embedded init
+    ///   container by name, as in Flyte;
+    /// - `image-rules` last: "applied after the Flyte mutator", so a rule never rewrites what
+    ///   the image builder is about to verify, and rewrites the gate's image too.
+    const INTENDED_CHAIN: [&str; 7] = [
         "namespace-injection",
         "secrets",
         "dns",
         "init-gate",
         "socket-check",
+        "image-builder",
+        "image-rules",
     ];
+
+    fn others() -> Vec<(Box<dyn PodMutator>, bool)> {
+        vec![
+            (Box::new(Named("image-rules")), false),
+            (Box::new(Named("secrets")), true),
+            (Box::new(Named("image-builder")), true),
+        ]
+    }
 
     #[test]
     fn secrets_sits_between_namespace_injection_and_dns() {
-        let all = in_chain_order(&parse(enabled_gate()), (Box::new(Named("secrets")), true));
+        let all = in_chain_order(&parse(enabled_gate()), others());
         let ids: Vec<_> = all.iter().map(|(m, _)| m.id()).collect();
         assert_eq!(ids, INTENDED_CHAIN);
         // Config keys under `mutators` are the same ids, in the same order.
         assert_eq!(MUTATOR_IDS, INTENDED_CHAIN);
         let required: Vec<_> = all.iter().map(|(_, r)| *r).collect();
-        assert_eq!(required, [false, true, false, false, true]);
-        let off = in_chain_order(&MeshConfig::default(), (Box::new(Named("secrets")), true));
+        assert_eq!(required, [false, true, false, false, true, true, false]);
+        let off = in_chain_order(&MeshConfig::default(), others());
         let ids: Vec<_> = off.iter().map(|(m, _)| m.id()).collect();
-        assert_eq!(ids, ["secrets"]);
+        assert_eq!(ids, ["secrets", "image-builder", "image-rules"]);
         // Switches leave mutators out without moving the others.
         let no_dns = parse(json!({"enabled": true, "dns": {"enabled": false}}));
-        let ids: Vec<_> = in_chain_order(&no_dns, (Box::new(Named("secrets")), true))
+        let ids: Vec<_> = in_chain_order(&no_dns, others())
             .iter()
             .map(|(m, _)| m.id())
             .collect();
-        assert_eq!(ids, ["namespace-injection", "secrets", "socket-check"]);
+        assert_eq!(
+            ids,
+            [
+                "namespace-injection",
+                "secrets",
+                "socket-check",
+                "image-builder",
+                "image-rules"
+            ]
+        );
     }
 
     #[rstest]

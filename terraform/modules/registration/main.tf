@@ -27,7 +27,12 @@ module "webhook_config" {
   mesh_label_key    = var.registration.mesh_label_key
   timeout_seconds   = var.registration.timeout_seconds
   failure_policy    = var.failure_policy
-  name              = var.name
+
+  image_builder_object_selector = var.registration.image_builder_object_selector
+  images_enabled                = var.registration.images_enabled
+  images_pod_selector           = var.registration.images_pod_selector
+  images_namespace_selector     = var.registration.images_namespace_selector
+  name                          = var.name
 }
 
 locals {

@@ -1,11 +1,16 @@
 variable "registration" {
-  description = "The AWS module's `registration` output: url, path_token, mesh_enabled, mesh_label_key, timeout_seconds."
+  description = "The AWS module's `registration` output: url, path_token, mesh_enabled, mesh_label_key, timeout_seconds, image_builder_object_selector, images_enabled, images_pod_selector, images_namespace_selector."
   type = object({
     url             = string
     path_token      = optional(string)
     mesh_enabled    = bool
     mesh_label_key  = string
     timeout_seconds = optional(number)
+
+    image_builder_object_selector = optional(any)
+    images_enabled                = optional(bool, false)
+    images_pod_selector           = optional(any)
+    images_namespace_selector     = optional(any)
   })
   sensitive = true
 }

@@ -16,22 +16,46 @@ locals {
   # Absent rather than empty when there is no bundle: the API server then uses its system roots.
   client_config_extra = { for k, v in { caBundle = var.ca_bundle_pem } : k => base64encode(v) if v != null }
 
+  # Entries of optional features: registered only when switched on (see registration.json).
+  wanted = [
+    for w in local.registration.webhooks : w
+    if(!w.mesh || var.mesh_enabled)
+    && (try(w.feature, "") != "imageBuilder" || var.image_builder_object_selector != null)
+    && (try(w.feature, "") != "images" || var.images_enabled)
+  ]
+
+  # Selectors are passed through jsonencode/jsondecode: the two arms of a conditional must
+  # have one type, and a user's selector and the file's rarely do.
+  object_selector = [
+    for w in local.wanted : jsondecode(
+      try(w.feature, "") == "imageBuilder" ? jsonencode(var.image_builder_object_selector) :
+      try(w.feature, "") == "images" && var.images_pod_selector != null ? jsonencode(var.images_pod_selector) :
+      jsonencode(w.objectSelector)
+    )
+  ]
+  namespace_selector = [
+    for w in local.wanted : jsondecode(
+      try(w.feature, "") == "images" && var.images_namespace_selector != null ? jsonencode(merge(var.images_namespace_selector, {
+        matchExpressions = concat(try(var.images_namespace_selector.matchExpressions, []), w.namespaceSelector.matchExpressions)
+      })) : jsonencode(w.namespaceSelector)
+    )
+  ]
+
   webhooks = [
-    for w in local.registration.webhooks : {
+    for i, w in local.wanted : {
       name                    = w.name
       admissionReviewVersions = w.admissionReviewVersions
       clientConfig            = merge({ url = "${local.url_prefix}${w.path}" }, local.client_config_extra)
       failurePolicy           = coalesce(var.failure_policy, w.failurePolicy)
       matchConditions         = w.matchConditions
-      namespaceSelector       = w.namespaceSelector
-      objectSelector          = w.objectSelector
+      namespaceSelector       = local.namespace_selector[i]
+      objectSelector          = local.object_selector[i]
       reinvocationPolicy      = w.reinvocationPolicy
       rules                   = w.rules
       sideEffects             = w.sideEffects
       timeoutSeconds          = coalesce(var.timeout_seconds, w.timeoutSeconds)
     }
-    if !w.mesh || var.mesh_enabled
   ]
 
-  paths = [for w in local.registration.webhooks : w.path if !w.mesh || var.mesh_enabled]
+  paths = [for w in local.wanted : w.path]
 }

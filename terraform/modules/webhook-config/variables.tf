@@ -88,3 +88,27 @@ variable "name" {
     error_message = "name must be a DNS subdomain: lowercase letters, digits, '-' and '.'."
   }
 }
+
+variable "image_builder_object_selector" {
+  description = "Register the Union image-builder webhook with this objectSelector (the function's webhook.imageBuilderConfig.labelSelector); null leaves it out."
+  type        = any
+  default     = null
+}
+
+variable "images_enabled" {
+  description = "Register the images webhook (the function's images.rules)."
+  type        = bool
+  default     = false
+}
+
+variable "images_pod_selector" {
+  description = "The images webhook's objectSelector (images.podSelector); null sends every pod."
+  type        = any
+  default     = null
+}
+
+variable "images_namespace_selector" {
+  description = "Combined with the kube-system exclusion into the images webhook's namespaceSelector (images.namespaceSelector); null keeps the exclusion alone."
+  type        = any
+  default     = null
+}

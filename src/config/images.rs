@@ -1,0 +1,336 @@
+//! The `images` section: registry rewrite rules (feature code in `crate::mutate::image`), and the
+//! checks of `webhook.imageBuilderConfig`.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, ImageBuilderConfig};
+use crate::image_ref::{ImageRef, under};
+use crate::k8s_names::{is_label_value, qualified_name_problem};
+
+/// Ordered registry rewrite rules, applied by the `image-rules` mutator to pods that reach the
+/// images webhook (selected by `podSelector` and `namespaceSelector`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ImagesConfig {
+    pub enabled: bool,
+    /// First match wins.
+    pub rules: Vec<ImageRule>,
+    /// The images webhook's `objectSelector`; unset sends every pod.
+    pub pod_selector: Option<LabelSelector>,
+    /// The images webhook's `namespaceSelector`; unset means every namespace but kube-system.
+    pub namespace_selector: Option<LabelSelector>,
+    /// Containers (of any kind) whose image is never rewritten.
+    pub excluded_container_names: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ImageRule {
+    /// A registry (`docker.io`) or a normalised repository prefix (`docker.io/library`).
+    #[serde(rename = "match")]
+    pub matches: String,
+    /// What replaces the matched part (`<account>.dkr.ecr.<region>.amazonaws.com/docker-hub`).
+    pub replace: String,
+    /// Also rewrite pods that name `imagePullSecrets`: those secrets are for the source
+    /// registry, and the target may not accept them.
+    pub rewrite_with_pull_secrets: bool,
+}
+
+impl ImagesConfig {
+    pub fn validate(&self) -> Result<Vec<String>, ConfigError> {
+        let mut warnings = Vec::new();
+        if !self.enabled {
+            return Ok(warnings);
+        }
+        if self.rules.is_empty() {
+            warnings.push(
+                "images.enabled is true but images.rules is empty: no image is rewritten".into(),
+            );
+        }
+        for (i, r) in self.rules.iter().enumerate() {
+            let key = format!("images.rules[{i}]");
+            check_prefix(&format!("{key}.match"), &r.matches)?;
+            check_prefix(&format!("{key}.replace"), &r.replace)?;
+            // A rewritten image must not match again, or a second admission would rewrite it
+            // twice (`registry.example` -> `registry.example/mirror` -> ...).
+            let target = normalise_prefix(&r.replace);
+            if let Some(j) = self.rules.iter().position(|o| {
+                let m = normalise_prefix(&o.matches);
+                under(&target, &m) || under(&m, &target)
+            }) {
+                return Err(ConfigError::new(
+                    format!("{key}.replace"),
+                    format!(
+                        "{:?} overlaps images.rules[{j}].match {:?}: a rewritten image would be rewritten again; pick a target that no rule's match covers or lies under",
+                        r.replace, self.rules[j].matches
+                    ),
+                ));
+            }
+        }
+        if let Some(s) = &self.pod_selector {
+            check_label_selector("images.podSelector", s)?;
+        }
+        if let Some(s) = &self.namespace_selector {
+            check_label_selector("images.namespaceSelector", s)?;
+        }
+        Ok(warnings)
+    }
+}
+
+/// A rule's `match`/`replace` written like an image name (`docker.io`, `quay.io/org`,
+/// `nginx` for `docker.io/library/nginx`), without tag or digest.
+fn check_prefix(key: &str, p: &str) -> Result<(), ConfigError> {
+    let bad = |why: String| {
+        ConfigError::new(
+            key,
+            format!(
+                "{p:?} {why}; write a registry (docker.io) or a repository prefix (123456789012.dkr.ecr.us-east-1.amazonaws.com/docker-hub)"
+            ),
+        )
+    };
+    if p.is_empty() {
+        return Err(bad("is empty".into()));
+    }
+    if p.contains("://") {
+        return Err(bad("has a scheme".into()));
+    }
+    if p.ends_with('/') {
+        return Err(bad("ends with '/'".into()));
+    }
+    // A registry alone (`docker.io`, `registry.k8s.io`, `localhost:5000`) is a valid prefix.
+    let probe = if p.contains('/') {
+        p.to_owned()
+    } else if p.contains(['.', ':']) || p == "localhost" {
+        format!("{p}/x")
+    } else {
+        p.to_owned()
+    };
+    match ImageRef::parse(&probe) {
+        Ok(r) if r.suffix.is_empty() => Ok(()),
+        Ok(_) => Err(bad("has a tag or digest".into())),
+        Err(e) => Err(bad(e.to_string())),
+    }
+}
+
+/// A rule prefix as the normalised name it stands for. A prefix that names its registry is
+/// taken as written (`docker.io/bitnami` is the `bitnami` namespace); one without is read as an
+/// image on Docker Hub (`nginx` is `docker.io/library/nginx`, `bitnami/redis` is
+/// `docker.io/bitnami/redis`). `index.docker.io` is `docker.io`.
+pub fn normalise_prefix(p: &str) -> String {
+    let (first, rest) = match p.split_once('/') {
+        Some((f, r)) => (f, Some(r)),
+        None => (p, None),
+    };
+    let names_registry = first.contains(['.', ':'])
+        || first == "localhost"
+        || first.chars().any(|c| c.is_ascii_uppercase());
+    if names_registry {
+        let registry = if first == "index.docker.io" {
+            crate::image_ref::DOCKER_HUB
+        } else {
+            first
+        };
+        return match rest {
+            Some(r) => format!("{registry}/{r}"),
+            None => registry.to_owned(),
+        };
+    }
+    match ImageRef::parse(p) {
+        Ok(r) => r.name(),
+        Err(_) => p.to_owned(),
+    }
+}
+
+/// A `LabelSelector` the API server would accept in a webhook's object or namespace selector.
+pub fn check_label_selector(key: &str, s: &LabelSelector) -> Result<(), ConfigError> {
+    for (k, v) in s.match_labels.iter().flatten() {
+        if let Some(problem) = qualified_name_problem(k) {
+            return Err(ConfigError::new(
+                format!("{key}.matchLabels"),
+                format!("key {k:?}: {problem}"),
+            ));
+        }
+        if !is_label_value(v) {
+            return Err(ConfigError::new(
+                format!("{key}.matchLabels"),
+                format!(
+                    "value {v:?} of {k:?} is not a valid label value (63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric)"
+                ),
+            ));
+        }
+    }
+    for (i, e) in s.match_expressions.iter().flatten().enumerate() {
+        let k = format!("{key}.matchExpressions[{i}]");
+        if let Some(problem) = qualified_name_problem(&e.key) {
+            return Err(ConfigError::new(
+                format!("{k}.key"),
+                format!("{:?}: {problem}", e.key),
+            ));
+        }
+        let values = e.values.as_deref().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => {
+                return Err(ConfigError::new(
+                    format!("{k}.values"),
+                    format!("operator {} needs at least one value", e.operator),
+                ));
+            }
+            "Exists" | "DoesNotExist" if !values.is_empty() => {
+                return Err(ConfigError::new(
+                    format!("{k}.values"),
+                    format!("operator {} takes no values", e.operator),
+                ));
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => {
+                return Err(ConfigError::new(
+                    format!("{k}.operator"),
+                    format!("{other:?} is not In, NotIn, Exists or DoesNotExist"),
+                ));
+            }
+        }
+        if let Some(v) = values.iter().find(|v| !is_label_value(v)) {
+            return Err(ConfigError::new(
+                format!("{k}.values"),
+                format!("{v:?} is not a valid label value"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `webhook.imageBuilderConfig`, when enabled: both host names, usable as image prefixes, that do
+/// not contain each other (or a rewritten image would be rewritten again).
+pub fn check_image_builder(c: &ImageBuilderConfig) -> Result<Vec<String>, ConfigError> {
+    let mut warnings = Vec::new();
+    if !c.enabled {
+        return Ok(warnings);
+    }
+    const K: &str = "webhook.imageBuilderConfig.hostnameReplacement";
+    let h = &c.hostname_replacement;
+    for (name, v) in [("existing", &h.existing), ("replacement", &h.replacement)] {
+        let key = format!("{K}.{name}");
+        if v.is_empty() {
+            return Err(ConfigError::new(
+                key,
+                "is required when webhook.imageBuilderConfig.enabled is true: the registry host (and optional path) whose images are rewritten / the one they are rewritten to",
+            ));
+        }
+        if v.contains("://") || v.ends_with('/') || v.chars().any(char::is_whitespace) {
+            return Err(ConfigError::new(
+                key,
+                format!(
+                    "{v:?} must be a registry host with an optional path, without scheme, spaces or trailing '/'"
+                ),
+            ));
+        }
+    }
+    if under(&h.replacement, &h.existing) || under(&h.existing, &h.replacement) {
+        return Err(ConfigError::new(
+            format!("{K}.replacement"),
+            format!(
+                "{:?} and existing {:?} must not contain each other: a rewritten image would be rewritten again",
+                h.replacement, h.existing
+            ),
+        ));
+    }
+    match &c.label_selector {
+        Some(s) => check_label_selector("webhook.imageBuilderConfig.labelSelector", s)?,
+        None => warnings.push(
+            "webhook.imageBuilderConfig.labelSelector is unset: every pod reaches the image-builder webhook, and with verification on, any image outside the replacement registry is denied".into(),
+        ),
+    }
+    if h.disable_verification {
+        warnings.push("webhook.imageBuilderConfig.hostnameReplacement.disableVerification is true: pods may run images of any organisation".into());
+    }
+    Ok(warnings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use serde_json::{Value, json};
+
+    fn images(v: Value) -> Result<Vec<String>, ConfigError> {
+        serde_json::from_value::<ImagesConfig>(v)
+            .expect("parses")
+            .validate()
+    }
+
+    fn builder(v: Value) -> Result<Vec<String>, ConfigError> {
+        check_image_builder(&serde_json::from_value(v).expect("parses"))
+    }
+
+    #[test]
+    fn image_builder_defaults_are_flytes() {
+        let c = ImageBuilderConfig::default();
+        assert!(!c.enabled);
+        assert_eq!(c.excluded_container_names, ["init-embedded-secret"]);
+        assert!(c.excluded_image_prefixes.is_empty());
+        assert!(c.label_selector.is_none());
+        assert!(!c.hostname_replacement.disable_verification);
+    }
+
+    #[rstest]
+    #[case::no_existing(json!({"enabled": true, "hostnameReplacement": {"replacement": "r.io"}}), "webhook.imageBuilderConfig.hostnameReplacement.existing")]
+    #[case::no_replacement(json!({"enabled": true, "hostnameReplacement": {"existing": "e.io"}}), "webhook.imageBuilderConfig.hostnameReplacement.replacement")]
+    #[case::scheme(json!({"enabled": true, "hostnameReplacement": {"existing": "https://e.io", "replacement": "r.io"}}), "webhook.imageBuilderConfig.hostnameReplacement.existing")]
+    #[case::nested(json!({"enabled": true, "hostnameReplacement": {"existing": "e.io", "replacement": "e.io/mirror"}}), "webhook.imageBuilderConfig.hostnameReplacement.replacement")]
+    #[case::bad_selector(json!({"enabled": true, "hostnameReplacement": {"existing": "e.io", "replacement": "r.io"}, "labelSelector": {"matchLabels": {"bad key!": "x"}}}), "webhook.imageBuilderConfig.labelSelector.matchLabels")]
+    #[case::bad_operator(json!({"enabled": true, "hostnameReplacement": {"existing": "e.io", "replacement": "r.io"}, "labelSelector": {"matchExpressions": [{"key": "a", "operator": "Is"}]}}), "webhook.imageBuilderConfig.labelSelector.matchExpressions[0].operator")]
+    fn image_builder_refuses(#[case] v: Value, #[case] key: &str) {
+        assert_eq!(builder(v).unwrap_err().key, key);
+    }
+
+    #[test]
+    fn image_builder_disabled_is_not_checked() {
+        assert_eq!(
+            builder(json!({"hostnameReplacement": {"existing": "https://x"}})).unwrap(),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_valid_image_builder_config_loads_without_warnings() {
+        let w = builder(json!({"enabled": true, "hostnameReplacement": {"existing": "old.registry.com", "replacement": "new.registry.com"},
+            "labelSelector": {"matchLabels": {"inject-secrets": "true"}}})).unwrap();
+        assert!(w.is_empty(), "{w:?}");
+    }
+
+    #[rstest]
+    #[case::empty_match(json!({"enabled": true, "rules": [{"match": "", "replace": "r.io/hub"}]}), "images.rules[0].match")]
+    #[case::scheme(json!({"enabled": true, "rules": [{"match": "docker.io", "replace": "https://r.io"}]}), "images.rules[0].replace")]
+    #[case::tag(json!({"enabled": true, "rules": [{"match": "docker.io/library/nginx:1", "replace": "r.io/hub"}]}), "images.rules[0].match")]
+    #[case::rewrites_itself(json!({"enabled": true, "rules": [{"match": "r.io", "replace": "r.io/mirror"}]}), "images.rules[0].replace")]
+    #[case::another_rule_rewrites_it(json!({"enabled": true, "rules": [{"match": "docker.io", "replace": "quay.io/hub"}, {"match": "quay.io", "replace": "r.io/quay"}]}), "images.rules[0].replace")]
+    #[case::a_longer_match_lies_under_the_target(json!({"enabled": true, "rules": [{"match": "docker.io", "replace": "r.io/hub"}, {"match": "r.io/hub/library", "replace": "q.io/x"}]}), "images.rules[0].replace")]
+    #[case::bad_pod_selector(json!({"enabled": true, "podSelector": {"matchLabels": {"a": "not ok!"}}}), "images.podSelector.matchLabels")]
+    #[case::in_without_values(json!({"enabled": true, "namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}), "images.namespaceSelector.matchExpressions[0].values")]
+    fn images_refuses(#[case] v: Value, #[case] key: &str) {
+        assert_eq!(images(v).unwrap_err().key, key);
+    }
+
+    #[test]
+    fn ecr_pull_through_rules_load() {
+        let w = images(json!({"enabled": true, "rules": [
+            {"match": "docker.io", "replace": "123456789012.dkr.ecr.us-east-1.amazonaws.com/docker-hub"},
+            {"match": "registry.k8s.io", "replace": "123456789012.dkr.ecr.us-east-1.amazonaws.com/k8s"},
+            {"match": "localhost:5000", "replace": "123456789012.dkr.ecr.us-east-1.amazonaws.com/local"}
+        ]})).unwrap();
+        assert!(w.is_empty(), "{w:?}");
+    }
+
+    #[test]
+    fn a_bare_name_prefix_means_the_official_image() {
+        assert_eq!(normalise_prefix("nginx"), "docker.io/library/nginx");
+        assert_eq!(normalise_prefix("index.docker.io"), "docker.io");
+        assert_eq!(normalise_prefix("bitnami/redis"), "docker.io/bitnami/redis");
+        assert_eq!(normalise_prefix("docker.io/bitnami"), "docker.io/bitnami");
+        assert_eq!(
+            normalise_prefix("index.docker.io/library"),
+            "docker.io/library"
+        );
+    }
+}
