@@ -15,7 +15,6 @@ use crate::metrics::AdmissionFacts;
 use crate::mutate::{Applied, PodCtx, Route, Tally};
 use crate::secrets::embedded::DRY_RUN_PLACEHOLDER;
 use crate::secrets::plan::Planned;
-use crate::secrets::source::SourceError;
 use crate::secrets::{Plan, ResolvedSecrets};
 
 pub const API_VERSION_V1: &str = "admission.k8s.io/v1";
@@ -43,6 +42,7 @@ struct Audit {
     fetch_us: u64,
     cache_hits: u32,
     backend_calls: u32,
+    throttles: u32,
     injected: Vec<(crate::config::SecretManagerType, u32)>,
     images: Vec<(crate::mutate::ImageCount, u32)>,
     patch_bytes: usize,
@@ -86,6 +86,7 @@ impl App {
                 fetch_ids: audit.secrets_fetched,
                 backend_calls: audit.backend_calls,
                 cache_hits: audit.cache_hits,
+                throttles: audit.throttles,
             });
         }
         let mutators = audit.mutators.join(",");
@@ -277,13 +278,21 @@ impl App {
             Ok(Ok(fetched)) => {
                 audit.cache_hits = fetched.cache_hits;
                 audit.backend_calls = fetched.backend_calls;
+                audit.throttles = fetched.throttles;
                 Ok(ResolvedSecrets::new(fetched.values))
             }
             Ok(Err(e)) => {
-                // The SDK's text names the account, the role and the secret's ARN: the log
-                // gets it, the pod's creator gets the ids and the error code.
-                tracing::error!(error = %e, "fetching secrets from AWS Secrets Manager failed");
-                Err(Error::Internal(public_fetch_error(&e)))
+                audit.throttles = e.throttles();
+                // The SDK's own text (the error's source) names the account, the role and the
+                // secret's ARN: the log gets it; the reply gets the ids, the API and the code.
+                tracing::error!(
+                    error = %e,
+                    detail = %error_chain(&e),
+                    "fetching secrets from AWS Secrets Manager failed"
+                );
+                Err(Error::Internal(format!(
+                    "{e} (details in the function's log)"
+                )))
             }
             Err(_) => Err(Error::Internal(format!(
                 "deadline of {} ms (embedded.deadlineMs) passed while fetching secret {}",
@@ -294,27 +303,16 @@ impl App {
     }
 }
 
-/// What the reply says about a failed fetch: the ids asked for (the pod's creator wrote them)
-/// and the AWS error code, never the rest of the SDK's message.
-fn public_fetch_error(e: &SourceError) -> String {
-    let SourceError::Failed { ids, reason } = e;
-    format!(
-        "failed to fetch secret {ids} from AWS Secrets Manager: {} (details in the function's log)",
-        error_code(reason)
-    )
-}
-
-/// The AWS error code in an SDK message (`service error: AccessDeniedException: User:
-/// arn:...`): the first word shaped like one, or "error" when there is none.
-fn error_code(reason: &str) -> &str {
-    const SUFFIXES: [&str; 5] = ["Exception", "Error", "Failure", "Denied", "Fault"];
-    reason
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .find(|w| {
-            w.starts_with(|c: char| c.is_ascii_uppercase())
-                && SUFFIXES.iter().any(|s| w.len() > s.len() && w.ends_with(s))
-        })
-        .unwrap_or("error")
+/// An error and its sources, one after another, for the log (never for a reply).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
 }
 
 fn internal(what: &str, e: impl std::fmt::Display) -> Error {
@@ -689,25 +687,24 @@ mod tests {
     }
 
     #[test]
-    fn only_the_aws_error_code_of_a_failed_fetch_reaches_the_reply() {
-        let e = SourceError::failed(
-            &["u__org__o__domain__d__project__p__key__k".to_owned()],
-            "service error: AccessDeniedException: User: arn:aws:sts::123456789012:assumed-role/r/f is not authorized",
-        );
+    fn only_the_ids_and_the_aws_error_code_of_a_failed_fetch_reach_the_reply() {
+        let sdk_text = "AccessDeniedException: User: arn:aws:sts::123456789012:assumed-role/r/f is not authorized";
+        let e = crate::secrets::source::SourceError::Call {
+            api: crate::secrets::source::Api::GetSecretValue,
+            ids: "u__org__o__domain__d__project__p__key__k".to_owned(),
+            code: "AccessDeniedException".to_owned(),
+            source: sdk_text.into(),
+        };
+        let reply = e.to_string();
         assert_eq!(
-            public_fetch_error(&e),
-            "failed to fetch secret u__org__o__domain__d__project__p__key__k from AWS Secrets Manager: AccessDeniedException (details in the function's log)"
+            reply,
+            "failed to fetch secret u__org__o__domain__d__project__p__key__k: GetSecretValue failed with AccessDeniedException"
         );
-        for (reason, code) in [
-            (
-                "DecryptionFailure: arn:aws:kms:us-east-1:1:key/x",
-                "DecryptionFailure",
-            ),
-            ("dispatch failure: io error: connection refused", "error"),
-            ("ThrottlingException: Rate exceeded", "ThrottlingException"),
-            ("", "error"),
-        ] {
-            assert_eq!(error_code(reason), code, "{reason}");
-        }
+        assert!(!reply.contains("arn:") && !reply.contains("123456789012"));
+        let logged = error_chain(&e);
+        assert!(
+            logged.ends_with(sdk_text),
+            "the log keeps the detail: {logged}"
+        );
     }
 }

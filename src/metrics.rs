@@ -26,6 +26,8 @@ pub struct AdmissionFacts<'a> {
     pub fetch_ids: usize,
     pub backend_calls: u32,
     pub cache_hits: u32,
+    /// Secrets Manager attempts answered with `ThrottlingException`, retried or not.
+    pub throttles: u32,
 }
 
 /// Where metric lines go.
@@ -100,6 +102,8 @@ impl Metrics {
                 "Count",
                 json!(f.fetch_ids.saturating_sub(f.cache_hits as usize)),
             ));
+            // The Terraform and SAM alarms sum this name over the namespace.
+            metrics.push(("SecretsManagerThrottles", "Count", json!(f.throttles)));
         }
         let mut defs: Vec<Value> = metrics
             .iter()

@@ -285,7 +285,7 @@ mod secrets_attacks {
     use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
     use podmutator::secrets::global::GlobalSecretSource;
     use podmutator::secrets::source::{
-        BoxFuture, Fetched, SecretSource, SecretValue, SourceError, StaticSource,
+        Api, BoxFuture, Fetched, SecretSource, SecretValue, SourceError, StaticSource,
     };
     use serde_json::{Value, json};
 
@@ -623,12 +623,17 @@ mod secrets_attacks {
             ids: &'a [String],
         ) -> BoxFuture<'a, Result<Fetched, SourceError>> {
             Box::pin(async move {
-                Err(SourceError::failed(
-                    ids,
-                    format!(
+                // As AwsSource reports it: the code from the error's metadata, the service's
+                // own text (account, role, ARN) as the source.
+                Err(SourceError::Call {
+                    api: Api::BatchGetSecretValue,
+                    ids: ids.join(", "),
+                    code: "AccessDeniedException".to_owned(),
+                    source: format!(
                         "service error: AccessDeniedException: User: arn:aws:sts::{ACCOUNT}:assumed-role/podmutator-fn-role/podmutator is not authorized to perform: secretsmanager:BatchGetSecretValue on resource: arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:x"
-                    ),
-                ))
+                    )
+                    .into(),
+                })
             })
         }
     }

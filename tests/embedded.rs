@@ -12,7 +12,7 @@ use podmutator::config::Config;
 use podmutator::mutate::Route;
 use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use podmutator::secrets::source::{
-    BoxFuture, Fetched, SecretSource, SecretValue, SourceError, StaticSource,
+    Api, BoxFuture, Fetched, SecretSource, SecretValue, SourceError, StaticSource,
 };
 use rstest::rstest;
 use serde_json::{Value, json};
@@ -457,10 +457,12 @@ impl SecretSource for Broken {
                     tokio::time::sleep(d).await;
                     Ok(BTreeMap::new().into())
                 }
-                None => Err(SourceError::failed(
-                    ids,
-                    "ThrottlingException: Rate exceeded",
-                )),
+                None => Err(SourceError::Throttled {
+                    api: Api::BatchGetSecretValue,
+                    ids: ids.join(", "),
+                    throttles: 3,
+                    source: "Rate exceeded for arn:aws:iam::123456789012:role/podmutator".into(),
+                }),
             }
         })
     }
@@ -469,7 +471,7 @@ impl SecretSource for Broken {
 #[rstest]
 #[case::throttled(
     Broken(None),
-    "failed to fetch secret u__org__flyte__domain__development__project__flytesnacks__key__k"
+    "throttled by AWS Secrets Manager while fetching secret u__org__flyte__domain__development__project__flytesnacks__key__k"
 )]
 #[case::past_the_deadline(
     Broken(Some(Duration::from_secs(5))),
@@ -493,6 +495,10 @@ async fn backend_trouble_is_an_internal_error_so_failure_policy_decides(
     assert_eq!(resp["allowed"], false);
     let msg = resp["status"]["message"].as_str().unwrap();
     assert!(msg.contains(want), "{msg}");
+    assert!(
+        !msg.contains("arn:") && !msg.contains("123456789012"),
+        "the service's detail stays out of the reply: {msg}"
+    );
 }
 
 #[tokio::test]

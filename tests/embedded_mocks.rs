@@ -1,21 +1,27 @@
 //! Embedded mode through the real AWS SDK client with `aws-smithy-mocks` answering the
-//! `BatchGetSecretValue` calls: every answer the service can give, as the admission sees it.
+//! `BatchGetSecretValue` and `GetSecretValue` calls: every answer the service can give,
+//! throttling included, as the admission (and its metrics) see it.
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_secretsmanager::Client;
 use aws_sdk_secretsmanager::operation::batch_get_secret_value::BatchGetSecretValueOutput;
+use aws_sdk_secretsmanager::operation::get_secret_value::{
+    GetSecretValueError, GetSecretValueOutput,
+};
+use aws_sdk_secretsmanager::types::error::ResourceNotFoundException;
 use aws_sdk_secretsmanager::types::{ApiErrorType, SecretValueEntry};
-use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
+use aws_smithy_mocks::{MockResponse, Rule, RuleMode, mock, mock_client};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_types::Blob;
 use aws_smithy_types::body::SdkBody;
 use common::*;
-use podmutator::config::Config;
+use podmutator::config::{Config, FetchStrategy};
+use podmutator::metrics::Sink;
 use podmutator::mutate::Route;
 use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use podmutator::secrets::source::{AwsSource, CachePolicy, CachingSource};
@@ -196,40 +202,142 @@ async fn binary_values(
     }
 }
 
+fn throttled() -> HttpResponse {
+    HttpResponse::new(
+        400.try_into().unwrap(),
+        SdkBody::from(
+            r#"{"__type":"ThrottlingException","message":"Rate exceeded for arn:aws:iam::123456789012:role/podmutator"}"#,
+        ),
+    )
+}
+
+/// The SDK's standard retries, with a short backoff so the test does not meet the deadline.
+fn fast_retries(
+    c: aws_sdk_secretsmanager::config::Builder,
+) -> aws_sdk_secretsmanager::config::Builder {
+    c.retry_config(
+        aws_sdk_secretsmanager::config::retry::RetryConfig::standard()
+            .with_max_attempts(3)
+            .with_initial_backoff(Duration::from_millis(1))
+            .with_max_backoff(Duration::from_millis(2)),
+    )
+}
+
+/// The app over `client` with `strategy` and a memory metrics sink.
+fn metered(client: Client, strategy: FetchStrategy) -> (Front, Arc<Mutex<Vec<String>>>) {
+    let config = Config::from_value(json!({"webhook": {
+        "secretManagerTypes": ["Embedded"],
+        "embeddedSecretManagerConfig": {"type": "AWS"}
+    }}))
+    .unwrap()
+    .config;
+    let source = CachingSource::new(
+        AwsSource::from_config(client, &config.embedded).with_strategy(strategy),
+        CachePolicy::from_config(&config.embedded),
+    );
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let deps = Deps::offline()
+        .with_source(Arc::new(source))
+        .with_metrics(Some(Sink::Memory(lines.clone())));
+    (webhook(&config, deps), lines)
+}
+
+fn throttle_metric(lines: &Mutex<Vec<String>>) -> Value {
+    let line: Value = serde_json::from_str(lines.lock().unwrap().last().unwrap()).unwrap();
+    let declared = line["_aws"]["CloudWatchMetrics"][0]["Metrics"].to_string();
+    assert!(
+        declared.contains("\"SecretsManagerThrottles\""),
+        "{declared}"
+    );
+    line["SecretsManagerThrottles"].clone()
+}
+
+#[rstest]
+#[case::parallel(
+    FetchStrategy::Parallel,
+    "GetSecretValue allows 10,000 requests per second per account and region"
+)]
+#[case::batch(
+    FetchStrategy::Batch,
+    "BatchGetSecretValue allows 100 requests per second per account and region"
+)]
 #[tokio::test]
-async fn throttling_that_outlasts_the_sdk_retries_is_an_internal_error() {
-    let throttled = mock!(Client::batch_get_secret_value).then_http_response(|| {
-        HttpResponse::new(
-            400.try_into().unwrap(),
-            SdkBody::from(r#"{"__type":"ThrottlingException","message":"Rate exceeded"}"#),
-        )
-    });
-    // The SDK's standard retries, with a short backoff so the test does not meet the deadline.
+async fn throttling_that_outlasts_the_sdk_retries_fails_naming_the_quota_and_is_counted(
+    #[case] strategy: FetchStrategy,
+    #[case] quota: &str,
+) {
+    let get = mock!(Client::get_secret_value).then_http_response(throttled);
+    let batch = mock!(Client::batch_get_secret_value).then_http_response(throttled);
     let client = mock_client!(
         aws_sdk_secretsmanager,
         RuleMode::MatchAny,
-        [&throttled],
-        |c| c.retry_config(
-            aws_sdk_secretsmanager::config::retry::RetryConfig::standard()
-                .with_max_attempts(3)
-                .with_initial_backoff(Duration::from_millis(1))
-        )
+        [&get, &batch],
+        fast_retries
     );
-    let app = app_over(client);
+    let (app, lines) = metered(client, strategy);
     let (status, resp) = admit(&app, &pod("k", MountRequirement::EnvVar)).await;
     assert_eq!(status, 500, "{resp}");
     let msg = resp["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("throttled by AWS Secrets Manager"), "{msg}");
+    assert!(msg.contains(quota), "{msg}");
     assert!(
-        msg.starts_with(&format!(
-            "failed to fetch secret {}",
-            id("development", "flytesnacks", "k")
-        )),
-        "{msg}"
+        !msg.contains("arn:") && !msg.contains("123456789012"),
+        "no account or role in the reply: {msg}"
     );
-    assert!(msg.contains("ThrottlingException"), "{msg}");
+    // The id that failed was answered ThrottlingException three times (the SDK's attempts);
+    // the first failure aborts the admission's other calls, whose answers may never be read.
+    let calls = get.num_calls() + batch.num_calls();
+    let counted = throttle_metric(&lines).as_u64().unwrap();
     assert!(
-        throttled.num_calls() >= 2,
-        "the SDK retried ({} calls)",
-        throttled.num_calls()
+        (3..=calls as u64).contains(&counted),
+        "{counted} throttles counted of {calls} calls"
     );
+}
+
+#[tokio::test]
+async fn a_throttle_the_retry_absorbs_admits_the_pod_and_is_counted() {
+    let store: BTreeMap<String, Stored> = [(id("", "", "k"), Stored::Text("fake-org"))].into();
+    // The SDK retries on the rule that took the first attempt, so the throttled id's rule
+    // answers the retry too: not found at project scope.
+    let project = id("development", "flytesnacks", "k");
+    let get = mock!(Client::get_secret_value)
+        .match_requests(move |input| input.secret_id() == Some(project.as_str()))
+        .sequence()
+        .http_response(throttled)
+        .http_status(
+            400,
+            Some(r#"{"__type":"ResourceNotFoundException","message":"none"}"#.into()),
+        )
+        .build();
+    let answers = mock!(Client::get_secret_value).then_compute_response(move |input| {
+        let id = input.secret_id().unwrap_or_default();
+        match store.get(id) {
+            Some(Stored::Text(t)) => MockResponse::Output(
+                GetSecretValueOutput::builder()
+                    .name(id)
+                    .secret_string(*t)
+                    .build(),
+            ),
+            _ => MockResponse::Error(GetSecretValueError::ResourceNotFoundException(
+                ResourceNotFoundException::builder().message("none").build(),
+            )),
+        }
+    });
+    let client = mock_client!(
+        aws_sdk_secretsmanager,
+        RuleMode::MatchAny,
+        [&get, &answers],
+        fast_retries
+    );
+    let (app, lines) = metered(client, FetchStrategy::Parallel);
+    let p = pod("k", MountRequirement::EnvVar);
+    let (status, resp) = admit(&app, &p).await;
+    assert_eq!(status, 200, "{resp}");
+    assert_eq!(
+        first_env(&p, &resp),
+        json!({"name": "_UNION_K", "value": "fake-org"})
+    );
+    assert_eq!(get.num_calls(), 2, "the throttled attempt and its retry");
+    assert_eq!(answers.num_calls(), 2, "the other two scopes");
+    assert_eq!(throttle_metric(&lines), json!(1));
 }

@@ -146,6 +146,7 @@ async fn embedded_fetches_and_cache_hits_are_reported_and_values_are_not() {
         ),
         (Some(3), Some(1), Some(0), Some(3))
     );
+    assert_eq!(cold["SecretsManagerThrottles"], 0);
     assert_eq!(
         (
             warm["EmbeddedFetchCalls"].as_u64(),

@@ -21,7 +21,7 @@ use podmutator::secrets::codec::{
     self, ANNOTATION_PREFIX, CodecError, MAX_ENCODED_LEN, MountRequirement, Secret,
 };
 use podmutator::secrets::source::{
-    BoxFuture, Fetched, SecretSource, SecretValue, SourceError, StaticSource,
+    Api, BoxFuture, Fetched, SecretSource, SecretValue, SourceError, StaticSource,
 };
 use podmutator::transport::http::{Front, Incoming};
 use podmutator::transport::lambda::{LambdaReply, handle};
@@ -65,7 +65,12 @@ impl SecretSource for FakeSource {
     fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
         if ids.iter().any(|id| id.contains("backend-down")) {
             return Box::pin(async move {
-                Err(SourceError::failed(ids, "fake backend is down (fuzzing)"))
+                Err(SourceError::Call {
+                    api: Api::GetSecretValue,
+                    ids: ids.join(", "),
+                    code: "InternalServiceError".into(),
+                    source: "fake backend is down (fuzzing)".into(),
+                })
             });
         }
         self.0.fetch_many(ids)

@@ -317,22 +317,17 @@ pub async fn embedded_source(config: &Config) -> Arc<dyn SecretSource> {
         .region
         .clone();
     let budget = Duration::from_millis(config.embedded.deadline_ms);
-    let e = &config.embedded;
-    let batch_size = e.batch_size;
+    let embedded = config.embedded.clone();
     Arc::new(CachingSource::new(
         BuiltOnFirstFetch::new(move || {
             let region = region.clone();
+            let embedded = embedded.clone();
             async move {
                 let client = crate::secrets::source::aws_client(&region, budget).await;
-                AwsSource::new(client, batch_size)
+                AwsSource::from_config(client, &embedded)
             }
         }),
-        CachePolicy {
-            ttl: Duration::from_secs(e.cache_ttl_seconds),
-            negative_ttl: Duration::from_secs(e.negative_cache_ttl_seconds),
-            max_entries: e.cache_max_entries,
-            max_bytes: e.cache_max_bytes,
-        },
+        CachePolicy::from_config(&config.embedded),
     ))
 }
 

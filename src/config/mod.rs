@@ -570,6 +570,14 @@ pub struct EmbeddedConfig {
     pub cache_max_bytes: usize,
     /// Ids per BatchGetSecretValue call (the API's maximum is 20).
     pub batch_size: usize,
+    /// Which Secrets Manager API fetches the ids a cache miss leaves.
+    pub fetch_strategy: FetchStrategy,
+    /// Secrets Manager calls this process has in flight at most, all admissions together, so
+    /// one instance cannot spend the account's request quota on its own.
+    pub max_calls_in_flight: usize,
+    /// Secrets Manager calls one admission has in flight at most, so one pod asking for many
+    /// secrets cannot take every slot of `max_calls_in_flight`.
+    pub max_calls_in_flight_per_admission: usize,
     /// Largest value accepted; bigger ones are refused with a message naming the key.
     pub max_value_bytes: usize,
     /// The namespace a pod with labels organization/project/domain must be in to read that
@@ -596,12 +604,30 @@ impl Default for EmbeddedConfig {
             cache_max_entries: 10_000,
             cache_max_bytes: 16 << 20,
             batch_size: 20,
+            fetch_strategy: FetchStrategy::Parallel,
+            max_calls_in_flight: 16,
+            max_calls_in_flight_per_admission: 4,
             max_value_bytes: 64 << 10,
             namespace_template: "{{ project }}-{{ domain }}".into(),
             domains: default_domains(),
             allowed_usernames: Vec::new(),
         }
     }
+}
+
+/// How Embedded mode asks Secrets Manager for the ids a cache miss leaves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FetchStrategy {
+    /// `BatchGetSecretValue`, `batchSize` ids a call: fewest calls, but that API allows only
+    /// 100 requests per second per account and region, shared by every instance.
+    Batch,
+    /// One `GetSecretValue` per id (10,000 requests per second per account and region).
+    #[default]
+    Parallel,
+    /// `Batch` until this instance's first successful call (one connection while cold), then
+    /// `Parallel`.
+    Hybrid,
 }
 
 /// Flyte's `MutatorConfig`: a required mutator's failure denies the pod; an optional one's
@@ -756,6 +782,23 @@ impl Config {
                 format!(
                     "{}: BatchGetSecretValue takes 1 to 20 ids per call",
                     em.batch_size
+                ),
+            ));
+        }
+        if em.max_calls_in_flight == 0 {
+            return Err(ConfigError::new(
+                "embedded.maxCallsInFlight",
+                "must be at least 1",
+            ));
+        }
+        if em.max_calls_in_flight_per_admission == 0
+            || em.max_calls_in_flight_per_admission > em.max_calls_in_flight
+        {
+            return Err(ConfigError::new(
+                "embedded.maxCallsInFlightPerAdmission",
+                format!(
+                    "{}: use 1 to embedded.maxCallsInFlight ({})",
+                    em.max_calls_in_flight_per_admission, em.max_calls_in_flight
                 ),
             ));
         }
@@ -1125,6 +1168,9 @@ mod tests {
     #[case::nested_unknown_key(json!({"webhook": {"vaultSecretManager": {"rol": "x"}}}), "webhook.vaultSecretManager.rol")]
     #[case::embedded_needs_aws(json!({"webhook": {"secretManagerTypes": ["Embedded"]}}), "webhook.embeddedSecretManagerConfig.type")]
     #[case::image_pull_copies_need_writes(json!({"webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS", "imagePullSecrets": {"enabled": true}}}}), "webhook.embeddedSecretManagerConfig.imagePullSecrets.enabled")]
+    #[case::no_calls_in_flight(json!({"embedded": {"maxCallsInFlight": 0}}), "embedded.maxCallsInFlight")]
+    #[case::admission_over_process(json!({"embedded": {"maxCallsInFlight": 2, "maxCallsInFlightPerAdmission": 3}}), "embedded.maxCallsInFlightPerAdmission")]
+    #[case::unknown_strategy(json!({"embedded": {"fetchStrategy": "serial"}}), "embedded.fetchStrategy")]
     #[case::token_and_token_secret(json!({"http": {"pathToken": "a", "pathTokenSecretId": "b"}}), "http.pathToken")]
     #[case::short_token(json!({"http": {"pathToken": "abc"}}), "http.pathToken")]
     #[case::tiny_body_limit(json!({"http": {"maxBodyBytes": 10}}), "http.maxBodyBytes")]

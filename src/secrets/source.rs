@@ -1,18 +1,30 @@
 //! The one asynchronous seam: fetching secret values for Embedded mode, before the pure chain
-//! runs. [`AwsSource`] asks AWS Secrets Manager for every id an admission needs with
-//! `BatchGetSecretValue` (20 ids a call, calls in parallel); [`CachingSource`] remembers answers
-//! across warm invocations, found and not-found alike, within bounds.
+//! runs. [`AwsSource`] asks AWS Secrets Manager for every id an admission needs, by
+//! `GetSecretValue` per id or `BatchGetSecretValue` per 20 ids ([`FetchStrategy`]), with a bound
+//! on calls in flight per admission and per process; [`CachingSource`] remembers answers across
+//! warm invocations, found and not-found alike, within bounds.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_secretsmanager::Client;
-use aws_sdk_secretsmanager::error::DisplayErrorContext;
+use aws_sdk_secretsmanager::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_secretsmanager::operation::batch_get_secret_value::BatchGetSecretValueError;
+use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueError;
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::AfterDeserializationInterceptorContextRef;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::config::EmbeddedConfig;
+pub use crate::config::FetchStrategy;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -65,6 +77,8 @@ pub struct Fetched {
     pub backend_ids: u32,
     /// Calls made to the backend.
     pub backend_calls: u32,
+    /// Attempts the backend answered with `ThrottlingException` (retried or not).
+    pub throttles: u32,
 }
 
 impl From<BTreeMap<String, Lookup>> for Fetched {
@@ -76,25 +90,139 @@ impl From<BTreeMap<String, Lookup>> for Fetched {
             cache_hits: 0,
             backend_ids: n,
             backend_calls: u32::from(n > 0),
+            throttles: 0,
         }
     }
 }
 
-/// Why values could not be fetched. Names ids, never values.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// The Secrets Manager operations Embedded mode calls, with the account quota each one shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    GetSecretValue,
+    BatchGetSecretValue,
+}
+
+impl Api {
+    /// AWS's published request quota (per account and region, shared by every instance and
+    /// every other application there).
+    pub fn quota(self) -> &'static str {
+        match self {
+            Api::GetSecretValue => {
+                "GetSecretValue allows 10,000 requests per second per account and region"
+            }
+            Api::BatchGetSecretValue => {
+                "BatchGetSecretValue allows 100 requests per second per account and region, not adjustable"
+            }
+        }
+    }
+}
+
+impl fmt::Display for Api {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Api::GetSecretValue => "GetSecretValue",
+            Api::BatchGetSecretValue => "BatchGetSecretValue",
+        })
+    }
+}
+
+/// What the service said about one id of a batch, kept out of [`SourceError`]'s `Display`
+/// because a service message may name an account, a role or a key ARN.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ServiceMessage(pub String);
+
+/// Why values could not be fetched. `Display` is short (what failed: ids and an error code,
+/// never a value, an ARN or an account id) so it can be answered to the pod's creator; the
+/// service's own error, which may name the account or role, is only reachable through
+/// [`std::error::Error::source`], for the logs.
+#[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    #[error("failed to fetch secret {ids}: {reason}")]
-    Failed { ids: String, reason: String },
+    /// Secrets Manager kept answering `ThrottlingException` until the SDK's retries, sized to
+    /// `embedded.deadlineMs`, ran out.
+    #[error(
+        "throttled by AWS Secrets Manager while fetching secret {ids}: {} ({throttles} throttled attempts); retry the pod later, lower embedded.maxCallsInFlight on every instance or raise embedded.cacheTtlSeconds",
+        api.quota()
+    )]
+    Throttled {
+        api: Api,
+        ids: String,
+        throttles: u32,
+        #[source]
+        source: BoxError,
+    },
+    /// A call failed: the service answered an error, or it could not be reached in time.
+    #[error("failed to fetch secret {ids}: {api} failed with {code}")]
+    Call {
+        api: Api,
+        ids: String,
+        code: String,
+        #[source]
+        source: BoxError,
+    },
+    /// A batch answered an error other than not-found for one id.
+    #[error("failed to fetch secret {id}: {code}")]
+    Entry {
+        id: String,
+        code: String,
+        #[source]
+        source: ServiceMessage,
+    },
+    /// A fetch task ended without an answer (a panic in the SDK, or the runtime shutting down).
+    #[error("failed to fetch secret {ids}: the fetch task stopped")]
+    Task {
+        ids: String,
+        #[source]
+        source: tokio::task::JoinError,
+    },
 }
 
 impl SourceError {
-    pub fn failed(ids: &[String], reason: impl Into<String>) -> Self {
-        SourceError::Failed {
-            ids: ids.join(", "),
-            reason: reason.into(),
+    /// Throttled attempts behind this error, for the `SecretsManagerThrottles` metric.
+    pub fn throttles(&self) -> u32 {
+        match self {
+            SourceError::Throttled { throttles, .. } => *throttles,
+            _ => 0,
+        }
+    }
+
+    /// Classifies an SDK failure of `api` for `ids`.
+    fn from_sdk<E>(api: Api, ids: &[String], throttles: u32, e: SdkError<E, HttpResponse>) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        let ids = ids.join(", ");
+        let code = match &e {
+            SdkError::ServiceError(s) => s.err().code().unwrap_or("an unnamed error").to_owned(),
+            SdkError::TimeoutError(_) => "a timeout (embedded.deadlineMs)".to_owned(),
+            SdkError::DispatchFailure(_) => "a connection failure".to_owned(),
+            SdkError::ResponseError(_) => "an unreadable response".to_owned(),
+            _ => "a request it could not build".to_owned(),
+        };
+        if code == THROTTLED {
+            // The final attempt is one of the throttles; count it even if the interceptor
+            // could not (an error it could not classify).
+            SourceError::Throttled {
+                api,
+                ids,
+                throttles: throttles.max(1),
+                source: Box::new(e),
+            }
+        } else {
+            SourceError::Call {
+                api,
+                ids,
+                code,
+                source: Box::new(e),
+            }
         }
     }
 }
+
+type HttpResponse = aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+
+const THROTTLED: &str = "ThrottlingException";
+const NOT_FOUND: &str = "ResourceNotFoundException";
 
 /// Where Embedded values come from.
 pub trait SecretSource: Send + Sync {
@@ -139,35 +267,114 @@ pub async fn aws_client(region: &str, budget: Duration) -> Client {
     Client::new(&loader.load().await)
 }
 
+/// Counts the attempts of one operation that Secrets Manager answered with
+/// `ThrottlingException`. The SDK retries those itself, so the final result alone would hide
+/// every throttle that a retry absorbed; the alarm wants them all.
+#[derive(Debug, Clone, Default)]
+struct ThrottleCounter(Arc<AtomicU32>);
+
+impl ThrottleCounter {
+    fn get(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Intercept for ThrottleCounter {
+    fn name(&self) -> &'static str {
+        "ThrottleCounter"
+    }
+
+    fn read_after_deserialization(
+        &self,
+        context: &AfterDeserializationInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let Err(e) = context.output_or_error() else {
+            return Ok(());
+        };
+        let Some(e) = e.as_operation_error() else {
+            return Ok(());
+        };
+        let code = e
+            .downcast_ref::<GetSecretValueError>()
+            .and_then(|e| e.code())
+            .or_else(|| {
+                e.downcast_ref::<BatchGetSecretValueError>()
+                    .and_then(|e| e.code())
+            });
+        if code == Some(THROTTLED) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
 /// AWS Secrets Manager, `AWSCURRENT` values by secret name.
 #[derive(Clone)]
 pub struct AwsSource {
     client: Client,
     batch_size: usize,
+    strategy: FetchStrategy,
+    per_admission: usize,
+    /// Shared by every admission of this process (`embedded.maxCallsInFlight`).
+    in_flight: Arc<Semaphore>,
+    /// Whether any call has succeeded yet: [`FetchStrategy::Hybrid`] batches until then.
+    warm: Arc<AtomicBool>,
 }
 
 /// The API's per-call maximum for `SecretIdList`.
 pub const MAX_BATCH: usize = 20;
 
-impl AwsSource {
-    pub fn new(client: Client, batch_size: usize) -> Self {
-        Self {
-            client,
-            batch_size: batch_size.clamp(1, MAX_BATCH),
+/// One call's share of the bounds: a slot of the admission's and one of the process's.
+struct Slot {
+    _admission: Option<OwnedSemaphorePermit>,
+    _process: Option<OwnedSemaphorePermit>,
+}
+
+/// What one spawned call needs.
+#[derive(Clone)]
+struct CallCtx {
+    client: Client,
+    admission: Arc<Semaphore>,
+    process: Arc<Semaphore>,
+    throttles: ThrottleCounter,
+    warm: Arc<AtomicBool>,
+}
+
+impl CallCtx {
+    /// Waits for a slot; the admission's first so that one admission queues behind its own
+    /// calls and takes at most its share of the process's. The semaphores are never closed; if
+    /// one were, the call would go ahead unbounded rather than fail.
+    async fn slot(&self) -> Slot {
+        let admission = self.admission.clone().acquire_owned().await.ok();
+        let process = self.process.clone().acquire_owned().await.ok();
+        Slot {
+            _admission: admission,
+            _process: process,
         }
     }
 
-    async fn batch(client: Client, ids: Vec<String>) -> Result<Vec<(String, Lookup)>, SourceError> {
+    async fn batch(self, ids: Vec<String>) -> Result<(Vec<(String, Lookup)>, u32), SourceError> {
         let mut out = Vec::with_capacity(ids.len());
         let mut next_token = None;
+        let mut calls = 0;
         loop {
-            let resp = client
+            let _slot = self.slot().await;
+            calls += 1;
+            let resp = self
+                .client
                 .batch_get_secret_value()
                 .set_secret_id_list(Some(ids.clone()))
                 .set_next_token(next_token.take())
+                .customize()
+                .interceptor(self.throttles.clone())
                 .send()
                 .await
-                .map_err(|e| SourceError::failed(&ids, DisplayErrorContext(e).to_string()))?;
+                .map_err(|e| {
+                    SourceError::from_sdk(Api::BatchGetSecretValue, &ids, self.throttles.get(), e)
+                })?;
+            self.warm.store(true, Ordering::Relaxed);
             for entry in resp.secret_values() {
                 let Some(name) = entry.name() else { continue };
                 // A batch answers by name; match it to the id we asked for.
@@ -184,16 +391,15 @@ impl AwsSource {
             for err in resp.errors() {
                 let id = err.secret_id().unwrap_or_default().to_owned();
                 match err.error_code() {
-                    Some("ResourceNotFoundException") => out.push((id, Lookup::NotFound)),
+                    Some(NOT_FOUND) => out.push((id, Lookup::NotFound)),
                     code => {
-                        return Err(SourceError::failed(
-                            std::slice::from_ref(&id),
-                            format!(
-                                "{}: {}",
-                                code.unwrap_or("error"),
-                                err.message().unwrap_or("no message")
+                        return Err(SourceError::Entry {
+                            id,
+                            code: code.unwrap_or("an unnamed error").to_owned(),
+                            source: ServiceMessage(
+                                err.message().unwrap_or("no message").to_owned(),
                             ),
-                        ));
+                        });
                     }
                 }
             }
@@ -202,22 +408,123 @@ impl AwsSource {
                 _ => break,
             }
         }
-        Ok(out)
+        Ok((out, calls))
+    }
+
+    async fn get(self, id: String) -> Result<(Vec<(String, Lookup)>, u32), SourceError> {
+        let _slot = self.slot().await;
+        let sent = self
+            .client
+            .get_secret_value()
+            .secret_id(&id)
+            .customize()
+            .interceptor(self.throttles.clone())
+            .send()
+            .await;
+        let lookup = match sent {
+            Ok(resp) => Lookup::Found(SecretValue {
+                string: resp.secret_string().map(str::to_owned),
+                binary: resp.secret_binary().map(|b| b.as_ref().to_vec()),
+            }),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_resource_not_found_exception()) =>
+            {
+                Lookup::NotFound
+            }
+            Err(e) => {
+                let throttles = self.throttles.get();
+                return Err(SourceError::from_sdk(
+                    Api::GetSecretValue,
+                    std::slice::from_ref(&id),
+                    throttles,
+                    e,
+                ));
+            }
+        };
+        self.warm.store(true, Ordering::Relaxed);
+        Ok((vec![(id, lookup)], 1))
+    }
+}
+
+impl AwsSource {
+    /// `BatchGetSecretValue` in chunks of `batch_size`, with the default bounds on calls in
+    /// flight.
+    pub fn new(client: Client, batch_size: usize) -> Self {
+        let d = EmbeddedConfig::default();
+        Self {
+            client,
+            batch_size: batch_size.clamp(1, MAX_BATCH),
+            strategy: FetchStrategy::Batch,
+            per_admission: d.max_calls_in_flight_per_admission,
+            in_flight: Arc::new(Semaphore::new(d.max_calls_in_flight)),
+            warm: Arc::default(),
+        }
+    }
+
+    /// As `embedded` says: strategy, batch size and bounds.
+    pub fn from_config(client: Client, embedded: &EmbeddedConfig) -> Self {
+        Self::new(client, embedded.batch_size)
+            .with_strategy(embedded.fetch_strategy)
+            .with_limits(
+                embedded.max_calls_in_flight,
+                embedded.max_calls_in_flight_per_admission,
+            )
+    }
+
+    pub fn with_strategy(mut self, strategy: FetchStrategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    /// At most `per_process` calls in flight for every admission together, and `per_admission`
+    /// for one (each at least 1).
+    pub fn with_limits(mut self, per_process: usize, per_admission: usize) -> Self {
+        self.in_flight = Arc::new(Semaphore::new(per_process.max(1)));
+        self.per_admission = per_admission.max(1);
+        self
+    }
+
+    /// Whether the next fetch batches.
+    fn batches(&self) -> bool {
+        match self.strategy {
+            FetchStrategy::Batch => true,
+            FetchStrategy::Parallel => false,
+            FetchStrategy::Hybrid => !self.warm.load(Ordering::Relaxed),
+        }
     }
 }
 
 impl SecretSource for AwsSource {
     fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
         Box::pin(async move {
+            let ctx = CallCtx {
+                client: self.client.clone(),
+                admission: Arc::new(Semaphore::new(self.per_admission)),
+                process: self.in_flight.clone(),
+                throttles: ThrottleCounter::default(),
+                warm: self.warm.clone(),
+            };
+            // Dropping the set (first error, or the admission's deadline) aborts the calls
+            // still queued, so a failed admission spends no more quota.
             let mut calls = tokio::task::JoinSet::new();
-            for chunk in ids.chunks(self.batch_size) {
-                calls.spawn(Self::batch(self.client.clone(), chunk.to_vec()));
+            if self.batches() {
+                for chunk in ids.chunks(self.batch_size) {
+                    calls.spawn(ctx.clone().batch(chunk.to_vec()));
+                }
+            } else {
+                for id in ids {
+                    calls.spawn(ctx.clone().get(id.clone()));
+                }
             }
-            let backend_calls = calls.len() as u32;
+            let mut backend_calls = 0;
             let mut found: BTreeMap<String, Lookup> = BTreeMap::new();
             while let Some(joined) = calls.join_next().await {
-                let answers = joined
-                    .map_err(|e| SourceError::failed(ids, format!("fetch task failed: {e}")))??;
+                let (answers, n) = joined.map_err(|source| SourceError::Task {
+                    ids: ids.join(", "),
+                    source,
+                })??;
+                backend_calls += n;
                 found.extend(answers);
             }
             // An id the service neither returned nor reported does not exist under that name.
@@ -229,6 +536,7 @@ impl SecretSource for AwsSource {
                 cache_hits: 0,
                 backend_ids: ids.len() as u32,
                 backend_calls,
+                throttles: ctx.throttles.get(),
             })
         })
     }
@@ -243,59 +551,55 @@ pub struct CachePolicy {
     pub max_bytes: usize,
 }
 
-struct Entry {
-    lookup: Lookup,
-    expires: Instant,
-    bytes: usize,
-    seq: u64,
-}
-
-#[derive(Default)]
-struct Store {
-    entries: HashMap<String, Entry>,
-    order: VecDeque<(u64, String)>,
-    bytes: usize,
-    seq: u64,
-}
-
-impl Store {
-    fn insert(&mut self, id: String, lookup: Lookup, expires: Instant, policy: &CachePolicy) {
-        let bytes = id.len()
-            + match &lookup {
-                Lookup::Found(v) => v.len(),
-                Lookup::NotFound => 0,
-            };
-        if bytes > policy.max_bytes {
-            return;
-        }
-        self.remove(&id);
-        self.seq += 1;
-        self.order.push_back((self.seq, id.clone()));
-        self.bytes += bytes;
-        self.entries.insert(
-            id,
-            Entry {
-                lookup,
-                expires,
-                bytes,
-                seq: self.seq,
-            },
-        );
-        // Oldest first; queue slots of replaced entries are skipped.
-        while self.entries.len() > policy.max_entries || self.bytes > policy.max_bytes {
-            let Some((seq, id)) = self.order.pop_front() else {
-                break;
-            };
-            if self.entries.get(&id).is_some_and(|e| e.seq == seq) {
-                self.remove(&id);
-            }
+impl CachePolicy {
+    pub fn from_config(e: &EmbeddedConfig) -> Self {
+        Self {
+            ttl: Duration::from_secs(e.cache_ttl_seconds),
+            negative_ttl: Duration::from_secs(e.negative_cache_ttl_seconds),
+            max_entries: e.cache_max_entries,
+            max_bytes: e.cache_max_bytes,
         }
     }
 
-    fn remove(&mut self, id: &str) {
-        if let Some(e) = self.entries.remove(id) {
-            self.bytes -= e.bytes;
-        }
+    /// moka bounds one total weight; both bounds hold when every entry weighs at least
+    /// `max_bytes / max_entries` (then no more than `max_entries` fit) and at least its bytes.
+    fn weight(&self, id: &str, lookup: &Lookup) -> u32 {
+        let bytes = id.len()
+            + match lookup {
+                Lookup::Found(v) => v.len(),
+                Lookup::NotFound => 0,
+            };
+        let floor = self.max_bytes.div_ceil(self.max_entries.max(1));
+        u32::try_from(bytes.max(floor)).unwrap_or(u32::MAX)
+    }
+}
+
+#[derive(Clone)]
+struct Entry {
+    lookup: Lookup,
+    /// On the source's clock, which tests control; moka's own expiry (real time) frees the
+    /// memory, this decides what is fresh.
+    fresh_until: Instant,
+    ttl: Duration,
+}
+
+/// Each entry lives for its own TTL: found and not found differ.
+struct EntryTtl;
+
+impl moka::Expiry<String, Entry> for EntryTtl {
+    fn expire_after_create(&self, _: &String, e: &Entry, _: Instant) -> Option<Duration> {
+        Some(e.ttl)
+    }
+
+    /// A refresh starts a new lifetime (moka's default would keep the old entry's remainder).
+    fn expire_after_update(
+        &self,
+        _: &String,
+        e: &Entry,
+        _: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(e.ttl)
     }
 }
 
@@ -307,12 +611,13 @@ pub struct CacheStats {
 }
 
 /// Remembers answers of `inner` for `ttl` (found) or `negative_ttl` (not found), bounded in
-/// entries and bytes. Each id is cached on its own, so a cached organisation-scope value never
-/// hides a project-scope value: the cascade always sees an answer for every scope.
+/// entries and bytes (moka: a refreshed id replaces its entry, so refreshes cannot grow it).
+/// Each id is cached on its own, so a cached organisation-scope value never hides a
+/// project-scope value: the cascade always sees an answer for every scope.
 pub struct CachingSource<S> {
     inner: S,
     policy: CachePolicy,
-    store: Mutex<Store>,
+    cache: moka::sync::Cache<String, Entry>,
     now: Arc<dyn Fn() -> Instant + Send + Sync>,
     pub stats: CacheStats,
 }
@@ -328,21 +633,35 @@ impl<S: SecretSource> CachingSource<S> {
         policy: CachePolicy,
         now: Arc<dyn Fn() -> Instant + Send + Sync>,
     ) -> Self {
+        let cache = moka::sync::Cache::builder()
+            .max_capacity(policy.max_bytes as u64)
+            .weigher(move |id: &String, e: &Entry| policy.weight(id, &e.lookup))
+            .expire_after(EntryTtl)
+            .build();
         Self {
             inner,
             policy,
-            store: Mutex::new(Store::default()),
+            cache,
             now,
             stats: CacheStats::default(),
         }
     }
 
+    /// Entries held, after moka's pending evictions have run.
     pub fn len(&self) -> usize {
-        self.store.lock().map_or(0, |s| s.entries.len())
+        self.cache.run_pending_tasks();
+        self.cache.entry_count() as usize
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The total weight held (bytes, with the per-entry floor of [`CachePolicy`]), after
+    /// moka's pending evictions have run.
+    pub fn weighted_size(&self) -> u64 {
+        self.cache.run_pending_tasks();
+        self.cache.weighted_size()
     }
 }
 
@@ -352,18 +671,12 @@ impl<S: SecretSource> SecretSource for CachingSource<S> {
             let now = (self.now)();
             let mut out = BTreeMap::new();
             let mut misses = Vec::new();
-            {
-                let store = self
-                    .store
-                    .lock()
-                    .map_err(|_| SourceError::failed(ids, "secret cache lock poisoned"))?;
-                for id in ids {
-                    match store.entries.get(id) {
-                        Some(e) if e.expires > now => {
-                            out.insert(id.clone(), e.lookup.clone());
-                        }
-                        _ => misses.push(id.clone()),
+            for id in ids {
+                match self.cache.get(id) {
+                    Some(e) if e.fresh_until > now => {
+                        out.insert(id.clone(), e.lookup);
                     }
+                    _ => misses.push(id.clone()),
                 }
             }
             self.stats
@@ -377,21 +690,25 @@ impl<S: SecretSource> SecretSource for CachingSource<S> {
                 return Ok(Fetched {
                     values: out,
                     cache_hits,
-                    backend_ids: 0,
-                    backend_calls: 0,
+                    ..Fetched::default()
                 });
             }
             let fetched = self.inner.fetch_many(&misses).await?;
             let now = (self.now)();
-            if let Ok(mut store) = self.store.lock() {
-                for (id, lookup) in &fetched.values {
-                    let ttl = match lookup {
-                        Lookup::Found(_) => self.policy.ttl,
-                        Lookup::NotFound => self.policy.negative_ttl,
-                    };
-                    if !ttl.is_zero() {
-                        store.insert(id.clone(), lookup.clone(), now + ttl, &self.policy);
-                    }
+            for (id, lookup) in &fetched.values {
+                let ttl = match lookup {
+                    Lookup::Found(_) => self.policy.ttl,
+                    Lookup::NotFound => self.policy.negative_ttl,
+                };
+                if !ttl.is_zero() {
+                    self.cache.insert(
+                        id.clone(),
+                        Entry {
+                            lookup: lookup.clone(),
+                            fresh_until: now + ttl,
+                            ttl,
+                        },
+                    );
                 }
             }
             out.extend(fetched.values);
@@ -400,6 +717,7 @@ impl<S: SecretSource> SecretSource for CachingSource<S> {
                 cache_hits: cache_hits + fetched.cache_hits,
                 backend_ids: fetched.backend_ids,
                 backend_calls: fetched.backend_calls,
+                throttles: fetched.throttles,
             })
         })
     }
@@ -454,10 +772,18 @@ mod tests {
     use aws_sdk_secretsmanager::operation::batch_get_secret_value::{
         BatchGetSecretValueError, BatchGetSecretValueOutput,
     };
-    use aws_sdk_secretsmanager::types::error::InternalServiceError;
+    use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueOutput;
+    use aws_sdk_secretsmanager::types::error::{InternalServiceError, ResourceNotFoundException};
     use aws_sdk_secretsmanager::types::{ApiErrorType, SecretValueEntry};
-    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+    use aws_smithy_mocks::{MockResponse, Rule, RuleMode, mock, mock_client};
+    use aws_smithy_runtime_api::client::http::{
+        HttpConnector, HttpConnectorFuture, SharedHttpConnector, http_client_fn,
+    };
+    use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
     use aws_smithy_types::Blob;
+    use aws_smithy_types::body::SdkBody;
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicUsize;
 
     /// A fake Secrets Manager answering BatchGetSecretValue from `store`.
     fn answer(store: &BTreeMap<&str, SecretValue>, ids: &[String]) -> BatchGetSecretValueOutput {
@@ -571,23 +897,50 @@ mod tests {
         );
     }
 
+    /// Every error in `e`'s source chain, joined: what the logs get.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut out = e.to_string();
+        let mut next = e.source();
+        while let Some(s) = next {
+            out.push_str(&format!(" <- {s} ({s:?})"));
+            next = s.source();
+        }
+        out
+    }
+
+    const ARN: &str = "arn:aws:iam::123456789012:role/podmutator";
+
     #[tokio::test]
-    async fn a_failing_call_names_the_ids_and_not_any_value() {
-        let rule = mock!(aws_sdk_secretsmanager::Client::batch_get_secret_value).then_error(|| {
-            BatchGetSecretValueError::InternalServiceError(
-                InternalServiceError::builder()
-                    .message("service unavailable")
-                    .build(),
-            )
-        });
-        let client = mock_client!(aws_sdk_secretsmanager, RuleMode::MatchAny, [&rule]);
+    async fn a_failing_call_names_the_ids_and_code_and_keeps_the_service_message_for_the_logs() {
+        let rule = mock!(aws_sdk_secretsmanager::Client::batch_get_secret_value)
+            .then_http_response(|| {
+                HttpResponse::new(
+                    500.try_into().unwrap(),
+                    SdkBody::from(format!(
+                        r#"{{"__type":"InternalServiceError","message":"service unavailable for {ARN}"}}"#
+                    )),
+                )
+            });
+        let client = mock_client!(
+            aws_sdk_secretsmanager,
+            RuleMode::MatchAny,
+            [&rule],
+            fast_retries
+        );
         let err = AwsSource::new(client, 20)
             .fetch_many(&ids(2))
             .await
             .unwrap_err();
-        let msg = err.to_string();
-        assert!(msg.starts_with("failed to fetch secret u__org__o__domain__d__project__p__key__k0, u__org__o__domain__d__project__p__key__k1: "), "{msg}");
-        assert!(msg.contains("service unavailable"), "{msg}");
+        assert_eq!(
+            err.to_string(),
+            "failed to fetch secret u__org__o__domain__d__project__p__key__k0, u__org__o__domain__d__project__p__key__k1: BatchGetSecretValue failed with InternalServiceError"
+        );
+        assert!(
+            chain(&err).contains("service unavailable for"),
+            "{}",
+            chain(&err)
+        );
+        assert_eq!(err.throttles(), 0);
     }
 
     #[tokio::test]
@@ -599,7 +952,7 @@ mod tests {
                         ApiErrorType::builder()
                             .secret_id("k")
                             .error_code("DecryptionFailure")
-                            .message("cannot decrypt with the KMS key")
+                            .message(format!("cannot decrypt with {ARN}"))
                             .build(),
                     )
                     .build()
@@ -611,8 +964,295 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "failed to fetch secret k: DecryptionFailure: cannot decrypt with the KMS key"
+            "failed to fetch secret k: DecryptionFailure"
         );
+        assert!(chain(&err).contains(ARN), "the logs get the detail");
+    }
+
+    // === Strategies ===
+
+    fn get_answer(
+        store: &BTreeMap<String, SecretValue>,
+        id: &str,
+    ) -> MockResponse<GetSecretValueOutput, GetSecretValueError> {
+        match store.get(id) {
+            Some(v) => MockResponse::Output(
+                GetSecretValueOutput::builder()
+                    .name(id)
+                    .set_secret_string(v.string.clone())
+                    .set_secret_binary(v.binary.clone().map(Blob::new))
+                    .build(),
+            ),
+            None => MockResponse::Error(GetSecretValueError::ResourceNotFoundException(
+                ResourceNotFoundException::builder()
+                    .message("Secrets Manager can't find the specified secret.")
+                    .build(),
+            )),
+        }
+    }
+
+    /// A Secrets Manager holding `store`, answering both APIs; the rules count the calls.
+    fn both_apis(store: BTreeMap<String, SecretValue>) -> (Rule, Rule) {
+        let s1 = store.clone();
+        let get = mock!(aws_sdk_secretsmanager::Client::get_secret_value).then_compute_response(
+            move |input| get_answer(&s1, input.secret_id().unwrap_or_default()),
+        );
+        let batch = mock!(aws_sdk_secretsmanager::Client::batch_get_secret_value)
+            .then_compute_output(move |input| {
+                let view: BTreeMap<&str, SecretValue> =
+                    store.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+                answer(&view, input.secret_id_list())
+            });
+        (get, batch)
+    }
+
+    fn store_of(wanted: &[String], found: usize) -> BTreeMap<String, SecretValue> {
+        wanted[..found]
+            .iter()
+            .map(|id| (id.clone(), text("fake-value")))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn parallel_makes_one_get_per_id_and_not_found_is_a_negative_answer() {
+        let wanted = ids(25);
+        let (get, batch) = both_apis(store_of(&wanted, 10));
+        let client = mock_client!(aws_sdk_secretsmanager, RuleMode::MatchAny, [&get, &batch]);
+        let got = AwsSource::new(client, 20)
+            .with_strategy(FetchStrategy::Parallel)
+            .fetch_many(&wanted)
+            .await
+            .unwrap();
+        assert_eq!((get.num_calls(), batch.num_calls()), (25, 0));
+        assert_eq!((got.backend_calls, got.backend_ids), (25, 25));
+        for (i, id) in wanted.iter().enumerate() {
+            let expected = if i < 10 {
+                Lookup::Found(text("fake-value"))
+            } else {
+                Lookup::NotFound
+            };
+            assert_eq!(got.values[id], expected, "{id}");
+        }
+    }
+
+    #[tokio::test]
+    async fn batch_never_calls_get() {
+        let wanted = ids(25);
+        let (get, batch) = both_apis(store_of(&wanted, 10));
+        let client = mock_client!(aws_sdk_secretsmanager, RuleMode::MatchAny, [&get, &batch]);
+        let source = AwsSource::new(client, 20).with_strategy(FetchStrategy::Batch);
+        source.fetch_many(&wanted).await.unwrap();
+        let again = source.fetch_many(&wanted).await.unwrap();
+        assert_eq!((get.num_calls(), batch.num_calls()), (0, 4));
+        assert_eq!(again.backend_calls, 2);
+    }
+
+    #[tokio::test]
+    async fn hybrid_batches_while_cold_then_gets_in_parallel() {
+        let wanted = ids(3);
+        let (get, batch) = both_apis(store_of(&wanted, 1));
+        let client = mock_client!(aws_sdk_secretsmanager, RuleMode::MatchAny, [&get, &batch]);
+        let source = AwsSource::new(client, 20).with_strategy(FetchStrategy::Hybrid);
+        let cold = source.fetch_many(&wanted).await.unwrap();
+        assert_eq!(
+            (get.num_calls(), batch.num_calls()),
+            (0, 1),
+            "cold: one batch"
+        );
+        let warm = source.fetch_many(&wanted).await.unwrap();
+        assert_eq!((get.num_calls(), batch.num_calls()), (3, 1), "then gets");
+        assert_eq!(cold.values, warm.values);
+    }
+
+    #[tokio::test]
+    async fn hybrid_stays_cold_after_a_failed_call() {
+        let rule = mock!(aws_sdk_secretsmanager::Client::batch_get_secret_value).then_error(|| {
+            BatchGetSecretValueError::InternalServiceError(
+                InternalServiceError::builder().message("down").build(),
+            )
+        });
+        let client = mock_client!(aws_sdk_secretsmanager, RuleMode::MatchAny, [&rule]);
+        let source = AwsSource::new(client, 20).with_strategy(FetchStrategy::Hybrid);
+        source.fetch_many(&ids(1)).await.unwrap_err();
+        source.fetch_many(&ids(1)).await.unwrap_err();
+        assert_eq!(rule.num_calls(), 2, "still batching");
+    }
+
+    // === Throttling ===
+
+    fn throttled() -> HttpResponse {
+        HttpResponse::new(
+            400.try_into().unwrap(),
+            SdkBody::from(format!(
+                r#"{{"__type":"ThrottlingException","message":"Rate exceeded for {ARN}"}}"#
+            )),
+        )
+    }
+
+    fn fast_retries(
+        c: aws_sdk_secretsmanager::config::Builder,
+    ) -> aws_sdk_secretsmanager::config::Builder {
+        c.retry_config(
+            aws_sdk_secretsmanager::config::retry::RetryConfig::standard()
+                .with_max_attempts(3)
+                .with_initial_backoff(Duration::from_millis(1))
+                .with_max_backoff(Duration::from_millis(2)),
+        )
+    }
+
+    #[rstest::rstest]
+    #[case::parallel(
+        FetchStrategy::Parallel,
+        "GetSecretValue allows 10,000 requests per second per account and region"
+    )]
+    #[case::batch(
+        FetchStrategy::Batch,
+        "BatchGetSecretValue allows 100 requests per second per account and region"
+    )]
+    #[tokio::test]
+    async fn throttling_past_the_retries_names_the_quota_and_counts_every_attempt(
+        #[case] strategy: FetchStrategy,
+        #[case] quota: &str,
+    ) {
+        let get =
+            mock!(aws_sdk_secretsmanager::Client::get_secret_value).then_http_response(throttled);
+        let batch = mock!(aws_sdk_secretsmanager::Client::batch_get_secret_value)
+            .then_http_response(throttled);
+        let client = mock_client!(
+            aws_sdk_secretsmanager,
+            RuleMode::MatchAny,
+            [&get, &batch],
+            fast_retries
+        );
+        let err = AwsSource::new(client, 20)
+            .with_strategy(strategy)
+            .fetch_many(&["k".to_owned()])
+            .await
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("throttled by AWS Secrets Manager while fetching secret k: "),
+            "{msg}"
+        );
+        assert!(msg.contains(quota), "{msg}");
+        assert!(
+            !msg.contains("arn:") && !msg.contains("123456789012"),
+            "{msg}"
+        );
+        assert_eq!(err.throttles(), 3, "three attempts, each throttled");
+        assert_eq!(get.num_calls() + batch.num_calls(), 3);
+        assert!(chain(&err).contains(ARN), "the logs get the detail");
+    }
+
+    #[tokio::test]
+    async fn a_throttle_the_retry_absorbs_is_still_counted() {
+        let get = mock!(aws_sdk_secretsmanager::Client::get_secret_value)
+            .sequence()
+            .http_response(throttled)
+            .output(|| {
+                GetSecretValueOutput::builder()
+                    .name("k")
+                    .secret_string("fake-k")
+                    .build()
+            })
+            .build();
+        let client = mock_client!(
+            aws_sdk_secretsmanager,
+            RuleMode::MatchAny,
+            [&get],
+            fast_retries
+        );
+        let got = AwsSource::new(client, 20)
+            .with_strategy(FetchStrategy::Parallel)
+            .fetch_many(&["k".to_owned()])
+            .await
+            .unwrap();
+        assert_eq!(got.values["k"], Lookup::Found(text("fake-k")));
+        assert_eq!((got.throttles, got.backend_calls), (1, 1));
+    }
+
+    // === Calls in flight ===
+
+    /// An HTTP connector that answers every request with not-found after letting every other
+    /// runnable task run, and records the most requests it held at once.
+    #[derive(Debug, Clone, Default)]
+    struct Gauge {
+        now: Arc<AtomicUsize>,
+        max: Arc<AtomicUsize>,
+        calls: Arc<AtomicUsize>,
+    }
+
+    impl HttpConnector for Gauge {
+        fn call(&self, _: HttpRequest) -> HttpConnectorFuture {
+            let g = self.clone();
+            HttpConnectorFuture::new(async move {
+                let n = g.now.fetch_add(1, Ordering::SeqCst) + 1;
+                g.max.fetch_max(n, Ordering::SeqCst);
+                g.calls.fetch_add(1, Ordering::SeqCst);
+                // Every call that can start starts before this one ends, so `max` is the peak
+                // the bounds allow, without a timer.
+                for _ in 0..50 {
+                    tokio::task::yield_now().await;
+                }
+                g.now.fetch_sub(1, Ordering::SeqCst);
+                Ok(HttpResponse::new(
+                    400.try_into().unwrap(),
+                    SdkBody::from(r#"{"__type":"ResourceNotFoundException","message":"none"}"#),
+                ))
+            })
+        }
+    }
+
+    fn gauged(g: &Gauge) -> aws_sdk_secretsmanager::Client {
+        let g = g.clone();
+        let conf = aws_sdk_secretsmanager::Config::builder()
+            .with_test_defaults_v2()
+            .http_client(http_client_fn(move |_, _| {
+                SharedHttpConnector::new(g.clone())
+            }))
+            .build();
+        aws_sdk_secretsmanager::Client::from_conf(conf)
+    }
+
+    #[tokio::test]
+    async fn one_admission_has_at_most_its_share_of_calls_in_flight() {
+        let g = Gauge::default();
+        let source = AwsSource::new(gauged(&g), 20)
+            .with_strategy(FetchStrategy::Parallel)
+            .with_limits(16, 4);
+        let got = source.fetch_many(&ids(30)).await.unwrap();
+        assert!(got.values.values().all(|l| *l == Lookup::NotFound));
+        assert_eq!(g.calls.load(Ordering::SeqCst), 30);
+        assert_eq!(g.max.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn admissions_together_have_at_most_the_process_bound_in_flight() {
+        let g = Gauge::default();
+        let source = AwsSource::new(gauged(&g), 20)
+            .with_strategy(FetchStrategy::Parallel)
+            .with_limits(6, 4);
+        let (a, b, c) = (ids(30), ids(30), ids(30));
+        let (ra, rb, rc) = tokio::join!(
+            source.fetch_many(&a),
+            source.fetch_many(&b),
+            source.fetch_many(&c)
+        );
+        ra.unwrap();
+        rb.unwrap();
+        rc.unwrap();
+        assert_eq!(g.calls.load(Ordering::SeqCst), 90);
+        assert_eq!(g.max.load(Ordering::SeqCst), 6);
+    }
+
+    #[tokio::test]
+    async fn batches_count_against_the_bound_too() {
+        let g = Gauge::default();
+        let source = AwsSource::new(gauged(&g), 1)
+            .with_strategy(FetchStrategy::Batch)
+            .with_limits(16, 2);
+        source.fetch_many(&ids(10)).await.unwrap_err();
+        assert_eq!(g.max.load(Ordering::SeqCst), 2);
     }
 
     #[test]
@@ -810,5 +1450,35 @@ mod tests {
             3,
             "3 x (3-byte id + 100-byte value) fit in 350 bytes"
         );
+        assert_eq!(source.weighted_size(), 309);
+    }
+
+    /// The soak of issue 12: 9,000 ids refreshed 100 times. Each refresh replaces its id's
+    /// entry, so the cache holds 9,000 entries of the same weight after every round.
+    #[tokio::test]
+    async fn refreshing_9000_ids_100_times_holds_9000_entries() {
+        let wanted = ids(9_000);
+        let mut inner = StaticSource::default();
+        for id in &wanted[..4_500] {
+            inner = inner.with(id, "fake-value");
+        }
+        let calls = inner.calls.clone();
+        // Bounds far above 9,000 entries, so only replacement can keep the count down; every
+        // entry weighs the floor, 1 KiB.
+        let roomy = CachePolicy {
+            ttl: Duration::from_secs(1),
+            negative_ttl: Duration::from_secs(1),
+            max_entries: 1 << 20,
+            max_bytes: 1 << 30,
+        };
+        let (source, clock) = cached(inner, roomy);
+        for round in 0..100 {
+            let got = source.fetch_many(&wanted).await.unwrap();
+            assert_eq!(got.backend_ids, 9_000, "round {round} refreshed every id");
+            advance(&clock, 2);
+        }
+        assert_eq!(calls.load(Ordering::Relaxed), 100);
+        assert_eq!(source.len(), 9_000);
+        assert_eq!(source.weighted_size(), 9_000 * 1024);
     }
 }
