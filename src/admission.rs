@@ -650,7 +650,7 @@ mod tests {
         let patch: json_patch::Patch = serde_json::from_value(ops.into()).unwrap();
         let json_len = serde_json::to_vec(&patch).unwrap().len();
         assert!(json_len > 3 * 8 * 1024);
-        let warnings = vec!["a \"quoted\" warning".to_owned()];
+        let warnings = ["a \"quoted\" warning".to_owned()];
         let uid = "uid-\"1\"\u{7}";
         for (patch, warnings) in [
             (None, &[][..]),
