@@ -5,15 +5,15 @@
 # itself and stops them when it ends, then writes the results table into docs/scale.md (between
 # its fleet-sim markers) and the plots docs/scale-throttles.svg and docs/scale-misses.svg.
 #
-#   scripts/fleet-sim.sh --full     # the figures in docs/scale.md: 1,000..40,000 pods over 30 s,
-#                                   # up to 1,000 instances, run at 1/10 scale (see SCALE)
-#   scripts/fleet-sim.sh            # a quick look: 500..4,000 pods over 10 s, 200 instances
+#   scripts/fleet-sim.sh --full     # the figures in docs/scale.md: 1,000..20,000 pods over 30 s,
+#                                   # up to 1,000 instances, run at 1/50 scale (see SCALE)
+#   scripts/fleet-sim.sh            # a quick look: 500..2,000 pods over 10 s, 200 instances
 #   STRATEGIES=parallel,parallel:16 scripts/fleet-sim.sh --full
 #
-# Environment: STRATEGIES (default: batch,parallel,hybrid; `name:N` also sets
+# Environment: STRATEGIES (default batch,parallel,hybrid,parallel:16; `name:N` also sets
 # embedded.maxCallsInFlightPerAdmission to N), PODS (comma list), SECONDS_PER_BURST, INSTANCES,
-# SCALE (run 1/SCALE of the fleet against every quota divided by SCALE; default 10 with --full,
-# else 5: two cores cannot drive 10,000 calls a second through a thousand SDK clients),
+# SCALE (run 1/SCALE of the fleet against every quota divided by SCALE; default 50 with --full,
+# else 20: two shared cores cannot drive 10,000 calls a second through a thousand SDK clients),
 # INIT_MS (modelled Lambda cold start, default 200), SERVICE_MS (modelled latency of one
 # Secrets Manager call, default 20), PROFILE (cargo profile, default dev: the profile the tests
 # build, so no second build of the dependencies), RESULTS (keep the raw JSON lines there),
@@ -37,18 +37,18 @@ for arg in "$@"; do
 	esac
 done
 
-STRATEGIES=${STRATEGIES:-batch,parallel,hybrid}
+STRATEGIES=${STRATEGIES:-batch,parallel,hybrid,parallel:16}
 if ((FULL)); then
-	PODS=${PODS:-1000,2500,5000,10000,20000,40000}
+	PODS=${PODS:-1000,2500,5000,10000,20000}
 	SECONDS_PER_BURST=${SECONDS_PER_BURST:-30}
 	INSTANCES=${INSTANCES:-1000}
-	SCALE=${SCALE:-10}
+	SCALE=${SCALE:-50}
 	COMMAND="scripts/fleet-sim.sh --full"
 else
-	PODS=${PODS:-500,1000,2000,4000}
+	PODS=${PODS:-500,1000,2000}
 	SECONDS_PER_BURST=${SECONDS_PER_BURST:-10}
 	INSTANCES=${INSTANCES:-200}
-	SCALE=${SCALE:-5}
+	SCALE=${SCALE:-20}
 	COMMAND="scripts/fleet-sim.sh"
 fi
 INIT_MS=${INIT_MS:-200}

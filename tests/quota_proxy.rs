@@ -183,7 +183,9 @@ async fn over_the_quota_the_sdk_retries_then_the_admission_fails_naming_it(
     let ids = ["k".to_owned()];
 
     let first = source.fetch_many(&ids).await.expect("within the quota");
-    assert!(matches!(&first.values["k"], Lookup::Found(v) if v.string.as_deref() == Some("fake-quota-value")));
+    assert!(
+        matches!(&first.values["k"], Lookup::Found(v) if v.string.as_deref() == Some("fake-quota-value"))
+    );
     assert_eq!((first.backend_calls, first.throttles), (1, 0));
 
     let err = source.fetch_many(&ids).await.expect_err("over the quota");
