@@ -252,6 +252,7 @@ fn expectations() -> Value {
             "namespaceTemplate": config.embedded.namespace_template,
         },
         "maxBodyBytes": config.http.max_body_bytes,
+        "metricsNamespace": config.metrics.namespace,
         "secretsSelector": {
             "label": config.secrets_selector.label,
             "value": config.secrets_selector.value,

@@ -257,6 +257,18 @@ def main():
             )
             c.true(f"{tag} API permission SourceArn is the API's execution ARN", perms["HttpApiInvokePermission"].get("SourceArn", "").endswith(":<HttpApi>/*"))
 
+        alarm_queries = [
+            q.get("Expression", "")
+            for r in resources.values()
+            if r["Type"] == "AWS::CloudWatch::Alarm"
+            for q in ev.value(r["Properties"]).get("Metrics", [])
+        ]
+        c.true(
+            f"{tag} an alarm sums the function's SecretsManagerThrottles in its metrics namespace",
+            f'SELECT SUM(SecretsManagerThrottles) FROM "{expect["metricsNamespace"]}"' in alarm_queries,
+            str(alarm_queries),
+        )
+
         role = ev.value(resources["FunctionRole"]["Properties"])
         stmts = [s for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
         actions = [a for s in stmts for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
