@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{
 
 use super::ResolvedSecrets;
 use super::codec::MountRequirement;
+use super::refusal::Refusal;
 use super::source::Lookup;
 use super::{
     Accept, ENV_DEFAULT_DIR, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Edits, SECRETS_DIR, SecretInjector,
@@ -319,7 +320,7 @@ impl EmbeddedInjector {
         project: &str,
         domain: &str,
         key: &str,
-    ) -> Result<&'c [u8], String> {
+    ) -> Result<&'c [u8], Refusal> {
         let ids = cascade(org, domain, project, key);
         let mut value = None;
         for id in &ids {
@@ -329,26 +330,24 @@ impl EmbeddedInjector {
                     break;
                 }
                 Some(Lookup::NotFound) => {}
-                None => return Err(format!("secret {id} was not fetched")),
+                None => return Err(Refusal::NotFetched(id.clone())),
             }
         }
         let Some((id, value)) = value else {
-            return Err(format!(
+            return Err(Refusal::NotFound(format!(
                 "[SecretNotFoundAcrossAllScopes] secret not found across all scopes (looked for {})",
                 ids.join(", ")
-            ));
+            )));
         };
         if value.len() > self.max_value_bytes {
-            return Err(format!(
-                "secret {id} is {} bytes, over embedded.maxValueBytes ({})",
-                value.len(),
-                self.max_value_bytes
-            ));
+            return Err(Refusal::TooLarge {
+                id: id.clone(),
+                bytes: value.len(),
+                max: self.max_value_bytes,
+            });
         }
         let Some(bytes) = value.bytes() else {
-            return Err(format!(
-                "[SecretNil] secret {id} read as empty from the secret manager"
-            ));
+            return Err(Refusal::Empty(id.clone()));
         };
         Ok(bytes)
     }
@@ -423,16 +422,14 @@ impl SecretInjector for EmbeddedInjector {
 
     /// Takes a request with a key from a pod with its scope labels, if one of the scope's
     /// three names (project, domain, organisation) resolves.
-    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, pod: &Pod) -> Result<Accept, String> {
+    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, pod: &Pod) -> Result<Accept, Refusal> {
         let key = &req.secret.key;
         if key.is_empty() {
-            return Err("EmbeddedSecretManager requires key to be set".into());
+            return Err(Refusal::MissingField(
+                "EmbeddedSecretManager requires key to be set".into(),
+            ));
         }
-        let (org, project, domain) = scope(pod).map_err(|label| {
-            format!(
-                "[SecretRequirementsError] secret read requirements not met due to empty {label} field in the pod labels"
-            )
-        })?;
+        let (org, project, domain) = scope(pod).map_err(Refusal::MissingScopeLabel)?;
         match req.secret.mount_requirement {
             MountRequirement::Any | MountRequirement::EnvVar => {
                 super::check_env_name(&self.env_name(&req.secret))?;
@@ -443,12 +440,12 @@ impl SecretInjector for EmbeddedInjector {
                 }
             }
             MountRequirement::File => {
-                return Err(format!(
+                return Err(Refusal::BadName(format!(
                     "key {key:?} cannot be a file name: use letters, digits, '.', '_' and '-' only"
-                ));
+                )));
             }
             MountRequirement::Unknown(n) => {
-                return Err(format!("unrecognized mount requirement [{n}]"));
+                return Err(Refusal::UnknownMount(n));
             }
         }
         Ok(Accept::Fetch(cascade(org, domain, project, key).into()))
@@ -467,9 +464,9 @@ impl SecretInjector for EmbeddedInjector {
         ctx: &PodCtx<'_>,
         pod: &mut Pod,
         edits: &mut Edits,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let key = &req.secret.key;
-        let (org, project, domain) = scope(pod).map_err(|label| format!("no {label} label"))?;
+        let (org, project, domain) = scope(pod).map_err(Refusal::MissingScopeLabel)?;
         let bytes = if ctx.dry_run {
             // Nothing was fetched for a dry run (see `Plan::ids`): the same names and paths,
             // never the value.
@@ -480,9 +477,9 @@ impl SecretInjector for EmbeddedInjector {
         match req.secret.mount_requirement {
             MountRequirement::Any | MountRequirement::EnvVar => {
                 let text = std::str::from_utf8(bytes).map_err(|_| {
-                    format!(
+                    Refusal::UnsupportedMount(format!(
                         "secret {key:?} is attempted to be mounted as an environment variable, but has a binary value that is not a valid UTF-8 string; mount as a file instead"
-                    )
+                    ))
                 })?;
                 edits.env(env_value(&self.env_name(&req.secret), text));
                 edits.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
@@ -507,7 +504,7 @@ impl SecretInjector for EmbeddedInjector {
                 edits.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
             }
             MountRequirement::Unknown(n) => {
-                return Err(format!("unrecognized mount requirement [{n}]"));
+                return Err(Refusal::UnknownMount(n));
             }
         }
         Ok(())

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::codec::MountRequirement;
+use super::refusal::Refusal;
 use super::{Accept, ENV_ENV_PREFIX, Edits, SecretInjector, SecretRequest};
 use crate::config::{GlobalSecretsConfig, SecretManagerType};
 use crate::error::Denial;
@@ -116,22 +117,26 @@ impl SecretInjector for GlobalInjector {
         SecretManagerType::Global
     }
 
-    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, _: &Pod) -> Result<Accept, String> {
+    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, _: &Pod) -> Result<Accept, Refusal> {
         let s = &req.secret;
         if s.group.is_empty() || s.key.is_empty() {
-            return Err("both key and group are required parameters".into());
+            return Err(Refusal::MissingField(
+                "both key and group are required parameters".into(),
+            ));
         }
-        self.source.get(&s.group, &s.key)?;
+        self.source
+            .get(&s.group, &s.key)
+            .map_err(Refusal::NotFound)?;
         match s.mount_requirement {
             MountRequirement::Any | MountRequirement::EnvVar => {
                 super::check_env_name(&self.env_name(s))?;
                 Ok(Accept::Now)
             }
-            MountRequirement::File => Err(format!(
+            MountRequirement::File => Err(Refusal::UnsupportedMount(format!(
                 "global secrets can only be injected as environment variables [{}/{}]",
                 s.group, s.key
-            )),
-            MountRequirement::Unknown(n) => Err(format!("unrecognized mount requirement [{n}]")),
+            ))),
+            MountRequirement::Unknown(n) => Err(Refusal::UnknownMount(n)),
         }
     }
 
@@ -158,12 +163,14 @@ impl SecretInjector for GlobalInjector {
         ctx: &PodCtx<'_>,
         _pod: &mut Pod,
         edits: &mut Edits,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let s = &req.secret;
         let value = if ctx.dry_run {
             super::embedded::DRY_RUN_PLACEHOLDER.to_owned()
         } else {
-            self.source.get(&s.group, &s.key)?
+            self.source
+                .get(&s.group, &s.key)
+                .map_err(Refusal::NotFound)?
         };
         edits.env(env_value(&self.env_name(s), &value));
         edits.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));

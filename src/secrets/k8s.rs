@@ -8,6 +8,7 @@ use md5::{Digest, Md5};
 use sha2::Sha256;
 
 use super::codec::{MountRequirement, encode_base32};
+use super::refusal::Refusal;
 use super::{
     Accept, ENV_DEFAULT_DIR, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Edits, SECRETS_DIR, SecretInjector,
     SecretRequest,
@@ -35,17 +36,19 @@ impl SecretInjector for K8sInjector {
         SecretManagerType::K8s
     }
 
-    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, _: &Pod) -> Result<Accept, String> {
+    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, _: &Pod) -> Result<Accept, Refusal> {
         let s = &req.secret;
         if s.key.is_empty() {
-            return Err("k8s Secrets Webhook require key to be set".into());
+            return Err(Refusal::MissingField(
+                "k8s Secrets Webhook require key to be set".into(),
+            ));
         }
         if !s.env_var.is_empty() {
             super::check_env_name(&s.env_var)?;
         }
         match s.mount_requirement {
             MountRequirement::Unknown(n) => {
-                return Err(format!("unrecognized mount requirement [{n}]"));
+                return Err(Refusal::UnknownMount(n));
             }
             MountRequirement::EnvVar => {
                 super::check_env_name(&self.env_name(&secret_group(s), &s.key))?;
@@ -54,10 +57,10 @@ impl SecretInjector for K8sInjector {
                 // The API server refuses an item path that is absolute or has a `..` element.
                 let file = s.key.to_lowercase();
                 if file.starts_with('/') || file.split('/').any(|seg| seg == "..") {
-                    return Err(format!(
+                    return Err(Refusal::BadName(format!(
                         "key {:?} cannot be a file name under {SECRETS_DIR}: the API server refuses an absolute path or a '..' element; rename the key",
                         s.key
-                    ));
+                    )));
                 }
             }
         }
@@ -70,7 +73,7 @@ impl SecretInjector for K8sInjector {
         _ctx: &PodCtx<'_>,
         pod: &mut Pod,
         edits: &mut Edits,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let s = &req.secret;
         let group = secret_group(s);
         match s.mount_requirement {
@@ -114,7 +117,7 @@ impl SecretInjector for K8sInjector {
                 edits.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
             }
             MountRequirement::Unknown(n) => {
-                return Err(format!("unrecognized mount requirement [{n}]"));
+                return Err(Refusal::UnknownMount(n));
             }
         }
         Ok(())
@@ -146,7 +149,7 @@ fn add_secret_item(
     group_version: &str,
     key: &str,
     path: &str,
-) -> Result<String, String> {
+) -> Result<String, Refusal> {
     let spec = pod.spec.get_or_insert_with(Default::default);
     let volumes = spec.volumes.get_or_insert_with(Vec::new);
     let existing = volumes.iter_mut().find(|v| {
@@ -169,12 +172,12 @@ fn add_secret_item(
                 .get_or_insert_with(Vec::new);
             if let Some(clash) = items.iter().find(|i| i.path == path && i.key != key) {
                 // Flyte lower-cases file names, so MY_KEY and my_key would share one file.
-                return Err(format!(
+                return Err(Refusal::Conflict(format!(
                     "keys {:?} and {:?} of Kubernetes Secret {group:?} would both be written to {SECRETS_DIR}/{}/{path}; request only one of them as a file",
                     clash.key,
                     key,
                     group.to_lowercase()
-                ));
+                )));
             }
             if !items.iter().any(|i| i.key == key) {
                 items.push(item);

@@ -14,6 +14,7 @@ pub mod embedded;
 pub mod global;
 pub mod k8s;
 pub mod plan;
+pub mod refusal;
 pub mod sidecar;
 pub mod source;
 pub mod vault;
@@ -28,6 +29,7 @@ use crate::mutate::{PodCtx, PodMutator};
 use codec::{MountRequirement, Secret};
 pub use edits::Edits;
 pub use plan::Plan;
+pub use refusal::Refusal;
 use source::Lookup;
 
 pub use crate::config::{
@@ -81,14 +83,14 @@ pub fn user_allowed(allowed: &[String], username: &str) -> bool {
 /// An environment variable name podmutator is about to write, checked against the API
 /// server's rule so that the pod is refused here, naming the rule, not by the API server later
 /// (which blames the pod).
-pub fn check_env_name(name: &str) -> Result<(), String> {
+pub fn check_env_name(name: &str) -> Result<(), Refusal> {
     if crate::k8s_names::is_env_var_name(name) {
         return Ok(());
     }
-    Err(format!(
+    Err(Refusal::BadName(format!(
         "environment variable name {name:?} would be refused by the API server (names are {}); fix the secret's env_var, group or key",
         crate::k8s_names::ENV_VAR_NAME_RULE
-    ))
+    )))
 }
 
 /// One decoded `flyte.secrets/s<N>` annotation.
@@ -147,7 +149,7 @@ pub trait SecretInjector: Send + Sync {
 
     /// Whether this manager takes `req`: `Err` says why not (never a value), and the next
     /// manager is asked.
-    fn accepts(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Result<Accept, String>;
+    fn accepts(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Result<Accept, Refusal>;
 
     /// A refusal that stops the admission outright when this manager is reached for `req`
     /// (e.g. a pod asking for another project's secrets), instead of trying the next manager.
@@ -164,7 +166,7 @@ pub trait SecretInjector: Send + Sync {
         ctx: &PodCtx<'_>,
         pod: &mut Pod,
         edits: &mut Edits,
-    ) -> Result<(), String>;
+    ) -> Result<(), Refusal>;
 }
 
 /// Reads `flyte.secrets/s<N>` annotations of pods labelled `inject-flyte-secrets: "true"` and
@@ -280,7 +282,7 @@ pub(crate) mod testing {
                 secret: s.clone(),
             };
             edits.current = req.annotation.clone();
-            accept_and_inject(inj, &req, &ctx, &mut pod, &mut edits)?;
+            accept_and_inject(inj, &req, &ctx, &mut pod, &mut edits).map_err(|e| e.to_string())?;
         }
         if !edits.conflicts.is_empty() {
             return Err(edits.conflicts.join("; "));
@@ -296,7 +298,7 @@ pub(crate) mod testing {
         ctx: &PodCtx<'_>,
         pod: &mut Pod,
         edits: &mut Edits,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         inj.accepts(req, ctx, pod)?;
         inj.inject(req, ctx, pod, edits)
     }

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{Accept, Edits, ResolvedSecrets, SecretRequest, SecretsMutator};
+use super::{Accept, Edits, Refusal, ResolvedSecrets, SecretRequest, SecretsMutator};
 use crate::config::SecretManagerType;
 use crate::error::Denial;
 use crate::mutate::{PodCtx, PodMutator};
@@ -42,7 +42,7 @@ struct PlannedRequest {
     /// [`Accept::Now`] ends the list.
     candidates: Vec<(usize, Accept)>,
     /// Why each manager before or between the candidates refused.
-    refusals: Vec<(usize, String)>,
+    refusals: Vec<(usize, Refusal)>,
 }
 
 impl Plan {
@@ -161,7 +161,7 @@ impl SecretsMutator {
         })
     }
 
-    fn not_injected(&self, req: &SecretRequest, mut refusals: Vec<(usize, String)>) -> Denial {
+    fn not_injected(&self, req: &SecretRequest, mut refusals: Vec<(usize, Refusal)>) -> Denial {
         refusals.sort_by_key(|(i, _)| *i);
         let reasons: Vec<String> = refusals
             .iter()

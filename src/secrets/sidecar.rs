@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::codec::{MountRequirement, Secret};
+use super::refusal::Refusal;
 use super::vault::identity_digest;
 use super::{
     Accept, ENV_DEFAULT_DIR, ENV_FILE_PREFIX, Edits, SECRETS_DIR, SecretInjector, SecretRequest,
@@ -89,12 +90,12 @@ impl Provider {
     /// command and its own env vars, length-prefixed), hence stable across admissions, distinct
     /// for secrets fetched differently, and shared by requests that would fetch the same file
     /// the same way (e.g. ANY and FILE of one secret), which then get one fetcher.
-    pub fn fetcher_name(self, s: &Secret) -> Result<String, String> {
+    pub fn fetcher_name(self, s: &Secret) -> Result<String, Refusal> {
         Ok(self.fetch(s)?.name(self))
     }
 
     /// What the fetcher for `s` runs, or which required field is missing.
-    fn fetch(self, s: &Secret) -> Result<Fetch, String> {
+    fn fetch(self, s: &Secret) -> Result<Fetch, Refusal> {
         match self {
             Provider::Aws => {
                 self.require(
@@ -142,10 +143,10 @@ impl Provider {
                 let uri = s.group.trim_end_matches('/');
                 let name = uri.rsplit('/').next().unwrap_or_default();
                 if matches!(name, "" | "." | "..") {
-                    return Err(format!(
+                    return Err(Refusal::MissingField(format!(
                         "{} needs {NEEDS}; the group does not end in a secret name",
                         self.label()
-                    ));
+                    )));
                 }
                 let v = &s.group_version;
                 let (mkdir, path) = if v.is_empty() {
@@ -169,7 +170,7 @@ impl Provider {
     }
 
     /// `Err` naming the empty ones among `fields` (never a value: these are names).
-    fn require(self, needs: &str, fields: &[(&str, &str)]) -> Result<(), String> {
+    fn require(self, needs: &str, fields: &[(&str, &str)]) -> Result<(), Refusal> {
         let missing: Vec<&str> = fields
             .iter()
             .filter(|(_, v)| v.is_empty())
@@ -178,12 +179,12 @@ impl Provider {
         if missing.is_empty() {
             return Ok(());
         }
-        Err(format!(
+        Err(Refusal::MissingField(format!(
             "{} needs {needs}; {} {} empty",
             self.label(),
             missing.join(" and "),
             if missing.len() == 1 { "is" } else { "are" }
-        ))
+        )))
     }
 }
 
@@ -293,7 +294,7 @@ impl SecretInjector for SidecarInjector {
         self.provider.kind()
     }
 
-    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, _: &Pod) -> Result<Accept, String> {
+    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, _: &Pod) -> Result<Accept, Refusal> {
         let s = &req.secret;
         let p = self.provider;
         p.fetch(s)?;
@@ -302,11 +303,11 @@ impl SecretInjector for SidecarInjector {
         }
         match s.mount_requirement {
             MountRequirement::Any | MountRequirement::File => Ok(Accept::Now),
-            MountRequirement::EnvVar => Err(format!(
+            MountRequirement::EnvVar => Err(Refusal::UnsupportedMount(format!(
                 "mount requirement ENV_VAR is not supported by {}: its init container writes the secret to a file; request FILE or ANY (env_var then names a variable holding the file's path)",
                 p.label()
-            )),
-            MountRequirement::Unknown(n) => Err(format!("unrecognized mount requirement [{n}]")),
+            ))),
+            MountRequirement::Unknown(n) => Err(Refusal::UnknownMount(n)),
         }
     }
 
@@ -316,7 +317,7 @@ impl SecretInjector for SidecarInjector {
         _ctx: &PodCtx<'_>,
         pod: &mut Pod,
         edits: &mut Edits,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let s = &req.secret;
         let p = self.provider;
         let fetch = p.fetch(s)?;
@@ -331,9 +332,9 @@ impl SecretInjector for SidecarInjector {
             .find(|c| c.name == name);
         let injected = match existing {
             Some(c) if !fetch.is_done_by(c) => {
-                return Err(format!(
+                return Err(Refusal::Conflict(format!(
                     "init container {name} already exists and does not fetch this secret; rename that init container"
-                ));
+                )));
             }
             Some(_) => true,
             None => false,
@@ -488,7 +489,7 @@ mod tests {
                 crate::secrets::testing::accept_and_inject(inj, &req, &ctx, &mut pod, &mut plan)
             {
                 assert_eq!(pod, before, "a refused request leaves the pod alone");
-                return Err(e);
+                return Err(e.to_string());
             }
         }
         plan.apply(&mut pod, &[]);

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use sha2::{Digest, Sha256};
 
 use super::codec::{MountRequirement, Secret};
+use super::refusal::Refusal;
 use super::{
     Accept, ENV_DEFAULT_DIR, ENV_FILE_PREFIX, Edits, SECRETS_DIR, SecretInjector, SecretRequest,
 };
@@ -108,7 +109,7 @@ impl SecretInjector for VaultInjector {
         SecretManagerType::Vault
     }
 
-    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, _: &Pod) -> Result<Accept, String> {
+    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, _: &Pod) -> Result<Accept, Refusal> {
         let s = &req.secret;
         let missing: Vec<&str> = [("group", &s.group), ("key", &s.key)]
             .into_iter()
@@ -116,21 +117,21 @@ impl SecretInjector for VaultInjector {
             .map(|(name, _)| name)
             .collect();
         if !missing.is_empty() {
-            return Err(format!(
+            return Err(Refusal::MissingField(format!(
                 "vault secrets webhook requires both key and group to be set; {} is empty (group is the Vault secret path, key the field to read)",
                 missing.join(" and ")
-            ));
+            )));
         }
         match s.mount_requirement {
             MountRequirement::Any | MountRequirement::File => {}
             MountRequirement::EnvVar => {
                 // Flyte's text, kept verbatim: users grep for it.
-                return Err(
+                return Err(Refusal::UnsupportedMount(
                     "Env_Var is not a supported mount requirement for Vault Secret Manager".into(),
-                );
+                ));
             }
             MountRequirement::Unknown(n) => {
-                return Err(format!("unrecognized mount requirement [{n}]"));
+                return Err(Refusal::UnknownMount(n));
             }
         }
 
@@ -143,7 +144,7 @@ impl SecretInjector for VaultInjector {
         _ctx: &PodCtx<'_>,
         pod: &mut Pod,
         edits: &mut Edits,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let s = &req.secret;
         // Later maps win: defaults < configured annotations < what the pod already has. On
         // re-admission the pod already holds exactly these keys with these values. Only our few
@@ -265,7 +266,8 @@ mod tests {
             secret: s.clone(),
         };
         let mut plan = Edits::default();
-        crate::secrets::testing::accept_and_inject(inj, &req, &ctx, &mut pod, &mut plan)?;
+        crate::secrets::testing::accept_and_inject(inj, &req, &ctx, &mut pod, &mut plan)
+            .map_err(|e| e.to_string())?;
         plan.apply(&mut pod, &[]);
         Ok(pod)
     }
@@ -553,6 +555,8 @@ mod tests {
             &mut plan,
         )
         .unwrap_err();
+        assert!(matches!(err, Refusal::MissingField(_)), "{err:?}");
+        let err = err.to_string();
         assert!(err.starts_with("vault secrets webhook requires"), "{err}");
         assert!(err.contains(says), "{err}");
         assert_eq!(changed, pod, "a refused request leaves the pod alone");

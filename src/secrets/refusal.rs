@@ -1,0 +1,47 @@
+//! Why a secret manager does not take a request, or could not inject it. Each manager answers
+//! in these terms; the plan gathers them into the pod's denial ("none of the secret managers
+//! could inject ...") with each manager's reason. A refusal names fields, ids and rules, never
+//! a value.
+
+/// One manager's reason for not injecting one secret request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A field the manager needs is empty (in the manager's own wording, Flyte's where Flyte
+    /// has one).
+    #[error("{0}")]
+    MissingField(String),
+    /// A pod label the manager reads the secret's scope from is missing or empty.
+    #[error(
+        "[SecretRequirementsError] secret read requirements not met due to empty {0} field in the pod labels"
+    )]
+    MissingScopeLabel(&'static str),
+    /// A mount requirement number the annotation format does not define.
+    #[error("unrecognized mount requirement [{0}]")]
+    UnknownMount(i32),
+    /// A mount requirement this manager cannot deliver.
+    #[error("{0}")]
+    UnsupportedMount(String),
+    /// A name the API server would refuse: an env var, a file name, an init container's.
+    #[error("{0}")]
+    BadName(String),
+    /// The manager has no such secret.
+    #[error("{0}")]
+    NotFound(String),
+    /// An id the plan did not fetch (a plan and its injection disagree: a bug, reported).
+    #[error("secret {0} was not fetched")]
+    NotFetched(String),
+    /// A value over `embedded.maxValueBytes`.
+    #[error("secret {id} is {bytes} bytes, over embedded.maxValueBytes ({max})")]
+    TooLarge {
+        id: String,
+        bytes: usize,
+        max: usize,
+    },
+    /// A value the secret manager returned empty.
+    #[error("[SecretNil] secret {0} read as empty from the secret manager")]
+    Empty(String),
+    /// Something already in the pod (a container, a volume item) that the injection would
+    /// overwrite.
+    #[error("{0}")]
+    Conflict(String),
+}
