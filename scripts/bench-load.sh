@@ -5,6 +5,11 @@
 # p50/p90/p99 latency, errors, and the server's RSS before and after TOTAL admissions (the
 # measured run plus as many further wrk runs as it takes to get there).
 #
+# In the same run, on the same server and connection count, two more measured runs of DURATION
+# seconds each: the same review with the pod's selector label switched off (same size, parsed and
+# allowed, no mutation: the parse-and-allow floor; target: admission >= 0.8 of it) and
+# GET /healthz (the transport's ceiling). A table prints the three side by side with the ratios.
+#
 # The server gets a temp certDir with localCert (a CA and certificate generated on start), the
 # K8s secret manager, and its default logging (one JSON audit line + one EMF metrics line per
 # admission) to /dev/null. It listens on 127.0.0.1 only (`http.listenAddress`).
@@ -135,6 +140,39 @@ M_p50=$R_p50_us M_p90=$R_p90_us M_p99=$R_p99_us M_p999=$R_p999_us M_max=$R_max_u
 LOAD_AFTER_MEASURED=$(cut -d' ' -f1-3 /proc/loadavg)
 RSS_MEASURED=$(rss VmRSS)
 
+# The same review, selector label off: same bytes to parse, nothing selects the pod.
+UNSELECTED=$TMP/unselected.json
+python3 - "$ROOT/$REVIEW" "$UNSELECTED" <<'PY' || die "cannot make the unselected review from $REVIEW"
+import json, sys
+review = json.load(open(sys.argv[1]))
+labels = review["request"]["object"]["metadata"]["labels"]
+if labels.get("inject-flyte-secrets") != "true":
+    sys.exit(f"{sys.argv[1]}: the pod has no inject-flyte-secrets: \"true\" label")
+labels["inject-flyte-secrets"] = "none"  # as long as "true": the same size
+json.dump(review, open(sys.argv[2], "w"), separators=(",", ":"))
+PY
+answer=$(curl -s --cacert "$TMP/certs/ca.crt" -H 'content-type: application/json' \
+	--data-binary @"$UNSELECTED" "$URL")
+python3 -c 'import json,sys; r=json.loads(sys.argv[1])["response"]; sys.exit(0 if r["allowed"] and "patch" not in r else 1)' "$answer" ||
+	die "the unselected review was not allowed untouched: $answer"
+# Figures of one phase, from the R_* of its run: "rps p50_ms p99_ms errors".
+phase() {
+	awk -v n="$R_requests" -v d="$R_duration_us" -v p50="$R_p50_us" -v p99="$R_p99_us" \
+		-v e="$((R_connect + R_read + R_write + R_status + R_timeout))" \
+		'BEGIN {printf "%.0f %.2f %.2f %d", n / (d / 1e6), p50 / 1000, p99 / 1000, e}'
+}
+P_admission=$(phase)
+echo "== measured: the same review, selector label off: $DURATION s"
+REVIEW_FILE=$UNSELECTED run_wrk "$DURATION"
+P_unselected=$(phase)
+echo "== measured: GET /healthz: $DURATION s"
+URL_ADMISSION=$URL
+URL="https://127.0.0.1:$PORT/healthz"
+REVIEW_FILE= run_wrk "$DURATION"
+P_healthz=$(phase)
+URL=$URL_ADMISSION
+LOAD_AFTER_PHASES=$(cut -d' ' -f1-3 /proc/loadavg)
+
 echo "== continuing to $TOTAL admissions"
 while ((ADMISSIONS < TOTAL)); do
 	left=$((TOTAL - ADMISSIONS))
@@ -181,6 +219,18 @@ printf '%-46s %s\n' "RSS samples (MiB, every 5 s from server start)" \
 printf '%-46s %s\n' "graceful stop on SIGTERM" "$STOP_OK"
 printf '%-46s %s\n' "load (1/5/15 min) before measured run" "$LOAD_DURING"
 printf '%-46s %s\n' "load (1/5/15 min) after measured run" "$LOAD_AFTER_MEASURED"
+
+echo
+echo "same server, $CONNECTIONS connections, $DURATION s each (load before $LOAD_DURING, after $LOAD_AFTER_PHASES)"
+printf '%-44s %10s %9s %9s %7s %14s\n' "run" "req/s" "p50 ms" "p99 ms" "errors" "x unselected"
+read -r a_rps a_p50 a_p99 a_err <<<"$P_admission"
+read -r u_rps u_p50 u_p99 u_err <<<"$P_unselected"
+read -r h_rps h_p50 h_p99 h_err <<<"$P_healthz"
+x() { awk -v a="$1" -v b="$u_rps" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
+printf '%-44s %10s %9s %9s %7s %14s\n' "task pod review (mutated)" "$a_rps" "$a_p50" "$a_p99" "$a_err" "$(x "$a_rps")"
+printf '%-44s %10s %9s %9s %7s %14s\n' "same review, selector off (parse + allow)" "$u_rps" "$u_p50" "$u_p99" "$u_err" "1.00"
+printf '%-44s %10s %9s %9s %7s %14s\n' "GET /healthz (transport ceiling)" "$h_rps" "$h_p50" "$h_p99" "$h_err" "$(x "$h_rps")"
+echo "targets: admission >= 0.80 x unselected, p99 < 5 ms at 64 connections"
 
 fail=0
 ((ERRORS == 0)) || { echo "bench-load: FAILED: $ERRORS wrk errors" >&2; fail=1; }

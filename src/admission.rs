@@ -152,7 +152,7 @@ impl App {
                 audit.operation = operation;
                 audit.decision = "allowed";
                 audit.reason = "NotAPodCreate";
-                return Ok(allowed_reply(&audit.uid, api_version, None, &[]));
+                return Ok(allowed_reply(&audit.uid, api_version));
             }
         };
         audit.uid = req.uid.clone();
@@ -170,7 +170,7 @@ impl App {
         if !is_pod || req.operation != Operation::Create || req.sub_resource.is_some() {
             audit.decision = "allowed";
             audit.reason = "NotAPodCreate";
-            return Ok(allowed_reply(&audit.uid, api_version, None, &[]));
+            return Ok(allowed_reply(&audit.uid, api_version));
         }
         let Some(mut pod) = req.object else {
             return Err((
@@ -243,23 +243,16 @@ impl App {
             (!patch.0.is_empty()).then_some(patch)
         };
         audit.patch_ops = patch.as_ref().map_or(0, |p| p.0.len());
-        let patch_bytes = patch
-            .as_ref()
-            .map(serde_json::to_vec)
-            .transpose()
-            .map_err(|e| (internal("failed to serialise the patch", e), api_version))?;
-        audit.patch_bytes = patch_bytes.as_ref().map_or(0, Vec::len);
-        audit.decision = if patch_bytes.is_some() {
+        audit.decision = if patch.is_some() {
             "mutated"
         } else {
             "allowed"
         };
-        Ok(allowed_reply(
-            &audit.uid,
-            api_version,
-            patch_bytes.as_deref(),
-            &warnings,
-        ))
+        let (reply, patch_bytes) =
+            write_allowed(&audit.uid, api_version, patch.as_ref(), &warnings)
+                .map_err(|e| (internal("failed to serialise the patch", e), api_version))?;
+        audit.patch_bytes = patch_bytes;
+        Ok(reply)
     }
 }
 
@@ -509,27 +502,102 @@ fn to_reply(status: u16, review: &ReviewOut<'_>) -> Reply {
     }
 }
 
-/// An allowed response; `patch` is the serialised JSON Patch, sent base64-encoded.
-fn allowed_reply(uid: &str, api_version: &str, patch: Option<&[u8]>, warnings: &[String]) -> Reply {
-    use base64::Engine;
-    let patch = patch.map(|bytes| base64::engine::general_purpose::STANDARD.encode(bytes));
-    let patch_type = patch.as_ref().map(|_| "JSONPatch");
-    to_reply(
-        200,
-        &ReviewOut {
-            api_version,
-            kind: "AdmissionReview",
-            response: ResponseOut {
-                uid,
-                allowed: true,
-                status: None,
-                patch,
-                patch_type,
-                audit_annotations: BTreeMap::new(),
-                warnings,
+/// An allowed response without a patch or warnings.
+fn allowed_reply(uid: &str, api_version: &str) -> Reply {
+    match write_allowed(uid, api_version, None, &[]) {
+        Ok((reply, _)) => reply,
+        // Writing two strings into a `Vec` cannot fail; answer 500 rather than panic if it did.
+        Err(_) => to_reply(
+            500,
+            &ReviewOut {
+                api_version,
+                kind: "AdmissionReview",
+                response: ResponseOut {
+                    uid,
+                    allowed: true,
+                    status: None,
+                    patch: None,
+                    patch_type: None,
+                    audit_annotations: BTreeMap::new(),
+                    warnings: &[],
+                },
             },
-        },
-    )
+        ),
+    }
+}
+
+/// An allowed response, written by hand in the field order of [`ReviewOut`] so that the patch
+/// goes from `serde_json` straight into the base64 encoder and from there into the body: no
+/// serialised patch, no base64 string, and no escape scan of base64 (it has nothing to escape).
+/// On a 10,000-container pod those were three copies of 10 MB each. Returns the reply and the
+/// size of the patch JSON (for the audit line and the `PatchBytes` metric).
+fn write_allowed(
+    uid: &str,
+    api_version: &str,
+    patch: Option<&json_patch::Patch>,
+    warnings: &[String],
+) -> std::io::Result<(Reply, usize)> {
+    let mut body = Vec::with_capacity(256);
+    body.extend_from_slice(b"{\"apiVersion\":");
+    serde_json::to_writer(&mut body, api_version)?;
+    body.extend_from_slice(b",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":");
+    serde_json::to_writer(&mut body, uid)?;
+    body.extend_from_slice(b",\"allowed\":true");
+    let mut patch_bytes = 0;
+    if let Some(patch) = patch {
+        body.extend_from_slice(b",\"patch\":\"");
+        patch_bytes = write_base64_json(&mut body, patch)?;
+        body.extend_from_slice(b"\",\"patchType\":\"JSONPatch\"");
+    }
+    if !warnings.is_empty() {
+        body.extend_from_slice(b",\"warnings\":");
+        serde_json::to_writer(&mut body, warnings)?;
+    }
+    body.extend_from_slice(b"}}");
+    Ok((Reply { status: 200, body }, patch_bytes))
+}
+
+/// `value` as JSON, base64-encoded onto the end of `out`; returns the length of the JSON.
+/// serde_json writes in small pieces (a quote, a key, a comma), so a fixed 8 kB buffer batches
+/// them before the encoder, which then encodes whole chunks.
+fn write_base64_json<T: Serialize>(out: &mut Vec<u8>, value: &T) -> std::io::Result<usize> {
+    use std::io::Write;
+    let mut encoder =
+        base64::write::EncoderWriter::new(out, &base64::engine::general_purpose::STANDARD);
+    let mut json = Counted {
+        inner: std::io::BufWriter::with_capacity(8 * 1024, &mut encoder),
+        written: 0,
+    };
+    serde_json::to_writer(&mut json, value)?;
+    json.inner.flush()?;
+    let written = json.written;
+    drop(json);
+    encoder.finish()?;
+    Ok(written)
+}
+
+/// A writer that counts the bytes passed through it.
+struct Counted<W> {
+    inner: W,
+    written: usize,
+}
+
+impl<W: std::io::Write> std::io::Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written += n;
+        Ok(n)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.inner.write_all(buf)?;
+        self.written += buf.len();
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// The reply for any error: a well-formed review with `allowed:false`, the HTTP status from the
@@ -578,6 +646,81 @@ fn standard_reason(code: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine;
+
+    /// What `serde_json` writes for the same reply through [`ReviewOut`]: the hand-written
+    /// envelope must be byte for byte the same.
+    fn derived(uid: &str, patch: Option<&json_patch::Patch>, warnings: &[String]) -> Vec<u8> {
+        let patch = patch.map(|p| {
+            base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(p).unwrap())
+        });
+        to_reply(
+            200,
+            &ReviewOut {
+                api_version: API_VERSION_V1BETA1,
+                kind: "AdmissionReview",
+                response: ResponseOut {
+                    uid,
+                    allowed: true,
+                    status: None,
+                    patch_type: patch.as_ref().map(|_| "JSONPatch"),
+                    patch,
+                    audit_annotations: BTreeMap::new(),
+                    warnings,
+                },
+            },
+        )
+        .body
+    }
+
+    #[test]
+    fn the_written_reply_is_the_derived_one() {
+        // Long enough to cross the 8 kB buffer and the encoder's chunks, with escapes and
+        // non-ASCII in the values, and a uid that needs escaping.
+        let ops: Vec<serde_json::Value> = (0..500)
+            .map(|i| {
+                serde_json::json!({"op": "add", "path": format!("/spec/containers/{i}/env/-"),
+                    "value": {"name": "K\"ey\\é", "value": format!("v\n{i}")}})
+            })
+            .collect();
+        let patch: json_patch::Patch = serde_json::from_value(ops.into()).unwrap();
+        let json_len = serde_json::to_vec(&patch).unwrap().len();
+        assert!(json_len > 3 * 8 * 1024);
+        let warnings = ["a \"quoted\" warning".to_owned()];
+        let uid = "uid-\"1\"\u{7}";
+        for (patch, warnings) in [
+            (None, &[][..]),
+            (None, &warnings[..]),
+            (Some(&patch), &[][..]),
+            (Some(&patch), &warnings[..]),
+        ] {
+            let (reply, bytes) = write_allowed(uid, API_VERSION_V1BETA1, patch, warnings).unwrap();
+            assert_eq!(reply.status, 200);
+            let want = derived(uid, patch, warnings);
+            // Where they part, not the 20 kB of base64 around it.
+            let at = reply.body.iter().zip(&want).position(|(a, b)| a != b);
+            assert!(
+                reply.body == want,
+                "written and derived replies differ at byte {at:?} (lengths {} and {})",
+                reply.body.len(),
+                want.len()
+            );
+            assert_eq!(bytes, patch.map_or(0, |_| json_len));
+        }
+        // Every length modulo 3 ends the base64 correctly (padding written by `finish`).
+        for n in 1..=4 {
+            let small: json_patch::Patch = serde_json::from_value(
+                serde_json::json!([{"op": "remove", "path": "/".to_owned() + &"x".repeat(n)}]),
+            )
+            .unwrap();
+            let (reply, _) = write_allowed("u", API_VERSION_V1, Some(&small), &[]).unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(v["response"]["patch"].as_str().unwrap())
+                .unwrap();
+            assert_eq!(decoded, serde_json::to_vec(&small).unwrap());
+        }
+    }
 
     #[test]
     fn only_the_ids_and_the_aws_error_code_of_a_failed_fetch_reach_the_reply() {

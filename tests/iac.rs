@@ -205,7 +205,8 @@ fn checkov_passes_the_pod_identity_module() {
 }
 
 /// checkov drops resources whose Condition is false for the parameter defaults, so the template
-/// is scanned once per endpoint: as written (alb) and with http-api and mesh switched on.
+/// is scanned once per endpoint: as written (alb) and with http-api, mesh, the image builder and
+/// a pull-through cache switched on.
 #[test]
 fn checkov_passes_template_for_both_endpoints_with_every_skip_explained() {
     checkov(
@@ -224,6 +225,14 @@ fn checkov_passes_template_for_both_endpoints_with_every_skip_explained() {
             "    Default: \"false\"\n    AllowedValues: [\"true\", \"false\"]\n    Description: Turn on the mesh",
             "    Default: \"true\"\n    AllowedValues: [\"true\", \"false\"]\n    Description: Turn on the mesh",
         ),
+        (
+            "  ImageBuilderEnabled:\n    Type: String\n    Default: \"false\"",
+            "  ImageBuilderEnabled:\n    Type: String\n    Default: \"true\"",
+        ),
+        (
+            "  EcrPullThroughCacheQuay:\n    Type: String\n    Default: \"false\"",
+            "  EcrPullThroughCacheQuay:\n    Type: String\n    Default: \"true\"",
+        ),
     ] {
         assert_eq!(
             variant.matches(from).count(),
@@ -236,7 +245,7 @@ fn checkov_passes_template_for_both_endpoints_with_every_skip_explained() {
     let file = scratch.path().join("template-http-api.yaml");
     std::fs::write(&file, variant).unwrap();
     let (_, _, resources) = checkov(
-        "checkov template.yaml (http-api, mesh)",
+        "checkov template.yaml (http-api, mesh, images)",
         &[
             "--file",
             file.to_str().unwrap(),
@@ -277,6 +286,7 @@ fn expectations() -> Value {
             "namespaceTemplate": config.embedded.namespace_template,
         },
         "maxBodyBytes": config.http.max_body_bytes,
+        "metricsNamespace": config.metrics.namespace,
         "secretsSelector": {
             "label": config.secrets_selector.label,
             "value": config.secrets_selector.value,
@@ -301,15 +311,54 @@ fn terraform_and_sam_agree_with_the_functions_routes_and_deadlines() {
             .arg(&facts),
     );
     eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    let configs = scratch.path().join("sam-configs.json");
     let out = run_ok(
         "tests/iac/check_sam.py",
         Command::new(tool("python"))
             .arg("tests/iac/check_sam.py")
             .arg(root())
             .arg(&expect)
-            .arg(&facts),
+            .arg(&facts)
+            .arg(&configs),
     );
     eprint!("{}", String::from_utf8_lossy(&out.stderr));
+
+    // Every PODMUTATOR_CONFIG the template renders (each endpoint, mesh, image builder and
+    // images switch) is one the function starts with, without a warning, and with the image
+    // mutators on exactly when the template serves their routes.
+    let rendered: Vec<Value> = serde_json::from_slice(&std::fs::read(&configs).unwrap()).unwrap();
+    assert!(
+        rendered.len() >= 2 * 2 * 2 * 2 * 2 * 4,
+        "check_sam.py rendered {} configurations",
+        rendered.len()
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for r in &rendered {
+        let tag = r["tag"].as_str().unwrap();
+        let loaded = podmutator::Config::from_value(r["config"].clone())
+            .unwrap_or_else(|e| panic!("{tag}: the function refuses the SAM config: {e}"));
+        assert!(loaded.warnings.is_empty(), "{tag}: {:?}", loaded.warnings);
+        let c = &loaded.config;
+        let builder = c.webhook.image_builder_config.enabled;
+        assert_eq!(Some(builder), r["imageBuilder"].as_bool(), "{tag}");
+        assert_eq!(Some(c.images.enabled), r["images"].as_bool(), "{tag}");
+        assert_eq!(c.images.enabled, !c.images.rules.is_empty(), "{tag}");
+        seen.insert((builder, c.images.rules.len()));
+    }
+    // Off, one cache, and five caches with two extra rules, each with and without the builder.
+    for want in [
+        (false, 0),
+        (true, 0),
+        (false, 1),
+        (true, 1),
+        (false, 7),
+        (true, 7),
+    ] {
+        assert!(
+            seen.contains(&want),
+            "no rendered config {want:?}: {seen:?}"
+        );
+    }
 }
 
 const TOKEN: &str = "abcdefghijklmnopqrstuvwxyz0123456789ABCD";

@@ -338,19 +338,28 @@ fn runtime(multi_thread: bool) -> Result<tokio::runtime::Runtime, CliError> {
 }
 
 /// The Embedded manager's source as production reads it: AWS Secrets Manager in
-/// `webhook.embeddedSecretManagerConfig.awsConfig.region`, behind the configured cache.
+/// `webhook.embeddedSecretManagerConfig.awsConfig.region`, behind the configured cache. The SDK
+/// client is built on the first fetch ([`BuiltOnFirstFetch`]), not here.
 pub async fn embedded_source(config: &Config) -> Arc<dyn SecretSource> {
     use crate::secrets::source::{AwsSource, CachePolicy, CachingSource};
     use std::time::Duration;
-    let region = &config
+    let region = config
         .webhook
         .embedded_secret_manager_config
         .aws_config
-        .region;
+        .region
+        .clone();
     let budget = Duration::from_millis(config.embedded.deadline_ms);
-    let client = crate::secrets::source::aws_client(region, budget).await;
+    let embedded = config.embedded.clone();
     Arc::new(CachingSource::new(
-        AwsSource::from_config(client, &config.embedded),
+        BuiltOnFirstFetch::new(move || {
+            let region = region.clone();
+            let embedded = embedded.clone();
+            async move {
+                let client = crate::secrets::source::aws_client(&region, budget).await;
+                AwsSource::from_config(client, &embedded)
+            }
+        }),
         CachePolicy::from_config(&config.embedded),
     ))
 }
@@ -373,6 +382,43 @@ pub async fn embedded_resolver(config: &Config) -> Arc<dyn SecretSource> {
         DescribeSource::new(client),
         CachePolicy::from_config(e),
     ))
+}
+
+/// A source built on its first fetch. Loading the AWS configuration (root certificates, the HTTP
+/// client, the credential chain's providers) costs a cold start time it need not pay when its
+/// first admissions fetch nothing; built here, it is paid once, inside that fetch's deadline.
+struct BuiltOnFirstFetch<S, F> {
+    build: F,
+    source: tokio::sync::OnceCell<S>,
+}
+
+impl<S, F> BuiltOnFirstFetch<S, F> {
+    fn new(build: F) -> Self {
+        Self {
+            build,
+            source: tokio::sync::OnceCell::new(),
+        }
+    }
+}
+
+impl<S, F, Fut> SecretSource for BuiltOnFirstFetch<S, F>
+where
+    S: SecretSource,
+    F: Fn() -> Fut + Send + Sync,
+    Fut: std::future::Future<Output = S> + Send,
+{
+    fn fetch_many<'a>(
+        &'a self,
+        ids: &'a [String],
+    ) -> crate::secrets::source::BoxFuture<
+        'a,
+        Result<crate::secrets::source::Fetched, crate::secrets::source::SourceError>,
+    > {
+        Box::pin(async move {
+            let source = self.source.get_or_init(|| (self.build)()).await;
+            source.fetch_many(ids).await
+        })
+    }
 }
 
 /// The app behind its HTTP front, with what is fetched at start: the AWS client (Embedded
@@ -586,6 +632,28 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("podmutator").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_embedded_source_is_built_on_the_first_fetch_and_once() {
+        use crate::secrets::source::{Lookup, StaticSource};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let built = Arc::new(AtomicUsize::new(0));
+        let counter = built.clone();
+        let lazy = BuiltOnFirstFetch::new(move || {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                StaticSource::default().with("id", "value")
+            }
+        });
+        assert_eq!(built.load(Ordering::SeqCst), 0, "built before any fetch");
+        let rt = runtime(false).unwrap();
+        for _ in 0..3 {
+            let got = rt.block_on(lazy.fetch_many(&["id".to_owned()])).unwrap();
+            assert!(matches!(got.values.get("id"), Some(Lookup::Found(_))));
+        }
+        assert_eq!(built.load(Ordering::SeqCst), 1);
     }
 
     #[test]

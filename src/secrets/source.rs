@@ -282,16 +282,10 @@ pub fn http_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
 /// (`embedded.deadlineMs`): the SDK's defaults back off for a second or more, so a throttled
 /// call would spend the whole budget waiting for its first retry.
 pub async fn aws_client(region: &str, budget: Duration) -> Client {
-    use aws_config::retry::RetryConfig;
     use aws_config::timeout::TimeoutConfig;
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .http_client(http_client())
-        .retry_config(
-            RetryConfig::standard()
-                .with_max_attempts(3)
-                .with_initial_backoff(budget / 40)
-                .with_max_backoff(budget / 5),
-        )
+        .retry_config(retry_config(budget))
         .timeout_config(
             TimeoutConfig::builder()
                 .connect_timeout(budget / 4)
@@ -302,6 +296,15 @@ pub async fn aws_client(region: &str, budget: Duration) -> Client {
         loader = loader.region(aws_config::Region::new(region.to_owned()));
     }
     Client::new(&loader.load().await)
+}
+
+/// The SDK's standard retry policy (3 attempts, exponential backoff with full jitter, a
+/// client-side retry quota), with backoffs sized to `budget` (`embedded.deadlineMs`).
+pub fn retry_config(budget: Duration) -> aws_config::retry::RetryConfig {
+    aws_config::retry::RetryConfig::standard()
+        .with_max_attempts(3)
+        .with_initial_backoff(budget / 40)
+        .with_max_backoff(budget / 5)
 }
 
 /// Counts the attempts of one operation that Secrets Manager answered with

@@ -3,6 +3,7 @@
 
 pub mod aws;
 pub mod leaks;
+pub mod quota;
 pub mod work;
 
 use std::path::{Path, PathBuf};

@@ -1,11 +1,13 @@
 """Checks template.yaml against registration.json, the function and the Terraform defaults.
 
-Usage: python check_sam.py REPO_ROOT EXPECT_JSON TERRAFORM_FACTS_JSON
+Usage: python check_sam.py REPO_ROOT EXPECT_JSON TERRAFORM_FACTS_JSON CONFIGS_OUT_JSON
 
 The template is decoded with cfn-lint's loader, then the intrinsic functions the template uses
-(Ref, Fn::If, Fn::Sub, Fn::Join, conditions) are evaluated for every combination of endpoint
-and mesh switch, so what is checked is what CloudFormation would create. Run by tests/iac.rs
-with the python of .venv (scripts/tools.sh path python), which has cfn-lint.
+(Ref, Fn::If, Fn::Sub, Fn::Join, Fn::Split, conditions) are evaluated for every combination of
+endpoint, mesh, image builder and images switches, so what is checked is what CloudFormation
+would create. Every PODMUTATOR_CONFIG so rendered is written to CONFIGS_OUT_JSON, for
+tests/iac.rs to load with the function's own configuration code. Run by tests/iac.rs with the
+python of .venv (scripts/tools.sh path python), which has cfn-lint.
 """
 
 import itertools
@@ -24,6 +26,7 @@ PSEUDO = {
     "AWS::AccountId": "123456789012",
     "AWS::Partition": "aws",
     "AWS::StackName": "podmutator",
+    "AWS::URLSuffix": "amazonaws.com",
 }
 
 # SAM parameter -> Terraform variable with the same meaning and default.
@@ -44,6 +47,46 @@ SAME_DEFAULTS = {
     "MeshLabelKey": "mesh_label_key",
     "ReservedConcurrency": "reserved_concurrent_executions",
     "Architecture": "architecture",
+    "EcrPullThroughCachePrefix": "ecr_pull_through_cache_prefix",
+}
+
+# SAM switch parameter -> the Terraform upstream (ecr_pull_through_cache_upstreams) it stands for.
+PULL_THROUGH = {
+    "EcrPullThroughCacheDockerHub": "docker-hub",
+    "EcrPullThroughCacheQuay": "quay",
+    "EcrPullThroughCacheGitHub": "github",
+    "EcrPullThroughCacheK8s": "k8s",
+    "EcrPullThroughCacheEcrPublic": "ecr-public",
+}
+# Upstreams ECR serves only with credentials, and the parameter that holds them.
+CREDENTIALS = {
+    "docker-hub": "EcrPullThroughCacheDockerHubCredentialArn",
+    "github": "EcrPullThroughCacheGitHubCredentialArn",
+}
+ECR_REGISTRY = "123456789012.dkr.ecr.eu-west-1.amazonaws.com"
+
+BUILDER_ON = {
+    "ImageBuilderEnabled": "true",
+    "ImageBuilderExisting": "cr.union.ai",
+    "ImageBuilderReplacement": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/union",
+    "ImageBuilderDisableVerification": "false",
+    "ImageBuilderLabelSelector": '{"matchLabels":{"image-builder":"true"}}',
+}
+# images switches: none; one cache without credentials; every cache, a prefix, extra rules and
+# both selectors.
+IMAGES_VARIANTS = {
+    "none": {},
+    "quay": {"EcrPullThroughCacheQuay": "true"},
+    "all": dict(
+        {p: "true" for p in PULL_THROUGH},
+        EcrPullThroughCachePrefix="cache/",
+        EcrPullThroughCacheDockerHubCredentialArn="arn:aws:secretsmanager:eu-west-1:123456789012:secret:ecr-pullthroughcache/docker-hub-AbCdEf",
+        EcrPullThroughCacheGitHubCredentialArn="arn:aws:secretsmanager:eu-west-1:123456789012:secret:ecr-pullthroughcache/github-AbCdEf",
+        ImagesExtraRules=["registry.example.com=123456789012.dkr.ecr.eu-west-1.amazonaws.com/mirror", "gcr.io/distroless=mirror.example.org/distroless"],
+        ImagesPodSelector='{"matchLabels":{"mirror":"ecr"}}',
+        ImagesNamespaceSelector='{"matchExpressions":[{"key":"tier","operator":"In","values":["web"]}]}',
+    ),
+    "extra-rules-only": {"ImagesExtraRules": ["registry.example.com=mirror.example.org/r"]},
 }
 
 TOKEN_SHA256 = "0123456789abcdef" * 4
@@ -156,7 +199,10 @@ def defaults(template):
 def main():
     root = pathlib.Path(sys.argv[1])
     expect = load_json(sys.argv[2])
-    tf_defaults = load_json(sys.argv[3])["defaults"]
+    tf_facts = load_json(sys.argv[3])
+    tf_defaults = tf_facts["defaults"]
+    tf_upstreams = tf_facts["pullThroughUpstreams"]
+    rendered = []
     c = Checks("template.yaml")
 
     registration = load_json(root / "terraform" / "registration.json")
@@ -204,11 +250,35 @@ def main():
         {"Ref": "LogRetentionDays"},
     )
 
-    # --- every endpoint and mesh combination --------------------------------------------------
-    for endpoint, mesh, users, token_on in itertools.product(["alb", "http-api"], ["false", "true"], [[], ["system:serviceaccount:flyte:flytepropeller"]], ["true", "false"]):
-        ev = Evaluator(template, dict(base, EndpointType=endpoint, MeshEnabled=mesh, AllowedUsernames=users, PathTokenEnabled=token_on))
-        tag = f"[{endpoint}, mesh={mesh}, users={len(users)}, token={token_on}]"
-        paths = registration_paths(registration, mesh == "true")
+    # --- the pull-through caches are Terraform's ----------------------------------------------
+    c.eq("SAM offers the upstreams Terraform does", sorted(PULL_THROUGH.values()), sorted(tf_upstreams))
+    for param, upstream in PULL_THROUGH.items():
+        c.eq(f"{param} off by default", base[param], "false")
+    for upstream, param in CREDENTIALS.items():
+        c.true(
+            f"{param} must name a secret under ecr-pullthroughcache/",
+            ":secret:ecr-pullthroughcache/" in template["Parameters"][param]["AllowedPattern"],
+        )
+        switch = next(p for p, u in PULL_THROUGH.items() if u == upstream)
+        guards = [
+            name for name, rule in template.get("Rules", {}).items()
+            if rule.get("RuleCondition") == {"Fn::Equals": [{"Ref": switch}, "true"]}
+            and any(a.get("Assert") == {"Fn::Not": [{"Fn::Equals": [{"Ref": param}, ""]}]} for a in rule["Assertions"])
+        ]
+        c.true(f"a rule refuses {switch} without {param}", len(guards) == 1, str(guards))
+    c.eq("image builder off by default", base["ImageBuilderEnabled"], "false")
+
+    # --- every endpoint, mesh and image switch combination ------------------------------------
+    for endpoint, mesh, users, token_on, builder, images in itertools.product(["alb", "http-api"], ["false", "true"], [[], ["system:serviceaccount:flyte:flytepropeller"]], ["true", "false"], [False, True], list(IMAGES_VARIANTS)):
+        params = dict(base, EndpointType=endpoint, MeshEnabled=mesh, AllowedUsernames=users, PathTokenEnabled=token_on)
+        if builder:
+            params.update(BUILDER_ON)
+        params.update(IMAGES_VARIANTS[images])
+        ev = Evaluator(template, params)
+        tag = f"[{endpoint}, mesh={mesh}, users={len(users)}, token={token_on}, builder={builder}, images={images}]"
+        images_on = images != "none"
+        features = (["imageBuilder"] if builder else []) + (["images"] if images_on else [])
+        paths = registration_paths(registration, mesh == "true", features)
         routes = paths + [healthz]
 
         raw = ev.value(props["Environment"]["Variables"]["PODMUTATOR_CONFIG"])
@@ -217,7 +287,37 @@ def main():
         except ValueError as e:
             c.true(f"{tag} PODMUTATOR_CONFIG is JSON", False, f"{e}: {raw}")
             continue
-        c.eq(f"{tag} config sections", sorted(config), ["embedded", "http", "mesh", "webhook"])
+        rendered.append({"tag": tag, "imageBuilder": builder, "images": images_on, "config": config})
+        c.eq(f"{tag} config sections", sorted(config), sorted(["embedded", "http", "mesh", "webhook"] + (["images"] if images_on else [])))
+        if builder:
+            c.eq(
+                f"{tag} config imageBuilderConfig",
+                config["webhook"].get("imageBuilderConfig"),
+                {
+                    "enabled": True,
+                    "hostnameReplacement": {"existing": BUILDER_ON["ImageBuilderExisting"], "replacement": BUILDER_ON["ImageBuilderReplacement"], "disableVerification": False},
+                    "labelSelector": json.loads(BUILDER_ON["ImageBuilderLabelSelector"]),
+                },
+            )
+        else:
+            c.true(f"{tag} no imageBuilderConfig", "imageBuilderConfig" not in config["webhook"])
+        variant = IMAGES_VARIANTS[images]
+        prefix_of_cache = variant.get("EcrPullThroughCachePrefix", "")
+        want_caches = {
+            f"{prefix_of_cache}{u}": (tf_upstreams[u]["upstream"], variant.get(CREDENTIALS.get(u, ""), NO_VALUE))
+            for p, u in PULL_THROUGH.items() if variant.get(p) == "true"
+        }
+        if images_on:
+            # Terraform's order: the caches in its upstream order, then the extra rules.
+            want_rules = [
+                {"match": tf_upstreams[u]["match"], "replace": f"{ECR_REGISTRY}/{prefix_of_cache}{u}"}
+                for u in tf_upstreams if any(variant.get(p) == "true" for p, x in PULL_THROUGH.items() if x == u)
+            ] + [dict(zip(("match", "replace"), r.split("=", 1))) for r in variant.get("ImagesExtraRules", [])]
+            want_images = {"enabled": True, "rules": want_rules}
+            for key, param in (("podSelector", "ImagesPodSelector"), ("namespaceSelector", "ImagesNamespaceSelector")):
+                if variant.get(param):
+                    want_images[key] = json.loads(variant[param])
+            c.eq(f"{tag} config images", config.get("images"), want_images)
         c.eq(f"{tag} config deadline", config["embedded"].get("deadlineMs"), base["EmbeddedDeadlineMs"])
         c.eq(f"{tag} config mesh", config["mesh"], {"enabled": mesh == "true", "managedLabel": registration["meshLabelKey"]})
         c.eq(f"{tag} config http", config["http"], dict({"maxBodyBytes": base["MaxBodyBytes"]}, **({"pathTokenSha256": TOKEN_SHA256} if token_on == "true" else {})))
@@ -229,6 +329,12 @@ def main():
         c.eq(f"{tag} WebhookUrl output", ev.value(outputs["WebhookUrl"]["Value"]), "https://" + base["DomainName"])
 
         resources = {k: r for k, r in template["Resources"].items() if ev.exists(k)}
+        caches = {}
+        for k, r in resources.items():
+            if r["Type"] == "AWS::ECR::PullThroughCacheRule":
+                p = ev.value(r["Properties"])
+                caches[p["EcrRepositoryPrefix"]] = (p["UpstreamRegistryUrl"], p.get("CredentialArn", NO_VALUE))
+        c.eq(f"{tag} ECR pull-through cache rules (prefix: upstream, credential)", caches, want_caches)
         perms = {k: ev.value(r["Properties"]) for k, r in resources.items() if r["Type"] == "AWS::Lambda::Permission"}
         c.eq(f"{tag} one invoke permission", len(perms), 1)
         for k, perm in perms.items():
@@ -258,6 +364,18 @@ def main():
                 integ["TimeoutInMillis"] > int(template["Parameters"]["LambdaTimeoutSeconds"]["MaxValue"]) * 1000,
             )
             c.true(f"{tag} API permission SourceArn is the API's execution ARN", perms["HttpApiInvokePermission"].get("SourceArn", "").endswith(":<HttpApi>/*"))
+
+        alarm_queries = [
+            q.get("Expression", "")
+            for r in resources.values()
+            if r["Type"] == "AWS::CloudWatch::Alarm"
+            for q in ev.value(r["Properties"]).get("Metrics", [])
+        ]
+        c.true(
+            f"{tag} an alarm sums the function's SecretsManagerThrottles in its metrics namespace",
+            f'SELECT SUM(SecretsManagerThrottles) FROM "{expect["metricsNamespace"]}"' in alarm_queries,
+            str(alarm_queries),
+        )
 
         role = ev.value(resources["FunctionRole"]["Properties"])
         stmts = [s for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
@@ -332,6 +450,8 @@ def main():
     docs = (root / "docs" / "deploy.md").read_text(encoding="utf-8")
     for name in list(template["Parameters"]) + list(template["Outputs"]):
         c.true(f"docs/deploy.md documents {name}", f"`{name}`" in docs)
+    with open(sys.argv[4], "w", encoding="utf-8") as f:
+        json.dump(rendered, f)
     c.finish()
 
 

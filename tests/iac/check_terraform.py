@@ -365,7 +365,7 @@ def main():
                 c.true(f"docs/deploy.md documents {mod_name} {kind} {name}", f"`{name}`" in docs)
 
     with open(facts_out, "w", encoding="utf-8") as f:
-        json.dump({"defaults": var}, f)
+        json.dump({"defaults": var, "pullThroughUpstreams": tf["locals"]["pull_through_upstreams"]}, f)
     c.finish()
 
 

@@ -58,7 +58,11 @@ def expected_webhooks(expect):
     }
 
 
-def registration_paths(registration, mesh):
-    """Paths registered by the root module and SAM, which register no optional-feature entry
-    (`feature`: image builder, images) yet; `podmutator webhook-config` adds those."""
-    return [w["path"] for w in registration["webhooks"] if (mesh or not w["mesh"]) and "feature" not in w]
+def registration_paths(registration, mesh, features=()):
+    """Paths of the entries registered with mesh on or off and the optional features
+    (`feature`: imageBuilder, images) that are switched on, in registration order."""
+    return [
+        w["path"]
+        for w in registration["webhooks"]
+        if (mesh or not w["mesh"]) and w.get("feature", None) in (None, *features)
+    ]
