@@ -402,7 +402,7 @@ def main():
                       SecretsKmsKeyArn="arn:aws:kms:eu-west-1:123456789012:key/00000000-0000-0000-0000-000000000000")
         ev = Evaluator(template, params)
         tag = f"[delivery={delivery}, envVarDelivery={env_var_delivery}]"
-        config = json.loads(ev.value(props["Environment"]["Variables"]["PODMUTATOR_CONFIG"]))
+        config = json.loads(ev.value(template["Resources"]["Function"]["Properties"]["Environment"]["Variables"]["PODMUTATOR_CONFIG"]))
         c.eq(f"{tag} config delivery", (config["embedded"].get("delivery"), config["embedded"].get("envVarDelivery")), (delivery, env_var_delivery))
         c.eq(f"{tag} config fetcherImage", config["embedded"].get("fetcherImage"), params["FetcherImage"] if delivery == "reference" else None)
         role = ev.value(template["Resources"]["FunctionRole"]["Properties"])
