@@ -209,25 +209,9 @@ pub async fn https_request(
     content_type: Option<&str>,
     body: &[u8],
 ) -> std::io::Result<(u16, Vec<u8>)> {
-    use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio_rustls::rustls;
 
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut &ca_pem[..]) {
-        roots.add(cert?).map_err(std::io::Error::other)?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(std::io::Error::other)?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    let name = rustls::pki_types::ServerName::try_from(server_name.to_owned())
-        .map_err(std::io::Error::other)?;
-    let mut tls = connector.connect(name, tcp).await?;
+    let mut tls = tls_connect_as(port, ca_pem, server_name).await?;
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {server_name}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -332,6 +316,15 @@ pub async fn tls_connect(
     port: u16,
     ca_pem: &[u8],
 ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    tls_connect_as(port, ca_pem, "localhost").await
+}
+
+/// A TLS client connection to `port`, trusting `ca_pem`, verifying `server_name`.
+pub async fn tls_connect_as(
+    port: u16,
+    ca_pem: &[u8],
+    server_name: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     use tokio_rustls::rustls;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile::certs(&mut &ca_pem[..]) {
@@ -345,7 +338,7 @@ pub async fn tls_connect(
         .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    let name = rustls::pki_types::ServerName::try_from("localhost".to_owned())
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_owned())
         .map_err(std::io::Error::other)?;
     connector.connect(name, tcp).await
 }
