@@ -9,7 +9,6 @@ use kube_core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use serde::Serialize;
 
 use crate::app::App;
-use crate::config::SecretManagerType;
 use crate::error::{Denial, Error};
 use crate::metrics::AdmissionFacts;
 use crate::mutate::{Applied, PodCtx, Route, Tally};
@@ -222,15 +221,8 @@ impl App {
         warnings.extend(tally.notes());
         audit.mutators.clone_from(&changed);
         audit.injected = tally.injected();
-        if req.dry_run
-            && audit.injected.iter().any(|(kind, n)| {
-                *n > 0
-                    && matches!(
-                        kind,
-                        SecretManagerType::Embedded | SecretManagerType::Global
-                    )
-            })
-        {
+        // Only where a value was left out: reference delivery never reads one, dry run or not.
+        if req.dry_run && tally.any_withheld() {
             warnings.push(format!(
                 "dry run: secret values were withheld; the patched pod carries {DRY_RUN_PLACEHOLDER:?} where a created pod gets each value"
             ));

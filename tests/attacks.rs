@@ -551,6 +551,33 @@ mod secrets_attacks {
         assert_eq!(source.calls.load(Ordering::Relaxed), 1);
     }
 
+    /// Reference delivery reads no value, dry run or not: its dry run says nothing was
+    /// withheld, and its pod names the same secrets as the real create's.
+    #[tokio::test]
+    async fn a_reference_dry_run_withholds_nothing_so_it_warns_of_nothing() {
+        let names = StaticSource::default()
+            .with(&id("flyte", "development", "flytesnacks", "db"), "unused")
+            .with(&id("flyte", "development", "flytesnacks", "cert"), "unused");
+        let cfg = config(json!({"embedded": {
+            "delivery": "reference",
+            "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+        }}));
+        let front = webhook(&cfg, Deps::offline().with_resolver(Arc::new(names)));
+        let reqs = [
+            secret("", "db", MountRequirement::EnvVar, ""),
+            secret("", "cert", MountRequirement::File, ""),
+        ];
+        let mut p = pod(&reqs, "flytesnacks", "development");
+        p["spec"]["containers"][0]["command"] = json!(["python", "task.py"]);
+        let (status, dry) = admit_as(&front, &p, NS, EXECUTOR, true).await;
+        assert_eq!((status, &dry["allowed"]), (200, &json!(true)), "{dry}");
+        assert!(dry.get("warnings").is_none(), "{dry}");
+        let dry_pod = apply(&p, &patch_of(&dry));
+        assert!(!dry_pod.to_string().contains(PLACEHOLDER), "{dry_pod}");
+        let (_, real) = admit_as(&front, &p, NS, EXECUTOR, false).await;
+        assert_eq!(dry_pod, apply(&p, &patch_of(&real)));
+    }
+
     #[test]
     fn a_global_env_prefix_that_captures_the_functions_credentials_is_refused_at_start() {
         for prefix in [

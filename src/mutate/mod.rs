@@ -73,6 +73,8 @@ pub struct Tally {
     /// Things the user should see (`warnings` of the review response), for changes a mutator
     /// chose not to make.
     notes: Mutex<Vec<String>>,
+    /// Values a dry run replaced with the placeholder.
+    withheld: AtomicU32,
 }
 
 /// What the image mutators count. The first seven are the Union fork's image-builder metrics
@@ -133,7 +135,18 @@ impl Tally {
             injected: [const { AtomicU32::new(0) }; SecretManagerType::ALL.len()],
             images: [const { AtomicU32::new(0) }; ImageCount::ALL.len()],
             notes: Mutex::new(Vec::new()),
+            withheld: AtomicU32::new(0),
         }
+    }
+
+    /// One secret value a dry run left out (the placeholder is in the pod instead).
+    pub fn value_withheld(&self) {
+        self.withheld.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether a dry run left out any value.
+    pub fn any_withheld(&self) -> bool {
+        self.withheld.load(Ordering::Relaxed) > 0
     }
 
     /// One more `what`.
