@@ -242,6 +242,107 @@ fn inject_will_not_reach_aws_unless_told_to() {
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
 }
 
+/// `inject --embedded` in reference delivery is the served webhook's reference delivery: names
+/// resolved with `DescribeSecret` only, the fetcher and the wrapped command in the output, and
+/// no value anywhere in what it prints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inject_in_reference_delivery_resolves_names_and_reads_no_value() {
+    use common::aws::{CountingProxy, Moto, client, create_secret};
+    use podmutator::pod::injector::{EXECUTABLE, INIT_CONTAINER};
+    use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
+
+    let moto = Moto::start();
+    let setup = client(&moto.url()).await;
+    let value = "SENTINEL-inject-3f9a0c71";
+    for key in ["db", "token"] {
+        create_secret(
+            &setup,
+            &format!("u__org__flyte__domain__development__project__flytesnacks__key__{key}"),
+            value,
+        )
+        .await;
+    }
+    let proxy = CountingProxy::start(moto.port).await;
+    let secrets = [
+        Secret {
+            key: "db".into(),
+            mount_requirement: MountRequirement::File,
+            ..Default::default()
+        },
+        Secret {
+            key: "token".into(),
+            mount_requirement: MountRequirement::EnvVar,
+            ..Default::default()
+        },
+    ];
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "task",
+            "labels": {"inject-flyte-secrets": "true", "organization": "flyte", "project": "flytesnacks", "domain": "development"},
+            "annotations": encode_annotations(&secrets).unwrap()
+        },
+        "spec": {"containers": [{"name": "main", "image": "flytekit", "command": ["python", "task.py"]}]}
+    });
+    let config = json!({
+        "webhook": {
+            "secretManagerTypes": ["Embedded"],
+            "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
+        },
+        "embedded": {
+            "delivery": "reference",
+            "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+        }
+    })
+    .to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .args([
+            "inject",
+            "--embedded",
+            "-n",
+            "flytesnacks-development",
+            "-f",
+            "-",
+            "--config-json",
+            &config,
+        ])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("AWS_ENDPOINT_URL", proxy.url())
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut pipe = child.stdin.take().unwrap();
+    pipe.write_all(pod.to_string().as_bytes()).unwrap();
+    drop(pipe);
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stdout.contains(value) && !stderr.contains(value), "{stdout}");
+    assert!(proxy.count("DescribeSecret") > 0, "names were resolved");
+    assert_eq!(
+        proxy.total(),
+        proxy.count("DescribeSecret"),
+        "and nothing but names"
+    );
+    let injected: Value = serde_json::from_str(&stdout).unwrap();
+    let inits = injected["spec"]["initContainers"].as_array().unwrap();
+    assert!(inits.iter().any(|c| c["name"] == INIT_CONTAINER), "{stdout}");
+    assert_eq!(
+        injected["spec"]["containers"][0]["command"],
+        json!([EXECUTABLE, "exec", "--", "python", "task.py"])
+    );
+    assert!(
+        stdout.contains("u__org__flyte__domain__development__project__flytesnacks__key__db"),
+        "{stdout}"
+    );
+}
+
 /// Every pod and pod template in a manifest, as the Pod the API server would create.
 fn pods_of(docs: &[Value]) -> Vec<(String, Value)> {
     let mut pods = Vec::new();

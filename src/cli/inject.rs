@@ -482,8 +482,13 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
     let out = runtime.block_on(async {
         let mut deps = Deps::offline();
         if embedded {
-            deps = deps.with_source(super::embedded_source(config).await);
-            if config.embedded.delivery == crate::config::Delivery::Reference {
+            use crate::config::{Delivery, EnvVarDelivery};
+            let e = &config.embedded;
+            // As the served webhook: reference delivery with exec reads no value.
+            if e.delivery == Delivery::Value || e.env_var_delivery == EnvVarDelivery::Value {
+                deps = deps.with_source(super::embedded_source(config).await);
+            }
+            if e.delivery == Delivery::Reference {
                 deps = deps.with_resolver(super::embedded_resolver(config).await);
             }
         }

@@ -365,22 +365,28 @@ pub async fn embedded_source(config: &Config) -> Arc<dyn SecretSource> {
 }
 
 /// Reference delivery's resolver: `DescribeSecret` (metadata only) behind the same cache
-/// bounds and lifetimes as values.
+/// bounds and lifetimes as values. Like [`embedded_source`], the SDK client is built on the
+/// first resolution, not here.
 pub async fn embedded_resolver(config: &Config) -> Arc<dyn SecretSource> {
     use crate::secrets::resolve::DescribeSource;
     use crate::secrets::source::{CachePolicy, CachingSource};
     use std::time::Duration;
-    let region = &config
+    let region = config
         .webhook
         .embedded_secret_manager_config
         .aws_config
-        .region;
-    let e = &config.embedded;
-    let client =
-        crate::secrets::source::aws_client(region, Duration::from_millis(e.deadline_ms)).await;
+        .region
+        .clone();
+    let budget = Duration::from_millis(config.embedded.deadline_ms);
     Arc::new(CachingSource::new(
-        DescribeSource::new(client),
-        CachePolicy::from_config(e),
+        BuiltOnFirstFetch::new(move || {
+            let region = region.clone();
+            async move {
+                let client = crate::secrets::source::aws_client(&region, budget).await;
+                DescribeSource::new(client)
+            }
+        }),
+        CachePolicy::from_config(&config.embedded),
     ))
 }
 
