@@ -18,6 +18,7 @@ pub mod mutate;
 pub mod patch;
 pub mod pod;
 pub mod registration;
+pub mod registry;
 pub mod secrets;
 pub mod transport;
 

@@ -607,6 +607,63 @@ pub struct EmbeddedConfig {
     /// The podmutator image the `reference` init container runs (`podmutator fetch`); required
     /// with `delivery: reference`. Pin it by digest.
     pub fetcher_image: String,
+    /// In `reference` delivery with `envVarDelivery: exec`, where the ENTRYPOINT of a container
+    /// without `command` is read from: the image's config in its registry.
+    pub entrypoint_lookup: EntrypointLookupConfig,
+}
+
+/// Reading a container's ENTRYPOINT and CMD from its image's config in the registry
+/// (`embedded.entrypointLookup`), so that a container with only `args` can be wrapped.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct EntrypointLookupConfig {
+    /// The registry hosts (`host[:port]`, as in an image reference) the webhook may ask. Pod
+    /// creators choose image names, so any other host, however written, is never contacted.
+    /// Empty turns the lookup off: a container without `command` is refused.
+    pub registries: Vec<String>,
+    /// Budget of one image's lookup (every request of it), within `embedded.deadlineMs`.
+    pub timeout_ms: u64,
+    /// How long a tag's manifest digest is reused. What a digest names never changes, so its
+    /// ENTRYPOINT and CMD are kept until evicted.
+    pub tag_ttl_seconds: u64,
+    /// A PEM file of extra CA certificates trusted besides the system's (a private registry
+    /// with its own CA). Empty: the system's only.
+    pub ca_bundle_file: String,
+}
+
+impl Default for EntrypointLookupConfig {
+    fn default() -> Self {
+        Self {
+            registries: Vec::new(),
+            timeout_ms: 1500,
+            tag_ttl_seconds: 300,
+            ca_bundle_file: String::new(),
+        }
+    }
+}
+
+impl EntrypointLookupConfig {
+    /// Whether images may be looked up at all.
+    pub fn enabled(&self) -> bool {
+        !self.registries.is_empty()
+    }
+
+    /// Whether `registry` (normalised, as [`crate::image_ref::ImageRef::registry`]) is listed.
+    pub fn allows(&self, registry: &str) -> bool {
+        self.registries
+            .iter()
+            .any(|r| normalised_registry(r).as_deref() == Some(registry))
+    }
+}
+
+/// `entry` as an image reference names its registry (`index.docker.io` is `docker.io`), or
+/// `None` when it is not a registry host.
+fn normalised_registry(entry: &str) -> Option<String> {
+    let probe = format!("{entry}/probe");
+    let parsed = crate::image_ref::ImageRef::parse(&probe).ok()?;
+    let same = parsed.registry == entry
+        || (parsed.registry == crate::image_ref::DOCKER_HUB && entry == "index.docker.io");
+    same.then_some(parsed.registry)
 }
 
 /// How Embedded secrets reach the pod (`embedded.delivery`).
@@ -650,6 +707,7 @@ impl Default for EmbeddedConfig {
             delivery: Delivery::Value,
             env_var_delivery: EnvVarDelivery::Exec,
             fetcher_image: String::new(),
+            entrypoint_lookup: EntrypointLookupConfig::default(),
         }
     }
 }
@@ -853,6 +911,26 @@ impl Config {
             return Err(ConfigError::new(
                 "embedded.fetcherImage",
                 "must name the podmutator image (e.g. <account>.dkr.ecr.<region>.amazonaws.com/podmutator@sha256:...) when embedded.delivery is reference: its init container runs `podmutator fetch` in each pod",
+            ));
+        }
+        let lookup = &em.entrypoint_lookup;
+        for (i, r) in lookup.registries.iter().enumerate() {
+            if normalised_registry(r).is_none() {
+                return Err(ConfigError::new(
+                    format!("embedded.entrypointLookup.registries[{i}]"),
+                    format!(
+                        "{r:?} is not a registry host: write it as in an image reference, host[:port] (e.g. public.ecr.aws, docker.io, 123456789012.dkr.ecr.us-east-1.amazonaws.com), without a scheme or path"
+                    ),
+                ));
+            }
+        }
+        if lookup.enabled() && (lookup.timeout_ms == 0 || lookup.timeout_ms >= em.deadline_ms) {
+            return Err(ConfigError::new(
+                "embedded.entrypointLookup.timeoutMs",
+                format!(
+                    "{} ms: use 1 to less than embedded.deadlineMs ({} ms), so that a slow registry is a denial naming the image, not a timed-out admission",
+                    lookup.timeout_ms, em.deadline_ms
+                ),
             ));
         }
         if em.negative_cache_ttl_seconds > em.cache_ttl_seconds {
@@ -1217,6 +1295,12 @@ mod tests {
     #[case::reference_needs_an_image(json!({"embedded": {"delivery": "reference"}}), "embedded.fetcherImage")]
     #[case::unknown_delivery(json!({"embedded": {"delivery": "inline"}}), "embedded.delivery")]
     #[case::unknown_env_var_delivery(json!({"embedded": {"envVarDelivery": "file"}}), "embedded.envVarDelivery")]
+    #[case::lookup_registry_with_a_scheme(json!({"embedded": {"entrypointLookup": {"registries": ["public.ecr.aws", "https://r.example"]}}}), "embedded.entrypointLookup.registries[1]")]
+    #[case::lookup_registry_with_a_path(json!({"embedded": {"entrypointLookup": {"registries": ["r.example/team"]}}}), "embedded.entrypointLookup.registries[0]")]
+    #[case::lookup_registry_that_is_an_image(json!({"embedded": {"entrypointLookup": {"registries": ["python"]}}}), "embedded.entrypointLookup.registries[0]")]
+    #[case::lookup_timeout_at_the_deadline(json!({"embedded": {"entrypointLookup": {"registries": ["r.example"], "timeoutMs": 2000}}}), "embedded.entrypointLookup.timeoutMs")]
+    #[case::lookup_timeout_zero(json!({"embedded": {"entrypointLookup": {"registries": ["r.example"], "timeoutMs": 0}}}), "embedded.entrypointLookup.timeoutMs")]
+    #[case::lookup_unknown_key(json!({"embedded": {"entrypointLookup": {"registry": ["r.example"]}}}), "embedded.entrypointLookup.registry")]
     #[case::image_pull_copies_need_writes(json!({"webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS", "imagePullSecrets": {"enabled": true}}}}), "webhook.embeddedSecretManagerConfig.imagePullSecrets.enabled")]
     #[case::no_calls_in_flight(json!({"embedded": {"maxCallsInFlight": 0}}), "embedded.maxCallsInFlight")]
     #[case::admission_over_process(json!({"embedded": {"maxCallsInFlight": 2, "maxCallsInFlightPerAdmission": 3}}), "embedded.maxCallsInFlightPerAdmission")]
@@ -1234,6 +1318,25 @@ mod tests {
         let err = load_json(v).unwrap_err();
         assert_eq!(err.key, key, "{err}");
         assert!(err.to_string().contains(key));
+    }
+
+    #[test]
+    fn lookup_registries_are_compared_as_image_references_name_them() {
+        let cfg = EntrypointLookupConfig {
+            registries: vec![
+                "index.docker.io".into(),
+                "public.ecr.aws".into(),
+                "localhost:5000".into(),
+            ],
+            ..Default::default()
+        };
+        for listed in ["docker.io", "public.ecr.aws", "localhost:5000"] {
+            assert!(cfg.allows(listed), "{listed}");
+        }
+        for other in ["localhost", "localhost:5001", "169.254.169.254", "ecr.aws"] {
+            assert!(!cfg.allows(other), "{other}");
+        }
+        assert!(!EntrypointLookupConfig::default().enabled());
     }
 
     #[test]
