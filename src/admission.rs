@@ -254,7 +254,8 @@ impl App {
     async fn resolve(&self, plan: &Plan, audit: &mut Audit) -> Result<ResolvedSecrets, Error> {
         let ids = plan.ids();
         let refs = plan.resolve_ids();
-        if ids.is_empty() && refs.is_empty() {
+        let images = plan.images();
+        if ids.is_empty() && refs.is_empty() && images.is_empty() {
             return Ok(ResolvedSecrets::default());
         }
         audit.secrets_fetched = ids.len() + refs.len();
@@ -274,8 +275,17 @@ impl App {
             None if refs.is_empty() => None,
             None => return Err(missing("resolve", &refs)),
         };
+        let entrypoints = match &self.entrypoints {
+            Some(e) => Some(e),
+            None if images.is_empty() => None,
+            None => {
+                return Err(Error::Internal(
+                    "no registry client is configured to read image commands".into(),
+                ));
+            }
+        };
         let started = Instant::now();
-        // Values and names in parallel: still one round trip for the pod.
+        // Values, names and image commands in parallel: still one round trip for the pod.
         let both = async {
             let values = async {
                 match source {
@@ -289,14 +299,23 @@ impl App {
                     _ => Ok(None),
                 }
             };
-            let (values, names) = tokio::join!(values, names);
-            Ok::<_, crate::secrets::source::SourceError>((values?, names?))
+            // Each image's answer is the command or why not: the injector refuses, naming the
+            // container, so a registry's failure is a denial, not an error.
+            let commands = async {
+                match entrypoints {
+                    Some(e) if !images.is_empty() => crate::registry::lookup_all(e, images).await,
+                    _ => crate::registry::Entrypoints::new(),
+                }
+            };
+            let (values, names, commands) = tokio::join!(values, names, commands);
+            Ok::<_, crate::secrets::source::SourceError>((values?, names?, commands))
         };
         let fetched = tokio::time::timeout(self.deadline, both).await;
         audit.fetch_us = started.elapsed().as_micros() as u64;
         match fetched {
-            Ok(Ok((values, names))) => {
+            Ok(Ok((values, names, commands))) => {
                 let mut resolved = ResolvedSecrets::default();
+                resolved.entrypoints = commands;
                 for f in [values, names].into_iter().flatten() {
                     audit.cache_hits += f.cache_hits;
                     audit.backend_calls += f.backend_calls;
@@ -324,6 +343,11 @@ impl App {
                 ids.iter()
                     .chain(&refs)
                     .cloned()
+                    .chain(
+                        images
+                            .iter()
+                            .map(|q| format!("(the command of image {})", q.image))
+                    )
                     .collect::<Vec<_>>()
                     .join(", ")
             ))),

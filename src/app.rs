@@ -9,6 +9,8 @@ use crate::config::{Config, ConfigError, Delivery, SecretManagerType};
 use crate::metrics::{Metrics, Sink};
 use crate::mutate::{Chain, MUTATOR_IDS, PodMutator, image, mesh};
 use crate::pod::injector::ReferenceInjector;
+use crate::registry::EntrypointSource;
+use crate::registry::client::RegistryClient;
 use crate::secrets::global::{FileEnvSource, GlobalSecretSource};
 use crate::secrets::source::SecretSource;
 use crate::secrets::{SecretInjector, SecretsMutator};
@@ -23,6 +25,9 @@ pub struct App {
     pub(crate) source: Option<Arc<dyn SecretSource>>,
     /// Where `reference` delivery resolves names (metadata only, never a value).
     pub(crate) resolver: Option<Arc<dyn SecretSource>>,
+    /// Where reference delivery reads the commands of images it wraps
+    /// (`embedded.entrypointLookup`).
+    pub(crate) entrypoints: Option<Arc<dyn EntrypointSource>>,
     pub(crate) deadline: Duration,
     pub(crate) metrics: Option<Metrics>,
 }
@@ -37,6 +42,9 @@ pub struct Deps {
     /// Where `reference` delivery resolves names (`DescribeSecret`). `None` answers a pod that
     /// needs one with a 500.
     pub resolver: Option<Arc<dyn SecretSource>>,
+    /// Where image commands are read. `None`: the registry client of
+    /// `embedded.entrypointLookup`, when it lists registries.
+    pub entrypoints: Option<Arc<dyn EntrypointSource>>,
     /// Where metric lines go when `metrics.enabled`; `None` sends them nowhere.
     pub metrics: Option<Sink>,
 }
@@ -49,6 +57,7 @@ impl Deps {
             global: Box::new(FileEnvSource::from_process(&config.secrets)),
             source: None,
             resolver: None,
+            entrypoints: None,
             metrics: Some(Sink::Stdout),
         }
     }
@@ -59,6 +68,7 @@ impl Deps {
             global: Box::new(global::NoGlobalSecrets),
             source: None,
             resolver: None,
+            entrypoints: None,
             metrics: None,
         }
     }
@@ -72,6 +82,12 @@ impl Deps {
     #[must_use]
     pub fn with_resolver(mut self, resolver: Arc<dyn SecretSource>) -> Self {
         self.resolver = Some(resolver);
+        self
+    }
+
+    #[must_use]
+    pub fn with_entrypoints(mut self, entrypoints: Arc<dyn EntrypointSource>) -> Self {
+        self.entrypoints = Some(entrypoints);
         self
     }
 
@@ -96,6 +112,7 @@ impl App {
             global,
             source,
             resolver,
+            entrypoints,
             metrics,
         } = deps;
         for id in config.mutators.keys() {
@@ -154,11 +171,21 @@ impl App {
             (true, Some(sink)) => Some(Metrics::new(config.metrics.clone(), sink)),
             _ => None,
         };
+        let lookup = &config.embedded.entrypoint_lookup;
+        let entrypoints = match entrypoints {
+            Some(e) => Some(e),
+            None if lookup.enabled() => Some(Arc::new(
+                RegistryClient::new(lookup)
+                    .map_err(|e| ConfigError::new("embedded.entrypointLookup.caBundleFile", e.0))?,
+            ) as Arc<dyn EntrypointSource>),
+            None => None,
+        };
         Ok(Self {
             chain,
             secrets,
             source,
             resolver,
+            entrypoints,
             deadline: Duration::from_millis(config.embedded.deadline_ms),
             metrics,
         })
@@ -258,6 +285,21 @@ mod tests {
         .err()
         .expect("refused");
         assert_eq!(err.key, "secretsSelector.label");
+    }
+
+    #[test]
+    fn an_unreadable_registry_ca_bundle_stops_the_build_naming_the_key() {
+        let err = build(json!({"embedded": {"entrypointLookup": {
+            "registries": ["registry.example"],
+            "caBundleFile": "/nonexistent/registry-ca.pem"
+        }}}))
+        .err()
+        .expect("refused");
+        assert_eq!(err.key, "embedded.entrypointLookup.caBundleFile");
+        assert!(
+            err.message.contains("/nonexistent/registry-ca.pem"),
+            "{err}"
+        );
     }
 
     #[test]

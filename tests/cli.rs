@@ -323,7 +323,10 @@ async fn inject_in_reference_delivery_resolves_names_and_reads_no_value() {
     let out = child.wait_with_output().unwrap();
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stderr}");
-    assert!(!stdout.contains(value) && !stderr.contains(value), "{stdout}");
+    assert!(
+        !stdout.contains(value) && !stderr.contains(value),
+        "{stdout}"
+    );
     assert!(proxy.count("DescribeSecret") > 0, "names were resolved");
     assert_eq!(
         proxy.total(),
@@ -332,7 +335,10 @@ async fn inject_in_reference_delivery_resolves_names_and_reads_no_value() {
     );
     let injected: Value = serde_json::from_str(&stdout).unwrap();
     let inits = injected["spec"]["initContainers"].as_array().unwrap();
-    assert!(inits.iter().any(|c| c["name"] == INIT_CONTAINER), "{stdout}");
+    assert!(
+        inits.iter().any(|c| c["name"] == INIT_CONTAINER),
+        "{stdout}"
+    );
     assert_eq!(
         injected["spec"]["containers"][0]["command"],
         json!([EXECUTABLE, "exec", "--", "python", "task.py"])

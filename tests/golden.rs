@@ -8,7 +8,9 @@
 //! that `kubernetes-validate --strict` accepts for Kubernetes 1.33 and 1.37.
 //!
 //! A case is a file in `tests/fixtures/golden/cases/`:
-//! `{"description", "config", "globalEnv"?, "secretValues"?, "namespace", "pod"}`. The
+//! `{"description", "config", "globalEnv"?, "secretValues"?, "imageConfigs"?, "namespace", "pod"}`
+//! (`imageConfigs` maps an image reference to its config's `{"Entrypoint", "Cmd"}`: what the
+//! registry holds, for `embedded.entrypointLookup`). The
 //! description must state each request as `flyte.secrets/s<N> = {<decoded fields>}` (checked).
 //! `podmutator secret-annotations '[{"key": "k", "mount_requirement": "FILE"}]'` prints the
 //! annotations for new requests;
@@ -24,6 +26,8 @@ use common::*;
 use podmutator::config::{Config, SecretManagerType};
 use podmutator::mutate::Route;
 use podmutator::pod::injector::{EXECUTABLE, INIT_CONTAINER};
+use podmutator::registry::client::LookupError;
+use podmutator::registry::{EntrypointSource, ImageCommand, ImageQuery};
 use podmutator::secrets::codec::{self, Secret};
 use podmutator::secrets::global::FileEnvSource;
 use podmutator::secrets::source::{
@@ -41,6 +45,7 @@ struct Case {
     config: Value,
     global_env: BTreeMap<String, String>,
     secret_values: BTreeMap<String, String>,
+    image_configs: BTreeMap<String, ImageCommand>,
     namespace: String,
     pod: Value,
 }
@@ -66,6 +71,7 @@ fn cases() -> Vec<Case> {
                 "config",
                 "globalEnv",
                 "secretValues",
+                "imageConfigs",
                 "namespace",
                 "pod",
             ];
@@ -85,6 +91,7 @@ fn cases() -> Vec<Case> {
                 config: v["config"].clone(),
                 global_env: string_map(&v["globalEnv"], &format!("{name}: globalEnv")),
                 secret_values: string_map(&v["secretValues"], &format!("{name}: secretValues")),
+                image_configs: image_configs(&v["imageConfigs"], &name),
                 namespace: v["namespace"]
                     .as_str()
                     .unwrap_or_else(|| panic!("{name}: namespace"))
@@ -124,7 +131,48 @@ fn app_for(case: &Case) -> Front {
                 case.secret_values.keys().cloned().collect(),
             )));
     }
+    if !case.image_configs.is_empty() {
+        deps = deps.with_entrypoints(Arc::new(Images(case.image_configs.clone())));
+    }
     webhook(&config, deps)
+}
+
+fn image_configs(v: &Value, name: &str) -> BTreeMap<String, ImageCommand> {
+    let Some(map) = v.as_object() else {
+        assert!(v.is_null(), "{name}: imageConfigs must be an object");
+        return BTreeMap::new();
+    };
+    let list = |c: &Value, key: &str| -> Vec<String> {
+        serde_json::from_value(c[key].clone()).unwrap_or_default()
+    };
+    map.iter()
+        .map(|(image, c)| {
+            let found = ImageCommand {
+                entrypoint: list(c, "Entrypoint"),
+                cmd: list(c, "Cmd"),
+            };
+            (image.clone(), found)
+        })
+        .collect()
+}
+
+/// The registry of `imageConfigs`: each image's command, whatever the platform.
+struct Images(BTreeMap<String, ImageCommand>);
+
+impl EntrypointSource for Images {
+    fn lookup<'a>(
+        &'a self,
+        query: &'a ImageQuery,
+    ) -> podmutator::registry::BoxFuture<'a, Result<ImageCommand, LookupError>> {
+        let found = self
+            .0
+            .get(&query.image)
+            .cloned()
+            .ok_or_else(|| LookupError::NotFound {
+                what: query.image.clone(),
+            });
+        Box::pin(async move { found })
+    }
 }
 
 /// Reference delivery's resolver: the ids of `secretValues` exist (name and ARN); no value is

@@ -17,7 +17,12 @@
 //!   again, so a second admission of the patched pod changes nothing.
 //!
 //! A container without `command` runs its image's ENTRYPOINT, which the pod spec does not
-//! show: it cannot be wrapped, and the pod is refused naming the container and the fix.
+//! show. With `embedded.entrypointLookup`, the admission reads the image's ENTRYPOINT and CMD
+//! from its registry first ([`crate::registry`]); the wrapped command is then
+//! `podmutator exec -- <ENTRYPOINT>`, and `args` the container's own, else the image's CMD
+//! (Kubernetes ignores CMD once `command` is set). An image on a registry the configuration
+//! does not list is never looked up: the pod is refused naming the container, the image and
+//! the fixes, as it is when the lookup is off or fails.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,10 +34,12 @@ use k8s_openapi::api::core::v1::{
 
 use super::exec::{EXEC_ENV_ENV, ExecPlan};
 use super::fetch::{FETCH_PLAN_ENV, FetchItem, FetchPlan};
-use crate::config::{EmbeddedConfig, EnvVarDelivery, SecretManagerType};
+use crate::config::{EmbeddedConfig, EntrypointLookupConfig, EnvVarDelivery, SecretManagerType};
 use crate::error::Denial;
+use crate::image_ref::ImageRef;
 use crate::mutate::PodCtx;
 use crate::mutate::pod::{add_volume, env_value};
+use crate::registry::{ImageQuery, pinned_arch};
 use crate::secrets::codec::{MountRequirement, Secret};
 use crate::secrets::embedded::{EmbeddedInjector, cascade, is_safe_file_key, scope};
 use crate::secrets::{
@@ -55,6 +62,10 @@ const INIT_RUN: &str = "/podmutator-init/run";
 pub const RUN_DIR: &str = "/podmutator";
 /// The executable the wrapped command starts with.
 pub const EXECUTABLE: &str = "/podmutator/bin/podmutator";
+
+/// A wrapped container's new `command`, and its new `args` when the image's CMD stands in
+/// for them.
+type Wrapping = (Vec<String>, Option<Vec<String>>);
 
 /// How one request reaches the container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +108,8 @@ pub struct ReferenceInjector {
     resources: ResourceRequirements,
     /// Init containers another mutator owns: neither wrapped nor given secrets.
     skip: Vec<String>,
+    /// Which registries the ENTRYPOINT of a container without `command` may be read from.
+    lookup: EntrypointLookupConfig,
 }
 
 impl ReferenceInjector {
@@ -113,7 +126,99 @@ impl ReferenceInjector {
             image: cfg.fetcher_image.clone(),
             region: region.to_owned(),
             skip: skip_containers.to_vec(),
+            lookup: cfg.entrypoint_lookup.clone(),
         }
+    }
+
+    /// The variable `req` sets through `podmutator exec`, if it is served that way (and its
+    /// pod could be scoped at all).
+    fn exec_var(&self, req: &SecretRequest, pod: &Pod) -> Option<String> {
+        if req.secret.key.is_empty() || scope(pod).is_err() {
+            return None;
+        }
+        match self.route(&req.secret) {
+            Ok(Route::Exec(var)) => Some(var),
+            _ => None,
+        }
+    }
+
+    /// Why the ENTRYPOINT of `c` (a container without `command`) cannot be read, naming the
+    /// container and its image; `None` when it may be looked up. An image on an unlisted
+    /// registry is refused here, before any connection.
+    fn unreadable(&self, c: &Container) -> Option<String> {
+        let name = &c.name;
+        let Some(image) = c.image.as_deref().filter(|i| !i.is_empty()) else {
+            return Some(format!("container {name:?} has neither command nor image"));
+        };
+        if !self.lookup.enabled() {
+            return Some(format!(
+                "container {name:?} has no command, and its image's ENTRYPOINT is not looked up (embedded.entrypointLookup.registries is empty; list the registry of {image:?} there to read it)"
+            ));
+        }
+        match ImageRef::parse(image) {
+            Err(e) => Some(format!(
+                "container {name:?} has no command, and its image {image:?} {e}"
+            )),
+            Ok(r) if !self.lookup.allows(&r.registry) => Some(format!(
+                "container {name:?} has no command, and its image {image:?} is on registry {:?}, which embedded.entrypointLookup.registries does not list (add it there if the webhook may ask that registry for the image's ENTRYPOINT)",
+                r.registry
+            )),
+            Ok(_) => None,
+        }
+    }
+
+    /// The command (and `args`, when the image's CMD stands in for them) that wraps `c`; `None`
+    /// when `c` is already wrapped.
+    fn wrapping(
+        &self,
+        c: &Container,
+        arch: &Option<String>,
+        resolved: &crate::secrets::ResolvedSecrets,
+    ) -> Result<Option<Wrapping>, Refusal> {
+        if is_wrapped(c) {
+            return Ok(None);
+        }
+        let mut command = vec![EXECUTABLE.to_owned(), "exec".into(), "--".into()];
+        if let Some(own) = c.command.as_ref().filter(|c| !c.is_empty()) {
+            command.extend(own.iter().cloned());
+            return Ok(Some((command, None)));
+        }
+        let image = c.image.clone().unwrap_or_default();
+        let fix = "set the container's `command` (its image's ENTRYPOINT, followed by what `args` needs), or request the secret with mount_requirement FILE";
+        let query = ImageQuery {
+            image: image.clone(),
+            arch: arch.clone(),
+        };
+        let found = match resolved.entrypoints.get(&query) {
+            Some(Ok(found)) => found,
+            Some(Err(why)) => {
+                return Err(Refusal::Entrypoint(format!(
+                    "container {:?} has no command, and the ENTRYPOINT of its image {image:?} could not be read from the registry: {why}; {fix}",
+                    c.name
+                )));
+            }
+            None => {
+                return Err(Refusal::Entrypoint(format!(
+                    "container {:?} has no command, and its image {image:?} was not looked up; {fix}",
+                    c.name
+                )));
+            }
+        };
+        let own_args = c.args.as_ref().filter(|a| !a.is_empty());
+        if found.entrypoint.is_empty() && own_args.is_none() && found.cmd.is_empty() {
+            return Err(Refusal::Entrypoint(format!(
+                "container {:?} has no command, no args, and its image {image:?} has neither ENTRYPOINT nor CMD: there is nothing to run; {fix}",
+                c.name
+            )));
+        }
+        command.extend(found.entrypoint.iter().cloned());
+        // Kubernetes ignores the image's CMD once `command` is set: it moves to `args`.
+        let args = match own_args {
+            Some(_) => None,
+            None if found.cmd.is_empty() => None,
+            None => Some(found.cmd.clone()),
+        };
+        Ok(Some((command, args)))
     }
 
     fn route(&self, s: &Secret) -> Result<Route, Refusal> {
@@ -328,29 +433,45 @@ impl SecretInjector for ReferenceInjector {
     }
 
     /// The value manager's scope binding, and for an env var served by `exec`, every
-    /// container must have a `command` to wrap.
+    /// container must have a `command` to wrap, or an image whose ENTRYPOINT may be read.
     fn deny(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Option<Denial> {
         if let Some(d) = self.base.deny(req, ctx, pod) {
             return Some(d);
         }
-        if req.secret.key.is_empty() || scope(pod).is_err() {
-            return None;
-        }
-        let Ok(Route::Exec(var)) = self.route(&req.secret) else {
-            return None;
-        };
+        let var = self.exec_var(req, pod)?;
         let mut spec = pod.spec.clone()?;
-        let bare = self
+        let problem = self
             .wrapped(&mut spec)
-            .find(|c| c.command.as_ref().is_none_or(Vec::is_empty))
-            .map(|c| c.name.clone())?;
+            .filter(|c| c.command.as_ref().is_none_or(Vec::is_empty))
+            .find_map(|c| self.unreadable(c))?;
         Some(Denial::bad_request(
             "ContainerCommandRequired",
             format!(
-                "container {bare:?} has no command, so podmutator cannot wrap it to set {var} from {} without putting the value in the pod spec (embedded.delivery: reference): set the container's `command` (its image's ENTRYPOINT, followed by what `args` needs), request the secret with mount_requirement FILE, or set embedded.envVarDelivery: value",
+                "{problem}, so podmutator cannot wrap it to set {var} from {} without putting the value in the pod spec (embedded.delivery: reference): set the container's `command` (its image's ENTRYPOINT, followed by what `args` needs), request the secret with mount_requirement FILE, or set embedded.envVarDelivery: value",
                 req.describe()
             ),
         ))
+    }
+
+    /// For an env var served by `exec`, the images to read: those of the containers without
+    /// `command` (each allowed, or `deny` has refused the pod).
+    fn images(&self, req: &SecretRequest, pod: &Pod) -> Vec<ImageQuery> {
+        if self.exec_var(req, pod).is_none() {
+            return Vec::new();
+        }
+        let Some(mut spec) = pod.spec.clone() else {
+            return Vec::new();
+        };
+        let arch = pinned_arch(&spec);
+        self.wrapped(&mut spec)
+            .filter(|c| c.command.as_ref().is_none_or(Vec::is_empty))
+            .filter(|c| self.unreadable(c).is_none())
+            .filter_map(|c| c.image.clone())
+            .map(|image| ImageQuery {
+                image,
+                arch: arch.clone(),
+            })
+            .collect()
     }
 
     fn inject(
@@ -401,14 +522,10 @@ impl SecretInjector for ReferenceInjector {
                 let fetcher = self.fetcher(pod, item, true)?;
                 let seen = PathBuf::from(format!("{RUN_DIR}/env/{var}"));
                 let spec = pod.spec.get_or_insert_with(Default::default);
+                let arch = pinned_arch(spec);
                 let mut plans = Vec::new();
                 for c in self.wrapped(spec) {
-                    if c.command.as_ref().is_none_or(Vec::is_empty) {
-                        return Err(Refusal::UnsupportedMount(format!(
-                            "container {:?} has no command to wrap; set its `command`",
-                            c.name
-                        )));
-                    }
+                    let wrap = self.wrapping(c, &arch, edits.resolved)?;
                     let mut plan = match plan_env(c, EXEC_ENV_ENV) {
                         Some(json) => ExecPlan::parse(json).map_err(|e| {
                             Refusal::Conflict(format!(
@@ -421,14 +538,14 @@ impl SecretInjector for ReferenceInjector {
                     plan.vars.insert(var.clone(), seen.clone());
                     let json = serde_json::to_string(&plan)
                         .map_err(|e| Refusal::Conflict(e.to_string()))?;
-                    plans.push(json);
+                    plans.push((json, wrap));
                 }
-                for (c, json) in self.wrapped(spec).zip(plans) {
-                    if !is_wrapped(c) {
-                        let original = c.command.take().unwrap_or_default();
-                        let mut command = vec![EXECUTABLE.to_owned(), "exec".into(), "--".into()];
-                        command.extend(original);
+                for (c, (json, wrap)) in self.wrapped(spec).zip(plans) {
+                    if let Some((command, args)) = wrap {
                         c.command = Some(command);
+                        if args.is_some() {
+                            c.args = args;
+                        }
                     }
                     set_env(c, EXEC_ENV_ENV, json);
                     let mounts = c.volume_mounts.get_or_insert_with(Vec::new);

@@ -27,6 +27,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::config::SecretManagerType;
 use crate::error::Denial;
 use crate::mutate::{PodCtx, PodMutator};
+use crate::registry::{Entrypoints, ImageQuery};
 use codec::{MountRequirement, Secret};
 pub use edits::Edits;
 pub use plan::Plan;
@@ -42,20 +43,27 @@ pub const ENV_DEFAULT_DIR: &str = "FLYTE_SECRETS_DEFAULT_DIR";
 pub const ENV_FILE_PREFIX: &str = "FLYTE_SECRETS_FILE_PREFIX";
 pub const ENV_ENV_PREFIX: &str = "FLYTE_SECRETS_ENV_PREFIX";
 
-/// Secret values fetched before the chain runs (Embedded mode), keyed by secret id.
+/// What was read before the chain runs: secret values or names (Embedded mode), keyed by
+/// secret id, and the images' commands reference delivery wraps.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ResolvedSecrets {
     values: BTreeMap<String, Lookup>,
+    /// The ENTRYPOINT and CMD of the images of containers without `command`.
+    pub entrypoints: Entrypoints,
 }
 
 /// Nothing fetched.
 pub static NOTHING_RESOLVED: ResolvedSecrets = ResolvedSecrets {
     values: BTreeMap::new(),
+    entrypoints: Entrypoints::new(),
 };
 
 impl ResolvedSecrets {
     pub fn new(values: BTreeMap<String, Lookup>) -> Self {
-        Self { values }
+        Self {
+            values,
+            entrypoints: Entrypoints::new(),
+        }
     }
 
     /// Adds `more`; where both answer an id, a value read beats a bare existence, and any
@@ -173,6 +181,13 @@ pub trait SecretInjector: Send + Sync {
     /// (e.g. a pod asking for another project's secrets), instead of trying the next manager.
     fn deny(&self, _req: &SecretRequest, _ctx: &PodCtx<'_>, _pod: &Pod) -> Option<Denial> {
         None
+    }
+
+    /// The images whose ENTRYPOINT and CMD must be read from their registry before `req` can
+    /// be injected (containers without `command` that reference delivery wraps). Asked only
+    /// of a manager that accepted `req` and did not deny it.
+    fn images(&self, _req: &SecretRequest, _pod: &Pod) -> Vec<ImageQuery> {
+        Vec::new()
     }
 
     /// Injects an accepted request. `Err` (the reason, never a value) leaves `pod` unchanged

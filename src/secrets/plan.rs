@@ -10,6 +10,7 @@ use super::{Accept, Edits, Refusal, ResolvedSecrets, SecretRequest, SecretsMutat
 use crate::config::SecretManagerType;
 use crate::error::Denial;
 use crate::mutate::{PodCtx, PodMutator};
+use crate::registry::ImageQuery;
 
 /// The pod's secret requests and, for each, the managers that will try it in order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -20,6 +21,8 @@ pub struct Plan {
     outcome: Outcome,
     /// A dry run fetches nothing: its values are withheld (see [`super::embedded::DRY_RUN_PLACEHOLDER`]).
     dry_run: bool,
+    /// The images to read before injecting, each once, in request order.
+    images: Vec<ImageQuery>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +92,15 @@ impl Plan {
             .collect()
     }
 
+    /// The images whose commands the injection reads (a dry run reads them too: a command
+    /// is not a secret).
+    pub fn images(&self) -> &[ImageQuery] {
+        match &self.outcome {
+            Outcome::Requests(_) => &self.images,
+            Outcome::Denied(_) => &[],
+        }
+    }
+
     /// The number of secret requests planned (0 when denied).
     pub fn len(&self) -> usize {
         match &self.outcome {
@@ -128,9 +140,25 @@ impl SecretsMutator {
                 .collect::<Result<Vec<_>, Denial>>()
                 .map_or_else(Outcome::Denied, Outcome::Requests),
         };
+        let mut images: Vec<ImageQuery> = Vec::new();
+        if let Outcome::Requests(planned) = &outcome {
+            for p in planned {
+                for (i, accept) in &p.candidates {
+                    if !matches!(accept, Accept::Resolve(_)) {
+                        continue;
+                    }
+                    for q in self.injectors[*i].images(&p.req, pod) {
+                        if !images.contains(&q) {
+                            images.push(q);
+                        }
+                    }
+                }
+            }
+        }
         let mut plan = Plan {
             outcome,
             dry_run: ctx.dry_run,
+            images,
         };
         // Counted even for a dry run, so that a dry run answers what the real create would.
         let ids = plan.all_ids().len();
@@ -183,8 +211,17 @@ impl SecretsMutator {
             .iter()
             .map(|(i, reason)| format!("{}: {reason}", self.injectors[*i].kind()))
             .collect();
+        // A container whose command cannot be wrapped has one fix whichever manager is tried.
+        let reason = if refusals
+            .iter()
+            .any(|(_, r)| matches!(r, Refusal::Entrypoint(_)))
+        {
+            "ContainerCommandRequired"
+        } else {
+            "SecretNotInjected"
+        };
         Denial::bad_request(
-            "SecretNotInjected",
+            reason,
             format!(
                 "none of the secret managers could inject {}: {}",
                 req.describe(),

@@ -44,4 +44,7 @@ pub enum Refusal {
     /// overwrite.
     #[error("{0}")]
     Conflict(String),
+    /// A container without `command` whose image's ENTRYPOINT could not be read.
+    #[error("{0}")]
+    Entrypoint(String),
 }

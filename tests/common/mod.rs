@@ -4,6 +4,7 @@
 pub mod aws;
 pub mod leaks;
 pub mod quota;
+pub mod registry;
 pub mod work;
 
 use std::path::{Path, PathBuf};
