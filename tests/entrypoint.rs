@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::registry::{FakeRegistry, Faults, PlatformCmd};
+use common::registry::{ECR_HOST, FakeRegistry, Faults, PlatformCmd};
 use common::*;
 use podmutator::config::Config;
 use podmutator::mutate::Route;
@@ -538,4 +538,96 @@ async fn the_wrapped_image_entrypoint_runs_under_podmutator_exec_with_the_variab
         String::from_utf8_lossy(&out.stdout),
         "fake-api-key-from-file"
     );
+}
+
+/// An ECR registry answers anonymous requests with a Basic challenge: the webhook asks
+/// `ecr:GetAuthorizationToken` (signed with the function's credentials, here against moto) and
+/// sends its token; the token is reused for the next image. Without AWS the pod is refused,
+/// naming the challenge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ecr_image_is_read_with_a_token_from_get_authorization_token() {
+    use aws_credential_types::Credentials;
+    use aws_credential_types::provider::SharedCredentialsProvider;
+    use common::aws::{CountingProxy, Moto};
+    use podmutator::registry::client::RegistryClient;
+    use podmutator::registry::ecr::LoadSdkConfig;
+
+    let moto = Moto::start();
+    let proxy = CountingProxy::start(moto.port).await;
+    let one = vec![("amd64", Some(ENTRYPOINT.to_vec()), None)];
+    let registry = FakeRegistry::start(
+        &[("team/task", "1", one.clone()), ("team/task", "2", one)],
+        Faults {
+            basic: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let host = format!("{ECR_HOST}:{}", registry.port);
+    let cfg = config(std::slice::from_ref(&host), &registry.ca_file, json!({}));
+    let endpoint = proxy.url();
+    let load: LoadSdkConfig = Arc::new(move || {
+        let endpoint = endpoint.clone();
+        Box::pin(async move {
+            aws_config::SdkConfig::builder()
+                .behavior_version(aws_config::BehaviorVersion::latest())
+                .region(aws_config::Region::new("us-east-1"))
+                .endpoint_url(endpoint)
+                .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+                    "testing", "testing", None, None, "test",
+                )))
+                .build()
+        })
+    });
+    let client = RegistryClient::new(&cfg.embedded.entrypoint_lookup)
+        .unwrap()
+        .with_ecr(load)
+        .resolving(ECR_HOST, "127.0.0.1".parse().unwrap());
+    let app = webhook(
+        &cfg,
+        Deps::offline()
+            .with_resolver(Arc::new(AllExist))
+            .with_entrypoints(Arc::new(client)),
+    );
+    let c = admitted(
+        &app,
+        &task_pod(&format!("{host}/team/task:1"), Some(&FLYTE_ARGS)),
+    )
+    .await;
+    assert_eq!(c["command"], wrapped(&ENTRYPOINT));
+    assert_eq!(proxy.total(), 1, "one GetAuthorizationToken call");
+    let auths = registry.authorizations();
+    assert!(!auths.is_empty());
+    for a in &auths {
+        use base64::Engine;
+        let token = a.strip_prefix("Basic ").expect("Basic credentials");
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(token)
+            .unwrap();
+        assert!(decoded.starts_with(b"AWS:"), "{a}");
+    }
+    let c = admitted(
+        &app,
+        &task_pod(&format!("{host}/team/task:2"), Some(&FLYTE_ARGS)),
+    )
+    .await;
+    assert_eq!(c["command"], wrapped(&ENTRYPOINT));
+    assert_eq!(proxy.total(), 1, "the token is reused");
+
+    // The same registry without AWS credentials to ask with.
+    let anonymous = RegistryClient::new(&cfg.embedded.entrypoint_lookup)
+        .unwrap()
+        .resolving(ECR_HOST, "127.0.0.1".parse().unwrap());
+    let app = webhook(
+        &cfg,
+        Deps::offline()
+            .with_resolver(Arc::new(AllExist))
+            .with_entrypoints(Arc::new(anonymous)),
+    );
+    let message = denied(
+        &app,
+        &task_pod(&format!("{host}/team/task:1"), Some(&FLYTE_ARGS)),
+    )
+    .await;
+    assert!(message.contains("asks for credentials (Basic"), "{message}");
 }

@@ -492,6 +492,9 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
                 deps = deps.with_resolver(super::embedded_resolver(config).await);
             }
         }
+        if embedded && let Some(e) = super::entrypoint_source(config)? {
+            deps = deps.with_entrypoints(e);
+        }
         let app = App::build(config, deps)?;
         inject_text(app, args, &text, &path).await
     })?;

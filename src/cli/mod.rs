@@ -390,6 +390,31 @@ pub async fn embedded_resolver(config: &Config) -> Arc<dyn SecretSource> {
     ))
 }
 
+/// The registry client of `embedded.entrypointLookup` (when it lists registries), reading ECR
+/// registries with the function's own AWS identity, whose configuration is loaded on the first
+/// ECR lookup.
+pub fn entrypoint_source(
+    config: &Config,
+) -> Result<Option<Arc<dyn crate::registry::EntrypointSource>>, ConfigError> {
+    use crate::registry::client::RegistryClient;
+    use crate::registry::ecr::LoadSdkConfig;
+    let lookup = &config.embedded.entrypoint_lookup;
+    if !lookup.enabled() {
+        return Ok(None);
+    }
+    let client = RegistryClient::new(lookup)
+        .map_err(|e| ConfigError::new("embedded.entrypointLookup.caBundleFile", e.0))?;
+    let load: LoadSdkConfig = Arc::new(|| {
+        Box::pin(async {
+            aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .http_client(crate::secrets::source::http_client())
+                .load()
+                .await
+        })
+    });
+    Ok(Some(Arc::new(client.with_ecr(load))))
+}
+
 /// A source built on its first fetch. Loading the AWS configuration (root certificates, the HTTP
 /// client, the credential chain's providers) costs a cold start time it need not pay when its
 /// first admissions fetch nothing; built here, it is paid once, inside that fetch's deadline.
@@ -481,6 +506,9 @@ pub async fn build_front(config: &Config) -> Result<Front, CliError> {
             }
             crate::config::Delivery::Value => deps.with_source(embedded_source(config).await),
         };
+    }
+    if let Some(e) = entrypoint_source(config)? {
+        deps = deps.with_entrypoints(e);
     }
     let app = App::build(config, deps)?;
     Ok(Front::new(Arc::new(app), h, token.as_deref())?)

@@ -19,7 +19,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper::{Request, StatusCode, header};
 use serde::Deserialize;
@@ -99,6 +99,10 @@ pub struct RegistryClient {
     /// (registry, repository, manifest digest, pinned arch) -> command.
     commands: moka::sync::Cache<(String, String, String, Option<String>), ImageCommand>,
     in_flight: Arc<tokio::sync::Semaphore>,
+    /// Basic credentials for ECR registries, from the function's AWS identity.
+    ecr: Option<super::ecr::Ecr>,
+    /// Host names answered without DNS (tests; split-horizon setups).
+    resolve: Vec<(String, std::net::IpAddr)>,
 }
 
 /// Why the client cannot be built (the extra CA bundle).
@@ -147,7 +151,25 @@ impl RegistryClient {
                 .max_capacity(CACHE_ENTRIES)
                 .build(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            ecr: None,
+            resolve: Vec::new(),
         })
+    }
+
+    /// Reads ECR registries (`<account>.dkr.ecr.<region>.amazonaws.com`) with a token from
+    /// `ecr:GetAuthorizationToken`, signed with the credentials of the AWS configuration
+    /// `load` returns (called once, on the first ECR lookup).
+    #[must_use]
+    pub fn with_ecr(mut self, load: super::ecr::LoadSdkConfig) -> Self {
+        self.ecr = Some(super::ecr::Ecr::new(load));
+        self
+    }
+
+    /// Connects to `ip` for `host` instead of asking DNS (`curl --resolve`).
+    #[must_use]
+    pub fn resolving(mut self, host: &str, ip: std::net::IpAddr) -> Self {
+        self.resolve.push((host.to_owned(), ip));
+        self
     }
 
     fn tls(&self) -> Arc<rustls::ClientConfig> {
@@ -180,11 +202,19 @@ impl RegistryClient {
             return Err(LookupError::NotAllowed(image.registry));
         }
         let (tag, digest) = split_suffix(image.suffix);
+        // ECR answers anonymous requests with a Basic challenge: its token is sent up front.
+        let auth = match (&self.ecr, super::ecr::ecr_host(&image.registry)) {
+            (Some(ecr), Some((account, region))) => Some(format!(
+                "Basic {}",
+                ecr.token(self, &image.registry, account, region).await?
+            )),
+            _ => None,
+        };
         let mut session = Session {
             client: self,
             authority: api_authority(&image.registry),
             repo: image.path.clone(),
-            auth: None,
+            auth,
         };
         let registry = image.registry.clone();
         let repo = image.path.clone();
@@ -231,65 +261,79 @@ impl RegistryClient {
         let mut url = Url::parse(url).ok_or_else(|| LookupError::Redirect { what: what.into() })?;
         let origin = url.authority.clone();
         for _ in 0..=MAX_REDIRECTS {
+            let mut headers = Vec::new();
+            if !accept.is_empty() {
+                headers.push((header::ACCEPT, accept.to_owned()));
+            }
             // The registry's credentials never leave its host.
-            let auth = auth.filter(|_| url.authority == origin);
-            let (status, location, challenge, body) =
-                self.get_once(&url, accept, auth, what).await?;
-            if status.is_redirection() {
-                url = location
+            if let Some(a) = auth.filter(|_| url.authority == origin) {
+                headers.push((header::AUTHORIZATION, a.to_owned()));
+            }
+            let answer = self.send("GET", &url, &headers, Bytes::new(), what).await?;
+            if answer.status.is_redirection() {
+                url = answer
+                    .location
                     .and_then(|l| url.join(&l))
                     .ok_or_else(|| LookupError::Redirect { what: what.into() })?;
                 continue;
             }
-            return Ok((status, challenge, body));
+            return Ok((answer.status, answer.challenge, answer.body));
         }
         Err(LookupError::Redirect { what: what.into() })
     }
 
-    async fn get_once(
+    /// One request on its own HTTP/1.1 connection (TLS unless `url` is an `http://` API
+    /// endpoint from the AWS configuration), its body read to [`MAX_BODY`] at most.
+    pub(super) async fn send(
         &self,
+        method: &str,
         url: &Url,
-        accept: &str,
-        auth: Option<&str>,
+        headers: &[(header::HeaderName, String)],
+        body: Bytes,
         what: &str,
-    ) -> Result<(StatusCode, Option<String>, Option<String>, Bytes), LookupError> {
+    ) -> Result<Answer, LookupError> {
         let connect = |reason: String| LookupError::Connect {
             host: url.authority.clone(),
             reason,
         };
-        let tcp = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
-            .await
-            .map_err(|e| connect(e.to_string()))?;
-        let name = rustls::pki_types::ServerName::try_from(url.host.clone())
-            .map_err(|e| connect(e.to_string()))?;
-        let tls = tokio_rustls::TlsConnector::from(self.tls())
-            .connect(name, tcp)
-            .await
-            .map_err(|e| {
-                connect(format!(
-                    "TLS: {e} (a registry with a private CA needs embedded.entrypointLookup.caBundleFile)"
-                ))
-            })?;
+        let tcp = match self.resolve.iter().find(|(h, _)| *h == url.host) {
+            Some((_, ip)) => tokio::net::TcpStream::connect((*ip, url.port)).await,
+            None => tokio::net::TcpStream::connect((url.host.as_str(), url.port)).await,
+        }
+        .map_err(|e| connect(e.to_string()))?;
+        let io: Box<dyn Io> = if url.tls {
+            let name = rustls::pki_types::ServerName::try_from(url.host.clone())
+                .map_err(|e| connect(e.to_string()))?;
+            let tls = tokio_rustls::TlsConnector::from(self.tls())
+                .connect(name, tcp)
+                .await
+                .map_err(|e| {
+                    connect(format!(
+                        "TLS: {e} (a registry with a private CA needs embedded.entrypointLookup.caBundleFile)"
+                    ))
+                })?;
+            Box::new(tls)
+        } else {
+            Box::new(tcp)
+        };
         let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
                 .await
                 .map_err(|e| connect(e.to_string()))?;
-        let driver = tokio::spawn(conn);
-        let _stop = AbortOnDrop(driver);
-        let mut req = Request::get(url.path.as_str())
+        let _stop = AbortOnDrop(tokio::spawn(conn));
+        let mut req = Request::builder()
+            .method(method)
+            .uri(url.path.as_str())
             .header(header::HOST, url.authority.as_str())
             .header(
                 header::USER_AGENT,
                 concat!("podmutator/", env!("CARGO_PKG_VERSION")),
             );
-        if !accept.is_empty() {
-            req = req.header(header::ACCEPT, accept);
-        }
-        if let Some(a) = auth {
-            req = req.header(header::AUTHORIZATION, a);
+        for (name, value) in headers {
+            req = req.header(name, value.as_str());
         }
         let req = req
-            .body(Empty::<Bytes>::new())
+            .body(Full::new(body))
             .map_err(|e| connect(e.to_string()))?;
         let resp = sender
             .send_request(req)
@@ -326,8 +370,26 @@ impl RegistryClient {
                 }
             })?
             .to_bytes();
-        Ok((status, location, challenge, body))
+        Ok(Answer {
+            status,
+            location,
+            challenge,
+            body,
+        })
     }
+}
+
+/// A connection, encrypted or not.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+/// What [`RegistryClient::send`] read.
+pub(super) struct Answer {
+    pub status: StatusCode,
+    pub location: Option<String>,
+    pub challenge: Option<String>,
+    pub body: Bytes,
 }
 
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
@@ -728,7 +790,7 @@ fn parse_bearer(header: &str) -> Option<Bearer> {
 fn challenge_scheme(header: Option<&str>) -> String {
     match header.and_then(|h| h.split_whitespace().next()) {
         Some(s) if s.eq_ignore_ascii_case("basic") => {
-            "Basic: the registry needs credentials (a private registry or ECR repository is not supported; make the image public, or set the container's `command`)".into()
+            "Basic: podmutator has credentials for ECR registries only (the function's role); make the image public".into()
         }
         Some(s) if s.eq_ignore_ascii_case("bearer") => {
             "Bearer, and an anonymous token does not grant pull".into()
@@ -753,18 +815,31 @@ fn encode_query(s: &str) -> String {
 
 /// An `https://host[:port]/path?query` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Url {
+pub(super) struct Url {
+    /// `https`, or plain `http` (only for an AWS API endpoint the configuration names).
+    pub tls: bool,
     /// `host[:port]`, as sent in `Host`.
-    authority: String,
-    host: String,
-    port: u16,
+    pub authority: String,
+    pub host: String,
+    pub port: u16,
     /// Path and query.
-    path: String,
+    pub path: String,
 }
 
 impl Url {
+    /// An `https://` URL.
     fn parse(s: &str) -> Option<Self> {
-        let rest = s.strip_prefix("https://")?;
+        Self::parse_with(s, "https://", 443)
+    }
+
+    /// An `https://` or `http://` URL: an AWS API endpoint (`AWS_ENDPOINT_URL` may name an
+    /// emulator).
+    pub(super) fn parse_api(s: &str) -> Option<Self> {
+        Self::parse_with(s, "https://", 443).or_else(|| Self::parse_with(s, "http://", 80))
+    }
+
+    fn parse_with(s: &str, scheme: &str, default_port: u16) -> Option<Self> {
+        let rest = s.strip_prefix(scheme)?;
         let (authority, path) = match rest.find(['/', '?']) {
             Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], rest[i..].to_owned()),
             Some(i) => (&rest[..i], format!("/{}", &rest[i..])),
@@ -777,19 +852,20 @@ impl Url {
             let (host, after) = v6.split_once(']')?;
             match after.strip_prefix(':') {
                 Some(p) => (host, p.parse().ok()?),
-                None if after.is_empty() => (host, 443),
+                None if after.is_empty() => (host, default_port),
                 None => return None,
             }
         } else {
             match authority.split_once(':') {
                 Some((h, p)) => (h, p.parse().ok()?),
-                None => (authority, 443),
+                None => (authority, default_port),
             }
         };
         if host.is_empty() {
             return None;
         }
         Some(Self {
+            tls: scheme == "https://",
             authority: authority.to_owned(),
             host: host.to_owned(),
             port,

@@ -9,6 +9,7 @@
 //! unlisted host is refused before any lookup (see [`crate::config::EntrypointLookupConfig`]).
 
 pub mod client;
+pub mod ecr;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -42,13 +42,20 @@ pub struct Faults {
     pub corrupt_blobs: bool,
     /// Answer manifests with 5 MiB of padding.
     pub oversize: bool,
+    /// Ask for Basic credentials, as ECR does: `AWS:<password>`, base64.
+    pub basic: bool,
 }
+
+/// The ECR host name the registry's certificate also names (tests connect it to 127.0.0.1).
+pub const ECR_HOST: &str = "123456789012.dkr.ecr.us-east-1.amazonaws.com";
 
 pub struct FakeRegistry {
     pub port: u16,
     /// The CA that signed the registry's certificate (PEM file).
     pub ca_file: PathBuf,
     log: Arc<Mutex<Vec<String>>>,
+    /// Every `Authorization` header received.
+    auths: Arc<Mutex<Vec<String>>>,
     /// repo -> tag -> manifest digest (the index's, for several platforms).
     digests: BTreeMap<String, BTreeMap<String, String>>,
     task: tokio::task::JoinHandle<()>,
@@ -141,14 +148,19 @@ impl FakeRegistry {
         }
 
         let dir = temp_dir("fake-registry");
-        let files =
-            podmutator::transport::tls::ensure_certs(&dir, true, &["localhost".into()]).unwrap();
+        let files = podmutator::transport::tls::ensure_certs(
+            &dir,
+            true,
+            &["localhost".into(), ECR_HOST.into()],
+        )
+        .unwrap();
         let tls = podmutator::transport::tls::tls_config(&files).unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let log: Arc<Mutex<Vec<String>>> = Arc::default();
-        let shared = Arc::new((content, faults, port, log.clone()));
+        let auths: Arc<Mutex<Vec<String>>> = Arc::default();
+        let shared = Arc::new((content, faults, port, log.clone(), auths.clone()));
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let acceptor = acceptor.clone();
@@ -160,8 +172,10 @@ impl FakeRegistry {
                     let svc = hyper::service::service_fn(move |req| {
                         let shared = shared.clone();
                         async move {
-                            let (content, faults, port, log) = &*shared;
-                            Ok::<_, Infallible>(handle(req, content, faults, *port, log).await)
+                            let (content, faults, port, log, auths) = &*shared;
+                            Ok::<_, Infallible>(
+                                handle(req, content, faults, *port, log, auths).await,
+                            )
                         }
                     });
                     let _ = hyper_util::server::conn::auto::Builder::new(
@@ -176,6 +190,7 @@ impl FakeRegistry {
             port,
             ca_file: files.ca,
             log,
+            auths,
             digests,
             task,
         }
@@ -200,6 +215,11 @@ impl FakeRegistry {
         self.log.lock().unwrap().len()
     }
 
+    /// Every `Authorization` header received.
+    pub fn authorizations(&self) -> Vec<String> {
+        self.auths.lock().unwrap().clone()
+    }
+
     pub fn reset(&self) {
         self.log.lock().unwrap().clear();
     }
@@ -221,8 +241,16 @@ async fn handle(
     faults: &Faults,
     port: u16,
     log: &Mutex<Vec<String>>,
+    auths: &Mutex<Vec<String>>,
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
+    if let Some(a) = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    {
+        auths.lock().unwrap().push(a.to_owned());
+    }
     log.lock()
         .unwrap()
         .push(format!("{} {}", req.method(), req.uri()));
@@ -255,6 +283,26 @@ async fn handle(
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .is_some_and(|v| v.as_bytes() == format!("Bearer {TOKEN}").as_bytes());
+    let basic = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Basic "))
+        .and_then(|b| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.decode(b).ok()
+        })
+        .is_some_and(|d| d.starts_with(b"AWS:") && d.len() > 4);
+    if faults.basic && !basic {
+        let mut r = reply(StatusCode::UNAUTHORIZED, "application/json", b"{}".to_vec());
+        r.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            format!(r#"Basic realm="https://{ECR_HOST}/",service="ecr.amazonaws.com""#)
+                .parse()
+                .unwrap(),
+        );
+        return r;
+    }
     if faults.bearer && !authorised {
         let mut r = reply(StatusCode::UNAUTHORIZED, "application/json", b"{}".to_vec());
         let challenge = format!(
