@@ -47,6 +47,7 @@ locals {
       },
       { for k, v in { fetcherImage = var.fetcher_image } : k => v if v != null },
       { for k, v in { allowedUsernames = var.allowed_usernames } : k => v if length(v) > 0 },
+      length(var.entrypoint_registries) > 0 ? { entrypointLookup = { registries = var.entrypoint_registries } } : {},
     )
     # The label the mutators set and read must be the one the registration selects on.
     mesh    = merge(var.mesh_config, { enabled = var.mesh_enabled, managedLabel = var.mesh_label_key })

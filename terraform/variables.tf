@@ -249,6 +249,18 @@ variable "fetcher_image" {
 }
 
 
+variable "entrypoint_registries" {
+  description = "Registry hosts (host[:port], as in an image reference) the function may ask for the ENTRYPOINT of a container without command, so reference delivery can wrap it for ENV_VAR secrets (embedded.entrypointLookup.registries). Empty leaves the lookup off. An ECR host also needs ecr:GetAuthorizationToken, ecr:BatchGetImage and ecr:GetDownloadUrlForLayer on the function's role (see docs/deploy.md)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for r in var.entrypoint_registries : can(regex("^[A-Za-z0-9.-]+(:[0-9]+)?$", r))])
+    error_message = "entrypoint_registries entries are registry hosts, host[:port], without a scheme or path."
+  }
+}
+
+
 variable "namespace_template" {
   description = "Namespace a pod must be in to read the secrets of its project and domain (Flyte's default layout)."
   type        = string
