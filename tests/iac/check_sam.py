@@ -270,7 +270,9 @@ def main():
 
     # --- every endpoint, mesh and image switch combination ------------------------------------
     for endpoint, mesh, users, token_on, builder, images in itertools.product(["alb", "http-api"], ["false", "true"], [[], ["system:serviceaccount:flyte:flytepropeller"]], ["true", "false"], [False, True], list(IMAGES_VARIANTS)):
-        params = dict(base, EndpointType=endpoint, MeshEnabled=mesh, AllowedUsernames=users, PathTokenEnabled=token_on)
+        # The users variants also list lookup registries: both are optional lists in "embedded".
+        registries = ["public.ecr.aws", "cr.flyte.org"] if users else []
+        params = dict(base, EndpointType=endpoint, MeshEnabled=mesh, AllowedUsernames=users, EntrypointRegistries=registries, PathTokenEnabled=token_on)
         if builder:
             params.update(BUILDER_ON)
         params.update(IMAGES_VARIANTS[images])
@@ -288,6 +290,11 @@ def main():
             c.true(f"{tag} PODMUTATOR_CONFIG is JSON", False, f"{e}: {raw}")
             continue
         rendered.append({"tag": tag, "imageBuilder": builder, "images": images_on, "config": config})
+        c.eq(
+            f"{tag} config entrypointLookup",
+            config["embedded"].get("entrypointLookup"),
+            {"registries": registries} if registries else None,
+        )
         c.eq(f"{tag} config sections", sorted(config), sorted(["embedded", "http", "mesh", "webhook"] + (["images"] if images_on else [])))
         if builder:
             c.eq(
