@@ -84,6 +84,28 @@ data "aws_iam_policy_document" "function" {
     }
   }
 
+  # The ENTRYPOINT lookup reads task images on ECR with the function's role: a registry token
+  # (GetAuthorizationToken has no resource type in IAM: "*" or nothing; the token reads only
+  # what the next statement allows), then manifests and config blobs of the listed
+  # repositories only.
+  dynamic "statement" {
+    for_each = length(var.entrypoint_ecr_repository_arns) > 0 ? [1] : []
+    content {
+      sid       = "EcrAuthorizationToken"
+      actions   = ["ecr:GetAuthorizationToken"]
+      resources = ["*"]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(var.entrypoint_ecr_repository_arns) > 0 ? [1] : []
+    content {
+      sid       = "EcrReadTaskImages"
+      actions   = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
+      resources = var.entrypoint_ecr_repository_arns
+    }
+  }
+
   # Decrypting is reading: only with values (DescribeSecret needs no key).
   dynamic "statement" {
     for_each = var.secrets_kms_key_arn == null || !local.reads_values ? [] : [var.secrets_kms_key_arn]

@@ -250,13 +250,25 @@ variable "fetcher_image" {
 
 
 variable "entrypoint_registries" {
-  description = "Registry hosts (host[:port], as in an image reference) the function may ask for the ENTRYPOINT of a container without command, so reference delivery can wrap it for ENV_VAR secrets (embedded.entrypointLookup.registries). Empty leaves the lookup off. An ECR host also needs ecr:GetAuthorizationToken, ecr:BatchGetImage and ecr:GetDownloadUrlForLayer on the function's role (see docs/deploy.md)."
+  description = "Registry hosts (host[:port], as in an image reference) the function may ask for the ENTRYPOINT of a container without command, so reference delivery can wrap it for ENV_VAR secrets (embedded.entrypointLookup.registries). Empty leaves the lookup off. An ECR host also needs ecr:GetAuthorizationToken, ecr:BatchGetImage and ecr:GetDownloadUrlForLayer on the function's role (entrypoint_ecr_repository_arns)."
   type        = list(string)
   default     = []
 
   validation {
     condition     = alltrue([for r in var.entrypoint_registries : can(regex("^[A-Za-z0-9.-]+(:[0-9]+)?$", r))])
     error_message = "entrypoint_registries entries are registry hosts, host[:port], without a scheme or path."
+  }
+}
+
+
+variable "entrypoint_ecr_repository_arns" {
+  description = "ECR repositories of task images whose ENTRYPOINT the function reads (an ECR host in entrypoint_registries): the role gets ecr:GetAuthorizationToken (on *, it has no resource type) and ecr:BatchGetImage and ecr:GetDownloadUrlForLayer on these repositories only. Empty adds no ECR permission."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for a in var.entrypoint_ecr_repository_arns : can(regex("^arn:[a-z-]+:ecr:[a-z0-9-]+:[0-9]{12}:repository/.+$", a))])
+    error_message = "entrypoint_ecr_repository_arns entries are ECR repository ARNs (arn:<partition>:ecr:<region>:<account>:repository/<name>)."
   }
 }
 

@@ -184,6 +184,17 @@ class Evaluator:
         return v
 
 
+ECR_REPOSITORIES = ["arn:aws:ecr:eu-west-1:123456789012:repository/flyte/task"]
+
+
+def by_sid_ecr(stmts):
+    """The resources of the ECR image-read statement, or None without one."""
+    for s in stmts:
+        if s.get("Sid") == "EcrReadTaskImages":
+            return s["Resource"]
+    return None
+
+
 def defaults(template):
     out = {}
     for name, p in template["Parameters"].items():
@@ -272,7 +283,8 @@ def main():
     for endpoint, mesh, users, token_on, builder, images in itertools.product(["alb", "http-api"], ["false", "true"], [[], ["system:serviceaccount:flyte:flytepropeller"]], ["true", "false"], [False, True], list(IMAGES_VARIANTS)):
         # The users variants also list lookup registries: both are optional lists in "embedded".
         registries = ["public.ecr.aws", "cr.flyte.org"] if users else []
-        params = dict(base, EndpointType=endpoint, MeshEnabled=mesh, AllowedUsernames=users, EntrypointRegistries=registries, PathTokenEnabled=token_on)
+        repositories = ECR_REPOSITORIES if users else []
+        params = dict(base, EndpointType=endpoint, MeshEnabled=mesh, AllowedUsernames=users, EntrypointRegistries=registries, EntrypointEcrRepositoryArns=repositories, PathTokenEnabled=token_on)
         if builder:
             params.update(BUILDER_ON)
         params.update(IMAGES_VARIANTS[images])
@@ -388,9 +400,15 @@ def main():
         stmts = [s for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
         actions = [a for s in stmts for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
         c.true(f"{tag} no wildcard actions", not any("*" in a for a in actions), str(actions))
+        on_star = {"BatchReadSecrets": "secretsmanager:BatchGetSecretValue", "EcrAuthorizationToken": "ecr:GetAuthorizationToken"}
         for s in stmts:
             if is_wildcard(s["Resource"]):
-                c.eq(f"{tag} {s['Sid']} on * (string or list form) is BatchGetSecretValue only", s["Action"], "secretsmanager:BatchGetSecretValue")
+                c.eq(f"{tag} {s['Sid']} on * (string or list form) is BatchGetSecretValue or GetAuthorizationToken alone", s["Action"], on_star.get(s["Sid"]))
+        c.eq(
+            f"{tag} ECR image reads on the named repositories only",
+            by_sid_ecr(stmts),
+            ECR_REPOSITORIES if users else None,
+        )
         c.true(f"{tag} only the expected actions", set(actions) <= ALLOWED_ACTIONS, str(sorted(set(actions) - ALLOWED_ACTIONS)))
         by_sid = {s["Sid"]: s for s in stmts}
         c.eq(

@@ -215,9 +215,10 @@ def main():
     stmts = statements(policy)
     actions = [a for s in stmts for a in s.get("actions", [])]
     c.true("no wildcard actions", not any("*" in a for a in actions), str(actions))
+    on_star = {"BatchReadSecrets": ["secretsmanager:BatchGetSecretValue"], "EcrAuthorizationToken": ["ecr:GetAuthorizationToken"]}
     for s in stmts:
         if is_wildcard(s.get("resources")):
-            c.eq(f"statement {s.get('sid')} on * (string or list form) is BatchGetSecretValue only", s.get("actions"), ["secretsmanager:BatchGetSecretValue"])
+            c.eq(f"statement {s.get('sid')} on * (string or list form) is BatchGetSecretValue or GetAuthorizationToken alone", s.get("actions"), on_star.get(s.get("sid")))
     c.true("only the expected actions", set(actions) <= ALLOWED_ACTIONS, str(sorted(set(actions) - ALLOWED_ACTIONS)))
     c.true("no NotAction / NotResource", not any("not_actions" in s or "not_resources" in s for s in stmts))
     by_sid = {s.get("sid"): s for s in stmts}
@@ -260,6 +261,12 @@ def main():
     embedded_config = tf["locals"]["function_config"]["embedded"]
     for key in ("delivery = var.embedded_delivery", "envVarDelivery = var.embedded_env_var_delivery", "fetcherImage = var.fetcher_image"):
         c.true(f"function config passes {key}", key in " ".join(str(embedded_config).split()), str(embedded_config))
+    ecr_gate = "${length(var.entrypoint_ecr_repository_arns) > 0 ? [1] : []}"
+    for sid in ("EcrAuthorizationToken", "EcrReadTaskImages"):
+        c.eq(f"{sid} only with ECR repositories named", gates.get(sid), ecr_gate)
+    c.eq("ECR image reads on the named repositories only", by_sid.get("EcrReadTaskImages", {}).get("resources"), "${var.entrypoint_ecr_repository_arns}")
+    c.eq("no ECR permission by default", var.get("entrypoint_ecr_repository_arns"), [])
+    c.true("function config passes the lookup's registries", "var.entrypoint_registries" in " ".join(str(embedded_config).split()), str(embedded_config))
     kms = by_sid.get("DecryptSecretsThroughSecretsManager", {})
     c.eq("kms:Decrypt only through Secrets Manager", one(kms, "condition").get("variable") if kms else None, "kms:ViaService")
 

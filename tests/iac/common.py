@@ -11,6 +11,10 @@ ALLOWED_ACTIONS = {
     "secretsmanager:BatchGetSecretValue",
     "secretsmanager:DescribeSecret",
     "kms:Decrypt",
+    # embedded.entrypointLookup on ECR, only with the repositories named.
+    "ecr:GetAuthorizationToken",
+    "ecr:BatchGetImage",
+    "ecr:GetDownloadUrlForLayer",
 }
 
 
