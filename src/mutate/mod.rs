@@ -281,7 +281,7 @@ impl Chain {
     ) -> Result<Applied, Denial> {
         let mut applied = Applied::default();
         let mut previous = std::borrow::Cow::Borrowed(original);
-        for entry in &self.entries {
+        for (i, entry) in self.entries.iter().enumerate() {
             let id = entry.mutator.id();
             let mutator = match stand_in {
                 Some(m) if m.id() == id => m,
@@ -291,7 +291,12 @@ impl Chain {
                 Ok(()) => {
                     if *pod != *previous {
                         applied.changed.push(id);
-                        previous = std::borrow::Cow::Owned(pod.clone());
+                        // Kept for the mutators after this one (to tell what they changed, and
+                        // to undo a failed one); after the last there are none, and on a large
+                        // pod the copy is a good share of the admission.
+                        if i + 1 < self.entries.len() {
+                            previous = std::borrow::Cow::Owned(pod.clone());
+                        }
                     }
                 }
                 Err(denial) if entry.required => {

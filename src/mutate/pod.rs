@@ -1,6 +1,8 @@
 //! Pod-editing helpers shared by mutators: upserts by name that keep order, so that running a
 //! mutator twice changes nothing.
 
+use std::collections::HashSet;
+
 use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, Volume, VolumeMount};
 
 /// Every container and init container (never ephemeral ones), except init containers named in
@@ -21,13 +23,22 @@ pub fn containers_mut<'a>(
 /// Puts `block` first, in its order, replacing same-name variables; every other variable keeps
 /// its relative order. User variables can then reference injected ones with `$(NAME)`.
 pub fn put_env_first(env: &mut Option<Vec<EnvVar>>, block: &[EnvVar]) {
+    put_env_first_named(env, block, &names_of(block));
+}
+
+/// The names of `block`, for [`put_env_first_named`]: built once for a block that goes into
+/// every container. A set, not a scan of `block` per variable: both lists can be long (the
+/// pod's own env and one variable per secret request).
+pub fn names_of(block: &[EnvVar]) -> HashSet<&str> {
+    block.iter().map(|b| b.name.as_str()).collect()
+}
+
+/// [`put_env_first`] with the names of `block` already collected ([`names_of`]).
+pub fn put_env_first_named(env: &mut Option<Vec<EnvVar>>, block: &[EnvVar], ours: &HashSet<&str>) {
     if block.is_empty() {
         return;
     }
     let old = env.take().unwrap_or_default();
-    // A set, not a scan of `block` per variable: both lists can be long (the pod's own env and
-    // one variable per secret request).
-    let ours: std::collections::HashSet<&str> = block.iter().map(|b| b.name.as_str()).collect();
     let mut merged = Vec::with_capacity(block.len() + old.len());
     merged.extend_from_slice(block);
     merged.extend(old.into_iter().filter(|e| !ours.contains(e.name.as_str())));
@@ -36,9 +47,22 @@ pub fn put_env_first(env: &mut Option<Vec<EnvVar>>, block: &[EnvVar]) {
 
 /// Appends each mount whose volume is not mounted yet (Flyte compares names, not paths).
 pub fn add_mounts(mounts: &mut Option<Vec<VolumeMount>>, new: &[VolumeMount]) {
+    if new.is_empty() {
+        return;
+    }
+    let list = mounts.get_or_insert_with(Vec::new);
+    if list.len().saturating_mul(new.len()) <= 64 {
+        // The usual case: a mount or two into a short list, where a set costs more than a scan.
+        for m in new {
+            if !list.iter().any(|x| x.name == m.name) {
+                list.push(m.clone());
+            }
+        }
+        return;
+    }
+    let mut names: HashSet<String> = list.iter().map(|x| x.name.clone()).collect();
     for m in new {
-        let list = mounts.get_or_insert_with(Vec::new);
-        if !list.iter().any(|x| x.name == m.name) {
+        if names.insert(m.name.clone()) {
             list.push(m.clone());
         }
     }

@@ -5,8 +5,9 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{EnvVar, Pod, VolumeMount};
 
+use super::k8s::SecretVolumes;
 use super::{NOTHING_RESOLVED, ResolvedSecrets};
-use crate::mutate::pod::{add_mounts, containers_mut, put_env_first};
+use crate::mutate::pod::{add_mounts, containers_mut, names_of, put_env_first_named};
 
 /// Environment variables and mounts that every (init) container receives, in request order,
 /// and the secret values fetched for this admission (what a fetching manager injects from).
@@ -21,6 +22,13 @@ pub struct Edits<'a> {
     env_index: HashMap<String, usize>,
     mounts: Vec<VolumeMount>,
     mount_owner: Vec<String>,
+    /// Position of each planned mount by volume name and by path (each is unique in `mounts`:
+    /// a second mount of either is never added), for the same reason as `env_index`.
+    mount_names: HashMap<String, usize>,
+    mount_paths: HashMap<String, usize>,
+    /// The pod's Secret volumes and their items, indexed for the K8s manager as it adds to
+    /// them. It follows the pod, not the plan: a rolled-back request leaves it as it is.
+    pub(super) secret_volumes: SecretVolumes,
     pub(super) conflicts: Vec<String>,
     /// Who is asking now, for conflict messages.
     pub(super) current: String,
@@ -50,6 +58,9 @@ impl<'a> Edits<'a> {
             env_index: HashMap::new(),
             mounts: Vec::new(),
             mount_owner: Vec::new(),
+            mount_names: HashMap::new(),
+            mount_paths: HashMap::new(),
+            secret_volumes: SecretVolumes::default(),
             conflicts: Vec::new(),
             current: String::new(),
         }
@@ -76,20 +87,19 @@ impl<'a> Edits<'a> {
     /// path (say an AWS fetcher's and an Embedded file volume, both at `/etc/flyte/secrets`) would
     /// make the API server reject the pod: that is a conflict, reported after all requests ran.
     pub fn mount(&mut self, m: VolumeMount) {
-        if self.mounts.iter().any(|x| x.name == m.name) {
+        if self.mount_names.contains_key(&m.name) {
             return;
         }
-        if let Some(i) = self
-            .mounts
-            .iter()
-            .position(|x| x.mount_path == m.mount_path)
-        {
+        if let Some(&i) = self.mount_paths.get(&m.mount_path) {
             self.conflicts.push(format!(
                 "{} and {} both need a volume mounted at {} ({:?} and {:?}); request these secrets through one secret manager",
                 self.mount_owner[i], self.current, m.mount_path, self.mounts[i].name, m.name
             ));
             return;
         }
+        self.mount_names.insert(m.name.clone(), self.mounts.len());
+        self.mount_paths
+            .insert(m.mount_path.clone(), self.mounts.len());
         self.mounts.push(m);
         self.mount_owner.push(self.current.clone());
     }
@@ -106,6 +116,10 @@ impl<'a> Edits<'a> {
         for e in &self.env[mark.env.min(self.env.len())..] {
             self.env_index.remove(&e.name);
         }
+        for m in &self.mounts[mark.mounts.min(self.mounts.len())..] {
+            self.mount_names.remove(&m.name);
+            self.mount_paths.remove(&m.mount_path);
+        }
         self.env.truncate(mark.env);
         self.env_owner.truncate(mark.env);
         self.mounts.truncate(mark.mounts);
@@ -119,8 +133,9 @@ impl<'a> Edits<'a> {
         let Some(spec) = pod.spec.as_mut() else {
             return;
         };
+        let ours = names_of(&self.env);
         for c in containers_mut(spec, skip) {
-            put_env_first(&mut c.env, &self.env);
+            put_env_first_named(&mut c.env, &self.env, &ours);
             add_mounts(&mut c.volume_mounts, &self.mounts);
         }
     }

@@ -260,31 +260,66 @@ pub struct SidecarInjector {
     pub provider: Provider,
     pub image: String,
     pub resources: ResourceRequirements,
+    /// What every fetcher, volume and mount of this manager shares, built once by
+    /// [`SidecarInjector::new`] from the fields above and cloned for each secret.
+    shared: Shared,
+}
+
+/// The parts of a [`SidecarInjector`]'s edits that do not depend on the secret.
+struct Shared {
+    /// A fetcher without its name, command and env vars.
+    fetcher: Container,
+    /// The shared in-memory volume.
+    volume: Volume,
+    /// The volume, read-only at `/etc/flyte/secrets`, for every container.
+    mount: VolumeMount,
 }
 
 impl SidecarInjector {
     /// `awsSecretManager`, `gcpSecretManager` or `azureSecretManager`, defaults filled in.
     pub fn new(provider: Provider, cfg: &SidecarConfig) -> Self {
+        let image = cfg.image_or(provider.default_image());
+        let resources = cfg.resources_or_default();
+        let shared = Shared {
+            fetcher: Container {
+                image: Some(image.clone()),
+                volume_mounts: Some(vec![VolumeMount {
+                    name: provider.volume_name(),
+                    mount_path: provider.fetcher_mount_path().into(),
+                    ..Default::default()
+                }]),
+                resources: Some(resources.clone()),
+                ..Default::default()
+            },
+            volume: Volume {
+                name: provider.volume_name(),
+                empty_dir: Some(EmptyDirVolumeSource {
+                    medium: Some("Memory".into()),
+                    size_limit: None,
+                }),
+                ..Default::default()
+            },
+            mount: VolumeMount {
+                name: provider.volume_name(),
+                read_only: Some(true),
+                mount_path: SECRETS_DIR.into(),
+                ..Default::default()
+            },
+        };
         Self {
             provider,
-            image: cfg.image_or(provider.default_image()),
-            resources: cfg.resources_or_default(),
+            image,
+            resources,
+            shared,
         }
     }
 
     fn fetcher(&self, name: String, fetch: &Fetch) -> Container {
         Container {
             name,
-            image: Some(self.image.clone()),
             command: fetch.command.clone(),
             env: (!fetch.env.is_empty()).then(|| fetch.env.clone()),
-            volume_mounts: Some(vec![VolumeMount {
-                name: self.provider.volume_name(),
-                mount_path: self.provider.fetcher_mount_path().into(),
-                ..Default::default()
-            }]),
-            resources: Some(self.resources.clone()),
-            ..Default::default()
+            ..self.shared.fetcher.clone()
         }
     }
 }
@@ -347,24 +382,15 @@ impl SecretInjector for SidecarInjector {
                 .get_or_insert_with(Vec::new)
                 .push(fetcher);
         }
-        add_volume(
-            &mut spec.volumes,
-            Volume {
-                name: p.volume_name(),
-                empty_dir: Some(EmptyDirVolumeSource {
-                    medium: Some("Memory".into()),
-                    size_limit: None,
-                }),
-                ..Default::default()
-            },
-        );
-
-        edits.mount(VolumeMount {
-            name: p.volume_name(),
-            read_only: Some(true),
-            mount_path: SECRETS_DIR.into(),
-            ..Default::default()
-        });
+        if !spec
+            .volumes
+            .iter()
+            .flatten()
+            .any(|v| v.name == self.shared.volume.name)
+        {
+            add_volume(&mut spec.volumes, self.shared.volume.clone());
+        }
+        edits.mount(self.shared.mount.clone());
         if !s.env_var.is_empty() {
             edits.env(env_value(&s.env_var, &fetch.file));
         }
