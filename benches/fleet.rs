@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use aws_sdk_secretsmanager::error::ProvideErrorMetadata;
 use common::aws::{Moto, client, create_secret};
 use common::create_review;
 use common::quota::{AWS_RATES, QuotaProxy};
@@ -29,6 +30,10 @@ use podmutator::config::Config;
 use podmutator::mutate::Route;
 use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use podmutator::secrets::embedded::secret_name;
+use podmutator::secrets::source::{
+    Api, BoxFuture, CachePolicy, CachingSource, Fetched, Lookup, SecretRef, SecretSource,
+    SourceError,
+};
 use podmutator::{App, Deps};
 use serde_json::{Value, json};
 
@@ -42,7 +47,9 @@ const USAGE: &str = "usage: fleet --strategies S[,S...] [--pods N[,N...]] [--sec
              [--seed N]
   --strategies  embedded.fetchStrategy values to run, each on the same traces: batch, parallel,
                 hybrid, optionally with `:N` for embedded.maxCallsInFlightPerAdmission (parallel:16);
-                `default` runs the configuration without the key (Config::default's strategy)
+                `default` runs the configuration without the key (Config::default's strategy);
+                `reference` runs embedded.delivery: reference (names resolved with DescribeSecret,
+                as shipped), `reference-list` the same with ListSecrets name filters instead
   --pods        burst sizes: pods created over --seconds (default 2000)
   --seconds     length of each burst (default 10)
   --instances   concurrency limit: most instances alive at once (default 200)
@@ -240,7 +247,7 @@ fn tasks(a: &Args, rng: &mut Rng) -> Vec<Task> {
                 "metadata": {"name": format!("task-{t}"),
                     "labels": {"inject-flyte-secrets": "true", "organization": ORG, "project": project, "domain": domain},
                     "annotations": encode_annotations(&secrets).expect("encodable annotations")},
-                "spec": {"containers": [{"name": "main", "image": "flytekit"}]}
+                "spec": {"containers": [{"name": "main", "image": "flytekit", "command": ["pyflyte-execute"]}]}
             });
             let body = serde_json::to_vec(&create_review(&pod, &format!("{project}-{domain}")))
                 .expect("serialisable review");
@@ -310,6 +317,139 @@ fn trace(pods: usize, seconds: f64, tasks: usize, rng: &mut Rng) -> Vec<(Duratio
     t
 }
 
+/// How an instance answers an Embedded secret: values (`embedded.delivery: value`, the
+/// strategies), or reference delivery's name resolution with one of the two metadata APIs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Resolution {
+    Values,
+    /// `DescribeSecret`, one call per id: what `podmutator` ships (`cli::embedded_resolver`).
+    Describe,
+    /// `ListSecrets` with `name` filters, ten names a call: the alternative it was weighed
+    /// against ([`ListSource`]).
+    List,
+}
+
+impl Resolution {
+    /// Any other name is an `embedded.fetchStrategy`, which the configuration checks.
+    fn of(strategy: &str) -> Self {
+        match strategy {
+            "reference" => Resolution::Describe,
+            "reference-list" => Resolution::List,
+            _ => Resolution::Values,
+        }
+    }
+}
+
+/// Reference delivery's resolution done with `ListSecrets`: the ids go ten to a call (the most
+/// values one `name` filter takes), the calls in parallel (one round trip), every page read.
+/// The filter matches names by prefix, so only an exact name counts as found. Measured here
+/// against the shipped `DescribeSecret` resolver; not part of the webhook (its IAM permission
+/// cannot be scoped to resources, and its quota is 100 calls a second).
+struct ListSource {
+    client: aws_sdk_secretsmanager::Client,
+}
+
+impl ListSource {
+    async fn new(config: &Config) -> Self {
+        let region = &config
+            .webhook
+            .embedded_secret_manager_config
+            .aws_config
+            .region;
+        let budget = Duration::from_millis(config.embedded.deadline_ms);
+        Self {
+            client: podmutator::secrets::source::aws_client(region, budget).await,
+        }
+    }
+
+    async fn list(
+        client: aws_sdk_secretsmanager::Client,
+        chunk: Vec<String>,
+    ) -> Result<(BTreeMap<String, Lookup>, u32), SourceError> {
+        use aws_sdk_secretsmanager::types::{Filter, FilterNameStringType};
+        let filter = Filter::builder()
+            .key(FilterNameStringType::Name)
+            .set_values(Some(chunk.clone()))
+            .build();
+        let mut found: BTreeMap<String, Lookup> = chunk
+            .iter()
+            .map(|id| (id.clone(), Lookup::NotFound))
+            .collect();
+        let (mut calls, mut next) = (0u32, None);
+        loop {
+            calls += 1;
+            let sent = client
+                .list_secrets()
+                .filters(filter.clone())
+                .max_results(100)
+                .set_next_token(next.take())
+                .send()
+                .await;
+            let out = match sent {
+                Ok(out) => out,
+                Err(e) => {
+                    let code = e.code().unwrap_or("an error without a code").to_owned();
+                    let (ids, source) = (chunk.join(", "), e.into());
+                    return Err(if code == "ThrottlingException" {
+                        SourceError::Throttled {
+                            api: Api::ListSecrets,
+                            ids,
+                            throttles: 1,
+                            source,
+                        }
+                    } else {
+                        SourceError::Call {
+                            api: Api::ListSecrets,
+                            ids,
+                            code,
+                            source,
+                        }
+                    });
+                }
+            };
+            for entry in out.secret_list() {
+                let Some(name) = entry.name() else { continue };
+                if entry.deleted_date().is_none()
+                    && let Some(slot) = found.get_mut(name)
+                {
+                    *slot = Lookup::Exists(SecretRef {
+                        name: name.to_owned(),
+                        arn: entry.arn().unwrap_or_default().to_owned(),
+                    });
+                }
+            }
+            match out.next_token() {
+                Some(t) if !t.is_empty() => next = Some(t.to_owned()),
+                _ => return Ok((found, calls)),
+            }
+        }
+    }
+}
+
+impl SecretSource for ListSource {
+    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
+        Box::pin(async move {
+            let mut calls = tokio::task::JoinSet::new();
+            for chunk in ids.chunks(10) {
+                calls.spawn(Self::list(self.client.clone(), chunk.to_vec()));
+            }
+            let mut fetched = Fetched {
+                backend_ids: ids.len() as u32,
+                ..Fetched::default()
+            };
+            while let Some(joined) = calls.join_next().await {
+                let (found, n) = joined.map_err(|source| SourceError::Task {
+                    ids: ids.join(", "),
+                    source,
+                })??;
+                fetched.values.extend(found);
+                fetched.backend_calls += n;
+            }
+            Ok(fetched)
+        })
+    }
+}
+
 #[derive(Default)]
 struct Outcomes {
     latencies_ms: Vec<f64>,
@@ -333,6 +473,7 @@ async fn run(
     a: &Args,
     strategy: &str,
     config: Config,
+    resolution: Resolution,
     tasks: &[Task],
     arrivals: &[(Duration, usize)],
     proxy: &QuotaProxy,
@@ -376,10 +517,20 @@ async fn run(
                 None => {
                     // Lambda starts the environment and the runtime before our code runs.
                     tokio::time::sleep(init).await;
-                    let source = podmutator::cli::embedded_source(&fleet.config).await;
+                    let deps = match resolution {
+                        Resolution::Values => Deps::offline()
+                            .with_source(podmutator::cli::embedded_source(&fleet.config).await),
+                        Resolution::Describe => Deps::offline()
+                            .with_resolver(podmutator::cli::embedded_resolver(&fleet.config).await),
+                        Resolution::List => {
+                            Deps::offline().with_resolver(Arc::new(CachingSource::new(
+                                ListSource::new(&fleet.config).await,
+                                CachePolicy::from_config(&fleet.config.embedded),
+                            )))
+                        }
+                    };
                     Arc::new(
-                        App::build(&fleet.config, Deps::offline().with_source(source))
-                            .expect("configuration accepted at start"),
+                        App::build(&fleet.config, deps).expect("configuration accepted at start"),
                     )
                 }
             };
@@ -490,6 +641,15 @@ fn config_for(strategy: &str) -> Result<Config, String> {
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
         }
     });
+    if Resolution::of(strategy) != Resolution::Values {
+        v["embedded"] = json!({
+            "delivery": "reference",
+            "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+        });
+        return Config::from_value(v)
+            .map(|l| l.config)
+            .map_err(|e| format!("strategy {strategy:?}: the configuration is refused: {e}"));
+    }
     let (name, per_admission) = match strategy.split_once(':') {
         Some((name, n)) => (
             name,
@@ -615,13 +775,21 @@ fn main() {
         let t = Instant::now();
         let via_proxy = client(&proxy.url()).await;
         let names = candidates(&tasks);
+        let resolutions: Vec<Resolution> = a.strategies.iter().map(|s| Resolution::of(s)).collect();
+        let values = resolutions.contains(&Resolution::Values);
+        let describe = resolutions.contains(&Resolution::Describe);
         let mut priming = tokio::task::JoinSet::new();
         for chunk in names.chunks(names.len().div_ceil(8).max(1)) {
             let (c, chunk) = (via_proxy.clone(), chunk.to_vec());
             priming.spawn(async move {
                 for name in chunk {
                     // Not found is an answer too; the proxy keeps it.
-                    let _ = c.get_secret_value().secret_id(name).send().await;
+                    if values {
+                        let _ = c.get_secret_value().secret_id(&name).send().await;
+                    }
+                    if describe {
+                        let _ = c.describe_secret().secret_id(&name).send().await;
+                    }
                 }
             });
         }
@@ -639,7 +807,17 @@ fn main() {
                 &mut Rng(a.seed ^ *pods as u64),
             );
             for (strategy, config) in &configs {
-                let line = run(&a, strategy, config.clone(), &tasks, &arrivals, &proxy).await;
+                let resolution = Resolution::of(strategy);
+                let line = run(
+                    &a,
+                    strategy,
+                    config.clone(),
+                    resolution,
+                    &tasks,
+                    &arrivals,
+                    &proxy,
+                )
+                .await;
                 println!("{line}");
                 // Let the account's buckets and the moto threads settle before the next run.
                 tokio::time::sleep(Duration::from_secs(1)).await;
