@@ -29,7 +29,7 @@ for arg in "$@"; do
 	case $arg in
 	--full) FULL=1 ;;
 	-h | --help)
-		sed -n '2,20p' "$0"
+		sed -n '2,22p' "$0"
 		exit 0
 		;;
 	*)
