@@ -32,7 +32,10 @@ fn the_build_tools_are_pinned_as_the_tests_pin_them() {
     let image = pins(install);
     let tested = pins(&read("scripts/requirements/venv.txt"));
     for tool in ["cargo-lambda", "ziglang"] {
-        assert!(image.contains_key(tool), "the Dockerfile does not pin {tool}");
+        assert!(
+            image.contains_key(tool),
+            "the Dockerfile does not pin {tool}"
+        );
         assert_eq!(
             image.get(tool),
             tested.get(tool),
@@ -54,12 +57,24 @@ fn the_image_is_built_by_the_command_the_script_checks() {
         "--target",
         "--lambda-dir",
     ] {
-        assert!(docker.contains(word), "the Dockerfile's build lacks {word:?}");
-        assert!(script.contains(word), "scripts/pod-image.sh's build lacks {word:?}");
+        assert!(
+            docker.contains(word),
+            "the Dockerfile's build lacks {word:?}"
+        );
+        assert!(
+            script.contains(word),
+            "scripts/pod-image.sh's build lacks {word:?}"
+        );
     }
     for target in ["x86_64-unknown-linux-musl", "aarch64-unknown-linux-musl"] {
-        assert!(docker.contains(target), "the Dockerfile does not build {target}");
-        assert!(script.contains(target), "scripts/pod-image.sh does not build {target}");
+        assert!(
+            docker.contains(target),
+            "the Dockerfile does not build {target}"
+        );
+        assert!(
+            script.contains(target),
+            "scripts/pod-image.sh does not build {target}"
+        );
     }
     assert!(
         docker.contains("/out/podmutator/bootstrap /podmutator"),

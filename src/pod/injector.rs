@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::{
 
 use super::exec::{EXEC_ENV_ENV, ExecPlan};
 use super::fetch::{FETCH_PLAN_ENV, FetchItem, FetchPlan};
-use crate::config::{EmbeddedConfig, EnvVarDelivery, SecretManagerType};
+use crate::config::{EmbeddedConfig, EnvVarDelivery, FetchStrategy, SecretManagerType};
 use crate::error::Denial;
 use crate::mutate::PodCtx;
 use crate::mutate::pod::{add_volume, env_value};
@@ -94,6 +94,8 @@ pub struct ReferenceInjector {
     env_var_delivery: EnvVarDelivery,
     image: String,
     region: String,
+    /// `embedded.fetchStrategy`, for the pod's fetch too.
+    fetch_strategy: FetchStrategy,
     resources: ResourceRequirements,
     /// Init containers another mutator owns: neither wrapped nor given secrets.
     skip: Vec<String>,
@@ -112,6 +114,7 @@ impl ReferenceInjector {
             env_var_delivery: cfg.env_var_delivery,
             image: cfg.fetcher_image.clone(),
             region: region.to_owned(),
+            fetch_strategy: cfg.fetch_strategy,
             skip: skip_containers.to_vec(),
         }
     }
@@ -190,6 +193,7 @@ impl ReferenceInjector {
                 region: (!self.region.is_empty()).then(|| self.region.clone()),
                 secrets: Vec::new(),
                 copy_executable_to: None,
+                fetch_strategy: Some(self.fetch_strategy),
             },
         };
         match plan.secrets.iter().find(|i| i.file == item.file) {
