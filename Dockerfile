@@ -5,16 +5,18 @@
 #
 # The build stage runs on the builder's own platform and cross-compiles with zig (no QEMU
 # emulation, which makes an arm64 release build ten times slower); musl makes the binary
-# static, so the final image needs no libc.
+# static, so the final image needs no libc. It builds with cargo-lambda, pinned as in
+# scripts/requirements/venv.txt: the tool that builds the Lambda zip, and the exact command
+# scripts/pod-image.sh runs (and checks the result of) without Docker.
 ARG RUST_VERSION=1.95
 
 FROM --platform=$BUILDPLATFORM rust:${RUST_VERSION}-slim-bookworm AS build
 ARG TARGETARCH
-# zig pinned as in scripts/requirements/venv.txt (cargo-lambda uses the same one).
+# cargo-lambda and zig pinned as in scripts/requirements/venv.txt.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3-pip \
     && rm -rf /var/lib/apt/lists/* \
-    && pip3 install --no-cache-dir --break-system-packages ziglang==0.17.1 cargo-zigbuild==0.24.0 \
+    && pip3 install --no-cache-dir --break-system-packages cargo-lambda==1.9.2 ziglang==0.17.1 \
     && rustup target add x86_64-unknown-linux-musl aarch64-unknown-linux-musl
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
@@ -25,8 +27,8 @@ RUN case "$TARGETARCH" in \
         arm64) target=aarch64-unknown-linux-musl ;; \
         *) echo "unsupported TARGETARCH $TARGETARCH (build linux/amd64 or linux/arm64)" >&2; exit 1 ;; \
     esac \
-    && cargo zigbuild --locked --release --bin podmutator --target "$target" \
-    && cp "target/$target/release/podmutator" /podmutator
+    && cargo lambda build --locked --release --bin podmutator --target "$target" --lambda-dir /out \
+    && cp /out/podmutator/bootstrap /podmutator
 
 # distroless/static rather than scratch: it adds the CA bundle (/etc/ssl/certs), which rustls
 # reads to verify Secrets Manager's certificate, and the nonroot user (65532).

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use aws_sdk_secretsmanager::error::ProvideErrorMetadata;
 use common::aws::{Moto, client, create_secret};
 use common::create_review;
 use common::quota::{AWS_RATES, QuotaProxy};
@@ -29,6 +30,10 @@ use podmutator::config::Config;
 use podmutator::mutate::Route;
 use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use podmutator::secrets::embedded::secret_name;
+use podmutator::secrets::source::{
+    Api, BoxFuture, CachePolicy, CachingSource, Fetched, Lookup, SecretRef, SecretSource,
+    SourceError,
+};
 use podmutator::{App, Deps};
 use serde_json::{Value, json};
 
@@ -38,17 +43,24 @@ const DOMAINS: [&str; 3] = ["development", "staging", "production"];
 const USD_PER_CALL: f64 = 0.05 / 10_000.0;
 
 const USAGE: &str = "usage: fleet --strategies S[,S...] [--pods N[,N...]] [--seconds S] [--instances M]
-             [--scale K] [--init-ms MS] [--service-ms MS] [--projects P] [--keys K] [--tasks T]
-             [--seed N]
+             [--scale K] [--init-ms MS] [--service-ms MS] [--pod-start-ms MS] [--projects P]
+             [--keys K] [--tasks T] [--seed N]
   --strategies  embedded.fetchStrategy values to run, each on the same traces: batch, parallel,
                 hybrid, optionally with `:N` for embedded.maxCallsInFlightPerAdmission (parallel:16);
-                `default` runs the configuration without the key (Config::default's strategy)
+                `default` runs the configuration without the key (Config::default's strategy);
+                `reference` runs embedded.delivery: reference (names resolved with DescribeSecret,
+                as shipped; each admitted pod then fetches its values itself, --pod-start-ms
+                later, with parallel GetSecretValue), `reference-batch` the same with
+                fetchStrategy batch (the pods fetch with BatchGetSecretValue), `reference-list`
+                the same as `reference` but resolving with ListSecrets name filters
   --pods        burst sizes: pods created over --seconds (default 2000)
   --seconds     length of each burst (default 10)
   --instances   concurrency limit: most instances alive at once (default 200)
   --scale       run 1/K of the fleet: pods, instances and every API's quota divided by K (default 1)
   --init-ms     modelled Lambda cold start (environment and runtime) before an instance builds (default 200)
   --service-ms  modelled Secrets Manager latency per call (default 20)
+  --pod-start-ms  reference delivery: from a pod's admission to its fetcher's start (scheduling,
+                the sandbox, the fetcher image already on the node; default 3000)
   --projects / --keys / --tasks: Flyte projects, secret keys per project, tasks (default 4/300/200)";
 
 #[derive(Debug)]
@@ -60,6 +72,7 @@ struct Args {
     scale: usize,
     init_ms: u64,
     service_ms: u64,
+    pod_start_ms: u64,
     projects: usize,
     keys: usize,
     tasks: usize,
@@ -75,6 +88,7 @@ fn parse_args() -> Result<Args, String> {
         scale: 1,
         init_ms: 200,
         service_ms: 20,
+        pod_start_ms: 3000,
         projects: 4,
         keys: 300,
         tasks: 200,
@@ -118,6 +132,7 @@ fn parse_args() -> Result<Args, String> {
             "--scale" => a.scale = num(value()?)? as usize,
             "--init-ms" => a.init_ms = num(value()?)?,
             "--service-ms" => a.service_ms = num(value()?)?,
+            "--pod-start-ms" => a.pod_start_ms = num(value()?)?,
             "--projects" => a.projects = num(value()?)? as usize,
             "--keys" => a.keys = num(value()?)? as usize,
             "--tasks" => a.tasks = num(value()?)? as usize,
@@ -213,6 +228,23 @@ struct Task {
     body: Vec<u8>,
 }
 
+impl Task {
+    /// The names the webhook resolves for this task: the one scope each key lives in.
+    fn resolved(&self) -> Vec<String> {
+        self.keys
+            .iter()
+            .map(|k| {
+                let key = key_name(*k);
+                match scope_of(*k) {
+                    Scope::Project => secret_name(ORG, self.domain, &self.project, &key),
+                    Scope::Domain => secret_name(ORG, self.domain, "", &key),
+                    Scope::Org => secret_name(ORG, "", "", &key),
+                }
+            })
+            .collect()
+    }
+}
+
 fn tasks(a: &Args, rng: &mut Rng) -> Vec<Task> {
     let popularity = Zipf::new(a.keys, 1.1);
     (0..a.tasks)
@@ -240,7 +272,7 @@ fn tasks(a: &Args, rng: &mut Rng) -> Vec<Task> {
                 "metadata": {"name": format!("task-{t}"),
                     "labels": {"inject-flyte-secrets": "true", "organization": ORG, "project": project, "domain": domain},
                     "annotations": encode_annotations(&secrets).expect("encodable annotations")},
-                "spec": {"containers": [{"name": "main", "image": "flytekit"}]}
+                "spec": {"containers": [{"name": "main", "image": "flytekit", "command": ["pyflyte-execute"]}]}
             });
             let body = serde_json::to_vec(&create_review(&pod, &format!("{project}-{domain}")))
                 .expect("serialisable review");
@@ -256,19 +288,7 @@ fn tasks(a: &Args, rng: &mut Rng) -> Vec<Task> {
 
 /// The secrets that exist: for each key used, the one scope it lives in.
 fn existing(tasks: &[Task]) -> Vec<String> {
-    let mut names: Vec<String> = tasks
-        .iter()
-        .flat_map(|t| {
-            t.keys.iter().map(|k| {
-                let key = key_name(*k);
-                match scope_of(*k) {
-                    Scope::Project => secret_name(ORG, t.domain, &t.project, &key),
-                    Scope::Domain => secret_name(ORG, t.domain, "", &key),
-                    Scope::Org => secret_name(ORG, "", "", &key),
-                }
-            })
-        })
-        .collect();
+    let mut names: Vec<String> = tasks.iter().flat_map(Task::resolved).collect();
     names.sort();
     names.dedup();
     names
@@ -310,8 +330,185 @@ fn trace(pods: usize, seconds: f64, tasks: usize, rng: &mut Rng) -> Vec<(Duratio
     t
 }
 
+/// How an instance answers an Embedded secret: values (`embedded.delivery: value`, the
+/// strategies), or reference delivery's name resolution with one of the two metadata APIs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Resolution {
+    Values,
+    /// `DescribeSecret`, one call per id: what `podmutator` ships (`cli::embedded_resolver`).
+    Describe,
+    /// `ListSecrets` with `name` filters, ten names a call: the alternative it was weighed
+    /// against ([`ListSource`]).
+    List,
+}
+
+impl Resolution {
+    /// Any other name is an `embedded.fetchStrategy`, which the configuration checks.
+    fn of(strategy: &str) -> Self {
+        match strategy {
+            "reference" | "reference-batch" => Resolution::Describe,
+            "reference-list" => Resolution::List,
+            _ => Resolution::Values,
+        }
+    }
+}
+
+/// Reference delivery's resolution done with `ListSecrets`: the ids go ten to a call (the most
+/// values one `name` filter takes), the calls in parallel (one round trip), every page read.
+/// The filter matches names by prefix, so only an exact name counts as found. Measured here
+/// against the shipped `DescribeSecret` resolver; not part of the webhook (its IAM permission
+/// cannot be scoped to resources, and its quota is 100 calls a second).
+struct ListSource {
+    client: aws_sdk_secretsmanager::Client,
+}
+
+impl ListSource {
+    async fn new(config: &Config) -> Self {
+        let region = &config
+            .webhook
+            .embedded_secret_manager_config
+            .aws_config
+            .region;
+        let budget = Duration::from_millis(config.embedded.deadline_ms);
+        Self {
+            client: podmutator::secrets::source::aws_client(region, budget).await,
+        }
+    }
+
+    async fn list(
+        client: aws_sdk_secretsmanager::Client,
+        chunk: Vec<String>,
+    ) -> Result<(BTreeMap<String, Lookup>, u32), SourceError> {
+        use aws_sdk_secretsmanager::types::{Filter, FilterNameStringType};
+        let filter = Filter::builder()
+            .key(FilterNameStringType::Name)
+            .set_values(Some(chunk.clone()))
+            .build();
+        let mut found: BTreeMap<String, Lookup> = chunk
+            .iter()
+            .map(|id| (id.clone(), Lookup::NotFound))
+            .collect();
+        let (mut calls, mut next) = (0u32, None);
+        loop {
+            calls += 1;
+            let sent = client
+                .list_secrets()
+                .filters(filter.clone())
+                .max_results(100)
+                .set_next_token(next.take())
+                .send()
+                .await;
+            let out = match sent {
+                Ok(out) => out,
+                Err(e) => {
+                    let code = e.code().unwrap_or("an error without a code").to_owned();
+                    let (ids, source) = (chunk.join(", "), e.into());
+                    return Err(if code == "ThrottlingException" {
+                        SourceError::Throttled {
+                            api: Api::ListSecrets,
+                            ids,
+                            throttles: 1,
+                            source,
+                        }
+                    } else {
+                        SourceError::Call {
+                            api: Api::ListSecrets,
+                            ids,
+                            code,
+                            source,
+                        }
+                    });
+                }
+            };
+            for entry in out.secret_list() {
+                let Some(name) = entry.name() else { continue };
+                if entry.deleted_date().is_none()
+                    && let Some(slot) = found.get_mut(name)
+                {
+                    *slot = Lookup::Exists(SecretRef {
+                        name: name.to_owned(),
+                        arn: entry.arn().unwrap_or_default().to_owned(),
+                    });
+                }
+            }
+            match out.next_token() {
+                Some(t) if !t.is_empty() => next = Some(t.to_owned()),
+                _ => return Ok((found, calls)),
+            }
+        }
+    }
+}
+
+impl SecretSource for ListSource {
+    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
+        Box::pin(async move {
+            let mut calls = tokio::task::JoinSet::new();
+            for chunk in ids.chunks(10) {
+                calls.spawn(Self::list(self.client.clone(), chunk.to_vec()));
+            }
+            let mut fetched = Fetched {
+                backend_ids: ids.len() as u32,
+                ..Fetched::default()
+            };
+            while let Some(joined) = calls.join_next().await {
+                let (found, n) = joined.map_err(|source| SourceError::Task {
+                    ids: ids.join(", "),
+                    source,
+                })??;
+                fetched.values.extend(found);
+                fetched.backend_calls += n;
+            }
+            Ok(fetched)
+        })
+    }
+}
+
+/// One pod's fetcher, as `podmutator fetch` runs it: a new process (so a new SDK client from
+/// the environment, which points at the quota proxy), the plan the webhook would write, files on
+/// a scratch volume. Returns its time and, on failure, whether Secrets Manager throttled it (the
+/// fetcher then exits 1 and the kubelet retries it after its back-off).
+async fn pod_fetch(
+    ids: Vec<String>,
+    strategy: podmutator::config::FetchStrategy,
+) -> (f64, Result<(), bool>) {
+    use podmutator::pod::fetch::{FETCH_BUDGET, FetchItem, FetchPlan, fetch};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let root = std::env::temp_dir().join(format!(
+        "fleet-pod-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let t = Instant::now();
+    let plan = FetchPlan {
+        secrets: ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| FetchItem {
+                id: id.clone(),
+                file: root.join(format!("s{i}")),
+            })
+            .collect(),
+        root: root.clone(),
+        region: Some("us-east-1".into()),
+        copy_executable_to: None,
+        fetch_strategy: Some(strategy),
+    };
+    let _ = std::fs::create_dir_all(&root);
+    let client = podmutator::secrets::source::aws_client("us-east-1", FETCH_BUDGET).await;
+    let result = fetch(&plan, client)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string().contains("throttled"));
+    let _ = std::fs::remove_dir_all(&root);
+    (t.elapsed().as_secs_f64() * 1e3, result)
+}
+
 #[derive(Default)]
 struct Outcomes {
+    /// Reference delivery: each admitted pod's own fetch, from its start to the files written.
+    fetch_ms: Vec<f64>,
+    fetch_failed: usize,
+    fetch_throttled: usize,
     latencies_ms: Vec<f64>,
     ok: usize,
     failed: usize,
@@ -333,6 +530,7 @@ async fn run(
     a: &Args,
     strategy: &str,
     config: Config,
+    resolution: Resolution,
     tasks: &[Task],
     arrivals: &[(Duration, usize)],
     proxy: &QuotaProxy,
@@ -348,6 +546,7 @@ async fn run(
     let outcomes = Arc::new(Mutex::new(Outcomes::default()));
     let bodies: Arc<Vec<Vec<u8>>> = Arc::new(tasks.iter().map(|t| t.body.clone()).collect());
     proxy.reset();
+    let pod_fetches = Arc::new(Mutex::new(tokio::task::JoinSet::new()));
     let start = tokio::time::Instant::now();
     let wall = Instant::now();
     let mut running = tokio::task::JoinSet::new();
@@ -370,16 +569,30 @@ async fn run(
         }
         let (fleet, outcomes, bodies, task) =
             (fleet.clone(), outcomes.clone(), bodies.clone(), *task);
+        let pod_secrets = (resolution != Resolution::Values).then(|| tasks[task].resolved());
+        let pod_fetches = pod_fetches.clone();
+        let pod_start = Duration::from_millis(a.pod_start_ms);
+        let pod_strategy = fleet.config.embedded.fetch_strategy;
         running.spawn(async move {
             let app = match warm {
                 Some(app) => app,
                 None => {
                     // Lambda starts the environment and the runtime before our code runs.
                     tokio::time::sleep(init).await;
-                    let source = podmutator::cli::embedded_source(&fleet.config).await;
+                    let deps = match resolution {
+                        Resolution::Values => Deps::offline()
+                            .with_source(podmutator::cli::embedded_source(&fleet.config).await),
+                        Resolution::Describe => Deps::offline()
+                            .with_resolver(podmutator::cli::embedded_resolver(&fleet.config).await),
+                        Resolution::List => {
+                            Deps::offline().with_resolver(Arc::new(CachingSource::new(
+                                ListSource::new(&fleet.config).await,
+                                CachePolicy::from_config(&fleet.config.embedded),
+                            )))
+                        }
+                    };
                     Arc::new(
-                        App::build(&fleet.config, Deps::offline().with_source(source))
-                            .expect("configuration accepted at start"),
+                        App::build(&fleet.config, deps).expect("configuration accepted at start"),
                     )
                 }
             };
@@ -400,20 +613,43 @@ async fn run(
                 (true, true) => o.late += 1,
                 (true, false) => o.ok += 1,
             }
+            drop(o);
+            // Reference delivery: the admitted pod's init container fetches its values with the
+            // pod's own identity, in the same account (so against the same quotas).
+            if let (true, Some(ids)) = (allowed, pod_secrets) {
+                let outcomes = outcomes.clone();
+                pod_fetches.lock().unwrap().spawn(async move {
+                    tokio::time::sleep_until(due + pod_start).await;
+                    let (ms, result) = pod_fetch(ids, pod_strategy).await;
+                    let mut o = outcomes.lock().unwrap();
+                    o.fetch_ms.push(ms);
+                    match result {
+                        Ok(()) => {}
+                        Err(throttled) => {
+                            o.fetch_failed += 1;
+                            o.fetch_throttled += usize::from(throttled);
+                        }
+                    }
+                });
+            }
         });
     }
     while running.join_next().await.is_some() {}
+    let mut fetches = std::mem::take(&mut *pod_fetches.lock().unwrap());
+    while fetches.join_next().await.is_some() {}
     let wall_s = wall.elapsed().as_secs_f64();
     let seconds = proxy.seconds();
     let mut o = std::mem::take(&mut *outcomes.lock().unwrap());
     o.latencies_ms.sort_by(f64::total_cmp);
-    let pct = |p: f64| -> f64 {
-        if o.latencies_ms.is_empty() {
+    o.fetch_ms.sort_by(f64::total_cmp);
+    let pct_of = |v: &[f64], p: f64| -> f64 {
+        if v.is_empty() {
             return 0.0;
         }
-        let i = ((o.latencies_ms.len() as f64 * p).ceil() as usize).clamp(1, o.latencies_ms.len());
-        o.latencies_ms[i - 1]
+        let i = ((v.len() as f64 * p).ceil() as usize).clamp(1, v.len());
+        v[i - 1]
     };
+    let pct = |p: f64| pct_of(&o.latencies_ms, p);
     // Counts are of the whole fleet: what 1/scale of it measured, times scale.
     let k = a.scale as u64;
     let mut apis = serde_json::Map::new();
@@ -463,6 +699,11 @@ async fn run(
         "throttles": throttles * k as u64,
         "cost_usd": (calls * k as u64) as f64 * USD_PER_CALL,
         "apis": apis,
+        "pod_fetches": (o.fetch_ms.len() * k),
+        "pod_fetch_failed": (o.fetch_failed * k),
+        "pod_fetch_throttled": (o.fetch_throttled * k),
+        "pod_fetch_p50_ms": pct_of(&o.fetch_ms, 0.50),
+        "pod_fetch_p99_ms": pct_of(&o.fetch_ms, 0.99),
         "max_dispatch_lag_ms": o.max_lag_ms,
         "wall_s": wall_s,
         "peak_rss_mb": peak_rss_mb(),
@@ -490,6 +731,18 @@ fn config_for(strategy: &str) -> Result<Config, String> {
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
         }
     });
+    if Resolution::of(strategy) != Resolution::Values {
+        v["embedded"] = json!({
+            "delivery": "reference",
+            "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+        });
+        if strategy == "reference-batch" {
+            v["embedded"]["fetchStrategy"] = json!("batch");
+        }
+        return Config::from_value(v)
+            .map(|l| l.config)
+            .map_err(|e| format!("strategy {strategy:?}: the configuration is refused: {e}"));
+    }
     let (name, per_admission) = match strategy.split_once(':') {
         Some((name, n)) => (
             name,
@@ -615,13 +868,19 @@ fn main() {
         let t = Instant::now();
         let via_proxy = client(&proxy.url()).await;
         let names = candidates(&tasks);
+        let resolutions: Vec<Resolution> = a.strategies.iter().map(|s| Resolution::of(s)).collect();
+        let describe = resolutions.contains(&Resolution::Describe);
         let mut priming = tokio::task::JoinSet::new();
         for chunk in names.chunks(names.len().div_ceil(8).max(1)) {
             let (c, chunk) = (via_proxy.clone(), chunk.to_vec());
             priming.spawn(async move {
                 for name in chunk {
                     // Not found is an answer too; the proxy keeps it.
-                    let _ = c.get_secret_value().secret_id(name).send().await;
+                    // Reference delivery's pods read values too.
+                    let _ = c.get_secret_value().secret_id(&name).send().await;
+                    if describe {
+                        let _ = c.describe_secret().secret_id(&name).send().await;
+                    }
                 }
             });
         }
@@ -639,7 +898,17 @@ fn main() {
                 &mut Rng(a.seed ^ *pods as u64),
             );
             for (strategy, config) in &configs {
-                let line = run(&a, strategy, config.clone(), &tasks, &arrivals, &proxy).await;
+                let resolution = Resolution::of(strategy);
+                let line = run(
+                    &a,
+                    strategy,
+                    config.clone(),
+                    resolution,
+                    &tasks,
+                    &arrivals,
+                    &proxy,
+                )
+                .await;
                 println!("{line}");
                 // Let the account's buckets and the moto threads settle before the next run.
                 tokio::time::sleep(Duration::from_secs(1)).await;

@@ -46,6 +46,14 @@ def api_cell(run, op):
     return f"{a['calls']:,} ({a['peak_per_s']:,} / {a['mean_per_s']:,.0f})"
 
 
+def pod_fetch_cell(run):
+    """Reference delivery: of the admitted pods' own fetches, how many failed (and were
+    throttled); the kubelet retries those after its back-off, the pod waiting in Init."""
+    if not run.get("pod_fetches"):
+        return "–"
+    return f"**{run['pod_fetch_failed']:,}** ({run['pod_fetch_throttled']:,})"
+
+
 def table(runs, command):
     ops = sorted({op for r in runs for op in r["apis"]})
     head = [
@@ -57,7 +65,12 @@ def table(runs, command):
         "deadline misses (failed / late / refused)",
         "p50 ms",
         "p99 ms",
-    ] + [f"{op} calls (peak/s / mean/s)" for op in ops] + ["cost $", "cost $ per 10k pods"]
+    ] + [f"{op} calls (peak/s / mean/s)" for op in ops] + [
+        "pods' own fetches failed (throttled)",
+        "pod fetch p50 / p99 ms",
+        "cost $",
+        "cost $ per 10k pods",
+    ]
     r0 = runs[0]
     scale = r0.get("scale", 1)
     scaled = (
@@ -86,6 +99,12 @@ def table(runs, command):
             f"{r['p50_ms']:,.0f}",
             f"{r['p99_ms']:,.0f}",
         ] + [api_cell(r, op) for op in ops] + [
+            pod_fetch_cell(r),
+            (
+                f"{r['pod_fetch_p50_ms']:,.0f} / {r['pod_fetch_p99_ms']:,.0f}"
+                if r.get("pod_fetches")
+                else "–"
+            ),
             f"{r['cost_usd']:.4f}",
             f"{r['cost_usd'] * 10_000 / max(r['pods'], 1):.3f}",
         ]

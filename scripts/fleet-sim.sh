@@ -10,7 +10,10 @@
 #   scripts/fleet-sim.sh            # a quick look: 500..2,000 pods over 10 s, 200 instances
 #   STRATEGIES=parallel,parallel:16 scripts/fleet-sim.sh --full
 #
-# Environment: STRATEGIES (default batch,parallel,hybrid,parallel:16; `name:N` also sets
+# Environment: STRATEGIES (default batch,parallel,hybrid,parallel:16,reference,reference-batch,
+# reference-list: the last three are embedded.delivery: reference, names resolved with
+# DescribeSecret (shipped) and the pods fetching with parallel GetSecretValue or with
+# BatchGetSecretValue, or names resolved with ListSecrets; `name:N` also sets
 # embedded.maxCallsInFlightPerAdmission to N), PODS (comma list), SECONDS_PER_BURST, INSTANCES,
 # SCALE (run 1/SCALE of the fleet against every quota divided by SCALE; default 50 with --full,
 # else 20: two shared cores cannot drive 10,000 calls a second through a thousand SDK clients),
@@ -27,7 +30,7 @@ for arg in "$@"; do
 	case $arg in
 	--full) FULL=1 ;;
 	-h | --help)
-		sed -n '2,20p' "$0"
+		sed -n '2,23p' "$0"
 		exit 0
 		;;
 	*)
@@ -37,7 +40,7 @@ for arg in "$@"; do
 	esac
 done
 
-STRATEGIES=${STRATEGIES:-batch,parallel,hybrid,parallel:16}
+STRATEGIES=${STRATEGIES:-batch,parallel,hybrid,parallel:16,reference,reference-batch,reference-list}
 if ((FULL)); then
 	PODS=${PODS:-1000,2500,5000,10000,20000}
 	SECONDS_PER_BURST=${SECONDS_PER_BURST:-30}

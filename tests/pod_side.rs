@@ -105,6 +105,7 @@ fn plan(root: &Path, secrets: &[(String, &str)]) -> FetchPlan {
             })
             .collect(),
         copy_executable_to: None,
+        fetch_strategy: None,
     }
 }
 
@@ -190,6 +191,78 @@ async fn twenty_secrets_are_fetched_in_one_batch_call_into_0400_files() {
         files_under(&root).len(),
         21,
         "exactly the promised files, no temporary ones"
+    );
+}
+
+/// What the webhook writes by default (`embedded.fetchStrategy: parallel`): one
+/// `GetSecretValue` per distinct id, no batch, the same files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_parallel_strategy_fetches_each_id_once_with_get_secret_value() {
+    let moto = Moto::start();
+    let admin = client(&moto.url()).await;
+    for i in 0..5 {
+        create_secret(&admin, &secret_name(i), &format!("fake-value-{i}")).await;
+    }
+    let proxy = CountingProxy::start(moto.port).await;
+    let root = temp_dir("fetch-parallel");
+    let files: Vec<(String, String)> = (0..5)
+        .map(|i| (secret_name(i), format!("files/k{i}")))
+        .chain([(secret_name(0), "env/K0".to_owned())])
+        .collect();
+    let refs: Vec<(String, &str)> = files.iter().map(|(i, f)| (i.clone(), f.as_str())).collect();
+    let mut plan = plan(&root, &refs);
+    plan.fetch_strategy = Some(podmutator::config::FetchStrategy::Parallel);
+    // The field survives the plan's JSON, as the init container reads it.
+    let plan = FetchPlan::parse(&plan.to_json().unwrap()).unwrap();
+    assert_eq!(
+        plan.fetch_strategy,
+        Some(podmutator::config::FetchStrategy::Parallel)
+    );
+
+    let summary = fetch(&plan, client(&proxy.url()).await).await.unwrap();
+
+    assert_eq!(proxy.count("GetSecretValue"), 5, "one call per distinct id");
+    assert_eq!(proxy.total(), 5, "and no batch");
+    assert_eq!((summary.secrets, summary.files, summary.calls), (5, 6, 5));
+    for i in 0..5 {
+        let file = root.join(format!("files/k{i}"));
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            format!("fake-value-{i}")
+        );
+        assert_eq!(mode(&file), 0o400, "{}", file.display());
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join("env/K0")).unwrap(),
+        "fake-value-0"
+    );
+    assert_eq!(files_under(&root).len(), 6);
+}
+
+#[test]
+fn a_plan_names_a_known_fetch_strategy_or_is_refused() {
+    let base = r#"{"root": "/r", "secrets": [{"id": "a", "file": "/r/a"}]"#;
+    for (strategy, want) in [
+        ("batch", podmutator::config::FetchStrategy::Batch),
+        ("parallel", podmutator::config::FetchStrategy::Parallel),
+        ("hybrid", podmutator::config::FetchStrategy::Hybrid),
+    ] {
+        let plan =
+            FetchPlan::parse(&format!(r#"{base}, "fetchStrategy": "{strategy}"}}"#)).unwrap();
+        assert_eq!(plan.fetch_strategy, Some(want));
+    }
+    assert_eq!(
+        FetchPlan::parse(&format!("{base}}}"))
+            .unwrap()
+            .fetch_strategy,
+        None
+    );
+    let err = FetchPlan::parse(&format!(r#"{base}, "fetchStrategy": "serial"}}"#))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("fetchStrategy") && err.contains("serial"),
+        "{err}"
     );
 }
 

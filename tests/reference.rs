@@ -6,8 +6,11 @@
 //!    each) in one round trip cold, none warm, and no other call; no value in the reply, the
 //!    patch or any log line.
 //! 2. `podmutator fetch` runs the init container's plan from that patch with the pod's
-//!    credentials: one `BatchGetSecretValue` call, exactly the files the patch promises, each
-//!    holding its value, mode 0400, and the executable copied for `exec`.
+//!    credentials: 10 `GetSecretValue` calls in flight together (the default
+//!    `embedded.fetchStrategy: parallel`, copied into the plan), exactly the files the patch
+//!    promises, each holding its value, mode 0400, and the executable copied for `exec`; the
+//!    same plan with `fetchStrategy: batch` takes one `BatchGetSecretValue` call and writes the
+//!    same files.
 //! 3. The copied `podmutator exec` runs the wrapped container's command with that container's
 //!    plan: the child sees the three variables.
 
@@ -220,15 +223,54 @@ async fn ten_secrets_are_resolved_in_one_round_trip_and_the_pod_fetches_exactly_
     pod_env(&mut fetch, &proxy)
         .arg("fetch")
         .env(FETCH_PLAN_ENV, &plan);
+    proxy.reset();
     let fetched = fetch.output().unwrap();
     let fetch_err = String::from_utf8_lossy(&fetched.stderr).into_owned();
     assert!(fetched.status.success(), "fetch failed: {fetch_err}");
+    assert!(plan.contains(r#""fetchStrategy":"parallel""#), "{plan}");
+    assert_eq!(proxy.count("GetSecretValue"), 10, "one call per secret");
+    assert_eq!(proxy.total(), 10, "and nothing else");
+    assert_eq!(
+        proxy.most_at_once(),
+        10,
+        "the 10 calls were in flight together: one round trip"
+    );
+
+    // The same plan with `fetchStrategy: batch`: one call, the same files.
+    proxy.reset();
+    let batch_root = temp_dir("reference-volumes-batch");
+    let batch_s = batch_root.display().to_string();
+    std::fs::create_dir_all(batch_root.join("files")).unwrap();
+    std::fs::create_dir_all(batch_root.join("run")).unwrap();
+    let batch_plan = plan
+        .replace(
+            r#""fetchStrategy":"parallel""#,
+            r#""fetchStrategy":"batch""#,
+        )
+        .replace(&root_s, &batch_s);
+    let mut fetch = Command::new(env!("CARGO_BIN_EXE_podmutator"));
+    pod_env(&mut fetch, &proxy)
+        .arg("fetch")
+        .env(FETCH_PLAN_ENV, &batch_plan);
+    let batched = fetch.output().unwrap();
+    assert!(
+        batched.status.success(),
+        "batch fetch failed: {}",
+        String::from_utf8_lossy(&batched.stderr)
+    );
     assert_eq!(
         proxy.count("BatchGetSecretValue"),
         1,
         "one call for 10 secrets"
     );
     assert_eq!(proxy.total(), 1, "and nothing else");
+    let (mut a, mut b) = (BTreeSet::new(), BTreeSet::new());
+    files_under(&root, &mut a);
+    files_under(&batch_root, &mut b);
+    let relative = |set: BTreeSet<String>, r: &str| -> BTreeSet<String> {
+        set.into_iter().map(|p| p.replacen(r, "", 1)).collect()
+    };
+    assert_eq!(relative(a, &root_s), relative(b, &batch_s));
 
     // Exactly the files the patch promises, by the paths the task containers see.
     let promised = promised_files(&serde_json::from_value(out.clone()).unwrap()).unwrap();

@@ -1,6 +1,7 @@
 //! `podmutator fetch`: the init container of reference delivery. Fetches every secret of its
-//! plan with the pod's own AWS identity in one `BatchGetSecretValue` round trip and writes each
-//! to a file, mode 0400, on an in-memory volume.
+//! plan with the pod's own AWS identity in one round trip (parallel `GetSecretValue` calls, or
+//! `BatchGetSecretValue` calls of up to 20 ids, as the plan's `fetchStrategy` says) and writes
+//! each to a file, mode 0400, on an in-memory volume.
 //!
 //! The plan is JSON in [`FETCH_PLAN_ENV`] ([`FetchPlan`]):
 //!
@@ -8,7 +9,8 @@
 //! {"root": "/podmutator",
 //!  "region": "us-east-1",
 //!  "secrets": [{"id": "u__org__o__domain__d__project__p__key__db", "file": "/podmutator/files/db"}],
-//!  "copyExecutableTo": "/podmutator/bin/podmutator"}
+//!  "copyExecutableTo": "/podmutator/bin/podmutator",
+//!  "fetchStrategy": "parallel"}
 //! ```
 //!
 //! Nothing is written unless every secret was fetched: the pod cannot start on a partial set
@@ -26,6 +28,7 @@ use aws_sdk_secretsmanager::Client;
 use serde::{Deserialize, Serialize};
 
 use super::path_problem;
+use crate::config::FetchStrategy;
 use crate::secrets::source::{AwsSource, Lookup, MAX_BATCH, SecretSource, SourceError, aws_client};
 
 /// The environment variable holding the init container's [`FetchPlan`] as JSON.
@@ -40,6 +43,9 @@ pub const DIR_MODE: u32 = 0o700;
 /// The copied executable and its directories: any user of the pod may run it, as the wrapped
 /// containers may run as another user than the init container. It holds no secret.
 pub const EXECUTABLE_MODE: u32 = 0o555;
+/// Calls one fetch has in flight at most: a pod's secrets up to this many go in one round trip
+/// (the same as one `BatchGetSecretValue` call holds).
+pub const MAX_IN_FLIGHT: usize = MAX_BATCH;
 /// The whole fetch, credentials included. Far below what a pod waits for its init containers;
 /// a failed attempt is retried by the kubelet with back-off, visibly.
 pub const FETCH_BUDGET: Duration = Duration::from_secs(20);
@@ -58,6 +64,12 @@ pub struct FetchPlan {
     /// Where to copy this executable, for containers wrapped with `podmutator exec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy_executable_to: Option<PathBuf>,
+    /// How the secrets are asked for: the webhook copies `embedded.fetchStrategy` here, because
+    /// a burst of pods draws on the same account quota as a burst of admissions
+    /// (`BatchGetSecretValue` 100 calls a second, `GetSecretValue` 10,000; docs/scale.md).
+    /// Absent (plans written before the field existed): `batch`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetch_strategy: Option<FetchStrategy>,
 }
 
 /// One secret to one file. The same id may go to several files (a secret requested both as a
@@ -235,12 +247,16 @@ impl FetchPlan {
     }
 }
 
-/// Fetches every secret of `plan` through `client` (`BatchGetSecretValue`, up to 20 ids a call,
-/// calls in parallel: one round trip for a pod's secrets), then writes the files and copies the
-/// executable. Writes nothing unless every secret was found.
+/// Fetches every secret of `plan` through `client` in one round trip: `parallel`, one
+/// `GetSecretValue` per id, up to [`MAX_IN_FLIGHT`] at once; `batch` (or no strategy),
+/// `BatchGetSecretValue` with up to 20 ids a call, the calls in parallel; `hybrid` batches, as
+/// a pod's one fetch is always its first. Then writes the files and copies the executable.
+/// Writes nothing unless every secret was found.
 pub async fn fetch(plan: &FetchPlan, client: Client) -> Result<FetchSummary, FetchError> {
     let ids = plan.ids();
-    let source = AwsSource::new(client, MAX_BATCH);
+    let source = AwsSource::new(client, MAX_BATCH)
+        .with_strategy(plan.fetch_strategy.unwrap_or(FetchStrategy::Batch))
+        .with_limits(MAX_IN_FLIGHT, MAX_IN_FLIGHT);
     let fetched = tokio::time::timeout(FETCH_BUDGET, source.fetch_many(&ids))
         .await
         .map_err(|_| FetchError::Timeout {
@@ -460,6 +476,7 @@ mod tests {
                 },
             ],
             copy_executable_to: None,
+            fetch_strategy: None,
         };
         let values = BTreeMap::from([("a", b"fake-a".to_vec()), ("b", b"fake-b".to_vec())]);
         let e = write_files(&p, &values).unwrap_err();

@@ -34,7 +34,9 @@ use k8s_openapi::api::core::v1::{
 
 use super::exec::{EXEC_ENV_ENV, ExecPlan};
 use super::fetch::{FETCH_PLAN_ENV, FetchItem, FetchPlan};
-use crate::config::{EmbeddedConfig, EntrypointLookupConfig, EnvVarDelivery, SecretManagerType};
+use crate::config::{
+    EmbeddedConfig, EntrypointLookupConfig, EnvVarDelivery, FetchStrategy, SecretManagerType,
+};
 use crate::error::Denial;
 use crate::image_ref::ImageRef;
 use crate::mutate::PodCtx;
@@ -105,6 +107,8 @@ pub struct ReferenceInjector {
     env_var_delivery: EnvVarDelivery,
     image: String,
     region: String,
+    /// `embedded.fetchStrategy`, for the pod's fetch too.
+    fetch_strategy: FetchStrategy,
     resources: ResourceRequirements,
     /// Init containers another mutator owns: neither wrapped nor given secrets.
     skip: Vec<String>,
@@ -125,6 +129,7 @@ impl ReferenceInjector {
             env_var_delivery: cfg.env_var_delivery,
             image: cfg.fetcher_image.clone(),
             region: region.to_owned(),
+            fetch_strategy: cfg.fetch_strategy,
             skip: skip_containers.to_vec(),
             lookup: cfg.entrypoint_lookup.clone(),
         }
@@ -295,6 +300,7 @@ impl ReferenceInjector {
                 region: (!self.region.is_empty()).then(|| self.region.clone()),
                 secrets: Vec::new(),
                 copy_executable_to: None,
+                fetch_strategy: Some(self.fetch_strategy),
             },
         };
         match plan.secrets.iter().find(|i| i.file == item.file) {

@@ -128,6 +128,9 @@ pub enum Api {
     BatchGetSecretValue,
     /// Metadata only (`reference` delivery, [`super::resolve`]).
     DescribeSecret,
+    /// Metadata of every secret whose name starts with a filter value. Not called by the
+    /// webhook: the fleet simulation measures it against `DescribeSecret` (docs/scale.md).
+    ListSecrets,
 }
 
 impl Api {
@@ -144,6 +147,7 @@ impl Api {
             Api::DescribeSecret => {
                 "DescribeSecret allows 40,000 requests per second per account and region"
             }
+            Api::ListSecrets => "ListSecrets allows 100 requests per second per account and region",
         }
     }
 }
@@ -154,6 +158,7 @@ impl fmt::Display for Api {
             Api::GetSecretValue => "GetSecretValue",
             Api::BatchGetSecretValue => "BatchGetSecretValue",
             Api::DescribeSecret => "DescribeSecret",
+            Api::ListSecrets => "ListSecrets",
         })
     }
 }

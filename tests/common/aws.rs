@@ -80,6 +80,8 @@ pub async fn create_secret(client: &Client, name: &str, value: &str) {
 pub struct CountingProxy {
     pub port: u16,
     counts: Arc<Mutex<BTreeMap<String, usize>>>,
+    /// Requests held in their delay now, and the most there have been at once.
+    held: Arc<Mutex<(usize, usize)>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -101,10 +103,12 @@ impl CountingProxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let counts: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
-        let c = counts.clone();
+        let held: Arc<Mutex<(usize, usize)>> = Arc::default();
+        let (c, h) = (counts.clone(), held.clone());
         let task = tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
                 let counts = c.clone();
+                let held = h.clone();
                 tokio::spawn(async move {
                     let Ok(mut server) =
                         tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
@@ -126,7 +130,13 @@ impl CountingProxy {
                             count_targets(&mut tail, &counts);
                             let after: usize = counts.lock().unwrap().values().sum();
                             if after > before && !delay.is_zero() {
+                                {
+                                    let mut h = held.lock().unwrap();
+                                    h.0 += 1;
+                                    h.1 = h.1.max(h.0);
+                                }
                                 tokio::time::sleep(delay).await;
+                                held.lock().unwrap().0 -= 1;
                             }
                             if sw.write_all(&buf[..n]).await.is_err() {
                                 break;
@@ -142,7 +152,12 @@ impl CountingProxy {
                 });
             }
         });
-        CountingProxy { port, counts, task }
+        CountingProxy {
+            port,
+            counts,
+            held,
+            task,
+        }
     }
 
     pub fn url(&self) -> String {
@@ -166,6 +181,14 @@ impl CountingProxy {
 
     pub fn reset(&self) {
         self.counts.lock().unwrap().clear();
+        self.held.lock().unwrap().1 = 0;
+    }
+
+    /// The most requests held in their delay at the same time since the start (or the last
+    /// [`CountingProxy::reset`]): with a delay, calls made in one round trip are all held at
+    /// once, calls made one after another one at a time.
+    pub fn most_at_once(&self) -> usize {
+        self.held.lock().unwrap().1
     }
 }
 
