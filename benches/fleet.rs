@@ -495,10 +495,12 @@ async fn pod_fetch(
     };
     let _ = std::fs::create_dir_all(&root);
     let client = podmutator::secrets::source::aws_client("us-east-1", FETCH_BUDGET).await;
-    let result = fetch(&plan, client)
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string().contains("throttled"));
+    let result = fetch(&plan, client).await.map(|_| ()).map_err(|e| {
+        matches!(
+            e,
+            podmutator::pod::fetch::FetchError::Source(SourceError::Throttled { .. })
+        )
+    });
     let _ = std::fs::remove_dir_all(&root);
     (t.elapsed().as_secs_f64() * 1e3, result)
 }
