@@ -94,7 +94,7 @@ connections() {
 	local bin=$1
 	cat >"$TMP/traced" <<SH
 #!/bin/sh
-exec strace -f -qq -e trace=connect -o "$TMP/connect.log" "$bin" "\$@"
+exec strace -f -qq -A -e trace=connect -o "$TMP/connect.log" "$bin" "\$@"
 SH
 	chmod +x "$TMP/traced"
 	: >"$TMP/connect.log"
@@ -103,7 +103,13 @@ SH
 		echo "bench-coldstart: the traced start failed: $(tail -3 "$TMP/traced.err")" >&2
 		return 1
 	}
-	# Every connect() but the loopback runtime API (and the --version runs, which open none).
+	# The log is appended to by every run (the untimed start, the timed one, the --version runs):
+	# it must show the runtime API's loopback connect, or nothing was traced and 0 means nothing.
+	grep -q 'connect(.*sin_addr=inet_addr("127.0.0.1")' "$TMP/connect.log" || {
+		echo "bench-coldstart: strace logged no connect to the runtime API: the trace is empty" >&2
+		return 1
+	}
+	# Every connect() but the loopback runtime API.
 	grep 'connect(' "$TMP/connect.log" | grep -v 'sin_addr=inet_addr("127.0.0.1")' |
 		grep -vc 'AF_UNIX' || true
 }
@@ -116,7 +122,7 @@ production() {
 		--event "$TMP/event.json" --starts "$STARTS" --warm "$WARM" --json "$TMP/$label.json" || rc=1
 	local calls
 	calls=$(connections "$bin") || rc=1
-	echo "network connections before the first answer (strace, 1 start): ${calls:-?} (target 0)"
+	echo "network connections before the first answer (strace, 2 starts): ${calls:-?} (target 0)"
 	grep -v 'inet_addr("127.0.0.1")' "$TMP/connect.log" | grep 'connect(' | head -5 || true
 }
 production after "$BIN"

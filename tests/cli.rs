@@ -401,3 +401,32 @@ async fn inject_does_what_the_served_webhook_does() {
     // Objects that are not pods pass through unchanged.
     assert_eq!(output[3], input[3]);
 }
+
+#[test]
+fn lambda_outside_lambda_names_the_missing_variables_instead_of_panicking() {
+    // `lambda_runtime` reads these at start and panics on a missing one.
+    let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .arg("lambda")
+        .env_remove("PODMUTATOR_CONFIG_FILE")
+        .env(
+            "PODMUTATOR_CONFIG",
+            r#"{"http": {"pathTokenDisabled": true}}"#,
+        )
+        .env("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9")
+        .env_remove("AWS_LAMBDA_FUNCTION_NAME")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "lots")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the binary starts");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.contains("AWS_LAMBDA_FUNCTION_NAME is not set")
+            && stderr
+                .contains("AWS_LAMBDA_FUNCTION_MEMORY_SIZE is not a whole number of MB: \"lots\"")
+            && stderr.contains("podmutator serve"),
+        "{stderr}"
+    );
+}

@@ -223,7 +223,10 @@ def one_start(binary, base_env, event, warm, timeout, time_v=None):
     cmd = [time_v, "-v", binary] if time_v else [binary]
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        # Its own process group, killed whole at the end: a wrapper (`time -v`, `strace -f`) can
+        # die first and leave the function running with the stderr pipe open.
+        start_new_session=True,
     )
     pid = child_of(proc.pid) if time_v else proc.pid
     try:
@@ -247,11 +250,24 @@ def one_start(binary, base_env, event, warm, timeout, time_v=None):
             raise RuntimeError("the function exited (status %r) after answering" % proc.returncode)
         hwm = read_hwm_kb(pid)
     finally:
-        if pid is not None:
+        if pid is not None and pid != proc.pid:
+            # Under `time -v`: kill the function, and time reports and exits on its own.
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        else:
+            # The function, or a wrapper that exec'd (`strace -o`): SIGTERM first, so a tracer
+            # flushes its log, then SIGKILL for whatever is left of the group.
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=2)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         proc.wait()
         server.stop()
         stderr = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""

@@ -130,6 +130,10 @@ pub enum CliError {
     Runtime(#[source] std::io::Error),
     #[error("lambda runtime stopped")]
     Lambda(#[source] lambda_http::Error),
+    #[error(
+        "cannot run the Lambda runtime here: {0} (Lambda sets these; outside Lambda, run `podmutator serve`)"
+    )]
+    LambdaEnv(String),
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
     #[error(transparent)]
@@ -301,6 +305,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Lambda { .. } => {
             init_logging();
+            lambda::check_runtime_env(|k| std::env::var(k).ok()).map_err(CliError::LambdaEnv)?;
             let Loaded { config, .. } = source.load()?;
             runtime(false)?.block_on(async {
                 let front = Arc::new(build_front(&config).await?);

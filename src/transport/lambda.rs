@@ -218,6 +218,34 @@ fn status_description(status: u16) -> String {
     format!("{status} {text}")
 }
 
+/// The variables the Lambda runtime sets and `lambda_runtime` reads at start (it panics on a
+/// missing one); checked first so that `podmutator lambda` outside Lambda says what is missing.
+pub const RUNTIME_ENV: [&str; 4] = [
+    "AWS_LAMBDA_RUNTIME_API",
+    "AWS_LAMBDA_FUNCTION_NAME",
+    "AWS_LAMBDA_FUNCTION_VERSION",
+    "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+];
+
+/// The runtime variables that are missing or unusable, `; `-joined, or `Ok` when all are set.
+pub fn check_runtime_env(get: impl Fn(&str) -> Option<String>) -> Result<(), String> {
+    let mut problems = Vec::new();
+    for name in RUNTIME_ENV {
+        match get(name) {
+            None => problems.push(format!("{name} is not set")),
+            Some(v) if name == "AWS_LAMBDA_FUNCTION_MEMORY_SIZE" && v.parse::<i32>().is_err() => {
+                problems.push(format!("{name} is not a whole number of MB: {v:?}"))
+            }
+            Some(_) => {}
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
 /// Runs the Lambda runtime loop until the process is stopped.
 pub async fn run(front: std::sync::Arc<Front>) -> Result<(), lambda_http::Error> {
     lambda_http::lambda_runtime::run(lambda_http::lambda_runtime::service_fn(
