@@ -556,15 +556,16 @@ fn main() {
         };
         match &case.logged {
             Some(_) => {
+                use tracing_subscriber::layer::SubscriberExt;
                 let subscriber = tracing_subscriber::fmt()
                     .json()
                     .flatten_event(true)
                     .with_current_span(false)
                     .with_span_list(false)
                     .with_target(false)
-                    .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
                     .with_writer(std::io::sink)
-                    .finish();
+                    .finish()
+                    .with(podmutator::cli::log_filter("info").unwrap());
                 tracing::subscriber::with_default(subscriber, || run(&mut group));
             }
             None => run(&mut group),

@@ -2,10 +2,9 @@
 //! Logs turns into metrics without an API call (and without a metrics agent on Lambda).
 //! Namespace and extra dimensions come from the `metrics` config section.
 
+use std::fmt::Write as _;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
-
-use serde_json::{Map, Value, json};
 
 use crate::config::SecretManagerType;
 pub use crate::config::metrics::MetricsConfig;
@@ -49,99 +48,119 @@ impl Metrics {
         Self { config, sink }
     }
 
-    /// The EMF document for one admission.
-    pub fn document(&self, f: &AdmissionFacts<'_>, timestamp_ms: u64) -> Value {
-        let fixed: Vec<&str> = self.config.dimensions.keys().map(String::as_str).collect();
-        let with = |extra: &[&'static str]| -> Vec<String> {
-            fixed
-                .iter()
-                .map(|s| s.to_string())
-                .chain(extra.iter().map(|s| s.to_string()))
-                .collect()
-        };
-        let mut root = Map::new();
-        for (k, v) in &self.config.dimensions {
-            root.insert(k.clone(), json!(v));
-        }
-        root.insert("Route".into(), json!(f.route));
-        root.insert("Decision".into(), json!(f.decision));
-
-        let mut metrics = vec![
-            ("Admissions", "Count", json!(1)),
-            ("Duration", "Microseconds", json!(f.duration_us)),
-            ("PatchOps", "Count", json!(f.patch_ops)),
-            ("PatchBytes", "Bytes", json!(f.patch_bytes)),
-            ("MutatorsApplied", "Count", json!(f.mutators.len())),
-        ];
-        let mut named: Vec<(String, Value)> = f
-            .mutators
-            .iter()
-            .map(|m| (format!("Mutator_{m}"), json!(1)))
-            .collect();
+    /// The EMF line for one admission, written field by field: this runs on every admission,
+    /// and building it as a `serde_json::Value` cost more than the JSON floor of a small review.
+    /// Keys in a fixed order: the configured dimensions, ours, the metrics, then `_aws`.
+    pub fn line(&self, f: &AdmissionFacts<'_>, timestamp_ms: u64) -> String {
         let injected: u32 = f.injected.iter().map(|(_, n)| n).sum();
-        metrics.push(("SecretsInjected", "Count", json!(injected)));
-        named.extend(
-            f.injected
-                .iter()
-                .map(|(t, n)| (format!("SecretsInjected_{t}"), json!(n))),
-        );
-        // The Union fork's image-builder counters (§5.6: attempts, failures, replacements by
-        // version and type, container validations); its `round_time` is `Duration` of the
-        // image-builder route.
-        named.extend(
-            f.images
-                .iter()
-                .map(|(c, n)| (c.metric().to_owned(), json!(n))),
-        );
-        if f.fetch_ids > 0 {
-            metrics.push(("EmbeddedFetchIds", "Count", json!(f.fetch_ids)));
-            metrics.push(("EmbeddedFetchCalls", "Count", json!(f.backend_calls)));
-            metrics.push(("CacheHits", "Count", json!(f.cache_hits)));
-            metrics.push((
-                "CacheMisses",
-                "Count",
-                json!(f.fetch_ids.saturating_sub(f.cache_hits as usize)),
-            ));
+        let fetch = f.fetch_ids > 0;
+        let denial = matches!(f.decision, "denied" | "invalid" | "error");
+        let mut out = Line(String::with_capacity(1024));
+        out.0.push('{');
+        for (k, v) in &self.config.dimensions {
+            out.field_str(k, v);
+        }
+        out.field_str("Route", f.route);
+        out.field_str("Decision", f.decision);
+        // (name, unit, value) of every metric, in the order the directive lists them.
+        let fixed = [
+            ("Admissions", "Count", 1),
+            ("Duration", "Microseconds", f.duration_us),
+            ("PatchOps", "Count", f.patch_ops as u64),
+            ("PatchBytes", "Bytes", f.patch_bytes as u64),
+            ("MutatorsApplied", "Count", f.mutators.len() as u64),
+            ("SecretsInjected", "Count", u64::from(injected)),
+        ];
+        let cache_misses = f.fetch_ids.saturating_sub(f.cache_hits as usize) as u64;
+        let fetched = [
+            ("EmbeddedFetchIds", "Count", f.fetch_ids as u64),
+            ("EmbeddedFetchCalls", "Count", u64::from(f.backend_calls)),
+            ("CacheHits", "Count", u64::from(f.cache_hits)),
+            ("CacheMisses", "Count", cache_misses),
             // The Terraform and SAM alarms sum this name over the namespace.
-            metrics.push(("SecretsManagerThrottles", "Count", json!(f.throttles)));
+            ("SecretsManagerThrottles", "Count", u64::from(f.throttles)),
+        ];
+        let fetched: &[_] = if fetch { &fetched } else { &[] };
+        for (name, _, value) in fixed.iter().chain(fetched) {
+            out.field_num(name, *value);
         }
-        let mut defs: Vec<Value> = metrics
-            .iter()
-            .map(|(n, u, _)| json!({"Name": n, "Unit": u}))
-            .collect();
-        for (n, _, v) in metrics {
-            root.insert(n.into(), v);
+        // Counts by name: each mutator that applied, secrets by manager, and the Union fork's
+        // image-builder counters (§5.6: attempts, failures, replacements by version and type,
+        // container validations; its `round_time` is `Duration` of the image-builder route).
+        for m in f.mutators {
+            out.key_parts("Mutator_", m);
+            out.0.push('1');
+            out.0.push(',');
         }
-        for (n, v) in named {
-            defs.push(json!({"Name": n, "Unit": "Count"}));
-            root.insert(n, v);
+        for (t, n) in f.injected {
+            out.key_parts("SecretsInjected_", t.as_str());
+            out.num(u64::from(*n));
         }
-        let mut directives = vec![json!({
-            "Namespace": self.config.namespace,
-            "Dimensions": [with(&["Route", "Decision"]), with(&["Decision"])],
-            "Metrics": defs,
-        })];
-        if matches!(f.decision, "denied" | "invalid" | "error") {
-            root.insert("Reason".into(), json!(f.reason));
-            root.insert("Denials".into(), json!(1));
-            directives.push(json!({
-                "Namespace": self.config.namespace,
-                "Dimensions": [with(&["Reason"])],
-                "Metrics": [{"Name": "Denials", "Unit": "Count"}],
-            }));
+        for (c, n) in f.images {
+            out.key_parts("", c.metric());
+            out.num(u64::from(*n));
         }
-        root.insert(
-            "_aws".into(),
-            json!({"Timestamp": timestamp_ms, "CloudWatchMetrics": directives}),
-        );
-        Value::Object(root)
+        if denial {
+            out.field_str("Reason", f.reason);
+            out.field_num("Denials", 1);
+        }
+        out.0.push_str("\"_aws\":{\"Timestamp\":");
+        let _ = write!(out.0, "{timestamp_ms}");
+        out.0.push_str(",\"CloudWatchMetrics\":[{\"Namespace\":");
+        out.str(&self.config.namespace);
+        out.0.push_str(",\"Dimensions\":[");
+        self.dimension_set(&mut out, &["Route", "Decision"]);
+        out.0.push(',');
+        self.dimension_set(&mut out, &["Decision"]);
+        out.0.push_str("],\"Metrics\":[");
+        for (name, unit, _) in fixed.iter().chain(fetched) {
+            out.definition("", name, unit);
+        }
+        for m in f.mutators {
+            out.definition("Mutator_", m, "Count");
+        }
+        for (t, _) in f.injected {
+            out.definition("SecretsInjected_", t.as_str(), "Count");
+        }
+        for (c, _) in f.images {
+            out.definition("", c.metric(), "Count");
+        }
+        out.0.pop(); // the last definition's comma; there is always one (Admissions)
+        out.0.push_str("]}");
+        if denial {
+            out.0.push_str(",{\"Namespace\":");
+            out.str(&self.config.namespace);
+            out.0.push_str(",\"Dimensions\":[");
+            self.dimension_set(&mut out, &["Reason"]);
+            out.0
+                .push_str("],\"Metrics\":[{\"Name\":\"Denials\",\"Unit\":\"Count\"}]}");
+        }
+        out.0.push_str("]}}");
+        out.0
+    }
+
+    /// `["<configured>", ..., "<own>", ...]`.
+    fn dimension_set(&self, out: &mut Line, own: &[&str]) {
+        out.0.push('[');
+        for k in self
+            .config
+            .dimensions
+            .keys()
+            .map(String::as_str)
+            .chain(own.iter().copied())
+        {
+            out.str(k);
+            out.0.push(',');
+        }
+        out.0.pop();
+        out.0.push(']');
     }
 
     pub fn emit(&self, f: &AdmissionFacts<'_>) {
         let ts = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let line = self.document(f, ts).to_string();
+        let line = self.line(f, ts);
         match &self.sink {
             Sink::Stdout => {
                 let mut out = std::io::stdout().lock();
@@ -152,6 +171,173 @@ impl Metrics {
                     l.push(line);
                 }
             }
+        }
+    }
+}
+
+/// A JSON object being written, every member followed by a comma until the last; strings are
+/// escaped as RFC 8259 requires.
+struct Line(String);
+
+impl Line {
+    /// A JSON string: `"`, `\\` and control characters escaped, the rest as it is.
+    fn str(&mut self, s: &str) {
+        self.str_parts("", s);
+    }
+
+    /// `prefix` and `s` as one JSON string.
+    fn str_parts(&mut self, prefix: &str, s: &str) {
+        self.0.push('"');
+        self.escaped(prefix);
+        self.escaped(s);
+        self.0.push('"');
+    }
+
+    fn escaped(&mut self, s: &str) {
+        let mut plain = 0;
+        for (i, b) in s.bytes().enumerate() {
+            let escaped = match b {
+                b'"' => "\\\"",
+                b'\\' => "\\\\",
+                b'\n' => "\\n",
+                b'\r' => "\\r",
+                b'\t' => "\\t",
+                0..=0x1f => "",
+                _ => continue,
+            };
+            self.0.push_str(&s[plain..i]);
+            plain = i + 1;
+            if escaped.is_empty() {
+                let _ = write!(self.0, "\\u{b:04x}");
+            } else {
+                self.0.push_str(escaped);
+            }
+        }
+        self.0.push_str(&s[plain..]);
+    }
+
+    fn key_parts(&mut self, prefix: &str, name: &str) {
+        self.str_parts(prefix, name);
+        self.0.push(':');
+    }
+
+    fn num(&mut self, n: u64) {
+        let _ = write!(self.0, "{n},");
+    }
+
+    fn field_str(&mut self, k: &str, v: &str) {
+        self.str(k);
+        self.0.push(':');
+        self.str(v);
+        self.0.push(',');
+    }
+
+    fn field_num(&mut self, k: &str, n: u64) {
+        self.str(k);
+        self.0.push(':');
+        self.num(n);
+    }
+
+    fn definition(&mut self, prefix: &str, name: &str, unit: &str) {
+        self.0.push_str("{\"Name\":");
+        self.str_parts(prefix, name);
+        self.0.push_str(",\"Unit\":");
+        self.str(unit);
+        self.0.push_str("},");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Every key of the line's top object once, strings escaped, and the document CloudWatch
+    /// reads: each declared metric a number, each dimension a string.
+    #[test]
+    fn the_line_is_one_json_object_with_unique_keys_and_escaped_strings() {
+        let config = MetricsConfig {
+            enabled: true,
+            namespace: "Team \"A\"/Webhook".into(),
+            dimensions: BTreeMap::from([
+                ("Cluster".to_string(), "prod\\eks \u{e9}\n".to_string()),
+                ("Account".to_string(), "123".to_string()),
+            ]),
+        };
+        let m = Metrics::new(config, Sink::Memory(Default::default()));
+        let images = [(crate::mutate::ImageCount::RuleRewrites, 3)];
+        for (decision, fetch_ids) in [("mutated", 4), ("denied", 0), ("allowed", 0)] {
+            let facts = AdmissionFacts {
+                route: "secrets",
+                decision,
+                reason: "SecretNotFound",
+                duration_us: 17,
+                patch_ops: 2,
+                patch_bytes: 300,
+                mutators: &["secrets", "mesh"],
+                injected: &[
+                    (SecretManagerType::K8s, 2),
+                    (SecretManagerType::Embedded, 1),
+                ],
+                images: &images,
+                fetch_ids,
+                backend_calls: 1,
+                cache_hits: 1,
+                throttles: 0,
+            };
+            let line = m.line(&facts, 1_800_000_000_000);
+            // Duplicate keys: a map deserialiser that keeps every pair.
+            let pairs: Vec<(String, serde_json::Value)> =
+                serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&line)
+                    .unwrap()
+                    .into_iter()
+                    .collect();
+            let keys = line.matches("\":").count();
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(v["Cluster"], "prod\\eks \u{e9}\n");
+            assert_eq!(
+                v["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+                "Team \"A\"/Webhook"
+            );
+            assert_eq!(v["Mutator_mesh"], 1);
+            assert_eq!(v["SecretsInjected"], 3);
+            assert_eq!(v["SecretsInjected_Embedded"], 1);
+            assert_eq!(v["ImageRuleRewrites"], 3);
+            assert_eq!(v["Duration"], 17);
+            assert_eq!(v["_aws"]["Timestamp"], 1_800_000_000_000u64);
+            assert_eq!(v.get("CacheMisses").is_some(), fetch_ids > 0);
+            if fetch_ids > 0 {
+                assert_eq!(v["CacheMisses"], 3);
+            }
+            assert_eq!(v.get("Reason").is_some(), decision == "denied");
+            let directives = v["_aws"]["CloudWatchMetrics"].as_array().unwrap();
+            assert_eq!(directives.len(), 1 + usize::from(decision == "denied"));
+            assert_eq!(
+                directives[0]["Dimensions"],
+                serde_json::json!([
+                    ["Account", "Cluster", "Route", "Decision"],
+                    ["Account", "Cluster", "Decision"]
+                ])
+            );
+            let mut declared = 0;
+            for d in directives {
+                for metric in d["Metrics"].as_array().unwrap() {
+                    declared += 1;
+                    let name = metric["Name"].as_str().unwrap();
+                    assert!(v[name].is_number(), "{name} in {line}");
+                }
+            }
+            // Top-level pairs = dimensions + Route + Decision + metrics + _aws; every key
+            // in the text (top level and nested) counted once, so none was written twice.
+            assert_eq!(
+                pairs.len(),
+                2 + 2
+                    + directives[0]["Metrics"].as_array().unwrap().len()
+                    + usize::from(decision == "denied") * 2
+                    + 1
+            );
+            let nested = 2 + directives.len() * 3 + declared * 2;
+            assert_eq!(keys, pairs.len() + nested, "{line}");
         }
     }
 }

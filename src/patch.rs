@@ -39,16 +39,21 @@ fn diff_pods_kept(before: &mut Pod, after: &mut Pod) -> Result<Patch, serde_json
     let mut ptr = PointerBuf::root();
     // The typed pod always has `metadata`, the JSON it came from may not: an empty one is
     // replaced whole (`add` on an existing member replaces it), so the patch applies either way.
-    let unchanged = before.metadata == after.metadata;
-    let before_metadata =
-        (unchanged || before.metadata != ObjectMeta::default()).then_some(&before.metadata);
-    diff_section(
-        &mut ops,
-        &mut ptr,
-        "metadata",
-        before_metadata,
-        Some(&after.metadata),
-    )?;
+    if before.metadata != after.metadata {
+        if before.metadata == ObjectMeta::default() {
+            diff_section(&mut ops, &mut ptr, "metadata", None, Some(&after.metadata))?;
+        } else {
+            ptr.push_back("metadata");
+            let diffed = diff_metadata(
+                &mut ops,
+                &mut ptr,
+                &mut before.metadata,
+                &mut after.metadata,
+            );
+            ptr.pop_back();
+            diffed?;
+        }
+    }
     match (before.spec.as_mut(), after.spec.as_mut()) {
         (Some(a), Some(b)) => {
             ptr.push_back("spec");
@@ -67,11 +72,37 @@ fn diff_pods_kept(before: &mut Pod, after: &mut Pod) -> Result<Patch, serde_json
     Ok(Patch(ops))
 }
 
-/// The lists of a spec that mutators edit, taken out so that the rest of it compares alone.
+/// Metadata that changed: its labels and annotations (what mutators add to) are diffed as maps
+/// of their own, the rest (which may hold a long `managedFields`) only when it changed.
+fn diff_metadata(
+    ops: &mut Vec<PatchOperation>,
+    ptr: &mut PointerBuf,
+    a: &mut ObjectMeta,
+    b: &mut ObjectMeta,
+) -> Result<(), serde_json::Error> {
+    let labels = (a.labels.take(), b.labels.take());
+    let annotations = (a.annotations.take(), b.annotations.take());
+    let rest = diff_whole(ops, ptr, &*a, &*b);
+    (a.labels, b.labels) = labels;
+    (a.annotations, b.annotations) = annotations;
+    rest?;
+    diff_section(ops, ptr, "labels", a.labels.as_ref(), b.labels.as_ref())?;
+    diff_section(
+        ops,
+        ptr,
+        "annotations",
+        a.annotations.as_ref(),
+        b.annotations.as_ref(),
+    )
+}
+
+/// The parts of a spec that mutators edit (the mesh's DNS options besides the lists), taken
+/// out so that the rest of it compares alone.
 struct SpecLists {
     containers: Vec<Container>,
     init_containers: Option<Vec<Container>>,
     volumes: Option<Vec<k8s_openapi::api::core::v1::Volume>>,
+    dns_config: Option<k8s_openapi::api::core::v1::PodDNSConfig>,
 }
 
 impl SpecLists {
@@ -80,6 +111,7 @@ impl SpecLists {
             containers: take(&mut spec.containers),
             init_containers: spec.init_containers.take(),
             volumes: spec.volumes.take(),
+            dns_config: spec.dns_config.take(),
         }
     }
 
@@ -87,6 +119,7 @@ impl SpecLists {
         spec.containers = self.containers;
         spec.init_containers = self.init_containers;
         spec.volumes = self.volumes;
+        spec.dns_config = self.dns_config;
     }
 }
 
@@ -104,7 +137,8 @@ fn diff_spec(
 }
 
 /// The spec's lists, each element on its own, and the rest of the spec (`containers: []` on
-/// each side) between them, in the order the whole-document diff gives.
+/// each side) and its DNS config between them, in about the order the whole-document diff
+/// gives (no operation depends on another's order: they touch different members).
 fn diff_spec_parts(
     ops: &mut Vec<PatchOperation>,
     ptr: &mut PointerBuf,
@@ -123,6 +157,13 @@ fn diff_spec_parts(
         diff_container,
     )?;
     diff_whole(ops, ptr, a, b)?;
+    diff_section(
+        ops,
+        ptr,
+        "dnsConfig",
+        la.dns_config.as_ref(),
+        lb.dns_config.as_ref(),
+    )?;
     diff_list(
         ops,
         ptr,
@@ -144,7 +185,8 @@ fn diff_spec_parts(
 }
 
 /// A container edited in place: its env and mounts (what mutators add to) are diffed as lists
-/// of their own, the rest only when it changed.
+/// of their own, its image (what the image mutators rewrite) as a field of its own, the rest
+/// only when it changed.
 fn diff_container(
     ops: &mut Vec<PatchOperation>,
     ptr: &mut PointerBuf,
@@ -153,10 +195,13 @@ fn diff_container(
 ) -> Result<(), serde_json::Error> {
     let env = (a.env.take(), b.env.take());
     let mounts = (a.volume_mounts.take(), b.volume_mounts.take());
+    let image = (a.image.take(), b.image.take());
     let rest = diff_whole(ops, ptr, &*a, &*b);
     (a.env, b.env) = env;
     (a.volume_mounts, b.volume_mounts) = mounts;
+    (a.image, b.image) = image;
     rest?;
+    diff_section(ops, ptr, "image", a.image.as_ref(), b.image.as_ref())?;
     diff_grown(ops, ptr, "env", a.env.as_deref(), b.env.as_deref(), |e| {
         &e.name
     })?;
@@ -254,9 +299,13 @@ fn diff_serialised<T: Serialize + ?Sized>(
 type DiffElem<T> =
     fn(&mut Vec<PatchOperation>, &mut PointerBuf, &mut T, &mut T) -> Result<(), serde_json::Error>;
 
-/// A named list: when both sides have the same names in the same order (a mutator edited
-/// elements in place), each changed element is diffed on its own by `diff_elem`; otherwise the
-/// whole list is aligned by [`diff_value`].
+/// A named list. When both sides have the same names in the same order (a mutator edited
+/// elements in place), each changed element is diffed on its own by `diff_elem`. When `b` is
+/// `a`'s names with elements added only at the end, or only in front (the first added one not
+/// named as `a`'s first), the operations are the `add`s of the new elements and the in-place
+/// diffs of the old ones at their new indices, in the order [`diff_value`]'s aligner gives
+/// them (it keeps `a` as a common prefix, or as a common suffix, and inserts the rest): fetcher
+/// init containers go in front, their volumes at the end. Anything else is aligned whole.
 fn diff_list<T: Serialize + PartialEq>(
     ops: &mut Vec<PatchOperation>,
     ptr: &mut PointerBuf,
@@ -266,23 +315,51 @@ fn diff_list<T: Serialize + PartialEq>(
     name: fn(&T) -> &str,
     diff_elem: DiffElem<T>,
 ) -> Result<(), serde_json::Error> {
+    let same_names = |x: &[T], y: &[T]| x.iter().zip(y).all(|(p, q)| name(p) == name(q));
     match (a, b) {
+        (Some(a), Some(b)) if a.len() == b.len() && same_names(a, b) => {
+            diff_in_place(ops, ptr, key, a, b, 0, diff_elem)
+        }
+        (Some(a), Some(b)) if b.len() > a.len() && same_names(a, &b[..a.len()]) => {
+            let (kept, added) = b.split_at_mut(a.len());
+            diff_in_place(ops, ptr, key, a, kept, 0, diff_elem)?;
+            push_adds(ops, ptr, key, added, a.len())
+        }
         (Some(a), Some(b))
-            if a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| name(x) == name(y)) =>
+            if b.len() > a.len()
+                && same_names(a, &b[b.len() - a.len()..])
+                && a.first().is_none_or(|first| name(first) != name(&b[0])) =>
         {
-            ptr.push_back(key);
-            for (i, (x, y)) in a.iter_mut().zip(b.iter_mut()).enumerate() {
-                if x != y {
-                    ptr.push_back(i);
-                    diff_elem(ops, ptr, x, y)?;
-                    ptr.pop_back();
-                }
-            }
-            ptr.pop_back();
-            Ok(())
+            let at = b.len() - a.len();
+            let (added, kept) = b.split_at_mut(at);
+            push_adds(ops, ptr, key, added, 0)?;
+            diff_in_place(ops, ptr, key, a, kept, added.len(), diff_elem)
         }
         (a, b) => diff_section(ops, ptr, key, a.as_deref(), b.as_deref()),
     }
+}
+
+/// `diff_elem` of each pair that differs, `b[i]` at `ptr/key/<at + i>`.
+fn diff_in_place<T: PartialEq>(
+    ops: &mut Vec<PatchOperation>,
+    ptr: &mut PointerBuf,
+    key: &str,
+    a: &mut [T],
+    b: &mut [T],
+    at: usize,
+    diff_elem: DiffElem<T>,
+) -> Result<(), serde_json::Error> {
+    ptr.push_back(key);
+    for (i, (x, y)) in a.iter_mut().zip(b.iter_mut()).enumerate() {
+        if x != y {
+            ptr.push_back(at + i);
+            let diffed = diff_elem(ops, ptr, x, y);
+            ptr.pop_back();
+            diffed?;
+        }
+    }
+    ptr.pop_back();
+    Ok(())
 }
 
 fn diff_section<T: Serialize + PartialEq + ?Sized>(
@@ -652,6 +729,67 @@ mod tests {
         }
     }
 
+    fn arb_containers(len: std::ops::Range<usize>) -> impl Strategy<Value = Vec<Container>> {
+        prop::collection::vec(
+            ("[abc]", proptest::option::of("[xy]"), arb_env()).prop_map(|(name, image, env)| {
+                Container {
+                    name,
+                    image,
+                    env: (!env.is_empty()).then_some(env),
+                    ..Default::default()
+                }
+            }),
+            len,
+        )
+    }
+
+    proptest! {
+        /// Containers (names may repeat) grown in front or at the end, the kept ones edited or
+        /// not: the list path gives the aligner's operations, and they apply in its order.
+        #[test]
+        fn a_grown_container_list_gives_the_aligned_diff(
+            a in arb_containers(0..4),
+            added in arb_containers(0..3),
+            edits in arb_containers(4..5),
+            edited in prop::collection::vec(any::<bool>(), 4),
+            front in any::<bool>(),
+            other in arb_containers(0..4),
+        ) {
+            let kept: Vec<Container> = a
+                .iter()
+                .zip(edits.iter().zip(&edited))
+                .map(|(x, (e, &on))| if on { Container { name: x.name.clone(), ..e.clone() } } else { x.clone() })
+                .collect();
+            let grown = if front {
+                [&added[..], &kept[..]].concat()
+            } else {
+                [&kept[..], &added[..]].concat()
+            };
+            for b in [grown, kept, other] {
+                let mut ptr = PointerBuf::root();
+                ptr.push_back("spec");
+                let mut fast = Vec::new();
+                let (mut a2, mut b2) = (a.clone(), b.clone());
+                diff_list(&mut fast, &mut ptr, "initContainers", Some(&mut a2), Some(&mut b2), |c| &c.name, diff_container)
+                    .unwrap();
+                prop_assert_eq!((&a2, &b2), (&a, &b), "the lists are put back");
+                let mut aligned = Vec::new();
+                diff_section(&mut aligned, &mut ptr, "initContainers", Some(&a[..]), Some(&b[..])).unwrap();
+                // The same operations; within one container they may come in another order
+                // (its lists and image after the rest), which no operation depends on.
+                let sorted = |ops: &[PatchOperation]| {
+                    let mut ops: Vec<String> = ops.iter().map(|op| json!(op).to_string()).collect();
+                    ops.sort();
+                    ops
+                };
+                prop_assert_eq!(sorted(&fast), sorted(&aligned));
+                let mut doc = json!({"spec": {"initContainers": a}});
+                json_patch::patch(&mut doc, &fast).unwrap();
+                prop_assert_eq!(doc, json!({"spec": {"initContainers": b}}));
+            }
+        }
+    }
+
     fn arb_json() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),
@@ -713,8 +851,9 @@ mod tests {
         );
     }
 
-    /// Every way a mutator edits the spec's lists, at once: the element-wise path (same names in
-    /// the same order) and the aligned fallback (an init container put first) give the same
+    /// Every way a mutator edits a pod, at once: lists edited in place (same names in the same
+    /// order), grown in front (an init container put first) and at the end, images rewritten
+    /// and removed, DNS options, labels, annotations and other metadata give the same
     /// operations as diffing the whole documents.
     #[test]
     fn list_edits_give_the_whole_document_diffs_operations() {
@@ -731,6 +870,7 @@ mod tests {
         let before = Pod {
             metadata: ObjectMeta {
                 name: Some("p".into()),
+                labels: Some([("app".to_owned(), "x".to_owned())].into()),
                 ..Default::default()
             },
             spec: Some(PodSpec {
@@ -757,6 +897,15 @@ mod tests {
             .insert(0, container("gate"));
         spec.volumes.as_mut().unwrap().push(volume("w"));
         spec.dns_config = Some(PodDNSConfig::default());
+        spec.containers[1].image = Some("registry.local/busybox".into());
+        spec.init_containers.as_mut().unwrap()[1].image = None;
+        let meta = &mut after.metadata;
+        meta.labels
+            .as_mut()
+            .unwrap()
+            .insert("mesh".into(), "on".into());
+        meta.annotations = Some([("a".to_owned(), "1".to_owned())].into());
+        meta.generate_name = Some("p-".into());
         let (a, b) = (
             serde_json::to_value(&before).unwrap(),
             serde_json::to_value(&after).unwrap(),

@@ -172,6 +172,15 @@ fn metrics_config_is_validated() {
             json!({"metrics": {"dimensions": {"Team": ""}}}),
             "metrics.dimensions.Team",
         ),
+        // A metric's name would be written twice on the line, and CloudWatch keeps one.
+        (
+            json!({"metrics": {"dimensions": {"Duration": "x"}}}),
+            "metrics.dimensions.Duration",
+        ),
+        (
+            json!({"metrics": {"dimensions": {"Mutator_mesh": "x"}}}),
+            "metrics.dimensions.Mutator_mesh",
+        ),
     ] {
         let err = Config::from_value(bad).unwrap_err();
         assert_eq!(err.key, key);

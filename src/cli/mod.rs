@@ -249,19 +249,42 @@ fn default_serve() -> Command {
 
 /// JSON log lines on stdout; the filter comes from `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL`.
 pub fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    let filter = std::env::var("RUST_LOG")
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let spec = std::env::var("RUST_LOG")
         .or_else(|_| std::env::var("AWS_LAMBDA_LOG_LEVEL"))
         .unwrap_or_else(|_| "info".into());
+    let filter = log_filter(&spec).unwrap_or_else(|e| {
+        eprintln!("podmutator: log filter {spec:?} is not valid ({e}); logging at info");
+        "info".parse().expect("a level is a filter")
+    });
     let _ = tracing_subscriber::fmt()
         .json()
         .flatten_event(true)
         .with_current_span(false)
         .with_span_list(false)
         .with_target(false)
-        .with_env_filter(EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info")))
         .with_writer(std::io::stdout)
+        // The builder's own level (INFO unless set) would hide what the filter lets through.
+        .with_max_level(tracing::Level::TRACE)
+        .finish()
+        .with(filter)
         .try_init();
+}
+
+/// The log filter: a level (`debug`), or `target=level` directives separated by commas
+/// (`info,podmutator::secrets=trace`), as `RUST_LOG` takes them without span or field filters.
+/// Lambda's own levels are accepted as they come (`DEBUG`), and its `FATAL` means `error`.
+/// A `Targets` filter rather than `EnvFilter`: the latter's regex engine is a quarter of a
+/// megabyte of the Lambda zip, for directives a webhook's logs never need.
+pub fn log_filter(spec: &str) -> Result<tracing_subscriber::filter::Targets, String> {
+    let spec = spec.trim();
+    let spec = if spec.eq_ignore_ascii_case("fatal") {
+        "error"
+    } else {
+        spec
+    };
+    spec.parse().map_err(|e| format!("{e}"))
 }
 
 /// Runs the parsed command line; the `Err` is printed by `main` and exits non-zero.
@@ -671,6 +694,29 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("podmutator").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_log_filter_takes_rust_log_directives_and_lambda_levels() {
+        use tracing::Level;
+        let on = |spec: &str, target: &str, level: Level| {
+            log_filter(spec).unwrap().would_enable(target, &level)
+        };
+        assert!(on("info", "podmutator::app", Level::INFO));
+        assert!(!on("info", "podmutator::app", Level::DEBUG));
+        // Lambda's advanced logging controls set AWS_LAMBDA_LOG_LEVEL in capitals.
+        assert!(on("DEBUG", "aws_smithy_runtime", Level::DEBUG));
+        assert!(!on("DEBUG", "aws_smithy_runtime", Level::TRACE));
+        assert!(on("FATAL", "podmutator", Level::ERROR));
+        assert!(!on("FATAL", "podmutator", Level::WARN));
+        let mixed = "info,podmutator::secrets=trace";
+        assert!(on(mixed, "podmutator::secrets::embedded", Level::TRACE));
+        assert!(!on(mixed, "podmutator::app", Level::DEBUG));
+        assert!(on(mixed, "hyper", Level::INFO));
+        // Only the named target, as with RUST_LOG.
+        assert!(on("podmutator=debug", "podmutator::app", Level::DEBUG));
+        assert!(!on("podmutator=debug", "hyper", Level::ERROR));
+        assert!(log_filter("podmutator=loud").is_err());
     }
 
     #[test]

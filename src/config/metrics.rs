@@ -25,8 +25,31 @@ impl Default for MetricsConfig {
     }
 }
 
-/// Names we set ourselves; a configured dimension may not shadow them.
-const OWN_DIMENSIONS: [&str; 3] = ["Route", "Decision", "Reason"];
+/// Names we set ourselves at the top of each line; a configured dimension may not shadow them.
+const OWN_NAMES: [&str; 16] = [
+    "Route",
+    "Decision",
+    "Reason",
+    "Admissions",
+    "Duration",
+    "PatchOps",
+    "PatchBytes",
+    "MutatorsApplied",
+    "SecretsInjected",
+    "EmbeddedFetchIds",
+    "EmbeddedFetchCalls",
+    "CacheHits",
+    "CacheMisses",
+    "SecretsManagerThrottles",
+    "Denials",
+    "_aws",
+];
+/// Prefixes of the per-mutator, per-manager and image counters.
+const OWN_PREFIXES: [&str; 4] = ["Mutator_", "SecretsInjected_", "ImageBuilder", "ImageRule"];
+
+fn is_own_name(k: &str) -> bool {
+    OWN_NAMES.contains(&k) || OWN_PREFIXES.iter().any(|p| k.starts_with(p))
+}
 
 impl MetricsConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -47,7 +70,7 @@ impl MetricsConfig {
             ));
         }
         for (k, v) in &self.dimensions {
-            if OWN_DIMENSIONS.contains(&k.as_str()) {
+            if is_own_name(k) {
                 return Err(ConfigError::new(
                     format!("metrics.dimensions.{k}"),
                     "is set by podmutator itself; choose another name",
