@@ -531,12 +531,21 @@ fn main() {
             .iter()
             .find(|c| c.name == name)
             .unwrap_or_else(|| panic!("no case {name}"));
-        for _ in 0..iters {
-            if floor_only {
-                black_box(floor(black_box(&case.body)));
-            } else {
-                black_box(rt.block_on(case.app.review(case.route, black_box(&case.body))));
+        let run = || {
+            for _ in 0..iters {
+                if floor_only {
+                    black_box(floor(black_box(&case.body)));
+                } else {
+                    black_box(rt.block_on(case.app.review(case.route, black_box(&case.body))));
+                    if let Some(lines) = &case.logged {
+                        lines.lock().unwrap().clear();
+                    }
+                }
             }
+        };
+        match &case.logged {
+            Some(_) => tracing::subscriber::with_default(audit_subscriber(), run),
+            None => run(),
         }
         return;
     }
@@ -555,19 +564,7 @@ fn main() {
             });
         };
         match &case.logged {
-            Some(_) => {
-                use tracing_subscriber::layer::SubscriberExt;
-                let subscriber = tracing_subscriber::fmt()
-                    .json()
-                    .flatten_event(true)
-                    .with_current_span(false)
-                    .with_span_list(false)
-                    .with_target(false)
-                    .with_writer(std::io::sink)
-                    .finish()
-                    .with(podmutator::cli::log_filter("info").unwrap());
-                tracing::subscriber::with_default(subscriber, || run(&mut group));
-            }
+            Some(_) => tracing::subscriber::with_default(audit_subscriber(), || run(&mut group)),
             None => run(&mut group),
         }
         group.bench_function("json_floor", |b| b.iter(|| floor(black_box(&case.body))));
@@ -620,6 +617,21 @@ fn main() {
             case.what
         );
     }
+}
+
+/// The production log subscriber (`cli::init_logging`'s JSON lines at INFO), writing to a sink.
+fn audit_subscriber() -> impl tracing::Subscriber + Send + Sync {
+    use tracing_subscriber::layer::SubscriberExt;
+    tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_target(false)
+        .with_writer(std::io::sink)
+        .with_max_level(tracing::Level::TRACE)
+        .finish()
+        .with(podmutator::cli::log_filter("info").unwrap())
 }
 
 /// Median of `f`'s wall time in microseconds: 3 warm-up calls, then at least 7 timed calls and

@@ -88,40 +88,42 @@ impl App {
                 throttles: audit.throttles,
             });
         }
+        // Strings as `&str` fields, not `%` (Display): the JSON layer then writes them without
+        // formatting each into a temporary string first.
         let mutators = audit.mutators.join(",");
         match audit.decision {
             "invalid" => tracing::warn!(
                 route = route.as_str(),
-                uid = %audit.uid,
+                uid = audit.uid.as_str(),
                 decision = audit.decision,
                 reason = audit.reason,
-                error = %audit.error,
+                error = audit.error.as_str(),
                 status = reply.status,
                 duration_us,
                 "admission"
             ),
             "error" => tracing::error!(
                 route = route.as_str(),
-                uid = %audit.uid,
-                namespace = %audit.namespace,
-                pod = %audit.pod,
+                uid = audit.uid.as_str(),
+                namespace = audit.namespace.as_str(),
+                pod = audit.pod.as_str(),
                 operation = audit.operation,
                 decision = audit.decision,
-                error = %audit.error,
+                error = audit.error.as_str(),
                 status = reply.status,
                 duration_us,
                 "admission"
             ),
             _ => tracing::info!(
                 route = route.as_str(),
-                uid = %audit.uid,
-                namespace = %audit.namespace,
-                pod = %audit.pod,
+                uid = audit.uid.as_str(),
+                namespace = audit.namespace.as_str(),
+                pod = audit.pod.as_str(),
                 operation = audit.operation,
                 decision = audit.decision,
                 reason = (!audit.reason.is_empty()).then_some(audit.reason),
                 error = (!audit.error.is_empty()).then_some(audit.error.as_str()),
-                mutators = %mutators,
+                mutators = mutators.as_str(),
                 patch_ops = audit.patch_ops,
                 secrets_fetched = audit.secrets_fetched,
                 cache_hits = audit.cache_hits,
