@@ -621,17 +621,7 @@ fn main() {
 
 /// The production log subscriber (`cli::init_logging`'s JSON lines at INFO), writing to a sink.
 fn audit_subscriber() -> impl tracing::Subscriber + Send + Sync {
-    use tracing_subscriber::layer::SubscriberExt;
-    tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_current_span(false)
-        .with_span_list(false)
-        .with_target(false)
-        .with_writer(std::io::sink)
-        .with_max_level(tracing::Level::TRACE)
-        .finish()
-        .with(podmutator::cli::log_filter("info").unwrap())
+    podmutator::cli::json_subscriber(std::io::sink, podmutator::cli::log_filter("info").unwrap())
 }
 
 /// Median of `f`'s wall time in microseconds: 3 warm-up calls, then at least 7 timed calls and

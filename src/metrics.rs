@@ -89,8 +89,7 @@ impl Metrics {
         // container validations; its `round_time` is `Duration` of the image-builder route).
         for m in f.mutators {
             out.key_parts("Mutator_", m);
-            out.0.push('1');
-            out.0.push(',');
+            out.num(1);
         }
         for (t, n) in f.injected {
             out.key_parts("SecretsInjected_", t.as_str());
@@ -286,7 +285,8 @@ mod tests {
                 throttles: 0,
             };
             let line = m.line(&facts, 1_800_000_000_000);
-            // Duplicate keys: a map deserialiser that keeps every pair.
+            // The distinct top-level keys (a key written twice would be one pair here, and
+            // counted twice in the text below).
             let pairs: Vec<(String, serde_json::Value)> =
                 serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&line)
                     .unwrap()

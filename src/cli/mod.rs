@@ -249,7 +249,6 @@ fn default_serve() -> Command {
 
 /// JSON log lines on stdout; the filter comes from `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL`.
 pub fn init_logging() {
-    use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let spec = std::env::var("RUST_LOG")
         .or_else(|_| std::env::var("AWS_LAMBDA_LOG_LEVEL"))
@@ -258,18 +257,30 @@ pub fn init_logging() {
         eprintln!("podmutator: log filter {spec:?} is not valid ({e}); logging at info");
         "info".parse().expect("a level is a filter")
     });
-    let _ = tracing_subscriber::fmt()
+    let _ = json_subscriber(std::io::stdout, filter).try_init();
+}
+
+/// The log subscriber: one flat JSON object per event, written to `writer`, behind `filter`.
+/// The admission bench builds its logged case with this too.
+pub fn json_subscriber<W>(
+    writer: W,
+    filter: tracing_subscriber::filter::Targets,
+) -> impl tracing::Subscriber + Send + Sync
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    use tracing_subscriber::layer::SubscriberExt;
+    tracing_subscriber::fmt()
         .json()
         .flatten_event(true)
         .with_current_span(false)
         .with_span_list(false)
         .with_target(false)
-        .with_writer(std::io::stdout)
+        .with_writer(writer)
         // The builder's own level (INFO unless set) would hide what the filter lets through.
         .with_max_level(tracing::Level::TRACE)
         .finish()
         .with(filter)
-        .try_init();
 }
 
 /// The log filter: a level (`debug`), or `target=level` directives separated by commas
