@@ -12,7 +12,6 @@
 use std::mem::take;
 
 use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
@@ -22,6 +21,102 @@ use serde_json::{Map, Value};
 /// memory and time for hostile input such as 10,000 containers); unmatched elements are then
 /// paired by position when the counts agree, or removed and added otherwise.
 const MAX_ALIGN_CELLS: usize = 40_000;
+
+/// An RFC 6902 patch, held as the JSON array it is sent as. Each operation is written when the
+/// diff finds it, its value serialised once, straight from the typed element (a fetcher init
+/// container, an env var) or the JSON section it came from: no `serde_json::Value` per added
+/// element, and nothing to serialise again when the reply is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Patch {
+    json: Vec<u8>,
+    len: usize,
+}
+
+impl Patch {
+    /// The number of operations.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The patch as a JSON array of operations (`[]` when empty).
+    pub fn as_json(&self) -> &[u8] {
+        &self.json
+    }
+
+    /// The operations, parsed back (for callers that apply or inspect them).
+    pub fn to_ops(&self) -> Result<json_patch::Patch, serde_json::Error> {
+        serde_json::from_slice(&self.json)
+    }
+}
+
+/// The writer of a [`Patch`]: operations in the field order `json_patch` serialises them in
+/// (`op`, `path`, `value`), the path a JSON string of the escaped pointer.
+struct Ops {
+    json: Vec<u8>,
+    len: usize,
+}
+
+impl Ops {
+    fn new() -> Self {
+        let mut json = Vec::with_capacity(1024);
+        json.push(b'[');
+        Self { json, len: 0 }
+    }
+
+    fn start(&mut self, op: &str, path: &PointerBuf) -> Result<(), serde_json::Error> {
+        if self.len > 0 {
+            self.json.push(b',');
+        }
+        self.len += 1;
+        self.json.extend_from_slice(b"{\"op\":\"");
+        self.json.extend_from_slice(op.as_bytes());
+        self.json.extend_from_slice(b"\",\"path\":");
+        serde_json::to_writer(&mut self.json, path.as_str())
+    }
+
+    fn with_value<T: Serialize + ?Sized>(
+        &mut self,
+        op: &str,
+        path: &PointerBuf,
+        value: &T,
+    ) -> Result<(), serde_json::Error> {
+        self.start(op, path)?;
+        self.json.extend_from_slice(b",\"value\":");
+        serde_json::to_writer(&mut self.json, value)?;
+        self.json.push(b'}');
+        Ok(())
+    }
+
+    fn add<T: Serialize + ?Sized>(
+        &mut self,
+        path: &PointerBuf,
+        value: &T,
+    ) -> Result<(), serde_json::Error> {
+        self.with_value("add", path, value)
+    }
+
+    fn replace(&mut self, path: &PointerBuf, value: &Value) -> Result<(), serde_json::Error> {
+        self.with_value("replace", path, value)
+    }
+
+    fn remove(&mut self, path: &PointerBuf) -> Result<(), serde_json::Error> {
+        self.start("remove", path)?;
+        self.json.push(b'}');
+        Ok(())
+    }
+
+    fn finish(mut self) -> Patch {
+        self.json.push(b']');
+        Patch {
+            json: self.json,
+            len: self.len,
+        }
+    }
+}
 
 /// The patch from `before` to `after`, computed section by section: only the sections that
 /// differ (typed comparison, no serialisation) are serialised and diffed. `status`, and
@@ -35,7 +130,7 @@ pub fn diff_pods(mut before: Pod, mut after: Pod) -> Result<Patch, serde_json::E
 /// [`diff_pods`] on borrowed pods: they are taken apart while they are diffed (so that the rest
 /// of a spec or container compares without its lists) and put back before it returns.
 fn diff_pods_kept(before: &mut Pod, after: &mut Pod) -> Result<Patch, serde_json::Error> {
-    let mut ops = Vec::new();
+    let mut ops = Ops::new();
     let mut ptr = PointerBuf::root();
     // The typed pod always has `metadata`, the JSON it came from may not: an empty one is
     // replaced whole (`add` on an existing member replaces it), so the patch applies either way.
@@ -69,13 +164,13 @@ fn diff_pods_kept(before: &mut Pod, after: &mut Pod) -> Result<Patch, serde_json
         before.status.as_ref(),
         after.status.as_ref(),
     )?;
-    Ok(Patch(ops))
+    Ok(ops.finish())
 }
 
 /// Metadata that changed: its labels and annotations (what mutators add to) are diffed as maps
 /// of their own, the rest (which may hold a long `managedFields`) only when it changed.
 fn diff_metadata(
-    ops: &mut Vec<PatchOperation>,
+    ops: &mut Ops,
     ptr: &mut PointerBuf,
     a: &mut ObjectMeta,
     b: &mut ObjectMeta,
@@ -124,7 +219,7 @@ impl SpecLists {
 }
 
 fn diff_spec(
-    ops: &mut Vec<PatchOperation>,
+    ops: &mut Ops,
     ptr: &mut PointerBuf,
     a: &mut PodSpec,
     b: &mut PodSpec,
@@ -140,7 +235,7 @@ fn diff_spec(
 /// each side) and its DNS config between them, in about the order the whole-document diff
 /// gives (no operation depends on another's order: they touch different members).
 fn diff_spec_parts(
-    ops: &mut Vec<PatchOperation>,
+    ops: &mut Ops,
     ptr: &mut PointerBuf,
     a: &PodSpec,
     b: &PodSpec,
@@ -188,7 +283,7 @@ fn diff_spec_parts(
 /// of their own, its image (what the image mutators rewrite) as a field of its own, the rest
 /// only when it changed.
 fn diff_container(
-    ops: &mut Vec<PatchOperation>,
+    ops: &mut Ops,
     ptr: &mut PointerBuf,
     a: &mut Container,
     b: &mut Container,
@@ -223,7 +318,7 @@ fn diff_container(
 /// first elements are not the same item, and inserts the rest). Any other change goes to
 /// [`diff_section`]. A 10,000-container pod has 20,000 such lists.
 fn diff_grown<T: Serialize + PartialEq>(
-    ops: &mut Vec<PatchOperation>,
+    ops: &mut Ops,
     ptr: &mut PointerBuf,
     key: &str,
     a: Option<&[T]>,
@@ -246,7 +341,7 @@ fn diff_grown<T: Serialize + PartialEq>(
 
 /// `add` of each of `added` at `ptr/key/<at + i>`.
 fn push_adds<T: Serialize>(
-    ops: &mut Vec<PatchOperation>,
+    ops: &mut Ops,
     ptr: &mut PointerBuf,
     key: &str,
     added: &[T],
@@ -254,14 +349,10 @@ fn push_adds<T: Serialize>(
 ) -> Result<(), serde_json::Error> {
     ptr.push_back(key);
     for (i, element) in added.iter().enumerate() {
-        let value = serde_json::to_value(element);
         ptr.push_back(at + i);
-        let path = ptr.clone();
+        let written = ops.add(ptr, element);
         ptr.pop_back();
-        ops.push(PatchOperation::Add(AddOperation {
-            path,
-            value: value?,
-        }));
+        written?;
     }
     ptr.pop_back();
     Ok(())
@@ -269,7 +360,7 @@ fn push_adds<T: Serialize>(
 
 /// `a` and `b` serialised and diffed at `ptr`, unless they are equal.
 fn diff_whole<T: Serialize + PartialEq + ?Sized>(
-    ops: &mut Vec<PatchOperation>,
+    ops: &mut Ops,
     ptr: &mut PointerBuf,
     a: &T,
     b: &T,
@@ -281,7 +372,7 @@ fn diff_whole<T: Serialize + PartialEq + ?Sized>(
 }
 
 fn diff_serialised<T: Serialize + ?Sized>(
-    ops: &mut Vec<PatchOperation>,
+    ops: &mut Ops,
     ptr: &mut PointerBuf,
     a: &T,
     b: &T,
@@ -291,13 +382,11 @@ fn diff_serialised<T: Serialize + ?Sized>(
         &serde_json::to_value(b)?,
         ptr,
         ops,
-    );
-    Ok(())
+    )
 }
 
 /// The signature of an element differ of [`diff_list`].
-type DiffElem<T> =
-    fn(&mut Vec<PatchOperation>, &mut PointerBuf, &mut T, &mut T) -> Result<(), serde_json::Error>;
+type DiffElem<T> = fn(&mut Ops, &mut PointerBuf, &mut T, &mut T) -> Result<(), serde_json::Error>;
 
 /// A named list. When both sides have the same names in the same order (a mutator edited
 /// elements in place), each changed element is diffed on its own by `diff_elem`. When `b` is
@@ -307,7 +396,7 @@ type DiffElem<T> =
 /// them (it keeps `a` as a common prefix, or as a common suffix, and inserts the rest): fetcher
 /// init containers go in front, their volumes at the end. Anything else is aligned whole.
 fn diff_list<T: Serialize + PartialEq>(
-    ops: &mut Vec<PatchOperation>,
+    ops: &mut Ops,
     ptr: &mut PointerBuf,
     key: &str,
     a: Option<&mut Vec<T>>,
@@ -341,7 +430,7 @@ fn diff_list<T: Serialize + PartialEq>(
 
 /// `diff_elem` of each pair that differs, `b[i]` at `ptr/key/<at + i>`.
 fn diff_in_place<T: PartialEq>(
-    ops: &mut Vec<PatchOperation>,
+    ops: &mut Ops,
     ptr: &mut PointerBuf,
     key: &str,
     a: &mut [T],
@@ -363,7 +452,7 @@ fn diff_in_place<T: PartialEq>(
 }
 
 fn diff_section<T: Serialize + PartialEq + ?Sized>(
-    ops: &mut Vec<PatchOperation>,
+    ops: &mut Ops,
     ptr: &mut PointerBuf,
     key: &str,
     before: Option<&T>,
@@ -373,38 +462,34 @@ fn diff_section<T: Serialize + PartialEq + ?Sized>(
         return Ok(());
     }
     ptr.push_back(key);
-    match (before, after) {
-        (Some(a), Some(b)) => diff_serialised(ops, ptr, a, b)?,
-        (None, Some(b)) => ops.push(PatchOperation::Add(AddOperation {
-            path: ptr.clone(),
-            value: serde_json::to_value(b)?,
-        })),
-        (Some(_), None) => ops.push(PatchOperation::Remove(RemoveOperation {
-            path: ptr.clone(),
-        })),
-        (None, None) => {}
-    }
+    let written = match (before, after) {
+        (Some(a), Some(b)) => diff_serialised(ops, ptr, a, b),
+        (None, Some(b)) => ops.add(ptr, b),
+        (Some(_), None) => ops.remove(ptr),
+        (None, None) => Ok(()),
+    };
     ptr.pop_back();
-    Ok(())
+    written
 }
 
 /// Operations that turn `before` into `after`, valid when applied in order.
-pub fn diff(before: &Value, after: &Value) -> Patch {
-    let mut ops = Vec::new();
-    let mut ptr = PointerBuf::root();
-    diff_value(before, after, &mut ptr, &mut ops);
-    Patch(ops)
+pub fn diff(before: &Value, after: &Value) -> Result<Patch, serde_json::Error> {
+    let mut ops = Ops::new();
+    diff_value(before, after, &mut PointerBuf::root(), &mut ops)?;
+    Ok(ops.finish())
 }
 
-fn diff_value(a: &Value, b: &Value, ptr: &mut PointerBuf, ops: &mut Vec<PatchOperation>) {
+fn diff_value(
+    a: &Value,
+    b: &Value,
+    ptr: &mut PointerBuf,
+    ops: &mut Ops,
+) -> Result<(), serde_json::Error> {
     match (a, b) {
         (Value::Object(a), Value::Object(b)) => diff_object(a, b, ptr, ops),
         (Value::Array(a), Value::Array(b)) => diff_array(a, b, ptr, ops),
-        _ if a == b => {}
-        _ => ops.push(PatchOperation::Replace(ReplaceOperation {
-            path: ptr.clone(),
-            value: b.clone(),
-        })),
+        _ if a == b => Ok(()),
+        _ => ops.replace(ptr, b),
     }
 }
 
@@ -412,26 +497,24 @@ fn diff_object(
     a: &Map<String, Value>,
     b: &Map<String, Value>,
     ptr: &mut PointerBuf,
-    ops: &mut Vec<PatchOperation>,
-) {
+    ops: &mut Ops,
+) -> Result<(), serde_json::Error> {
     for key in a.keys().filter(|k| !b.contains_key(*k)) {
         ptr.push_back(key.as_str());
-        ops.push(PatchOperation::Remove(RemoveOperation {
-            path: ptr.clone(),
-        }));
+        let written = ops.remove(ptr);
         ptr.pop_back();
+        written?;
     }
     for (key, bv) in b {
         ptr.push_back(key.as_str());
-        match a.get(key) {
+        let written = match a.get(key) {
             Some(av) => diff_value(av, bv, ptr, ops),
-            None => ops.push(PatchOperation::Add(AddOperation {
-                path: ptr.clone(),
-                value: bv.clone(),
-            })),
-        }
+            None => ops.add(ptr, bv),
+        };
         ptr.pop_back();
+        written?;
     }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -441,31 +524,33 @@ enum Step {
     Ins(usize),
 }
 
-fn diff_array(a: &[Value], b: &[Value], ptr: &mut PointerBuf, ops: &mut Vec<PatchOperation>) {
+fn diff_array(
+    a: &[Value],
+    b: &[Value],
+    ptr: &mut PointerBuf,
+    ops: &mut Ops,
+) -> Result<(), serde_json::Error> {
     if a == b {
-        return;
+        return Ok(());
     }
     let mut k = 0usize;
     for step in align(a, b) {
         ptr.push_back(k);
-        match step {
+        let written = match step {
             Step::Keep(i, j) => {
-                diff_value(&a[i], &b[j], ptr, ops);
                 k += 1;
+                diff_value(&a[i], &b[j], ptr, ops)
             }
-            Step::Del(_) => ops.push(PatchOperation::Remove(RemoveOperation {
-                path: ptr.clone(),
-            })),
+            Step::Del(_) => ops.remove(ptr),
             Step::Ins(j) => {
-                ops.push(PatchOperation::Add(AddOperation {
-                    path: ptr.clone(),
-                    value: b[j].clone(),
-                }));
                 k += 1;
+                ops.add(ptr, &b[j])
             }
-        }
+        };
         ptr.pop_back();
+        written?;
     }
+    Ok(())
 }
 
 /// How well two elements match: 2 when equal, 1 when both are objects with the same string
@@ -585,9 +670,30 @@ fn pair_equal_gaps(steps: Vec<Step>) -> Vec<Step> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use json_patch::{Patch, PatchOperation};
     use proptest::prelude::*;
     use rstest::rstest;
     use serde_json::json;
+
+    /// The written operations, parsed back, after checking that they are written exactly as
+    /// `json_patch` writes them and that the count is theirs.
+    fn parsed(p: super::Patch) -> Patch {
+        let ops = p.to_ops().expect("the patch is a JSON Patch");
+        assert_eq!(ops.0.len(), p.len());
+        assert_eq!(
+            String::from_utf8_lossy(&serde_json::to_vec(&ops).unwrap()),
+            String::from_utf8_lossy(p.as_json())
+        );
+        ops
+    }
+
+    fn diff(a: &Value, b: &Value) -> Patch {
+        parsed(super::diff(a, b).unwrap())
+    }
+
+    fn diff_pods(a: Pod, b: Pod) -> Result<Patch, serde_json::Error> {
+        super::diff_pods(a, b).map(parsed)
+    }
 
     fn ops_of(p: &Patch) -> Vec<String> {
         p.0.iter()
@@ -716,11 +822,12 @@ mod tests {
             for b in [grown, other] {
                 let mut ptr = PointerBuf::root();
                 ptr.push_back("c");
-                let mut fast = Vec::new();
+                let mut fast = Ops::new();
                 diff_grown(&mut fast, &mut ptr, "env", Some(&a[..]), Some(&b[..]), |e| &e.name)
                     .unwrap();
-                let mut aligned = Vec::new();
+                let mut aligned = Ops::new();
                 diff_section(&mut aligned, &mut ptr, "env", Some(&a[..]), Some(&b[..])).unwrap();
+                let (fast, aligned) = (parsed(fast.finish()), parsed(aligned.finish()));
                 prop_assert_eq!(&fast, &aligned);
                 let mut doc = json!({"c": {"env": a}});
                 json_patch::patch(&mut doc, &fast).unwrap();
@@ -768,13 +875,14 @@ mod tests {
             for b in [grown, kept, other] {
                 let mut ptr = PointerBuf::root();
                 ptr.push_back("spec");
-                let mut fast = Vec::new();
+                let mut fast = Ops::new();
                 let (mut a2, mut b2) = (a.clone(), b.clone());
                 diff_list(&mut fast, &mut ptr, "initContainers", Some(&mut a2), Some(&mut b2), |c| &c.name, diff_container)
                     .unwrap();
                 prop_assert_eq!((&a2, &b2), (&a, &b), "the lists are put back");
-                let mut aligned = Vec::new();
+                let mut aligned = Ops::new();
                 diff_section(&mut aligned, &mut ptr, "initContainers", Some(&a[..]), Some(&b[..])).unwrap();
+                let (fast, aligned) = (parsed(fast.finish()), parsed(aligned.finish()));
                 // The same operations; within one container they may come in another order
                 // (its lists and image after the rest), which no operation depends on.
                 let sorted = |ops: &[PatchOperation]| {

@@ -60,7 +60,12 @@ fn patch_for(raw: &Value) -> Value {
     Everything
         .mutate(&PodCtx::test(Route::Secrets), &mut after)
         .unwrap();
-    serde_json::to_value(podmutator::patch::diff_pods(before, after).unwrap()).unwrap()
+    serde_json::from_slice(
+        podmutator::patch::diff_pods(before, after)
+            .unwrap()
+            .as_json(),
+    )
+    .unwrap()
 }
 
 /// What the patched pod must be: the raw pod with exactly the intended changes made by hand.

@@ -94,14 +94,36 @@ impl Provider {
         Ok(self.fetch(s)?.name(self))
     }
 
+    /// Which required field of `s` is missing, if any: what [`Self::fetch`] refuses, without
+    /// building the fetcher (planning asks this of every request a fetcher could take).
+    fn check(self, s: &Secret) -> Result<(), Refusal> {
+        match self {
+            Provider::Aws => self.require(
+                "the secret's group (the secret ARN) and key (appended to the ARN)",
+                &[("group", &s.group), ("key", &s.key)],
+            ),
+            Provider::Gcp => self.require(
+                "the secret's group (the secret name or projects/<p>/secrets/<name>) and group_version (the version number or latest)",
+                &[("group", &s.group), ("group_version", &s.group_version)],
+            ),
+            Provider::Azure => {
+                self.require(AZURE_NEEDS, &[("group", &s.group)])?;
+                if matches!(azure_secret_name(&s.group), "" | "." | "..") {
+                    return Err(Refusal::MissingField(format!(
+                        "{} needs {AZURE_NEEDS}; the group does not end in a secret name",
+                        self.label()
+                    )));
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// What the fetcher for `s` runs, or which required field is missing.
     fn fetch(self, s: &Secret) -> Result<Fetch, Refusal> {
+        self.check(s)?;
         match self {
             Provider::Aws => {
-                self.require(
-                    "the secret's group (the secret ARN) and key (appended to the ARN)",
-                    &[("group", &s.group), ("key", &s.key)],
-                )?;
                 let filename = go_join(&["/", &s.group.to_lowercase(), &s.key.to_lowercase()]);
                 Ok(Fetch {
                     command: None,
@@ -120,10 +142,6 @@ impl Provider {
                 })
             }
             Provider::Gcp => {
-                self.require(
-                    "the secret's group (the secret name or projects/<p>/secrets/<name>) and group_version (the version number or latest)",
-                    &[("group", &s.group), ("group_version", &s.group_version)],
-                )?;
                 let (g, v) = (&s.group, &s.group_version);
                 let dir = go_join(&[SECRETS_DIR, g]).to_lowercase();
                 let path = go_join(&[&dir, v]).to_lowercase();
@@ -138,16 +156,8 @@ impl Provider {
                 })
             }
             Provider::Azure => {
-                const NEEDS: &str = "the secret's group (the secret URI, https://<vault>.vault.azure.net/secrets/<name>); group_version (the version) is optional";
-                self.require(NEEDS, &[("group", &s.group)])?;
                 let uri = s.group.trim_end_matches('/');
-                let name = uri.rsplit('/').next().unwrap_or_default();
-                if matches!(name, "" | "." | "..") {
-                    return Err(Refusal::MissingField(format!(
-                        "{} needs {NEEDS}; the group does not end in a secret name",
-                        self.label()
-                    )));
-                }
+                let name = azure_secret_name(&s.group);
                 let v = &s.group_version;
                 let (mkdir, path) = if v.is_empty() {
                     // No version: the latest one, written to /etc/flyte/secrets/<name>.
@@ -186,6 +196,17 @@ impl Provider {
             if missing.len() == 1 { "is" } else { "are" }
         )))
     }
+}
+
+const AZURE_NEEDS: &str = "the secret's group (the secret URI, https://<vault>.vault.azure.net/secrets/<name>); group_version (the version) is optional";
+
+/// The secret's name: the last segment of an Azure secret URI.
+fn azure_secret_name(group: &str) -> &str {
+    group
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
 }
 
 /// What one fetcher does, derived from the secret alone.
@@ -332,7 +353,7 @@ impl SecretInjector for SidecarInjector {
     fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, _: &Pod) -> Result<Accept, Refusal> {
         let s = &req.secret;
         let p = self.provider;
-        p.fetch(s)?;
+        p.check(s)?;
         if !s.env_var.is_empty() {
             super::check_env_name(&s.env_var)?;
         }
