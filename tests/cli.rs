@@ -430,3 +430,277 @@ fn lambda_outside_lambda_names_the_missing_variables_instead_of_panicking() {
         "{stderr}"
     );
 }
+
+/// The binary with `config` in a file, for `command`; `lambda` gets the variables the Lambda
+/// runtime would set, pointing at a port nothing listens on (a refused start never reaches it).
+fn start_with(command: &str, config: &Value, dir: &std::path::Path) -> Output {
+    let file = dir.join(format!("{command}.json"));
+    std::fs::write(&file, config.to_string()).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_podmutator"));
+    cmd.args([command, "--config", file.to_str().unwrap()])
+        .env_remove("PODMUTATOR_CONFIG_FILE")
+        .env_remove("PODMUTATOR_CONFIG")
+        .env_remove("AWS_LAMBDA_RUNTIME_API")
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null());
+    if command == "lambda" {
+        cmd.env("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9")
+            .env("AWS_LAMBDA_FUNCTION_NAME", "podmutator")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "512");
+    }
+    cmd.output().unwrap()
+}
+
+/// The last line of stderr: `main`'s error, after any warning.
+fn refusal(out: &Output) -> String {
+    text(&out.stderr)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn check_config_refuses_exactly_what_serve_and_lambda_refuse_with_the_same_key_and_message() {
+    let tmp = common::temp_dir("gate");
+    let certs = tmp.join("certs");
+    let token = json!({"pathToken": TOKEN, "listenAddress": "127.0.0.1"});
+    let cases: &[(&str, Value, &str)] = &[
+        (
+            "unknown_mutator",
+            json!({"http": token, "mutators": {"secret": {"required": true}}}),
+            "mutators.secret: unknown mutator",
+        ),
+        (
+            "no_path_token",
+            json!({"http": {"listenAddress": "127.0.0.1"}}),
+            "http: no path token",
+        ),
+        (
+            "secrets_selector_equal_to_the_mesh_label",
+            json!({"http": token, "mesh": {"enabled": true, "managedLabel": "inject-flyte-secrets"}}),
+            "secretsSelector.label: must differ from mesh.managedLabel",
+        ),
+        (
+            "unreadable_registry_ca_bundle",
+            json!({"http": token, "embedded": {"entrypointLookup": {
+                       "registries": ["registry.example"],
+                       "caBundleFile": "/nonexistent/registry-ca.pem"}}}),
+            "embedded.entrypointLookup.caBundleFile: cannot read /nonexistent/registry-ca.pem",
+        ),
+        (
+            "path_token_hash_that_is_not_hex",
+            json!({"http": {"pathTokenSha256": "not-a-hash"}}),
+            "http.pathTokenSha256:",
+        ),
+        (
+            "namespace_template_without_the_domain",
+            json!({"http": token, "embedded": {"namespaceTemplate": "{{ project }}"}}),
+            "embedded.namespaceTemplate:",
+        ),
+    ];
+    for (name, config, wanted) in cases {
+        let mut config = config.clone();
+        config["webhook"]["certDir"] = json!(certs.to_str().unwrap());
+        let checked = start_with("check-config", &config, &tmp);
+        let served = start_with("serve", &config, &tmp);
+        let lambda = start_with("lambda", &config, &tmp);
+        for (command, out) in [
+            ("check-config", &checked),
+            ("serve", &served),
+            ("lambda", &lambda),
+        ] {
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{name}: {command}: {}",
+                text(&out.stderr)
+            );
+            assert!(
+                refusal(out).starts_with(&format!("podmutator: invalid configuration: {wanted}")),
+                "{name}: {command} said {:?}",
+                refusal(out)
+            );
+        }
+        assert_eq!(refusal(&checked), refusal(&served), "{name}");
+        assert_eq!(refusal(&checked), refusal(&lambda), "{name}");
+        assert!(
+            checked.stdout.is_empty(),
+            "{name}: a refusal prints no configuration"
+        );
+        assert!(
+            !certs.exists(),
+            "{name}: a refused start must not write certificates"
+        );
+    }
+}
+
+#[test]
+fn check_config_prints_one_json_document_of_effective_values_that_loads_back_the_same() {
+    let config = json!({"http": {"pathTokenDisabled": true},
+                        "webhook": {"secretManagerType": "AWS"}});
+    let out = podmutator(
+        &["check-config", "--config-json", &config.to_string()],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Warnings (the deprecated key, the missing token) go to stderr; stdout is the document.
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("webhook.secretManagerType is deprecated"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("http.pathTokenDisabled is true"),
+        "{stderr}"
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON document");
+    assert!(
+        !text(&out.stdout).contains("null"),
+        "unset options are left out"
+    );
+    let w = &printed["webhook"];
+    assert_eq!(
+        w["secretManagerTypes"],
+        json!(["AWS"]),
+        "the managers in use"
+    );
+    assert!(w.get("secretManagerType").is_none());
+    assert_eq!(
+        w["awsSecretManager"]["sidecarImage"],
+        "docker.io/amazon/aws-secrets-manager-secret-sidecar:v0.1.4"
+    );
+    assert_eq!(
+        w["awsSecretManager"]["resources"]["limits"]["memory"],
+        "500Mi"
+    );
+    assert_eq!(
+        w["gcpSecretManager"]["sidecarImage"],
+        "gcr.io/google.com/cloudsdktool/cloud-sdk:alpine"
+    );
+    // The effective document is a configuration in its own right, with the same meaning.
+    let again = podmutator(
+        &["check-config", "--config-json", &printed.to_string()],
+        None,
+    );
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&again.stdout).unwrap(),
+        printed
+    );
+    assert!(
+        !text(&again.stderr).contains("deprecated"),
+        "{}",
+        text(&again.stderr)
+    );
+}
+
+#[test]
+fn a_whole_flytepropeller_configuration_is_read_for_its_webhook_and_secrets_sections() {
+    let flyte = fixture("../flyte/propeller.yaml");
+    let ours = json!({"http": {"pathToken": TOKEN}}).to_string();
+    let out = podmutator(
+        &[
+            "check-config",
+            "--flyte-config",
+            flyte.to_str().unwrap(),
+            "--config-json",
+            &ours,
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = &printed["webhook"];
+    // Flyte's sections, as written there.
+    assert_eq!(w["certDir"], "/etc/webhook/certs");
+    assert_eq!(w["serviceName"], "flyte-pod-webhook");
+    assert_eq!(w["secretManagerTypes"], json!(["K8s"]));
+    assert_eq!(
+        w["vaultSecretManager"]["annotations"],
+        json!({}),
+        "null is unset"
+    );
+    assert_eq!(printed["secrets"]["env-prefix"], "FLYTE_SECRET_");
+    // Ours, from --config-json, merged over it.
+    assert_eq!(printed["http"]["pathToken"], "<redacted>");
+    // Flyte's other sections are skipped, not carried into the configuration.
+    for skipped in [
+        "propeller",
+        "storage",
+        "logger",
+        "admin",
+        "tasks",
+        "plugins",
+    ] {
+        assert!(printed.get(skipped).is_none(), "{skipped}");
+    }
+}
+
+#[test]
+fn a_flyte_configuration_with_a_section_flyte_does_not_have_is_refused_naming_it() {
+    let tmp = common::temp_dir("flyte-config");
+    for (section, why) in [
+        ("webhok", "not a section of Flyte's configuration"),
+        ("http", "podmutator's own sections"),
+    ] {
+        let file = tmp.join(format!("{section}.yaml"));
+        std::fs::write(
+            &file,
+            format!("webhook: {{}}\nstorage: {{type: s3}}\n{section}: {{}}\n"),
+        )
+        .unwrap();
+        let out = podmutator(
+            &["check-config", "--flyte-config", file.to_str().unwrap()],
+            None,
+        );
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&format!("{}: {section}:", file.display())),
+            "{stderr}"
+        );
+        assert!(stderr.contains(why), "{stderr}");
+    }
+}
+
+#[test]
+fn a_flyte_configmap_directory_is_read_file_by_file_in_name_order() {
+    // The mounted ConfigMap: several files, several of them with the same top-level section.
+    let dir = common::temp_dir("flyte-configmap");
+    std::fs::write(
+        dir.join("core.yaml"),
+        "manager: {pod-application: flytepropeller}\npropeller: {workers: 4}\nwebhook:\n  certDir: /etc/webhook/certs\n  serviceName: flyte-pod-webhook\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("resource_manager.yaml"),
+        "propeller:\n  resourcemanager: {type: noop}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("secrets.yaml"),
+        "secrets: {env-prefix: FLYTE_SECRET_}\nwebhook: {serviceName: flyte-pod-webhook-2}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("storage.yaml"), "storage: {type: s3}\n").unwrap();
+    std::fs::write(dir.join("README"), "not configuration").unwrap();
+    let ours = json!({"http": {"pathToken": TOKEN}}).to_string();
+    let out = podmutator(
+        &[
+            "check-config",
+            "--flyte-config",
+            dir.to_str().unwrap(),
+            "--config-json",
+            &ours,
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["webhook"]["certDir"], "/etc/webhook/certs");
+    // secrets.yaml comes after core.yaml, so its webhook keys win.
+    assert_eq!(printed["webhook"]["serviceName"], "flyte-pod-webhook-2");
+    assert_eq!(printed["secrets"]["env-prefix"], "FLYTE_SECRET_");
+}

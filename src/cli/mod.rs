@@ -3,6 +3,7 @@
 //! and the HTTPS server otherwise, so the same binary is the Lambda bootstrap and the container
 //! entrypoint.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,7 +11,9 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 
 use crate::app::{App, Deps};
-use crate::config::{Config, ConfigError, ENV_CONFIG_FILE, ENV_CONFIG_INLINE, Loaded};
+use crate::config::{
+    Config, ConfigError, ENV_CONFIG_FILE, ENV_CONFIG_INLINE, ENV_FLYTE_CONFIG_FILE, Loaded,
+};
 use crate::secrets::source::SecretSource;
 use crate::transport::http::Front;
 use crate::transport::{lambda, server, tls};
@@ -39,7 +42,12 @@ pub struct Cli {
 /// command too (`podmutator --config c.yaml serve`); after it wins.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct ConfigArgs {
-    /// Configuration file (JSON or YAML)
+    /// A whole Flyte (flytepropeller) configuration, as Flyte's Helm charts render it (a file, or
+    /// a directory of them such as the mounted ConfigMap): its `webhook` and `secrets` sections
+    /// are used, Flyte's other sections skipped
+    #[arg(long, value_name = "FILE", env = ENV_FLYTE_CONFIG_FILE)]
+    pub flyte_config: Option<PathBuf>,
+    /// Configuration file (JSON or YAML), merged over --flyte-config
     #[arg(long, value_name = "FILE", env = ENV_CONFIG_FILE)]
     pub config: Option<PathBuf>,
     /// Inline configuration (JSON), merged over the file
@@ -67,7 +75,8 @@ pub enum Command {
         #[command(flatten)]
         config: ConfigArgs,
     },
-    /// Load and validate the configuration, print it as JSON (path token redacted), and exit
+    /// Run every start-up check `serve` and `lambda` run, print the effective configuration as
+    /// JSON (path token redacted, warnings on stderr), and exit
     CheckConfig {
         #[command(flatten)]
         config: ConfigArgs,
@@ -112,8 +121,9 @@ Fields: group, group_version, key, mount_requirement (ANY | ENV_VAR | FILE), env
 pub enum CliError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("invalid configuration: --config: cannot read {}", path.display())]
+    #[error("invalid configuration: {flag}: cannot read {}", path.display())]
     ReadConfig {
+        flag: &'static str,
         path: PathBuf,
         #[source]
         source: std::io::Error,
@@ -194,6 +204,9 @@ impl Cli {
             | Command::Exec { .. } => None,
         };
         let source = Source {
+            flyte: after
+                .and_then(|c| c.flyte_config.clone())
+                .or(self.config.flyte_config),
             file: after.and_then(|c| c.config.clone()).or(self.config.config),
             inline: after
                 .and_then(|c| c.config_json.clone())
@@ -203,33 +216,96 @@ impl Cli {
     }
 }
 
-/// Where the configuration comes from (`--config` / `--config-json` or their variables).
+/// Where the configuration comes from (`--flyte-config`, `--config`, `--config-json` or their
+/// variables), merged in that order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Source {
+    pub flyte: Option<PathBuf>,
     pub file: Option<PathBuf>,
     pub inline: Option<String>,
 }
 
 impl Source {
     pub fn load(&self) -> Result<Loaded, CliError> {
-        let text = match &self.file {
-            Some(path) => {
-                Some(
-                    std::fs::read_to_string(path).map_err(|source| CliError::ReadConfig {
-                        path: path.clone(),
-                        source,
-                    })?,
-                )
-            }
-            None => None,
+        let flyte = match self.flyte.as_deref() {
+            Some(path) => flyte_files(path)?,
+            None => Vec::new(),
         };
-        let path = self.file.as_ref().map(|p| p.display().to_string());
-        let file = path.as_deref().zip(text.as_deref());
-        let loaded = Config::load(file, self.inline.as_deref())?;
-        for w in &loaded.warnings {
+        let flyte: Vec<(&str, &str)> = flyte
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
+        let file = read_file(self.file.as_deref(), "--config")?;
+        Ok(Config::load_with_flyte(
+            &flyte,
+            pair(&file),
+            self.inline.as_deref(),
+        )?)
+    }
+}
+
+/// `--flyte-config`: one file, or a directory such as Flyte's mounted ConfigMap, whose
+/// `*.yaml`, `*.yml` and `*.json` files are read in name order, as Flyte reads
+/// `--config /etc/flyte/config/*.yaml`.
+fn flyte_files(path: &std::path::Path) -> Result<Vec<(String, String)>, CliError> {
+    if !path.is_dir() {
+        return Ok(read_file(Some(path), "--flyte-config")?
+            .into_iter()
+            .collect());
+    }
+    let unreadable = |source| CliError::ReadConfig {
+        flag: "--flyte-config",
+        path: path.to_owned(),
+        source,
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(unreadable)? {
+        let p = entry.map_err(unreadable)?.path();
+        let ext = p.extension().and_then(|e| e.to_str()).unwrap_or_default();
+        // A mounted ConfigMap's files are links into `..data/`; `is_file` follows them.
+        if matches!(ext, "yaml" | "yml" | "json") && p.is_file() {
+            files.push(p);
+        }
+    }
+    files.sort();
+    let mut out = Vec::with_capacity(files.len());
+    for f in files {
+        out.extend(read_file(Some(&f), "--flyte-config")?);
+    }
+    Ok(out)
+}
+
+fn pair(f: &Option<(String, String)>) -> Option<(&str, &str)> {
+    f.as_ref().map(|(p, t)| (p.as_str(), t.as_str()))
+}
+
+/// The file's path (as shown in errors) and text.
+fn read_file(
+    path: Option<&std::path::Path>,
+    flag: &'static str,
+) -> Result<Option<(String, String)>, CliError> {
+    let Some(path) = path else { return Ok(None) };
+    let text = std::fs::read_to_string(path).map_err(|source| CliError::ReadConfig {
+        flag,
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(Some((path.display().to_string(), text)))
+}
+
+impl Loaded {
+    /// The warnings as log lines (`serve`, `lambda`: the log is where an operator looks).
+    fn log_warnings(&self) {
+        for w in &self.warnings {
             tracing::warn!(warning = %w, "configuration");
         }
-        Ok(loaded)
+    }
+
+    /// The warnings on stderr (`check-config`, `inject`: stdout is the answer).
+    fn print_warnings(&self) {
+        for w in &self.warnings {
+            eprintln!("podmutator: warning: configuration: {w}");
+        }
     }
 }
 
@@ -325,22 +401,29 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Inject(args) => {
-            let config = source.load()?.config;
-            inject::run(&config, &args)?;
+            let loaded = source.load()?;
+            loaded.print_warnings();
+            inject::run(&loaded.config, &args)?;
             Ok(())
         }
         Command::CheckConfig { .. } => {
-            init_logging();
-            let Loaded { config, .. } = source.load()?;
-            let text =
-                serde_json::to_string_pretty(&redacted(&config)?).map_err(CliError::Output)?;
-            println!("{text}");
+            // No log subscriber: stdout is one JSON document, and warnings go to stderr.
+            let loaded = source.load()?;
+            loaded.print_warnings();
+            runtime(false)?.block_on(start(&loaded.config, TokenRead::Skip))?;
+            let text = serde_json::to_string_pretty(&effective(&loaded.config)?)
+                .map_err(CliError::Output)?;
+            let mut out = std::io::stdout().lock();
+            // A closed pipe (`| head`) is the reader's choice, not an error worth a panic.
+            let _ = writeln!(out, "{text}");
             Ok(())
         }
         Command::Lambda { .. } => {
             init_logging();
             lambda::check_runtime_env(|k| std::env::var(k).ok()).map_err(CliError::LambdaEnv)?;
-            let Loaded { config, .. } = source.load()?;
+            let loaded = source.load()?;
+            loaded.log_warnings();
+            let config = loaded.config;
             runtime(false)?.block_on(async {
                 let front = Arc::new(build_front(&config).await?);
                 tracing::info!(mutators = ?front.app().chain().ids(), "lambda runtime starting");
@@ -349,8 +432,54 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Serve { pod_namespace, .. } => {
             init_logging();
-            let Loaded { config, .. } = source.load()?;
-            serve(&config, &pod_namespace)
+            let loaded = source.load()?;
+            loaded.log_warnings();
+            serve(&loaded.config, &pod_namespace)
+        }
+    }
+}
+
+/// The configuration as `check-config` prints it: what the process will actually use. Unset
+/// options are left out rather than printed as `null`; the managers are the ones tried (after
+/// Global, which is always first), and each fetcher's image and resources are filled in with
+/// their defaults. `http.pathToken` is redacted. The document loads back as the same
+/// configuration.
+pub fn effective(config: &Config) -> Result<serde_json::Value, CliError> {
+    use crate::config::{
+        AWS_SIDECAR_IMAGE, AZURE_SIDECAR_IMAGE, GCP_SIDECAR_IMAGE, SecretManagerType,
+    };
+    let mut c = config.clone();
+    let w = &mut c.webhook;
+    w.secret_manager_types = w
+        .enabled_secret_managers()
+        .into_iter()
+        .filter(|t| *t != SecretManagerType::Global)
+        .collect();
+    w.secret_manager_type = None;
+    for (sidecar, image) in [
+        (&mut w.aws_secret_manager, AWS_SIDECAR_IMAGE),
+        (&mut w.gcp_secret_manager, GCP_SIDECAR_IMAGE),
+        (&mut w.azure_secret_manager, AZURE_SIDECAR_IMAGE),
+    ] {
+        sidecar.sidecar_image = Some(sidecar.image_or(image));
+        sidecar.resources = Some(sidecar.resources_or_default());
+    }
+    w.local_cert = Some(w.local_cert.unwrap_or(true));
+    let mut v = redacted(&c)?;
+    let defaults = serde_json::to_value(Config::default()).map_err(CliError::Output)?;
+    drop_unset(&mut v, Some(&defaults));
+    Ok(v)
+}
+
+/// Drops each `null` that is also the default there (an unset option); a `null` that differs
+/// from its default (`mesh.gate.securityContext: null`, "none") is a setting and stays.
+fn drop_unset(v: &mut serde_json::Value, default: Option<&serde_json::Value>) {
+    if let serde_json::Value::Object(map) = v {
+        map.retain(|k, v| {
+            !v.is_null() || default.and_then(|d| d.get(k)).is_some_and(|d| !d.is_null())
+        });
+        for (k, v) in map.iter_mut() {
+            drop_unset(v, default.and_then(|d| d.get(k)));
         }
     }
 }
@@ -494,6 +623,22 @@ where
 /// The app behind its HTTP front, with what is fetched at start: the AWS client (Embedded
 /// mode, built lazily on first use) and, only with `http.pathTokenSecretId`, the path token.
 pub async fn build_front(config: &Config) -> Result<Front, CliError> {
+    start(config, TokenRead::Fetch).await
+}
+
+/// Whether start-up reads `http.pathTokenSecretId` (`serve`, `lambda`) or leaves it unread
+/// (`check-config`, which makes no network call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TokenRead {
+    Fetch,
+    Skip,
+}
+
+/// The one start-up gate: every check `serve` and `lambda` make before their first request,
+/// and the whole of what `check-config` runs, so the three refuse exactly the same
+/// configurations with the same key and message. Only the path token's secret read is left to
+/// the commands that serve.
+async fn start(config: &Config, read: TokenRead) -> Result<Front, CliError> {
     use crate::config::SecretManagerType;
     use std::time::Duration;
 
@@ -509,7 +654,11 @@ pub async fn build_front(config: &Config) -> Result<Front, CliError> {
         .webhook
         .enabled_secret_managers()
         .contains(&SecretManagerType::Embedded);
-    let token = match h.path_token_secret_id.as_deref() {
+    let token = match h
+        .path_token_secret_id
+        .as_deref()
+        .filter(|_| read == TokenRead::Fetch)
+    {
         // The token lives in the function's own region (Lambda sets AWS_REGION), which may not
         // be the region Embedded secrets are read from.
         Some(id) => {
@@ -580,15 +729,16 @@ async fn read_path_token(
 fn serve(config: &Config, namespace: &str) -> Result<(), CliError> {
     let w = &config.webhook;
     let dir = std::path::PathBuf::from(w.cert_dir_expanded());
-    let files = tls::ensure_certs(
-        &dir,
-        w.local_cert.unwrap_or(true),
-        &tls::serving_names(&w.service_name, namespace),
-    )?;
-    let tls = tls::tls_config(&files)?;
     let addr = SocketAddr::from((config.http.listen_address, w.listen_port));
     runtime(true)?.block_on(async move {
+        // The gate first: a configuration `check-config` refuses touches no certificate.
         let front = Arc::new(build_front(config).await?);
+        let files = tls::ensure_certs(
+            &dir,
+            w.local_cert.unwrap_or(true),
+            &tls::serving_names(&w.service_name, namespace),
+        )?;
+        let tls = tls::tls_config(&files)?;
         let listener = server::bind(addr).await?;
         let local = listener
             .local_addr()

@@ -18,6 +18,8 @@ pub mod metrics;
 
 pub const ENV_CONFIG_FILE: &str = "PODMUTATOR_CONFIG_FILE";
 pub const ENV_CONFIG_INLINE: &str = "PODMUTATOR_CONFIG";
+/// A whole Flyte (flytepropeller) configuration file, read for its `webhook` and `secrets`.
+pub const ENV_FLYTE_CONFIG_FILE: &str = "PODMUTATOR_FLYTE_CONFIG_FILE";
 
 /// A configuration the process cannot start with. `key` is the dotted path of the culprit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -768,7 +770,23 @@ impl Config {
     /// Parses `file` (JSON, or YAML when it is not JSON) and `inline` (JSON, merged over the file
     /// key by key), then validates.
     pub fn load(file: Option<(&str, &str)>, inline: Option<&str>) -> Result<Loaded, ConfigError> {
+        Self::load_with_flyte(&[], file, inline)
+    }
+
+    /// [`Config::load`] over a whole Flyte configuration (`--flyte-config`), given as the files
+    /// Flyte itself would read, merged in order: their `webhook` and `secrets` sections are
+    /// read, Flyte's other sections are skipped by name, and `file` and `inline` are merged over
+    /// them.
+    pub fn load_with_flyte(
+        flyte: &[(&str, &str)],
+        file: Option<(&str, &str)>,
+        inline: Option<&str>,
+    ) -> Result<Loaded, ConfigError> {
         let mut merged = Value::Object(Default::default());
+        for (path, text) in flyte {
+            let doc = parse_document(text).map_err(|e| ConfigError::new(*path, e))?;
+            merge(&mut merged, flyte_sections(path, doc)?);
+        }
         if let Some((path, text)) = file {
             merge(
                 &mut merged,
@@ -783,9 +801,16 @@ impl Config {
         Self::from_value(merged)
     }
 
-    pub fn from_value(v: Value) -> Result<Loaded, ConfigError> {
+    pub fn from_value(mut v: Value) -> Result<Loaded, ConfigError> {
         if !v.is_object() {
             return Err(ConfigError::new("(root)", "expected a mapping of sections"));
+        }
+        // Flyte's sections take `null` as unset (its generated configuration writes
+        // `annotations: null`); ours keep `null` where it means "none" (mesh.gate.securityContext).
+        for section in FLYTE_READ_SECTIONS {
+            if let Some(s) = v.get_mut(section) {
+                drop_nulls(s);
+            }
         }
         let config: Config = serde_path_to_error::deserialize(&v).map_err(|e| {
             let path = e.path().to_string();
@@ -1186,6 +1211,105 @@ fn parse_document(text: &str) -> Result<Value, String> {
         return Ok(Value::Object(Default::default()));
     }
     serde_saphyr::from_str::<Value>(text).map_err(|e| format!("not valid YAML: {e}"))
+}
+
+/// The sections of a Flyte configuration podmutator reads: Flyte's webhook and its `secrets`
+/// (the Global manager's).
+pub const FLYTE_READ_SECTIONS: [&str; 2] = ["webhook", "secrets"];
+
+/// The other top-level sections flytepropeller, flyteadmin and their plugins register (Flyte
+/// 1.x and 2.x; matched without regard to case, as Flyte's own loader does). `--flyte-config`
+/// skips them; any other key is refused, so a misspelt `webhok` is not silently ignored.
+pub const FLYTE_OTHER_SECTIONS: &[&str] = &[
+    "actions",
+    "admin",
+    "adminutils",
+    "application",
+    "apps",
+    "auth",
+    "authorizer",
+    "aws",
+    "cache",
+    "cache_service",
+    "catalog-cache",
+    "cloudevents",
+    "cluster_resources",
+    "clusterpools",
+    "clusters",
+    "connector-service",
+    "console",
+    "database",
+    "dataproxy",
+    "datacatalog",
+    "domains",
+    "event",
+    "events",
+    "executor",
+    "externalevents",
+    "files",
+    "flyte",
+    "flyteadmin",
+    "internalapps",
+    "k8s-array",
+    "logger",
+    "manager",
+    "namespace_mapping",
+    "notifications",
+    "otel",
+    "plugins",
+    "prof",
+    "propeller",
+    "qualityofservice",
+    "queues",
+    "registration",
+    "remotedata",
+    "resourcemanager",
+    "runs",
+    "scheduler",
+    "secret",
+    "server",
+    "storage",
+    "task",
+    "task_resources",
+    "task_type_whitelist",
+    "tasks",
+];
+
+/// A Flyte configuration's `webhook` and `secrets`; Flyte's other sections are dropped.
+fn flyte_sections(path: &str, doc: Value) -> Result<Value, ConfigError> {
+    let Value::Object(sections) = doc else {
+        return Err(ConfigError::new(
+            path,
+            "expected a Flyte configuration: a mapping of sections such as webhook, secrets, propeller",
+        ));
+    };
+    let mut out = serde_json::Map::new();
+    for (key, value) in sections {
+        if FLYTE_READ_SECTIONS.contains(&key.as_str()) {
+            out.insert(key, value);
+        } else if !FLYTE_OTHER_SECTIONS.contains(&key.to_ascii_lowercase().as_str()) {
+            return Err(ConfigError::new(
+                format!("{path}: {key}"),
+                format!(
+                    "not a section of Flyte's configuration: --flyte-config reads {} and skips Flyte's own other sections (propeller, storage, logger, admin, tasks, plugins, ...); podmutator's own sections (http, embedded, mesh, ...) belong in --config",
+                    FLYTE_READ_SECTIONS.join(" and ")
+                ),
+            ));
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+/// Removes every `null` member, at any depth: `null` is unset.
+fn drop_nulls(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
 }
 
 /// Objects merge key by key; anything else in `overlay` replaces what was there.
