@@ -213,3 +213,54 @@ async fn a_bad_config_stops_the_binary_with_the_key_named() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("webhook.listenPort"), "{stderr}");
 }
+
+/// A path token rotation: the function holds the new token's hash and the old one's, so the
+/// API server's calls with either are admitted until the registration has moved; any other
+/// token is still 404.
+#[tokio::test]
+async fn during_a_rotation_the_current_and_the_previous_token_are_both_admitted() {
+    use sha2::Digest as _;
+    let hash = |t: &str| hex::encode(sha2::Sha256::digest(t.as_bytes()));
+    let current = "current-token-0123456789abcdefghijklmn";
+    let previous = "previous-token-0123456789abcdefghijklm";
+    let cfg =
+        Config::from_value(json!({"http": {"pathTokenSha256": [hash(current), hash(previous)]}}))
+            .unwrap()
+            .config;
+    let s = start_server(&cfg, Limits::default()).await;
+    let body = review_bytes();
+    for (token, wanted) in [
+        (current, 200),
+        (previous, 200),
+        ("other-token-0123456789abcdefghijklmnop", 404),
+    ] {
+        let (status, reply) = https_request(
+            s.port,
+            &s.ca,
+            "localhost",
+            "POST",
+            &format!("/{token}/mutate--v1-pod"),
+            Some("application/json"),
+            &body,
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, wanted, "{token}");
+        if wanted == 200 {
+            assert_eq!(response(&reply)["allowed"], true);
+        }
+    }
+    s.stop.send(()).unwrap();
+    s.task.await.unwrap();
+}
+
+#[test]
+fn a_path_token_hash_list_names_the_bad_entry() {
+    let good = "a".repeat(64);
+    let err =
+        Config::from_value(json!({"http": {"pathTokenSha256": [good, "not-hex"]}})).unwrap_err();
+    assert_eq!(err.key, "http.pathTokenSha256[1]");
+    let err = Config::from_value(json!({"http": {"pathTokenSha256": []}})).unwrap_err();
+    assert_eq!(err.key, "http.pathTokenSha256");
+    assert!(err.message.contains("1 to 4"), "{}", err.message);
+}

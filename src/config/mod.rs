@@ -534,8 +534,9 @@ pub struct HttpConfig {
     /// A literal path token (for local testing); every route then lives under `/<token>/`.
     pub path_token: Option<String>,
     /// The SHA-256 of the path token, as 64 hex digits: the function holds only this, so a
-    /// cold start reads nothing (what Terraform and SAM configure).
-    pub path_token_sha256: Option<String>,
+    /// cold start reads nothing (what Terraform and SAM configure). A list accepts each of its
+    /// tokens (the current one and, during a rotation, the previous).
+    pub path_token_sha256: Option<TokenHashes>,
     /// Secrets Manager id of the path token, read once at cold start (one network call before
     /// the first answer; prefer `pathTokenSha256`).
     pub path_token_secret_id: Option<String>,
@@ -554,6 +555,27 @@ impl Default for HttpConfig {
             path_token_sha256: None,
             path_token_secret_id: None,
             path_token_disabled: false,
+        }
+    }
+}
+
+/// `http.pathTokenSha256`: one hash, or a list of them (current first, then previous).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum TokenHashes {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// At most this many path tokens are accepted at once: the current, the previous, and room
+/// for a rotation that overlaps another.
+pub const MAX_PATH_TOKEN_HASHES: usize = 4;
+
+impl TokenHashes {
+    pub fn as_slice(&self) -> &[String] {
+        match self {
+            Self::One(h) => std::slice::from_ref(h),
+            Self::Many(hs) => hs,
         }
     }
 }
@@ -1075,13 +1097,29 @@ impl Config {
         if let Some(t) = &h.path_token {
             check_path_token("http.pathToken", t)?;
         }
-        if let Some(hash) = &h.path_token_sha256
-            && !(hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
-        {
-            return Err(ConfigError::new(
-                "http.pathTokenSha256",
-                "must be the SHA-256 of the path token as 64 hex digits (`printf %s \"$TOKEN\" | sha256sum`)",
-            ));
+        if let Some(hashes) = &h.path_token_sha256 {
+            let hashes = hashes.as_slice();
+            if hashes.is_empty() || hashes.len() > MAX_PATH_TOKEN_HASHES {
+                return Err(ConfigError::new(
+                    "http.pathTokenSha256",
+                    format!(
+                        "takes one hash or a list of 1 to {MAX_PATH_TOKEN_HASHES} (the current token's first, then the previous one's during a rotation), got {}",
+                        hashes.len()
+                    ),
+                ));
+            }
+            for (i, hash) in hashes.iter().enumerate() {
+                if !(hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit())) {
+                    let key = match h.path_token_sha256 {
+                        Some(TokenHashes::Many(_)) => format!("http.pathTokenSha256[{i}]"),
+                        _ => "http.pathTokenSha256".to_owned(),
+                    };
+                    return Err(ConfigError::new(
+                        key,
+                        "must be the SHA-256 of the path token as 64 hex digits (`printf %s \"$TOKEN\" | sha256sum`)",
+                    ));
+                }
+            }
         }
         warnings.extend(self.mesh.validate()?);
         self.metrics.validate()?;

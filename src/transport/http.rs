@@ -63,10 +63,13 @@ impl TokenHash {
     }
 
     /// Constant time: the answer's timing does not say how much of a guess was right.
+    fn matches_digest(&self, given: &[u8]) -> subtle::Choice {
+        given.ct_eq(&self.0)
+    }
+
+    #[cfg(test)]
     fn matches(&self, given: &str) -> bool {
-        Sha256::digest(given.as_bytes())
-            .as_slice()
-            .ct_eq(&self.0)
+        self.matches_digest(Sha256::digest(given.as_bytes()).as_slice())
             .into()
     }
 }
@@ -75,7 +78,8 @@ impl TokenHash {
 pub struct Front {
     app: Arc<App>,
     max_body_bytes: usize,
-    token: Option<TokenHash>,
+    /// Every token accepted (empty: none asked for). More than one during a rotation.
+    tokens: Vec<TokenHash>,
 }
 
 fn message(status: u16, text: &str) -> Reply {
@@ -115,19 +119,23 @@ impl Front {
         http: &HttpConfig,
         fetched_token: Option<&str>,
     ) -> Result<Self, ConfigError> {
-        let token = match (&http.path_token, &http.path_token_sha256, fetched_token) {
-            (Some(t), _, _) => Some(TokenHash::of(t)),
-            (None, Some(h), _) => Some(TokenHash::from_hex("http.pathTokenSha256", h)?),
+        let tokens = match (&http.path_token, &http.path_token_sha256, fetched_token) {
+            (Some(t), _, _) => vec![TokenHash::of(t)],
+            (None, Some(hashes), _) => hashes
+                .as_slice()
+                .iter()
+                .map(|h| TokenHash::from_hex("http.pathTokenSha256", h))
+                .collect::<Result<_, _>>()?,
             (None, None, Some(t)) => {
                 check_path_token("http.pathTokenSecretId", t)?;
-                Some(TokenHash::of(t))
+                vec![TokenHash::of(t)]
             }
-            (None, None, None) => None,
+            (None, None, None) => Vec::new(),
         };
         Ok(Self {
             app,
             max_body_bytes: http.max_body_bytes,
-            token,
+            tokens,
         })
     }
 
@@ -141,17 +149,22 @@ impl Front {
 
     /// Whether every route sits behind a path token.
     pub fn has_token(&self) -> bool {
-        self.token.is_some()
+        !self.tokens.is_empty()
     }
 
     /// Strips the path token, if one is configured; `None` means "not found".
     fn route_path<'a>(&self, path: &'a str) -> Option<&'a str> {
-        let Some(token) = &self.token else {
+        if self.tokens.is_empty() {
             return Some(path);
-        };
+        }
         let rest = path.strip_prefix('/')?;
         let (given, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        token.matches(given).then_some(tail)
+        // Every accepted token is compared, so the time taken does not say which one matched.
+        let given = Sha256::digest(given.as_bytes());
+        let matched = self.tokens.iter().fold(subtle::Choice::from(0), |any, t| {
+            any | t.matches_digest(given.as_slice())
+        });
+        bool::from(matched).then_some(tail)
     }
 
     /// Decides from the request line and headers alone.
