@@ -202,7 +202,7 @@ fn a_denial_reads_as_the_api_server_would_show_it_and_the_rest_is_still_printed(
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains(
-            "Pod/default/broken: admission webhook \"podmutator\" denied the request: [secrets]"
+            "Pod/default/broken: admission webhook \"flyte-pod-webhook.flyte.org\" denied the request: [secrets]"
         ),
         "{stderr}"
     );
@@ -703,4 +703,85 @@ fn a_flyte_configmap_directory_is_read_file_by_file_in_name_order() {
     // secrets.yaml comes after core.yaml, so its webhook keys win.
     assert_eq!(printed["webhook"]["serviceName"], "flyte-pod-webhook-2");
     assert_eq!(printed["secrets"]["env-prefix"], "FLYTE_SECRET_");
+}
+
+#[test]
+fn inject_prints_the_webhooks_warnings_on_stderr_as_kubectl_does() {
+    // The mesh gate cannot be added where the pod already has a container of its name: the
+    // webhook admits the pod with a warning, which `inject` must not drop.
+    let case: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join(
+            "tests/fixtures/mesh/cases/pod-route-gate-name-taken-is-admitted-with-a-warning.json",
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mesh: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/fixtures/mesh/config.json")).unwrap(),
+    )
+    .unwrap();
+    let config = json!({"mesh": mesh, "http": {"pathTokenDisabled": true}}).to_string();
+    let out = podmutator(
+        &[
+            "inject",
+            "-f",
+            "-",
+            "--route",
+            "managed-pod",
+            "--config-json",
+            &config,
+        ],
+        Some(&case["pod"].to_string()),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    let warning = stderr
+        .lines()
+        .find(|l| l.starts_with("Warning: Pod/shop/odd-1: "))
+        .unwrap_or_else(|| panic!("no warning line:\n{stderr}"));
+    assert!(warning.contains("aether-identity-ready"), "{warning}");
+    // The pod is still printed, mutated by the mutators that did apply.
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["metadata"]["name"], "odd-1");
+}
+
+#[test]
+fn inject_takes_the_image_routes_and_names_their_registered_webhook_in_a_denial() {
+    let case = |name: &str| -> Value {
+        let path = root().join(format!("tests/fixtures/golden/images/cases/{name}.json"));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let run = |case: &Value| {
+        let mut config = case["config"].clone();
+        config["http"] = json!({"pathTokenDisabled": true});
+        podmutator(
+            &[
+                "inject",
+                "-f",
+                "-",
+                "--route",
+                case["route"].as_str().unwrap_or("images"),
+                "--config-json",
+                &config.to_string(),
+            ],
+            Some(&case["pod"].to_string()),
+        )
+    };
+    let denied = run(&case("builder_other_org_denied"));
+    assert_eq!(denied.status.code(), Some(1));
+    let stderr = text(&denied.stderr);
+    assert!(
+        stderr.contains(
+            "Pod/acme/steal: admission webhook \"image-builder-webhook.union.ai\" denied the request: "
+        ),
+        "{stderr}"
+    );
+    let rules = case("rules_all_container_kinds");
+    let rewritten = run(&rules);
+    assert!(rewritten.status.success(), "{}", text(&rewritten.stderr));
+    let stdout = text(&rewritten.stdout);
+    assert!(
+        stdout.contains("123456789012.dkr.ecr.us-east-1.amazonaws.com/"),
+        "{stdout}"
+    );
 }

@@ -15,8 +15,28 @@ use crate::app::{App, Deps};
 use crate::config::{Config, ConfigError, SecretManagerType};
 use crate::mutate::Route;
 
-/// The webhook name the API server puts in front of a denial.
-pub const WEBHOOK_NAME: &str = "podmutator";
+/// The name the registration gives the entry that serves `route` (`terraform/registration.json`,
+/// which `webhook-config`, Terraform and SAM register): what the API server puts in front of a
+/// denial, `admission webhook "<name>" denied the request: ...`.
+pub fn webhook_name(route: Route) -> &'static str {
+    use crate::transport::http::{
+        PATH_IMAGE_BUILDER, PATH_IMAGES, PATH_MANAGED_NAMESPACE, PATH_MANAGED_POD, PATH_SECRETS,
+    };
+    let path = match route {
+        Route::Secrets => PATH_SECRETS,
+        Route::ManagedPod => PATH_MANAGED_POD,
+        Route::ManagedNamespace => PATH_MANAGED_NAMESPACE,
+        Route::ImageBuilder => PATH_IMAGE_BUILDER,
+        Route::Images => PATH_IMAGES,
+    };
+    crate::registration::registration()["webhooks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|w| w["path"] == path)
+        .and_then(|w| w["name"].as_str())
+        .unwrap_or("podmutator")
+}
 
 /// `podmutator inject`.
 #[derive(Debug, Clone, clap::Args)]
@@ -29,7 +49,8 @@ pub struct InjectArgs {
     /// Manifest to read (YAML, `---`-separated documents, or JSON); - reads stdin
     #[arg(short = 'f', long = "filename", value_name = "FILE|-")]
     pub file: PathBuf,
-    /// The webhook entry the pods arrive by: secrets, managed-pod or managed-namespace
+    /// The webhook entry the pods arrive by: secrets, managed-pod, managed-namespace,
+    /// image-builder or images
     #[arg(long, value_name = "ROUTE", default_value = "secrets", value_parser = parse_route)]
     pub route: Route,
     /// Namespace of objects that name none
@@ -41,8 +62,9 @@ pub struct InjectArgs {
     /// Print a line diff of each pod before and after instead of the manifests
     #[arg(long)]
     pub diff: bool,
-    /// Allow the Embedded secret manager: reads AWS Secrets Manager with this machine's
-    /// credentials and writes the values into the printed manifests
+    /// Allow the Embedded secret manager. A dry run, as `kubectl create --dry-run=server`: the
+    /// names are resolved with this machine's AWS credentials where the delivery needs it, and
+    /// every value is printed as a placeholder, never read
     #[arg(long)]
     pub embedded: bool,
 }
@@ -70,7 +92,7 @@ pub enum InjectError {
         source: Box<serde_saphyr::Error>,
     },
     #[error(
-        "the configuration enables the Embedded secret manager, which reads AWS Secrets Manager: pass --embedded to read the values with this machine's AWS credentials (they are printed), or leave Embedded out of webhook.secretManagerTypes"
+        "the configuration enables the Embedded secret manager, which reads AWS Secrets Manager: pass --embedded to plan it as a dry run (values are printed as placeholders, never read; reference delivery resolves names with this machine's AWS credentials), or leave Embedded out of webhook.secretManagerTypes"
     )]
     EmbeddedNotAllowed,
     #[error(transparent)]
@@ -96,14 +118,22 @@ pub enum InjectError {
 }
 
 fn parse_route(s: &str) -> Result<Route, UnknownRoute> {
-    [Route::Secrets, Route::ManagedPod, Route::ManagedNamespace]
-        .into_iter()
-        .find(|r| r.as_str() == s)
-        .ok_or_else(|| UnknownRoute(s.to_owned()))
+    [
+        Route::Secrets,
+        Route::ManagedPod,
+        Route::ManagedNamespace,
+        Route::ImageBuilder,
+        Route::Images,
+    ]
+    .into_iter()
+    .find(|r| r.as_str() == s)
+    .ok_or_else(|| UnknownRoute(s.to_owned()))
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("unknown route {0:?}: use secrets, managed-pod or managed-namespace")]
+#[error(
+    "unknown route {0:?}: use secrets, managed-pod, managed-namespace, image-builder or images"
+)]
 pub struct UnknownRoute(String);
 
 /// The input's syntax; the output uses the same.
@@ -187,6 +217,9 @@ pub enum Outcome {
         before: Value,
         after: Value,
         patch: Value,
+        /// The review's `warnings` (a skipped optional mutator, a value withheld from the dry
+        /// run), which kubectl prints as `Warning: ...`.
+        warnings: Vec<String>,
     },
     /// Refused, with the message the API server would show.
     Denied { message: String },
@@ -323,7 +356,8 @@ impl Injector {
                 .to_owned();
             return Ok(Outcome::Denied {
                 message: format!(
-                    "admission webhook \"{WEBHOOK_NAME}\" denied the request: {message}"
+                    "admission webhook \"{}\" denied the request: {message}",
+                    webhook_name(self.route)
                 ),
             });
         }
@@ -352,10 +386,17 @@ impl Injector {
             what: what.to_owned(),
             source: e.into(),
         })?;
+        let warnings = response["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|w| w.as_str().map(str::to_owned))
+            .collect();
         Ok(Outcome::Allowed {
             before: pod,
             after,
             patch,
+            warnings,
         })
     }
 }
@@ -405,6 +446,8 @@ pub struct Output {
     pub stdout: String,
     /// One API-server-style refusal per denied pod.
     pub denials: Vec<String>,
+    /// The webhook's warnings, as kubectl prints them (`Warning: ...`), each naming its object.
+    pub warnings: Vec<String>,
     pub pods: usize,
 }
 
@@ -430,7 +473,12 @@ pub async fn inject_text(
                     before,
                     after,
                     patch,
+                    warnings,
                 } => {
+                    for w in warnings {
+                        out.warnings
+                            .push(format!("Warning: {}: {w}", injected.what));
+                    }
                     if args.patch {
                         sections.push(json!({"object": injected.what, "patch": patch}));
                     } else if args.diff {
@@ -499,6 +547,9 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
         inject_text(app, args, &text, &path).await
     })?;
     print!("{}", out.stdout);
+    for w in &out.warnings {
+        eprintln!("{w}");
+    }
     for d in &out.denials {
         eprintln!("{d}");
     }
@@ -528,9 +579,11 @@ mod tests {
         assert_eq!(parse_route("managed-pod").unwrap(), Route::ManagedPod);
         let err = parse_route("mesh").unwrap_err().to_string();
         assert!(
-            err.contains("secrets, managed-pod or managed-namespace"),
+            err.contains("secrets, managed-pod, managed-namespace, image-builder or images"),
             "{err}"
         );
+        assert_eq!(parse_route("image-builder").unwrap(), Route::ImageBuilder);
+        assert_eq!(parse_route("images").unwrap(), Route::Images);
     }
 
     #[test]
