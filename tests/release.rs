@@ -63,7 +63,9 @@ fn builds(arches: &[&str], extra: Option<&str>) -> PathBuf {
         let staged = lambda.join("bootstrap");
         std::fs::copy(&binary, &staged).unwrap();
         let mut zip = Command::new("zip");
-        zip.arg("-jqX").arg(lambda.join("bootstrap.zip")).arg(&staged);
+        zip.arg("-jqX")
+            .arg(lambda.join("bootstrap.zip"))
+            .arg(&staged);
         if let Some(name) = extra {
             let path = lambda.join(name);
             std::fs::write(&path, b"not part of a release\n").unwrap();
@@ -152,7 +154,10 @@ fn packaged_artefacts_are_named_by_version_and_sha256sums_lists_each_once() {
     let source_zip = from.join("lambda/x86_64/podmutator/bootstrap.zip");
     assert_eq!(zip, std::fs::read(&source_zip).unwrap());
     let bin = std::fs::read(out_dir.join(&bin_name)).unwrap();
-    assert_eq!(bin, std::fs::read(env!("CARGO_BIN_EXE_podmutator")).unwrap());
+    assert_eq!(
+        bin,
+        std::fs::read(env!("CARGO_BIN_EXE_podmutator")).unwrap()
+    );
     let mode = std::fs::metadata(out_dir.join(&bin_name))
         .unwrap()
         .permissions()
