@@ -152,11 +152,17 @@ fn packaged_artefacts_are_named_by_version_and_sha256sums_lists_each_once() {
     // The artefacts are the builds, byte for byte; the binary stays executable.
     let zip = std::fs::read(out_dir.join(&zip_name)).unwrap();
     let source_zip = from.join("lambda/x86_64/podmutator/bootstrap.zip");
-    assert_eq!(zip, std::fs::read(&source_zip).unwrap());
+    // Compared by hash: a failure then prints two lines, not the bytes.
+    assert_eq!(
+        sha256_hex(&zip),
+        sha256_hex(&std::fs::read(&source_zip).unwrap()),
+        "the zip is not the build's"
+    );
     let bin = std::fs::read(out_dir.join(&bin_name)).unwrap();
     assert_eq!(
-        bin,
-        std::fs::read(env!("CARGO_BIN_EXE_podmutator")).unwrap()
+        sha256_hex(&bin),
+        sha256_hex(&std::fs::read(env!("CARGO_BIN_EXE_podmutator")).unwrap()),
+        "the pod binary is not the build's"
     );
     let mode = std::fs::metadata(out_dir.join(&bin_name))
         .unwrap()
