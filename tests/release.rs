@@ -62,8 +62,9 @@ fn builds(arches: &[&str], extra: Option<&str>) -> PathBuf {
         std::fs::create_dir_all(&lambda).unwrap();
         let staged = lambda.join("bootstrap");
         std::fs::copy(&binary, &staged).unwrap();
+        // Stored, not compressed: the debug binary is large and the bytes are all that matter.
         let mut zip = Command::new("zip");
-        zip.arg("-jqX")
+        zip.arg("-jqX0")
             .arg(lambda.join("bootstrap.zip"))
             .arg(&staged);
         if let Some(name) = extra {
