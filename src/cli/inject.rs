@@ -403,42 +403,73 @@ impl Injector {
     }
 }
 
-/// A line diff of `before` and `after` (longest common subsequence): unchanged lines start with
-/// two spaces, removed ones with `- `, added ones with `+ `.
+/// The most cells the longest-common-subsequence table may have (4 bytes each: 16 MB). A
+/// middle larger than this, after the common head and tail are set aside, is shown as removed
+/// then added, which is still a correct diff, only not the shortest.
+const MAX_LCS_CELLS: usize = 4 << 20;
+
+/// A line diff of `before` and `after`: unchanged lines start with two spaces, removed ones with
+/// `- `, added ones with `+ `. The common head and tail are matched first (a mutation adds a
+/// few lines to a long pod), then the longest common subsequence of what is left, within
+/// [`MAX_LCS_CELLS`].
 pub fn line_diff(before: &str, after: &str) -> String {
+    line_diff_within(before, after, MAX_LCS_CELLS)
+}
+
+fn line_diff_within(before: &str, after: &str, max_cells: usize) -> String {
     let a: Vec<&str> = before.lines().collect();
     let b: Vec<&str> = after.lines().collect();
-    // lcs[i][j]: length of the longest common subsequence of a[i..] and b[j..].
-    let mut lcs = vec![vec![0u32; b.len() + 1]; a.len() + 1];
-    for i in (0..a.len()).rev() {
-        for j in (0..b.len()).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
-    let (mut i, mut j) = (0, 0);
+    let head = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let tail = a[head..]
+        .iter()
+        .rev()
+        .zip(b[head..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let (mid_a, mid_b) = (&a[head..a.len() - tail], &b[head..b.len() - tail]);
     let mut out = String::new();
-    while i < a.len() || j < b.len() {
-        if i < a.len() && j < b.len() && a[i] == b[j] {
-            out.push_str("  ");
-            out.push_str(a[i]);
-            i += 1;
-            j += 1;
-        } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
-            // Removals before additions, as `diff -u` prints a changed line.
-            out.push_str("- ");
-            out.push_str(a[i]);
-            i += 1;
-        } else {
-            out.push_str("+ ");
-            out.push_str(b[j]);
-            j += 1;
-        }
+    let mut line = |mark: &str, text: &str| {
+        out.push_str(mark);
+        out.push_str(text);
         out.push('\n');
+    };
+    a[..head].iter().for_each(|l| line("  ", l));
+    let cells = (mid_a.len() + 1).saturating_mul(mid_b.len() + 1);
+    if cells > max_cells {
+        mid_a.iter().for_each(|l| line("- ", l));
+        mid_b.iter().for_each(|l| line("+ ", l));
+    } else {
+        // lcs[i * w + j]: length of the longest common subsequence of mid_a[i..] and mid_b[j..].
+        let w = mid_b.len() + 1;
+        let mut lcs = vec![0u32; cells];
+        for i in (0..mid_a.len()).rev() {
+            for j in (0..mid_b.len()).rev() {
+                lcs[i * w + j] = if mid_a[i] == mid_b[j] {
+                    lcs[(i + 1) * w + j + 1] + 1
+                } else {
+                    lcs[(i + 1) * w + j].max(lcs[i * w + j + 1])
+                };
+            }
+        }
+        let (mut i, mut j) = (0, 0);
+        while i < mid_a.len() || j < mid_b.len() {
+            if i < mid_a.len() && j < mid_b.len() && mid_a[i] == mid_b[j] {
+                line("  ", mid_a[i]);
+                i += 1;
+                j += 1;
+            } else if i < mid_a.len()
+                && (j == mid_b.len() || lcs[(i + 1) * w + j] >= lcs[i * w + j + 1])
+            {
+                // Removals before additions, as `diff -u` prints a changed line.
+                line("- ", mid_a[i]);
+                i += 1;
+            } else {
+                line("+ ", mid_b[j]);
+                j += 1;
+            }
+        }
     }
+    a[a.len() - tail..].iter().for_each(|l| line("  ", l));
     out
 }
 
@@ -574,6 +605,28 @@ mod tests {
         let d = line_diff("a\nb\nc\n", "a\nx\nc\nd\n");
         assert_eq!(d, "  a\n- b\n+ x\n  c\n+ d\n");
         assert_eq!(line_diff("a\n", "a\n"), "  a\n");
+        assert_eq!(line_diff("", "a\n"), "+ a\n");
+        assert_eq!(line_diff("a\nb\n", ""), "- a\n- b\n");
+    }
+
+    #[test]
+    fn a_middle_too_large_for_the_table_is_shown_removed_then_added() {
+        // Same head and tail, a changed middle of 3 x 3 lines: 16 cells, over a bound of 10.
+        let d = line_diff_within("h\na\nb\nc\nt\n", "h\nx\nb\ny\nt\n", 10);
+        assert_eq!(d, "  h\n- a\n- b\n- c\n+ x\n+ b\n+ y\n  t\n");
+        // Within the bound, the shortest diff.
+        let d = line_diff_within("h\na\nb\nc\nt\n", "h\nx\nb\ny\nt\n", 16);
+        assert_eq!(d, "  h\n- a\n+ x\n  b\n- c\n+ y\n  t\n");
+    }
+
+    #[test]
+    fn ten_thousand_changed_lines_diff_within_the_table_bound() {
+        // Every line differs: 10,000 x 10,000 cells would be 400 MB; the bound shows them all.
+        let before: String = (0..10_000).map(|i| format!("a{i}\n")).collect();
+        let after: String = (0..10_000).map(|i| format!("b{i}\n")).collect();
+        let d = line_diff(&before, &after);
+        assert_eq!(d.lines().filter(|l| l.starts_with("- ")).count(), 10_000);
+        assert_eq!(d.lines().filter(|l| l.starts_with("+ ")).count(), 10_000);
     }
 
     #[test]
