@@ -233,24 +233,7 @@ impl App {
                 "dry run: secret values were withheld; the patched pod carries {DRY_RUN_PLACEHOLDER:?} where a created pod gets each value"
             ));
         }
-        let patch = if changed.is_empty() {
-            None
-        } else {
-            let patch = crate::patch::diff_pods(original, pod)
-                .map_err(|e| (internal("failed to serialise the pod", e), api_version))?;
-            (!patch.is_empty()).then_some(patch)
-        };
-        audit.patch_ops = patch.as_ref().map_or(0, crate::patch::Patch::len);
-        audit.decision = if patch.is_some() {
-            "mutated"
-        } else {
-            "allowed"
-        };
-        let (reply, patch_bytes) =
-            write_allowed(&audit.uid, api_version, patch.as_ref(), &warnings)
-                .map_err(|e| (internal("failed to serialise the patch", e), api_version))?;
-        audit.patch_bytes = patch_bytes;
-        Ok(reply)
+        patched_reply(audit, api_version, &changed, original, pod, &warnings)
     }
 }
 
@@ -302,25 +285,37 @@ impl App {
         } = applied.map_err(|d| (Error::Denied(d), api_version))?;
         warnings.extend(tally.notes());
         audit.mutators.clone_from(&changed);
-        let patch = if changed.is_empty() {
-            None
-        } else {
-            let patch = crate::patch::diff_pods(original, pod)
-                .map_err(|e| (internal("failed to serialise the pod", e), api_version))?;
-            (!patch.is_empty()).then_some(patch)
-        };
-        audit.patch_ops = patch.as_ref().map_or(0, crate::patch::Patch::len);
-        audit.decision = if patch.is_some() {
-            "mutated"
-        } else {
-            "allowed"
-        };
-        let (reply, patch_bytes) =
-            write_allowed(&audit.uid, api_version, patch.as_ref(), &warnings)
-                .map_err(|e| (internal("failed to serialise the patch", e), api_version))?;
-        audit.patch_bytes = patch_bytes;
-        Ok(reply)
+        patched_reply(audit, api_version, &changed, original, pod, &warnings)
     }
+}
+
+/// The allowed reply for a chain run that changed `changed` (the patch from `original` to
+/// `pod`, if any), with the audit's decision and patch facts filled in.
+fn patched_reply(
+    audit: &mut Audit,
+    api_version: &'static str,
+    changed: &[&'static str],
+    original: Pod,
+    pod: Pod,
+    warnings: &[String],
+) -> Result<Reply, (Error, &'static str)> {
+    let patch = if changed.is_empty() {
+        None
+    } else {
+        let patch = crate::patch::diff_pods(original, pod)
+            .map_err(|e| (internal("failed to serialise the pod", e), api_version))?;
+        (!patch.is_empty()).then_some(patch)
+    };
+    audit.patch_ops = patch.as_ref().map_or(0, crate::patch::Patch::len);
+    audit.decision = if patch.is_some() {
+        "mutated"
+    } else {
+        "allowed"
+    };
+    let (reply, patch_bytes) = write_allowed(&audit.uid, api_version, patch.as_ref(), warnings)
+        .map_err(|e| (internal("failed to serialise the patch", e), api_version))?;
+    audit.patch_bytes = patch_bytes;
+    Ok(reply)
 }
 
 /// Whether a pod review by `route` with this operation and subresource is mutated. Every route
