@@ -264,6 +264,42 @@ async fn an_attacker_adding_an_ephemeral_container_with_another_organisations_im
     );
 }
 
+/// An UPDATE the image builder cannot read is refused (400), not allowed unchecked: the entry
+/// fails closed, as a CREATE does.
+#[tokio::test]
+async fn an_update_the_image_builder_cannot_read_is_invalid_not_allowed() {
+    let front = builder(json!({}));
+    let old = pod(vec![]);
+    let mut new = old.clone();
+    new["spec"]["containers"][0]["image"] = json!(FOREIGN);
+    let mut without_old = update_review(&old, &new, None);
+    without_old["request"]["oldObject"] = Value::Null;
+    let mut broken = update_review(&old, &new, Some("ephemeralcontainers"));
+    broken["request"]["object"]["spec"]["ephemeralContainers"] = json!("not a list");
+    for (what, review, want) in [
+        (
+            "no oldObject",
+            without_old,
+            "needs both request.object and request.oldObject",
+        ),
+        ("a broken pod", broken, "request.object is not a valid Pod"),
+    ] {
+        let reply = front
+            .review(Route::ImageBuilder, &serde_json::to_vec(&review).unwrap())
+            .await;
+        assert_eq!(
+            reply.status,
+            400,
+            "{what}: {}",
+            String::from_utf8_lossy(&reply.body)
+        );
+        let resp = response(&reply.body);
+        assert_eq!(resp["allowed"], false, "{what}: {resp}");
+        let message = resp["status"]["message"].as_str().unwrap();
+        assert!(message.contains(want), "{what}: {message}");
+    }
+}
+
 /// Only the image builder's route checks UPDATEs: on every other route a pod UPDATE, and the
 /// subresource, stay allowed untouched (only pod CREATE is mutated there).
 #[rstest]
