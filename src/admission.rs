@@ -141,7 +141,7 @@ impl App {
         body: &[u8],
         audit: &mut Audit,
     ) -> Result<Reply, (Error, &'static str)> {
-        let parsed = parse(body).map_err(|e| (e, API_VERSION_V1))?;
+        let parsed = parse(body, route).map_err(|e| (e, API_VERSION_V1))?;
         let (req, api_version) = match parsed {
             Parsed::Pod(req, v) => (req, v),
             Parsed::Other {
@@ -168,10 +168,13 @@ impl App {
                 .unwrap_or_default();
         }
         let is_pod = req.kind.group.is_empty() && req.kind.kind == "Pod";
-        if !is_pod || req.operation != Operation::Create || req.sub_resource.is_some() {
+        if !is_pod || !admits(route, &req.operation, req.sub_resource.as_deref()) {
             audit.decision = "allowed";
             audit.reason = "NotAPodCreate";
             return Ok(allowed_reply(&audit.uid, api_version));
+        }
+        if req.operation == Operation::Update {
+            return self.admit_update(route, *req, api_version, audit);
         }
         let Some(mut pod) = req.object else {
             return Err((
@@ -199,6 +202,7 @@ impl App {
             groups: &groups,
             dry_run: req.dry_run,
             tally: &tally,
+            old: None,
         };
         let plan = self.secrets.plan(&ctx, &pod);
         let resolved = self
@@ -229,24 +233,100 @@ impl App {
                 "dry run: secret values were withheld; the patched pod carries {DRY_RUN_PLACEHOLDER:?} where a created pod gets each value"
             ));
         }
-        let patch = if changed.is_empty() {
-            None
-        } else {
-            let patch = crate::patch::diff_pods(original, pod)
-                .map_err(|e| (internal("failed to serialise the pod", e), api_version))?;
-            (!patch.is_empty()).then_some(patch)
+        patched_reply(audit, api_version, &changed, original, pod, &warnings)
+    }
+}
+
+impl App {
+    /// A pod UPDATE, or an ephemeral container added through `pods/ephemeralcontainers` (whose
+    /// review carries the whole Pod), on a route that checks them ([`admits`]): only the
+    /// mutators that [`crate::mutate::PodMutator::checks_updates`] run, with the pod before
+    /// the update beside it. Nothing is fetched: an UPDATE gets no secrets.
+    fn admit_update(
+        &self,
+        route: Route,
+        req: AdmissionRequest<Pod>,
+        api_version: &'static str,
+        audit: &mut Audit,
+    ) -> Result<Reply, (Error, &'static str)> {
+        let (Some(mut pod), Some(old)) = (req.object, req.old_object) else {
+            return Err((
+                Error::Invalid(
+                    "review of a pod UPDATE needs both request.object and request.oldObject, as the API server sends them"
+                        .into(),
+                ),
+                api_version,
+            ));
         };
-        audit.patch_ops = patch.as_ref().map_or(0, crate::patch::Patch::len);
-        audit.decision = if patch.is_some() {
-            "mutated"
-        } else {
-            "allowed"
+        let namespace = req
+            .namespace
+            .as_deref()
+            .or(pod.metadata.namespace.as_deref())
+            .unwrap_or_default()
+            .to_owned();
+        audit.namespace.clone_from(&namespace);
+        let tally = Tally::new();
+        let groups = req.user_info.groups.clone().unwrap_or_default();
+        let ctx = PodCtx {
+            namespace: &namespace,
+            route,
+            username: req.user_info.username.as_deref().unwrap_or_default(),
+            groups: &groups,
+            dry_run: req.dry_run,
+            tally: &tally,
+            old: Some(&old),
         };
-        let (reply, patch_bytes) =
-            write_allowed(&audit.uid, api_version, patch.as_ref(), &warnings)
-                .map_err(|e| (internal("failed to serialise the patch", e), api_version))?;
-        audit.patch_bytes = patch_bytes;
-        Ok(reply)
+        let original = pod.clone();
+        let applied = self.chain.apply_update(&ctx, &original, &mut pod);
+        audit.images = tally.images();
+        let Applied {
+            changed,
+            mut warnings,
+        } = applied.map_err(|d| (Error::Denied(d), api_version))?;
+        warnings.extend(tally.notes());
+        audit.mutators.clone_from(&changed);
+        patched_reply(audit, api_version, &changed, original, pod, &warnings)
+    }
+}
+
+/// The allowed reply for a chain run that changed `changed` (the patch from `original` to
+/// `pod`, if any), with the audit's decision and patch facts filled in.
+fn patched_reply(
+    audit: &mut Audit,
+    api_version: &'static str,
+    changed: &[&'static str],
+    original: Pod,
+    pod: Pod,
+    warnings: &[String],
+) -> Result<Reply, (Error, &'static str)> {
+    let patch = if changed.is_empty() {
+        None
+    } else {
+        let patch = crate::patch::diff_pods(original, pod)
+            .map_err(|e| (internal("failed to serialise the pod", e), api_version))?;
+        (!patch.is_empty()).then_some(patch)
+    };
+    audit.patch_ops = patch.as_ref().map_or(0, crate::patch::Patch::len);
+    audit.decision = if patch.is_some() {
+        "mutated"
+    } else {
+        "allowed"
+    };
+    let (reply, patch_bytes) = write_allowed(&audit.uid, api_version, patch.as_ref(), warnings)
+        .map_err(|e| (internal("failed to serialise the patch", e), api_version))?;
+    audit.patch_bytes = patch_bytes;
+    Ok(reply)
+}
+
+/// Whether a pod review by `route` with this operation and subresource is mutated. Every route
+/// mutates pod CREATEs; the image builder's also checks UPDATEs of the pod and of its
+/// `ephemeralcontainers` (the only ways to change an image or add a container later: its
+/// organisation check would otherwise end at creation). Anything else is allowed untouched.
+fn admits(route: Route, operation: &Operation, sub_resource: Option<&str>) -> bool {
+    match (operation, sub_resource) {
+        (Operation::Create, None) => true,
+        (Operation::Update, None | Some("ephemeralcontainers")) => route == Route::ImageBuilder,
+        _ => false,
     }
 }
 
@@ -408,7 +488,7 @@ fn api_version_of(v: &str, kind: &str) -> Result<&'static str, Error> {
 
 /// Typed parse first (the common case, one pass); a review whose object is not a Pod is parsed
 /// again untyped to tell "someone else's object" (allowed untouched) from "broken pod" (invalid).
-fn parse(body: &[u8]) -> Result<Parsed, Error> {
+fn parse(body: &[u8], route: Route) -> Result<Parsed, Error> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(Error::Invalid(
             "empty body: expected an AdmissionReview (admission.k8s.io/v1) as JSON".into(),
@@ -431,7 +511,7 @@ fn parse(body: &[u8]) -> Result<Parsed, Error> {
                     Error::Invalid("review has no request: nothing to admit".into())
                 })?;
                 let is_pod = req.kind.group.is_empty() && req.kind.kind == "Pod";
-                if is_pod && req.operation == Operation::Create && req.sub_resource.is_none() {
+                if is_pod && admits(route, &req.operation, req.sub_resource.as_deref()) {
                     return Err(Error::Invalid(format!(
                         "request.object is not a valid Pod: {}",
                         located::<AdmissionReview<Pod>>(body, typed_err)

@@ -155,6 +155,10 @@ impl App {
             others.push((
                 Box::new(image::ImageBuilder::new(
                     &config.webhook.image_builder_config,
+                    &config
+                        .webhook
+                        .embedded_secret_manager_config
+                        .file_mount_init_container,
                 )),
                 true,
             ));

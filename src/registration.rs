@@ -614,6 +614,23 @@ mod tests {
             json!({"matchLabels": {"image-builder": "true"}})
         );
         assert_eq!(hooks[1]["failurePolicy"], "Fail");
+        // The image builder's check also covers UPDATEs (an image changed) and ephemeral
+        // containers; the other entries mutate pod CREATEs only.
+        assert_eq!(
+            hooks[1]["rules"],
+            json!([
+                {"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"},
+                {"operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"}
+            ])
+        );
+        for i in [0, 2] {
+            assert_eq!(
+                hooks[i]["rules"],
+                json!([{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}]),
+                "{}",
+                hooks[i]["name"]
+            );
+        }
         assert_eq!(hooks[2]["objectSelector"], json!({}));
         assert_eq!(
             hooks[2]["namespaceSelector"],

@@ -4,7 +4,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, ImageBuilderConfig};
+use super::{ConfigError, FileMountInitContainer, ImageBuilderConfig};
 use crate::image_ref::{ImageRef, under};
 use crate::k8s_names::{is_label_value, qualified_name_problem};
 
@@ -201,8 +201,13 @@ pub fn check_label_selector(key: &str, s: &LabelSelector) -> Result<(), ConfigEr
 }
 
 /// `webhook.imageBuilderConfig`, when enabled: both host names, usable as image prefixes, that do
-/// not contain each other (or a rewritten image would be rewritten again).
-pub fn check_image_builder(c: &ImageBuilderConfig) -> Result<Vec<String>, ConfigError> {
+/// not contain each other (or a rewritten image would be rewritten again). A warning for each
+/// `excludedContainerNames` entry that is not `file_mount`'s name: only that init container, by
+/// name and image, is ever exempt.
+pub fn check_image_builder(
+    c: &ImageBuilderConfig,
+    file_mount: &FileMountInitContainer,
+) -> Result<Vec<String>, ConfigError> {
     let mut warnings = Vec::new();
     if !c.enabled {
         return Ok(warnings);
@@ -241,6 +246,14 @@ pub fn check_image_builder(c: &ImageBuilderConfig) -> Result<Vec<String>, Config
             "webhook.imageBuilderConfig.labelSelector is unset: every pod reaches the image-builder webhook, and with verification on, any image outside the replacement registry is denied".into(),
         ),
     }
+    for (i, name) in c.excluded_container_names.iter().enumerate() {
+        if *name != file_mount.container_name {
+            warnings.push(format!(
+                "webhook.imageBuilderConfig.excludedContainerNames[{i}] {name:?} exempts no container: only the init container the webhook injects (webhook.embeddedSecretManagerConfig.fileMountInitContainer, {:?} with image {:?}) is exempt, by name and image, since a pod chooses its own container names; list the image's registry path in excludedImagePrefixes instead",
+                file_mount.container_name, file_mount.image
+            ));
+        }
+    }
     if h.disable_verification {
         warnings.push("webhook.imageBuilderConfig.hostnameReplacement.disableVerification is true: pods may run images of any organisation".into());
     }
@@ -260,7 +273,10 @@ mod tests {
     }
 
     fn builder(v: Value) -> Result<Vec<String>, ConfigError> {
-        check_image_builder(&serde_json::from_value(v).expect("parses"))
+        check_image_builder(
+            &serde_json::from_value(v).expect("parses"),
+            &FileMountInitContainer::default(),
+        )
     }
 
     #[test]
@@ -297,6 +313,20 @@ mod tests {
         let w = builder(json!({"enabled": true, "hostnameReplacement": {"existing": "old.registry.com", "replacement": "new.registry.com"},
             "labelSelector": {"matchLabels": {"inject-secrets": "true"}}})).unwrap();
         assert!(w.is_empty(), "{w:?}");
+    }
+
+    #[test]
+    fn an_excluded_container_name_that_is_not_the_injected_init_container_warns_that_it_exempts_nothing()
+     {
+        let w = builder(json!({"enabled": true, "hostnameReplacement": {"existing": "old.registry.com", "replacement": "new.registry.com"},
+            "labelSelector": {"matchLabels": {"inject-secrets": "true"}},
+            "excludedContainerNames": ["init-embedded-secret", "istio-proxy"]})).unwrap();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("webhook.imageBuilderConfig.excludedContainerNames[1] \"istio-proxy\" exempts no container")
+                && w[0].contains("excludedImagePrefixes"),
+            "{w:?}"
+        );
     }
 
     #[rstest]

@@ -1036,7 +1036,10 @@ impl Config {
                     .into(),
             );
         }
-        warnings.extend(images::check_image_builder(&w.image_builder_config)?);
+        warnings.extend(images::check_image_builder(
+            &w.image_builder_config,
+            &w.embedded_secret_manager_config.file_mount_init_container,
+        )?);
         warnings.extend(self.images.validate()?);
         if w.listen_port == 0 {
             return Err(ConfigError::new(

@@ -63,6 +63,9 @@ pub struct PodCtx<'a> {
     pub dry_run: bool,
     /// Where mutators count what they did, for metrics.
     pub tally: &'a Tally,
+    /// The pod before an UPDATE (`request.oldObject`); `None` for a CREATE. Only mutators that
+    /// [`PodMutator::checks_updates`] ever see an UPDATE.
+    pub old: Option<&'a Pod>,
 }
 
 /// Per-admission counters that mutators fill in (mutators do not log; the admission reports).
@@ -210,6 +213,7 @@ impl PodCtx<'static> {
             groups: &[],
             dry_run: false,
             tally: &UNCOUNTED,
+            old: None,
         }
     }
 }
@@ -219,6 +223,12 @@ impl PodCtx<'static> {
 pub trait PodMutator: Send + Sync {
     fn id(&self) -> &'static str;
     fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial>;
+    /// Whether it also runs on a pod UPDATE (and the `pods/ephemeralcontainers` subresource),
+    /// with `ctx.old` set. Only the image builder does: an UPDATE may change images, and
+    /// nothing else of a pod that a mutator here writes.
+    fn checks_updates(&self) -> bool {
+        false
+    }
 }
 
 /// A shared mutator (the app keeps the `secrets` mutator to plan with, the chain runs it).
@@ -228,6 +238,9 @@ impl<M: PodMutator + ?Sized> PodMutator for std::sync::Arc<M> {
     }
     fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
         (**self).mutate(ctx, pod)
+    }
+    fn checks_updates(&self) -> bool {
+        (**self).checks_updates()
     }
 }
 
@@ -279,9 +292,34 @@ impl Chain {
         pod: &mut Pod,
         stand_in: Option<&dyn PodMutator>,
     ) -> Result<Applied, Denial> {
+        self.run(ctx, original, pod, stand_in, false)
+    }
+
+    /// The chain on a pod UPDATE (`ctx.old` is the pod before it): only the mutators that
+    /// [`PodMutator::checks_updates`] run, each as in [`Chain::apply_from`].
+    pub fn apply_update(
+        &self,
+        ctx: &PodCtx<'_>,
+        original: &Pod,
+        pod: &mut Pod,
+    ) -> Result<Applied, Denial> {
+        self.run(ctx, original, pod, None, true)
+    }
+
+    fn run(
+        &self,
+        ctx: &PodCtx<'_>,
+        original: &Pod,
+        pod: &mut Pod,
+        stand_in: Option<&dyn PodMutator>,
+        update: bool,
+    ) -> Result<Applied, Denial> {
         let mut applied = Applied::default();
         let mut previous = std::borrow::Cow::Borrowed(original);
         for (i, entry) in self.entries.iter().enumerate() {
+            if update && !entry.mutator.checks_updates() {
+                continue;
+            }
             let id = entry.mutator.id();
             let mutator = match stand_in {
                 Some(m) if m.id() == id => m,

@@ -79,13 +79,90 @@ pub enum LookupError {
     #[error("{what}: {reason}")]
     Invalid { what: String, reason: String },
     #[error(
-        "the image has no linux/{arch} platform (it has {available}): pin another kubernetes.io/arch"
+        "the image has no linux/{arch} platform (it has {}): pin another kubernetes.io/arch", listed(.available)
     )]
-    NoPlatform { arch: String, available: String },
+    NoPlatform {
+        arch: String,
+        available: Vec<String>,
+    },
     #[error(
-        "the image's platforms run different commands ({0}): pin the pod's kubernetes.io/arch (nodeSelector)"
+        "the image's platforms run different commands ({commands}): pin the pod's kubernetes.io/arch (nodeSelector)"
     )]
-    PlatformsDisagree(String),
+    PlatformsDisagree {
+        platforms: Vec<String>,
+        /// Each platform's command, as the registry's config blobs have it.
+        commands: String,
+    },
+}
+
+impl LookupError {
+    /// What the pod's creator is told (the injector adds the container and the image): the kind
+    /// of failure, with only what the webhook itself knows (the pod's image, its registry, the
+    /// configuration's limits, an HTTP status). No text a registry sent (a body, a
+    /// deserialiser's quote of it, a challenge, a redirect's host, an AWS error) reaches it:
+    /// the [`std::fmt::Display`] form has those, for the log ([`super::lookup_all`]).
+    pub fn reason(&self, image: &str) -> String {
+        const LOGGED: &str = "details in the webhook's log";
+        match self {
+            // The pod's own reference, the registry it names, and the configuration's limit.
+            Self::Reference { .. } | Self::NotAllowed(_) | Self::Timeout(_) => self.to_string(),
+            Self::Connect { host, reason } => {
+                // The registry the image names, or a host it sent the lookup on to.
+                let own = ImageRef::parse(image).is_ok_and(|r| api_authority(&r.registry) == *host);
+                let whom = if own {
+                    host.as_str()
+                } else {
+                    "a host the registry sent the lookup to"
+                };
+                if reason.starts_with("TLS") {
+                    format!(
+                        "cannot reach {whom}: TLS failed (a registry with a private CA needs embedded.entrypointLookup.caBundleFile; {LOGGED})"
+                    )
+                } else {
+                    format!("cannot reach {whom} ({LOGGED})")
+                }
+            }
+            Self::Status { status, .. } => {
+                format!("the registry answered HTTP {status} ({LOGGED})")
+            }
+            Self::NotFound { .. } => "not found (HTTP 404): check the image name and tag".into(),
+            // Our own hint for a Basic or Bearer challenge; any other scheme, or an AWS error,
+            // is the log's.
+            Self::Unauthorized { challenge, .. }
+                if challenge == BASIC_HINT || challenge == BEARER_HINT =>
+            {
+                format!(
+                    "the registry asks for credentials ({challenge}); podmutator reads images anonymously"
+                )
+            }
+            Self::Unauthorized { .. } => format!(
+                "the registry asks for credentials podmutator does not have ({LOGGED}); podmutator reads images anonymously, and ECR images with the function's role"
+            ),
+            Self::TooLarge { .. } => {
+                format!("an answer of the registry was more than {MAX_BODY} bytes")
+            }
+            Self::Redirect { .. } => format!(
+                "the registry redirected more than {MAX_REDIRECTS} times, or to a non-HTTPS or unreadable location"
+            ),
+            Self::DigestMismatch { .. } => {
+                "an answer of the registry does not match its digest".into()
+            }
+            Self::Invalid { .. } => format!(
+                "an answer of the registry is not a valid image manifest, index, config or token response ({LOGGED})"
+            ),
+            // The architecture is the pod's own (its nodeSelector or affinity).
+            // The architecture is the pod's own (its nodeSelector or affinity); of the image's
+            // platforms only names Kubernetes knows are repeated.
+            Self::NoPlatform { arch, available } => format!(
+                "the image has no linux/{arch} platform (it has {}): pin another kubernetes.io/arch",
+                listed(&known_platforms(available))
+            ),
+            Self::PlatformsDisagree { platforms, .. } => format!(
+                "the image's platforms ({}) run different commands: pin the pod's kubernetes.io/arch (nodeSelector; the commands are in the webhook's log)",
+                listed(&known_platforms(platforms))
+            ),
+        }
+    }
 }
 
 /// The registry client, with its caches. Built at start; the system's root certificates are
@@ -593,7 +670,7 @@ impl Session<'_> {
                 if chosen.is_empty() {
                     return Err(LookupError::NoPlatform {
                         arch: arch.unwrap_or("any").to_owned(),
-                        available: platforms(&list),
+                        available: list.iter().map(platform_name).collect(),
                     });
                 }
                 let mut seen: Vec<(String, ImageCommand)> = Vec::new();
@@ -614,12 +691,14 @@ impl Session<'_> {
                     seen.push((platform_name(d), found));
                 }
                 if seen.iter().any(|(_, c)| *c != seen[0].1) {
-                    return Err(LookupError::PlatformsDisagree(
-                        seen.iter()
+                    return Err(LookupError::PlatformsDisagree {
+                        platforms: seen.iter().map(|(p, _)| p.clone()).collect(),
+                        commands: seen
+                            .iter()
                             .map(|(p, c)| format!("{p}: {}", describe(c)))
                             .collect::<Vec<_>>()
                             .join("; "),
-                    ));
+                    });
                 }
                 Ok(seen.swap_remove(0).1)
             }
@@ -690,13 +769,37 @@ fn platform_name(d: &Descriptor) -> String {
     }
 }
 
-fn platforms(list: &[Descriptor]) -> String {
-    let names: Vec<String> = list.iter().map(platform_name).collect();
+fn listed(names: &[String]) -> String {
     if names.is_empty() {
         "none".into()
     } else {
         names.join(", ")
     }
+}
+
+/// Of `names` (`os/arch[/variant]` from a registry's index), those made only of names
+/// Kubernetes nodes report (`kubernetes.io/arch`), so that a reply repeats no other text of
+/// the registry's.
+fn known_platforms(names: &[String]) -> Vec<String> {
+    const ARCHES: &[&str] = &[
+        "386", "amd64", "arm", "arm64", "loong64", "mips", "mips64", "mips64le", "mipsle", "ppc64",
+        "ppc64le", "riscv64", "s390x", "unknown",
+    ];
+    const VARIANTS: &[&str] = &["v5", "v6", "v7", "v8", "v1", "v2", "v3", "v4"];
+    names
+        .iter()
+        .filter(|n| {
+            let mut parts = n.split('/');
+            let os = parts.next();
+            let arch = parts.next();
+            let variant = parts.next();
+            matches!(os, Some("linux" | "unknown"))
+                && arch.is_some_and(|a| ARCHES.contains(&a))
+                && variant.is_none_or(|v| VARIANTS.contains(&v))
+                && parts.next().is_none()
+        })
+        .cloned()
+        .collect()
 }
 
 fn describe(c: &ImageCommand) -> String {
@@ -787,14 +890,15 @@ fn parse_bearer(header: &str) -> Option<Bearer> {
     })
 }
 
+/// What a `Basic` challenge means here.
+const BASIC_HINT: &str = "Basic: podmutator has credentials for ECR registries only (the function's role); make the image public";
+/// What a `Bearer` challenge that an anonymous token did not answer means here.
+const BEARER_HINT: &str = "Bearer, and an anonymous token does not grant pull";
+
 fn challenge_scheme(header: Option<&str>) -> String {
     match header.and_then(|h| h.split_whitespace().next()) {
-        Some(s) if s.eq_ignore_ascii_case("basic") => {
-            "Basic: podmutator has credentials for ECR registries only (the function's role); make the image public".into()
-        }
-        Some(s) if s.eq_ignore_ascii_case("bearer") => {
-            "Bearer, and an anonymous token does not grant pull".into()
-        }
+        Some(s) if s.eq_ignore_ascii_case("basic") => BASIC_HINT.into(),
+        Some(s) if s.eq_ignore_ascii_case("bearer") => BEARER_HINT.into(),
         Some(s) => format!("scheme {s}"),
         None => "no challenge".into(),
     }
@@ -891,6 +995,93 @@ impl Url {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every kind of failure, filled with text a registry (or AWS) chose: the reason the pod's
+    /// creator is told keeps none of it, and the log's form keeps all of it.
+    #[test]
+    fn a_registrys_words_never_reach_the_reason() {
+        const W: &str = "MARKER-from-the-registry";
+        let image = "registry.example/team/app:1";
+        let serde_text = serde_json::from_str::<Manifest>(&format!(r#"{{"config":"{W}"}}"#))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            serde_text.contains(W),
+            "serde quotes the body: {serde_text}"
+        );
+        let cases = [
+            LookupError::Connect {
+                host: format!("{W}.example"),
+                reason: format!("TLS: invalid peer certificate {W}"),
+            },
+            LookupError::Connect {
+                host: "registry.example".into(),
+                reason: format!("connection reset {W}"),
+            },
+            LookupError::Status {
+                what: format!("registry.example/team/app token from https://{W}/t"),
+                status: 500,
+            },
+            LookupError::Unauthorized {
+                what: format!("token from https://{W}/t"),
+                challenge: format!("scheme {W}"),
+            },
+            LookupError::Unauthorized {
+                what: "ecr".into(),
+                challenge: format!("HTTP 400 {W} (the function's role needs ...)"),
+            },
+            LookupError::Redirect {
+                what: format!("https://{W}/"),
+            },
+            LookupError::Invalid {
+                what: "registry.example/team/app manifest sha256:00".into(),
+                reason: format!("not an OCI or Docker v2 manifest: {serde_text}"),
+            },
+            LookupError::NoPlatform {
+                arch: "s390x".into(),
+                available: vec!["linux/amd64".into(), format!("linux/{W}")],
+            },
+            LookupError::PlatformsDisagree {
+                platforms: vec!["linux/amd64".into(), format!("{W}/arm64")],
+                commands: format!("linux/amd64: Entrypoint [\"{W}\"]"),
+            },
+        ];
+        for e in &cases {
+            let reason = e.reason(image);
+            assert!(
+                !reason.contains(W),
+                "{e:?} told the pod's creator: {reason}"
+            );
+            assert!(
+                e.to_string().contains(W),
+                "{e:?} lost the detail for the log"
+            );
+        }
+        // What is the webhook's own is kept: the registry it asked, a TLS failure, the
+        // platforms Kubernetes knows, the pod's architecture.
+        assert!(cases[0].reason(image).contains("TLS failed"));
+        assert!(
+            cases[1]
+                .reason(image)
+                .starts_with("cannot reach registry.example")
+        );
+        assert!(
+            cases[7]
+                .reason(image)
+                .contains("no linux/s390x platform (it has linux/amd64)")
+        );
+        assert!(
+            cases[8]
+                .reason(image)
+                .contains("platforms (linux/amd64) run different")
+        );
+        let basic = LookupError::Unauthorized {
+            what: "x".into(),
+            challenge: challenge_scheme(Some("Basic realm=x")),
+        };
+        assert!(basic.reason(image).contains(BASIC_HINT));
+    }
 
     #[test]
     fn a_bearer_challenge_is_read_with_quoted_and_bare_values() {

@@ -132,7 +132,16 @@ pub async fn lookup_all(source: &Arc<dyn EntrypointSource>, queries: &[ImageQuer
         let source = Arc::clone(source);
         let q = q.clone();
         calls.spawn(async move {
-            let answer = source.lookup(&q).await.map_err(|e| e.to_string());
+            let answer = source.lookup(&q).await.map_err(|e| {
+                // The reply gets the kind of failure; what the registry sent goes to the log
+                // only, since the pod's creator chose the image and so the registry's words.
+                tracing::warn!(
+                    image = q.image.as_str(),
+                    error = %e,
+                    "reading an image's command from its registry failed"
+                );
+                e.reason(&q.image)
+            });
             (q, answer)
         });
     }

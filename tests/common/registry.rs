@@ -44,6 +44,20 @@ pub struct Faults {
     pub oversize: bool,
     /// Ask for Basic credentials, as ECR does: `AWS:<password>`, base64.
     pub basic: bool,
+    /// Redirect config blobs (with `redirect_blobs`) to this host name, on the same port,
+    /// instead of `localhost`: storage on another host, as real registries have it (the
+    /// certificate names `localhost` and [`ECR_HOST`]).
+    pub redirect_host: Option<String>,
+    /// Answer every manifest with this body (a registry that sends what it likes).
+    pub manifest_body: Option<Vec<u8>>,
+}
+
+/// One request as the registry saw it: `Host`, "GET /path", and its `Authorization`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exchange {
+    pub host: String,
+    pub request: String,
+    pub authorization: Option<String>,
 }
 
 /// The ECR host name the registry's certificate also names (tests connect it to 127.0.0.1).
@@ -56,6 +70,8 @@ pub struct FakeRegistry {
     log: Arc<Mutex<Vec<String>>>,
     /// Every `Authorization` header received.
     auths: Arc<Mutex<Vec<String>>>,
+    /// Every request, with the host it was sent to and its credentials.
+    exchanges: Arc<Mutex<Vec<Exchange>>>,
     /// repo -> tag -> manifest digest (the index's, for several platforms).
     digests: BTreeMap<String, BTreeMap<String, String>>,
     task: tokio::task::JoinHandle<()>,
@@ -160,7 +176,15 @@ impl FakeRegistry {
         let port = listener.local_addr().unwrap().port();
         let log: Arc<Mutex<Vec<String>>> = Arc::default();
         let auths: Arc<Mutex<Vec<String>>> = Arc::default();
-        let shared = Arc::new((content, faults, port, log.clone(), auths.clone()));
+        let exchanges: Arc<Mutex<Vec<Exchange>>> = Arc::default();
+        let shared = Arc::new((
+            content,
+            faults,
+            port,
+            log.clone(),
+            auths.clone(),
+            exchanges.clone(),
+        ));
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let acceptor = acceptor.clone();
@@ -172,9 +196,9 @@ impl FakeRegistry {
                     let svc = hyper::service::service_fn(move |req| {
                         let shared = shared.clone();
                         async move {
-                            let (content, faults, port, log, auths) = &*shared;
+                            let (content, faults, port, log, auths, exchanges) = &*shared;
                             Ok::<_, Infallible>(
-                                handle(req, content, faults, *port, log, auths).await,
+                                handle(req, content, faults, *port, log, auths, exchanges).await,
                             )
                         }
                     });
@@ -191,6 +215,7 @@ impl FakeRegistry {
             ca_file: files.ca,
             log,
             auths,
+            exchanges,
             digests,
             task,
         }
@@ -220,6 +245,11 @@ impl FakeRegistry {
         self.auths.lock().unwrap().clone()
     }
 
+    /// Every request so far, with the host it was sent to and its credentials.
+    pub fn exchanges(&self) -> Vec<Exchange> {
+        self.exchanges.lock().unwrap().clone()
+    }
+
     pub fn reset(&self) {
         self.log.lock().unwrap().clear();
     }
@@ -242,8 +272,20 @@ async fn handle(
     port: u16,
     log: &Mutex<Vec<String>>,
     auths: &Mutex<Vec<String>>,
+    exchanges: &Mutex<Vec<Exchange>>,
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
+    let header = |name| {
+        req.headers()
+            .get(name)
+            .and_then(|v: &hyper::header::HeaderValue| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    exchanges.lock().unwrap().push(Exchange {
+        host: header(hyper::header::HOST).unwrap_or_default(),
+        request: format!("{} {}", req.method(), req.uri()),
+        authorization: header(hyper::header::AUTHORIZATION),
+    });
     if let Some(a) = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
@@ -314,6 +356,11 @@ async fn handle(
     }
     let key = format!("{repo}@{reference}");
     match kind {
+        "manifests" if faults.manifest_body.is_some() => reply(
+            StatusCode::OK,
+            OCI_MANIFEST,
+            faults.manifest_body.clone().unwrap_or_default(),
+        ),
         "manifests" => match content.manifests.get(&key) {
             Some((media, body)) => {
                 let mut body = body.clone();
@@ -329,9 +376,12 @@ async fn handle(
                 let mut r = reply(StatusCode::TEMPORARY_REDIRECT, "", Vec::new());
                 r.headers_mut().insert(
                     hyper::header::LOCATION,
-                    format!("https://localhost:{port}/storage/{key}")
-                        .parse()
-                        .unwrap(),
+                    format!(
+                        "https://{}:{port}/storage/{key}",
+                        faults.redirect_host.as_deref().unwrap_or("localhost")
+                    )
+                    .parse()
+                    .unwrap(),
                 );
                 r
             }

@@ -110,11 +110,18 @@ def main():
         c.eq(f"{n}: reinvocationPolicy", w["reinvocationPolicy"], "IfNeeded")
         c.true(f"{n}: failurePolicy is Fail or Ignore", w["failurePolicy"] in ("Fail", "Ignore"))
         c.true(f"{n}: timeoutSeconds within 1..30", 1 <= w["timeoutSeconds"] <= 30)
-        c.eq(
-            f"{n}: rules",
-            w["rules"],
-            [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}],
+        # Pod CREATE only, except the image builder's: its organisation check also covers the
+        # UPDATEs that change images and ephemeral containers added through the subresource.
+        pods = {"apiGroups": [""], "apiVersions": ["v1"], "scope": "Namespaced"}
+        want_rules = (
+            [
+                {"operations": ["CREATE", "UPDATE"], **pods, "resources": ["pods"]},
+                {"operations": ["UPDATE"], **pods, "resources": ["pods/ephemeralcontainers"]},
+            ]
+            if n == expect["imageBuilderWebhookName"]
+            else [{"operations": ["CREATE"], **pods, "resources": ["pods"]}]
         )
+        c.eq(f"{n}: rules", [dict(sorted(r.items())) for r in w["rules"]], [dict(sorted(r.items())) for r in want_rules])
         c.true(
             f"{n}: namespaceSelector excludes kube-system",
             kube_system_excluded in w["namespaceSelector"].get("matchExpressions", []),

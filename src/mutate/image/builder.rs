@@ -15,11 +15,24 @@
 //! Prefixes 3-5 match only whole path components (`E/v1` does not match `E/v1x/...`); Flyte
 //! compares text, which turns such images into paths no verification accepts, so both deny them
 //! unless the pod's namespace happens to be that component.
+//!
+//! Two differences from Union, both closing a way around the organisation check:
+//! - `excludedContainerNames` exempts only the init container the webhook injects: a container
+//!   is skipped when it is an init container, its name is listed, and it is the Embedded
+//!   manager's file-mount init container by name *and* image
+//!   (`webhook.embeddedSecretManagerConfig.fileMountInitContainer`). Union skips any container
+//!   so named, so a pod could name its own container `init-embedded-secret` and run any image.
+//! - `R/cloud/task` and `R/v1/cloud/task` match up to a path boundary (`/`, `:`, `@` or the
+//!   end), so `R/cloud/task-other-team/private` is not under them.
+//!
+//! On a pod UPDATE (and the `pods/ephemeralcontainers` subresource) only the images the update
+//! changes or adds are rewritten and checked: an image the pod already ran is left alone, so a
+//! label change on an old pod is never refused.
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::images_mut;
-use crate::config::ImageBuilderConfig;
+use super::{Kind, all_images_mut, image_of};
+use crate::config::{FileMountInitContainer, ImageBuilderConfig};
 use crate::error::Denial;
 use crate::mutate::{ImageCount, PodCtx, PodMutator, Route};
 
@@ -33,17 +46,32 @@ pub struct ImageBuilder {
     disable_verification: bool,
     excluded_containers: Vec<String>,
     excluded_prefixes: Vec<String>,
+    /// (name, image) of the init container the Embedded manager injects.
+    injected: (String, String),
 }
 
 impl ImageBuilder {
-    pub fn new(cfg: &ImageBuilderConfig) -> Self {
+    /// `file_mount` is the Embedded manager's init container: the one container
+    /// `excludedContainerNames` can exempt.
+    pub fn new(cfg: &ImageBuilderConfig, file_mount: &FileMountInitContainer) -> Self {
         Self {
             existing: cfg.hostname_replacement.existing.clone(),
             replacement: cfg.hostname_replacement.replacement.clone(),
             disable_verification: cfg.hostname_replacement.disable_verification,
             excluded_containers: cfg.excluded_container_names.clone(),
             excluded_prefixes: cfg.excluded_image_prefixes.clone(),
+            injected: (file_mount.container_name.clone(), file_mount.image.clone()),
         }
+    }
+
+    /// Whether the container is the init container the webhook injects, and listed in
+    /// `excludedContainerNames`: its name alone is not enough, a pod chooses its names.
+    fn exempt(&self, kind: Kind, name: &str, image: Option<&str>) -> bool {
+        let (injected_name, injected_image) = &self.injected;
+        kind == Kind::Init
+            && name == injected_name
+            && image == Some(injected_image.as_str())
+            && self.excluded_containers.iter().any(|e| e == name)
     }
 
     /// The rewritten image and what it counts as, or `None` when no prefix matches.
@@ -83,25 +111,42 @@ impl ImageBuilder {
         })
     }
 
-    /// Prefixes an image may have in namespace (organisation) `org`.
-    fn allowed(&self, org: &str) -> Vec<String> {
+    /// Prefixes an image may have in namespace (organisation) `org`, each with whether it must
+    /// end at a path boundary of the image.
+    fn allowed(&self, org: &str) -> Vec<(String, bool)> {
         let r = &self.replacement;
         let mut allowed = vec![
-            format!("{r}/orgs/{org}/"),
-            format!("{r}/v1/orgs/{org}/"),
-            format!("{r}/cloud/task"),
-            format!("{r}/union/"),
-            format!("{r}/v1/cloud/task"),
-            format!("{r}/v1/union/"),
+            (format!("{r}/orgs/{org}/"), false),
+            (format!("{r}/v1/orgs/{org}/"), false),
+            (format!("{r}/cloud/task"), true),
+            (format!("{r}/union/"), false),
+            (format!("{r}/v1/cloud/task"), true),
+            (format!("{r}/v1/union/"), false),
         ];
-        allowed.extend(self.excluded_prefixes.iter().cloned());
+        // Written by the operator, compared as text as in Union.
+        allowed.extend(self.excluded_prefixes.iter().map(|p| (p.clone(), false)));
         allowed
     }
+}
+
+/// Whether `image` is under one of `allowed`.
+fn is_allowed(allowed: &[(String, bool)], image: &str) -> bool {
+    allowed.iter().any(|(prefix, boundary)| {
+        image.strip_prefix(prefix.as_str()).is_some_and(|rest| {
+            // The build task's image is `R/cloud/task`, with a tag, a digest or a path below
+            // it; `R/cloud/task-other-team/...` is another repository.
+            !boundary || rest.is_empty() || rest.starts_with(['/', ':', '@'])
+        })
+    })
 }
 
 impl PodMutator for ImageBuilder {
     fn id(&self) -> &'static str {
         ID
+    }
+
+    fn checks_updates(&self) -> bool {
+        true
     }
 
     fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
@@ -114,7 +159,17 @@ impl PodMutator for ImageBuilder {
             return Ok(());
         };
         let allowed = (!self.disable_verification).then(|| self.allowed(ctx.namespace));
-        for (_, image) in images_mut(spec, &self.excluded_containers) {
+        for (kind, name, image) in all_images_mut(spec) {
+            if self.exempt(kind, name, image.as_deref()) {
+                continue;
+            }
+            // An UPDATE is checked for what it changes: an image the pod already had is not
+            // this request's doing.
+            if let Some(old) = ctx.old
+                && image_of(old, kind, name) == Some(image.as_deref())
+            {
+                continue;
+            }
             // Flyte's image is a string: a container without one is verified as "".
             let original = image.clone().unwrap_or_default();
             let mut current = original.clone();
@@ -125,7 +180,7 @@ impl PodMutator for ImageBuilder {
             }
             if let Some(allowed) = &allowed {
                 ctx.tally.image(ImageCount::ValidationAttempts);
-                if !allowed.iter().any(|p| current.starts_with(p.as_str())) {
+                if !is_allowed(allowed, &current) {
                     ctx.tally.image(ImageCount::ValidationFailures);
                     ctx.tally.image(ImageCount::Failures);
                     return Err(Denial::forbidden(
@@ -147,7 +202,7 @@ impl PodMutator for ImageBuilder {
 mod tests {
     //! `TestImageBuilderWebhook_Mutate` of the Union fork, case for case, with its metric counts.
     use super::*;
-    use crate::config::HostnameReplacement;
+    use crate::config::{FileMountInitContainer, HostnameReplacement};
     use crate::mutate::Tally;
     use k8s_openapi::api::core::v1::{Container, EphemeralContainer, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -158,15 +213,18 @@ mod tests {
     const R: &str = "test.replacement.hostname";
 
     fn mutator(disable_verification: bool) -> ImageBuilder {
-        ImageBuilder::new(&ImageBuilderConfig {
-            enabled: true,
-            hostname_replacement: HostnameReplacement {
-                existing: E.into(),
-                replacement: R.into(),
-                disable_verification,
+        ImageBuilder::new(
+            &ImageBuilderConfig {
+                enabled: true,
+                hostname_replacement: HostnameReplacement {
+                    existing: E.into(),
+                    replacement: R.into(),
+                    disable_verification,
+                },
+                ..Default::default()
             },
-            ..Default::default()
-        })
+            &FileMountInitContainer::default(),
+        )
     }
 
     fn pod(images: &[String]) -> Pod {
@@ -398,15 +456,7 @@ mod tests {
             image: Some(format!("{E}/v1/unionai/debug")),
             ..Default::default()
         }]);
-        let m = ImageBuilder::new(&ImageBuilderConfig {
-            enabled: true,
-            hostname_replacement: HostnameReplacement {
-                existing: E.into(),
-                replacement: R.into(),
-                disable_verification: false,
-            },
-            ..Default::default()
-        });
+        let m = mutator(false);
         let (result, _) = run(&m, &mut p);
         result.unwrap();
         let spec = p.spec.as_ref().unwrap();
@@ -436,18 +486,189 @@ mod tests {
 
     #[test]
     fn an_excluded_prefix_is_allowed() {
-        let m = ImageBuilder::new(&ImageBuilderConfig {
-            enabled: true,
-            hostname_replacement: HostnameReplacement {
-                existing: E.into(),
-                replacement: R.into(),
-                disable_verification: false,
+        let m = ImageBuilder::new(
+            &ImageBuilderConfig {
+                enabled: true,
+                hostname_replacement: HostnameReplacement {
+                    existing: E.into(),
+                    replacement: R.into(),
+                    disable_verification: false,
+                },
+                excluded_image_prefixes: vec!["public.ecr.aws/".into()],
+                ..Default::default()
             },
-            excluded_image_prefixes: vec!["public.ecr.aws/".into()],
-            ..Default::default()
-        });
+            &FileMountInitContainer::default(),
+        );
         let mut p = pod(&["public.ecr.aws/docker/library/busybox".into()]);
         run(&m, &mut p).0.unwrap();
+    }
+
+    const BUSYBOX: &str = "public.ecr.aws/docker/library/busybox:latest";
+    const FOREIGN: &str = "test.replacement.hostname/orgs/other-org/private:1";
+
+    /// The pod of `pod(&[OTHER])` with one more container of `kind`.
+    fn with_extra(kind: Kind, name: &str, image: &str) -> Pod {
+        let mut p = pod(&[OTHER.into()]);
+        let spec = p.spec.as_mut().unwrap();
+        let c = Container {
+            name: name.into(),
+            image: Some(image.into()),
+            ..Default::default()
+        };
+        match kind {
+            Kind::Container => spec.containers.push(c),
+            Kind::Init => spec.init_containers = Some(vec![c]),
+            Kind::Ephemeral => {
+                spec.ephemeral_containers = Some(vec![EphemeralContainer {
+                    name: c.name,
+                    image: c.image,
+                    ..Default::default()
+                }]);
+            }
+        }
+        p
+    }
+
+    /// Only the init container we inject, by name and configured image, skips the check; a
+    /// pod's own container of that name is checked like any other.
+    #[rstest]
+    #[case::the_injected_init_container(Kind::Init, "init-embedded-secret", BUSYBOX, true)]
+    #[case::a_pod_init_container_with_the_name_and_a_foreign_image(
+        Kind::Init,
+        "init-embedded-secret",
+        FOREIGN,
+        false
+    )]
+    #[case::a_pod_container_with_the_name_and_the_busybox_image(
+        Kind::Container,
+        "init-embedded-secret",
+        BUSYBOX,
+        false
+    )]
+    #[case::a_pod_container_with_the_name_and_a_foreign_image(
+        Kind::Container,
+        "init-embedded-secret",
+        FOREIGN,
+        false
+    )]
+    #[case::an_ephemeral_container_with_the_name(
+        Kind::Ephemeral,
+        "init-embedded-secret",
+        BUSYBOX,
+        false
+    )]
+    #[case::the_busybox_image_under_another_name(Kind::Init, "setup", BUSYBOX, false)]
+    fn a_container_named_like_the_injected_init_container_is_exempt_only_if_it_is_it(
+        #[case] kind: Kind,
+        #[case] name: &str,
+        #[case] image: &str,
+        #[case] exempt: bool,
+    ) {
+        let mut p = with_extra(kind, name, image);
+        let (result, _) = run(&mutator(false), &mut p);
+        match (exempt, result) {
+            (true, Ok(())) => {}
+            (false, Err(d)) => {
+                assert_eq!(d.code, 403);
+                assert!(
+                    d.message
+                        .starts_with(&format!("access to {image} is not authorized;")),
+                    "{}",
+                    d.message
+                );
+            }
+            (want, got) => panic!("{kind:?} {name} {image}: exempt {want}, got {got:?}"),
+        }
+    }
+
+    #[test]
+    fn the_exempt_image_is_the_configured_file_mount_image() {
+        let mirror = "test.replacement.hostname/mirror/busybox:1.36";
+        let m = ImageBuilder::new(
+            &ImageBuilderConfig {
+                enabled: true,
+                hostname_replacement: HostnameReplacement {
+                    existing: E.into(),
+                    replacement: R.into(),
+                    disable_verification: false,
+                },
+                ..Default::default()
+            },
+            &FileMountInitContainer {
+                image: mirror.into(),
+                ..Default::default()
+            },
+        );
+        run(
+            &m,
+            &mut with_extra(Kind::Init, "init-embedded-secret", mirror),
+        )
+        .0
+        .unwrap();
+        let refused = run(
+            &m,
+            &mut with_extra(Kind::Init, "init-embedded-secret", BUSYBOX),
+        )
+        .0;
+        assert_eq!(
+            refused.unwrap_err().code,
+            403,
+            "the default image is no longer ours"
+        );
+    }
+
+    /// `R/cloud/task` and `R/v1/cloud/task` end at `/`, `:`, `@` or the end of the image.
+    #[rstest]
+    #[case::bare(format!("{R}/cloud/task"), true)]
+    #[case::tag(format!("{R}/cloud/task:1.2"), true)]
+    #[case::digest(format!("{R}/cloud/task@sha256:{}", "0".repeat(64)), true)]
+    #[case::path_below(format!("{R}/cloud/task/builder:1"), true)]
+    #[case::v1_tag(format!("{R}/v1/cloud/task:1"), true)]
+    #[case::v1_path_below(format!("{R}/v1/cloud/task/builder@sha256:{}", "0".repeat(64)), true)]
+    #[case::longer_name(format!("{R}/cloud/task-other-team/private:1"), false)]
+    #[case::longer_name_without_tag(format!("{R}/cloud/tasks"), false)]
+    #[case::v1_longer_name(format!("{R}/v1/cloud/task-other-team/private:1"), false)]
+    #[case::dot_after(format!("{R}/cloud/task.evil/x:1"), false)]
+    fn cloud_task_prefixes_end_at_a_path_boundary(#[case] image: String, #[case] allowed: bool) {
+        let mut p = pod(std::slice::from_ref(&image));
+        let (result, _) = run(&mutator(false), &mut p);
+        assert_eq!(result.is_ok(), allowed, "{image}: {result:?}");
+    }
+
+    /// An UPDATE (or the ephemeral containers subresource) rewrites and checks the images it
+    /// changes or adds; the images the pod already had are not its doing.
+    #[test]
+    fn an_update_checks_the_images_it_changes_and_only_those() {
+        let m = mutator(false);
+        let tally = Tally::new();
+        let check = |old: &Pod, new: &mut Pod| {
+            let ctx = PodCtx {
+                namespace: ORG,
+                tally: &tally,
+                old: Some(old),
+                ..PodCtx::test(Route::ImageBuilder)
+            };
+            m.mutate(&ctx, new)
+        };
+        // An old pod that runs an image the check would refuse today.
+        let old = pod(&[FOREIGN.into()]);
+        let mut same = old.clone();
+        same.metadata.labels = Some([("team".to_owned(), "x".to_owned())].into());
+        check(&old, &mut same).unwrap();
+        assert_eq!(images(&same), [FOREIGN], "an unchanged image is left alone");
+
+        let allowed_old = pod(&[OTHER.into()]);
+        let mut swapped = pod(&[FOREIGN.into()]);
+        assert_eq!(check(&allowed_old, &mut swapped).unwrap_err().code, 403);
+
+        let mut rewritten = pod(&[format!("{E}/{ORG}/app:2")]);
+        check(&allowed_old, &mut rewritten).unwrap();
+        assert_eq!(images(&rewritten), [format!("{R}/orgs/{ORG}/app:2")]);
+
+        let mut debug = with_extra(Kind::Ephemeral, "debug", FOREIGN);
+        assert_eq!(check(&allowed_old, &mut debug).unwrap_err().code, 403);
+        let mut debug = with_extra(Kind::Ephemeral, "debug", &format!("{R}/union/debug"));
+        check(&allowed_old, &mut debug).unwrap();
     }
 
     fn builder_image() -> impl proptest::strategy::Strategy<Value = String> {

@@ -6,10 +6,65 @@
 pub mod builder;
 pub mod rules;
 
-use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
 pub use builder::ImageBuilder;
 pub use rules::ImageRules;
+
+/// Which list of the pod spec a container is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Container,
+    Init,
+    Ephemeral,
+}
+
+/// `(kind, container name, image)` of every container, init container and ephemeral container,
+/// in that order.
+pub fn all_images_mut(
+    spec: &mut PodSpec,
+) -> impl Iterator<Item = (Kind, &str, &mut Option<String>)> {
+    let containers = spec
+        .containers
+        .iter_mut()
+        .map(|c| (Kind::Container, c.name.as_str(), &mut c.image));
+    let init = spec
+        .init_containers
+        .iter_mut()
+        .flatten()
+        .map(|c| (Kind::Init, c.name.as_str(), &mut c.image));
+    let ephemeral = spec
+        .ephemeral_containers
+        .iter_mut()
+        .flatten()
+        .map(|c| (Kind::Ephemeral, c.name.as_str(), &mut c.image));
+    containers.chain(init).chain(ephemeral)
+}
+
+/// The image of the container of `kind` named `name` in `pod`: `None` when there is no such
+/// container, `Some(None)` when it has no image.
+pub fn image_of<'p>(pod: &'p Pod, kind: Kind, name: &str) -> Option<Option<&'p str>> {
+    let spec = pod.spec.as_ref()?;
+    match kind {
+        Kind::Container => spec
+            .containers
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.image.as_deref()),
+        Kind::Init => spec
+            .init_containers
+            .iter()
+            .flatten()
+            .find(|c| c.name == name)
+            .map(|c| c.image.as_deref()),
+        Kind::Ephemeral => spec
+            .ephemeral_containers
+            .iter()
+            .flatten()
+            .find(|c| c.name == name)
+            .map(|c| c.image.as_deref()),
+    }
+}
 
 /// `(container name, image)` of every container, init container and ephemeral container, in
 /// that order, skipping those named in `excluded`.
@@ -17,17 +72,7 @@ pub fn images_mut<'a>(
     spec: &'a mut PodSpec,
     excluded: &'a [String],
 ) -> impl Iterator<Item = (&'a str, &'a mut Option<String>)> + 'a {
-    let plain = spec
-        .containers
-        .iter_mut()
-        .chain(spec.init_containers.iter_mut().flatten())
-        .map(|c| (c.name.as_str(), &mut c.image));
-    let ephemeral = spec
-        .ephemeral_containers
-        .iter_mut()
-        .flatten()
-        .map(|c| (c.name.as_str(), &mut c.image));
-    plain
-        .chain(ephemeral)
+    all_images_mut(spec)
+        .map(|(_, name, image)| (name, image))
         .filter(move |(name, _)| !excluded.iter().any(|e| e == name))
 }
