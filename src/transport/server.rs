@@ -91,6 +91,20 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// The defaults, with what `http` sets.
+    pub fn from_config(http: &crate::config::HttpConfig) -> Self {
+        Self {
+            max_connections: http.max_connections,
+            max_connections_per_source: http.max_connections_per_source,
+            first_request: Duration::from_secs(http.first_request_timeout_seconds),
+            idle: Duration::from_secs(http.idle_timeout_seconds),
+            max_age: Duration::from_secs(http.max_connection_age_seconds),
+            ..Self::default()
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("{0}")]
@@ -530,9 +544,7 @@ impl Connection {
             let wake = match closing {
                 Some(hard_stop) => hard_stop,
                 None if !slot.served.load(Ordering::Relaxed) => first_request_by.min(age_limit),
-                None if slot.in_flight() == 0 => {
-                    (slot.idle_since() + limits.idle).min(age_limit)
-                }
+                None if slot.in_flight() == 0 => (slot.idle_since() + limits.idle).min(age_limit),
                 None => (Instant::now() + limits.idle).min(age_limit),
             };
             tokio::select! {

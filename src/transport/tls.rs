@@ -132,16 +132,16 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
     let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().map_or_else(
-        || "file".into(),
-        |n| n.to_string_lossy().into_owned(),
-    );
+    let name = path
+        .file_name()
+        .map_or_else(|| "file".into(), |n| n.to_string_lossy().into_owned());
     let tmp = dir.join(format!(
         ".{name}.tmp-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     ));
-    let cannot = |e: std::io::Error| certs_err(dir, format!("cannot write {}: {e}", path.display()));
+    let cannot =
+        |e: std::io::Error| certs_err(dir, format!("cannot write {}: {e}", path.display()));
     let written = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -244,13 +244,18 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("podmutator-tls-{name}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("podmutator-tls-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
     }
 
     fn mode(path: &Path) -> u32 {
-        std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777
+        std::fs::symlink_metadata(path)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
     }
 
     fn names() -> Vec<String> {
@@ -292,7 +297,10 @@ mod tests {
         );
         assert_eq!(mode(&target), 0o644);
         let meta = std::fs::symlink_metadata(&key).unwrap();
-        assert!(meta.file_type().is_file(), "the link was replaced by a file");
+        assert!(
+            meta.file_type().is_file(),
+            "the link was replaced by a file"
+        );
         assert_eq!(mode(&key), 0o600);
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::remove_dir_all(&outside).unwrap();

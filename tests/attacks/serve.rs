@@ -220,7 +220,10 @@ async fn a_busy_http2_connection_is_closed_gracefully_at_its_maximum_age() {
             Err(e) => assert!(e.is_closed() || e.is_canceled(), "{e}"),
         }
     }
-    assert!(answered >= 3, "{answered} requests answered before the close");
+    assert!(
+        answered >= 3,
+        "{answered} requests answered before the close"
+    );
     stop(s).await;
 }
 
@@ -296,7 +299,8 @@ async fn tls_connect_small_send_buffer(port: u16, ca_pem: &[u8]) -> std::io::Res
     let tcp = socket
         .connect(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
         .await?;
-    let name = rustls::pki_types::ServerName::try_from("localhost").map_err(std::io::Error::other)?;
+    let name =
+        rustls::pki_types::ServerName::try_from("localhost").map_err(std::io::Error::other)?;
     tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
         .await
@@ -336,7 +340,11 @@ async fn large_bodies_sent_to_a_wrong_token_are_read_to_the_end_and_all_get_thei
     let s = start_server(&with_token(), Limits::default()).await;
     let mut lost = Vec::new();
     for i in 0..20 {
-        let len = if i % 2 == 0 { 300 * 1024 } else { 2 * 1024 * 1024 };
+        let len = if i % 2 == 0 {
+            300 * 1024
+        } else {
+            2 * 1024 * 1024
+        };
         let (status, written) = wrong_token_post(&s, len).await;
         // A client that stops at a failed write (as the API server's may) never sees the
         // status: the body must be taken in full, not reset.
