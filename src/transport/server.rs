@@ -563,21 +563,19 @@ impl Connection {
                 }
                 () = tokio::time::sleep_until(wake) => {
                     let now = Instant::now();
-
                     if closing.is_some() {
                         tracing::debug!(%peer, "connection still open after its close was asked for");
                         return;
                     }
+                    let served = slot.served.load(Ordering::Relaxed);
                     let idle = slot.in_flight() == 0;
-                    if !slot.served.load(Ordering::Relaxed) && now >= first_request_by {
-                        if idle {
-                            tracing::debug!(%peer, "no request head before the first-request deadline");
-                            return;
-                        }
-                    } else if idle && slot.served.load(Ordering::Relaxed) && now >= slot.idle_since() + limits.idle {
-                        conn.as_mut().graceful_shutdown();
-                        closing = Some(now + limits.request);
-                    } else if now >= age_limit {
+                    if !served && idle && now >= first_request_by {
+                        tracing::debug!(%peer, "no request head before the first-request deadline");
+                        return;
+                    }
+                    let idle_too_long = served && idle && now >= slot.idle_since() + limits.idle;
+                    if idle_too_long || now >= age_limit {
+                        tracing::debug!(%peer, idle_too_long, "closing the connection gracefully");
                         conn.as_mut().graceful_shutdown();
                         closing = Some(now + limits.request);
                     }
