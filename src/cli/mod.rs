@@ -755,7 +755,7 @@ fn serve(config: &Config, namespace: &str) -> Result<(), CliError> {
             front,
             listener,
             tls,
-            server::Limits::default(),
+            server::Limits::from_config(&config.http),
             server::shutdown_signal(),
         )
         .await?;

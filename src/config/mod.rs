@@ -544,6 +544,17 @@ pub struct HttpConfig {
     /// can send reviews (and, in Embedded value mode, read secrets). `podmutator serve` and the
     /// Lambda refuse to start without a token unless this is true, and warn when it is.
     pub path_token_disabled: bool,
+    /// `podmutator serve`: connections open at once. When full, the idlest connection (one that
+    /// never sent a request first) is closed to make room.
+    pub max_connections: usize,
+    /// `podmutator serve`: connections open at once from one source address.
+    pub max_connections_per_source: usize,
+    /// `podmutator serve`: time from accept until the first request head, TLS handshake included.
+    pub first_request_timeout_seconds: u64,
+    /// `podmutator serve`: how long a connection may stay open with no request in flight.
+    pub idle_timeout_seconds: u64,
+    /// `podmutator serve`: age at which a connection is closed gracefully (HTTP/2 GOAWAY).
+    pub max_connection_age_seconds: u64,
 }
 
 impl Default for HttpConfig {
@@ -555,6 +566,11 @@ impl Default for HttpConfig {
             path_token_sha256: None,
             path_token_secret_id: None,
             path_token_disabled: false,
+            max_connections: 1024,
+            max_connections_per_source: 256,
+            first_request_timeout_seconds: 10,
+            idle_timeout_seconds: 60,
+            max_connection_age_seconds: 600,
         }
     }
 }
@@ -1072,6 +1088,26 @@ impl Config {
             ));
         }
         let h = &self.http;
+        for (key, value) in [
+            ("http.maxConnections", h.max_connections as u64),
+            (
+                "http.maxConnectionsPerSource",
+                h.max_connections_per_source as u64,
+            ),
+            (
+                "http.firstRequestTimeoutSeconds",
+                h.first_request_timeout_seconds,
+            ),
+            ("http.idleTimeoutSeconds", h.idle_timeout_seconds),
+            ("http.maxConnectionAgeSeconds", h.max_connection_age_seconds),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::new(
+                    key,
+                    "must be at least 1 (podmutator serve would accept no connection or close each at once)",
+                ));
+            }
+        }
         let tokens = [
             h.path_token.is_some(),
             h.path_token_sha256.is_some(),

@@ -78,7 +78,16 @@ pub fn ensure_certs(dir: &Path, generate: bool, names: &[String]) -> Result<Cert
             ),
         ));
     }
-    std::fs::create_dir_all(dir).map_err(|e| certs_err(dir, format!("cannot create: {e}")))?;
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        // Private from creation: the key is written here, and a directory others can write to
+        // would let them swap files under the server. An existing directory is left as it is.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| certs_err(dir, format!("cannot create: {e}")))?;
+    }
     let (ca_pem, cert_pem, key_pem) =
         generate_certs(names).map_err(|e| certs_err(dir, format!("cannot generate: {e}")))?;
     write_file(&files.ca, ca_pem.as_bytes(), 0o644)?;
@@ -113,19 +122,42 @@ fn restrict(path: &Path, mode: u32) -> Result<(), TlsError> {
     }
 }
 
+/// Writes `bytes` to `path` by way of a new file in the same directory, created with `mode` (so
+/// a key is never readable by others, not even for a moment), synced, then renamed over `path`.
+/// Whatever `path` was (a stale file with looser permissions, a symlink) is replaced, never
+/// written through: `create_new` refuses to follow a link, and rename replaces the link itself.
 fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
     let dir = path.parent().unwrap_or(Path::new("."));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(path)
-        .map_err(|e| certs_err(dir, format!("cannot write {}: {e}", path.display())))?;
-    f.write_all(bytes)
-        .map_err(|e| certs_err(dir, format!("cannot write {}: {e}", path.display())))
+    let name = path
+        .file_name()
+        .map_or_else(|| "file".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = dir.join(format!(
+        ".{name}.tmp-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let cannot =
+        |e: std::io::Error| certs_err(dir, format!("cannot write {}: {e}", path.display()));
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        // The rename itself lasts once the directory is synced.
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map_err(cannot)
 }
 
 /// A CA and a serving certificate signed by it (ECDSA P-256), as PEM: (ca, cert, key).
@@ -204,4 +236,89 @@ pub fn tls_config(files: &CertFiles) -> Result<Arc<rustls::ServerConfig>, TlsErr
         })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("podmutator-tls-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    fn names() -> Vec<String> {
+        serving_names("podmutator", "flyte")
+    }
+
+    #[test]
+    fn a_stale_world_readable_key_is_replaced_by_a_private_one() {
+        let dir = scratch("stale");
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join(TLS_KEY);
+        std::fs::write(&key, "stale").unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let files = ensure_certs(&dir, true, &names()).unwrap();
+        assert!(files.generated);
+        assert_eq!(mode(&key), 0o600);
+        let pem = std::fs::read_to_string(&key).unwrap();
+        assert!(pem.contains("PRIVATE KEY"), "the new key was written");
+        tls_config(&files).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_symlinked_key_is_replaced_and_its_target_left_untouched() {
+        let dir = scratch("symlink");
+        std::fs::create_dir_all(&dir).unwrap();
+        let outside = scratch("symlink-target");
+        std::fs::create_dir_all(&outside).unwrap();
+        let target = outside.join("elsewhere");
+        std::fs::write(&target, "not yours").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let key = dir.join(TLS_KEY);
+        std::os::unix::fs::symlink(&target, &key).unwrap();
+        ensure_certs(&dir, true, &names()).unwrap();
+        // Compared without printing: on failure the target would hold a private key.
+        assert!(
+            std::fs::read_to_string(&target).unwrap() == "not yours",
+            "the link's target was written"
+        );
+        assert_eq!(mode(&target), 0o644);
+        let meta = std::fs::symlink_metadata(&key).unwrap();
+        assert!(
+            meta.file_type().is_file(),
+            "the link was replaced by a file"
+        );
+        assert_eq!(mode(&key), 0o600);
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&outside).unwrap();
+    }
+
+    #[test]
+    fn a_new_cert_directory_is_private_and_holds_no_leftovers() {
+        let parent = scratch("newdir");
+        let dir = parent.join("certs");
+        ensure_certs(&dir, true, &names()).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join(TLS_KEY)), 0o600);
+        let mut listed: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        listed.sort();
+        assert_eq!(listed, [CA_CERT, TLS_CERT, TLS_KEY]);
+        std::fs::remove_dir_all(&parent).unwrap();
+    }
 }

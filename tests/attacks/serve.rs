@@ -1,0 +1,357 @@
+//! Attacks on `podmutator serve` by clients that hold connections without a token: idle TLS
+//! sessions, a bare HTTP/2 preface, one source opening many connections, and large bodies sent
+//! to a wrong token.
+
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{TOKEN, config, read_until_closed, review_bytes};
+use crate::common::*;
+use podmutator::transport::server::Limits;
+
+/// The API server's default `timeoutSeconds`: a real client must be answered well within it.
+const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
+
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+fn with_token() -> podmutator::config::Config {
+    config(json!({"http": {"pathToken": TOKEN}}))
+}
+
+/// `n` connections that finish the TLS handshake, send `first` (if anything), and then nothing.
+async fn idle_connections(s: &Running, n: usize, first: &[u8]) -> Vec<Tls> {
+    let mut held = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut tls = tls_connect(s.port, &s.ca)
+            .await
+            .unwrap_or_else(|e| panic!("attacker connection {i}: {e}"));
+        if !first.is_empty() {
+            tls.write_all(first).await.unwrap();
+            tls.flush().await.unwrap();
+        }
+        held.push(tls);
+    }
+    held
+}
+
+/// What the API server does: a whole AdmissionReview with the token, over a new connection.
+async fn api_server_review(s: &Running) -> u16 {
+    let started = Instant::now();
+    let (status, reply) = tokio::time::timeout(
+        WEBHOOK_TIMEOUT,
+        https_request(
+            s.port,
+            &s.ca,
+            "localhost",
+            "POST",
+            &format!("/{TOKEN}/mutate--v1-pod"),
+            Some("application/json"),
+            &review_bytes(),
+        ),
+    )
+    .await
+    .expect("the real client was answered within the webhook timeout")
+    .unwrap();
+    if status == 200 {
+        assert!(response(&reply)["patch"].is_string());
+    }
+    eprintln!("real client answered in {:?}", started.elapsed());
+    status
+}
+
+/// How many of `conns` the server has closed, each given `wait` to show it.
+async fn closed_count(conns: &mut [Tls], wait: Duration) -> usize {
+    let mut closed = 0;
+    for c in conns.iter_mut() {
+        if read_until_closed(c, wait).await.is_some() {
+            closed += 1;
+        }
+    }
+    closed
+}
+
+async fn stop(s: Running) {
+    s.stop.send(()).unwrap();
+    s.task.await.unwrap();
+}
+
+#[tokio::test]
+async fn tls_connections_that_send_nothing_filling_the_cap_do_not_lock_out_the_api_server() {
+    let limits = Limits {
+        max_connections: 16,
+        ..Limits::default()
+    };
+    let s = start_server(&with_token(), limits).await;
+    let mut held = idle_connections(&s, 16, b"").await;
+    assert_eq!(api_server_review(&s).await, 200);
+    // Room was made by closing an idle connection, not by waiting for a deadline.
+    assert!(closed_count(&mut held, Duration::from_millis(200)).await >= 1);
+    stop(s).await;
+}
+
+#[tokio::test]
+async fn http2_prefaces_that_send_nothing_more_filling_the_cap_do_not_lock_out_the_api_server() {
+    let limits = Limits {
+        max_connections: 16,
+        ..Limits::default()
+    };
+    let s = start_server(&with_token(), limits).await;
+    let mut held = idle_connections(&s, 16, HTTP2_PREFACE).await;
+    assert_eq!(api_server_review(&s).await, 200);
+    assert!(closed_count(&mut held, Duration::from_millis(200)).await >= 1);
+    stop(s).await;
+}
+
+#[tokio::test]
+async fn a_tls_connection_that_sends_no_request_is_closed_at_the_first_request_deadline() {
+    let limits = Limits {
+        first_request: Duration::from_millis(800),
+        ..Limits::default()
+    };
+    let s = start_server(&with_token(), limits).await;
+    let mut held = idle_connections(&s, 1, b"").await;
+    let started = Instant::now();
+    assert!(
+        read_until_closed(&mut held[0], Duration::from_secs(5))
+            .await
+            .is_some(),
+        "still open 5 s after a first-request deadline of 0.8 s"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    stop(s).await;
+}
+
+#[tokio::test]
+async fn an_http2_preface_with_no_request_is_closed_at_the_first_request_deadline() {
+    let limits = Limits {
+        first_request: Duration::from_millis(800),
+        ..Limits::default()
+    };
+    let s = start_server(&with_token(), limits).await;
+    let mut held = idle_connections(&s, 1, HTTP2_PREFACE).await;
+    assert!(
+        read_until_closed(&mut held[0], Duration::from_secs(5))
+            .await
+            .is_some(),
+        "still open 5 s after a first-request deadline of 0.8 s"
+    );
+    stop(s).await;
+}
+
+/// An HTTP/2 client connection; the task ends when the server closes it.
+async fn h2_client(
+    s: &Running,
+) -> (
+    hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let tls = tls_connect(s.port, &s.ca).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    let task = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    (sender, task)
+}
+
+async fn h2_healthz(
+    sender: &mut hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+) -> hyper::Result<u16> {
+    sender.ready().await?;
+    let req = hyper::Request::get(format!("https://localhost/{TOKEN}/healthz"))
+        .body(Empty::new())
+        .unwrap();
+    let resp = sender.send_request(req).await?;
+    let status = resp.status().as_u16();
+    resp.into_body().collect().await?;
+    Ok(status)
+}
+
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
+    let limits = Limits {
+        idle: Duration::from_millis(800),
+        ..Limits::default()
+    };
+    let s = start_server(&with_token(), limits).await;
+    let (mut sender, conn) = h2_client(&s).await;
+    assert_eq!(h2_healthz(&mut sender).await.unwrap(), 200);
+    tokio::time::timeout(Duration::from_secs(5), conn)
+        .await
+        .expect("the server closed the idle HTTP/2 connection")
+        .unwrap();
+    stop(s).await;
+}
+
+#[tokio::test]
+async fn a_busy_http2_connection_is_closed_gracefully_at_its_maximum_age() {
+    let limits = Limits {
+        max_age: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let s = start_server(&with_token(), limits).await;
+    let (mut sender, mut conn) = h2_client(&s).await;
+    let started = Instant::now();
+    let mut answered = 0;
+    loop {
+        tokio::select! {
+            _ = &mut conn => break,
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "still open 5 s after a maximum age of 1 s"
+        );
+        // After GOAWAY the client opens no new stream; every stream it did open is answered.
+        match h2_healthz(&mut sender).await {
+            Ok(status) => {
+                assert_eq!(status, 200);
+                answered += 1;
+            }
+            Err(e) => assert!(e.is_closed() || e.is_canceled(), "{e}"),
+        }
+    }
+    assert!(
+        answered >= 3,
+        "{answered} requests answered before the close"
+    );
+    stop(s).await;
+}
+
+#[tokio::test]
+async fn one_source_holding_idle_connections_keeps_at_most_its_cap_open() {
+    let limits = Limits {
+        max_connections: 64,
+        max_connections_per_source: 4,
+        ..Limits::default()
+    };
+    let s = start_server(&with_token(), limits).await;
+    let mut held = idle_connections(&s, 12, b"").await;
+    let closed = closed_count(&mut held, Duration::from_millis(200)).await;
+    assert_eq!(closed, 8, "12 idle connections from one source, cap 4");
+    // The oldest went first; the newest are the ones left.
+    for c in &mut held[8..] {
+        assert!(
+            read_until_closed(c, Duration::from_millis(50))
+                .await
+                .is_none()
+        );
+    }
+    // The same source's real request still gets in, by closing one of its idle connections.
+    assert_eq!(api_server_review(&s).await, 200);
+    stop(s).await;
+}
+
+#[tokio::test]
+async fn a_source_at_its_cap_with_every_connection_busy_is_refused() {
+    let limits = Limits {
+        max_connections: 64,
+        max_connections_per_source: 4,
+        request: Duration::from_secs(20),
+        ..Limits::default()
+    };
+    let s = start_server(&with_token(), limits).await;
+    // Four requests with the token whose bodies never finish: each is in flight.
+    let head = format!(
+        "POST /{TOKEN}/mutate--v1-pod HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{{\"a\":"
+    );
+    let busy = idle_connections(&s, 4, head.as_bytes()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fifth = tokio::time::timeout(Duration::from_secs(5), tls_connect(s.port, &s.ca))
+        .await
+        .expect("the fifth connection was answered at once");
+    assert!(
+        fifth.is_err(),
+        "a fifth connection from a source with four busy ones was served"
+    );
+    drop(busy);
+    stop(s).await;
+}
+
+/// A TLS connection whose socket send buffer is small, so a write completes only once the server
+/// has taken the bytes: on loopback the kernel would otherwise accept megabytes that the
+/// server's reset then throws away, and the body would never outrun the socket buffers.
+async fn tls_connect_small_send_buffer(port: u16, ca_pem: &[u8]) -> std::io::Result<Tls> {
+    use std::sync::Arc;
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut &ca_pem[..]) {
+        roots.add(cert?).map_err(std::io::Error::other)?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(std::io::Error::other)?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_send_buffer_size(16 * 1024)?;
+    let tcp = socket
+        .connect(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+        .await?;
+    let name =
+        rustls::pki_types::ServerName::try_from("localhost").map_err(std::io::Error::other)?;
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+}
+
+/// Sends a body of `body_len` bytes to a wrong token over a new connection, written in full by
+/// its own task while this one reads, and returns the status line the server sent back (empty if
+/// the connection broke first) and whether the whole request was written without a reset.
+async fn wrong_token_post(s: &Running, body_len: usize) -> (String, std::io::Result<()>) {
+    let tls = tls_connect_small_send_buffer(s.port, &s.ca).await.unwrap();
+    let (mut rd, mut wr) = tokio::io::split(tls);
+    let writer = tokio::spawn(async move {
+        let head = format!(
+            "POST /wrong-token-0123456789abcdefghijklmn/mutate--v1-pod HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {body_len}\r\n\r\n"
+        );
+        wr.write_all(head.as_bytes()).await?;
+        wr.write_all(&vec![b' '; body_len]).await?;
+        wr.flush().await?;
+        // Keep the write half open until the reader is done.
+        Ok::<_, std::io::Error>(wr)
+    });
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.windows(2).any(|w| w == b"\r\n") {
+        match tokio::time::timeout(Duration::from_secs(10), rd.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    let written = writer.await.unwrap().map(drop);
+    let text = String::from_utf8_lossy(&got);
+    (text.lines().next().unwrap_or_default().to_owned(), written)
+}
+
+#[tokio::test]
+async fn large_bodies_sent_to_a_wrong_token_are_read_to_the_end_and_all_get_their_404() {
+    let s = start_server(&with_token(), Limits::default()).await;
+    let mut lost = Vec::new();
+    for i in 0..20 {
+        let len = if i % 2 == 0 {
+            300 * 1024
+        } else {
+            2 * 1024 * 1024
+        };
+        let (status, written) = wrong_token_post(&s, len).await;
+        // A client that stops at a failed write (as the API server's may) never sees the
+        // status: the body must be taken in full, not reset.
+        if !status.starts_with("HTTP/1.1 404") || written.is_err() {
+            lost.push((len, status, written.err().map(|e| e.to_string())));
+        }
+    }
+    assert!(lost.is_empty(), "answers lost or requests reset: {lost:?}");
+    stop(s).await;
+}
