@@ -484,7 +484,7 @@ def main():
         )
     c.true(
         "the refusal tells what to do",
-        "EmbeddedDelivery reference" in template["Rules"]["NoValueDeliveryOnHttpApi"]["Assertions"][0]["AssertDescription"],
+        "EmbeddedDelivery reference" in str(template.get("Rules", {}).get("NoValueDeliveryOnHttpApi", {}).get("Assertions")),
     )
 
     # --- endpoint hardening ------------------------------------------------------------------
