@@ -220,8 +220,8 @@ pub(crate) fn is_safe_file_key(key: &str) -> bool {
 ///   FILE secret that sets it (Flyte sets only the first one's).
 ///
 /// Either way the value ends up in the pod spec, as in Flyte. Unlike Flyte, a pod may only read
-/// the scope its namespace belongs to (`embedded.namespaceTemplate`), and optionally only for
-/// listed users.
+/// the organisation the webhook serves (`embedded.organization`) and the scope its namespace
+/// belongs to (`embedded.namespaceTemplate`), and optionally only for listed users.
 pub struct EmbeddedInjector {
     pub env_prefix: String,
     pub file_init: FileMountInitContainer,
