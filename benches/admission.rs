@@ -286,7 +286,7 @@ fn cases() -> Vec<Case> {
     let embedded = config(json!({"webhook": {
         "secretManagerTypes": ["Embedded", "AWS", "Vault", "K8s"],
         "embeddedSecretManagerConfig": {"type": "AWS"}
-    }}));
+    }, "embedded": {"organization": "flyte"}}));
     let mut source = StaticSource::default();
     let (org, project, domain) = SCOPE;
     // ENV_VAR secrets only: an Embedded FILE secret beside an AWS fetcher is refused (both

@@ -60,7 +60,7 @@ async fn main() {
     let config = Config::from_value(json!({"webhook": {
         "secretManagerTypes": ["Embedded"],
         "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
-    }}))
+    }, "embedded": {"organization": "flyte"}}))
     .unwrap()
     .config;
     let baseline_app = App::build(&Config::default(), Deps::offline()).unwrap();

@@ -731,10 +731,12 @@ fn config_for(strategy: &str) -> Result<Config, String> {
         "webhook": {
             "secretManagerTypes": ["Embedded"],
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
-        }
+        },
+        "embedded": {"organization": "flyte"}
     });
     if Resolution::of(strategy) != Resolution::Values {
         v["embedded"] = json!({
+            "organization": "flyte",
             "delivery": "reference",
             "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000"
         });
@@ -755,7 +757,7 @@ fn config_for(strategy: &str) -> Result<Config, String> {
         None => (strategy, None),
     };
     if name != "default" {
-        v["embedded"] = json!({"fetchStrategy": name});
+        v["embedded"]["fetchStrategy"] = json!(name);
     }
     if let Some(n) = per_admission {
         v["embedded"]["maxCallsInFlightPerAdmission"] = json!(n);

@@ -87,7 +87,7 @@ for k in ("organization", "project", "domain"):
 event["body"] = json.dumps(review)
 json.dump(event, open(sys.argv[2], "w"))
 PY
-PROD_CONFIG="{\"webhook\": {\"secretManagerTypes\": [\"Embedded\", \"K8s\"], \"embeddedSecretManagerConfig\": {\"type\": \"AWS\", \"awsConfig\": {\"region\": \"us-east-1\"}}}, \"http\": {\"pathTokenSha256\": \"$TOKEN_SHA256\"}}"
+PROD_CONFIG="{\"webhook\": {\"secretManagerTypes\": [\"Embedded\", \"K8s\"], \"embeddedSecretManagerConfig\": {\"type\": \"AWS\", \"awsConfig\": {\"region\": \"us-east-1\"}}}, \"embedded\": {\"organization\": \"flyte\"}, \"http\": {\"pathTokenSha256\": \"$TOKEN_SHA256\"}}"
 
 # Connections opened by one start of $1 before its first answer, the runtime API excepted.
 connections() {

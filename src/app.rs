@@ -30,6 +30,9 @@ pub struct App {
     pub(crate) entrypoints: Option<Arc<dyn EntrypointSource>>,
     pub(crate) deadline: Duration,
     pub(crate) metrics: Option<Metrics>,
+    /// [`Config::embedded_values_in_replies`]: the transport refuses such replies on public
+    /// event sources.
+    pub(crate) values_in_replies: bool,
 }
 
 /// What the app takes from outside its configuration. Made at the edge (`cli`), by tests, or
@@ -192,7 +195,14 @@ impl App {
             entrypoints,
             deadline: Duration::from_millis(config.embedded.deadline_ms),
             metrics,
+            values_in_replies: config.embedded_values_in_replies(),
         })
+    }
+
+    /// Whether a secrets reply can carry an Embedded value (see
+    /// [`Config::embedded_values_in_replies`]).
+    pub fn values_in_replies(&self) -> bool {
+        self.values_in_replies
     }
 
     pub fn chain(&self) -> &Chain {

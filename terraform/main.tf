@@ -39,8 +39,10 @@ locals {
     )
     embedded = merge(
       {
-        deadlineMs        = var.embedded_deadline_ms
-        cacheTtlSeconds   = var.embedded_cache_ttl_seconds
+        deadlineMs      = var.embedded_deadline_ms
+        cacheTtlSeconds = var.embedded_cache_ttl_seconds
+        # The organisation the role may read is the only one a pod's label may name.
+        organization      = var.secret_org
         namespaceTemplate = var.namespace_template
         delivery          = var.embedded_delivery
         envVarDelivery    = var.embedded_env_var_delivery

@@ -295,14 +295,16 @@ variable "max_body_bytes" {
 
 
 variable "secret_org" {
-  description = "Organisation in the secret names (u__org__<org>__...); the role can read only secrets with this prefix."
+  description = "Organisation in the secret names (u__org__<org>__...): the role can read only secrets with this prefix, and it is embedded.organization, the only organization label a pod may carry to receive Embedded secrets."
   type        = string
   default     = "flyte"
 
   validation {
-    # No IAM wildcard characters, and no '__', which would let one org's prefix reach another's.
-    condition     = can(regex("^[A-Za-z0-9+=.@-]+(_[A-Za-z0-9+=.@-]+)*$", var.secret_org))
-    error_message = "secret_org must be letters, digits or +=.@-, with single underscores between them."
+    # No IAM wildcard characters, and no '__', which would let one org's prefix reach another's;
+    # a Kubernetes label value, since it is also embedded.organization, the only organization
+    # label a pod may carry.
+    condition     = length(var.secret_org) <= 63 && can(regex("^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(_[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)*$", var.secret_org))
+    error_message = "secret_org must be a Kubernetes label value (at most 63 letters, digits, '.', '-' and single '_', starting and ending with a letter or digit): it is also the organization label every pod must carry (embedded.organization)."
   }
 }
 
@@ -359,6 +361,16 @@ variable "endpoint" {
   validation {
     condition     = contains(["alb", "http_api"], var.endpoint)
     error_message = "endpoint must be alb or http_api."
+  }
+  validation {
+    # A value-delivery function answers a review with the secret values. The API server quotes
+    # the webhook URL, path token included, in errors it returns to pod creators, so on an
+    # internet-facing endpoint anyone who read one such error could read every secret of the
+    # organisation. Webhook Flyte's default (no secretManagerTypes) is K8s.
+    condition = !(var.endpoint == "http_api"
+      && contains(try(tolist(var.webhook_config.secretManagerTypes), [try(var.webhook_config.secretManagerType, "K8s")]), "Embedded")
+    && (var.embedded_delivery == "value" || var.embedded_env_var_delivery == "value"))
+    error_message = "endpoint \"http_api\" is on the internet and the path token is not secret from cluster users (the API server quotes the webhook URL in pod-creation errors), so it cannot serve Embedded value delivery: use endpoint = \"alb\" (internal), or embedded_delivery = \"reference\" with embedded_env_var_delivery = \"exec\" (and fetcher_image)."
   }
 }
 

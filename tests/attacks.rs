@@ -302,9 +302,12 @@ mod secrets_attacks {
         let mut v = json!({"webhook": {
             "secretManagerTypes": ["Embedded"],
             "embeddedSecretManagerConfig": {"type": "AWS"}
-        }});
+        }, "embedded": {"organization": "flyte"}});
         for (k, x) in extra.as_object().unwrap() {
             v[k] = x.clone();
+        }
+        if v["embedded"].get("organization").is_none() {
+            v["embedded"]["organization"] = json!("flyte");
         }
         Config::from_value(v).unwrap().config
     }
@@ -559,6 +562,7 @@ mod secrets_attacks {
             .with(&id("flyte", "development", "flytesnacks", "db"), "unused")
             .with(&id("flyte", "development", "flytesnacks", "cert"), "unused");
         let cfg = config(json!({"embedded": {
+            "organization": "flyte",
             "delivery": "reference",
             "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000"
         }}));
@@ -780,7 +784,7 @@ mod secrets_attacks {
             let cfg = Config::from_value(json!({"webhook": {
                 "secretManagerTypes": types,
                 "embeddedSecretManagerConfig": {"type": "AWS"}
-            }}))
+            }, "embedded": {"organization": "flyte"}}))
             .unwrap()
             .config;
             let front = webhook(
@@ -862,6 +866,7 @@ async fn a_forged_review_to_a_reference_deployment_gets_names_only() {
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
         }});
         v["embedded"] = extra;
+        v["embedded"]["organization"] = json!("flyte");
         config(v)
     };
 
@@ -907,3 +912,7 @@ async fn a_forged_review_to_a_reference_deployment_gets_names_only() {
 mod images;
 #[path = "attacks/serve.rs"]
 mod serve;
+#[path = "attacks/org.rs"]
+mod org;
+#[path = "attacks/public_endpoint.rs"]
+mod public_endpoint;

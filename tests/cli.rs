@@ -223,7 +223,7 @@ fn inject_will_not_reach_aws_unless_told_to() {
     let config = json!({"webhook": {
         "secretManagerTypes": ["Embedded"],
         "embeddedSecretManagerConfig": {"type": "AWS"}
-    }})
+    }, "embedded": {"organization": "flyte"}})
     .to_string();
     let input = fixture("manifests.yaml");
     let out = podmutator(
@@ -290,6 +290,7 @@ async fn inject_in_reference_delivery_resolves_names_and_reads_no_value() {
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
         },
         "embedded": {
+            "organization": "flyte",
             "delivery": "reference",
             "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000"
         }

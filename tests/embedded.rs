@@ -27,11 +27,14 @@ fn config(extra: Value) -> Config {
     let mut v = json!({"webhook": {
         "secretManagerTypes": ["Embedded"],
         "embeddedSecretManagerConfig": {"type": "AWS"}
-    }});
+    }, "embedded": {"organization": "flyte"}});
     if let (Some(base), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
         for (k, x) in extra {
             base.insert(k.clone(), x.clone());
         }
+    }
+    if v["embedded"].get("organization").is_none() {
+        v["embedded"]["organization"] = json!("flyte");
     }
     Config::from_value(v).unwrap().config
 }
@@ -521,7 +524,7 @@ async fn a_pod_served_by_an_earlier_manager_fetches_nothing() {
     let config = Config::from_value(json!({"webhook": {
         "secretManagerTypes": ["K8s", "Embedded"],
         "embeddedSecretManagerConfig": {"type": "AWS"}
-    }}))
+    }, "embedded": {"organization": "flyte"}}))
     .unwrap()
     .config;
     let app = webhook(&config, Deps::offline().with_source(Arc::new(Broken(None))));

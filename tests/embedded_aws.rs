@@ -27,7 +27,7 @@ fn config() -> Config {
     Config::from_value(json!({"webhook": {
         "secretManagerTypes": ["Embedded"],
         "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
-    }}))
+    }, "embedded": {"organization": "flyte"}}))
     .unwrap()
     .config
 }
@@ -207,6 +207,7 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
             "secretManagerTypes": ["Embedded"],
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
         },
+        "embedded": {"organization": "flyte"},
         "http": {"pathTokenSecretId": "podmutator/path-token", "listenAddress": "127.0.0.1"}
     });
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))

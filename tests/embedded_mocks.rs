@@ -72,7 +72,7 @@ fn app_over(client: Client) -> Front {
     let config = Config::from_value(json!({"webhook": {
         "secretManagerTypes": ["Embedded"],
         "embeddedSecretManagerConfig": {"type": "AWS"}
-    }}))
+    }, "embedded": {"organization": "flyte"}}))
     .unwrap()
     .config;
     let source = CachingSource::new(
@@ -228,7 +228,7 @@ fn metered(client: Client, strategy: FetchStrategy) -> (Front, Arc<Mutex<Vec<Str
     let config = Config::from_value(json!({"webhook": {
         "secretManagerTypes": ["Embedded"],
         "embeddedSecretManagerConfig": {"type": "AWS"}
-    }}))
+    }, "embedded": {"organization": "flyte"}}))
     .unwrap()
     .config;
     let source = CachingSource::new(

@@ -59,6 +59,7 @@ fn config(registries: &[String], ca: &std::path::Path, extra: Value) -> Config {
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
         },
         "embedded": {
+            "organization": "flyte",
             "delivery": "reference",
             "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000",
             "deadlineMs": 2500,
@@ -379,7 +380,7 @@ async fn an_image_on_an_unlisted_registry_is_refused_without_a_connection() {
 async fn with_the_lookup_off_a_container_without_command_is_refused_as_before() {
     let cfg = Config::from_value(json!({
         "webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS"}},
-        "embedded": {"delivery": "reference", "fetcherImage": "registry.example/podmutator:1"}
+        "embedded": {"organization": "flyte", "delivery": "reference", "fetcherImage": "registry.example/podmutator:1"}
     }))
     .unwrap()
     .config;
@@ -469,7 +470,7 @@ async fn a_registry_with_an_untrusted_certificate_is_not_read() {
     .await;
     let cfg = Config::from_value(json!({
         "webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS"}},
-        "embedded": {"delivery": "reference", "fetcherImage": "registry.example/podmutator:1",
+        "embedded": {"organization": "flyte", "delivery": "reference", "fetcherImage": "registry.example/podmutator:1",
             "entrypointLookup": {"registries": [registry.host()]}}
     }))
     .unwrap()

@@ -108,6 +108,7 @@ async fn no_secret_value_reaches_logs_metrics_or_error_messages() {
             "secretManagerTypes": ["Embedded", "Vault", "AWS"],
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
         },
+        "embedded": {"organization": "flyte"},
         "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true}
     });
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))

@@ -105,7 +105,7 @@ async fn a_denial_is_counted_by_reason() {
 
 #[tokio::test]
 async fn embedded_fetches_and_cache_hits_are_reported_and_values_are_not() {
-    let config = json!({"webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS"}}});
+    let config = json!({"webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS"}}, "embedded": {"organization": "flyte"}});
     let source = CachingSource::new(
         StaticSource::default().with(
             "u__org__flyte__domain____project____key__token",

@@ -141,6 +141,7 @@ async fn ten_secrets_are_resolved_in_one_round_trip_and_the_pod_fetches_exactly_
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
         },
         "embedded": {
+            "organization": "flyte",
             "delivery": "reference",
             "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000",
             "deadlineMs": 10000

@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 use common::{root, tool};
 
 const REGION: &str = "us-east-1";
+/// The reference init container's image, as a deployment pins it.
+const FETCHER_IMAGE: &str = "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000";
 
 struct Scratch(PathBuf);
 
@@ -299,6 +301,7 @@ module "podmutator" {{
 
   alarm_topic_arns  = [aws_sns_topic.alarms.arn]
   dashboard_enabled = {dashboard}
+  {delivery_inputs}
 }}
 
 variable "failure_policy" {{
@@ -327,6 +330,12 @@ output "zone_id" {{ value = var.zone_id }}
 "#,
         short = endpoint.replace('_', "-"),
         dashboard = endpoint != "alb",
+        // The module refuses value delivery on the internet-facing endpoint.
+        delivery_inputs = if endpoint == "alb" {
+            String::new()
+        } else {
+            format!("embedded_delivery = \"reference\"\n  fetcher_image = \"{FETCHER_IMAGE}\"")
+        },
     )
 }
 
@@ -813,4 +822,68 @@ fn out_vpc(dir: &Path, tf: &Terraform) -> String {
     let out: serde_json::Value =
         serde_json::from_slice(&tf.ok(dir, &["output", "-json"], None).stdout).unwrap();
     out["vpc_id"]["value"].as_str().unwrap().to_owned()
+}
+
+/// Hole 10 of issue 25: the HTTP API is on the internet and the path token is quoted to pod
+/// creators in the API server's errors, so the module refuses to put a value-delivery function
+/// behind it (a variable validation, at plan time, before anything is created). Reference
+/// delivery with env vars by exec is what that endpoint may serve, and plans cleanly.
+#[test]
+fn terraform_refuses_value_delivery_behind_the_http_api() {
+    let moto = Moto::start();
+    let scratch = Scratch::new("public-value");
+    copy_iac(&scratch.0);
+    let tf = Terraform::new(moto_env(&moto));
+    let plan = |name: &str, delivery: &str| -> Output {
+        let dir = scratch.0.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("main.tf"),
+            provider_block()
+                + &format!(
+                    r#"
+module "podmutator" {{
+  source                  = "../terraform"
+  endpoint                = "http_api"
+  lambda_zip_path         = "bootstrap.zip"
+  lambda_zip_base64sha256 = "{hash}"
+  domain_name             = "podmutator.example.com"
+  create_certificate      = false
+  certificate_arn         = "arn:aws:acm:{REGION}:123456789012:certificate/00000000-0000-0000-0000-000000000000"
+  create_dns_record       = false
+  {delivery}
+}}
+"#,
+                    hash = "A".repeat(43) + "=",
+                ),
+        )
+        .unwrap();
+        tf.init(&dir);
+        tf.run(&dir, &["plan", "-input=false", "-no-color"])
+    };
+    let refusal = "cannot serve Embedded value delivery";
+    for (name, delivery) in [
+        ("default-value", ""),
+        (
+            "reference-env-by-value",
+            &format!(
+                "embedded_delivery = \"reference\"\n  embedded_env_var_delivery = \"value\"\n  fetcher_image = \"{FETCHER_IMAGE}\""
+            ) as &str,
+        ),
+    ] {
+        let out = plan(name, delivery);
+        let text = combined(&out);
+        assert!(!out.status.success(), "{name}: planned:\n{text}");
+        assert!(
+            text.replace('\n', " ").replace("│ ", "").contains(refusal),
+            "{name}: refused for another reason:\n{text}"
+        );
+    }
+    let out = plan(
+        "reference",
+        &format!("embedded_delivery = \"reference\"\n  fetcher_image = \"{FETCHER_IMAGE}\""),
+    );
+    let text = combined(&out);
+    assert!(out.status.success(), "reference delivery refused:\n{text}");
+    assert!(!text.contains(refusal), "{text}");
 }

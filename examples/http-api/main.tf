@@ -1,7 +1,10 @@
 # podmutator behind an API Gateway HTTP API with a secret path token, registered with the
 # cluster. Use it only where the internal ALB cannot work: this endpoint is reachable from the
-# internet, and the token in the URL is all that keeps strangers from the secrets the function
-# can read (docs/deploy.md, "What each endpoint protects against").
+# internet, and the token in the URL, which the API server quotes to pod creators in its errors,
+# is all that stands between a stranger and the function. So the function here delivers by
+# reference (names only, never a value; the module refuses value delivery on this endpoint),
+# and the pods fetch their secrets with their own identity (docs/deploy.md, "What each
+# endpoint protects against").
 #
 #   1. In the podmutator checkout:  cargo lambda build --release --arm64 --output-format zip
 #                                   scripts/lambda-artefact.sh   (prints the zip's base64 SHA-256)
@@ -59,6 +62,11 @@ variable "failure_policy" {
   default     = null
 }
 
+variable "fetcher_image" {
+  description = "The podmutator image (pinned by digest) whose init container fetches each pod's secrets with the pod's own identity: this endpoint is on the internet, so the function only resolves names (embedded_delivery = \"reference\"; the module refuses value delivery here). Give the pods an identity that may read their secrets: terraform/modules/pod-identity."
+  type        = string
+}
+
 variable "alarm_topic_arns" {
   description = "SNS topics for the alarms."
   type        = list(string)
@@ -83,6 +91,11 @@ module "podmutator" {
     secretEnvVarPrefix = "_UNION_"
   }
   allowed_usernames = ["system:serviceaccount:flyte:flytepropeller"]
+
+  # Never value delivery on an internet-facing endpoint: the path token is quoted to pod
+  # creators in the API server's errors (docs/security.md).
+  embedded_delivery = "reference"
+  fetcher_image     = var.fetcher_image
 
   alarm_topic_arns  = var.alarm_topic_arns
   dashboard_enabled = true

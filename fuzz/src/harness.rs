@@ -135,6 +135,7 @@ pub fn apps() -> &'static Apps {
                 "secretManagerTypes": ["Embedded", "Vault", "AWS"],
                 "embeddedSecretManagerConfig": {"type": "AWS"}
             },
+            "embedded": {"organization": "flyte"},
             "mesh": mesh,
         }));
         let guarded = config(json!({

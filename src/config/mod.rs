@@ -620,6 +620,12 @@ pub struct EmbeddedConfig {
     pub max_calls_in_flight_per_admission: usize,
     /// Largest value accepted; bigger ones are refused with a message naming the key.
     pub max_value_bytes: usize,
+    /// The one organisation this webhook serves: a pod's `organization` label must equal it
+    /// to read any Embedded secret (403 `EmbeddedOrganizationMismatch` otherwise, nothing
+    /// fetched). With Embedded enabled and the scope binding on, either this or a
+    /// `{{ organization }}` in `namespace_template` must bind the organisation, or the
+    /// configuration is refused at start. Empty: not set.
+    pub organization: String,
     /// The namespace a pod with labels organization/project/domain must be in to read that
     /// scope's secrets. `{{ organization }}`, `{{ project }}` and `{{ domain }}` are replaced.
     /// Empty turns the check off (then any pod creator can read any project's secrets). A
@@ -650,6 +656,19 @@ pub struct EmbeddedConfig {
     /// In `reference` delivery with `envVarDelivery: exec`, where the ENTRYPOINT of a container
     /// without `command` is read from: the image's config in its registry.
     pub entrypoint_lookup: EntrypointLookupConfig,
+}
+
+impl Config {
+    /// Whether an admission reply can carry an Embedded secret's value: Embedded is enabled
+    /// and delivers by value (`embedded.delivery: value`, or `envVarDelivery: value` in
+    /// reference delivery). Such a webhook must not be served through a public endpoint.
+    pub fn embedded_values_in_replies(&self) -> bool {
+        self.webhook
+            .enabled_secret_managers()
+            .contains(&SecretManagerType::Embedded)
+            && (self.embedded.delivery == Delivery::Value
+                || self.embedded.env_var_delivery == EnvVarDelivery::Value)
+    }
 }
 
 /// Reading a container's ENTRYPOINT and CMD from its image's config in the registry
@@ -741,6 +760,7 @@ impl Default for EmbeddedConfig {
             max_calls_in_flight: 16,
             max_calls_in_flight_per_admission: 4,
             max_value_bytes: 64 << 10,
+            organization: String::new(),
             namespace_template: "{{ project }}-{{ domain }}".into(),
             domains: default_domains(),
             allowed_usernames: Vec::new(),
@@ -1014,6 +1034,33 @@ impl Config {
                 ),
             ));
         }
+        if !em.organization.is_empty()
+            && (!crate::k8s_names::is_label_value(&em.organization)
+                || em.organization.contains("__"))
+        {
+            return Err(ConfigError::new(
+                "embedded.organization",
+                format!(
+                    "{:?} is not an organisation a pod can be labelled with: use a Kubernetes label value (at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit) without \"__\", which separates the parts of a secret name",
+                    em.organization
+                ),
+            ));
+        }
+        // Both deliveries read ids scoped by the pod's `organization` label: unless something
+        // binds it, a pod in its own project's namespace may name any organisation's secrets.
+        if enabled.contains(&SecretManagerType::Embedded)
+            && !em.namespace_template.is_empty()
+            && em.organization.is_empty()
+            && !template_uses(&em.namespace_template, "organization")
+        {
+            return Err(ConfigError::new(
+                "embedded.organization",
+                format!(
+                    "is not set and embedded.namespaceTemplate {:?} does not use {{{{ organization }}}}: a pod labelled organization=<another org> in its own namespace would read that organisation's secrets; set embedded.organization to the organisation this cluster serves (the value of its pods' organization label, e.g. \"flyte\"), or put {{{{ organization }}}} in embedded.namespaceTemplate",
+                    em.namespace_template
+                ),
+            ));
+        }
         let mut seen_domains = std::collections::HashSet::new();
         for d in &em.domains {
             if !crate::k8s_names::is_dns_label(d) || !seen_domains.insert(d.as_str()) {
@@ -1048,8 +1095,15 @@ impl Config {
         check_global_env_prefix(&self.secrets.env_prefix)?;
         if enabled.contains(&SecretManagerType::Embedded) && em.namespace_template.is_empty() {
             warnings.push(
-                "embedded.namespaceTemplate is empty: any pod creator can read any project's Embedded secrets by labelling a pod with that project"
-                    .into(),
+                if em.organization.is_empty() {
+                    "embedded.namespaceTemplate is empty and embedded.organization is not set: any pod creator can read any organisation's and project's Embedded secrets by labelling a pod with them"
+                        .into()
+                } else {
+                    format!(
+                        "embedded.namespaceTemplate is empty: any pod creator can read any project's Embedded secrets of organisation {:?} by labelling a pod with that project",
+                        em.organization
+                    )
+                },
             );
         }
         warnings.extend(images::check_image_builder(
@@ -1503,6 +1557,9 @@ mod tests {
     #[case::lookup_timeout_zero(json!({"embedded": {"entrypointLookup": {"registries": ["r.example"], "timeoutMs": 0}}}), "embedded.entrypointLookup.timeoutMs")]
     #[case::lookup_unknown_key(json!({"embedded": {"entrypointLookup": {"registry": ["r.example"]}}}), "embedded.entrypointLookup.registry")]
     #[case::image_pull_copies_need_writes(json!({"webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS", "imagePullSecrets": {"enabled": true}}}}), "webhook.embeddedSecretManagerConfig.imagePullSecrets.enabled")]
+    #[case::embedded_binds_no_organization(json!({"webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS"}}}), "embedded.organization")]
+    #[case::organization_with_the_name_separator(json!({"embedded": {"organization": "a__b"}}), "embedded.organization")]
+    #[case::organization_no_label_can_carry(json!({"embedded": {"organization": "-flyte"}}), "embedded.organization")]
     #[case::no_calls_in_flight(json!({"embedded": {"maxCallsInFlight": 0}}), "embedded.maxCallsInFlight")]
     #[case::admission_over_process(json!({"embedded": {"maxCallsInFlight": 2, "maxCallsInFlightPerAdmission": 3}}), "embedded.maxCallsInFlightPerAdmission")]
     #[case::unknown_strategy(json!({"embedded": {"fetchStrategy": "serial"}}), "embedded.fetchStrategy")]

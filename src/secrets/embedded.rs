@@ -220,11 +220,13 @@ pub(crate) fn is_safe_file_key(key: &str) -> bool {
 ///   FILE secret that sets it (Flyte sets only the first one's).
 ///
 /// Either way the value ends up in the pod spec, as in Flyte. Unlike Flyte, a pod may only read
-/// the scope its namespace belongs to (`embedded.namespaceTemplate`), and optionally only for
-/// listed users.
+/// the organisation the webhook serves (`embedded.organization`) and the scope its namespace
+/// belongs to (`embedded.namespaceTemplate`), and optionally only for listed users.
 pub struct EmbeddedInjector {
     pub env_prefix: String,
     pub file_init: FileMountInitContainer,
+    /// `embedded.organization`: the only `organization` label a pod may carry; empty, any.
+    pub organization: String,
     pub namespace_template: String,
     pub domains: Vec<String>,
     pub allowed_usernames: Vec<String>,
@@ -240,6 +242,7 @@ impl EmbeddedInjector {
         Self {
             env_prefix: env_prefix.to_owned(),
             file_init: file_init.clone(),
+            organization: cfg.organization.clone(),
             namespace_template: cfg.namespace_template.clone(),
             domains: cfg.domains.clone(),
             allowed_usernames: cfg.allowed_usernames.clone(),
@@ -247,8 +250,8 @@ impl EmbeddedInjector {
         }
     }
 
-    /// The scope binding: a 403 when the pod asks for another scope's secrets, or when its
-    /// namespace could belong to more than one scope.
+    /// The scope binding: a 403 when the pod asks for another organisation's or scope's
+    /// secrets, or when its namespace could belong to more than one scope.
     pub(crate) fn check_binding(&self, ctx: &PodCtx<'_>, pod: &Pod) -> Result<(), Denial> {
         if !super::user_allowed(&self.allowed_usernames, ctx.username) {
             return Err(Denial::forbidden(
@@ -259,9 +262,20 @@ impl EmbeddedInjector {
                 ),
             ));
         }
+        // A pod without its scope labels forms no id at all (`accepts` refuses it, as Flyte
+        // does): there is nothing to bind.
         let Ok((org, project, domain)) = scope(pod) else {
             return Ok(());
         };
+        if !self.organization.is_empty() && org != self.organization {
+            return Err(Denial::forbidden(
+                "EmbeddedOrganizationMismatch",
+                format!(
+                    "pod label organization={org:?} is not embedded.organization {:?}: this webhook serves only that organisation's Embedded secrets; label the pod organization={:?}, or create it in a cluster that serves {org:?}",
+                    self.organization, self.organization
+                ),
+            ));
+        }
         if self.namespace_template.is_empty() {
             return Ok(());
         }

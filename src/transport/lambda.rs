@@ -21,6 +21,7 @@ use serde::Serialize;
 use super::http::{Front, Routed};
 use crate::admission::{Reply, error_reply};
 use crate::error::Error;
+use crate::mutate::Route;
 
 /// The response, in the shape of the event's source.
 #[derive(Debug, Serialize)]
@@ -48,6 +49,38 @@ impl LambdaReply {
         };
         body.map_or(&[][..], |b| b.as_ref())
     }
+}
+
+/// Where an event came from, as far as its shape tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// API Gateway (REST or HTTP API) or a Function URL: an endpoint on the internet, whose
+    /// only gate is the path token (named for the log and the reply).
+    Public(&'static str),
+    /// An ALB target group: the internal load balancer Terraform and SAM put in the cluster's
+    /// VPC, reached by the control plane's security group alone.
+    Alb,
+}
+
+/// The 500 for a review that would carry Embedded values out through a public endpoint. The
+/// API server quotes the webhook's URL, path token included, in the errors it returns to
+/// whoever creates a pod, so the token is no secret from cluster users; on the internet it
+/// would hand every organisation's values to anyone who read one such error. Not a denial
+/// (the pod did nothing wrong): the deployment is wrong, and `failurePolicy` decides, as for
+/// an unreachable webhook.
+fn public_values_refused(source: &'static str) -> Reply {
+    tracing::error!(
+        event_source = source,
+        refused = "embedded value delivery through a public endpoint",
+        "lambda"
+    );
+    error_reply(
+        &Error::Internal(format!(
+            "this webhook writes Embedded secret values into its replies (embedded.delivery: value, or envVarDelivery: value) and will not answer through {source}, which is reachable from the internet while its path token appears in the API server's error messages; serve it through the internal ALB (Terraform endpoint = \"alb\", SAM EndpointType=alb), or set embedded.delivery: reference with envVarDelivery: exec"
+        )),
+        "",
+        crate::admission::API_VERSION_V1,
+    )
 }
 
 /// One event in, one response out.
@@ -96,6 +129,7 @@ fn content_type(headers: &HeaderMap) -> Option<&str> {
 
 async fn dispatch(
     front: &Front,
+    source: Source,
     method: &str,
     path: &str,
     headers: &HeaderMap,
@@ -108,6 +142,12 @@ async fn dispatch(
         Routed::Answer(reply) => return reply,
         Routed::Review(route) => route,
     };
+    if let Source::Public(name) = source
+        && route == Route::Secrets
+        && front.app().values_in_replies()
+    {
+        return public_values_refused(name);
+    }
     match body_bytes(body, base64) {
         Ok(bytes) => front.review(route, &bytes).await,
         Err(reply) => reply,
@@ -125,6 +165,7 @@ async fn rest(front: &Front, req: ApiGatewayProxyRequest) -> ApiGatewayProxyResp
     let path = req.path.as_deref().unwrap_or("/");
     let reply = dispatch(
         front,
+        Source::Public("API Gateway (REST API)"),
         req.http_method.as_str(),
         path,
         &req.headers,
@@ -152,8 +193,20 @@ async fn http_api(front: &Front, req: ApiGatewayV2httpRequest) -> ApiGatewayV2ht
             .unwrap_or(raw),
         _ => raw,
     };
+    // A Function URL's events have the HTTP API's shape; its domain tells them apart.
+    let source = if req
+        .request_context
+        .domain_name
+        .as_deref()
+        .is_some_and(|d| d.contains(".lambda-url."))
+    {
+        "a Lambda Function URL"
+    } else {
+        "API Gateway (HTTP API)"
+    };
     let reply = dispatch(
         front,
+        Source::Public(source),
         req.request_context.http.method.as_str(),
         path,
         &req.headers,
@@ -185,6 +238,7 @@ async fn alb(front: &Front, req: AlbTargetGroupRequest) -> AlbTargetGroupRespons
     };
     let reply = dispatch(
         front,
+        Source::Alb,
         req.http_method.as_str(),
         req.path.as_deref().unwrap_or("/"),
         headers,

@@ -159,6 +159,8 @@ class Evaluator:
                     return all(self.value(x) for x in a)
                 if k == "Fn::Or":
                     return any(self.value(x) for x in a)
+                if k == "Fn::Contains":
+                    return self.value(a[1]) in self.value(a[0])
                 if k == "Fn::Join":
                     items = self.value(a[1])
                     return a[0].join(str(self.value(x)) for x in items)
@@ -183,6 +185,21 @@ class Evaluator:
             return [r for r in (self.value(x) for x in v) if r is not NO_VALUE]
         return v
 
+
+def failed_rules(template, ev):
+    """The Rules whose condition holds and one of whose assertions does not, as CloudFormation
+    evaluates them before it creates anything: a non-empty answer is a refused deploy."""
+    out = []
+    for name, rule in template.get("Rules", {}).items():
+        if "RuleCondition" in rule and not ev.value(rule["RuleCondition"]):
+            continue
+        if not all(ev.value(a["Assert"]) for a in rule["Assertions"]):
+            out.append(name)
+    return out
+
+
+# The reference init container's image, as a deployment pins it.
+FETCHER_IMAGE = "registry.example/podmutator@sha256:" + "0" * 64
 
 ECR_REPOSITORIES = ["arn:aws:ecr:eu-west-1:123456789012:repository/flyte/task"]
 
@@ -285,11 +302,15 @@ def main():
         registries = ["public.ecr.aws", "cr.flyte.org"] if users else []
         repositories = ECR_REPOSITORIES if users else []
         params = dict(base, EndpointType=endpoint, MeshEnabled=mesh, AllowedUsernames=users, EntrypointRegistries=registries, EntrypointEcrRepositoryArns=repositories, PathTokenEnabled=token_on)
+        if endpoint == "http-api":
+            # The only delivery the internet-facing endpoint may serve (checked below).
+            params.update(EmbeddedDelivery="reference", FetcherImage=FETCHER_IMAGE)
         if builder:
             params.update(BUILDER_ON)
         params.update(IMAGES_VARIANTS[images])
         ev = Evaluator(template, params)
         tag = f"[{endpoint}, mesh={mesh}, users={len(users)}, token={token_on}, builder={builder}, images={images}]"
+        c.eq(f"{tag} every rule holds (the stack deploys)", failed_rules(template, ev), [])
         images_on = images != "none"
         features = (["imageBuilder"] if builder else []) + (["images"] if images_on else [])
         paths = registration_paths(registration, mesh == "true", features)
@@ -342,6 +363,7 @@ def main():
         c.eq(f"{tag} config http", config["http"], dict({"maxBodyBytes": base["MaxBodyBytes"]}, **({"pathTokenSha256": TOKEN_SHA256} if token_on == "true" else {})))
         c.eq(f"{tag} config allowedUsernames", config["embedded"].get("allowedUsernames", []), users)
         c.eq(f"{tag} config region", config["webhook"]["embeddedSecretManagerConfig"]["awsConfig"]["region"], PSEUDO["AWS::Region"])
+        c.eq(f"{tag} config organization is SecretOrg", config["embedded"].get("organization"), base["SecretOrg"])
 
         outputs = template["Outputs"]
         c.eq(f"{tag} Routes output", ev.value(outputs["Routes"]["Value"]), ",".join(routes))
@@ -412,10 +434,12 @@ def main():
         c.true(f"{tag} only the expected actions", set(actions) <= ALLOWED_ACTIONS, str(sorted(set(actions) - ALLOWED_ACTIONS)))
         by_sid = {s["Sid"]: s for s in stmts}
         c.eq(
-            f"{tag} GetSecretValue on the org prefix",
-            by_sid.get("ReadOrgSecrets", {}).get("Resource"),
+            f"{tag} GetSecretValue on the org prefix (value delivery), DescribeSecret only (reference)",
+            by_sid.get("ReadOrgSecrets" if endpoint == "alb" else "DescribeOrgSecrets", {}).get("Resource"),
             "arn:aws:secretsmanager:eu-west-1:123456789012:secret:u__org__flyte__*",
         )
+        if endpoint == "http-api":
+            c.true(f"{tag} no value-reading statement behind the public endpoint", "ReadOrgSecrets" not in by_sid, str(sorted(by_sid)))
         c.true(f"{tag} the role cannot read the path token", "ReadPathToken" not in by_sid and "PathToken" not in json.dumps(role))
 
     # --- the policy follows the delivery ------------------------------------------------------
@@ -443,6 +467,25 @@ def main():
             c.eq(f"{tag} DescribeSecret on the org prefix", (by_sid.get("DescribeOrgSecrets", {}).get("Action"), by_sid.get("DescribeOrgSecrets", {}).get("Resource")), ("secretsmanager:DescribeSecret", org_arn))
         else:
             c.true(f"{tag} no DescribeSecret", "secretsmanager:DescribeSecret" not in actions, str(sorted(actions)))
+
+    # --- value delivery is never served through the internet-facing endpoint ----------------
+    # CloudFormation evaluates Rules before it creates anything; the function refuses such
+    # reviews too (tests/attacks/public_endpoint.rs).
+    for endpoint, types, delivery, env_var_delivery in itertools.product(
+        ["alb", "http-api"], [["Embedded"], ["K8s", "Embedded"], ["K8s"]], ["value", "reference"], ["exec", "value"]
+    ):
+        params = dict(base, EndpointType=endpoint, SecretManagerTypes=types, EmbeddedDelivery=delivery,
+                      EmbeddedEnvVarDelivery=env_var_delivery, FetcherImage=FETCHER_IMAGE)
+        refused = endpoint == "http-api" and "Embedded" in types and (delivery == "value" or env_var_delivery == "value")
+        c.eq(
+            f"[{endpoint}, {','.join(types)}, delivery={delivery}, envVarDelivery={env_var_delivery}] refused by NoValueDeliveryOnHttpApi",
+            failed_rules(template, Evaluator(template, params)),
+            ["NoValueDeliveryOnHttpApi"] if refused else [],
+        )
+    c.true(
+        "the refusal tells what to do",
+        "EmbeddedDelivery reference" in str(template.get("Rules", {}).get("NoValueDeliveryOnHttpApi", {}).get("Assertions")),
+    )
 
     # --- endpoint hardening ------------------------------------------------------------------
     r = template["Resources"]

@@ -170,6 +170,12 @@ def main():
     c.eq("namespace template default is the function's", var.get("namespace_template"), expect["embedded"]["namespaceTemplate"])
     c.eq("body limit default is the function's", var.get("max_body_bytes"), expect["maxBodyBytes"])
     c.eq("mesh label default is the function's", var.get("mesh_label_key"), expect["meshManagedLabel"])
+    # Plans refuse it (tests/terraform_apply.rs); here: the rule reads every input it needs.
+    public_value = [
+        v for v in tf["variable"]["endpoint"]["validation"]
+        if all(s in v["condition"] for s in ('var.endpoint == "http_api"', "Embedded", 'var.embedded_delivery == "value"', 'var.embedded_env_var_delivery == "value"'))
+    ]
+    c.eq("endpoint validation refuses value delivery on http_api", len(public_value), 1)
     c.true(
         "lambda_timeout_seconds validation refers to embedded_deadline_ms",
         any("var.embedded_deadline_ms" in v["condition"] for v in tf["variable"]["lambda_timeout_seconds"]["validation"]),
@@ -266,7 +272,7 @@ def main():
     c.eq("DescribeSecret only in reference delivery", gates.get("DescribeOrgSecrets"), "${local.resolves_refs ? [1] : []}")
     c.eq("value delivery stays the default", var.get("embedded_delivery"), "value")
     embedded_config = tf["locals"]["function_config"]["embedded"]
-    for key in ("delivery = var.embedded_delivery", "envVarDelivery = var.embedded_env_var_delivery", "fetcherImage = var.fetcher_image"):
+    for key in ("organization = var.secret_org", "delivery = var.embedded_delivery", "envVarDelivery = var.embedded_env_var_delivery", "fetcherImage = var.fetcher_image"):
         c.true(f"function config passes {key}", key in " ".join(str(embedded_config).split()), str(embedded_config))
     ecr_gate = "${length(var.entrypoint_ecr_repository_arns) > 0 ? [1] : []}"
     for sid in ("EcrAuthorizationToken", "EcrReadTaskImages"):
