@@ -903,3 +903,7 @@ async fn a_forged_review_to_a_reference_deployment_gets_names_only() {
         assert!(out.contains(name), "the reply names {name}");
     }
 }
+#[path = "attacks/pod.rs"]
+mod pod;
+#[path = "attacks/token.rs"]
+mod token;

@@ -430,3 +430,44 @@ fn lambda_outside_lambda_names_the_missing_variables_instead_of_panicking() {
         "{stderr}"
     );
 }
+
+/// A misspelt level, or an empty `RUST_LOG`, used to select no target at all: not one line,
+/// and nothing said. Now the bad filter is named on stderr and `info` is used.
+#[test]
+fn a_misspelt_or_empty_rust_log_is_named_on_stderr_and_info_is_used() {
+    for (spec, named) in [
+        ("inof", "\"inof\" is not a level"),
+        ("", "it is empty"),
+        ("info,podmutator=loud", "\"podmutator=loud\""),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+            .arg("check-config")
+            .env_remove("PODMUTATOR_CONFIG_FILE")
+            .env(
+                "PODMUTATOR_CONFIG",
+                r#"{"http": {"pathTokenDisabled": true}}"#,
+            )
+            .env_remove("AWS_LAMBDA_RUNTIME_API")
+            .env("RUST_LOG", spec)
+            .stdin(Stdio::null())
+            .output()
+            .expect("the binary starts");
+        let stderr = text(&out.stderr);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{spec:?}: {stderr}");
+        let said: Vec<&str> = stderr.lines().collect();
+        assert_eq!(said.len(), 1, "{spec:?}: one line: {stderr}");
+        assert!(
+            said[0].starts_with(&format!("podmutator: RUST_LOG={spec:?} is not a valid log filter"))
+                && said[0].contains(named)
+                && said[0].ends_with("logging at info"),
+            "{stderr}"
+        );
+        // The start-up warning of `pathTokenDisabled` is logged: the filter is not empty.
+        let warned = stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .any(|v| v["level"] == "WARN" && v["message"] == "configuration");
+        assert!(warned, "{spec:?}: nothing logged: {stdout}");
+    }
+}
