@@ -160,7 +160,11 @@ async fn the_lambda_runtime_at_trace_never_logs_the_path_token() {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let port = runtime_api(event.to_string(), seen.clone()).await;
     let config = serde_json::json!({"http": {"pathTokenSha256": hex_sha256(TOKEN)}});
-    for level in ["trace", "debug", "lambda_runtime=trace,lambda_http=trace,hyper=trace,h2=trace"] {
+    for level in [
+        "trace",
+        "debug",
+        "info,lambda_runtime=trace,lambda_http=trace,hyper=trace,h2=trace",
+    ] {
         seen.lock().unwrap().nexts = 0;
         seen.lock().unwrap().responses.clear();
         let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
