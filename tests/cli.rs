@@ -458,8 +458,9 @@ fn a_misspelt_or_empty_rust_log_is_named_on_stderr_and_info_is_used() {
         let said: Vec<&str> = stderr.lines().collect();
         assert_eq!(said.len(), 1, "{spec:?}: one line: {stderr}");
         assert!(
-            said[0].starts_with(&format!("podmutator: RUST_LOG={spec:?} is not a valid log filter"))
-                && said[0].contains(named)
+            said[0].starts_with(&format!(
+                "podmutator: RUST_LOG={spec:?} is not a valid log filter"
+            )) && said[0].contains(named)
                 && said[0].ends_with("logging at info"),
             "{stderr}"
         );

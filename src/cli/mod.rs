@@ -322,10 +322,7 @@ pub fn log_filter(spec: &str) -> Result<tracing_subscriber::filter::Targets, Str
         }
         d.parse::<Targets>().map_err(|e| format!("{d:?}: {e}"))?;
     }
-    let asked: Targets = directives
-        .join(",")
-        .parse()
-        .map_err(|e| format!("{e}"))?;
+    let asked: Targets = directives.join(",").parse().map_err(|e| format!("{e}"))?;
     Ok(capped(&asked))
 }
 
@@ -843,8 +840,12 @@ mod tests {
     #[rstest::rstest]
     #[case::trace("trace")]
     #[case::lambda_levels("TRACE")]
-    #[case::named_crates("lambda_runtime=trace,lambda_http=trace,hyper=trace,h2=trace,aws_smithy_runtime=trace")]
-    #[case::named_modules("lambda_runtime::layers::api_response=trace,hyper::proto=trace,aws_sigv4::http_request=trace")]
+    #[case::named_crates(
+        "lambda_runtime=trace,lambda_http=trace,hyper=trace,h2=trace,aws_smithy_runtime=trace"
+    )]
+    #[case::named_modules(
+        "lambda_runtime::layers::api_response=trace,hyper::proto=trace,aws_sigv4::http_request=trace"
+    )]
     #[case::shorter_prefixes("lambda=trace,hyp=trace,h=trace,aws=trace")]
     fn crates_that_log_raw_events_are_capped_whatever_the_filter_says(#[case] spec: &str) {
         use tracing::Level;

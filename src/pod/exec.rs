@@ -268,7 +268,10 @@ mod tests {
 
     /// Runs `load` on a thread and waits at most `limit`: a read that never ends fails the
     /// test by this timeout instead of hanging the suite (no claim about speed).
-    fn load_within(plan: ExecPlan, limit: std::time::Duration) -> Result<Vec<(String, String)>, ExecError> {
+    fn load_within(
+        plan: ExecPlan,
+        limit: std::time::Duration,
+    ) -> Result<Vec<(String, String)>, ExecError> {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let _ = tx.send(plan.load());
@@ -290,7 +293,10 @@ mod tests {
         let e = load_within(plan, std::time::Duration::from_secs(60)).unwrap_err();
         assert!(matches!(e, ExecError::NotAFile { .. }), "{e}");
         let m = e.to_string();
-        assert!(m.contains(file) && m.contains("DB") && m.contains(kind), "{m}");
+        assert!(
+            m.contains(file) && m.contains("DB") && m.contains(kind),
+            "{m}"
+        );
     }
 
     #[test]
@@ -308,7 +314,10 @@ mod tests {
             vars: BTreeMap::from([("DB".to_owned(), fifo.clone())]),
         };
         let e = load_within(plan, std::time::Duration::from_secs(60)).unwrap_err();
-        assert!(matches!(e, ExecError::NotAFile { kind: "a FIFO", .. }), "{e}");
+        assert!(
+            matches!(e, ExecError::NotAFile { kind: "a FIFO", .. }),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -336,7 +345,10 @@ mod tests {
         // The bound itself: at the limit the value is read whole, one byte more is refused.
         let at = dir.join("at");
         std::fs::write(&at, vec![b'x'; 100]).unwrap();
-        assert_eq!(read_bounded(&at, 100).unwrap(), Bounded::Within(vec![b'x'; 100]));
+        assert_eq!(
+            read_bounded(&at, 100).unwrap(),
+            Bounded::Within(vec![b'x'; 100])
+        );
         assert_eq!(read_bounded(&at, 99).unwrap(), Bounded::Over);
         std::fs::remove_dir_all(&dir).unwrap();
     }

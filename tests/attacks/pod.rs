@@ -98,7 +98,10 @@ fn a_symlinked_directory_in_the_fetch_volume_is_refused_and_its_target_never_wri
     std::fs::write(target.join("existing"), "untouched").unwrap();
     std::os::unix::fs::symlink(&target, root.join("files")).unwrap();
     std::os::unix::fs::symlink(&target, root.join("bin")).unwrap();
-    let values = BTreeMap::from([("u__org__o__domain__d__project__p__key__db", b"fake-secret".to_vec())]);
+    let values = BTreeMap::from([(
+        "u__org__o__domain__d__project__p__key__db",
+        b"fake-secret".to_vec(),
+    )]);
     let item = |file: PathBuf| FetchItem {
         id: "u__org__o__domain__d__project__p__key__db".into(),
         file,

@@ -66,8 +66,14 @@ fn a_yaml_syntax_error_in_the_config_never_prints_the_path_token() {
             "{args:?}: {stderr}"
         );
         for part in [TOKEN, &TOKEN[..16], &TOKEN[TOKEN.len() - 16..]] {
-            assert!(!stderr.contains(part), "{args:?} printed the token: {stderr}");
-            assert!(!stdout.contains(part), "{args:?} printed the token: {stdout}");
+            assert!(
+                !stderr.contains(part),
+                "{args:?} printed the token: {stderr}"
+            );
+            assert!(
+                !stdout.contains(part),
+                "{args:?} printed the token: {stdout}"
+            );
         }
     }
 }
@@ -129,7 +135,10 @@ async fn answer(req: Request<Incoming>, event: &str, seen: &Mutex<Seen>) -> Resp
                 "lambda-runtime-invoked-function-arn",
                 "arn:aws:lambda:us-east-1:123456789012:function:podmutator",
             )
-            .header("lambda-runtime-trace-id", "Root=1-5e1b4151-5ac6c58dcf6b3b4e1c0d2d9e")
+            .header(
+                "lambda-runtime-trace-id",
+                "Root=1-5e1b4151-5ac6c58dcf6b3b4e1c0d2d9e",
+            )
             .body(Full::new(Bytes::from(event.to_owned())))
             .unwrap();
     }
@@ -199,8 +208,18 @@ async fn the_lambda_runtime_at_trace_never_logs_the_path_token() {
         child.kill().unwrap();
         let mut stdout = String::new();
         let mut stderr = String::new();
-        child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
-        child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut stdout)
+            .unwrap();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
         child.wait().unwrap();
         let reply: serde_json::Value =
             serde_json::from_str(&seen.lock().unwrap().responses[0]).unwrap();
@@ -210,8 +229,14 @@ async fn the_lambda_runtime_at_trace_never_logs_the_path_token() {
             "{level}: the log ran: {stdout}"
         );
         for part in [TOKEN, &TOKEN[..16], &TOKEN[TOKEN.len() - 16..]] {
-            assert!(!stdout.contains(part), "RUST_LOG={level} logged the token: {stdout}");
-            assert!(!stderr.contains(part), "RUST_LOG={level} printed the token: {stderr}");
+            assert!(
+                !stdout.contains(part),
+                "RUST_LOG={level} logged the token: {stdout}"
+            );
+            assert!(
+                !stderr.contains(part),
+                "RUST_LOG={level} printed the token: {stderr}"
+            );
         }
     }
 }
