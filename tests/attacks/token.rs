@@ -224,10 +224,13 @@ async fn the_lambda_runtime_at_trace_never_logs_the_path_token() {
         let reply: serde_json::Value =
             serde_json::from_str(&seen.lock().unwrap().responses[0]).unwrap();
         assert_eq!(reply["statusCode"], 200, "{level}: {reply}");
-        assert!(
-            stdout.contains("lambda runtime starting"),
-            "{level}: the log ran: {stdout}"
-        );
+        // The log ran, and its start-up line says which release answered.
+        let started = stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["message"] == "lambda runtime starting")
+            .unwrap_or_else(|| panic!("{level}: no start-up line: {stdout}"));
+        assert_eq!(started["version"], env!("CARGO_PKG_VERSION"), "{started}");
         for part in [TOKEN, &TOKEN[..16], &TOKEN[TOKEN.len() - 16..]] {
             assert!(
                 !stdout.contains(part),
