@@ -22,6 +22,10 @@ pub mod registry;
 pub mod secrets;
 pub mod transport;
 
+/// This build's version (`Cargo.toml`): in the start-up log line, in `/healthz` and in every
+/// metric line, since which release answered is the first question about any failure.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 pub use admission::Reply;
 pub use app::{App, Deps};
 pub use config::Config;

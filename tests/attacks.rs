@@ -916,3 +916,7 @@ mod serve;
 mod org;
 #[path = "attacks/public_endpoint.rs"]
 mod public_endpoint;
+#[path = "attacks/pod.rs"]
+mod pod;
+#[path = "attacks/token.rs"]
+mod token;

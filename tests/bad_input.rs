@@ -818,7 +818,8 @@ fn branches() -> Vec<(&'static str, Evidence)> {
                 && s.status() == 404
         }),
         b("http::dispatch: health check", |s| {
-            s.status() == 200 && s.reply == json!({"message": "ok"})
+            s.status() == 200
+                && s.reply == json!({"message": "ok", "version": env!("CARGO_PKG_VERSION")})
         }),
         b("http::dispatch: health check, wrong method", |s| {
             s.status() == 405 && s.has("use GET for /healthz")

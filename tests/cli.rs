@@ -786,3 +786,50 @@ fn inject_takes_the_image_routes_and_names_their_registered_webhook_in_a_denial(
         "{stdout}"
     );
 }
+
+/// A misspelt level, or an empty `RUST_LOG`, used to select no target at all: not one line,
+/// and nothing said. Now the bad filter is named on stderr and `info` is used.
+#[test]
+fn a_misspelt_or_empty_rust_log_is_named_on_stderr_and_info_is_used() {
+    for (spec, named) in [
+        ("inof", "\"inof\" is not a level"),
+        ("", "it is empty"),
+        ("info,podmutator=loud", "\"podmutator=loud\""),
+    ] {
+        // `lambda` logs (check-config prints its warnings on stderr instead): it starts, logs
+        // the configuration's warning, and stops at the Runtime API nothing serves.
+        let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+            .arg("lambda")
+            .env("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9")
+            .env("AWS_LAMBDA_FUNCTION_NAME", "podmutator")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "512")
+            .env_remove("PODMUTATOR_CONFIG_FILE")
+            .env(
+                "PODMUTATOR_CONFIG",
+                r#"{"http": {"pathTokenDisabled": true}}"#,
+            )
+            .env("RUST_LOG", spec)
+            .stdin(Stdio::null())
+            .output()
+            .expect("the binary starts");
+        let stderr = text(&out.stderr);
+        let stdout = text(&out.stdout);
+        let said: Vec<&str> = stderr.lines().collect();
+        let rust_log: Vec<&&str> = said.iter().filter(|l| l.contains("RUST_LOG")).collect();
+        assert_eq!(rust_log.len(), 1, "{spec:?}: one line: {stderr}");
+        assert!(
+            said[0].starts_with(&format!(
+                "podmutator: RUST_LOG={spec:?} is not a valid log filter"
+            )) && said[0].contains(named)
+                && said[0].ends_with("logging at info"),
+            "{stderr}"
+        );
+        // The start-up warning of `pathTokenDisabled` is logged: the filter is not empty.
+        let warned = stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .any(|v| v["level"] == "WARN" && v["message"] == "configuration");
+        assert!(warned, "{spec:?}: nothing logged: {stdout}");
+    }
+}

@@ -80,6 +80,11 @@ async fn every_event_source_gets_its_patch(#[case] file: &str, #[case] shape: &s
 async fn healthz_over_http_api() {
     let (_, wire) = invoke(&app(), &event("apigw-http-healthz.json")).await;
     assert_eq!(wire["statusCode"], 200);
+    let body: Value = serde_json::from_str(wire["body"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        body,
+        json!({"message": "ok", "version": env!("CARGO_PKG_VERSION")})
+    );
 }
 
 #[tokio::test]

@@ -70,6 +70,8 @@ async fn a_mutated_admission_reports_mutators_and_secrets_by_manager() {
     assert_eq!(v["Cluster"], "prod-eks");
     assert_eq!(v["Route"], "secrets");
     assert_eq!(v["Decision"], "mutated");
+    // The release that answered: a property of every line, not a dimension.
+    assert_eq!(v["Version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(v["Admissions"], 1);
     assert_eq!(v["MutatorsApplied"], 1);
     assert_eq!(v["Mutator_secrets"], 1);
@@ -167,6 +169,11 @@ fn metrics_config_is_validated() {
         (
             json!({"metrics": {"dimensions": {"Route": "x"}}}),
             "metrics.dimensions.Route",
+        ),
+        // The version property would be written twice too.
+        (
+            json!({"metrics": {"dimensions": {"Version": "x"}}}),
+            "metrics.dimensions.Version",
         ),
         (
             json!({"metrics": {"dimensions": {"Team": ""}}}),

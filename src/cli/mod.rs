@@ -323,15 +323,21 @@ fn default_serve() -> Command {
     }
 }
 
-/// JSON log lines on stdout; the filter comes from `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL`.
+/// JSON log lines on stdout; the filter comes from `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL`. A
+/// filter that is not valid (a misspelt level, an empty value) is named in one line on stderr
+/// and `info` is used: a typo must not silence the log.
 pub fn init_logging() {
     use tracing_subscriber::util::SubscriberInitExt;
-    let spec = std::env::var("RUST_LOG")
-        .or_else(|_| std::env::var("AWS_LAMBDA_LOG_LEVEL"))
-        .unwrap_or_else(|_| "info".into());
+    let (var, spec) = match std::env::var("RUST_LOG") {
+        Ok(spec) => ("RUST_LOG", spec),
+        Err(_) => match std::env::var("AWS_LAMBDA_LOG_LEVEL") {
+            Ok(spec) => ("AWS_LAMBDA_LOG_LEVEL", spec),
+            Err(_) => ("", "info".to_owned()),
+        },
+    };
     let filter = log_filter(&spec).unwrap_or_else(|e| {
-        eprintln!("podmutator: log filter {spec:?} is not valid ({e}); logging at info");
-        "info".parse().expect("a level is a filter")
+        eprintln!("podmutator: {var}={spec:?} is not a valid log filter: {e}; logging at info");
+        log_filter("info").expect("a level is a filter")
     });
     let _ = json_subscriber(std::io::stdout, filter).try_init();
 }
@@ -364,14 +370,93 @@ where
 /// Lambda's own levels are accepted as they come (`DEBUG`), and its `FATAL` means `error`.
 /// A `Targets` filter rather than `EnvFilter`: the latter's regex engine is a quarter of a
 /// megabyte of the Lambda zip, for directives a webhook's logs never need.
+///
+/// Stricter than `RUST_LOG` elsewhere: a directive without `=` must be a level, because a bare
+/// word is a target at TRACE there, so a misspelt level (`inof`) would turn every other line
+/// off. Whatever the filter says, [`LOG_CAPS`] hold.
 pub fn log_filter(spec: &str) -> Result<tracing_subscriber::filter::Targets, String> {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
     let spec = spec.trim();
     let spec = if spec.eq_ignore_ascii_case("fatal") {
         "error"
     } else {
         spec
     };
-    spec.parse().map_err(|e| format!("{e}"))
+    let directives: Vec<&str> = spec
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .collect();
+    if directives.is_empty() {
+        return Err("it is empty: give a level (error, warn, info, debug, trace, off) or target=level directives".into());
+    }
+    for d in &directives {
+        if !d.contains('=') && d.parse::<LevelFilter>().is_err() {
+            return Err(format!(
+                "{d:?} is not a level (error, warn, info, debug, trace, off); a target needs one: {d}=debug"
+            ));
+        }
+        d.parse::<Targets>().map_err(|e| format!("{d:?}: {e}"))?;
+    }
+    let asked: Targets = directives.join(",").parse().map_err(|e| format!("{e}"))?;
+    Ok(capped(&asked))
+}
+
+/// Targets (by prefix, as the filter matches them) whose verbose lines carry whole requests
+/// or events, and the most each may log whatever the filter asks:
+/// - `lambda_`: `lambda_runtime` logs every raw event at TRACE, so the request path, path
+///   token included; `hyper` and `h2`: the request heads and frames of `serve`. INFO.
+/// - `aws_`: the SDK logs each request, response and signing input at TRACE (the bodies too
+///   with `LOG_SENSITIVE_BODIES`, a path token read from Secrets Manager among them). DEBUG,
+///   which keeps its retry and credential decisions.
+pub const LOG_CAPS: [(&str, tracing_subscriber::filter::LevelFilter); 4] = {
+    use tracing_subscriber::filter::LevelFilter;
+    [
+        ("lambda_", LevelFilter::INFO),
+        ("hyper", LevelFilter::INFO),
+        ("h2", LevelFilter::INFO),
+        ("aws_", LevelFilter::DEBUG),
+    ]
+};
+
+/// `asked` with [`LOG_CAPS`] applied: each directive under a capped prefix lowered to the cap,
+/// and a directive for each prefix at what `asked` gives it, capped. A target under a prefix
+/// then matches a capped directive whichever is most specific.
+fn capped(asked: &tracing_subscriber::filter::Targets) -> tracing_subscriber::filter::Targets {
+    use tracing::Level;
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    let cap_of = |target: &str| {
+        LOG_CAPS
+            .iter()
+            .filter(|(prefix, _)| target.starts_with(prefix))
+            .map(|(_, cap)| *cap)
+            .min()
+    };
+    let mut out = Targets::new();
+    if let Some(level) = asked.default_level() {
+        out = out.with_default(level);
+    }
+    for (target, level) in asked.iter() {
+        let level = cap_of(target).map_or(level, |cap| level.min(cap));
+        out = out.with_target(target, level);
+    }
+    for (prefix, cap) in LOG_CAPS {
+        if asked.iter().any(|(target, _)| target == prefix) {
+            continue;
+        }
+        let level = [
+            Level::TRACE,
+            Level::DEBUG,
+            Level::INFO,
+            Level::WARN,
+            Level::ERROR,
+        ]
+        .into_iter()
+        .find(|l| asked.would_enable(prefix, l))
+        .map_or(LevelFilter::OFF, LevelFilter::from_level);
+        out = out.with_target(prefix, level.min(cap));
+    }
+    out
 }
 
 /// Runs the parsed command line; the `Err` is printed by `main` and exits non-zero.
@@ -426,7 +511,11 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             let config = loaded.config;
             runtime(false)?.block_on(async {
                 let front = Arc::new(build_front(&config).await?);
-                tracing::info!(mutators = ?front.app().chain().ids(), "lambda runtime starting");
+                tracing::info!(
+                    version = crate::VERSION,
+                    mutators = ?front.app().chain().ids(),
+                    "lambda runtime starting"
+                );
                 lambda::run(front).await.map_err(CliError::Lambda)
             })
         }
@@ -744,6 +833,7 @@ fn serve(config: &Config, namespace: &str) -> Result<(), CliError> {
             .local_addr()
             .map_err(|source| server::ServerError::Listen { addr, source })?;
         tracing::info!(
+            version = crate::VERSION,
             addr = %local,
             cert_dir = %dir.display(),
             certs_generated = files.generated,
@@ -878,6 +968,78 @@ mod tests {
         assert!(on("podmutator=debug", "podmutator::app", Level::DEBUG));
         assert!(!on("podmutator=debug", "hyper", Level::ERROR));
         assert!(log_filter("podmutator=loud").is_err());
+    }
+
+    #[rstest::rstest]
+    #[case::misspelt_level("inof", "\"inof\" is not a level")]
+    #[case::bare_target("podmutator", "a target needs one: podmutator=debug")]
+    #[case::empty("", "it is empty")]
+    #[case::blank(" , ", "it is empty")]
+    #[case::bad_level_of_a_target("info,hyper=loud", "\"hyper=loud\"")]
+    fn a_filter_that_would_select_nothing_is_refused_naming_the_directive(
+        #[case] spec: &str,
+        #[case] named: &str,
+    ) {
+        let e = log_filter(spec).unwrap_err();
+        assert!(e.contains(named), "{spec:?}: {e}");
+    }
+
+    /// Whatever `RUST_LOG` asks, the crates whose verbose lines hold whole events and requests
+    /// (`lambda_runtime`'s raw event at TRACE holds the path token) stay at their cap, and
+    /// everything else gets what was asked.
+    #[rstest::rstest]
+    #[case::trace("trace")]
+    #[case::lambda_levels("TRACE")]
+    #[case::named_crates(
+        "lambda_runtime=trace,lambda_http=trace,hyper=trace,h2=trace,aws_smithy_runtime=trace"
+    )]
+    #[case::named_modules(
+        "lambda_runtime::layers::api_response=trace,hyper::proto=trace,aws_sigv4::http_request=trace"
+    )]
+    #[case::shorter_prefixes("lambda=trace,hyp=trace,h=trace,aws=trace")]
+    fn crates_that_log_raw_events_are_capped_whatever_the_filter_says(#[case] spec: &str) {
+        use tracing::Level;
+        let f = log_filter(spec).unwrap();
+        for target in [
+            "lambda_runtime::layers::api_response",
+            "lambda_runtime_api_client",
+            "lambda_http::request",
+            "hyper::proto::h1::role",
+            "hyper_util::server",
+            "h2::codec::framed_read",
+        ] {
+            assert!(!f.would_enable(target, &Level::DEBUG), "{spec}: {target}");
+            assert!(!f.would_enable(target, &Level::TRACE), "{spec}: {target}");
+        }
+        for target in [
+            "aws_smithy_runtime::client::orchestrator",
+            "aws_sigv4::http_request::sign",
+            "aws_config",
+        ] {
+            assert!(!f.would_enable(target, &Level::TRACE), "{spec}: {target}");
+        }
+        // The caps lower, they never raise nor silence what was asked.
+        if spec.eq_ignore_ascii_case("trace") {
+            assert!(f.would_enable("podmutator::admission", &Level::TRACE));
+            assert!(f.would_enable("lambda_runtime", &Level::INFO));
+            assert!(f.would_enable("aws_smithy_runtime", &Level::DEBUG));
+        }
+    }
+
+    #[test]
+    fn the_caps_lower_levels_and_never_raise_them() {
+        use tracing::Level;
+        let f = log_filter("warn,podmutator=debug").unwrap();
+        assert!(f.would_enable("podmutator::app", &Level::DEBUG));
+        assert!(!f.would_enable("lambda_runtime", &Level::INFO));
+        assert!(f.would_enable("lambda_runtime", &Level::WARN));
+        assert!(!f.would_enable("aws_smithy_runtime", &Level::INFO));
+        let f = log_filter("podmutator=info").unwrap();
+        assert!(!f.would_enable("hyper", &Level::ERROR));
+        assert!(!f.would_enable("aws_config", &Level::ERROR));
+        assert!(f.would_enable("podmutator", &Level::INFO));
+        let f = log_filter("off").unwrap();
+        assert!(!f.would_enable("lambda_runtime", &Level::ERROR));
     }
 
     #[test]

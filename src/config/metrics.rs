@@ -26,9 +26,10 @@ impl Default for MetricsConfig {
 }
 
 /// Names we set ourselves at the top of each line; a configured dimension may not shadow them.
-const OWN_NAMES: [&str; 16] = [
+const OWN_NAMES: [&str; 17] = [
     "Route",
     "Decision",
+    "Version",
     "Reason",
     "Admissions",
     "Duration",

@@ -1341,7 +1341,14 @@ fn parse_document(text: &str) -> Result<Value, String> {
     if trimmed.is_empty() {
         return Ok(Value::Object(Default::default()));
     }
-    serde_saphyr::from_str::<Value>(text).map_err(|e| format!("not valid YAML: {e}"))
+    // The location and the message only: the default rendering quotes the lines around the
+    // error, and a configuration holds `http.pathToken`, which must never reach a terminal or
+    // a CI log.
+    serde_saphyr::from_str_with_options::<Value>(
+        text,
+        serde_saphyr::options! { with_snippet: false },
+    )
+    .map_err(|e| format!("not valid YAML: {e}"))
 }
 
 /// The sections of a Flyte configuration podmutator reads: Flyte's webhook and its `secrets`

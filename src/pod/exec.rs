@@ -16,8 +16,10 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::path_problem;
 use crate::k8s_names::{ENV_VAR_NAME_RULE, is_env_var_name};
@@ -58,6 +60,14 @@ pub enum ExecError {
         "{path} for {var} is not UTF-8 text without NUL bytes: a binary secret can only be mounted as a file (mount_requirement: FILE)"
     )]
     NotText { var: String, path: String },
+    #[error(
+        "{path} for {var} is {kind}, not a regular file: the init container writes each value to a regular file, so this plan names none of its files"
+    )]
+    NotAFile {
+        var: String,
+        path: String,
+        kind: &'static str,
+    },
     #[error(
         "{path} for {var} holds more than {MAX_ENV_STRING} bytes, Linux's limit for one environment variable: mount it as a file (mount_requirement: FILE)"
     )]
@@ -100,17 +110,31 @@ impl ExecPlan {
         let mut out = Vec::with_capacity(self.vars.len());
         for (var, file) in &self.vars {
             let path = file.display().to_string();
-            let bytes = std::fs::read(file).map_err(|source| ExecError::Read {
-                var: var.clone(),
-                path: path.clone(),
-                source,
-            })?;
-            if var.len() + 1 + bytes.len() > MAX_ENV_STRING {
-                return Err(ExecError::TooLong {
-                    var: var.clone(),
-                    path,
-                });
-            }
+            // `NAME=value` must fit in one argument string of the new process.
+            let room = MAX_ENV_STRING.saturating_sub(var.len() + 1);
+            let bytes = match read_bounded(file, room) {
+                Ok(Bounded::Within(bytes)) => bytes,
+                Ok(Bounded::Over) => {
+                    return Err(ExecError::TooLong {
+                        var: var.clone(),
+                        path,
+                    });
+                }
+                Ok(Bounded::NotAFile(kind)) => {
+                    return Err(ExecError::NotAFile {
+                        var: var.clone(),
+                        path,
+                        kind,
+                    });
+                }
+                Err(source) => {
+                    return Err(ExecError::Read {
+                        var: var.clone(),
+                        path,
+                        source,
+                    });
+                }
+            };
             match String::from_utf8(bytes) {
                 Ok(text) if !text.contains('\0') => out.push((var.clone(), text)),
                 _ => {
@@ -123,6 +147,53 @@ impl ExecPlan {
         }
         Ok(out)
     }
+}
+
+/// What [`read_bounded`] found.
+#[derive(Debug, PartialEq, Eq)]
+enum Bounded {
+    /// The whole content, at most the limit.
+    Within(Vec<u8>),
+    /// More than the limit; what was read is dropped.
+    Over,
+    /// A device, FIFO, socket or directory: what it would yield is not a file's content
+    /// (`/dev/zero` never ends, a FIFO waits for a writer).
+    NotAFile(&'static str),
+}
+
+/// Reads `file` if it is a regular file of at most `limit` bytes, reading at most `limit + 1`
+/// whatever its size: a value file is never read to its end before the limit is checked.
+fn read_bounded(file: &Path, limit: usize) -> std::io::Result<Bounded> {
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, before the
+    // type check below could refuse it. It changes nothing for a regular file.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(file)?;
+    // The type of what was opened (fstat), not of what the path named a moment before.
+    let kind = f.metadata()?.file_type();
+    if !kind.is_file() {
+        return Ok(Bounded::NotAFile(if kind.is_dir() {
+            "a directory"
+        } else if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_char_device() {
+            "a character device"
+        } else if kind.is_block_device() {
+            "a block device"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "something else"
+        }));
+    }
+    let mut bytes = Vec::new();
+    f.take(limit as u64 + 1).read_to_end(&mut bytes)?;
+    Ok(if bytes.len() > limit {
+        Bounded::Over
+    } else {
+        Bounded::Within(bytes)
+    })
 }
 
 /// `podmutator exec`: `args` are what follows `exec` (a leading `--` is skipped). Reads
@@ -192,6 +263,93 @@ mod tests {
         assert!(matches!(e, ExecError::TooLong { .. }), "{e}");
         let e = plan("D", "absent").load().unwrap_err().to_string();
         assert!(e.contains("absent") && e.contains("D"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Runs `load` on a thread and waits at most `limit`: a read that never ends fails the
+    /// test by this timeout instead of hanging the suite (no claim about speed).
+    fn load_within(
+        plan: ExecPlan,
+        limit: std::time::Duration,
+    ) -> Result<Vec<(String, String)>, ExecError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(plan.load());
+        });
+        rx.recv_timeout(limit)
+            .expect("load did not return: the value file is being read to its end")
+    }
+
+    #[rstest::rstest]
+    #[case::dev_zero("/dev/zero", "a character device")]
+    #[case::directory("/", "a directory")]
+    fn a_value_file_that_is_not_a_regular_file_is_refused_naming_it(
+        #[case] file: &str,
+        #[case] kind: &str,
+    ) {
+        let plan = ExecPlan {
+            vars: BTreeMap::from([("DB".to_owned(), PathBuf::from(file))]),
+        };
+        let e = load_within(plan, std::time::Duration::from_secs(60)).unwrap_err();
+        assert!(matches!(e, ExecError::NotAFile { .. }), "{e}");
+        let m = e.to_string();
+        assert!(
+            m.contains(file) && m.contains("DB") && m.contains(kind),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn a_fifo_as_a_value_file_is_refused_without_waiting_for_a_writer() {
+        let dir = std::env::temp_dir().join(format!("podmutator-exec-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("value");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success());
+        let plan = ExecPlan {
+            vars: BTreeMap::from([("DB".to_owned(), fifo.clone())]),
+        };
+        let e = load_within(plan, std::time::Duration::from_secs(60)).unwrap_err();
+        assert!(
+            matches!(e, ExecError::NotAFile { kind: "a FIFO", .. }),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_huge_value_file_is_refused_after_reading_one_byte_past_the_limit() {
+        let dir = std::env::temp_dir().join(format!("podmutator-exec-huge-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // A sparse terabyte: read to its end, it would take hours and all the memory.
+        let huge = dir.join("value");
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        let plan = ExecPlan {
+            vars: BTreeMap::from([("DB".to_owned(), huge.clone())]),
+        };
+        let e = load_within(plan, std::time::Duration::from_secs(60)).unwrap_err();
+        assert!(matches!(e, ExecError::TooLong { .. }), "{e}");
+        let m = e.to_string();
+        assert!(
+            m.contains(&huge.display().to_string()) && m.contains(&MAX_ENV_STRING.to_string()),
+            "{m}"
+        );
+        // The bound itself: at the limit the value is read whole, one byte more is refused.
+        let at = dir.join("at");
+        std::fs::write(&at, vec![b'x'; 100]).unwrap();
+        assert_eq!(
+            read_bounded(&at, 100).unwrap(),
+            Bounded::Within(vec![b'x'; 100])
+        );
+        assert_eq!(read_bounded(&at, 99).unwrap(), Bounded::Over);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

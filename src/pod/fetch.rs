@@ -19,9 +19,12 @@
 //! files.
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::ffi::{OsStr, OsString};
+use std::io::{ErrorKind, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::Duration;
 
 use aws_sdk_secretsmanager::Client;
@@ -276,9 +279,6 @@ pub async fn fetch(plan: &FetchPlan, client: Client) -> Result<FetchSummary, Fet
         return Err(FetchError::NotFound(missing));
     }
     write_files(plan, &values)?;
-    if let Some(to) = &plan.copy_executable_to {
-        copy_executable(to)?;
-    }
     Ok(FetchSummary {
         secrets: ids.len(),
         files: plan.secrets.len(),
@@ -303,104 +303,229 @@ pub fn run_fetch() -> Result<FetchSummary, FetchError> {
 }
 
 /// Writes every file of `plan` from `values` (by id), all or nothing: each goes to a temporary
-/// file beside its target first, and only when all are written are they renamed into place.
+/// file beside its target first, and only when all are written are they renamed into place;
+/// then the executable is copied, if the plan asks for it. Nothing below the root is reached
+/// through a symbolic link ([`Dir`]).
 pub fn write_files(plan: &FetchPlan, values: &BTreeMap<&str, Vec<u8>>) -> Result<(), FetchError> {
-    if !plan.root.is_dir() {
-        return Err(FetchError::NoRoot {
-            root: plan.root.display().to_string(),
-        });
-    }
-    let mut staged: Vec<(PathBuf, &Path)> = Vec::new();
-    let mut stage = || -> Result<(), FetchError> {
-        for item in &plan.secrets {
-            let bytes = values.get(item.id.as_str()).map_or(&[][..], Vec::as_slice);
-            let tmp = temp_path(&item.file);
-            write_new(&item.file, &tmp, bytes, FILE_MODE, DIR_MODE)?;
-            staged.push((tmp, &item.file));
-        }
-        Ok(())
-    };
-    let result = stage();
+    let root = Dir::root(&plan.root).map_err(|_| FetchError::NoRoot {
+        root: plan.root.display().to_string(),
+    })?;
+    let mut dirs = Dirs::new(root);
+    let mut staged: Vec<Staged<'_>> = Vec::new();
+    let result = stage(plan, values, &mut dirs, &mut staged);
     if result.is_err() {
-        for (tmp, _) in &staged {
-            let _ = std::fs::remove_file(tmp);
+        for s in &staged {
+            let _ = std::fs::remove_file(s.dir.at(&s.tmp));
         }
         return result;
     }
-    for (tmp, dest) in &staged {
-        std::fs::rename(tmp, dest).map_err(|source| FetchError::Write {
-            path: dest.display().to_string(),
-            source,
+    for s in &staged {
+        std::fs::rename(s.dir.at(&s.tmp), s.dir.at(&s.name)).map_err(|source| {
+            FetchError::Write {
+                path: s.dest.display().to_string(),
+                source,
+            }
         })?;
+    }
+    if let Some(to) = &plan.copy_executable_to {
+        copy_executable(&mut dirs, &plan.root, to)?;
     }
     Ok(())
 }
 
-fn copy_executable(to: &Path) -> Result<(), FetchError> {
+/// Writes each secret's file under its temporary name, recording it in `staged` (so that a
+/// failure can remove what was written).
+fn stage<'a>(
+    plan: &'a FetchPlan,
+    values: &BTreeMap<&str, Vec<u8>>,
+    dirs: &mut Dirs,
+    staged: &mut Vec<Staged<'a>>,
+) -> Result<(), FetchError> {
+    for item in &plan.secrets {
+        let bytes = values.get(item.id.as_str()).map_or(&[][..], Vec::as_slice);
+        let err = |source| FetchError::Write {
+            path: item.file.display().to_string(),
+            source,
+        };
+        let (dir, name) = dirs
+            .parent_of(&plan.root, &item.file, DIR_MODE)
+            .map_err(err)?;
+        let tmp = temp_name(&name);
+        write_new(&dir, &tmp, bytes, FILE_MODE).map_err(err)?;
+        staged.push(Staged {
+            dir,
+            tmp,
+            name,
+            dest: &item.file,
+        });
+    }
+    Ok(())
+}
+
+/// A file written under its temporary name, to be renamed to `name` in `dir`.
+struct Staged<'a> {
+    dir: Rc<Dir>,
+    tmp: OsString,
+    name: OsString,
+    dest: &'a Path,
+}
+
+fn copy_executable(dirs: &mut Dirs, root: &Path, to: &Path) -> Result<(), FetchError> {
     let err = |source| FetchError::Copy {
         path: to.display().to_string(),
         source,
     };
     let me = std::env::current_exe().map_err(err)?;
     let bytes = std::fs::read(&me).map_err(err)?;
-    let tmp = temp_path(to);
     // Directories on the way must be searchable by every user that runs the copy.
-    write_new(to, &tmp, &bytes, EXECUTABLE_MODE, EXECUTABLE_MODE | 0o200).map_err(|e| match e {
-        FetchError::Write { source, .. } => err(source),
-        other => other,
-    })?;
-    std::fs::rename(&tmp, to).map_err(err)
+    let (dir, name) = dirs
+        .parent_of(root, to, EXECUTABLE_MODE | 0o200)
+        .map_err(err)?;
+    let tmp = temp_name(&name);
+    write_new(&dir, &tmp, &bytes, EXECUTABLE_MODE).map_err(err)?;
+    std::fs::rename(dir.at(&tmp), dir.at(&name)).map_err(err)
 }
 
-/// `.<name>.podmutator-tmp` beside `path`: same directory, so the rename is atomic.
-fn temp_path(path: &Path) -> PathBuf {
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    path.with_file_name(format!(".{name}.podmutator-tmp"))
+/// `.<name>.podmutator-tmp`: in the same directory as `name`, so the rename is atomic.
+fn temp_name(name: &OsStr) -> OsString {
+    let mut tmp = OsString::from(".");
+    tmp.push(name);
+    tmp.push(".podmutator-tmp");
+    tmp
 }
 
-/// Creates the missing directories above `file` with `mode` (the plan's root exists).
-fn create_dirs(file: &Path, mode: u32) -> std::io::Result<()> {
-    let Some(parent) = file.parent() else {
-        return Ok(());
-    };
-    if parent.is_dir() {
-        return Ok(());
+/// A directory held open; the names below it are resolved from it, not from a path.
+///
+/// Why: a symbolic link below the plan's root (left in the volume by another container of the
+/// pod) must not take a secret, or this executable, anywhere else. Checking each component
+/// with `symlink_metadata` and then writing by path would leave a window in which a checked
+/// directory is swapped for a link; opening each component from the one before, with
+/// `O_NOFOLLOW | O_DIRECTORY`, leaves none. std has no `openat`, so a name is resolved
+/// through `/proc/self/fd/<fd>/<name>`: the kernel jumps to the open directory itself, then
+/// looks the one name up in it, which is what `openat` does (and keeps `unsafe` out).
+struct Dir {
+    file: std::fs::File,
+    /// The path it was reached by, for messages.
+    shown: PathBuf,
+}
+
+impl Dir {
+    /// The plan's root, following links: it is the volume's mount point, which the pod spec
+    /// places; what must not redirect a write is a link inside the volume.
+    fn root(root: &Path) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(root)?;
+        Ok(Self {
+            file,
+            shown: root.to_owned(),
+        })
     }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(mode)
-        .create(parent)
+
+    /// `name` in this directory, as a path that resolves from the open directory.
+    fn at(&self, name: &OsStr) -> PathBuf {
+        let mut path = PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()));
+        path.push(name);
+        path
+    }
+
+    /// The directory `name` in this one, created with `mode` if it is missing. A symbolic
+    /// link there is refused, never followed.
+    fn subdir(&self, name: &OsStr, mode: u32) -> std::io::Result<Self> {
+        let shown = self.shown.join(name);
+        match std::fs::DirBuilder::new().mode(mode).create(self.at(name)) {
+            Ok(()) => {}
+            // A link there also exists; the open below refuses it.
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(self.at(name))
+            .map_err(|e| refuse_link(e, &self.at(name), &shown))?;
+        Ok(Self { file, shown })
+    }
 }
 
-/// Writes `bytes` to a fresh `tmp` with `mode`, creating `dest`'s directories with `dir_mode`.
-fn write_new(
-    dest: &Path,
-    tmp: &Path,
-    bytes: &[u8],
-    mode: u32,
-    dir_mode: u32,
-) -> Result<(), FetchError> {
-    let err = |source| FetchError::Write {
-        path: dest.display().to_string(),
-        source,
-    };
-    create_dirs(dest, dir_mode).map_err(err)?;
-    // A temporary file left by a run that died is ours to replace.
-    match std::fs::remove_file(tmp) {
+/// Names a refused link: `O_NOFOLLOW` on a symbolic link fails with `ELOOP`, or `ENOTDIR`
+/// with `O_DIRECTORY` too, neither of which says what happened here. The refusal is made by
+/// the open; `at` is looked at again only to word the message.
+fn refuse_link(e: std::io::Error, at: &Path, shown: &Path) -> std::io::Error {
+    let refused = matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR));
+    if refused && std::fs::symlink_metadata(at).is_ok_and(|m| m.file_type().is_symlink()) {
+        std::io::Error::other(format!(
+            "{} is a symbolic link: nothing below the plan's root is written through a link; remove it, or mount an empty volume",
+            shown.display()
+        ))
+    } else {
+        e
+    }
+}
+
+/// The directories opened while writing one plan, by their path below the root: each is
+/// opened (and created) once.
+struct Dirs {
+    open: BTreeMap<PathBuf, Rc<Dir>>,
+}
+
+impl Dirs {
+    fn new(root: Dir) -> Self {
+        Self {
+            open: BTreeMap::from([(PathBuf::new(), Rc::new(root))]),
+        }
+    }
+
+    /// The open directory that holds `file` (below `root`, as the plan was validated), with
+    /// the missing directories on the way created with `mode`, and the file's name in it.
+    fn parent_of(
+        &mut self,
+        root: &Path,
+        file: &Path,
+        mode: u32,
+    ) -> std::io::Result<(Rc<Dir>, OsString)> {
+        let invalid = || std::io::Error::other("the path is not below the plan's root");
+        let rel = file.strip_prefix(root).map_err(|_| invalid())?;
+        let name = rel.file_name().ok_or_else(invalid)?.to_owned();
+        let mut at = PathBuf::new();
+        let mut dir = Rc::clone(&self.open[&at]);
+        for part in rel.parent().into_iter().flat_map(Path::iter) {
+            at.push(part);
+            dir = match self.open.get(&at) {
+                Some(d) => Rc::clone(d),
+                None => {
+                    let d = Rc::new(dir.subdir(part, mode)?);
+                    self.open.insert(at.clone(), Rc::clone(&d));
+                    d
+                }
+            };
+        }
+        Ok((dir, name))
+    }
+}
+
+/// Writes `bytes` to a fresh `tmp` in `dir` with `mode`.
+fn write_new(dir: &Dir, tmp: &OsStr, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    // A temporary file left by a run that died is ours to replace (unlink removes a link
+    // itself, never its target).
+    match std::fs::remove_file(dir.at(tmp)) {
         Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(err(e)),
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
     }
+    // `create_new` (O_EXCL) refuses a link in the name's place as well.
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
-        .open(tmp)
-        .map_err(err)?;
-    f.write_all(bytes).map_err(err)?;
-    f.sync_all().map_err(err)?;
-    // The process umask may have narrowed `mode`; the contract is the mode itself.
-    std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(mode)).map_err(err)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.at(tmp))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    // The process umask may have narrowed `mode`; the contract is the mode itself. Set on
+    // the open file, not through a path.
+    f.set_permissions(std::fs::Permissions::from_mode(mode))
 }
 
 #[cfg(test)]
@@ -487,5 +612,105 @@ mod tests {
             "a's temporary file was left"
         );
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A plan of one secret at `root/files/db`, and one copy of this executable at
+    /// `root/bin/podmutator` when `exe`.
+    fn one_file(root: &Path, exe: bool) -> FetchPlan {
+        FetchPlan {
+            root: root.to_owned(),
+            region: None,
+            secrets: vec![FetchItem {
+                id: "a".into(),
+                file: root.join("files/db"),
+            }],
+            copy_executable_to: exe.then(|| root.join("bin/podmutator")),
+            fetch_strategy: None,
+        }
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[rstest::rstest]
+    #[case::secret_directory("files", false)]
+    #[case::executable_directory("bin", true)]
+    fn a_symlinked_directory_below_the_root_is_refused_and_its_target_untouched(
+        #[case] linked: &str,
+        #[case] exe: bool,
+    ) {
+        let base = std::env::temp_dir().join(format!(
+            "podmutator-fetch-link-{linked}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&base);
+        let root = base.join("root");
+        let target = base.join("elsewhere");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&target).unwrap();
+        std::os::unix::fs::symlink(&target, root.join(linked)).unwrap();
+        let values = BTreeMap::from([("a", b"fake-a".to_vec())]);
+        let e = write_files(&one_file(&root, exe), &values).unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("symbolic link"), "{m}");
+        assert!(m.contains(&root.join(linked).display().to_string()), "{m}");
+        assert_eq!(
+            entries(&target),
+            Vec::<String>::new(),
+            "written through the link"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_symlinked_directory_deeper_below_the_root_is_refused_too() {
+        let base =
+            std::env::temp_dir().join(format!("podmutator-fetch-deep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let root = base.join("root");
+        let target = base.join("elsewhere");
+        std::fs::create_dir_all(root.join("files")).unwrap();
+        std::fs::create_dir_all(&target).unwrap();
+        std::os::unix::fs::symlink(&target, root.join("files/team")).unwrap();
+        let mut plan = one_file(&root, false);
+        plan.secrets[0].file = root.join("files/team/db");
+        let values = BTreeMap::from([("a", b"fake-a".to_vec())]);
+        let e = write_files(&plan, &values).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(entries(&target), Vec::<String>::new());
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn files_are_written_below_a_linked_mount_point_and_replace_a_link_in_their_place() {
+        let base =
+            std::env::temp_dir().join(format!("podmutator-fetch-modes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        // The root itself may be reached through a link: it is the mount point, not the volume.
+        let real = base.join("volume");
+        std::fs::create_dir_all(&real).unwrap();
+        let root = base.join("mount");
+        std::os::unix::fs::symlink(&real, &root).unwrap();
+        // A link in the file's own place is replaced, not written through.
+        std::fs::create_dir_all(real.join("files")).unwrap();
+        let decoy = base.join("decoy");
+        std::fs::write(&decoy, "untouched").unwrap();
+        std::os::unix::fs::symlink(&decoy, real.join("files/db")).unwrap();
+        let values = BTreeMap::from([("a", b"fake-a".to_vec())]);
+        write_files(&one_file(&root, false), &values).unwrap();
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(std::fs::read(real.join("files/db")).unwrap(), b"fake-a");
+        assert_eq!(mode(&real.join("files/db")), FILE_MODE);
+        assert_eq!(std::fs::read_to_string(&decoy).unwrap(), "untouched");
+        assert_eq!(entries(&real), vec!["files"]);
+        assert_eq!(entries(&real.join("files")), vec!["db"]);
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -91,6 +91,17 @@ fn message(status: u16, text: &str) -> Reply {
     }
 }
 
+/// `/healthz`: `{"message":"ok","version":"<version>"}`, so a probe or a curl also says
+/// which release is answering.
+fn healthy() -> Reply {
+    Reply {
+        status: 200,
+        body: serde_json::json!({ "message": "ok", "version": crate::VERSION })
+            .to_string()
+            .into_bytes(),
+    }
+}
+
 fn invalid(text: String) -> Reply {
     error_reply(&Error::Invalid(text), "", API_VERSION_V1)
 }
@@ -175,7 +186,7 @@ impl Front {
         let route = match path {
             PATH_HEALTHZ => {
                 return Routed::Answer(match method {
-                    "GET" | "HEAD" => message(200, "ok"),
+                    "GET" | "HEAD" => healthy(),
                     _ => message(405, "method not allowed: use GET for /healthz"),
                 });
             }
@@ -268,5 +279,21 @@ mod tests {
         assert_eq!(front.route_path("/mutate--v1-pod"), None);
         assert_eq!(front.route_path("/t0k3nX/mutate--v1-pod"), None);
         assert_eq!(front.route_path("/t0k3n"), Some(""));
+    }
+
+    #[test]
+    fn healthz_answers_ok_with_the_version() {
+        let front = front("t0k3n");
+        for method in ["GET", "HEAD"] {
+            let Routed::Answer(reply) = front.route(method, "/t0k3n/healthz", None) else {
+                panic!("{method} /healthz is answered from the head");
+            };
+            assert_eq!(reply.status, 200);
+            let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+            assert_eq!(
+                body,
+                serde_json::json!({"message": "ok", "version": env!("CARGO_PKG_VERSION")})
+            );
+        }
     }
 }

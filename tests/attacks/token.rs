@@ -1,0 +1,245 @@
+//! Hole 6 of issue 25: the path token outside the redaction. Whoever reads a command's stderr
+//! (a CI log, a pod's log) or the function's log at any level must never see the token.
+
+use std::convert::Infallible;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response};
+
+use super::common::{root, temp_dir};
+
+const TOKEN: &str = "leaky-token-6f1c2a9e0b7d4c3a8e5f1d2c3b4a5968";
+
+fn hex_sha256(s: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(s.as_bytes()))
+}
+
+/// A configuration file whose YAML breaks on the token's own line: a renderer that quotes the
+/// lines around an error quotes the token.
+fn broken_config() -> std::path::PathBuf {
+    let dir = temp_dir("attack-token-yaml");
+    let file = dir.join("config.yaml");
+    std::fs::write(
+        &file,
+        format!("webhook: {{}}\nhttp:\n  pathToken: {TOKEN}: x\n  listenAddress: 127.0.0.1\n"),
+    )
+    .unwrap();
+    file
+}
+
+#[test]
+fn a_yaml_syntax_error_in_the_config_never_prints_the_path_token() {
+    let file = broken_config();
+    let file = file.to_str().unwrap();
+    let commands: [&[&str]; 4] = [
+        &["check-config", "--config", file],
+        &["serve", "--config", file],
+        &["inject", "--config", file, "-f", "-"],
+        &["lambda", "--config", file],
+    ];
+    for args in commands {
+        let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+            .args(args)
+            .env_remove("PODMUTATOR_CONFIG")
+            .env_remove("PODMUTATOR_CONFIG_FILE")
+            .env("RUST_LOG", "trace")
+            // `lambda` checks the runtime's variables before it reads the configuration.
+            .env("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9")
+            .env("AWS_LAMBDA_FUNCTION_NAME", "podmutator")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "512")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        // Still actionable: which file, that it is YAML, and where.
+        assert!(
+            stderr.contains("not valid YAML") && stderr.contains("line 3"),
+            "{args:?}: {stderr}"
+        );
+        for part in [TOKEN, &TOKEN[..16], &TOKEN[TOKEN.len() - 16..]] {
+            assert!(
+                !stderr.contains(part),
+                "{args:?} printed the token: {stderr}"
+            );
+            assert!(
+                !stdout.contains(part),
+                "{args:?} printed the token: {stdout}"
+            );
+        }
+    }
+}
+
+/// What the fake Runtime API saw.
+#[derive(Default)]
+struct Seen {
+    nexts: usize,
+    responses: Vec<String>,
+    errors: Vec<String>,
+}
+
+/// Lambda's Runtime API on 127.0.0.1, as `lambda_runtime` polls it: the first `next` hands out
+/// `event`, later ones wait (as Lambda does between invocations); responses and errors are
+/// recorded.
+async fn runtime_api(event: String, seen: Arc<Mutex<Seen>>) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (event, seen) = (event.clone(), seen.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let (event, seen) = (event.clone(), seen.clone());
+                    async move { Ok::<_, Infallible>(answer(req, &event, &seen).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+async fn answer(req: Request<Incoming>, event: &str, seen: &Mutex<Seen>) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_owned();
+    let body = req.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8_lossy(&body).into_owned();
+    if path == "/2018-06-01/runtime/invocation/next" {
+        let first = {
+            let mut s = seen.lock().unwrap();
+            s.nexts += 1;
+            s.nexts == 1
+        };
+        if !first {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        let deadline = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            + 60_000;
+        return Response::builder()
+            .status(200)
+            .header("lambda-runtime-aws-request-id", "req-1")
+            .header("lambda-runtime-deadline-ms", deadline.to_string())
+            .header(
+                "lambda-runtime-invoked-function-arn",
+                "arn:aws:lambda:us-east-1:123456789012:function:podmutator",
+            )
+            .header(
+                "lambda-runtime-trace-id",
+                "Root=1-5e1b4151-5ac6c58dcf6b3b4e1c0d2d9e",
+            )
+            .body(Full::new(Bytes::from(event.to_owned())))
+            .unwrap();
+    }
+    let mut s = seen.lock().unwrap();
+    if path.ends_with("/response") {
+        s.responses.push(body);
+    } else {
+        s.errors.push(format!("{path}: {body}"));
+    }
+    Response::builder()
+        .status(202)
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap()
+}
+
+/// `lambda_runtime` logs every raw event at TRACE, and the event's path holds the token. The
+/// real binary, polling a Runtime API with `RUST_LOG=trace`, answers an event that carries the
+/// token and logs nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lambda_runtime_at_trace_never_logs_the_path_token() {
+    let mut event: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("events/apigw-http-healthz.json")).unwrap(),
+    )
+    .unwrap();
+    let path = format!("/{TOKEN}/healthz");
+    event["rawPath"] = serde_json::json!(path);
+    event["requestContext"]["http"]["path"] = serde_json::json!(path);
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let port = runtime_api(event.to_string(), seen.clone()).await;
+    let config = serde_json::json!({"http": {"pathTokenSha256": hex_sha256(TOKEN)}});
+    for level in [
+        "trace",
+        "debug",
+        "info,lambda_runtime=trace,lambda_http=trace,hyper=trace,h2=trace",
+    ] {
+        seen.lock().unwrap().nexts = 0;
+        seen.lock().unwrap().responses.clear();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+            .arg("lambda")
+            .env_remove("PODMUTATOR_CONFIG_FILE")
+            .env("PODMUTATOR_CONFIG", config.to_string())
+            .env("RUST_LOG", level)
+            .env("AWS_LAMBDA_RUNTIME_API", format!("127.0.0.1:{port}"))
+            .env("AWS_LAMBDA_FUNCTION_NAME", "podmutator")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "512")
+            .env("AWS_REGION", "us-east-1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The answer proves the event, token and all, went through the runtime.
+        let end = Instant::now() + Duration::from_secs(60);
+        while seen.lock().unwrap().responses.is_empty() {
+            if Instant::now() > end || child.try_wait().unwrap().is_some() {
+                let _ = child.kill();
+                let out = child.wait_with_output().unwrap();
+                panic!(
+                    "no response for the event ({:?}); stderr: {}",
+                    seen.lock().unwrap().errors,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        child.kill().unwrap();
+        let mut stdout = String::new();
+        let mut stderr = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut stdout)
+            .unwrap();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        child.wait().unwrap();
+        let reply: serde_json::Value =
+            serde_json::from_str(&seen.lock().unwrap().responses[0]).unwrap();
+        assert_eq!(reply["statusCode"], 200, "{level}: {reply}");
+        // The log ran, and its start-up line says which release answered.
+        let started = stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["message"] == "lambda runtime starting")
+            .unwrap_or_else(|| panic!("{level}: no start-up line: {stdout}"));
+        assert_eq!(started["version"], env!("CARGO_PKG_VERSION"), "{started}");
+        for part in [TOKEN, &TOKEN[..16], &TOKEN[TOKEN.len() - 16..]] {
+            assert!(
+                !stdout.contains(part),
+                "RUST_LOG={level} logged the token: {stdout}"
+            );
+            assert!(
+                !stderr.contains(part),
+                "RUST_LOG={level} printed the token: {stderr}"
+            );
+        }
+    }
+}
