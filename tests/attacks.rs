@@ -903,3 +903,5 @@ async fn a_forged_review_to_a_reference_deployment_gets_names_only() {
         assert!(out.contains(name), "the reply names {name}");
     }
 }
+#[path = "attacks/names.rs"]
+mod names;

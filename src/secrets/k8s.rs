@@ -499,8 +499,20 @@ mod tests {
     }
 
     #[rstest]
-    #[case::parent("g", "../etc", MountRequirement::File, "", "key \"../etc\" cannot be used: it must be a Kubernetes Secret key")]
-    #[case::absolute("g", "/etc/passwd", MountRequirement::Any, "", "key \"/etc/passwd\" cannot be used: it must be a Kubernetes Secret key")]
+    #[case::parent(
+        "g",
+        "../etc",
+        MountRequirement::File,
+        "",
+        "key \"../etc\" cannot be used: it must be a Kubernetes Secret key"
+    )]
+    #[case::absolute(
+        "g",
+        "/etc/passwd",
+        MountRequirement::Any,
+        "",
+        "key \"/etc/passwd\" cannot be used: it must be a Kubernetes Secret key"
+    )]
     #[case::env_var_with_equals(
         "g",
         "k",

@@ -426,8 +426,9 @@ mod tests {
         };
         // Flyte's test vector, with a key a Kubernetes Secret can hold (see below).
         let mut pod = flyte_test_pod();
-        pod.metadata.annotations =
-            Some(codec::encode_annotations(&[secret("g", "k", MountRequirement::Any, "")]).unwrap());
+        pod.metadata.annotations = Some(
+            codec::encode_annotations(&[secret("g", "k", MountRequirement::Any, "")]).unwrap(),
+        );
         let before = pod.clone();
         SecretsMutator::new(vec![Box::new(k8s)])
             .mutate(&PodCtx::test(crate::mutate::Route::Secrets), &mut pod)
@@ -450,11 +451,7 @@ mod tests {
             .unwrap_err();
         assert_eq!((err.code, err.reason), (400, "SecretNotInjected"));
         assert!(err.message.contains("flyte.secrets/s0"), "{}", err.message);
-        assert!(
-            err.message.contains(names::K8S_KEY_RULE),
-            "{}",
-            err.message
-        );
+        assert!(err.message.contains(names::K8S_KEY_RULE), "{}", err.message);
         assert_eq!(pod, before);
     }
 

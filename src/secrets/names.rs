@@ -19,15 +19,15 @@ pub const FLYTE_PATH_RULE: &str = "letters, digits, '.', '_', '-' and '/' (Flyte
 /// The rule of [`is_shell_path`], for messages.
 pub const SHELL_PATH_RULE: &str = "letters, digits, '.', '_', '-' and '/' (Flyte's alphabet), with no empty, '.' or '..' part between slashes and no part starting with '-'";
 /// The rule of [`is_shell_word`], for messages.
-pub const SHELL_WORD_RULE: &str = "letters, digits, '.', '_' and '-', not starting with '-', and not '.' or '..'";
+pub const SHELL_WORD_RULE: &str =
+    "letters, digits, '.', '_' and '-', not starting with '-', and not '.' or '..'";
 /// The rule of [`is_azure_uri`], for messages.
 pub const AZURE_URI_RULE: &str = "https:// followed by letters, digits, '.', '_', '-' and '/', with no empty, '.' or '..' part between slashes (one trailing '/' allowed) and no part starting with '-'";
 /// The rule of the K8s manager's key ([`is_config_map_key`]), for messages.
 pub const K8S_KEY_RULE: &str =
     "a Kubernetes Secret key: at most 253 letters, digits, '-', '_' and '.', and not '.' or '..'";
 /// The rule of [`is_aws_name`], for messages.
-pub const AWS_NAME_RULE: &str =
-    "letters, digits and '/', '_', '+', '=', '.', '@', '-', ':', with no '.' or '..' part between slashes";
+pub const AWS_NAME_RULE: &str = "letters, digits and '/', '_', '+', '=', '.', '@', '-', ':', with no '.' or '..' part between slashes";
 
 fn is_flyte_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/')
@@ -65,7 +65,8 @@ pub fn is_azure_uri(s: &str) -> bool {
 /// fetcher's file name is `/<group>/<key>`, cleaned, so such a part would move the file).
 pub fn is_aws_name(s: &str) -> bool {
     s.bytes().all(|b| {
-        b.is_ascii_alphanumeric() || matches!(b, b'/' | b'_' | b'+' | b'=' | b'.' | b'@' | b'-' | b':')
+        b.is_ascii_alphanumeric()
+            || matches!(b, b'/' | b'_' | b'+' | b'=' | b'.' | b'@' | b'-' | b':')
     }) && s.split('/').all(|p| !matches!(p, "." | ".."))
 }
 

@@ -1036,7 +1036,10 @@ mod tests {
         let inits = pod.spec.as_mut().unwrap().init_containers.as_mut().unwrap();
         inits.push(theirs);
         let err = run(&injector(provider), &s, pod.clone()).unwrap_err();
-        assert!(err.contains("is not the fetcher podmutator injects"), "{err}");
+        assert!(
+            err.contains("is not the fetcher podmutator injects"),
+            "{err}"
+        );
         // Ours, as a previous admission left it, is recognised.
         inits_of(&mut pod).pop();
         inits_of(&mut pod).push(ours);
@@ -1148,13 +1151,33 @@ mod tests {
     /// Names that would run a command in the fetcher's shell, or move its file, are refused
     /// naming the field and the rule.
     #[rstest]
-    #[case::gcp_command_in_the_group(Provider::Gcp, secret("mysecret; touch /tmp/pm-pwned; #", "1", ""), "group")]
-    #[case::gcp_command_in_the_version(Provider::Gcp, secret("s", "1 || touch /tmp/x", ""), "group_version")]
+    #[case::gcp_command_in_the_group(
+        Provider::Gcp,
+        secret("mysecret; touch /tmp/pm-pwned; #", "1", ""),
+        "group"
+    )]
+    #[case::gcp_command_in_the_version(
+        Provider::Gcp,
+        secret("s", "1 || touch /tmp/x", ""),
+        "group_version"
+    )]
     #[case::gcp_substitution(Provider::Gcp, secret("$(touch x)", "1", ""), "group")]
-    #[case::gcp_option(Provider::Gcp, secret("--impersonate-service-account", "1", ""), "group")]
+    #[case::gcp_option(
+        Provider::Gcp,
+        secret("--impersonate-service-account", "1", ""),
+        "group"
+    )]
     #[case::gcp_climbing_out(Provider::Gcp, secret("../../../usr/bin", "sh", ""), "group")]
-    #[case::azure_quote(Provider::Azure, secret("https://v.vault.azure.net/secrets/a\"; touch x; \"", "", ""), "group")]
-    #[case::azure_version(Provider::Azure, secret("https://v.vault.azure.net/secrets/a", "1;id", ""), "group_version")]
+    #[case::azure_quote(
+        Provider::Azure,
+        secret("https://v.vault.azure.net/secrets/a\"; touch x; \"", "", ""),
+        "group"
+    )]
+    #[case::azure_version(
+        Provider::Azure,
+        secret("https://v.vault.azure.net/secrets/a", "1;id", ""),
+        "group_version"
+    )]
     #[case::azure_not_https(Provider::Azure, secret("a; id #/secrets/x", "", ""), "group")]
     #[case::aws_climbing_out(Provider::Aws, secret("arn:x:secret:", "", "../../../etc/x"), "key")]
     fn names_that_change_the_fetcher_are_refused(
@@ -1274,16 +1297,37 @@ mod tests {
         assert_eq!(
             shell_shape("a -b \"$(c d)\" 'e f'; g || h > i # j; k"),
             [
-                Shape::Word { dash: false, expands: false },
-                Shape::Word { dash: true, expands: false },
-                Shape::Word { dash: false, expands: true },
-                Shape::Word { dash: false, expands: false },
+                Shape::Word {
+                    dash: false,
+                    expands: false
+                },
+                Shape::Word {
+                    dash: true,
+                    expands: false
+                },
+                Shape::Word {
+                    dash: false,
+                    expands: true
+                },
+                Shape::Word {
+                    dash: false,
+                    expands: false
+                },
                 Shape::Op(";".into()),
-                Shape::Word { dash: false, expands: false },
+                Shape::Word {
+                    dash: false,
+                    expands: false
+                },
                 Shape::Op("||".into()),
-                Shape::Word { dash: false, expands: false },
+                Shape::Word {
+                    dash: false,
+                    expands: false
+                },
                 Shape::Op(">".into()),
-                Shape::Word { dash: false, expands: false },
+                Shape::Word {
+                    dash: false,
+                    expands: false
+                },
                 Shape::Comment,
             ]
         );

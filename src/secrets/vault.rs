@@ -679,10 +679,7 @@ mod tests {
         let got = run(&injector(None, &[]), &s, mk_pod(&[])).unwrap();
         let annotations = got.metadata.annotations.unwrap();
         assert_eq!(
-            annotations[&format!(
-                "vault.hashicorp.com/agent-inject-template-{}",
-                vault_id(&s)
-            )],
+            annotations[&format!("vault.hashicorp.com/agent-inject-template-{}", vault_id(&s))],
             expected
         );
     }
@@ -776,9 +773,12 @@ mod tests {
                                         '\\' => lit.push('\\'),
                                         'u' | 'U' => {
                                             let n = if e == 'u' { 4 } else { 8 };
-                                            let hex: String =
-                                                (0..n).map(|_| chars.next().map(|x| x.1)).collect::<Option<_>>()?;
-                                            lit.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+                                            let hex: String = (0..n)
+                                                .map(|_| chars.next().map(|x| x.1))
+                                                .collect::<Option<_>>()?;
+                                            lit.push(char::from_u32(
+                                                u32::from_str_radix(&hex, 16).ok()?,
+                                            )?);
                                         }
                                         _ => return None,
                                     }
@@ -816,8 +816,12 @@ mod tests {
     /// index.
     fn looks_up(action: &[Tok], query: &str, key: &str) -> bool {
         match action {
-            [Tok::Word(field)] => field.strip_prefix(query).and_then(|f| f.strip_prefix('.')) == Some(key),
-            [Tok::Word(index), Tok::Word(q), Tok::Str(k)] => index == "index" && q == query && k == key,
+            [Tok::Word(field)] => {
+                field.strip_prefix(query).and_then(|f| f.strip_prefix('.')) == Some(key)
+            }
+            [Tok::Word(index), Tok::Word(q), Tok::Str(k)] => {
+                index == "index" && q == query && k == key
+            }
             _ => false,
         }
     }
