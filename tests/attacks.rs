@@ -920,3 +920,5 @@ mod public_endpoint;
 mod pod;
 #[path = "attacks/token.rs"]
 mod token;
+#[path = "attacks/names.rs"]
+mod names;

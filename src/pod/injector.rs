@@ -281,13 +281,23 @@ impl ReferenceInjector {
     }
 
     /// The fetcher with `item` added (and the executable copy, for exec), or why not. Reads
-    /// the pod; changes nothing.
-    fn fetcher(&self, pod: &Pod, item: FetchItem, exec: bool) -> Result<Container, Refusal> {
+    /// the pod; changes nothing. Only a fetcher this admission built is added to: one the pod
+    /// arrived with (a previous admission's, or the pod author's own image and plan) is
+    /// ignored here and replaced by [`Self::put_fetcher`]. A previous admission's is rebuilt
+    /// the same from the same requests, so re-admission still changes nothing.
+    fn fetcher(
+        &self,
+        pod: &Pod,
+        item: FetchItem,
+        exec: bool,
+        edits: &Edits<'_>,
+    ) -> Result<Container, Refusal> {
         let existing = pod
             .spec
             .as_ref()
             .and_then(|s| s.init_containers.as_ref())
-            .and_then(|c| c.iter().find(|c| c.name == INIT_CONTAINER));
+            .and_then(|c| c.iter().find(|c| c.name == INIT_CONTAINER))
+            .filter(|_| edits.built.contains(INIT_CONTAINER));
         let mut container = existing.cloned().unwrap_or_else(|| self.new_fetcher(pod));
         let mut plan = match plan_env(&container, FETCH_PLAN_ENV) {
             Some(json) => FetchPlan::parse(json).map_err(|e| {
@@ -365,14 +375,18 @@ impl ReferenceInjector {
         }
     }
 
-    /// Puts the fetcher in the pod: replaced in place, or inserted before every init container
-    /// but those another mutator owns.
-    fn put_fetcher(&self, spec: &mut PodSpec, fetcher: Container) {
+    /// Puts the fetcher in the pod: the one this admission built is replaced in place;
+    /// otherwise every init container of that name the pod arrived with is removed, and the
+    /// fetcher inserted before every init container but those another mutator owns.
+    fn put_fetcher(&self, spec: &mut PodSpec, fetcher: Container, edits: &mut Edits<'_>) {
         let inits = spec.init_containers.get_or_insert_with(Vec::new);
-        if let Some(c) = inits.iter_mut().find(|c| c.name == INIT_CONTAINER) {
+        if !edits.built.insert(INIT_CONTAINER.to_owned())
+            && let Some(c) = inits.iter_mut().find(|c| c.name == INIT_CONTAINER)
+        {
             *c = fetcher;
             return;
         }
+        inits.retain(|c| c.name != INIT_CONTAINER);
         let at = inits
             .iter()
             .rposition(|c| self.skip.contains(&c.name))
@@ -499,9 +513,9 @@ impl SecretInjector for ReferenceInjector {
                     id,
                     file: PathBuf::from(format!("{INIT_FILES}/{rel}")),
                 };
-                let fetcher = self.fetcher(pod, item, false)?;
+                let fetcher = self.fetcher(pod, item, false, edits)?;
                 let spec = pod.spec.get_or_insert_with(Default::default);
-                self.put_fetcher(spec, fetcher);
+                self.put_fetcher(spec, fetcher, edits);
                 add_volume(&mut spec.volumes, memory_volume(FILES_VOLUME));
                 edits.mount(VolumeMount {
                     name: FILES_VOLUME.into(),
@@ -525,7 +539,7 @@ impl SecretInjector for ReferenceInjector {
                     id,
                     file: PathBuf::from(format!("{INIT_RUN}/env/{var}")),
                 };
-                let fetcher = self.fetcher(pod, item, true)?;
+                let fetcher = self.fetcher(pod, item, true, edits)?;
                 let seen = PathBuf::from(format!("{RUN_DIR}/env/{var}"));
                 let spec = pod.spec.get_or_insert_with(Default::default);
                 let arch = pinned_arch(spec);
@@ -564,7 +578,7 @@ impl SecretInjector for ReferenceInjector {
                         });
                     }
                 }
-                self.put_fetcher(spec, fetcher);
+                self.put_fetcher(spec, fetcher, edits);
                 add_volume(&mut spec.volumes, memory_volume(RUN_VOLUME));
                 add_volume(&mut spec.volumes, memory_volume(FILES_VOLUME));
                 edits.env(env_value(ENV_ENV_PREFIX, &self.base.env_prefix));

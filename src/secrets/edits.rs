@@ -1,7 +1,7 @@
 //! What the injectors add to every container: environment variables and volume mounts,
 //! collected per request and applied once at the end.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::{EnvVar, Pod, VolumeMount};
 
@@ -32,6 +32,12 @@ pub struct Edits<'a> {
     pub(super) conflicts: Vec<String>,
     /// Who is asking now, for conflict messages.
     pub(super) current: String,
+    /// Init containers this admission has built, by name. An injector that builds one init
+    /// container across several requests (the reference fetcher) merges into it only once it
+    /// is here: one the pod arrived with under that name is replaced, never merged into, so a
+    /// pod cannot supply its own. Added to only when the pod changes, so a rolled-back request
+    /// leaves nothing to roll back.
+    pub(crate) built: BTreeSet<String>,
 }
 
 /// A position in [`Edits`] to roll back to when an injector fails.
@@ -63,6 +69,7 @@ impl<'a> Edits<'a> {
             secret_volumes: SecretVolumes::default(),
             conflicts: Vec::new(),
             current: String::new(),
+            built: BTreeSet::new(),
         }
     }
 

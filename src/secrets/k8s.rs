@@ -55,17 +55,10 @@ impl SecretInjector for K8sInjector {
             MountRequirement::EnvVar => {
                 super::check_env_name(&self.env_name(&secret_group(s), &s.key))?;
             }
-            MountRequirement::Any | MountRequirement::File => {
-                // The API server refuses an item path that is absolute or has a `..` element.
-                let file = s.key.to_lowercase();
-                if file.starts_with('/') || file.split('/').any(|seg| seg == "..") {
-                    return Err(Refusal::BadName(format!(
-                        "key {:?} cannot be a file name under {SECRETS_DIR}: the API server refuses an absolute path or a '..' element; rename the key",
-                        s.key
-                    )));
-                }
-            }
+            // A Secret key is a file name ([`super::names::k8s`]): no `/`, `.` or `..`.
+            MountRequirement::Any | MountRequirement::File => {}
         }
+        super::names::k8s(s)?;
         Ok(Accept::Now)
     }
 
@@ -326,20 +319,23 @@ mod tests {
         );
     }
 
+    // Flyte's test vectors name the Secret `grOUP`, which no Kubernetes Secret can be called
+    // (the API server refuses it in a `secretKeyRef`): refused here
+    // (`names_that_are_no_kubernetes_secret_or_key_are_refused`), so these ports use `group`.
     #[rstest]
     #[case::simple("", json!([
         {"name": "FLYTE_SECRETS_ENV_PREFIX", "value": "_UNION_"},
-        {"name": "_UNION_GROUP_HELLO", "valueFrom": secret_ref("grOUP", "HELLO")}
+        {"name": "_UNION_GROUP_HELLO", "valueFrom": secret_ref("group", "HELLO")}
     ]))]
     #[case::simple_with_env_name("MY_CUSTOM_ENV", json!([
         {"name": "FLYTE_SECRETS_ENV_PREFIX", "value": "_UNION_"},
-        {"name": "MY_CUSTOM_ENV", "valueFrom": secret_ref("grOUP", "HELLO")},
-        {"name": "_UNION_GROUP_HELLO", "valueFrom": secret_ref("grOUP", "HELLO")}
+        {"name": "MY_CUSTOM_ENV", "valueFrom": secret_ref("group", "HELLO")},
+        {"name": "_UNION_GROUP_HELLO", "valueFrom": secret_ref("group", "HELLO")}
     ]))]
     fn env_var_secrets_reference_the_kubernetes_secret(#[case] env_var: &str, #[case] env: Value) {
         let pod = inject_one(
             &k8s(),
-            &[secret("grOUP", "HELLO", MountRequirement::EnvVar, env_var)],
+            &[secret("group", "HELLO", MountRequirement::EnvVar, env_var)],
             mk_pod(),
         )
         .unwrap();
@@ -369,18 +365,18 @@ mod tests {
     ) {
         let pod = inject_one(
             &k8s(),
-            &[secret("grOUP", "HELLO", mount, env_var)],
+            &[secret("group", "HELLO", mount, env_var)],
             mk_pod(),
         )
         .unwrap();
         let pod = json(&pod);
         assert_eq!(
             pod["spec"]["volumes"],
-            json!([{"name": "m4ze5vkql3", "secret": {"secretName": "grOUP", "items": [{"key": "HELLO", "path": "hello"}], "optional": true}}])
+            json!([{"name": "m4zg54lql3", "secret": {"secretName": "group", "items": [{"key": "HELLO", "path": "hello"}], "optional": true}}])
         );
         assert_eq!(
             pod["spec"]["containers"][0]["volumeMounts"],
-            json!([{"name": "m4ze5vkql3", "mountPath": "/etc/flyte/secrets/group", "readOnly": true}])
+            json!([{"name": "m4zg54lql3", "mountPath": "/etc/flyte/secrets/group", "readOnly": true}])
         );
         assert_eq!(
             pod["spec"]["containers"][0]["env"],
@@ -393,8 +389,8 @@ mod tests {
         let pod = inject_one(
             &k8s(),
             &[
-                secret("grOUP", "HELLO", MountRequirement::File, ""),
-                secret("grOUP", "world", MountRequirement::File, ""),
+                secret("group", "HELLO", MountRequirement::File, ""),
+                secret("group", "world", MountRequirement::File, ""),
             ],
             mk_pod(),
         )
@@ -402,7 +398,7 @@ mod tests {
         let pod = json(&pod);
         assert_eq!(
             pod["spec"]["volumes"],
-            json!([{"name": "m4ze5vkql3", "secret": {"secretName": "grOUP", "items": [
+            json!([{"name": "m4zg54lql3", "secret": {"secretName": "group", "items": [
                 {"key": "HELLO", "path": "hello"}, {"key": "world", "path": "world"}
             ], "optional": true}}])
         );
@@ -438,7 +434,7 @@ mod tests {
     #[test]
     fn re_injecting_does_not_duplicate_volume_items() {
         // Flyte's AppendVolume appends the item again on every admission.
-        let s = [secret("grOUP", "HELLO", MountRequirement::File, "")];
+        let s = [secret("group", "HELLO", MountRequirement::File, "")];
         let once = inject_one(&k8s(), &s, mk_pod()).unwrap();
         let twice = inject_one(&k8s(), &s, once.clone()).unwrap();
         assert_eq!(once, twice);
@@ -447,11 +443,11 @@ mod tests {
     #[test]
     fn the_mount_names_the_volume_that_holds_the_item() {
         // Same Secret, different group_version: Flyte mounted a volume name that did not exist.
-        let mut second = secret("grOUP", "other", MountRequirement::File, "");
+        let mut second = secret("group", "other", MountRequirement::File, "");
         second.group_version = "v2".into();
         let pod = inject_one(
             &k8s(),
-            &[secret("grOUP", "HELLO", MountRequirement::File, ""), second],
+            &[secret("group", "HELLO", MountRequirement::File, ""), second],
             mk_pod(),
         )
         .unwrap();
@@ -462,10 +458,10 @@ mod tests {
             .iter()
             .map(|v| v["name"].as_str().unwrap())
             .collect();
-        assert_eq!(volumes, ["m4ze5vkql3"]);
+        assert_eq!(volumes, ["m4zg54lql3"]);
         assert_eq!(
             pod["spec"]["containers"][0]["volumeMounts"][0]["name"],
-            "m4ze5vkql3"
+            "m4zg54lql3"
         );
     }
 
@@ -503,8 +499,20 @@ mod tests {
     }
 
     #[rstest]
-    #[case::parent("g", "../etc", MountRequirement::File, "", "'..' element")]
-    #[case::absolute("g", "/etc/passwd", MountRequirement::Any, "", "absolute path")]
+    #[case::parent(
+        "g",
+        "../etc",
+        MountRequirement::File,
+        "",
+        "key \"../etc\" cannot be used: it must be a Kubernetes Secret key"
+    )]
+    #[case::absolute(
+        "g",
+        "/etc/passwd",
+        MountRequirement::Any,
+        "",
+        "key \"/etc/passwd\" cannot be used: it must be a Kubernetes Secret key"
+    )]
     #[case::env_var_with_equals(
         "g",
         "k",
@@ -528,6 +536,93 @@ mod tests {
     ) {
         let err = inject_one(&k8s(), &[secret(group, key, mount, env_var)], mk_pod()).unwrap_err();
         assert!(err.contains(says), "{err}");
+    }
+
+    /// A group that is no Secret name (it would climb out of `/etc/flyte/secrets` as the mount
+    /// path, or name a Secret the API server refuses) and a key that is no Secret key are
+    /// refused, whatever the mount, naming the field and the rule.
+    #[rstest]
+    #[case::group_climbing_out("../../var/run", "k", MountRequirement::File, "group")]
+    #[case::group_with_a_slash("team/db", "k", MountRequirement::Any, "group")]
+    #[case::flytes_upper_case_vector("grOUP", "HELLO", MountRequirement::File, "group")]
+    #[case::upper_case_env_var("grOUP", "HELLO", MountRequirement::EnvVar, "group")]
+    #[case::group_dot_dot("..", "k", MountRequirement::File, "group")]
+    #[case::key_with_a_slash("g", "a/b", MountRequirement::File, "key")]
+    #[case::key_dot_dot("g", "..", MountRequirement::File, "key")]
+    #[case::env_key_dot_dot("g", "..", MountRequirement::EnvVar, "key")]
+    fn names_that_are_no_kubernetes_secret_or_key_are_refused(
+        #[case] group: &str,
+        #[case] key: &str,
+        #[case] mount: MountRequirement,
+        #[case] field: &str,
+    ) {
+        let req = SecretRequest {
+            index: 0,
+            annotation: "flyte.secrets/s0".into(),
+            secret: secret(group, key, mount, ""),
+        };
+        let err = k8s()
+            .accepts(
+                &req,
+                &PodCtx::test(crate::mutate::Route::Secrets),
+                &mk_pod(),
+            )
+            .unwrap_err();
+        let Refusal::BadSecretName { field: f, rule, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(*f, field);
+        let expected = match field {
+            "group" => crate::secrets::names::K8S_SECRET_NAME_RULE,
+            _ => crate::secrets::names::K8S_KEY_RULE,
+        };
+        assert_eq!(*rule, expected);
+    }
+
+    proptest::proptest! {
+        /// Whatever the names, an accepted request references a valid Secret name and key,
+        /// mounts exactly one directory below `/etc/flyte/secrets` and writes a file name
+        /// there; any other request is refused before the pod changes.
+        #[test]
+        fn no_accepted_name_leaves_the_secrets_dir_or_names_an_invalid_secret(
+            group in proptest::prop_oneof!["[a-z0-9.-]{0,12}", "[a-zA-Z0-9./_ -]{0,12}", ".*"],
+            key in proptest::prop_oneof!["[a-zA-Z0-9._-]{1,12}", "[a-z./ -]{1,8}", ".*"],
+            mount in proptest::prop_oneof![
+                proptest::strategy::Just(MountRequirement::Any),
+                proptest::strategy::Just(MountRequirement::File),
+                proptest::strategy::Just(MountRequirement::EnvVar),
+            ],
+        ) {
+            use crate::k8s_names::{is_config_map_key, is_dns_label, is_dns_subdomain, is_env_var_name};
+            let Ok(pod) = inject_one(&k8s(), &[secret(&group, &key, mount, "")], mk_pod()) else {
+                return Ok(());
+            };
+            let pod = json(&pod);
+            let spec = &pod["spec"];
+            for v in spec["volumes"].as_array().into_iter().flatten() {
+                proptest::prop_assert!(is_dns_label(v["name"].as_str().unwrap()), "{v}");
+                let source = &v["secret"];
+                proptest::prop_assert!(is_dns_subdomain(source["secretName"].as_str().unwrap()), "{v}");
+                for item in source["items"].as_array().unwrap() {
+                    proptest::prop_assert!(is_config_map_key(item["key"].as_str().unwrap()), "{v}");
+                    proptest::prop_assert!(is_config_map_key(item["path"].as_str().unwrap()), "{v}");
+                }
+            }
+            let c = &spec["containers"][0];
+            for m in c["volumeMounts"].as_array().into_iter().flatten() {
+                let path = m["mountPath"].as_str().unwrap();
+                let rest = path.strip_prefix("/etc/flyte/secrets/").unwrap_or_default();
+                proptest::prop_assert!(is_dns_subdomain(rest), "{path}");
+            }
+            for e in c["env"].as_array().into_iter().flatten() {
+                proptest::prop_assert!(is_env_var_name(e["name"].as_str().unwrap()), "{e}");
+                let r = &e["valueFrom"]["secretKeyRef"];
+                if !r.is_null() {
+                    proptest::prop_assert!(is_dns_subdomain(r["name"].as_str().unwrap()), "{e}");
+                    proptest::prop_assert!(is_config_map_key(r["key"].as_str().unwrap()), "{e}");
+                }
+            }
+        }
     }
 
     /// What `add_secret_item` did before its index: a scan of the volumes and of their items

@@ -13,6 +13,7 @@ pub mod edits;
 pub mod embedded;
 pub mod global;
 pub mod k8s;
+pub mod names;
 pub mod plan;
 pub mod refusal;
 pub mod resolve;
@@ -423,12 +424,35 @@ mod tests {
         let k8s = crate::secrets::k8s::K8sInjector {
             env_prefix: "_UNION_".into(),
         };
+        // Flyte's test vector, with a key a Kubernetes Secret can hold (see below).
         let mut pod = flyte_test_pod();
+        pod.metadata.annotations = Some(
+            codec::encode_annotations(&[secret("g", "k", MountRequirement::Any, "")]).unwrap(),
+        );
         let before = pod.clone();
         SecretsMutator::new(vec![Box::new(k8s)])
             .mutate(&PodCtx::test(crate::mutate::Route::Secrets), &mut pod)
             .unwrap();
         assert_ne!(pod, before);
+    }
+
+    /// Flyte's vector `nnsxsorcnv4v623fperca` decodes to a key with bytes no Kubernetes Secret
+    /// key may hold: K8s refuses it, naming the annotation and the rule, and the pod is
+    /// unchanged.
+    #[test]
+    fn flytes_test_vector_names_no_secret_key_and_is_refused() {
+        let k8s = crate::secrets::k8s::K8sInjector {
+            env_prefix: "_UNION_".into(),
+        };
+        let mut pod = flyte_test_pod();
+        let before = pod.clone();
+        let err = SecretsMutator::new(vec![Box::new(k8s)])
+            .mutate(&PodCtx::test(crate::mutate::Route::Secrets), &mut pod)
+            .unwrap_err();
+        assert_eq!((err.code, err.reason), (400, "SecretNotInjected"));
+        assert!(err.message.contains("flyte.secrets/s0"), "{}", err.message);
+        assert!(err.message.contains(names::K8S_KEY_RULE), "{}", err.message);
+        assert_eq!(pod, before);
     }
 
     #[test]

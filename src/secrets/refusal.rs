@@ -24,6 +24,14 @@ pub enum Refusal {
     /// A name the API server would refuse: an env var, a file name, an init container's.
     #[error("{0}")]
     BadName(String),
+    /// A secret name (group, group_version or key) outside what this manager accepts: it would
+    /// change the structure of what the manager writes it into (see [`super::names`]).
+    #[error("{field} {name:?} cannot be used: it must be {rule}; rename the secret")]
+    BadSecretName {
+        field: &'static str,
+        name: String,
+        rule: &'static str,
+    },
     /// The manager has no such secret.
     #[error("{0}")]
     NotFound(String),

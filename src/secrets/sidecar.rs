@@ -122,6 +122,7 @@ impl Provider {
     /// What the fetcher for `s` runs, or which required field is missing.
     fn fetch(self, s: &Secret) -> Result<Fetch, Refusal> {
         self.check(s)?;
+        self.check_names(s)?;
         match self {
             Provider::Aws => {
                 let filename = go_join(&["/", &s.group.to_lowercase(), &s.key.to_lowercase()]);
@@ -176,6 +177,17 @@ impl Provider {
                     file: path,
                 })
             }
+        }
+    }
+
+    /// Whether the names of `s` are ones this provider's fetcher can hold without changing
+    /// its structure ([`super::names`]): asked after [`Self::check`] and the mount requirement,
+    /// so a request refused for those is refused in the same words as before.
+    fn check_names(self, s: &Secret) -> Result<(), Refusal> {
+        match self {
+            Provider::Aws => super::names::aws(s),
+            Provider::Gcp => super::names::gcp(s),
+            Provider::Azure => super::names::azure(s),
         }
     }
 
@@ -238,14 +250,25 @@ impl Fetch {
         )
     }
 
-    /// Whether `c` (an init container of our name) is this fetcher, possibly after a previous
-    /// admission put the plan's env vars and mounts on it.
-    fn is_done_by(&self, c: &Container) -> bool {
-        c.command == self.command
-            && self
-                .env
-                .iter()
-                .all(|e| c.env.iter().flatten().any(|x| x == e))
+    /// Whether `c` (an init container of our name) is `ours`, the fetcher this injector builds
+    /// for it, possibly after a previous admission put the plan's env vars and mounts on it:
+    /// the same in everything else (image, command, args, resources, security context...),
+    /// and holding our own env vars and mount. A pod's own container under our name (its own
+    /// image, say) is not ours, whatever it runs.
+    fn is_done_by(c: &Container, ours: &Container) -> bool {
+        let bare = |c: &Container| Container {
+            env: None,
+            volume_mounts: None,
+            ..c.clone()
+        };
+        fn has_all<T: PartialEq>(theirs: &Option<Vec<T>>, mine: &Option<Vec<T>>) -> bool {
+            mine.iter()
+                .flatten()
+                .all(|x| theirs.iter().flatten().any(|y| y == x))
+        }
+        bare(c) == bare(ours)
+            && has_all(&c.env, &ours.env)
+            && has_all(&c.volume_mounts, &ours.volume_mounts)
     }
 }
 
@@ -358,7 +381,10 @@ impl SecretInjector for SidecarInjector {
             super::check_env_name(&s.env_var)?;
         }
         match s.mount_requirement {
-            MountRequirement::Any | MountRequirement::File => Ok(Accept::Now),
+            MountRequirement::Any | MountRequirement::File => {
+                p.check_names(s)?;
+                Ok(Accept::Now)
+            }
             MountRequirement::EnvVar => Err(Refusal::UnsupportedMount(format!(
                 "mount requirement ENV_VAR is not supported by {}: its init container writes the secret to a file; request FILE or ANY (env_var then names a variable holding the file's path)",
                 p.label()
@@ -387,9 +413,9 @@ impl SecretInjector for SidecarInjector {
             .flatten()
             .find(|c| c.name == name);
         let injected = match existing {
-            Some(c) if !fetch.is_done_by(c) => {
+            Some(c) if !Fetch::is_done_by(c, &self.fetcher(name.clone(), &fetch)) => {
                 return Err(Refusal::Conflict(format!(
-                    "init container {name} already exists and does not fetch this secret; rename that init container"
+                    "init container {name} already exists and is not the fetcher podmutator injects for this secret (its image, command or settings differ); remove or rename that init container"
                 )));
             }
             Some(_) => true,
@@ -478,13 +504,13 @@ mod tests {
         }
     }
 
-    /// A secret every provider accepts, distinct per `n`.
-    fn any_secret(n: u32) -> Secret {
-        secret(
-            &format!("https://v.vault.azure.net/secrets/s{n}"),
-            "1",
-            &format!("k{n}"),
-        )
+    /// A secret `provider` accepts, distinct per `n`.
+    fn any_secret(provider: Provider, n: u32) -> Secret {
+        let group = match provider {
+            Provider::Azure => format!("https://v.vault.azure.net/secrets/s{n}"),
+            Provider::Aws | Provider::Gcp => format!("projects/p/secrets/s{n}"),
+        };
+        secret(&group, "1", &format!("k{n}"))
     }
 
     /// Flyte's input pod: `containers: []`.
@@ -782,7 +808,7 @@ mod tests {
     fn fetcher_is_appended_after_user_init_containers_and_everyone_gets_the_file(
         #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
     ) {
-        let s = any_secret(1);
+        let s = any_secret(provider, 1);
         let got = run(&injector(provider), &s, user_pod()).unwrap();
         let fetcher = provider.fetcher_name(&s).unwrap();
         assert_eq!(init_names(&got), ["user-init", fetcher.as_str()]);
@@ -821,7 +847,7 @@ mod tests {
         let s = Secret {
             mount_requirement: mount,
             env_var: "MY_SECRET".into(),
-            ..any_secret(1)
+            ..any_secret(provider, 1)
         };
         let once = run(&inj, &s, user_pod()).unwrap();
         let twice = run(&inj, &s, once.clone()).unwrap();
@@ -836,10 +862,10 @@ mod tests {
         #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
     ) {
         let secrets = [
-            any_secret(1),
+            any_secret(provider, 1),
             Secret {
                 env_var: "TOKEN".into(),
-                ..any_secret(2)
+                ..any_secret(provider, 2)
             },
         ];
         let once = admit(Box::new(injector(provider)), &secrets, user_pod());
@@ -853,7 +879,7 @@ mod tests {
         #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
     ) {
         let inj = injector(provider);
-        let (a, b) = (any_secret(1), any_secret(2));
+        let (a, b) = (any_secret(provider, 1), any_secret(provider, 2));
         let (na, nb) = (
             provider.fetcher_name(&a).unwrap(),
             provider.fetcher_name(&b).unwrap(),
@@ -879,7 +905,7 @@ mod tests {
     fn any_and_file_requests_of_one_secret_share_one_fetcher(
         #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
     ) {
-        let any = any_secret(1);
+        let any = any_secret(provider, 1);
         let file = Secret {
             mount_requirement: MountRequirement::File,
             ..any.clone()
@@ -894,7 +920,7 @@ mod tests {
     ) {
         let s = Secret {
             mount_requirement: MountRequirement::EnvVar,
-            ..any_secret(1)
+            ..any_secret(provider, 1)
         };
         let err = run(&injector(provider), &s, user_pod()).unwrap_err();
         assert_eq!(
@@ -912,7 +938,7 @@ mod tests {
     ) {
         let s = Secret {
             mount_requirement: MountRequirement::Unknown(7),
-            ..any_secret(1)
+            ..any_secret(provider, 1)
         };
         let err = run(&injector(provider), &s, user_pod()).unwrap_err();
         assert_eq!(err, "unrecognized mount requirement [7]");
@@ -967,7 +993,7 @@ mod tests {
     fn foreign_init_container_with_the_fetchers_name_is_refused(
         #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
     ) {
-        let s = any_secret(1);
+        let s = any_secret(provider, 1);
         let name = provider.fetcher_name(&s).unwrap();
         let mut pod = user_pod();
         pod.spec
@@ -981,9 +1007,47 @@ mod tests {
         assert_eq!(
             err,
             format!(
-                "init container {name} already exists and does not fetch this secret; rename that init container"
+                "init container {name} already exists and is not the fetcher podmutator injects for this secret (its image, command or settings differ); remove or rename that init container"
             )
         );
+    }
+
+    /// A pod's own init container under the fetcher's name, running the fetcher's command in
+    /// an image of its own (or with anything else changed), is refused, not taken for ours.
+    #[rstest]
+    fn a_pod_supplied_fetcher_with_our_name_and_command_but_its_own_image_is_refused(
+        #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
+        #[values("image", "args", "privileged")] changed: &str,
+    ) {
+        let s = any_secret(provider, 1);
+        let ours = fetcher_of(provider, &s);
+        let mut theirs = ours.clone();
+        match changed {
+            "image" => theirs.image = Some("evil.example/fetcher:1".into()),
+            "args" => theirs.args = Some(vec!["curl evil.example".into()]),
+            _ => {
+                theirs.security_context = Some(k8s_openapi::api::core::v1::SecurityContext {
+                    privileged: Some(true),
+                    ..Default::default()
+                })
+            }
+        }
+        let mut pod = user_pod();
+        let inits = pod.spec.as_mut().unwrap().init_containers.as_mut().unwrap();
+        inits.push(theirs);
+        let err = run(&injector(provider), &s, pod.clone()).unwrap_err();
+        assert!(
+            err.contains("is not the fetcher podmutator injects"),
+            "{err}"
+        );
+        // Ours, as a previous admission left it, is recognised.
+        inits_of(&mut pod).pop();
+        inits_of(&mut pod).push(ours);
+        run(&injector(provider), &s, pod).unwrap();
+    }
+
+    fn inits_of(pod: &mut Pod) -> &mut Vec<Container> {
+        pod.spec.as_mut().unwrap().init_containers.as_mut().unwrap()
     }
 
     #[test]
@@ -994,7 +1058,7 @@ mod tests {
             resources: Some(resources.clone()),
         };
         let inj = SidecarInjector::new(Provider::Gcp, &cfg);
-        let got = run(&inj, &any_secret(1), empty_pod()).unwrap();
+        let got = run(&inj, &any_secret(Provider::Gcp, 1), empty_pod()).unwrap();
         let fetcher = &got.spec.unwrap().init_containers.unwrap()[0];
         assert_eq!(fetcher.image.as_deref(), Some("registry.example/fetcher:1"));
         assert_eq!(fetcher.resources, Some(resources));
@@ -1082,6 +1146,257 @@ mod tests {
             name_by_definition(Provider::Azure, &azure).0,
             "azure-pull-secret-5fd5d0c04118"
         );
+    }
+
+    /// Names that would run a command in the fetcher's shell, or move its file, are refused
+    /// naming the field and the rule.
+    #[rstest]
+    #[case::gcp_command_in_the_group(
+        Provider::Gcp,
+        secret("mysecret; touch /tmp/pm-pwned; #", "1", ""),
+        "group"
+    )]
+    #[case::gcp_command_in_the_version(
+        Provider::Gcp,
+        secret("s", "1 || touch /tmp/x", ""),
+        "group_version"
+    )]
+    #[case::gcp_substitution(Provider::Gcp, secret("$(touch x)", "1", ""), "group")]
+    #[case::gcp_option(
+        Provider::Gcp,
+        secret("--impersonate-service-account", "1", ""),
+        "group"
+    )]
+    #[case::gcp_climbing_out(Provider::Gcp, secret("../../../usr/bin", "sh", ""), "group")]
+    #[case::azure_quote(
+        Provider::Azure,
+        secret("https://v.vault.azure.net/secrets/a\"; touch x; \"", "", ""),
+        "group"
+    )]
+    #[case::azure_version(
+        Provider::Azure,
+        secret("https://v.vault.azure.net/secrets/a", "1;id", ""),
+        "group_version"
+    )]
+    #[case::azure_not_https(Provider::Azure, secret("a; id #/secrets/x", "", ""), "group")]
+    #[case::aws_climbing_out(Provider::Aws, secret("arn:x:secret:", "", "../../../etc/x"), "key")]
+    fn names_that_change_the_fetcher_are_refused(
+        #[case] provider: Provider,
+        #[case] s: Secret,
+        #[case] field: &str,
+    ) {
+        let req = SecretRequest {
+            index: 0,
+            annotation: "flyte.secrets/s0".into(),
+            secret: s,
+        };
+        let err = injector(provider)
+            .accepts(&req, &PodCtx::test(Route::Secrets), &user_pod())
+            .unwrap_err();
+        let Refusal::BadSecretName { field: f, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(*f, field, "{err}");
+        assert!(provider.fetcher_name(&req.secret).is_err());
+    }
+
+    /// One element of a shell script as `sh` splits it.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    enum Shape {
+        /// `;`, `||`, `>`, a newline...
+        Op(String),
+        /// A word: whether it starts with `-` (an option), and whether the shell would expand
+        /// anything in it (`$`, a backquote, a glob, `~`, a brace).
+        Word { dash: bool, expands: bool },
+        /// `#` at the start of a word: the rest of the line is not run.
+        Comment,
+    }
+
+    /// How `sh` splits `script` into words and operators, independently of how the fetcher
+    /// builds it (quotes and backslashes as POSIX reads them).
+    fn shell_shape(script: &str) -> Vec<Shape> {
+        let mut out = Vec::new();
+        let mut chars = script.chars().peekable();
+        let mut word: Option<(bool, bool)> = None; // (dash, expands)
+        let end_word = |word: &mut Option<(bool, bool)>, out: &mut Vec<Shape>| {
+            if let Some((dash, expands)) = word.take() {
+                out.push(Shape::Word { dash, expands });
+            }
+        };
+        while let Some(c) = chars.next() {
+            match c {
+                ' ' | '\t' => end_word(&mut word, &mut out),
+                '\n' | ';' | '&' | '|' | '<' | '>' | '(' | ')' => {
+                    end_word(&mut word, &mut out);
+                    let mut op = c.to_string();
+                    while let Some(&n) = chars.peek() {
+                        if matches!(n, ';' | '&' | '|' | '<' | '>') && n != '\n' {
+                            op.push(n);
+                            chars.next();
+                        } else {
+                            break;
+                        }
+                    }
+                    out.push(Shape::Op(op));
+                }
+                '#' if word.is_none() => {
+                    out.push(Shape::Comment);
+                    return out;
+                }
+                _ => {
+                    let w = word.get_or_insert((c == '-', false));
+                    match c {
+                        '\\' => {
+                            chars.next();
+                        }
+                        '\'' => {
+                            for q in chars.by_ref() {
+                                if q == '\'' {
+                                    break;
+                                }
+                            }
+                        }
+                        '"' => {
+                            while let Some(q) = chars.next() {
+                                match q {
+                                    '"' => break,
+                                    '\\' => {
+                                        chars.next();
+                                    }
+                                    '$' | '`' => w.1 = true,
+                                    _ => {}
+                                }
+                            }
+                        }
+                        '$' | '`' | '*' | '?' | '[' | '~' | '{' | '}' => w.1 = true,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        end_word(&mut word, &mut out);
+        out
+    }
+
+    /// The script of the fetcher `s` gets.
+    fn script_of(provider: Provider, s: &Secret) -> String {
+        let command = fetcher_of(provider, s).command.unwrap();
+        assert_eq!(command[..2], ["sh", "-ec"]);
+        command[2].clone()
+    }
+
+    #[test]
+    fn the_shape_reader_sees_the_injection_it_is_for() {
+        let reference = script_of(Provider::Gcp, &secret("TestSecret", "2", ""));
+        let injected = reference.replace("TestSecret", "mysecret; touch /tmp/pm-pwned; #");
+        assert_ne!(shell_shape(&injected), shell_shape(&reference));
+        let substituted = reference.replace("TestSecret", "$(id)");
+        assert_ne!(shell_shape(&substituted), shell_shape(&reference));
+        let option = reference.replace("TestSecret", "-x");
+        assert_ne!(shell_shape(&option), shell_shape(&reference));
+        assert_eq!(
+            shell_shape("a -b \"$(c d)\" 'e f'; g || h > i # j; k"),
+            [
+                Shape::Word {
+                    dash: false,
+                    expands: false
+                },
+                Shape::Word {
+                    dash: true,
+                    expands: false
+                },
+                Shape::Word {
+                    dash: false,
+                    expands: true
+                },
+                Shape::Word {
+                    dash: false,
+                    expands: false
+                },
+                Shape::Op(";".into()),
+                Shape::Word {
+                    dash: false,
+                    expands: false
+                },
+                Shape::Op("||".into()),
+                Shape::Word {
+                    dash: false,
+                    expands: false
+                },
+                Shape::Op(">".into()),
+                Shape::Word {
+                    dash: false,
+                    expands: false
+                },
+                Shape::Comment,
+            ]
+        );
+    }
+
+    fn shell_name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            // Flyte's alphabet, slashes, dots and dashes often.
+            "[a-zA-Z0-9_/.-]{1,12}",
+            // What a script would be attacked with.
+            "[a-z;&|$`\"' #/.*~(){}<>\\\\-]{1,12}",
+            ".*",
+        ]
+    }
+
+    proptest! {
+        /// Whatever the group and group_version, the GCP and Azure fetchers' scripts split
+        /// into the same words and operators as for a plain name (no new command, option,
+        /// expansion or comment), or the request is refused; the file they write stays inside
+        /// `/etc/flyte/secrets` at a path cleaning leaves alone.
+        #[test]
+        fn no_accepted_name_changes_the_fetchers_script_or_leaves_the_secrets_dir(
+            group in shell_name(),
+            version in prop_oneof![Just(String::new()), shell_name()],
+            azure_prefix in any::<bool>(),
+        ) {
+            for provider in [Provider::Gcp, Provider::Azure] {
+                let group = if azure_prefix && provider == Provider::Azure {
+                    format!("https://v.vault.azure.net/secrets/{group}")
+                } else {
+                    group.clone()
+                };
+                let s = secret(&group, &version, "");
+                let req = SecretRequest { index: 0, annotation: "flyte.secrets/s0".into(), secret: s.clone() };
+                let accepted = injector(provider).accepts(&req, &PodCtx::test(Route::Secrets), &user_pod());
+                let Ok(_) = accepted else { continue };
+                let reference = match provider {
+                    Provider::Gcp => secret("TestSecret", "2", ""),
+                    _ => secret("https://v.vault.azure.net/secrets/a", if version.is_empty() { "" } else { "1" }, ""),
+                };
+                let script = script_of(provider, &s);
+                prop_assert_eq!(
+                    shell_shape(&script),
+                    shell_shape(&script_of(provider, &reference)),
+                    "{}", script
+                );
+                let file = provider.fetch(&s).unwrap().file;
+                prop_assert!(file.starts_with("/etc/flyte/secrets/"), "{file}");
+                prop_assert_eq!(go_join(&[&file]), file.clone());
+            }
+        }
+
+        /// Whatever the names, the AWS fetcher runs no script, and its file stays inside
+        /// `/etc/flyte/secrets` at the path the names spell (no part moved by `..`), or the
+        /// request is refused.
+        #[test]
+        fn no_accepted_name_moves_the_aws_fetchers_file(group in shell_name(), key in shell_name()) {
+            let s = secret(&group, "", &key);
+            let Ok(fetch) = Provider::Aws.fetch(&s) else { return Ok(()) };
+            prop_assert_eq!(fetch.command, None);
+            prop_assert!(fetch.file.starts_with("/etc/flyte/secrets/"), "{}", fetch.file);
+            let filename = fetch.env.iter().find(|e| e.name == ENV_SECRET_FILENAME).unwrap();
+            let filename = filename.value.as_deref().unwrap();
+            // Cleaning dropped empty parts at most: every part is one the names hold.
+            let named = format!("{}/{}", group.to_lowercase(), key.to_lowercase());
+            let expected: Vec<&str> = named.split('/').filter(|p| !p.is_empty()).collect();
+            let got: Vec<&str> = filename.split('/').filter(|p| !p.is_empty()).collect();
+            prop_assert_eq!(got, expected);
+        }
     }
 
     fn field() -> impl Strategy<Value = String> {

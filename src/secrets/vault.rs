@@ -82,10 +82,7 @@ impl VaultInjector {
         if let Some(query) = self.query(&s.group_version) {
             out.insert(
                 format!("{VAULT_ANNOTATION_PREFIX}agent-inject-template-{id}"),
-                format!(
-                    r#"{{{{- with secret "{}" -}}}}{{{{ {query}.{} }}}}{{{{- end -}}}}"#,
-                    s.group, s.key
-                ),
+                template(query, &s.group, &s.key),
             );
         }
         out
@@ -134,7 +131,7 @@ impl SecretInjector for VaultInjector {
                 return Err(Refusal::UnknownMount(n));
             }
         }
-
+        super::names::vault(s)?;
         Ok(Accept::Now)
     }
 
@@ -164,6 +161,54 @@ impl SecretInjector for VaultInjector {
         edits.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
         Ok(())
     }
+}
+
+/// The agent's template for `key` of the secret at `group`: Flyte's
+/// `{{- with secret "<group>" -}}{{ <query>.<key> }}{{- end -}}`, byte for byte, when the key is
+/// a chain of Go identifiers (`api_token`, `config.password`: a field, or a nested field as in
+/// Flyte); any other key (`api-token`, which Flyte's form cannot parse) is indexed as a quoted
+/// literal, `{{ index <query> "<key>" }}`. The group is always a Go string literal. Both are
+/// escaped as Go string literals whatever they hold, so no name can close the action; the
+/// manager accepts only [`super::names::vault`] names anyway.
+pub fn template(query: &str, group: &str, key: &str) -> String {
+    let field = if is_go_field_chain(key) {
+        format!("{query}.{key}")
+    } else {
+        format!("index {query} {}", go_quote(key))
+    };
+    format!(
+        "{{{{- with secret {} -}}}}{{{{ {field} }}}}{{{{- end -}}}}",
+        go_quote(group)
+    )
+}
+
+/// `a`, `a.b`, ...: each part a Go identifier (ASCII), so `.<key>` is read as field lookups.
+fn is_go_field_chain(key: &str) -> bool {
+    key.split('.').all(|part| {
+        let mut bytes = part.bytes();
+        bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    })
+}
+
+/// `s` as a Go interpreted string literal: `"`, `\` and every byte outside printable ASCII
+/// escaped, so the literal ends exactly at its closing quote.
+fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            ' '..='~' => out.push(c),
+            c if (c as u32) <= 0xffff => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push_str(&format!("\\U{:08x}", c as u32)),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// The `<id>` of a secret's Vault annotations: a UUID (RFC 9562 version 8, the name-based form
@@ -604,6 +649,241 @@ mod tests {
             uuid_v8_by_definition("foo", "bar", "kv2"),
             "a4d130ea-8c8e-8a96-b85e-19d6a93e8648"
         );
+    }
+
+    /// Flyte's form for a key that is a chain of Go identifiers (byte-identical to Flyte's,
+    /// nested lookups included); an index with a quoted literal for any other accepted key.
+    #[rstest]
+    #[case::field("bar", r#"{{- with secret "foo" -}}{{ .Data.data.bar }}{{- end -}}"#)]
+    #[case::nested_field_as_in_flyte(
+        "config.password",
+        r#"{{- with secret "foo" -}}{{ .Data.data.config.password }}{{- end -}}"#
+    )]
+    #[case::dash(
+        "api-token",
+        r#"{{- with secret "foo" -}}{{ index .Data.data "api-token" }}{{- end -}}"#
+    )]
+    #[case::leading_digit(
+        "1st",
+        r#"{{- with secret "foo" -}}{{ index .Data.data "1st" }}{{- end -}}"#
+    )]
+    #[case::slash(
+        "a/b",
+        r#"{{- with secret "foo" -}}{{ index .Data.data "a/b" }}{{- end -}}"#
+    )]
+    fn the_template_indexes_the_key_as_flyte_does_or_as_a_quoted_literal(
+        #[case] key: &str,
+        #[case] expected: &str,
+    ) {
+        let s = secret("foo", key, "kv2");
+        let got = run(&injector(None, &[]), &s, mk_pod(&[])).unwrap();
+        let annotations = got.metadata.annotations.unwrap();
+        assert_eq!(
+            annotations[&format!("vault.hashicorp.com/agent-inject-template-{}", vault_id(&s))],
+            expected
+        );
+    }
+
+    /// Names that would add an action to the template or move the file are refused, naming
+    /// the field and the rule, and the pod is left alone.
+    #[rstest]
+    #[case::template_injection_in_the_key(
+        "secret/data/team",
+        r#"k }}{{ with secret "secret/data/other-team/db" }}{{ .Data.data.password }}{{ end }}{{ .x"#,
+        "key"
+    )]
+    #[case::quote_in_the_group(r#"a" -}}{{ with secret "b"#, "k", "group")]
+    #[case::group_climbing_out_of_the_secrets_dir("../../../tmp/x", "k", "group")]
+    #[case::key_climbing_out_of_the_secrets_dir("secret/a", "../../x", "key")]
+    #[case::absolute_group("/etc", "k", "group")]
+    #[case::empty_part("a//b", "k", "group")]
+    #[case::newline("a", "k\n", "key")]
+    fn names_that_change_the_template_or_the_path_are_refused(
+        #[case] group: &str,
+        #[case] key: &str,
+        #[case] field: &str,
+    ) {
+        let s = secret(group, key, "kv2");
+        let pod = mk_pod(&[]);
+        let mut changed = pod.clone();
+        let req = SecretRequest {
+            index: 0,
+            annotation: "flyte.secrets/s0".into(),
+            secret: s,
+        };
+        let err = crate::secrets::testing::accept_and_inject(
+            &injector(None, &[]),
+            &req,
+            &PodCtx::test(Route::Secrets),
+            &mut changed,
+            &mut Edits::default(),
+        )
+        .unwrap_err();
+        let Refusal::BadSecretName { field: f, rule, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(*f, field);
+        assert_eq!(*rule, crate::secrets::names::FLYTE_PATH_RULE);
+        assert!(err.to_string().contains("rename the secret"), "{err}");
+        assert_eq!(changed, pod);
+    }
+
+    /// One token of a template action, as Go's `text/template` lexer reads it.
+    #[derive(Debug, PartialEq)]
+    enum Tok {
+        Word(String),
+        Str(String),
+    }
+
+    /// Reads `t` as Go's `text/template` does with the default delimiters, independently of
+    /// `template`: the text between actions, and each action's tokens (trim markers dropped,
+    /// string literals decoded). `None` when an action or a literal does not close.
+    fn parse_template(t: &str) -> Option<(Vec<String>, Vec<Vec<Tok>>)> {
+        let mut texts = Vec::new();
+        let mut actions = Vec::new();
+        let mut rest = t;
+        loop {
+            let Some(open) = rest.find("{{") else {
+                texts.push(rest.to_owned());
+                return Some((texts, actions));
+            };
+            texts.push(rest[..open].to_owned());
+            let mut chars = rest[open + 2..].char_indices().peekable();
+            let body_start = open + 2;
+            let mut toks = Vec::new();
+            let mut word = String::new();
+            let end;
+            loop {
+                let (i, c) = chars.next()?;
+                match c {
+                    '}' if rest[body_start + i..].starts_with("}}") => {
+                        end = body_start + i + 2;
+                        break;
+                    }
+                    '"' => {
+                        let mut lit = String::new();
+                        loop {
+                            let (_, c) = chars.next()?;
+                            match c {
+                                '"' => break,
+                                '\\' => {
+                                    let (_, e) = chars.next()?;
+                                    match e {
+                                        '"' => lit.push('"'),
+                                        '\\' => lit.push('\\'),
+                                        'u' | 'U' => {
+                                            let n = if e == 'u' { 4 } else { 8 };
+                                            let hex: String = (0..n)
+                                                .map(|_| chars.next().map(|x| x.1))
+                                                .collect::<Option<_>>()?;
+                                            lit.push(char::from_u32(
+                                                u32::from_str_radix(&hex, 16).ok()?,
+                                            )?);
+                                        }
+                                        _ => return None,
+                                    }
+                                }
+                                '\n' => return None,
+                                c => lit.push(c),
+                            }
+                        }
+                        toks.push(Tok::Str(lit));
+                    }
+                    c if c.is_whitespace() => {
+                        if !word.is_empty() {
+                            toks.push(Tok::Word(std::mem::take(&mut word)));
+                        }
+                    }
+                    c => word.push(c),
+                }
+            }
+            if !word.is_empty() {
+                toks.push(Tok::Word(word));
+            }
+            // Trim markers: `{{- ` and ` -}}`.
+            if toks.first() == Some(&Tok::Word("-".into())) {
+                toks.remove(0);
+            }
+            if toks.last() == Some(&Tok::Word("-".into())) {
+                toks.pop();
+            }
+            actions.push(toks);
+            rest = &rest[end..];
+        }
+    }
+
+    /// What the key's action must look up: the key as field lookups (Flyte's form) or as one
+    /// index.
+    fn looks_up(action: &[Tok], query: &str, key: &str) -> bool {
+        match action {
+            [Tok::Word(field)] => {
+                field.strip_prefix(query).and_then(|f| f.strip_prefix('.')) == Some(key)
+            }
+            [Tok::Word(index), Tok::Word(q), Tok::Str(k)] => {
+                index == "index" && q == query && k == key
+            }
+            _ => false,
+        }
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            // Flyte's alphabet, slashes and dots often.
+            "[a-zA-Z0-9_/.-]{1,12}",
+            // What a template or a path would be attacked with.
+            "[a-z./{}\" -]{1,16}",
+            ".*",
+        ]
+    }
+
+    proptest! {
+        /// Whatever the names, the template has three actions: `with secret <group>`, one
+        /// lookup of the key, `end`; and nothing around them.
+        #[test]
+        fn no_name_changes_the_templates_structure(group in name(), key in name(), kv1 in any::<bool>()) {
+            let query = if kv1 { ".Data" } else { ".Data.data" };
+            let t = template(query, &group, &key);
+            let (texts, actions) = parse_template(&t).expect("the template closes");
+            prop_assert!(texts.iter().all(String::is_empty), "{t}");
+            prop_assert_eq!(actions.len(), 3, "{}", t);
+            prop_assert_eq!(
+                &actions[0],
+                &vec![Tok::Word("with".into()), Tok::Word("secret".into()), Tok::Str(group.clone())]
+            );
+            prop_assert!(looks_up(&actions[1], query, &key), "{t}");
+            prop_assert_eq!(&actions[2], &vec![Tok::Word("end".into())]);
+        }
+
+        /// Every name the manager accepts gives a file inside `/etc/flyte/secrets` at the very
+        /// path `<group>/<key>` (no part that cleaning would rewrite), and Flyte's template;
+        /// every other name is refused before the pod changes.
+        #[test]
+        fn vault_accepts_only_names_whose_file_stays_inside_the_secrets_dir(group in name(), key in name()) {
+            let s = secret(&group, &key, "kv2");
+            let pod = mk_pod(&[]);
+            match run(&injector(None, &[]), &s, pod.clone()) {
+                Err(e) => prop_assert!(
+                    e.contains("cannot be used: it must be")
+                        || e.starts_with("vault secrets webhook requires both key and group"),
+                    "{e}"
+                ),
+                Ok(got) => {
+                    let annotations = got.metadata.annotations.unwrap();
+                    let id = vault_id(&s);
+                    let file = &annotations[&format!("vault.hashicorp.com/agent-inject-file-{id}")];
+                    let joined = format!("{SECRETS_DIR}/{file}");
+                    let mut parts: Vec<&str> = Vec::new();
+                    for p in joined.split('/').skip(1) {
+                        prop_assert!(!matches!(p, "" | "." | ".."), "{joined}");
+                        parts.push(p);
+                    }
+                    prop_assert!(joined.starts_with("/etc/flyte/secrets/"));
+                    prop_assert!(parts.len() >= 5, "{joined}");
+                    let t = &annotations[&format!("vault.hashicorp.com/agent-inject-template-{id}")];
+                    prop_assert_eq!(t, &template(".Data.data", &group, &key));
+                }
+            }
+        }
     }
 
     fn field() -> impl Strategy<Value = String> {

