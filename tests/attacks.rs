@@ -910,15 +910,15 @@ async fn a_forged_review_to_a_reference_deployment_gets_names_only() {
 }
 #[path = "attacks/images.rs"]
 mod images;
-#[path = "attacks/serve.rs"]
-mod serve;
-#[path = "attacks/org.rs"]
-mod org;
-#[path = "attacks/public_endpoint.rs"]
-mod public_endpoint;
-#[path = "attacks/pod.rs"]
-mod pod;
-#[path = "attacks/token.rs"]
-mod token;
 #[path = "attacks/names.rs"]
 mod names;
+#[path = "attacks/org.rs"]
+mod org;
+#[path = "attacks/pod.rs"]
+mod pod;
+#[path = "attacks/public_endpoint.rs"]
+mod public_endpoint;
+#[path = "attacks/serve.rs"]
+mod serve;
+#[path = "attacks/token.rs"]
+mod token;

@@ -426,7 +426,7 @@ const THEIRS: &str = "u__org__payroll__domain__production__project__salaries__ke
 fn reference_app() -> Front {
     let cfg = config(
         json!(["Embedded"]),
-        json!({"embedded": {"delivery": "reference", "envVarDelivery": "exec", "fetcherImage": FETCHER_IMAGE}}),
+        json!({"embedded": {"organization": "flyte", "delivery": "reference", "envVarDelivery": "exec", "fetcherImage": FETCHER_IMAGE}}),
     );
     webhook(
         &cfg,
