@@ -276,6 +276,10 @@ pub enum InvalidValue {
     },
     #[error("{0} is not UTF-8 text")]
     NotText(String),
+    #[error(
+        "is required: the function answers 404 to URLs without its path token (http.pathTokenSha256, on by default in Terraform and SAM), so every pod would be refused under failurePolicy Fail; pass the token's file, or --no-path-token if the endpoint was deployed without one (path_token_enabled = false, PathTokenEnabled=false, http.pathTokenDisabled)"
+    )]
+    PathTokenMissing,
     #[error(transparent)]
     PathToken(#[from] crate::config::ConfigError),
 }
@@ -422,6 +426,10 @@ pub struct WebhookConfigArgs {
     /// command line on purpose
     #[arg(long, value_name = "FILE", value_parser = parse_path)]
     pub path_token_file: Option<String>,
+    /// The endpoint was deployed without a path token (path_token_enabled = false,
+    /// PathTokenEnabled=false): print URLs without one
+    #[arg(long, conflicts_with = "path_token_file")]
+    pub no_path_token: bool,
     /// PEM CA the API server must trust for the endpoint (private CA); without it the API
     /// server uses its system roots
     #[arg(long, value_name = "FILE", value_parser = parse_path)]
@@ -479,7 +487,13 @@ impl WebhookConfigArgs {
                 // `aws secretsmanager get-secret-value --output text > file` ends with a newline.
                 Some(text.trim().to_owned())
             }
-            None => None,
+            None if self.no_path_token => None,
+            None => {
+                return Err(ArgError::new(
+                    "--path-token-file",
+                    InvalidValue::PathTokenMissing,
+                ));
+            }
         };
         let ca_bundle_pem = match &self.ca_bundle_file {
             Some(path) => Some(read("--ca-bundle-file", path)?),
@@ -587,6 +601,7 @@ mod tests {
         let parsed = parse(&[
             "--url",
             "https://x.example",
+            "--no-path-token",
             "--image-builder-selector",
             r#"{"matchLabels":{"image-builder":"true"}}"#,
             "--images-namespace-selector",
@@ -859,9 +874,31 @@ mod tests {
 
     #[test]
     fn command_prints_yaml_for_a_minimal_invocation() {
-        let out = webhook_config_command(parse(&["--url", "https://h"]).unwrap()).unwrap();
+        let out =
+            webhook_config_command(parse(&["--url", "https://h", "--no-path-token"]).unwrap())
+                .unwrap();
         let back: Value = serde_saphyr::from_str(&out).unwrap();
         assert_eq!(back, mutating_webhook_configuration(&opts("https://h")));
+    }
+
+    /// URLs without the token would all be 404 under the function's default: printing them must
+    /// be asked for.
+    #[test]
+    fn urls_without_a_path_token_must_be_asked_for() {
+        let err = webhook_config_command(parse(&["--url", "https://h"]).unwrap()).unwrap_err();
+        assert_eq!(err.flag, "--path-token-file");
+        let text = format!("{err}: {}", err.reason);
+        assert!(text.contains("--no-path-token"), "{text}");
+        let both = parse(&[
+            "--url",
+            "https://h",
+            "--no-path-token",
+            "--path-token-file",
+            "/t",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(both.contains("cannot be used with"), "{both}");
     }
 
     #[test]
@@ -959,10 +996,11 @@ mod tests {
     #[case::ca_without_certificate("--ca-bundle-file", b"not a certificate")]
     fn bad_file_contents_name_the_flag(#[case] flag: &str, #[case] contents: &[u8]) {
         let path = temp_file(&format!("bad{}", flag.len() + contents.len()), contents);
-        let err = parse(&["--url", "https://h", flag, &path])
-            .unwrap()
-            .into_options()
-            .unwrap_err();
+        let mut args = vec!["--url", "https://h", flag, &path];
+        if flag != "--path-token-file" {
+            args.push("--no-path-token");
+        }
+        let err = parse(&args).unwrap().into_options().unwrap_err();
         assert_eq!(err.flag, flag, "{err}");
     }
 
@@ -971,6 +1009,7 @@ mod tests {
         let err = parse(&[
             "--url",
             "https://h",
+            "--no-path-token",
             "--ca-bundle-file",
             "/nonexistent/ca.pem",
         ])
