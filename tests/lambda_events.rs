@@ -138,3 +138,100 @@ fn an_event_that_is_not_http_is_rejected_by_deserialisation_not_by_a_panic() {
     let err = serde_json::from_value::<LambdaRequest>(json!({"Records": []})).unwrap_err();
     assert!(!err.to_string().is_empty());
 }
+
+/// `file`'s event carrying `review` as its source encodes bodies.
+fn event_with(file: &str, review: &Value) -> Value {
+    use base64::Engine;
+    let mut ev = event(file);
+    let body = serde_json::to_vec(review).unwrap();
+    ev["body"] = if ev["isBase64Encoded"] == true {
+        json!(base64::engine::general_purpose::STANDARD.encode(&body))
+    } else {
+        json!(String::from_utf8(body).unwrap())
+    };
+    ev
+}
+
+/// A wide pod (3,500 containers) asking for two ENV_VAR secrets: each container gets both, so
+/// the answer outgrows the review ten times over (0.14 MB in, about 1.5 MB out).
+fn wide_review() -> Value {
+    use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
+    let secrets: Vec<Secret> = ["db", "api"]
+        .iter()
+        .map(|key| Secret {
+            group: "team-secrets".into(),
+            key: (*key).into(),
+            mount_requirement: MountRequirement::EnvVar,
+            ..Default::default()
+        })
+        .collect();
+    let containers: Vec<Value> = (0..3_500)
+        .map(|i| json!({"name": format!("c{i:04}"), "image": "busybox:1"}))
+        .collect();
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "wide",
+            "namespace": "flytesnacks-development",
+            "labels": {"inject-flyte-secrets": "true"},
+            "annotations": encode_annotations(&secrets).unwrap()
+        },
+        "spec": {"containers": containers}
+    });
+    create_review(&pod, "flytesnacks-development")
+}
+
+/// An ALB takes at most 1 MB back from a Lambda target and turns a larger answer into a 502,
+/// which the API server reports as an opaque failure. The answer that would not fit becomes a
+/// denial that fits and names the limit, the patch's size and what to do; through API
+/// Gateway (6 MB) the same pod is admitted with its patch.
+#[tokio::test]
+async fn an_answer_over_the_albs_one_megabyte_is_a_denial_that_fits_and_says_why() {
+    let app = webhook(
+        &Config::from_value(json!({"webhook": {"secretManagerTypes": ["K8s"]}}))
+            .unwrap()
+            .config,
+        Deps::offline(),
+    );
+    let review = wide_review();
+    let uid = review["request"]["uid"].clone();
+
+    let (_, wire) = invoke(&app, &event_with("alb-mutate.json", &review)).await;
+    let whole = serde_json::to_vec(&wire).unwrap().len();
+    assert!(
+        whole <= podmutator::transport::lambda::ALB_RESPONSE_LIMIT,
+        "{whole} bytes"
+    );
+    assert_eq!(wire["statusCode"], 200);
+    let body: Value = serde_json::from_str(wire["body"].as_str().unwrap()).unwrap();
+    let resp = &body["response"];
+    assert_eq!(resp["uid"], uid, "the denial answers this review");
+    assert_eq!(resp["allowed"], false);
+    assert_eq!(resp["status"]["code"], 413);
+    let message = resp["status"]["message"].as_str().unwrap();
+    for says in [
+        "1048576-byte limit an ALB",
+        "JSON Patch of",
+        "FILE mounts",
+        "podmutator serve",
+    ] {
+        assert!(message.contains(says), "{says}: {message}");
+    }
+    assert!(resp.get("patch").is_none());
+
+    // Through API Gateway the same answer fits Lambda's 6 MB and is sent as it is.
+    let (_, wire) = invoke(&app, &event_with("apigw-http-mutate.json", &review)).await;
+    let whole = serde_json::to_vec(&wire).unwrap().len();
+    assert!(
+        whole > podmutator::transport::lambda::ALB_RESPONSE_LIMIT,
+        "the case must outgrow the ALB: {whole} bytes"
+    );
+    let body: Value = serde_json::from_str(wire["body"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        body["response"]["allowed"], true,
+        "{}",
+        body["response"]["status"]
+    );
+    assert!(body["response"]["patch"].is_string());
+}

@@ -83,6 +83,84 @@ fn public_values_refused(source: &'static str) -> Reply {
     )
 }
 
+/// The largest response an ALB takes from a Lambda target: 1 MB, the whole JSON response
+/// included. A larger one becomes a 502 at the ALB, which the API server reports as an opaque
+/// failure.
+pub const ALB_RESPONSE_LIMIT: usize = 1 << 20;
+
+/// The largest response of a synchronous Lambda invocation (API Gateway, Function URLs): 6 MB.
+pub const LAMBDA_RESPONSE_LIMIT: usize = 6 << 20;
+
+/// Room kept for the response's envelope around the body (status, headers, description).
+const ENVELOPE_BYTES: usize = 1024;
+
+impl Source {
+    /// The response limit of the path back to the API server.
+    fn response_limit(self) -> (usize, &'static str) {
+        match self {
+            Source::Alb => (ALB_RESPONSE_LIMIT, "an ALB"),
+            Source::Public(_) => (LAMBDA_RESPONSE_LIMIT, "Lambda"),
+        }
+    }
+}
+
+/// The size of `body` once written as a JSON string in the response envelope.
+fn escaped_len(body: &[u8]) -> usize {
+    body.len()
+        + body
+            .iter()
+            .map(|&b| match b {
+                b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
+                0..=0x1f => 5,
+                _ => 0,
+            })
+            .sum::<usize>()
+}
+
+/// `reply`, or, when it would not fit through `source`'s response limit, a denial that fits
+/// and says why: the alternative is the load balancer's 502, which the API server reports as
+/// an opaque failure and `failurePolicy: Ignore` would turn into a pod created without what
+/// it asked for.
+fn fit(source: Source, reply: Reply) -> Reply {
+    let (limit, by) = source.response_limit();
+    let size = escaped_len(&reply.body) + ENVELOPE_BYTES;
+    if size <= limit {
+        return reply;
+    }
+    // Our own answer: its uid and version are read back only on this rare path.
+    let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap_or_default();
+    let uid = v["response"]["uid"].as_str().unwrap_or_default();
+    let api_version = v["apiVersion"]
+        .as_str()
+        .unwrap_or(crate::admission::API_VERSION_V1);
+    let patch = v["response"]["patch"].as_str().map_or(0, str::len);
+    tracing::error!(
+        uid,
+        response_bytes = size,
+        patch_bytes = patch,
+        limit,
+        "response over the limit of the path back"
+    );
+    let message = format!(
+        "the webhook's answer for this pod is {size} bytes (a JSON Patch of {patch} bytes in base64), over the {limit}-byte limit {by} puts on a Lambda function's response, so it was not sent and the pod is not mutated; \
+         make the patch smaller (an ENV_VAR secret is written into every container: a pod with many containers is better served by FILE mounts), or serve this webhook where the limit is larger: {}",
+        match source {
+            Source::Alb =>
+                "API Gateway or a Function URL (6 MB, reference delivery only) or `podmutator serve` in the cluster (no limit)",
+            Source::Public(_) => "`podmutator serve` in the cluster (no limit)",
+        }
+    );
+    error_reply(
+        &Error::Denied(crate::error::Denial {
+            code: 413,
+            reason: "ResponseTooLarge",
+            message,
+        }),
+        uid,
+        api_version,
+    )
+}
+
 /// One event in, one response out.
 pub async fn handle(front: &Front, event: LambdaRequest) -> LambdaReply {
     match event {
@@ -149,7 +227,7 @@ async fn dispatch(
         return public_values_refused(name);
     }
     match body_bytes(body, base64) {
-        Ok(bytes) => front.review(route, &bytes).await,
+        Ok(bytes) => fit(source, front.review(route, &bytes).await),
         Err(reply) => reply,
     }
 }
