@@ -159,11 +159,43 @@ impl Metrics {
         out.0.push(']');
     }
 
+    /// The EMF line for `count` requests refused before the admission, by `kind` (the
+    /// `Refusal` dimension): `Refusals`, which the Terraform and SAM alarm on for `PathToken`.
+    pub fn refusals_line(&self, kind: &str, count: u64, timestamp_ms: u64) -> String {
+        let mut out = Line(String::with_capacity(256));
+        out.0.push('{');
+        for (k, v) in &self.config.dimensions {
+            out.field_str(k, v);
+        }
+        out.field_str("Refusal", kind);
+        out.field_str("Version", crate::VERSION);
+        out.field_num("Refusals", count);
+        out.0.push_str("\"_aws\":{\"Timestamp\":");
+        let _ = write!(out.0, "{timestamp_ms}");
+        out.0.push_str(",\"CloudWatchMetrics\":[{\"Namespace\":");
+        out.str(&self.config.namespace);
+        out.0.push_str(",\"Dimensions\":[");
+        self.dimension_set(&mut out, &["Refusal"]);
+        out.0
+            .push_str("],\"Metrics\":[{\"Name\":\"Refusals\",\"Unit\":\"Count\"}]}]}}");
+        out.0
+    }
+
+    pub fn emit_refusals(&self, kind: &str, count: u64) {
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.write(self.refusals_line(kind, count, ts));
+    }
+
     pub fn emit(&self, f: &AdmissionFacts<'_>) {
         let ts = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let line = self.line(f, ts);
+        self.write(self.line(f, ts));
+    }
+
+    fn write(&self, line: String) {
         match &self.sink {
             Sink::Stdout => {
                 let mut out = std::io::stdout().lock();

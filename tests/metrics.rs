@@ -230,3 +230,104 @@ async fn the_image_builder_reports_its_counters_on_rewrites_and_denials() {
     assert_eq!(denied["ImageBuilderV1ContainerValidationFailures"], 1);
     assert_eq!(denied["ImageBuilderReplacements_org_none"], 1);
 }
+
+/// Log lines written while the guard lives.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A token mismatch after a rotation, a wrong path in the registration, a wrong method: each
+/// refusal kind is logged (WARN, one line per kind per 10 s, with the count) and counted
+/// (`Refusals` by `Refusal`), and a refused path token is never written anywhere.
+#[tokio::test]
+async fn requests_refused_before_the_admission_are_logged_and_counted_by_kind() {
+    use podmutator::transport::http::Routed;
+    let token = "refusal-test-token-0123456789abcdefghijk";
+    let guess = "guessed-token-0123456789abcdefghijklmnopq";
+    let (front, lines) = app(json!({"http": {"pathToken": token}}));
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let _guard = tracing::subscriber::set_default(podmutator::cli::json_subscriber(
+        move || writer.clone(),
+        podmutator::cli::log_filter("info").unwrap(),
+    ));
+    let json = Some("application/json");
+    for _ in 0..3 {
+        let r = front.route("POST", &format!("/{guess}/mutate--v1-pod"), json);
+        assert!(matches!(r, Routed::Answer(ref a) if a.status == 404));
+    }
+    let r = front.route("POST", &format!("/{token}/mutate--v2-pod"), json);
+    assert!(matches!(r, Routed::Answer(ref a) if a.status == 404));
+    let r = front.route("GET", &format!("/{token}/mutate--v1-pod"), json);
+    assert!(matches!(r, Routed::Answer(ref a) if a.status == 405));
+    let r = front.route(
+        "POST",
+        &format!("/{token}/mutate--v1-pod"),
+        Some("text/plain"),
+    );
+    assert!(matches!(r, Routed::Answer(ref a) if a.status == 400));
+    let r = front.route("POST", &format!("/{token}/mutate--v1-pod"), json);
+    assert!(
+        matches!(r, Routed::Review(_)),
+        "the right token is no refusal"
+    );
+
+    let logged = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let warned: Vec<Value> = logged
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["message"] == "request refused before the admission")
+        .collect();
+    let kinds: Vec<&str> = warned
+        .iter()
+        .map(|v| v["refusal"].as_str().unwrap())
+        .collect();
+    // The first of each kind, at once; the next two token refusals wait for the next window.
+    assert_eq!(
+        kinds,
+        ["PathToken", "NotFound", "Method", "ContentType"],
+        "{logged}"
+    );
+    assert!(warned.iter().all(|v| v["level"] == "WARN"));
+    assert_eq!(warned[0]["count"], 1);
+    assert_eq!(
+        warned[1]["path"], "/mutate--v2-pod",
+        "the path after the token"
+    );
+    assert!(
+        !logged.contains(guess) && !logged.contains(token),
+        "{logged}"
+    );
+
+    let emitted: Vec<Value> = lines.lock().unwrap().iter().map(|l| check_emf(l)).collect();
+    let refusals: Vec<(&str, u64)> = emitted
+        .iter()
+        .filter(|v| v.get("Refusals").is_some())
+        .map(|v| {
+            (
+                v["Refusal"].as_str().unwrap(),
+                v["Refusals"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        refusals,
+        [
+            ("PathToken", 1),
+            ("NotFound", 1),
+            ("Method", 1),
+            ("ContentType", 1)
+        ]
+    );
+    let all_lines = lines.lock().unwrap().join("\n");
+    assert!(!all_lines.contains(guess) && !all_lines.contains(token));
+}

@@ -74,12 +74,62 @@ impl TokenHash {
     }
 }
 
+/// Why a request was answered from its head, before the app saw it: the refusals a token
+/// mismatch after a rotation, a wrong registration or a scanner produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// No path token, or not one of the accepted ones (404).
+    PathToken,
+    /// The token matched, the path did not (404).
+    NotFound,
+    /// A route asked with the wrong method (405).
+    Method,
+    /// A review that is not `application/json` (400).
+    ContentType,
+    /// A body over `http.maxBodyBytes` (400).
+    BodyTooLarge,
+}
+
+impl Refusal {
+    const ALL: [Refusal; 5] = [
+        Refusal::PathToken,
+        Refusal::NotFound,
+        Refusal::Method,
+        Refusal::ContentType,
+        Refusal::BodyTooLarge,
+    ];
+
+    /// The log field's value and the metric's `Refusal` dimension.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::PathToken => "PathToken",
+            Refusal::NotFound => "NotFound",
+            Refusal::Method => "Method",
+            Refusal::ContentType => "ContentType",
+            Refusal::BodyTooLarge => "BodyTooLarge",
+        }
+    }
+}
+
+/// How often each kind of refusal is logged and counted at most: a flood of wrong-token
+/// requests must not become a flood of log lines (CloudWatch bills each), yet the first one
+/// after a quiet spell must show at once.
+pub const REFUSAL_SAMPLE_MS: u64 = 10_000;
+
+/// Per kind of refusal: when it was last logged, and how many happened since.
+#[derive(Default)]
+struct RefusalLog {
+    last_ms: [std::sync::atomic::AtomicU64; 5],
+    pending: [std::sync::atomic::AtomicU64; 5],
+}
+
 /// The transport's gate in front of the app.
 pub struct Front {
     app: Arc<App>,
     max_body_bytes: usize,
     /// Every token accepted (empty: none asked for). More than one during a rotation.
     tokens: Vec<TokenHash>,
+    refusals: RefusalLog,
 }
 
 fn message(status: u16, text: &str) -> Reply {
@@ -147,6 +197,7 @@ impl Front {
             app,
             max_body_bytes: http.max_body_bytes,
             tokens,
+            refusals: RefusalLog::default(),
         })
     }
 
@@ -178,9 +229,50 @@ impl Front {
         bool::from(matched).then_some(tail)
     }
 
+    /// Records a refusal: counted always; logged (a WARN line) and reported (an EMF line with
+    /// the count since the last one) at most once per [`REFUSAL_SAMPLE_MS`] per kind. `path`
+    /// is what follows the token, never the token or a guess at it.
+    pub fn refused(&self, kind: Refusal, method: &str, path: Option<&str>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let i = Refusal::ALL.iter().position(|k| *k == kind).unwrap_or(0);
+        self.refusals.pending[i].fetch_add(1, Relaxed);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let last = self.refusals.last_ms[i].load(Relaxed);
+        if last != 0 && now.saturating_sub(last) < REFUSAL_SAMPLE_MS {
+            return;
+        }
+        if self.refusals.last_ms[i]
+            .compare_exchange(last, now.max(1), Relaxed, Relaxed)
+            .is_err()
+        {
+            return; // another request is reporting this window
+        }
+        let count = self.refusals.pending[i].swap(0, Relaxed);
+        tracing::warn!(
+            refusal = kind.as_str(),
+            count,
+            method,
+            path = path.unwrap_or("<withheld: it would hold the token>"),
+            sample_seconds = REFUSAL_SAMPLE_MS / 1000,
+            "request refused before the admission"
+        );
+        if let Some(m) = self.app.metrics.as_ref() {
+            m.emit_refusals(kind.as_str(), count);
+        }
+    }
+
+    /// The 400 for a body over the limit, recorded as a refusal.
+    pub fn body_too_large(&self, method: &str) -> Reply {
+        self.refused(Refusal::BodyTooLarge, method, None);
+        body_too_large(self.max_body_bytes)
+    }
+
     /// Decides from the request line and headers alone.
     pub fn route(&self, method: &str, path: &str, content_type: Option<&str>) -> Routed {
         let Some(path) = self.route_path(path) else {
+            self.refused(Refusal::PathToken, method, None);
             return Routed::Answer(message(404, "not found"));
         };
         let route = match path {
@@ -195,9 +287,13 @@ impl Front {
             PATH_MANAGED_NAMESPACE => Route::ManagedNamespace,
             PATH_IMAGE_BUILDER => Route::ImageBuilder,
             PATH_IMAGES => Route::Images,
-            _ => return Routed::Answer(message(404, "not found")),
+            _ => {
+                self.refused(Refusal::NotFound, method, Some(path));
+                return Routed::Answer(message(404, "not found"));
+            }
         };
         if method != "POST" {
+            self.refused(Refusal::Method, method, Some(path));
             return Routed::Answer(message(
                 405,
                 "method not allowed: the API server POSTs AdmissionReviews to this path",
@@ -209,6 +305,7 @@ impl Front {
                 .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
         });
         if !is_json {
+            self.refused(Refusal::ContentType, method, Some(path));
             return Routed::Answer(invalid(format!(
                 "content-type must be application/json, got {}",
                 content_type.map_or_else(|| "none".to_owned(), |c| format!("{c:?}"))
@@ -220,7 +317,7 @@ impl Front {
     /// Admits a body that arrived by `route`, within the body limit.
     pub async fn review(&self, route: Route, body: &[u8]) -> Reply {
         if body.len() > self.max_body_bytes {
-            return body_too_large(self.max_body_bytes);
+            return self.body_too_large("POST");
         }
         self.app.review(route, body).await
     }

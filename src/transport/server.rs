@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 
-use super::http::{Front, Routed, body_too_large};
+use super::http::{Front, Routed};
 use super::tls::TlsError;
 use crate::admission::Reply;
 
@@ -318,17 +318,18 @@ async fn answer(front: &Front, req: Request<HyperBody>) -> (Reply, Option<HyperB
     };
     let max_body = front.max_body_bytes();
     // A Content-Length over the limit is refused from the head.
+    let method = parts.method.as_str();
     if usize::try_from(body.size_hint().lower()).map_or(true, |n| n > max_body) {
-        return (body_too_large(max_body), Some(body));
+        return (front.body_too_large(method), Some(body));
     }
     let mut collected = Vec::new();
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else {
-            return (body_too_large(max_body), None);
+            return (front.body_too_large(method), None);
         };
         if let Some(data) = frame.data_ref() {
             if collected.len() + data.len() > max_body {
-                return (body_too_large(max_body), Some(body));
+                return (front.body_too_large(method), Some(body));
             }
             collected.extend_from_slice(data);
         }
