@@ -53,6 +53,8 @@ resource "aws_lb" "this" {
   enable_deletion_protection = var.alb_deletion_protection
   tags                       = var.tags
 
+  # Access logs record each request's URL, path token included: refused while the token is on
+  # unless acknowledged (variables.tf, alb_access_logs_bucket).
   dynamic "access_logs" {
     for_each = var.alb_access_logs_bucket == null ? [] : [var.alb_access_logs_bucket]
     content {
@@ -77,7 +79,7 @@ resource "aws_lb" "this" {
     }
   }
 
-  #checkov:skip=CKV_AWS_91:alb_access_logs_bucket turns access logs on; they need a deployer-owned S3 bucket, and the function logs every admission with its uid.
+  #checkov:skip=CKV_AWS_91:Off by default: ALB access logs record the request URL, whose first segment is the path token (alb_access_logs_bucket needs alb_access_logs_record_path_token); the function logs every admission with its uid.
   #checkov:skip=CKV2_AWS_28:An internal ALB reached by one security group; AWS WAF cannot see the path token or the review, so it adds cost without a rule that could help.
 }
 

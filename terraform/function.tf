@@ -132,6 +132,21 @@ resource "aws_iam_role_policy" "function" {
 
 locals {
   use_s3_artefact = var.lambda_s3_bucket != null
+
+  function_environment = { PODMUTATOR_CONFIG = jsonencode(local.function_config) }
+
+  # Lambda refuses an environment over 4 KB (its variables as one JSON object) at CreateFunction
+  # or UpdateFunctionConfiguration, i.e. in the middle of an apply. The size is measured at plan
+  # time instead, on the same environment with the token's hash (unknown until the token is
+  # stored, always 64 hex digits) replaced by a placeholder of the same length.
+  environment_probe = jsonencode(merge(local.function_environment, {
+    PODMUTATOR_CONFIG = jsonencode(merge(local.function_config, {
+      http = merge({ maxBodyBytes = var.max_body_bytes }, local.path_token_http_variants[1])
+    }))
+  }))
+  # Bytes, not characters (length() counts characters): from the length of the base64 form.
+  environment_probe_b64 = base64encode(local.environment_probe)
+  environment_bytes     = length(local.environment_probe_b64) / 4 * 3 - (length(local.environment_probe_b64) - length(trimsuffix(trimsuffix(local.environment_probe_b64, "="), "=")))
 }
 
 resource "aws_lambda_function" "this" {
@@ -164,9 +179,7 @@ resource "aws_lambda_function" "this" {
   reserved_concurrent_executions = var.reserved_concurrent_executions
 
   environment {
-    variables = {
-      PODMUTATOR_CONFIG = jsonencode(local.function_config)
-    }
+    variables = local.function_environment
   }
 
   logging_config {
@@ -184,6 +197,14 @@ resource "aws_lambda_function" "this" {
     precondition {
       condition     = var.lambda_timeout_seconds < module.webhook_config.min_timeout_seconds
       error_message = "lambda_timeout_seconds must be below the webhooks' timeoutSeconds, or the API server gives up before the function can answer."
+    }
+    precondition {
+      condition     = local.environment_bytes <= 4096
+      error_message = "The function's environment (PODMUTATOR_CONFIG, the whole configuration as JSON) would be ${local.environment_bytes} bytes, and Lambda refuses more than 4096 (4 KB) for all variables together. Shorten the configuration: fewer images rules (one per registry or prefix, not per image; the pull-through caches add one each), fewer allowed_usernames, shorter selectors, or remove keys of webhook_config, mesh_config and images_config that restate defaults (docs/deploy.md, \"The 4 KB environment\")."
+    }
+    precondition {
+      condition     = var.previous_path_token_sha256 == null || var.previous_path_token_sha256 != local.path_token_sha256
+      error_message = "previous_path_token_sha256 is the current token's hash: raise path_token_version in the same apply to rotate, or set previous_path_token_sha256 = null once the registration uses the new token (docs/deploy.md, \"Rotating the path token\")."
     }
   }
 

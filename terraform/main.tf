@@ -25,6 +25,18 @@ locals {
   # a 285-bit random token reveals nothing, which is why it may appear in plans.
   path_token_sha256 = var.path_token_enabled ? nonsensitive(sha256(local.path_token)) : null
 
+  # The http keys for the token: one hash, [current, previous] during a rotation, or the
+  # explicit pathTokenDisabled (without which the function refuses to start). merge() of three
+  # exclusive parts: a conditional cannot choose between a string and a list. [0] is the
+  # function's; [1] has a placeholder of the same length for the hash, which is unknown until the
+  # token is stored, so that the environment's size is known at plan time (function.tf).
+  path_token_http_variants = [for h in [local.path_token_sha256, local.hash_placeholder] : merge(
+    var.path_token_enabled && var.previous_path_token_sha256 == null ? { pathTokenSha256 = h } : {},
+    var.path_token_enabled && var.previous_path_token_sha256 != null ? { pathTokenSha256 = [h, var.previous_path_token_sha256] } : {},
+    var.path_token_enabled ? {} : { pathTokenDisabled = true },
+  )]
+  hash_placeholder = join("", [for i in range(64) : "0"])
+
   function_config = {
     webhook = merge(var.webhook_config, {
       embeddedSecretManagerConfig = merge(
@@ -33,9 +45,11 @@ locals {
         { awsConfig = { region = local.secrets_region } },
       )
     })
+    # One hash, or during a rotation [current, previous] (docs/deploy.md, "Rotating the path
+    # token"). Without a token the function must be told so on purpose, or it refuses to start.
     http = merge(
       { maxBodyBytes = var.max_body_bytes },
-      var.path_token_enabled ? { pathTokenSha256 = local.path_token_sha256 } : {},
+      local.path_token_http_variants[0],
     )
     embedded = merge(
       {

@@ -387,6 +387,21 @@ variable "path_token_version" {
   default     = 1
 }
 
+variable "previous_path_token_sha256" {
+  description = "During a rotation only: the SHA-256 of the token being replaced (`terraform output -raw path_token_sha256` before raising path_token_version). The function then accepts both tokens (`http.pathTokenSha256` = [current, previous]) while the registration moves to the new one; set it back to null in the next apply (docs/deploy.md, \"Rotating the path token\")."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.previous_path_token_sha256 == null || can(regex("^[0-9a-f]{64}$", var.previous_path_token_sha256))
+    error_message = "previous_path_token_sha256 must be the previous token's SHA-256 as 64 lowercase hex digits (`terraform output -raw path_token_sha256` before the rotation), or null."
+  }
+  validation {
+    condition     = var.previous_path_token_sha256 == null || var.path_token_enabled
+    error_message = "previous_path_token_sha256 keeps a previous path token valid during a rotation; it needs path_token_enabled = true."
+  }
+}
+
 variable "domain_name" {
   description = "DNS name of the endpoint, e.g. podmutator.internal.example.com. The webhook URL is https://<domain_name>/..."
   type        = string
@@ -476,9 +491,20 @@ variable "alb_deletion_protection" {
 
 
 variable "alb_access_logs_bucket" {
-  description = "S3 bucket for ALB access logs; null for none."
+  description = "S3 bucket for ALB access logs; null for none. An ALB access log line holds the request URL, and with the path token on its first segment is the token: every line of the bucket then carries it. Refused while path_token_enabled unless alb_access_logs_record_path_token acknowledges that."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.alb_access_logs_bucket == null || !var.path_token_enabled || var.alb_access_logs_record_path_token
+    error_message = "ALB access logs record every request's URL, whose first segment is the path token: whoever reads the bucket could call the webhook (and, in value delivery, read every secret of the organisation). Leave alb_access_logs_bucket null (the function logs every admission itself), or set alb_access_logs_record_path_token = true and guard the bucket like the token's secret (docs/deploy.md, \"What each endpoint protects against\")."
+  }
+}
+
+variable "alb_access_logs_record_path_token" {
+  description = "Acknowledge that ALB access logs (alb_access_logs_bucket) will record the path token in every line; without it the module refuses access logs while the token is on."
+  type        = bool
+  default     = false
 }
 
 

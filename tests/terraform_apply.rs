@@ -887,3 +887,332 @@ module "podmutator" {{
     assert!(out.status.success(), "reference delivery refused:\n{text}");
     assert!(!text.contains(refusal), "{text}");
 }
+
+/// Issue 26, items 3, 4, 16 and 18: what a plan settles before anything is created. Without a
+/// token the function is told so (`http.pathTokenDisabled`), and the binary's start-up gate
+/// accepts the planned environment, which it refuses without that key; an environment over
+/// Lambda's 4 KB is refused with its size; ALB access logs, which record the token, are refused
+/// unless acknowledged; a previous token's hash must be a hash, beside a token.
+#[test]
+fn terraform_plans_refuse_what_lambda_or_the_function_would_refuse() {
+    let moto = Moto::start();
+    let scratch = Scratch::new("plan-checks");
+    copy_iac(&scratch.0);
+    let tf = Terraform::new(moto_env(&moto));
+    let plan = |name: &str, inputs: &str| -> (Output, PathBuf) {
+        let dir = scratch.0.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("main.tf"),
+            provider_block()
+                + &format!(
+                    r#"
+module "podmutator" {{
+  source                  = "../terraform"
+  endpoint                = "http_api"
+  lambda_zip_path         = "bootstrap.zip"
+  lambda_zip_base64sha256 = "{hash}"
+  domain_name             = "podmutator.example.com"
+  create_certificate      = false
+  certificate_arn         = "arn:aws:acm:{REGION}:123456789012:certificate/00000000-0000-0000-0000-000000000000"
+  create_dns_record       = false
+  embedded_delivery       = "reference"
+  fetcher_image           = "{FETCHER_IMAGE}"
+  {inputs}
+}}
+"#,
+                    hash = "A".repeat(43) + "=",
+                ),
+        )
+        .unwrap();
+        tf.init(&dir);
+        let out = tf.run(
+            &dir,
+            &["plan", "-input=false", "-no-color", "-out=plan.tfplan"],
+        );
+        (out, dir)
+    };
+    let one_line = |out: &Output| combined(out).replace('\n', " ").replace("│ ", "");
+    let planned_config =
+        |dir: &Path| -> serde_json::Value {
+            let show: serde_json::Value =
+                serde_json::from_slice(&tf.ok(dir, &["show", "-json", "plan.tfplan"], None).stdout)
+                    .unwrap();
+            let function = show["resource_changes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["type"] == "aws_lambda_function")
+                .expect("the plan creates the function");
+            let env = &function["change"]["after"]["environment"][0]["variables"];
+            serde_json::from_str(env["PODMUTATOR_CONFIG"].as_str().unwrap_or_else(|| {
+                panic!("PODMUTATOR_CONFIG is not known at plan time: {function}")
+            }))
+            .unwrap()
+        };
+    let check_config = |config: &serde_json::Value| -> Output {
+        Command::new(env!("CARGO_BIN_EXE_podmutator"))
+            .arg("check-config")
+            .env_remove("PODMUTATOR_CONFIG_FILE")
+            .env("PODMUTATOR_CONFIG", config.to_string())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+
+    // Item 16: the token off.
+    let (out, dir) = plan("token-off", "path_token_enabled = false");
+    assert!(out.status.success(), "token off: {}", combined(&out));
+    let config = planned_config(&dir);
+    assert_eq!(
+        config["http"],
+        serde_json::json!({"maxBodyBytes": 6291456, "pathTokenDisabled": true}),
+        "{config}"
+    );
+    let started = check_config(&config);
+    assert!(
+        started.status.success(),
+        "the function refuses the planned configuration: {}",
+        combined(&started)
+    );
+    let mut without = config.clone();
+    without["http"]
+        .as_object_mut()
+        .unwrap()
+        .remove("pathTokenDisabled");
+    let refused = check_config(&without);
+    assert!(
+        !refused.status.success() && combined(&refused).contains("no path token"),
+        "without pathTokenDisabled the function starts: {}",
+        combined(&refused)
+    );
+
+    // Item 4: 40 image rules (a registry per team) make a 6 KB environment.
+    let rules: Vec<String> = (0..40)
+        .map(|i| format!("{{ match = \"registry{i}.example.com/team/project\", replace = \"123456789012.dkr.ecr.{REGION}.amazonaws.com/mirror/registry{i}\" }}"))
+        .collect();
+    let (out, _) = plan(
+        "too-large",
+        &format!("images_config = {{ rules = [{}] }}", rules.join(", ")),
+    );
+    let text = one_line(&out);
+    assert!(!out.status.success(), "a 6 KB environment planned: {text}");
+    assert!(
+        text.contains("would be 6")
+            && text.contains("bytes, and Lambda refuses more than 4096")
+            && text.contains("fewer images rules"),
+        "refused for another reason: {text}"
+    );
+    // Ten of them fit (about 2.4 KB).
+    let (out, _) = plan(
+        "ten-rules",
+        &format!("images_config = {{ rules = [{}] }}", rules[..10].join(", ")),
+    );
+    assert!(out.status.success(), "ten rules: {}", combined(&out));
+
+    // Item 18: ALB access logs record the path, token included.
+    let (out, _) = plan("access-logs", "alb_access_logs_bucket = \"logs-bucket\"");
+    let text = one_line(&out);
+    assert!(
+        !out.status.success(),
+        "access logs with the token planned: {text}"
+    );
+    assert!(
+        text.contains("ALB access logs record every request's URL"),
+        "refused for another reason: {text}"
+    );
+    let (out, _) = plan(
+        "access-logs-acknowledged",
+        "alb_access_logs_bucket = \"logs-bucket\"\n  alb_access_logs_record_path_token = true",
+    );
+    assert!(out.status.success(), "acknowledged: {}", combined(&out));
+
+    // Item 3: the previous token's hash.
+    let previous = "ab".repeat(32);
+    let (out, _) = plan(
+        "previous-not-a-hash",
+        "previous_path_token_sha256 = \"not-a-hash\"",
+    );
+    let text = one_line(&out);
+    assert!(
+        !out.status.success() && text.contains("64 lowercase hex digits"),
+        "a previous token that is no hash: {text}"
+    );
+    let (out, _) = plan(
+        "previous-without-token",
+        &format!("path_token_enabled = false\n  previous_path_token_sha256 = \"{previous}\""),
+    );
+    let text = one_line(&out);
+    assert!(
+        !out.status.success() && text.contains("it needs path_token_enabled = true"),
+        "a previous token without a token: {text}"
+    );
+    let (out, _) = plan(
+        "previous",
+        &format!("previous_path_token_sha256 = \"{previous}\""),
+    );
+    assert!(out.status.success(), "previous: {}", combined(&out));
+}
+
+/// Issue 26, item 3: a rotation as docs/deploy.md ("Rotating the path token") runs it. The apply
+/// that raises path_token_version with previous_path_token_sha256 leaves the function accepting
+/// `[new, previous]` and the registration on the new token; the next apply, without the
+/// previous hash, leaves `new` alone; a plan after that is empty.
+#[test]
+fn terraform_rotates_the_path_token_keeping_the_previous_for_one_apply() {
+    let moto = Moto::start();
+    let scratch = Scratch::new("rotation");
+    let dir = &scratch.0;
+    copy_iac(dir);
+    let kube = dir.join("kube");
+    std::fs::create_dir_all(&kube).unwrap();
+    let kubectl = dir.join("kubectl");
+    std::fs::write(
+        &kubectl,
+        format!(
+            "#!/bin/sh\nexec '{}' '{}' \"$@\"\n",
+            tool("python"),
+            root().join("tests/iac/fake_kubectl.py").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &kubectl,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let hash = write_zip(&dir.join("bootstrap.zip"));
+    std::fs::write(
+        dir.join("main.tf"),
+        provider_block()
+            + &format!(
+                r#"
+variable "path_token_version" {{
+  type    = number
+  default = 1
+}}
+variable "previous_path_token_sha256" {{
+  type    = string
+  default = null
+}}
+resource "aws_acm_certificate" "elsewhere" {{
+  domain_name       = "podmutator.example.com"
+  validation_method = "DNS"
+}}
+module "podmutator" {{
+  source                     = "./terraform"
+  name                       = "pm-rotation"
+  endpoint                   = "http_api"
+  lambda_zip_path            = "${{path.root}}/bootstrap.zip"
+  lambda_zip_base64sha256    = "{hash}"
+  domain_name                = "podmutator.example.com"
+  create_certificate         = false
+  certificate_arn            = aws_acm_certificate.elsewhere.arn
+  create_dns_record          = false
+  embedded_delivery          = "reference"
+  fetcher_image              = "{FETCHER_IMAGE}"
+  alarms_enabled             = false
+  path_token_version         = var.path_token_version
+  previous_path_token_sha256 = var.previous_path_token_sha256
+}}
+module "registration" {{
+  source       = "./terraform/modules/registration"
+  registration = module.podmutator.registration
+  kubectl      = "${{path.root}}/kubectl"
+  depends_on   = [module.podmutator]
+}}
+output "path_token_sha256" {{ value = module.podmutator.path_token_sha256 }}
+output "function_name" {{ value = module.podmutator.function_name }}
+"#
+            ),
+    )
+    .unwrap();
+    let mut env = moto_env(&moto);
+    env.push(("FAKE_KUBE_DIR".into(), kube.to_str().unwrap().into()));
+    let tf = Terraform::new(env.clone());
+    tf.init(dir);
+    let apply = |vars: &[&str]| {
+        let mut args = vec!["apply", "-auto-approve", "-input=false", "-no-color"];
+        args.extend_from_slice(vars);
+        tf.ok(dir, &args, None);
+    };
+    let output = |name: &str| -> String {
+        let out = tf.ok(dir, &["output", "-raw", name], None);
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // What the `live` alias serves: the function's http section, read back from moto.
+    let live_http = || -> serde_json::Value {
+        let mut cmd = Command::new(tool("python"));
+        cmd.args([
+            "-c",
+            "import boto3,json,sys; c=boto3.client('lambda').get_function_configuration(FunctionName=sys.argv[1], Qualifier='live'); print(json.dumps(json.loads(c['Environment']['Variables']['PODMUTATOR_CONFIG'])['http']))",
+        ])
+        .arg(output("function_name"))
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", combined(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // The hashes of the tokens in the registration's URLs (the tokens themselves stay in here).
+    let registered_hashes = || -> std::collections::BTreeSet<String> {
+        let registered: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(kube.join("podmutator.json")).unwrap()).unwrap();
+        registered["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| {
+                let url = w["clientConfig"]["url"].as_str().unwrap();
+                let token = url
+                    .trim_start_matches("https://")
+                    .split('/')
+                    .nth(1)
+                    .unwrap();
+                use sha2::Digest;
+                hex::encode(sha2::Sha256::digest(token.as_bytes()))
+            })
+            .collect()
+    };
+
+    apply(&[]);
+    let first = output("path_token_sha256");
+    assert_eq!(live_http()["pathTokenSha256"], first.as_str());
+    assert_eq!(registered_hashes(), [first.clone()].into());
+
+    // Steps 1 and 2: the function accepts both, then the registration moves.
+    apply(&[
+        "-var=path_token_version=2",
+        &format!("-var=previous_path_token_sha256={first}"),
+    ]);
+    let second = output("path_token_sha256");
+    assert_ne!(
+        second, first,
+        "raising path_token_version drew no new token"
+    );
+    assert_eq!(
+        live_http()["pathTokenSha256"],
+        serde_json::json!([second, first]),
+        "during the rotation the function accepts the new and the previous token"
+    );
+    assert_eq!(registered_hashes(), [second.clone()].into());
+
+    // Step 3: the previous token is dropped; nothing else changes.
+    apply(&["-var=path_token_version=2"]);
+    assert_eq!(live_http()["pathTokenSha256"], second.as_str());
+    assert_eq!(registered_hashes(), [second.clone()].into());
+    let plan = tf.run(
+        dir,
+        &[
+            "plan",
+            "-input=false",
+            "-no-color",
+            "-detailed-exitcode",
+            "-var=path_token_version=2",
+        ],
+    );
+    assert_eq!(plan.status.code(), Some(0), "{}", combined(&plan));
+}

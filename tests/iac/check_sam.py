@@ -297,6 +297,7 @@ def main():
     c.eq("image builder off by default", base["ImageBuilderEnabled"], "false")
 
     # --- every endpoint, mesh and image switch combination ------------------------------------
+    largest_env = (0, "")
     for endpoint, mesh, users, token_on, builder, images in itertools.product(["alb", "http-api"], ["false", "true"], [[], ["system:serviceaccount:flyte:flytepropeller"]], ["true", "false"], [False, True], list(IMAGES_VARIANTS)):
         # The users variants also list lookup registries: both are optional lists in "embedded".
         registries = ["public.ecr.aws", "cr.flyte.org"] if users else []
@@ -360,7 +361,10 @@ def main():
             c.eq(f"{tag} config images", config.get("images"), want_images)
         c.eq(f"{tag} config deadline", config["embedded"].get("deadlineMs"), base["EmbeddedDeadlineMs"])
         c.eq(f"{tag} config mesh", config["mesh"], {"enabled": mesh == "true", "managedLabel": registration["meshLabelKey"]})
-        c.eq(f"{tag} config http", config["http"], dict({"maxBodyBytes": base["MaxBodyBytes"]}, **({"pathTokenSha256": TOKEN_SHA256} if token_on == "true" else {})))
+        # Without a token the function must be told so, or it refuses to start (issue 26, item 16).
+        c.eq(f"{tag} config http", config["http"], dict({"maxBodyBytes": base["MaxBodyBytes"]}, **({"pathTokenSha256": TOKEN_SHA256} if token_on == "true" else {"pathTokenDisabled": True})))
+        env_bytes = len(json.dumps(ev.value(props["Environment"]["Variables"]), separators=(",", ":")).encode())
+        largest_env = max(largest_env, (env_bytes, tag))
         c.eq(f"{tag} config allowedUsernames", config["embedded"].get("allowedUsernames", []), users)
         c.eq(f"{tag} config region", config["webhook"]["embeddedSecretManagerConfig"]["awsConfig"]["region"], PSEUDO["AWS::Region"])
         c.eq(f"{tag} config organization is SecretOrg", config["embedded"].get("organization"), base["SecretOrg"])
@@ -442,6 +446,37 @@ def main():
             c.true(f"{tag} no value-reading statement behind the public endpoint", "ReadOrgSecrets" not in by_sid, str(sorted(by_sid)))
         c.true(f"{tag} the role cannot read the path token", "ReadPathToken" not in by_sid and "PathToken" not in json.dumps(role))
 
+    # --- Lambda's 4 KB environment -------------------------------------------------------------
+    # CloudFormation cannot measure a string, so no Rule can refuse a large PODMUTATOR_CONFIG
+    # before Lambda does (it fails the update and the stack rolls back; docs/deploy.md, "The 4 KB
+    # environment"). The template's own largest rendering, every option on, keeps a margin for
+    # longer names, selectors and rules than the ones above.
+    c.true(
+        f"the largest rendered environment ({largest_env[0]} bytes, {largest_env[1]}) leaves 1 KB of Lambda's 4096",
+        0 < largest_env[0] <= 4096 - 1024,
+    )
+    print(f"template.yaml: largest rendered environment {largest_env[0]} bytes of 4096 ({largest_env[1]})", file=sys.stderr)
+
+    # --- token rotation: [current, previous] for one deploy -----------------------------------
+    previous = "fedcba9876543210" * 4
+    for token_on, prev, want_http, want_failed in [
+        ("true", "", {"pathTokenSha256": TOKEN_SHA256}, []),
+        ("true", previous, {"pathTokenSha256": [TOKEN_SHA256, previous]}, []),
+        ("false", "", {"pathTokenDisabled": True}, []),
+        ("false", previous, {"pathTokenDisabled": True}, ["PreviousTokenNeedsCurrent"]),
+        ("true", TOKEN_SHA256, {"pathTokenSha256": [TOKEN_SHA256, TOKEN_SHA256]}, ["PreviousTokenNeedsCurrent"]),
+    ]:
+        params = dict(base, PathTokenEnabled=token_on, PreviousPathTokenSha256=prev)
+        ev = Evaluator(template, params)
+        tag = f"[token={token_on}, previous={'set' if prev else 'empty'}{', equal to current' if prev == TOKEN_SHA256 else ''}]"
+        c.eq(f"{tag} rules refused", failed_rules(template, ev), want_failed)
+        config = json.loads(ev.value(props["Environment"]["Variables"]["PODMUTATOR_CONFIG"]))
+        c.eq(f"{tag} config http", config["http"], dict({"maxBodyBytes": base["MaxBodyBytes"]}, **want_http))
+        if not want_failed:
+            rendered.append({"tag": tag, "imageBuilder": False, "images": False, "config": config})
+    c.eq("previous token hash parameter is 64 lowercase hex digits or empty", template["Parameters"]["PreviousPathTokenSha256"].get("AllowedPattern"), "^([0-9a-f]{64})?$")
+    c.eq("previous token hash parameter defaults to empty", base["PreviousPathTokenSha256"], "")
+
     # --- the policy follows the delivery ------------------------------------------------------
     org_arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:u__org__flyte__*"
     value_actions = {"secretsmanager:GetSecretValue", "secretsmanager:BatchGetSecretValue", "kms:Decrypt"}
@@ -504,6 +539,10 @@ def main():
     )
     c.true("no other ingress", not any(v["Type"] == "AWS::EC2::SecurityGroupIngress" for v in r.values()))
     c.eq("health check path", r["TargetGroup"]["Properties"].get("HealthCheckPath"), healthz)
+    # An ALB access log line holds the request URL, whose first segment is the path token.
+    attrs = [a["Key"] for a in r["LoadBalancer"]["Properties"].get("LoadBalancerAttributes", [])]
+    c.true("no ALB access logs (they would record the path token)", not any(k.startswith("access_logs.") for k in attrs), str(attrs))
+    c.true("no parameter turns ALB access logs on", not any("accesslog" in p.lower() for p in template["Parameters"]), str(list(template["Parameters"])))
     c.eq("execute-api endpoint disabled", r["HttpApi"]["Properties"].get("DisableExecuteApiEndpoint"), True)
     stage = r["HttpApiStage"]["Properties"]
     c.eq("API throttling", sorted(stage["DefaultRouteSettings"]), ["DetailedMetricsEnabled", "ThrottlingBurstLimit", "ThrottlingRateLimit"])

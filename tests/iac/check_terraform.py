@@ -200,8 +200,34 @@ def main():
         True,
     )
     env = one(fn, "environment")["variables"]
-    c.eq("the environment is PODMUTATOR_CONFIG alone", env, {"PODMUTATOR_CONFIG": "${jsonencode(local.function_config)}"})
-    c.true("function config carries the token's hash, not a secret id", "pathTokenSha256 = local.path_token_sha256" in tf["locals"]["function_config"]["http"] and "pathTokenSecretId" not in json.dumps(tf["locals"]), tf["locals"]["function_config"]["http"])
+    c.eq("the function's environment is local.function_environment", env, "${local.function_environment}")
+    c.eq("the environment is PODMUTATOR_CONFIG alone", tf["locals"]["function_environment"], {"PODMUTATOR_CONFIG": "${jsonencode(local.function_config)}"})
+    # Item 4 of issue 26: Lambda's 4 KB, checked at plan time on the whole environment (every
+    # variable), with the unknown hash replaced by a placeholder of its length.
+    probe = tf["locals"]["environment_probe"]
+    c.true("the size probe is the whole environment with the placeholder hash",
+           probe.startswith("${jsonencode(merge(local.function_environment, {PODMUTATOR_CONFIG = jsonencode(merge(local.function_config,") and "local.path_token_http_variants[1]" in probe, probe)
+    c.eq("the placeholder is 64 characters, a hash's length", tf["locals"]["hash_placeholder"], '${join("", [for i in range(64) : "0"])}')
+    c.true("the size is counted in bytes (through base64), not characters",
+           tf["locals"]["environment_probe_b64"] == "${base64encode(local.environment_probe)}" and "length(local.environment_probe_b64) / 4 * 3" in tf["locals"]["environment_bytes"])
+    c.true("function precondition: the environment fits Lambda's 4 KB", "${local.environment_bytes <= 4096}" in preconditions, str(preconditions))
+    size_message = [p["error_message"] for p in one(fn, "lifecycle")["precondition"] if p["condition"] == "${local.environment_bytes <= 4096}"]
+    c.true("the 4 KB refusal gives the size and what to shorten", size_message and "${local.environment_bytes} bytes" in size_message[0] and "images rules" in size_message[0], str(size_message))
+    # Items 3 and 16: one hash, [current, previous] during a rotation, or pathTokenDisabled.
+    c.eq("function config's http takes the token keys from the variants", tf["locals"]["function_config"]["http"], "${merge({maxBodyBytes = var.max_body_bytes}, local.path_token_http_variants[0])}")
+    variants = tf["locals"]["path_token_http_variants"]
+    for part in ("[for h in [local.path_token_sha256, local.hash_placeholder] :",
+                 "var.path_token_enabled && var.previous_path_token_sha256 == null ? {pathTokenSha256 = h} : {}",
+                 "var.path_token_enabled && var.previous_path_token_sha256 != null ? {pathTokenSha256 = [h, var.previous_path_token_sha256]} : {}",
+                 "var.path_token_enabled ? {} : {pathTokenDisabled = true}"):
+        c.true(f"token keys: {part}", part in variants, variants)
+    c.true("function config carries the token's hash, not a secret id", "pathTokenSecretId" not in json.dumps(tf["locals"]))
+    c.eq("no previous token by default", var.get("previous_path_token_sha256"), None)
+    prev_checks = [v["condition"] for v in tf["variable"]["previous_path_token_sha256"]["validation"]]
+    c.true("previous_path_token_sha256 must be a lowercase hex SHA-256", any('regex("^[0-9a-f]{64}$", var.previous_path_token_sha256)' in v for v in prev_checks), str(prev_checks))
+    c.true("previous_path_token_sha256 needs the token on", any("var.path_token_enabled" in v for v in prev_checks), str(prev_checks))
+    c.true("function precondition: the previous hash is not the current one",
+           "${var.previous_path_token_sha256 == null || var.previous_path_token_sha256 != local.path_token_sha256}" in preconditions, str(preconditions))
     c.true("the hash is SHA-256 of the stored token", tf["locals"]["path_token_sha256"] == "${var.path_token_enabled ? nonsensitive(sha256(local.path_token)) : null}", tf["locals"]["path_token_sha256"])
     c.eq("path token on by default", var.get("path_token_enabled"), True)
     c.true("token generated without the random provider, never in a plan (ephemeral, write-only)",
@@ -293,6 +319,14 @@ def main():
     c.eq("no HTTP listener", sorted(res["aws_lb_listener"]), ["https"])
     c.true("ALB TLS policy is TLS 1.2+", var.get("alb_ssl_policy") in TLS12_PLUS_POLICIES, str(var.get("alb_ssl_policy")))
     c.eq("ALB is internal", res["aws_lb"]["this"].get("internal"), True)
+    # Item 18: an ALB access log line holds the request URL, path token included.
+    logs_checks = [v["condition"] for v in tf["variable"]["alb_access_logs_bucket"].get("validation", [])]
+    c.true("ALB access logs refused while the token is on, unless acknowledged",
+           "${var.alb_access_logs_bucket == null || !var.path_token_enabled || var.alb_access_logs_record_path_token}" in logs_checks, str(logs_checks))
+    c.eq("the acknowledgement is off by default", var.get("alb_access_logs_record_path_token"), False)
+    c.eq("ALB access logs off by default", var.get("alb_access_logs_bucket"), None)
+    access_logs = [d["access_logs"] for d in res["aws_lb"]["this"].get("dynamic", []) if "access_logs" in d]
+    c.eq("the ALB's access logs come from alb_access_logs_bucket alone", [a.get("for_each") for a in access_logs], ['${var.alb_access_logs_bucket == null ? [] : [var.alb_access_logs_bucket]}'])
     ingress = res.get("aws_vpc_security_group_ingress_rule", {})
     c.eq("one ingress rule", list(ingress), ["alb_from_control_plane"])
     rule_in = ingress.get("alb_from_control_plane", {})
