@@ -108,6 +108,31 @@ resource "aws_cloudwatch_metric_alarm" "secrets_manager_throttles" {
   }
 }
 
+# The function's own EMF metric: requests refused for a missing or unknown path token. Right
+# after a rotation it means the API server still calls with the old token (its pods are being
+# rejected under failurePolicy Fail); otherwise someone is guessing at the token.
+resource "aws_cloudwatch_metric_alarm" "path_token_refusals" {
+  count = var.alarms_enabled ? 1 : 0
+
+  alarm_name          = "${var.name}-path-token-refusals"
+  alarm_description   = "Requests refused for a missing or unknown path token: after a rotation, the API server still calls with the old token (see docs/deploy.md, Rotating the path token); otherwise someone is guessing at the token."
+  evaluation_periods  = 5
+  datapoints_to_alarm = 2
+  threshold           = 0
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = local.alarm_actions
+  ok_actions          = local.alarm_actions
+  tags                = var.tags
+
+  metric_query {
+    id          = "refusals"
+    return_data = true
+    period      = 60
+    expression  = "SELECT SUM(Refusals) FROM \"${var.metrics_namespace}\" WHERE Refusal = 'PathToken'"
+  }
+}
+
 resource "aws_cloudwatch_dashboard" "this" {
   count = var.dashboard_enabled ? 1 : 0
 
@@ -121,6 +146,7 @@ resource "aws_cloudwatch_dashboard" "this" {
         { title = "Secrets injected by manager", expr = "SEARCH('{${var.metrics_namespace},Decision} MetricName=SecretsInjected', 'Sum', 60)" },
         { title = "Embedded cache hits and misses", expr = "SEARCH('{${var.metrics_namespace},Decision} (MetricName=\"CacheHits\" OR MetricName=\"CacheMisses\")', 'Sum', 60)" },
         { title = "Secrets Manager throttles", expr = "SEARCH('{${var.metrics_namespace}} MetricName=\"SecretsManagerThrottles\"', 'Sum', 60)" },
+        { title = "Requests refused before the admission", expr = "SEARCH('{${var.metrics_namespace},Refusal} MetricName=\"Refusals\"', 'Sum', 60)" },
         { title = "Lambda errors and throttles", expr = "SEARCH('{AWS/Lambda,FunctionName} FunctionName=\"${var.name}\" (MetricName=\"Errors\" OR MetricName=\"Throttles\")', 'Sum', 60)" },
         ] : {
         type   = "metric"

@@ -153,12 +153,14 @@ def main():
     # --- alarms ------------------------------------------------------------------------------
     cw = client("cloudwatch")
     alarms = {a["AlarmName"]: a for a in cw.describe_alarms(AlarmNamePrefix=f"{fn_name}-")["MetricAlarms"]}
-    want = ["lambda-errors", "lambda-throttles", "lambda-duration-p99", "secretsmanager-throttles"]
+    want = ["lambda-errors", "lambda-throttles", "lambda-duration-p99", "secretsmanager-throttles", "path-token-refusals"]
     want += ["alb-unhealthy", "alb-target-5xx", "alb-elb-5xx"] if endpoint == "alb" else ["api-4xx", "api-5xx", "api-integration-latency-p99"]
     c.eq("alarms", sorted(alarms), sorted(f"{fn_name}-{w}" for w in want))
     c.true("every alarm notifies the SNS topic", all(a.get("AlarmActions") == [out["alarm_topic_arn"]] for a in alarms.values()))
     emf = alarms.get(f"{fn_name}-secretsmanager-throttles", {})
     c.true("EMF throttles alarm queries SecretsManagerThrottles", "SecretsManagerThrottles" in json.dumps(emf.get("Metrics", [])))
+    refusals = alarms.get(f"{fn_name}-path-token-refusals", {})
+    c.true("EMF refusals alarm queries Refusals of the PathToken kind", "WHERE Refusal = 'PathToken'" in json.dumps(refusals.get("Metrics", [])))
     if endpoint == "http_api":
         c.eq("dashboard", [d["DashboardName"] for d in cw.list_dashboards()["DashboardEntries"]], [fn_name])
 

@@ -421,6 +421,11 @@ def main():
             f'SELECT SUM(SecretsManagerThrottles) FROM "{expect["metricsNamespace"]}"' in alarm_queries,
             str(alarm_queries),
         )
+        c.true(
+            f"{tag} an alarm sums the function's PathToken refusals in its metrics namespace",
+            f'SELECT SUM(Refusals) FROM "{expect["metricsNamespace"]}" WHERE Refusal = \'PathToken\'' in alarm_queries,
+            str(alarm_queries),
+        )
 
         role = ev.value(resources["FunctionRole"]["Properties"])
         stmts = [s for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
