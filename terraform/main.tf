@@ -63,6 +63,7 @@ locals {
       },
       { for k, v in { fetcherImage = var.fetcher_image } : k => v if v != null },
       { for k, v in { allowedUsernames = var.allowed_usernames } : k => v if length(v) > 0 },
+      { for k, v in { domains = var.embedded_domains } : k => v if length(v) > 0 },
       length(var.entrypoint_registries) > 0 ? { entrypointLookup = { registries = var.entrypoint_registries } } : {},
     )
     # The label the mutators set and read must be the one the registration selects on.

@@ -280,6 +280,17 @@ variable "namespace_template" {
 }
 
 
+variable "embedded_domains" {
+  description = "Flyte's domains (flyteadmin's domains), the only ones a namespace may end in under namespace_template. Empty keeps the function's default: development, staging, production."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for d in var.embedded_domains : length(d) <= 63 && can(regex("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", d))]) && length(distinct(var.embedded_domains)) == length(var.embedded_domains)
+    error_message = "embedded_domains must be distinct DNS labels (at most 63 lowercase letters, digits and '-'): each ends a namespace."
+  }
+}
+
 variable "allowed_usernames" {
   description = "Users (request.userInfo.username) allowed to create pods that ask for Embedded secrets, e.g. system:serviceaccount:flyte:flytepropeller. Empty leaves this check off."
   type        = list(string)

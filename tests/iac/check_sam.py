@@ -301,8 +301,9 @@ def main():
     for endpoint, mesh, users, token_on, builder, images in itertools.product(["alb", "http-api"], ["false", "true"], [[], ["system:serviceaccount:flyte:flytepropeller"]], ["true", "false"], [False, True], list(IMAGES_VARIANTS)):
         # The users variants also list lookup registries: both are optional lists in "embedded".
         registries = ["public.ecr.aws", "cr.flyte.org"] if users else []
+        domains = ["development", "production", "ml-sandbox"] if users else []
         repositories = ECR_REPOSITORIES if users else []
-        params = dict(base, EndpointType=endpoint, MeshEnabled=mesh, AllowedUsernames=users, EntrypointRegistries=registries, EntrypointEcrRepositoryArns=repositories, PathTokenEnabled=token_on)
+        params = dict(base, EndpointType=endpoint, MeshEnabled=mesh, AllowedUsernames=users, EmbeddedDomains=domains, EntrypointRegistries=registries, EntrypointEcrRepositoryArns=repositories, PathTokenEnabled=token_on)
         if endpoint == "http-api":
             # The only delivery the internet-facing endpoint may serve (checked below).
             params.update(EmbeddedDelivery="reference", FetcherImage=FETCHER_IMAGE)
@@ -366,6 +367,7 @@ def main():
         env_bytes = len(json.dumps(ev.value(props["Environment"]["Variables"]), separators=(",", ":")).encode())
         largest_env = max(largest_env, (env_bytes, tag))
         c.eq(f"{tag} config allowedUsernames", config["embedded"].get("allowedUsernames", []), users)
+        c.eq(f"{tag} config domains (issue 26, item 15)", config["embedded"].get("domains", []), domains)
         c.eq(f"{tag} config region", config["webhook"]["embeddedSecretManagerConfig"]["awsConfig"]["region"], PSEUDO["AWS::Region"])
         c.eq(f"{tag} config organization is SecretOrg", config["embedded"].get("organization"), base["SecretOrg"])
 

@@ -298,7 +298,7 @@ def main():
     c.eq("DescribeSecret only in reference delivery", gates.get("DescribeOrgSecrets"), "${local.resolves_refs ? [1] : []}")
     c.eq("value delivery stays the default", var.get("embedded_delivery"), "value")
     embedded_config = tf["locals"]["function_config"]["embedded"]
-    for key in ("organization = var.secret_org", "delivery = var.embedded_delivery", "envVarDelivery = var.embedded_env_var_delivery", "fetcherImage = var.fetcher_image"):
+    for key in ("organization = var.secret_org", "delivery = var.embedded_delivery", "envVarDelivery = var.embedded_env_var_delivery", "fetcherImage = var.fetcher_image", "domains = var.embedded_domains"):
         c.true(f"function config passes {key}", key in " ".join(str(embedded_config).split()), str(embedded_config))
     ecr_gate = "${length(var.entrypoint_ecr_repository_arns) > 0 ? [1] : []}"
     for sid in ("EcrAuthorizationToken", "EcrReadTaskImages"):
