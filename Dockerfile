@@ -1,5 +1,6 @@
 # podmutator's pod-side image: `podmutator fetch` (the init container of reference delivery)
-# and `podmutator exec` (copied into the pod by fetch). One static binary, nothing else.
+# and `podmutator-exec`, the small exec wrapper that fetch copies into the pod (beside it, where
+# fetch looks for it). Two static binaries, nothing else.
 #
 #   docker buildx build --platform linux/arm64,linux/amd64 -t <repo>:<tag> --push .
 #
@@ -21,19 +22,22 @@ RUN apt-get update \
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY crates ./crates
 COPY benches ./benches
 RUN case "$TARGETARCH" in \
         amd64) target=x86_64-unknown-linux-musl ;; \
         arm64) target=aarch64-unknown-linux-musl ;; \
         *) echo "unsupported TARGETARCH $TARGETARCH (build linux/amd64 or linux/arm64)" >&2; exit 1 ;; \
     esac \
-    && cargo lambda build --locked --release --bin podmutator --target "$target" --lambda-dir /out \
-    && cp /out/podmutator/bootstrap /podmutator
+    && cargo lambda build --locked --release --bin podmutator --bin podmutator-exec --target "$target" --lambda-dir /out \
+    && cp /out/podmutator/bootstrap /podmutator \
+    && cp /out/podmutator-exec/bootstrap /podmutator-exec
 
 # distroless/static rather than scratch: it adds the CA bundle (/etc/ssl/certs), which rustls
 # reads to verify Secrets Manager's certificate, and the nonroot user (65532).
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /podmutator /podmutator
+COPY --from=build /podmutator-exec /podmutator-exec
 USER 65532:65532
 ENTRYPOINT ["/podmutator"]
 CMD ["fetch"]

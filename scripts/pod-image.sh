@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# The fetcher image's binary, built and tried without Docker: runs the `Dockerfile`'s build step
+# The fetcher image's binaries, built and tried without Docker: runs the `Dockerfile`'s build step
 # (`cargo lambda build --release --target <arch>-unknown-linux-musl`, zig from the pinned tools
 # venv, the same versions the Dockerfile pins) for each architecture, then checks what the image
 # relies on:
 #
-#   - the binary is static: no program interpreter and no shared library (readelf), so it runs
-#     on distroless/static, which has no libc;
+#   - both binaries (podmutator, and podmutator-exec, the exec wrapper a pod copies) are static:
+#     no program interpreter and no shared library (readelf), so they run on distroless/static,
+#     which has no libc; the wrapper is at most 1 MiB (EXEC_MAX_BYTES), since each pod that
+#     needs env vars holds a copy in memory;
 #   - (x86_64, the machine's own) `podmutator fetch` run from that binary, with only a plan and
 #     AWS credentials in its environment, fetches two secrets from moto on 127.0.0.1 in one
 #     BatchGetSecretValue round trip and writes them 0400 where the plan says; a plan naming a
-#     missing secret exits 1 naming it and writes nothing; `podmutator exec` sets a variable
-#     from a file and replaces itself with the command, whose exit code comes back.
+#     missing secret exits 1 naming it and writes nothing; fetch copies the wrapper from beside
+#     it, and the copy, run as `podmutator exec`, sets a variable from a file and replaces
+#     itself with the command, whose exit code comes back.
 #
 #   scripts/pod-image.sh                  # x86_64 and arm64
 #   ARCHES=x86_64 scripts/pod-image.sh    # one
 #
 # Each build is a full release (LTO) build: ~3-8 min on 2 cores. Binaries land in
-# $CARGO_TARGET_DIR/pod-image/<arch>/podmutator/bootstrap. Exits non-zero on the first failure.
+# $CARGO_TARGET_DIR/pod-image/<arch>/{podmutator,podmutator-exec}/bootstrap. Exits non-zero on the first failure.
 # The container build itself (base images, `docker buildx`) needs a Docker daemon and the
 # registries; see docs/deploy.md for the publishing steps.
 set -euo pipefail
@@ -24,6 +27,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 ARCHES=${ARCHES:-x86_64 arm64}
+EXEC_MAX_BYTES=${EXEC_MAX_BYTES:-1048576}
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 OUT=$TARGET_DIR/pod-image
 PATH="$(scripts/tools.sh path bin):$PATH"
@@ -48,17 +52,22 @@ for arch in $ARCHES; do
 	fi
 	dir=$OUT/$arch
 	rm -rf "$dir"
-	echo "== $arch: cargo lambda build --release --locked --target $target --bin podmutator" >&2
+	echo "== $arch: cargo lambda build --release --locked --target $target --bin podmutator --bin podmutator-exec" >&2
 	t0=$SECONDS
-	cargo lambda build --release --locked --target "$target" --bin podmutator \
+	cargo lambda build --release --locked --target "$target" --bin podmutator --bin podmutator-exec \
 		--lambda-dir "$dir" >&2 || fail "build for $target"
-	bin=$dir/podmutator/bootstrap
-	[[ -x $bin ]] || fail "no executable at $bin"
-	headers=$(readelf -lW "$bin")
-	dynamic=$(readelf -dW "$bin")
-	grep -q "Requesting program interpreter" <<<"$headers" && fail "$arch: $bin asks for a program interpreter (not static)"
-	grep -q "(NEEDED)" <<<"$dynamic" && fail "$arch: $bin needs shared libraries: $(grep NEEDED <<<"$dynamic")"
-	echo "   -> $bin: static, $(stat -c %s "$bin") bytes, built in $((SECONDS - t0)) s" >&2
+	for name in podmutator podmutator-exec; do
+		bin=$dir/$name/bootstrap
+		[[ -x $bin ]] || fail "no executable at $bin"
+		headers=$(readelf -lW "$bin")
+		dynamic=$(readelf -dW "$bin")
+		grep -q "Requesting program interpreter" <<<"$headers" && fail "$arch: $bin asks for a program interpreter (not static)"
+		grep -q "(NEEDED)" <<<"$dynamic" && fail "$arch: $bin needs shared libraries: $(grep NEEDED <<<"$dynamic")"
+		echo "   -> $name: static, $(stat -c %s "$bin") bytes" >&2
+	done
+	size=$(stat -c %s "$dir/podmutator-exec/bootstrap")
+	((size <= EXEC_MAX_BYTES)) || fail "$arch: the exec wrapper is $size bytes, over $EXEC_MAX_BYTES (every env-var pod holds a copy in memory)"
+	echo "   built in $((SECONDS - t0)) s" >&2
 done
 
 if [[ " $ARCHES " != *" x86_64 "* ]]; then
@@ -67,6 +76,7 @@ if [[ " $ARCHES " != *" x86_64 "* ]]; then
 fi
 
 bin=$OUT/x86_64/podmutator/bootstrap
+wrapper=$OUT/x86_64/podmutator-exec/bootstrap
 work=$(mktemp -d -t pod-image.XXXXXX)
 moto_pid=
 cleanup() {
@@ -99,7 +109,11 @@ for name in ["u__org__acme__domain__development__project__flytesnacks__key__db",
         f.write(value)
 EOF
 
-mkdir -p "$work/root"
+# The image's layout: the wrapper beside podmutator, where fetch looks for it.
+mkdir -p "$work/root" "$work/image"
+cp "$bin" "$work/image/podmutator"
+cp "$wrapper" "$work/image/podmutator-exec"
+bin=$work/image/podmutator
 plan=$(
 	cat <<EOF
 {"root": "$work/root", "region": "us-east-1", "secrets": [
@@ -124,9 +138,9 @@ for f in files/db run/env/API_KEY; do
 	mode=$(stat -c %a "$work/root/$f")
 	[[ $mode == 400 ]] || fail "$f has mode $mode, not 400"
 done
-cmp -s "$bin" "$work/root/run/bin/podmutator" || fail "copyExecutableTo is not the binary"
+cmp -s "$wrapper" "$work/root/run/bin/podmutator" || fail "copyExecutableTo is not the exec wrapper"
 grep -q "in 1 BatchGetSecretValue calls" "$work/fetch.err" || fail "not one BatchGetSecretValue call: $(cat "$work/fetch.err")"
-echo "   -> both files 0400 with the right values, the executable copied, one call" >&2
+echo "   -> both files 0400 with the right values, the exec wrapper copied, one call" >&2
 
 echo "== fetch: a missing secret fails naming it, writing nothing" >&2
 mkdir -p "$work/root2"
@@ -139,7 +153,7 @@ grep -q "u__org__acme__domain____project____key__nope" "$work/missing.err" ||
 [[ -z $(find "$work/root2" -type f) ]] || fail "a failed fetch wrote files"
 echo "   -> exit 1, the secret named, no file written" >&2
 
-echo "== exec: the copied binary sets API_KEY from its file and becomes the command" >&2
+echo "== exec: the copied wrapper sets API_KEY from its file and becomes the command" >&2
 set +e
 env -i PATH=/usr/bin:/bin PODMUTATOR_EXEC_ENV="{\"API_KEY\": \"$work/root/run/env/API_KEY\"}" \
 	"$work/root/run/bin/podmutator" exec -- /bin/sh -c \

@@ -5,6 +5,9 @@
 #   dist/podmutator-<version>-lambda-x86_64.zip    the same for x86_64
 #   dist/podmutator-<version>-linux-arm64          the pod image's static (musl) binary, arm64
 #   dist/podmutator-<version>-linux-x86_64         the same for x86_64
+#   dist/podmutator-exec-<version>-linux-arm64     the exec wrapper beside it in the image
+#                                                  (what fetch copies into pods), arm64
+#   dist/podmutator-exec-<version>-linux-x86_64    the same for x86_64
 #   dist/SHA256SUMS                                `sha256sum -c SHA256SUMS` checks them
 #
 # <version> is Cargo.toml's. The zips are `cargo lambda build --release --locked
@@ -20,8 +23,9 @@
 #   scripts/release.sh --dry-run          print the version, the builds and the artefact names
 #   scripts/release.sh --from DIR         package builds already made and checked, laid out as
 #                                         the builds leave them: DIR/lambda/<arch>/podmutator/
-#                                         bootstrap.zip and DIR/pod-image/<arch>/podmutator/
-#                                         bootstrap (static-ness is pod-image.sh's check)
+#                                         bootstrap.zip and DIR/pod-image/<arch>/{podmutator,
+#                                         podmutator-exec}/bootstrap (static-ness and the
+#                                         wrapper's size are pod-image.sh's checks)
 #   --out DIR                             write to DIR instead of dist/
 #   ARCHES="arm64 x86_64"                 the architectures (default both)
 #
@@ -66,13 +70,14 @@ while (($#)); do
 	shift
 done
 
-# The [package] version of Cargo.toml: the first `version = "..."` after `[package]`.
+# The workspace's version (every crate takes it): the first `version = "..."` after
+# `[workspace.package]` in Cargo.toml.
 version=$(awk '
-	/^\[/ { in_package = ($0 == "[package]") }
+	/^\[/ { in_package = ($0 == "[workspace.package]") }
 	in_package && /^version[[:space:]]*=/ { gsub(/.*=[[:space:]]*"|".*/, ""); print; exit }
 ' Cargo.toml)
 [[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]+)?$ ]] ||
-	fail "Cargo.toml's [package] version is not a semantic version: '$version'"
+	fail "Cargo.toml's [workspace.package] version is not a semantic version: '$version'"
 
 ARCHES=${ARCHES:-arm64 x86_64}
 for arch in $ARCHES; do
@@ -87,6 +92,7 @@ from=${from:-$TARGET_DIR}
 
 lambda_name() { echo "podmutator-$version-lambda-$1.zip"; }
 pod_name() { echo "podmutator-$version-linux-$1"; }
+exec_name() { echo "podmutator-exec-$version-linux-$1"; }
 lambda_flag() { [[ $1 == arm64 ]] && echo --arm64 || echo --x86-64; }
 
 if $dry_run; then
@@ -100,6 +106,7 @@ if $dry_run; then
 	for arch in $ARCHES; do
 		echo "artefact: $out/$(lambda_name "$arch")"
 		echo "artefact: $out/$(pod_name "$arch")"
+		echo "artefact: $out/$(exec_name "$arch")"
 	done
 	echo "artefact: $out/SHA256SUMS"
 	exit 0
@@ -133,10 +140,10 @@ machine_of() { [[ $1 == arm64 ]] && echo AArch64 || echo "Advanced Micro Devices
 host_arch=$(uname -m)
 [[ $host_arch == aarch64 ]] && host_arch=arm64
 
-# check_binary ARCH FILE WHAT: an executable ELF for ARCH that, when this machine can run it,
-# reports the release's version.
+# check_binary ARCH FILE WHAT [PROGRAM]: an executable ELF for ARCH that, when this machine can
+# run it, reports the release's version as PROGRAM (default podmutator).
 check_binary() {
-	local arch=$1 file=$2 what=$3 machine
+	local arch=$1 file=$2 what=$3 program=${4:-podmutator} machine
 	[[ -x $file ]] || fail "$what is not executable: $file"
 	machine=$(readelf -h "$file" 2>/dev/null | sed -n 's/^ *Machine: *//p') ||
 		true
@@ -146,8 +153,8 @@ check_binary() {
 	if [[ $arch == "$host_arch" ]]; then
 		local said
 		said=$("$file" --version 2>&1) || fail "$what --version failed: $said"
-		[[ $said == "podmutator $version" ]] ||
-			fail "$what says '$said', not 'podmutator $version' (built from another commit?): $file"
+		[[ $said == "$program $version" ]] ||
+			fail "$what says '$said', not '$program $version' (built from another commit?): $file"
 	fi
 }
 
@@ -168,11 +175,15 @@ for arch in $ARCHES; do
 	bin=$from/pod-image/$arch/podmutator/bootstrap
 	[[ -f $bin ]] || fail "no pod binary for $arch at $bin (build it: ARCHES=$arch scripts/pod-image.sh)"
 	check_binary "$arch" "$bin" "the pod binary for $arch"
+	wrapper=$from/pod-image/$arch/podmutator-exec/bootstrap
+	[[ -f $wrapper ]] || fail "no exec wrapper for $arch at $wrapper (build it: ARCHES=$arch scripts/pod-image.sh)"
+	check_binary "$arch" "$wrapper" "the exec wrapper for $arch" podmutator-exec
 
 	cp "$zip" "$work/$(lambda_name "$arch")"
 	cp "$bin" "$work/$(pod_name "$arch")"
-	chmod 0755 "$work/$(pod_name "$arch")"
-	names+=("$(lambda_name "$arch")" "$(pod_name "$arch")")
+	cp "$wrapper" "$work/$(exec_name "$arch")"
+	chmod 0755 "$work/$(pod_name "$arch")" "$work/$(exec_name "$arch")"
+	names+=("$(lambda_name "$arch")" "$(pod_name "$arch")" "$(exec_name "$arch")")
 done
 
 # Everything checked. The directory holds one release, which SHA256SUMS describes exactly:

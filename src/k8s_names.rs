@@ -10,11 +10,11 @@ pub const DNS_LABEL_RULE: &str =
     "at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit";
 /// The rule of [`is_dns_subdomain`], for messages.
 pub const DNS_SUBDOMAIN_RULE: &str = "at most 253 characters: lowercase letters, digits, '-' and '.', each '.'-separated part starting and ending with a letter or digit";
-/// The rule of [`is_env_var_name`], for messages.
-pub const ENV_VAR_NAME_RULE: &str = "letters, digits, '_', '-' and '.', not starting with a digit";
-/// The rule of [`is_config_map_key`], for messages.
-pub const FILE_NAME_RULE: &str =
-    "at most 253 letters, digits, '-', '_' and '.', and not \".\" or \"..\"";
+// The two rules the in-pod exec wrapper checks a plan against live in its crate, which holds
+// nothing else; the property tests below hold them to the API server's expressions too.
+pub use podmutator_exec::names::{
+    ENV_VAR_NAME_RULE, FILE_NAME_RULE, is_config_map_key, is_env_var_name,
+};
 
 /// RFC 1123 label (`IsDNS1123Label`): container, volume and port names.
 pub fn is_dns_label(s: &str) -> bool {
@@ -79,24 +79,6 @@ pub fn qualified_name_problem(key: &str) -> Option<String> {
 /// `IsValidLabelValue`: empty, or a qualified name's name part.
 pub fn is_label_value(s: &str) -> bool {
     s.is_empty() || is_qualified_name_part(s)
-}
-
-/// `IsEnvVarName`: what the API server accepts as `env[].name`.
-pub fn is_env_var_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-        && !s.as_bytes()[0].is_ascii_digit()
-}
-
-/// `IsConfigMapKey`: a Secret or ConfigMap key, and so a projected file name.
-pub fn is_config_map_key(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && s != "."
-        && s != ".."
 }
 
 #[cfg(test)]

@@ -53,7 +53,8 @@ fn the_image_is_built_by_the_command_the_script_checks() {
         "cargo lambda build",
         "--release",
         "--locked",
-        "--bin podmutator",
+        "--bin podmutator ",
+        "--bin podmutator-exec",
         "--target",
         "--lambda-dir",
     ] {
@@ -80,6 +81,37 @@ fn the_image_is_built_by_the_command_the_script_checks() {
         docker.contains("/out/podmutator/bootstrap /podmutator"),
         "the image must ship what cargo lambda built"
     );
+    // fetch copies the wrapper from beside its own executable (`/podmutator`).
+    assert!(
+        docker.contains("/out/podmutator-exec/bootstrap /podmutator-exec")
+            && docker.contains("COPY --from=build /podmutator-exec /podmutator-exec"),
+        "the image must ship the exec wrapper at /podmutator-exec, beside /podmutator"
+    );
+}
+
+#[test]
+fn the_build_context_holds_every_workspace_crate() {
+    let docker = dockerfile();
+    let ignore = read(".dockerignore");
+    let manifest = read("Cargo.toml");
+    let members = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("members = "))
+        .expect("Cargo.toml names the workspace members");
+    assert!(
+        members.contains("crates/"),
+        "no member under crates/: {members}"
+    );
+    for member in members.split('"').filter(|m| m.starts_with("crates/")) {
+        assert!(
+            ignore.lines().any(|l| l == "!crates/"),
+            ".dockerignore leaves out {member}"
+        );
+        assert!(
+            docker.contains("COPY crates ./crates"),
+            "the Dockerfile does not copy {member}"
+        );
+    }
 }
 
 #[test]

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use common::aws::{CountingProxy, Moto, client, create_secret};
-use common::temp_dir;
+use common::{exec_wrapper, temp_dir};
 use podmutator::pod::exec::{EXEC_ENV_ENV, run_exec};
 use podmutator::pod::fetch::{FETCH_PLAN_ENV, FetchItem, FetchPlan, fetch, run_fetch};
 
@@ -486,4 +486,83 @@ fn exec_without_a_command_or_plan_says_how_to_use_it() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains(EXEC_ENV_ENV), "{}", stderr(&out));
+}
+
+/// The fetcher image's layout, with the real binaries: `fetch` copies the small exec wrapper
+/// beside it (not itself) to `copyExecutableTo`, says so, and the copy, run as the patch runs
+/// it (`/podmutator/bin/podmutator exec -- ...`), starts the command with the fetched value.
+/// Without the wrapper beside it, fetch copies itself and says that the image lacks it.
+#[test]
+fn fetch_copies_the_exec_wrapper_from_beside_it_and_the_copy_runs_the_command() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let moto = Moto::start();
+    rt.block_on(async {
+        let admin = client(&moto.url()).await;
+        create_secret(&admin, &secret_name(0), "fake-value-0").await;
+    });
+    let wrapper = exec_wrapper();
+    let full = Path::new(env!("CARGO_BIN_EXE_podmutator"));
+
+    for with_wrapper in [true, false] {
+        let image = temp_dir(&format!("fetcher-image-{with_wrapper}"));
+        std::fs::copy(full, image.join("podmutator")).unwrap();
+        if with_wrapper {
+            std::fs::copy(&wrapper, image.join("podmutator-exec")).unwrap();
+        }
+        let root = temp_dir(&format!("fetcher-volume-{with_wrapper}"));
+        let mut p = plan(&root, &[(secret_name(0), "env/DB")]);
+        p.copy_executable_to = Some(root.join("bin/podmutator"));
+        let out = Command::new(image.join("podmutator"))
+            .arg("fetch")
+            .env_clear()
+            .env(FETCH_PLAN_ENV, p.to_json().unwrap())
+            .env("AWS_ENDPOINT_URL", moto.url())
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let copy = root.join("bin/podmutator");
+        let expected = if with_wrapper { &wrapper } else { full };
+        assert_eq!(
+            std::fs::read(&copy).unwrap(),
+            std::fs::read(expected).unwrap(),
+            "with_wrapper={with_wrapper}"
+        );
+        assert_eq!(mode(&copy), 0o555);
+        let said = stderr(&out);
+        if with_wrapper {
+            assert!(
+                said.contains("copied the exec wrapper (podmutator-exec"),
+                "{said}"
+            );
+        } else {
+            assert!(
+                said.contains("the image has no podmutator-exec beside it"),
+                "{said}"
+            );
+        }
+
+        let vars = BTreeMap::from([("DB", root.join("env/DB"))]);
+        let run = Command::new(&copy)
+            .args(["exec", "--", "sh", "-c", r#"printf %s "$DB"; exit 3"#])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env(EXEC_ENV_ENV, serde_json::to_string(&vars).unwrap())
+            .output()
+            .unwrap();
+        assert_eq!(run.status.code(), Some(3), "{}", stderr(&run));
+        assert_eq!(String::from_utf8_lossy(&run.stdout), "fake-value-0");
+    }
+    // The wrapper is the point: a fraction of the full binary (the release sizes are in
+    // scripts/bench-size.sh; this holds in the debug build too).
+    let (small, big) = (
+        std::fs::metadata(&wrapper).unwrap().len(),
+        std::fs::metadata(full).unwrap().len(),
+    );
+    assert!(
+        small * 4 < big,
+        "wrapper {small} bytes, podmutator {big} bytes"
+    );
 }

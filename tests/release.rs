@@ -52,8 +52,8 @@ fn names_in(dir: &Path) -> Vec<String> {
 }
 
 /// The layout the builds leave (`lambda/<arch>/podmutator/bootstrap.zip`,
-/// `pod-image/<arch>/podmutator/bootstrap`), with this test run's binary in every slot of
-/// `arches`; `extra` is added to each zip beside `bootstrap`.
+/// `pod-image/<arch>/{podmutator,podmutator-exec}/bootstrap`), with this test run's binaries in
+/// every slot of `arches`; `extra` is added to each zip beside `bootstrap`.
 fn builds(arches: &[&str], extra: Option<&str>) -> PathBuf {
     let from = temp_dir("release-from");
     let binary = PathBuf::from(env!("CARGO_BIN_EXE_podmutator"));
@@ -80,6 +80,9 @@ fn builds(arches: &[&str], extra: Option<&str>) -> PathBuf {
         let pod = from.join("pod-image").join(arch).join("podmutator");
         std::fs::create_dir_all(&pod).unwrap();
         std::fs::copy(&binary, pod.join("bootstrap")).unwrap();
+        let wrapper = from.join("pod-image").join(arch).join("podmutator-exec");
+        std::fs::create_dir_all(&wrapper).unwrap();
+        std::fs::copy(exec_wrapper(), wrapper.join("bootstrap")).unwrap();
     }
     from
 }
@@ -105,8 +108,10 @@ fn a_dry_run_names_every_artefact_by_the_crate_version_and_writes_nothing() {
     let expected: Vec<String> = [
         format!("podmutator-{VERSION}-lambda-arm64.zip"),
         format!("podmutator-{VERSION}-linux-arm64"),
+        format!("podmutator-exec-{VERSION}-linux-arm64"),
         format!("podmutator-{VERSION}-lambda-x86_64.zip"),
         format!("podmutator-{VERSION}-linux-x86_64"),
+        format!("podmutator-exec-{VERSION}-linux-x86_64"),
         "SHA256SUMS".to_owned(),
     ]
     .iter()
@@ -146,7 +151,13 @@ fn packaged_artefacts_are_named_by_version_and_sha256sums_lists_each_once() {
 
     let zip_name = format!("podmutator-{VERSION}-lambda-x86_64.zip");
     let bin_name = format!("podmutator-{VERSION}-linux-x86_64");
-    let mut expected = vec!["SHA256SUMS".to_owned(), zip_name.clone(), bin_name.clone()];
+    let exec_name = format!("podmutator-exec-{VERSION}-linux-x86_64");
+    let mut expected = vec![
+        "SHA256SUMS".to_owned(),
+        zip_name.clone(),
+        bin_name.clone(),
+        exec_name.clone(),
+    ];
     expected.sort();
     assert_eq!(names_in(&out_dir), expected);
 
@@ -189,7 +200,13 @@ fn packaged_artefacts_are_named_by_version_and_sha256sums_lists_each_once() {
     let mut sorted = listed.clone();
     sorted.sort();
     assert_eq!(listed, sorted, "not sorted by name");
-    let mut artefacts = vec![zip_name.clone(), bin_name];
+    let wrapper = std::fs::read(out_dir.join(&exec_name)).unwrap();
+    assert_eq!(
+        sha256_hex(&wrapper),
+        sha256_hex(&std::fs::read(exec_wrapper()).unwrap()),
+        "the exec wrapper is not the build's"
+    );
+    let mut artefacts = vec![zip_name.clone(), bin_name, exec_name];
     artefacts.sort();
     assert_eq!(listed, artefacts);
 
@@ -216,6 +233,8 @@ fn packaged_artefacts_are_named_by_version_and_sha256sums_lists_each_once() {
 /// `SHA256SUMS` behind (a directory with checksums is a finished release).
 #[rstest]
 #[case::a_missing_pod_binary("x86_64", "no pod binary for x86_64", "scripts/pod-image.sh")]
+#[case::a_missing_exec_wrapper("x86_64", "no exec wrapper for x86_64", "scripts/pod-image.sh")]
+#[case::the_full_binary_as_the_exec_wrapper("x86_64", "says 'podmutator", "not 'podmutator-exec")]
 #[case::an_x86_64_build_in_the_arm64_slots(
     "arm64",
     "is for 'Advanced Micro Devices X86-64', not arm64",
@@ -235,6 +254,21 @@ fn a_build_a_release_must_not_ship_is_refused(
         m if m.starts_with("no pod binary") => {
             let from = builds(&[arch], None);
             std::fs::remove_dir_all(from.join("pod-image")).unwrap();
+            from
+        }
+        m if m.starts_with("no exec wrapper") => {
+            let from = builds(&[arch], None);
+            std::fs::remove_dir_all(from.join("pod-image").join(arch).join("podmutator-exec"))
+                .unwrap();
+            from
+        }
+        m if m.starts_with("says") => {
+            let from = builds(&[arch], None);
+            let slot = from
+                .join("pod-image")
+                .join(arch)
+                .join("podmutator-exec/bootstrap");
+            std::fs::copy(env!("CARGO_BIN_EXE_podmutator"), slot).unwrap();
             from
         }
         m if m.starts_with("must hold") => builds(&[arch], Some("extra.txt")),

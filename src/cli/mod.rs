@@ -471,6 +471,21 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 "podmutator: fetched {} secrets into {} files in {} BatchGetSecretValue calls",
                 summary.secrets, summary.files, summary.calls
             );
+            match summary.copied {
+                Some(c) if c.wrapper => eprintln!(
+                    "podmutator: copied the exec wrapper ({}, {} bytes)",
+                    crate::pod::fetch::EXEC_WRAPPER,
+                    c.bytes
+                ),
+                // Works (this binary answers `exec`), at many times the wrapper's size in the
+                // pod's memory: say so, so that an image built without the wrapper is noticed.
+                Some(c) => eprintln!(
+                    "podmutator: copied this whole executable for exec ({} bytes): the image has no {} beside it, the small wrapper the Dockerfile installs",
+                    c.bytes,
+                    crate::pod::fetch::EXEC_WRAPPER
+                ),
+                None => {}
+            }
             Ok(())
         }
         Command::Exec { command } => match crate::pod::exec::run_exec(command) {

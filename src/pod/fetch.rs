@@ -64,7 +64,8 @@ pub struct FetchPlan {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
     pub secrets: Vec<FetchItem>,
-    /// Where to copy this executable, for containers wrapped with `podmutator exec`.
+    /// Where to copy the exec wrapper ([`EXEC_WRAPPER`]), for containers wrapped with
+    /// `podmutator exec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy_executable_to: Option<PathBuf>,
     /// How the secrets are asked for: the webhook copies `embedded.fetchStrategy` here, because
@@ -118,7 +119,7 @@ pub enum FetchError {
         path: String,
         source: std::io::Error,
     },
-    #[error("cannot copy this executable to {path}: {source}")]
+    #[error("cannot copy the exec wrapper to {path}: {source}")]
     Copy {
         path: String,
         source: std::io::Error,
@@ -133,7 +134,22 @@ pub struct FetchSummary {
     pub secrets: usize,
     pub files: usize,
     pub calls: u32,
+    /// What was copied for `exec`, if the plan asked for a copy.
+    pub copied: Option<Copied>,
 }
+
+/// The program copied to `copyExecutableTo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Copied {
+    /// [`EXEC_WRAPPER`] (true), or this whole executable where the image has no wrapper.
+    pub wrapper: bool,
+    pub bytes: u64,
+}
+
+/// The exec wrapper's file name, beside this executable in the fetcher image. The copy lands
+/// on the pod's memory-backed volume, counted against the pod's memory limit, so the copy is
+/// the small wrapper (std and serde_json) rather than this binary, when the image has it.
+pub const EXEC_WRAPPER: &str = "podmutator-exec";
 
 /// Secrets Manager's name alphabet; an ARN adds `:`. The API's limits: a name of 1-512
 /// characters, an ARN of at most 2048.
@@ -278,11 +294,12 @@ pub async fn fetch(plan: &FetchPlan, client: Client) -> Result<FetchSummary, Fet
     if !missing.is_empty() {
         return Err(FetchError::NotFound(missing));
     }
-    write_files(plan, &values)?;
+    let copied = write_files(plan, &values)?;
     Ok(FetchSummary {
         secrets: ids.len(),
         files: plan.secrets.len(),
         calls: fetched.backend_calls,
+        copied,
     })
 }
 
@@ -304,9 +321,12 @@ pub fn run_fetch() -> Result<FetchSummary, FetchError> {
 
 /// Writes every file of `plan` from `values` (by id), all or nothing: each goes to a temporary
 /// file beside its target first, and only when all are written are they renamed into place;
-/// then the executable is copied, if the plan asks for it. Nothing below the root is reached
+/// then the exec wrapper is copied, if the plan asks for it. Nothing below the root is reached
 /// through a symbolic link ([`Dir`]).
-pub fn write_files(plan: &FetchPlan, values: &BTreeMap<&str, Vec<u8>>) -> Result<(), FetchError> {
+pub fn write_files(
+    plan: &FetchPlan,
+    values: &BTreeMap<&str, Vec<u8>>,
+) -> Result<Option<Copied>, FetchError> {
     let root = Dir::root(&plan.root).map_err(|_| FetchError::NoRoot {
         root: plan.root.display().to_string(),
     })?;
@@ -317,7 +337,7 @@ pub fn write_files(plan: &FetchPlan, values: &BTreeMap<&str, Vec<u8>>) -> Result
         for s in &staged {
             let _ = std::fs::remove_file(s.dir.at(&s.tmp));
         }
-        return result;
+        return result.map(|()| None);
     }
     for s in &staged {
         std::fs::rename(s.dir.at(&s.tmp), s.dir.at(&s.name)).map_err(|source| {
@@ -327,10 +347,10 @@ pub fn write_files(plan: &FetchPlan, values: &BTreeMap<&str, Vec<u8>>) -> Result
             }
         })?;
     }
-    if let Some(to) = &plan.copy_executable_to {
-        copy_executable(&mut dirs, &plan.root, to)?;
+    match &plan.copy_executable_to {
+        Some(to) => copy_executable(&mut dirs, &plan.root, to).map(Some),
+        None => Ok(None),
     }
-    Ok(())
 }
 
 /// Writes each secret's file under its temporary name, recording it in `staged` (so that a
@@ -370,20 +390,36 @@ struct Staged<'a> {
     dest: &'a Path,
 }
 
-fn copy_executable(dirs: &mut Dirs, root: &Path, to: &Path) -> Result<(), FetchError> {
+/// The program `exec` runs from: [`EXEC_WRAPPER`] beside this executable, or this executable
+/// (which answers `exec` the same way) in an image without the wrapper.
+fn exec_program() -> std::io::Result<(PathBuf, bool)> {
+    let me = std::env::current_exe()?;
+    let wrapper = me.with_file_name(EXEC_WRAPPER);
+    Ok(if wrapper.is_file() {
+        (wrapper, true)
+    } else {
+        (me, false)
+    })
+}
+
+fn copy_executable(dirs: &mut Dirs, root: &Path, to: &Path) -> Result<Copied, FetchError> {
     let err = |source| FetchError::Copy {
         path: to.display().to_string(),
         source,
     };
-    let me = std::env::current_exe().map_err(err)?;
-    let bytes = std::fs::read(&me).map_err(err)?;
+    let (from, wrapper) = exec_program().map_err(err)?;
+    let bytes = std::fs::read(&from).map_err(err)?;
     // Directories on the way must be searchable by every user that runs the copy.
     let (dir, name) = dirs
         .parent_of(root, to, EXECUTABLE_MODE | 0o200)
         .map_err(err)?;
     let tmp = temp_name(&name);
     write_new(&dir, &tmp, &bytes, EXECUTABLE_MODE).map_err(err)?;
-    std::fs::rename(dir.at(&tmp), dir.at(&name)).map_err(err)
+    std::fs::rename(dir.at(&tmp), dir.at(&name)).map_err(err)?;
+    Ok(Copied {
+        wrapper,
+        bytes: bytes.len() as u64,
+    })
 }
 
 /// `.<name>.podmutator-tmp`: in the same directory as `name`, so the rename is atomic.

@@ -24,6 +24,28 @@ pub fn webhook(config: &Config, deps: Deps) -> Front {
     Front::new(Arc::new(app), &config.http, None).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The exec wrapper binary (`crates/exec`), built up to date beside the `podmutator` binary the
+/// tests run, where the fetcher image puts them too (a test target alone does not build another
+/// package's binary).
+pub fn exec_wrapper() -> PathBuf {
+    let status = std::process::Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--quiet",
+            "--locked",
+            "-p",
+            "podmutator-exec",
+            "--bin",
+            "podmutator-exec",
+        ])
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cargo build -p podmutator-exec failed");
+    let wrapper = Path::new(env!("CARGO_BIN_EXE_podmutator")).with_file_name("podmutator-exec");
+    assert!(wrapper.is_file(), "no wrapper at {}", wrapper.display());
+    wrapper
+}
+
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }

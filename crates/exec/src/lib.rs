@@ -21,8 +21,9 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
-use super::path_problem;
-use crate::k8s_names::{ENV_VAR_NAME_RULE, is_env_var_name};
+pub mod names;
+
+use names::{ENV_VAR_NAME_RULE, is_env_var_name, path_problem};
 
 /// The environment variable holding a wrapped container's [`ExecPlan`] as JSON.
 pub const EXEC_ENV_ENV: &str = "PODMUTATOR_EXEC_ENV";
@@ -38,54 +39,82 @@ pub struct ExecPlan {
 }
 
 /// Why the command was not started. Names variables and files, never values.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 pub enum ExecError {
-    #[error("no command to run: use `podmutator exec -- <command> [args...]`")]
     NoCommand,
-    #[error(
-        "{EXEC_ENV_ENV} is not set: `podmutator exec` wraps the command of a container the webhook rewrote, and the webhook sets it"
-    )]
     NoPlan,
-    #[error("{EXEC_ENV_ENV} is not a valid exec plan: {0}")]
     BadPlan(String),
-    #[error(
-        "cannot read {path} for {var}: {source} (the init container writes it; is the secrets volume mounted in this container, and did the fetch succeed?)"
-    )]
     Read {
         var: String,
         path: String,
         source: std::io::Error,
     },
-    #[error(
-        "{path} for {var} is not UTF-8 text without NUL bytes: a binary secret can only be mounted as a file (mount_requirement: FILE)"
-    )]
-    NotText { var: String, path: String },
-    #[error(
-        "{path} for {var} is {kind}, not a regular file: the init container writes each value to a regular file, so this plan names none of its files"
-    )]
+    NotText {
+        var: String,
+        path: String,
+    },
     NotAFile {
         var: String,
         path: String,
         kind: &'static str,
     },
-    #[error(
-        "{path} for {var} holds more than {MAX_ENV_STRING} bytes, Linux's limit for one environment variable: mount it as a file (mount_requirement: FILE)"
-    )]
-    TooLong { var: String, path: String },
-    #[error("cannot run {program}: {source}")]
+    TooLong {
+        var: String,
+        path: String,
+    },
     Exec {
         program: String,
         source: std::io::Error,
     },
 }
 
+impl std::fmt::Display for ExecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoCommand => {
+                f.write_str("no command to run: use `podmutator exec -- <command> [args...]`")
+            }
+            Self::NoPlan => write!(
+                f,
+                "{EXEC_ENV_ENV} is not set: `podmutator exec` wraps the command of a container the webhook rewrote, and the webhook sets it"
+            ),
+            Self::BadPlan(why) => write!(f, "{EXEC_ENV_ENV} is not a valid exec plan: {why}"),
+            Self::Read { var, path, source } => write!(
+                f,
+                "cannot read {path} for {var}: {source} (the init container writes it; is the secrets volume mounted in this container, and did the fetch succeed?)"
+            ),
+            Self::NotText { var, path } => write!(
+                f,
+                "{path} for {var} is not UTF-8 text without NUL bytes: a binary secret can only be mounted as a file (mount_requirement: FILE)"
+            ),
+            Self::NotAFile { var, path, kind } => write!(
+                f,
+                "{path} for {var} is {kind}, not a regular file: the init container writes each value to a regular file, so this plan names none of its files"
+            ),
+            Self::TooLong { var, path } => write!(
+                f,
+                "{path} for {var} holds more than {MAX_ENV_STRING} bytes, Linux's limit for one environment variable: mount it as a file (mount_requirement: FILE)"
+            ),
+            Self::Exec { program, source } => write!(f, "cannot run {program}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for ExecError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Read { source, .. } | Self::Exec { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
 impl ExecPlan {
     /// Parses and validates a plan: names per the API server's env-var rule, files absolute
     /// and clean.
     pub fn parse(json: &str) -> Result<Self, ExecError> {
-        let de = &mut serde_json::Deserializer::from_str(json);
-        let plan: ExecPlan = serde_path_to_error::deserialize(de)
-            .map_err(|e| ExecError::BadPlan(format!("at {}: {}", e.path(), e.inner())))?;
+        let plan: ExecPlan =
+            serde_json::from_str(json).map_err(|e| ExecError::BadPlan(e.to_string()))?;
         for (var, file) in &plan.vars {
             if !is_env_var_name(var) {
                 return Err(ExecError::BadPlan(format!(
