@@ -13,5 +13,5 @@
 #   BAD_INPUT_ONLY=huge/ scripts/bench-bad-input.sh     # one category (substring of <category>/<name>)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-exec cargo test --release --locked --test bad_input -- \
-	--ignored --exact release_timings --test-threads=1 --nocapture
+exec cargo test --release --locked --test integration -- \
+	--ignored --exact bad_input::release_timings --test-threads=1 --nocapture

@@ -1,6 +1,6 @@
 //! The admission path through `App::handle`: routes, versions, and every kind of bad input.
 
-mod common;
+use crate::common;
 
 use common::*;
 use podmutator::config::Config;

@@ -3,7 +3,7 @@
 //! be a leaf, and the core must not know its transports. A newcomer reading one module then
 //! never has to hold its caller in mind too.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! Attacks on the webhook, one test each, named after what the attacker tries. The security
 //! model in `docs/security.md` names these tests; each fails if its hole comes back.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

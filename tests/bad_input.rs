@@ -14,12 +14,7 @@
 //! milliseconds): `scripts/bench-bad-input.sh` runs [`release_timings`] alone, in release, and
 //! reports every case against its budget.
 
-mod common;
-
-/// The binary's allocator (`src/main.rs`), counted (`common::work`).
-#[global_allocator]
-static GLOBAL: common::work::Counting<mimalloc::MiMalloc> =
-    common::work::Counting(mimalloc::MiMalloc);
+use crate::common;
 
 #[allow(dead_code)]
 #[path = "../fuzz/src/harness.rs"]
@@ -1088,7 +1083,7 @@ async fn every_bad_input_gets_its_status_and_message_without_a_panic_in_linear_w
 }
 
 /// The time budget of every case, in release, measured alone: run by
-/// `scripts/bench-bad-input.sh` (`cargo test --release --test bad_input -- --ignored
+/// `scripts/bench-bad-input.sh` (`cargo test --release --test integration -- --ignored
 /// --test-threads=1`), which reports each case against its budget. Not part of `cargo test`:
 /// milliseconds in a debug build on a shared machine are not a steady signal.
 #[tokio::test]

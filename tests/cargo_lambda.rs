@@ -2,7 +2,7 @@
 //! control plane on loopback, the built `podmutator` binary polls it exactly as it would in AWS,
 //! and `cargo lambda invoke --data-file` sends every envelope in `events/`.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -2,7 +2,7 @@
 //! `podmutator inject` against golden outputs in tests/fixtures/inject/ (inputs written for
 //! these tests; the annotations are `podmutator secret-annotations` output).
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::PathBuf;

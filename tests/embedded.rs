@@ -1,7 +1,7 @@
 //! Embedded mode through the whole admission path, with an in-memory secret source: Flyte's
 //! embedded-manager cases (spec §8), the scope binding, the deadline and the error mapping.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! the logs in clear, base64-encoded at any alignment, or inside any base64 there
 //! (`common::leaks`).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! `BatchGetSecretValue` and `GetSecretValue` calls: every answer the service can give,
 //! throttling included, as the admission (and its metrics) see it.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

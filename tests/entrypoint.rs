@@ -4,7 +4,7 @@
 //! CMD; answers are cached; an unlisted registry is never contacted; every failure is a denial
 //! naming the container and the image, within the lookup's timeout.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

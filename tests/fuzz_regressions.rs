@@ -8,12 +8,7 @@
 //! operations), not on milliseconds: steady on a loaded machine and in a debug build. Times in
 //! release are reported by `scripts/bench-bad-input.sh`.
 
-mod common;
-
-/// The binary's allocator (`src/main.rs`), counted (`common::work`).
-#[global_allocator]
-static GLOBAL: common::work::Counting<mimalloc::MiMalloc> =
-    common::work::Counting(mimalloc::MiMalloc);
+use crate::common;
 
 #[allow(dead_code)]
 #[path = "../fuzz/src/harness.rs"]

@@ -14,9 +14,9 @@
 //! description must state each request as `flyte.secrets/s<N> = {<decoded fields>}` (checked).
 //! `podmutator secret-annotations '[{"key": "k", "mount_requirement": "FILE"}]'` prints the
 //! annotations for new requests;
-//! `PODMUTATOR_BLESS=1 cargo test --test golden` writes the outputs. Review them, then commit.
+//! `PODMUTATOR_BLESS=1 cargo test --test integration golden::` writes the outputs. Review them, then commit.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -271,7 +271,7 @@ async fn every_case_matches_its_golden_output() {
         }
         assert!(
             path.exists(),
-            "{} is missing: run PODMUTATOR_BLESS=1 cargo test --test golden, then review it",
+            "{} is missing: run PODMUTATOR_BLESS=1 cargo test --test integration golden::, then review it",
             path.display()
         );
         let want = read_json(&path);

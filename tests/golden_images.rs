@@ -9,7 +9,7 @@
 //! "pod"}` in `tests/fixtures/golden/images/cases/`. `PODMUTATOR_BLESS=1 cargo test --test
 //! golden_images` writes the outputs; review them, then commit.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

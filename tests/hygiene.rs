@@ -4,7 +4,7 @@
 //! error message, in clear or base64-encoded at any alignment, nor inside any base64 there
 //! (a patch, and the file values inside it), which `common::leaks` decodes before searching.
 
-mod common;
+use crate::common;
 
 use common::aws::{CountingProxy, Moto, client, create_secret};
 use common::*;

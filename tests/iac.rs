@@ -7,7 +7,7 @@
 //! tests/terraform_apply.rs. `sam build` is slow (a cross-compiled LTO release build) and runs in
 //! `scripts/sam-build-check.sh` instead.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -2,7 +2,7 @@
 //! adapter, as the runtime would deliver them: every source, text and base64 bodies, and broken
 //! envelopes that must still get a well-formed answer.
 
-mod common;
+use crate::common;
 
 use common::*;
 use lambda_http::request::LambdaRequest;

@@ -3,9 +3,9 @@
 //! --strict) on every mutated pod, and a property test over arbitrary pods.
 //!
 //! A new golden case is a new file in `tests/fixtures/mesh/cases/` (`path`, `namespace`, `pod`);
-//! run `PODMUTATOR_BLESS=1 cargo test --test mesh` to write its golden file, review it, commit.
+//! run `PODMUTATOR_BLESS=1 cargo test --test integration mesh::` to write its golden file, review it, commit.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -252,7 +252,7 @@ fn read_golden(name: &str) -> Value {
     let path = golden_path(name);
     assert!(
         path.exists(),
-        "{} is missing: run PODMUTATOR_BLESS=1 cargo test --test mesh, then review it",
+        "{} is missing: run PODMUTATOR_BLESS=1 cargo test --test integration mesh::, then review it",
         path.display()
     );
     read_json(&path)

@@ -1,6 +1,6 @@
 //! CloudWatch Embedded Metric Format lines, parsed back the way CloudWatch reads them.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! `k8s-openapi` does not know. Kubernetes' own maximal Pod proves that only the paths a mutator
 //! meant to change move.
 
-mod common;
+use crate::common;
 
 use common::*;
 use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, Pod, Volume};

@@ -5,7 +5,7 @@
 //! test `pod_side_process` calls [`run_fetch`]/[`run_exec`] as `main` will, and `exec` replaces
 //! the whole test process with the child, so its pid, signals and exit code are the child's.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -57,7 +57,7 @@ fn pod_side(role: &str, env: &[(&str, String)]) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",
-        "pod_side_process",
+        "pod_side::pod_side_process",
         "--nocapture",
         "--test-threads=1",
     ])

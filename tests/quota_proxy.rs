@@ -2,7 +2,7 @@
 //! its token bucket, its throttling answer as AWS sends it and as the SDK reads it, and what the
 //! webhook's own source (its SDK client's retries) makes of it in front of moto.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -14,7 +14,7 @@
 //! 3. The copied `podmutator exec` runs the wrapped container's command with that container's
 //!    plan: the child sees the three variables.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;

@@ -5,7 +5,7 @@
 //! must refuse what a release must not ship. The builds themselves are `cargo lambda build`
 //! (covered by `sam-build-check.sh` and `bench-size.sh`) and `scripts/pod-image.sh`.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! The HTTPS server: TLS with generated certificates, the same routes, body limit, reuse of
 //! existing certificates, and graceful shutdown of the real binary on SIGTERM.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -9,7 +9,7 @@
 //! moto runs with tests/iac/moto_server.py, which stubs only what moto lacks (listed there).
 //! The registration's kubectl is tests/iac/fake_kubectl.py, a file-backed stand-in.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
