@@ -169,3 +169,162 @@ fn the_checker_sees_a_cycle_when_there_is_one() {
     let cycle = find_cycle(&graph).expect("config -> secrets -> config is a cycle");
     assert!(cycle.contains(&"config".to_owned()), "{cycle:?}");
 }
+
+/// The paths of docs/architecture.md's module map: the first word of every unindented line of
+/// the fenced block under `## Module map` (indented lines continue a description), with a brace
+/// list expanded (`src/secrets/{global,k8s}.rs` is two paths).
+fn module_map(doc: &str) -> Vec<String> {
+    let section = doc
+        .split_once("\n## Module map\n")
+        .expect("docs/architecture.md has a `## Module map` section")
+        .1;
+    let block = section
+        .split_once("\n```\n")
+        .expect("the module map is a fenced block")
+        .1;
+    let block = block
+        .split_once("\n```")
+        .expect("the module map's block is closed")
+        .0;
+    let mut paths = Vec::new();
+    for line in block.lines() {
+        if line.is_empty() || line.starts_with(char::is_whitespace) {
+            continue;
+        }
+        let path = line.split_whitespace().next().unwrap();
+        match path.split_once('{') {
+            Some((head, rest)) => {
+                let (list, tail) = rest.split_once('}').expect("a closed brace list");
+                paths.extend(list.split(',').map(|item| format!("{head}{item}{tail}")));
+            }
+            None => paths.push(path.to_owned()),
+        }
+    }
+    paths
+}
+
+/// The top-level modules `src/lib.rs` declares.
+fn lib_modules(lib: &str) -> BTreeSet<String> {
+    lib.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let rest = line
+                .strip_prefix("pub mod ")
+                .or_else(|| line.strip_prefix("mod "))?;
+            Some(rest.strip_suffix(';')?.trim().to_owned())
+        })
+        .collect()
+}
+
+/// The workspace's crates under `crates/` (each directory with a Cargo.toml).
+fn workspace_crates(root: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .map(|p| p.file_name().unwrap().to_str().unwrap().to_owned())
+        .collect()
+}
+
+/// What is wrong with `map`: a module or crate it leaves out, a path that does not exist, a
+/// path under `src/` in no declared module.
+fn map_problems(
+    map: &[String],
+    modules: &BTreeSet<String>,
+    crates: &BTreeSet<String>,
+    exists: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let named = |prefix: &str, file: Option<&str>| {
+        map.iter()
+            .any(|p| p.starts_with(prefix) || file.is_some_and(|f| p == f))
+    };
+    for m in modules {
+        let file = format!("src/{m}.rs");
+        if !named(&format!("src/{m}/"), Some(file.as_str())) {
+            problems.push(format!("module `{m}` (src/lib.rs) is not in the map"));
+        }
+    }
+    for c in crates {
+        if !named(&format!("crates/{c}/"), None) {
+            problems.push(format!("crate crates/{c} is not in the map"));
+        }
+    }
+    for p in map {
+        if !exists(p) {
+            problems.push(format!("the map names {p}, which does not exist"));
+        }
+        if let Some(rel) = p.strip_prefix("src/") {
+            let first = rel.split('/').next().unwrap().trim_end_matches(".rs");
+            if !matches!(first, "lib" | "main") && !modules.contains(first) {
+                problems.push(format!(
+                    "the map names {p}, in no module src/lib.rs declares"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn the_module_map_names_every_module_and_nothing_else() {
+    let root = common::root();
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let map = module_map(&doc);
+    let modules = lib_modules(&std::fs::read_to_string(root.join("src/lib.rs")).unwrap());
+    let crates = workspace_crates(&root);
+    assert!(
+        modules.len() >= 10,
+        "too few modules in src/lib.rs: {modules:?}"
+    );
+    assert!(!crates.is_empty(), "no crate found under crates/");
+    let problems = map_problems(&map, &modules, &crates, |p| {
+        let path = root.join(p);
+        if p.ends_with('/') {
+            path.is_dir()
+        } else {
+            path.exists()
+        }
+    });
+    assert!(
+        problems.is_empty(),
+        "docs/architecture.md's module map disagrees with the tree:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn the_map_check_reports_a_missing_module_and_a_stale_path() {
+    let doc = "# A\n\n## Module map\n\nText.\n\n```\nsrc/lib.rs     root\nsrc/a.rs       \
+               the a module,\n               continued\nsrc/gone/x.rs  moved away\n\
+               crates/one/    a crate\nsrc/{a,b}.rs\n```\n\n## Next\n";
+    let map = module_map(doc);
+    assert_eq!(
+        map,
+        [
+            "src/lib.rs",
+            "src/a.rs",
+            "src/gone/x.rs",
+            "crates/one/",
+            "src/a.rs",
+            "src/b.rs"
+        ]
+    );
+    let modules: BTreeSet<String> = ["a", "c"].map(String::from).into();
+    let crates: BTreeSet<String> = ["one", "two"].map(String::from).into();
+    let problems = map_problems(&map, &modules, &crates, |p| p != "src/gone/x.rs");
+    assert_eq!(
+        problems,
+        [
+            "module `c` (src/lib.rs) is not in the map",
+            "crate crates/two is not in the map",
+            "the map names src/gone/x.rs, which does not exist",
+            "the map names src/gone/x.rs, in no module src/lib.rs declares",
+            "the map names src/b.rs, in no module src/lib.rs declares",
+        ]
+    );
+    assert_eq!(
+        lib_modules("//! doc\n#![forbid(unsafe_code)]\n\npub mod a;\nmod b;\npub use a::X;\n"),
+        BTreeSet::from(["a".to_owned(), "b".to_owned()])
+    );
+}
