@@ -185,12 +185,7 @@ impl App {
                 api_version,
             ));
         };
-        let namespace = req
-            .namespace
-            .as_deref()
-            .or(pod.metadata.namespace.as_deref())
-            .unwrap_or_default()
-            .to_owned();
+        let namespace = review_namespace(req.namespace.as_deref(), &pod);
         audit.namespace.clone_from(&namespace);
 
         let groups = req.user_info.groups.clone().unwrap_or_default();
@@ -218,22 +213,7 @@ impl App {
         let applied = self
             .chain
             .apply_from(&ctx, &original, &mut pod, Some(&secrets));
-        // Counted on denials too: the image builder's failure counts are the point.
-        audit.images = tally.images();
-        let Applied {
-            changed,
-            mut warnings,
-        } = applied.map_err(|d| (Error::Denied(d), api_version))?;
-        warnings.extend(tally.notes());
-        audit.mutators.clone_from(&changed);
-        audit.injected = tally.injected();
-        // Only where a value was left out: reference delivery never reads one, dry run or not.
-        if req.dry_run && tally.any_withheld() {
-            warnings.push(format!(
-                "dry run: secret values were withheld; the patched pod carries {DRY_RUN_PLACEHOLDER:?} where a created pod gets each value"
-            ));
-        }
-        patched_reply(audit, api_version, &changed, original, pod, &warnings)
+        finish(audit, api_version, &ctx, applied, original, pod)
     }
 }
 
@@ -258,12 +238,7 @@ impl App {
                 api_version,
             ));
         };
-        let namespace = req
-            .namespace
-            .as_deref()
-            .or(pod.metadata.namespace.as_deref())
-            .unwrap_or_default()
-            .to_owned();
+        let namespace = review_namespace(req.namespace.as_deref(), &pod);
         audit.namespace.clone_from(&namespace);
         let tally = Tally::new();
         let groups = req.user_info.groups.clone().unwrap_or_default();
@@ -278,15 +253,44 @@ impl App {
         };
         let original = pod.clone();
         let applied = self.chain.apply_update(&ctx, &original, &mut pod);
-        audit.images = tally.images();
-        let Applied {
-            changed,
-            mut warnings,
-        } = applied.map_err(|d| (Error::Denied(d), api_version))?;
-        warnings.extend(tally.notes());
-        audit.mutators.clone_from(&changed);
-        patched_reply(audit, api_version, &changed, original, pod, &warnings)
+        finish(audit, api_version, &ctx, applied, original, pod)
     }
+}
+
+/// The namespace a pod review is for: the request's, else the pod's own.
+fn review_namespace(request: Option<&str>, pod: &Pod) -> String {
+    request
+        .or(pod.metadata.namespace.as_deref())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The end of a chain run, CREATE or UPDATE: what the run counted goes into the audit (on a
+/// denial too: the image builder's failure counts are the point), its notes follow the
+/// mutators' warnings, and the reply carries the patch from `original` to `pod`.
+fn finish(
+    audit: &mut Audit,
+    api_version: &'static str,
+    ctx: &PodCtx<'_>,
+    applied: Result<Applied, crate::error::Denial>,
+    original: Pod,
+    pod: Pod,
+) -> Result<Reply, (Error, &'static str)> {
+    audit.images = ctx.tally.images();
+    let Applied {
+        changed,
+        mut warnings,
+    } = applied.map_err(|d| (Error::Denied(d), api_version))?;
+    warnings.extend(ctx.tally.notes());
+    audit.mutators.clone_from(&changed);
+    audit.injected = ctx.tally.injected();
+    // Only where a value was left out: reference delivery never reads one, dry run or not.
+    if ctx.dry_run && ctx.tally.any_withheld() {
+        warnings.push(format!(
+            "dry run: secret values were withheld; the patched pod carries {DRY_RUN_PLACEHOLDER:?} where a created pod gets each value"
+        ));
+    }
+    patched_reply(audit, api_version, &changed, original, pod, &warnings)
 }
 
 /// The allowed reply for a chain run that changed `changed` (the patch from `original` to

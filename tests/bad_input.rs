@@ -16,9 +16,7 @@
 
 use crate::common;
 
-#[allow(dead_code)]
-#[path = "../fuzz/src/harness.rs"]
-mod harness;
+use crate::harness;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

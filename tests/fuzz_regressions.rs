@@ -10,9 +10,7 @@
 
 use crate::common;
 
-#[allow(dead_code)]
-#[path = "../fuzz/src/harness.rs"]
-mod harness;
+use crate::harness;
 
 use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -4,6 +4,11 @@
 //! `cargo test --test integration cli::`, or one test with `--exact cli::<name>`.
 
 mod common;
+/// The fuzz targets' oracles (`fuzz/src/harness.rs`), replayed by `bad_input` and
+/// `fuzz_regressions`.
+#[allow(dead_code)]
+#[path = "../fuzz/src/harness.rs"]
+mod harness;
 
 /// The binary's allocator (`src/main.rs`), counted on each thread (`common::work`), so that
 /// the bad-input corpus and the fuzz regressions can bound the work of what they run.
