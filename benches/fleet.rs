@@ -581,11 +581,15 @@ async fn run(
                 None => {
                     // Lambda starts the environment and the runtime before our code runs.
                     tokio::time::sleep(init).await;
+                    // Each instance is its own process: its own AWS configuration.
+                    let aws = podmutator::cli::shared_aws(&fleet.config);
                     let deps = match resolution {
-                        Resolution::Values => Deps::offline()
-                            .with_source(podmutator::cli::embedded_source(&fleet.config).await),
-                        Resolution::Describe => Deps::offline()
-                            .with_resolver(podmutator::cli::embedded_resolver(&fleet.config).await),
+                        Resolution::Values => Deps::offline().with_source(
+                            podmutator::cli::embedded_source(&fleet.config, &aws).await,
+                        ),
+                        Resolution::Describe => Deps::offline().with_resolver(
+                            podmutator::cli::embedded_resolver(&fleet.config, &aws).await,
+                        ),
                         Resolution::List => {
                             Deps::offline().with_resolver(Arc::new(CachingSource::new(
                                 ListSource::new(&fleet.config).await,

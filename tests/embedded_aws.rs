@@ -313,67 +313,62 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
     assert!(logs.lines().count() > 5, "trace logging was on:\n{logs}");
     let hits = leaks::find(logs.as_bytes(), &labelled);
     assert!(hits.is_empty(), "a secret value reached the logs: {hits:?}");
+    // The token's read at start and Embedded's client on the first fetch: one AWS
+    // configuration for the process, loaded once.
+    assert_eq!(
+        logs.matches("AWS configuration loaded").count(),
+        1,
+        "one load for the process:\n{}",
+        logs.lines()
+            .filter(|l| l.contains("AWS configuration"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
 
-/// The most one pod may cost (issue: bound what one request may cost): 64 secret requests
-/// (`limits.maxSecretRequestsPerPod`), each looked up at three scopes, is 192 ids, under
-/// `limits.maxSecretIdsPerAdmission` (200). With the default strategy that is 192
-/// `GetSecretValue` calls cold, at most `embedded.maxCallsInFlightPerAdmission` at a time, and
-/// none warm; one request more is refused before any call. docs/security.md quotes the
-/// printed times.
+/// Every AWS use of a process shares one configuration ([`SharedAws`]): Embedded's values and
+/// reference delivery's names (`DescribeSecret`) each load it through the handle they are
+/// given, not before the first call needs it; together with a direct client they load it once.
+/// (The binary's own count, process-wide, is in the test above.)
 #[tokio::test]
-async fn the_worst_allowed_pod_costs_192_calls_cold_none_warm_and_one_more_request_none() {
+async fn values_names_and_clients_of_a_process_share_one_aws_configuration_load() {
+    use aws_sdk_secretsmanager::config::{BehaviorVersion, Credentials, Region};
+    use podmutator::secrets::source::{Lookup, SharedAws};
     let moto = Moto::start();
     let setup = client(&moto.url()).await;
-    let mut cfg = config();
-    // What this test counts is calls, not time: moto answers 192 gets in 0.4 to 1.3 s on an idle
-    // 2-core machine and more beside other tests, so the deadline is the most the config allows.
-    cfg.embedded.deadline_ms = 25_000;
-    let max = cfg.limits.max_secret_requests_per_pod;
-    assert_eq!(max, 64);
-    let keys: Vec<String> = (0..=max).map(|i| format!("w{i}")).collect();
-    for k in &keys {
-        let name = format!("u__org__flyte__domain____project____key__{k}");
-        create_secret(&setup, &name, &format!("fake-{k}")).await;
-    }
-    let proxy = CountingProxy::start(moto.port).await;
-    let source = CachingSource::new(
-        AwsSource::from_config(client(&proxy.url()).await, &cfg.embedded),
-        CachePolicy::from_config(&cfg.embedded),
-    );
-    let app = webhook(&cfg, Deps::offline().with_source(Arc::new(source)));
+    let id = "u__org__flyte__domain____project____key__shared";
+    create_secret(&setup, id, "fake-shared-value").await;
+    let shared = || {
+        SharedAws::with_loader(
+            aws_config::defaults(BehaviorVersion::latest())
+                .region(Region::new("us-east-1"))
+                .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
+                .endpoint_url(moto.url()),
+        )
+    };
+    let cfg = config();
+    let ids = vec![id.to_owned()];
 
-    let body = serde_json::to_vec(&create_review(&task_pod(&keys[..max]), NS)).unwrap();
-    let started = std::time::Instant::now();
-    let cold = app.review(Route::Secrets, &body).await;
-    let cold_ms = started.elapsed().as_secs_f64() * 1e3;
-    assert_eq!(cold.status, 200, "{}", String::from_utf8_lossy(&cold.body));
-    assert_eq!(response(&cold.body)["allowed"], true);
-    assert_eq!(
-        proxy.count("GetSecretValue"),
-        3 * max,
-        "each request at 3 scopes"
-    );
-    assert_eq!(proxy.total(), 3 * max, "and nothing else");
+    // Each path loads through its handle.
+    let aws = shared();
+    let values = podmutator::cli::embedded_source(&cfg, &aws).await;
+    assert_eq!(aws.loads(), 0, "loaded before any call needed it");
+    let got = values.fetch_many(&ids).await.unwrap();
+    assert!(matches!(got.values.get(id), Some(Lookup::Found(_))));
+    assert_eq!(aws.loads(), 1, "the values' client came from the handle");
+    let aws = shared();
+    let names = podmutator::cli::embedded_resolver(&cfg, &aws).await;
+    let got = names.fetch_many(&ids).await.unwrap();
+    assert!(matches!(got.values.get(id), Some(Lookup::Exists(_))));
+    assert_eq!(aws.loads(), 1, "the names' client came from the handle");
 
-    proxy.reset();
-    let started = std::time::Instant::now();
-    let warm = app.review(Route::Secrets, &body).await;
-    let warm_ms = started.elapsed().as_secs_f64() * 1e3;
-    assert_eq!(warm.body, cold.body);
-    assert_eq!(proxy.total(), 0, "warm: no call");
-
-    let over = serde_json::to_vec(&create_review(&task_pod(&keys), NS)).unwrap();
-    let refused = app.review(Route::Secrets, &over).await;
-    let out = response(&refused.body);
-    assert_eq!(out["allowed"], false, "{out}");
-    assert_eq!(out["status"]["code"], 400, "{out}");
-    let msg = out["status"]["message"].as_str().unwrap();
-    assert!(msg.contains("limits.maxSecretRequestsPerPod"), "{msg}");
-    assert_eq!(proxy.total(), 0, "refused before any call");
-    println!(
-        "worst allowed pod ({max} requests, {} ids): {} GetSecretValue calls, cold {cold_ms:.1} ms, warm {warm_ms:.1} ms (moto on loopback, debug build)",
-        3 * max,
-        3 * max
-    );
+    // All of them on one handle: one load.
+    let aws = shared();
+    let values = podmutator::cli::embedded_source(&cfg, &aws).await;
+    let names = podmutator::cli::embedded_resolver(&cfg, &aws).await;
+    values.fetch_many(&ids).await.unwrap();
+    names.fetch_many(&ids).await.unwrap();
+    let direct = aws.secrets_manager("", Duration::from_secs(5)).await;
+    direct.describe_secret().secret_id(id).send().await.unwrap();
+    assert_eq!(aws.loads(), 1, "values, names and a client: one load");
 }

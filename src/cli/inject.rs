@@ -562,18 +562,19 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
         .map_err(InjectError::Runtime)?;
     let out = runtime.block_on(async {
         let mut deps = Deps::offline();
+        let aws = super::shared_aws(config);
         if embedded {
             use crate::config::{Delivery, EnvVarDelivery};
             let e = &config.embedded;
             // As the served webhook: reference delivery with exec reads no value.
             if e.delivery == Delivery::Value || e.env_var_delivery == EnvVarDelivery::Value {
-                deps = deps.with_source(super::embedded_source(config).await);
+                deps = deps.with_source(super::embedded_source(config, &aws).await);
             }
             if e.delivery == Delivery::Reference {
-                deps = deps.with_resolver(super::embedded_resolver(config).await);
+                deps = deps.with_resolver(super::embedded_resolver(config, &aws).await);
             }
         }
-        if embedded && let Some(e) = super::entrypoint_source(config)? {
+        if embedded && let Some(e) = super::entrypoint_source(config, &aws)? {
             deps = deps.with_entrypoints(e);
         }
         let app = App::build(config, deps)?;

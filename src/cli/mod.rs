@@ -609,10 +609,25 @@ fn runtime(multi_thread: bool) -> Result<tokio::runtime::Runtime, CliError> {
     builder.enable_all().build().map_err(CliError::Runtime)
 }
 
+/// The process's AWS configuration ([`SharedAws`]), loaded on its first use, with
+/// `webhook.embeddedSecretManagerConfig.awsConfig.region` where the environment names none.
+pub fn shared_aws(config: &Config) -> crate::secrets::source::SharedAws {
+    crate::secrets::source::SharedAws::new(
+        &config
+            .webhook
+            .embedded_secret_manager_config
+            .aws_config
+            .region,
+    )
+}
+
 /// The Embedded manager's source as production reads it: AWS Secrets Manager in
 /// `webhook.embeddedSecretManagerConfig.awsConfig.region`, behind the configured cache. The SDK
-/// client is built on the first fetch ([`BuiltOnFirstFetch`]), not here.
-pub async fn embedded_source(config: &Config) -> Arc<dyn SecretSource> {
+/// client is built on the first fetch ([`BuiltOnFirstFetch`]), not here, from `aws`.
+pub async fn embedded_source(
+    config: &Config,
+    aws: &crate::secrets::source::SharedAws,
+) -> Arc<dyn SecretSource> {
     use crate::secrets::source::{AwsSource, CachePolicy, CachingSource};
     use std::time::Duration;
     let region = config
@@ -623,12 +638,14 @@ pub async fn embedded_source(config: &Config) -> Arc<dyn SecretSource> {
         .clone();
     let budget = Duration::from_millis(config.embedded.deadline_ms);
     let embedded = config.embedded.clone();
+    let aws = aws.clone();
     Arc::new(CachingSource::new(
         BuiltOnFirstFetch::new(move || {
             let region = region.clone();
             let embedded = embedded.clone();
+            let aws = aws.clone();
             async move {
-                let client = crate::secrets::source::aws_client(&region, budget).await;
+                let client = aws.secrets_manager(&region, budget).await;
                 AwsSource::from_config(client, &embedded)
             }
         }),
@@ -638,8 +655,11 @@ pub async fn embedded_source(config: &Config) -> Arc<dyn SecretSource> {
 
 /// Reference delivery's resolver: `DescribeSecret` (metadata only) behind the same cache
 /// bounds and lifetimes as values. Like [`embedded_source`], the SDK client is built on the
-/// first resolution, not here.
-pub async fn embedded_resolver(config: &Config) -> Arc<dyn SecretSource> {
+/// first resolution, not here, from `aws`.
+pub async fn embedded_resolver(
+    config: &Config,
+    aws: &crate::secrets::source::SharedAws,
+) -> Arc<dyn SecretSource> {
     use crate::secrets::resolve::DescribeSource;
     use crate::secrets::source::{CachePolicy, CachingSource};
     use std::time::Duration;
@@ -650,11 +670,13 @@ pub async fn embedded_resolver(config: &Config) -> Arc<dyn SecretSource> {
         .region
         .clone();
     let budget = Duration::from_millis(config.embedded.deadline_ms);
+    let aws = aws.clone();
     Arc::new(CachingSource::new(
         BuiltOnFirstFetch::new(move || {
             let region = region.clone();
+            let aws = aws.clone();
             async move {
-                let client = crate::secrets::source::aws_client(&region, budget).await;
+                let client = aws.secrets_manager(&region, budget).await;
                 DescribeSource::new(client)
             }
         }),
@@ -663,10 +685,11 @@ pub async fn embedded_resolver(config: &Config) -> Arc<dyn SecretSource> {
 }
 
 /// The registry client of `embedded.entrypointLookup` (when it lists registries), reading ECR
-/// registries with the function's own AWS identity, whose configuration is loaded on the first
-/// ECR lookup.
+/// registries with the function's own AWS identity: `aws`, loaded on the first ECR lookup if
+/// nothing loaded it before.
 pub fn entrypoint_source(
     config: &Config,
+    aws: &crate::secrets::source::SharedAws,
 ) -> Result<Option<Arc<dyn crate::registry::EntrypointSource>>, ConfigError> {
     use crate::registry::client::RegistryClient;
     use crate::registry::ecr::LoadSdkConfig;
@@ -676,13 +699,10 @@ pub fn entrypoint_source(
     }
     let client = RegistryClient::new(lookup)
         .map_err(|e| ConfigError::new("embedded.entrypointLookup.caBundleFile", e.0))?;
-    let load: LoadSdkConfig = Arc::new(|| {
-        Box::pin(async {
-            aws_config::defaults(aws_config::BehaviorVersion::latest())
-                .http_client(crate::secrets::source::http_client())
-                .load()
-                .await
-        })
+    let aws = aws.clone();
+    let load: LoadSdkConfig = Arc::new(move || {
+        let aws = aws.clone();
+        Box::pin(async move { aws.config().await.clone() })
     });
     Ok(Some(Arc::new(client.with_ecr(load))))
 }
@@ -758,6 +778,8 @@ async fn start(config: &Config, read: TokenRead) -> Result<Front, CliError> {
         .webhook
         .enabled_secret_managers()
         .contains(&SecretManagerType::Embedded);
+    // One AWS configuration for the process: the token's read, Embedded's clients and ECR's.
+    let aws = shared_aws(config);
     let token = match h
         .path_token_secret_id
         .as_deref()
@@ -778,7 +800,7 @@ async fn start(config: &Config, read: TokenRead) -> Result<Front, CliError> {
                 &own
             };
             let budget = Duration::from_millis(config.embedded.deadline_ms);
-            let client = crate::secrets::source::aws_client(token_region, budget).await;
+            let client = aws.secrets_manager(token_region, budget).await;
             Some(read_path_token(&client, id).await?)
         }
         None => None,
@@ -788,18 +810,18 @@ async fn start(config: &Config, read: TokenRead) -> Result<Front, CliError> {
         deps = match config.embedded.delivery {
             // Values are read only for env vars served by value.
             crate::config::Delivery::Reference => {
-                let deps = deps.with_resolver(embedded_resolver(config).await);
+                let deps = deps.with_resolver(embedded_resolver(config, &aws).await);
                 match config.embedded.env_var_delivery {
                     crate::config::EnvVarDelivery::Value => {
-                        deps.with_source(embedded_source(config).await)
+                        deps.with_source(embedded_source(config, &aws).await)
                     }
                     crate::config::EnvVarDelivery::Exec => deps,
                 }
             }
-            crate::config::Delivery::Value => deps.with_source(embedded_source(config).await),
+            crate::config::Delivery::Value => deps.with_source(embedded_source(config, &aws).await),
         };
     }
-    if let Some(e) = entrypoint_source(config)? {
+    if let Some(e) = entrypoint_source(config, &aws)? {
         deps = deps.with_entrypoints(e);
     }
     let app = App::build(config, deps)?;

@@ -283,24 +283,115 @@ pub fn http_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
 }
 
 /// Loads the AWS configuration the standard way (environment, Lambda role, `AWS_ENDPOINT_URL`
-/// for emulators), with `region` when non-empty. Retries and timeouts are sized to `budget`
-/// (`embedded.deadlineMs`): the SDK's defaults back off for a second or more, so a throttled
-/// call would spend the whole budget waiting for its first retry.
+/// for emulators), with `region` when non-empty, for a process with one AWS use (the pod's
+/// `fetch`). Retries and timeouts as [`SharedAws::secrets_manager`] sizes them.
 pub async fn aws_client(region: &str, budget: Duration) -> Client {
-    use aws_config::timeout::TimeoutConfig;
-    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .http_client(http_client())
-        .retry_config(retry_config(budget))
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(budget / 4)
-                .operation_attempt_timeout(budget / 2)
-                .build(),
-        );
-    if !region.is_empty() {
-        loader = loader.region(aws_config::Region::new(region.to_owned()));
+    SharedAws::new(region).secrets_manager(region, budget).await
+}
+
+/// The process's one AWS configuration, loaded on its first use and shared by every AWS client
+/// the process makes (Embedded's values and names, the path token, ECR's tokens): one
+/// credential chain with its cache, one HTTP client with its connection pool, one load of the
+/// root certificates. Loading it costs cold-start time, so nothing loads it until a first call
+/// needs it. Clones share it.
+#[derive(Clone)]
+pub struct SharedAws {
+    inner: Arc<SharedAwsInner>,
+}
+
+struct SharedAwsInner {
+    /// The region of a load without `AWS_REGION` (else the SDK's chain, down to IMDS).
+    region: String,
+    /// Taken by the one load.
+    loader: std::sync::Mutex<Option<aws_config::ConfigLoader>>,
+    config: tokio::sync::OnceCell<aws_config::SdkConfig>,
+    loads: AtomicU32,
+}
+
+impl SharedAws {
+    /// The standard chain; `region` (when non-empty) where the environment names none.
+    pub fn new(region: &str) -> Self {
+        Self::build(region, None)
     }
-    Client::new(&loader.load().await)
+
+    /// From `loader` instead of the standard defaults (tests: an emulator's endpoint and fixed
+    /// credentials without touching the process's environment). The HTTP client is still ours.
+    pub fn with_loader(loader: aws_config::ConfigLoader) -> Self {
+        Self::build("", Some(loader))
+    }
+
+    fn build(region: &str, loader: Option<aws_config::ConfigLoader>) -> Self {
+        Self {
+            inner: Arc::new(SharedAwsInner {
+                region: region.to_owned(),
+                loader: std::sync::Mutex::new(loader),
+                config: tokio::sync::OnceCell::new(),
+                loads: AtomicU32::new(0),
+            }),
+        }
+    }
+
+    /// The configuration, loaded on the first call.
+    pub async fn config(&self) -> &aws_config::SdkConfig {
+        let inner = &self.inner;
+        inner
+            .config
+            .get_or_init(|| async {
+                let given = inner
+                    .loader
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                let loader = given
+                    .unwrap_or_else(|| aws_config::defaults(aws_config::BehaviorVersion::latest()));
+                let mut loader = loader.http_client(http_client());
+                if !inner.region.is_empty() && std::env::var_os("AWS_REGION").is_none() {
+                    loader = loader.region(aws_config::Region::new(inner.region.clone()));
+                }
+                inner.loads.fetch_add(1, Ordering::Relaxed);
+                let config = loader.load().await;
+                tracing::debug!(
+                    region = config.region().map(|r| r.as_ref()),
+                    "AWS configuration loaded"
+                );
+                config
+            })
+            .await
+    }
+
+    /// How many times the configuration was loaded (at most once).
+    pub fn loads(&self) -> u32 {
+        self.inner.loads.load(Ordering::Relaxed)
+    }
+
+    /// A Secrets Manager client in `region` (when non-empty, else the configuration's), with
+    /// retries and timeouts sized to `budget` (`embedded.deadlineMs`): the SDK's defaults back
+    /// off for a second or more, so a throttled call would spend the whole budget waiting for
+    /// its first retry.
+    pub async fn secrets_manager(&self, region: &str, budget: Duration) -> Client {
+        use aws_config::timeout::TimeoutConfig;
+        let mut config = aws_sdk_secretsmanager::config::Builder::from(self.config().await)
+            .retry_config(retry_config(budget))
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(budget / 4)
+                    .operation_attempt_timeout(budget / 2)
+                    .build(),
+            );
+        if !region.is_empty() {
+            config = config.region(aws_config::Region::new(region.to_owned()));
+        }
+        Client::from_conf(config.build())
+    }
+}
+
+impl fmt::Debug for SharedAws {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedAws")
+            .field("region", &self.inner.region)
+            .field("loaded", &self.inner.config.initialized())
+            .finish()
+    }
 }
 
 /// The SDK's standard retry policy (3 attempts, exponential backoff with full jitter, a
