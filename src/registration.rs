@@ -58,9 +58,13 @@ pub struct RegistrationOptions {
     pub images_pod_selector: Option<Value>,
     /// Added to its `namespaceSelector` (which keeps excluding kube-system).
     pub images_namespace_selector: Option<Value>,
+    /// Added to the secrets entry's `namespaceSelector` (which keeps excluding kube-system): a
+    /// staged rollout, one namespace first.
+    pub secrets_namespace_selector: Option<Value>,
     /// `None` keeps each webhook's own.
     pub failure_policy: Option<FailurePolicy>,
-    /// `None` keeps each webhook's own.
+    /// `None` keeps each webhook's own; an entry that fails open in the file keeps its own
+    /// when that is shorter.
     pub timeout_seconds: Option<u32>,
     /// `metadata.name`; `None` keeps the file's.
     pub name: Option<String>,
@@ -133,6 +137,11 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
         .map(|w| {
             let mut w = substitute(w, label_key);
             match file_str(&w, "feature") {
+                "secrets" => {
+                    if let Some(s) = &opts.secrets_namespace_selector {
+                        w["namespaceSelector"] = with_file_exclusions(s, &w["namespaceSelector"]);
+                    }
+                }
                 "imageBuilder" => {
                     w["objectSelector"] = opts.image_builder_selector.clone().unwrap_or_default();
                 }
@@ -170,11 +179,7 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
                     .map_or_else(|| w["failurePolicy"].clone(), |p| p.as_str().into()),
             );
             out.insert("sideEffects".into(), w["sideEffects"].clone());
-            out.insert(
-                "timeoutSeconds".into(),
-                opts.timeout_seconds
-                    .map_or_else(|| w["timeoutSeconds"].clone(), Value::from),
-            );
+            out.insert("timeoutSeconds".into(), timeout(&w, opts.timeout_seconds));
             out.insert("reinvocationPolicy".into(), w["reinvocationPolicy"].clone());
             out.insert(
                 "admissionReviewVersions".into(),
@@ -194,6 +199,20 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
         "metadata": { "name": name },
         "webhooks": webhooks,
     })
+}
+
+/// An entry's `timeoutSeconds`: the override, except that an entry failing open in the file
+/// keeps its own when shorter (a longer wait on it only delays pods), as the Terraform module
+/// does.
+fn timeout(w: &Value, override_seconds: Option<u32>) -> Value {
+    let own = w["timeoutSeconds"].as_u64();
+    match (override_seconds, own) {
+        (None, _) | (_, None) => w["timeoutSeconds"].clone(),
+        (Some(o), Some(own)) if file_str(w, "failurePolicy") == "Ignore" => {
+            Value::from(u64::from(o).min(own))
+        }
+        (Some(o), Some(_)) => Value::from(o),
+    }
 }
 
 /// `selector` with the file's `matchExpressions` (the kube-system exclusion) appended, as the
@@ -453,10 +472,16 @@ pub struct WebhookConfigArgs {
     /// Its namespaceSelector (images.namespaceSelector) as JSON; kube-system is always excluded
     #[arg(long, value_name = "JSON", value_parser = parse_label_selector)]
     pub images_namespace_selector: Option<Value>,
+    /// Narrow the secrets webhook to the namespaces this LabelSelector (JSON) selects, e.g.
+    /// '{"matchLabels":{"kubernetes.io/metadata.name":"flytesnacks-development"}}' for a staged
+    /// rollout; kube-system is always excluded [default: every other namespace]
+    #[arg(long, value_name = "JSON", value_parser = parse_label_selector)]
+    pub secrets_namespace_selector: Option<Value>,
     /// Fail or Ignore for every webhook [default: Fail]
     #[arg(long, value_name = "POLICY", value_parser = parse_failure_policy)]
     pub failure_policy: Option<FailurePolicy>,
-    /// timeoutSeconds for every webhook, 1-30 [default: 10]; keep it above the Lambda timeout
+    /// timeoutSeconds for every webhook, 1-30 [default: 10, the images webhook 3]; keep it above
+    /// the Lambda timeout. The images webhook, which fails open, keeps 3 when this is longer
     #[arg(long, value_name = "N", value_parser = parse_timeout)]
     pub timeout_seconds: Option<u32>,
     /// metadata.name [default: podmutator]
@@ -511,6 +536,7 @@ impl WebhookConfigArgs {
                 || self.images_namespace_selector.is_some(),
             images_pod_selector: self.images_pod_selector,
             images_namespace_selector: self.images_namespace_selector,
+            secrets_namespace_selector: self.secrets_namespace_selector,
             failure_policy: self.failure_policy,
             timeout_seconds: self.timeout_seconds,
             name: self.name,
@@ -656,17 +682,29 @@ mod tests {
     }
 
     #[rstest]
-    #[case::not_json("{", "--image-builder-selector")]
-    #[case::bad_label(r#"{"matchLabels":{"bad key!":"x"}}"#, "--image-builder-selector")]
-    fn a_bad_selector_names_the_flag(#[case] json: &str, #[case] flag: &str) {
+    #[case::not_json("{", "--image-builder-selector", "LabelSelector as JSON")]
+    #[case::bad_label(
+        r#"{"matchLabels":{"bad key!":"x"}}"#,
+        "--image-builder-selector",
+        "label"
+    )]
+    #[case::secrets_not_json("ns=pilot", "--secrets-namespace-selector", "LabelSelector as JSON")]
+    #[case::secrets_bad_operator(
+        r#"{"matchExpressions":[{"key":"a","operator":"Within","values":["b"]}]}"#,
+        "--secrets-namespace-selector",
+        "is not In, NotIn, Exists or DoesNotExist"
+    )]
+    #[case::secrets_in_without_values(
+        r#"{"matchExpressions":[{"key":"a","operator":"In"}]}"#,
+        "--secrets-namespace-selector",
+        "needs at least one value"
+    )]
+    fn a_bad_selector_names_the_flag(#[case] json: &str, #[case] flag: &str, #[case] rule: &str) {
         let err = parse(&["--url", "https://x.example", flag, json])
             .unwrap_err()
             .to_string();
         assert!(err.contains(flag), "{err}");
-        assert!(
-            err.contains("LabelSelector") || err.contains("label"),
-            "{err}"
-        );
+        assert!(err.contains(rule), "{err}");
     }
 
     #[test]
@@ -857,6 +895,87 @@ mod tests {
             assert_eq!(w["failurePolicy"], "Ignore");
             assert_eq!(w["timeoutSeconds"], 7);
         }
+    }
+
+    /// The images entry fails open: it waits 3 s, and an override only ever shortens that.
+    #[rstest]
+    #[case::defaults(None, 10, 3)]
+    #[case::longer_override(Some(15), 15, 3)]
+    #[case::shorter_override(Some(2), 2, 2)]
+    fn the_images_entry_keeps_its_shorter_timeout(
+        #[case] override_seconds: Option<u32>,
+        #[case] secrets: u64,
+        #[case] images: u64,
+    ) {
+        let v = mutating_webhook_configuration(&RegistrationOptions {
+            images: true,
+            timeout_seconds: override_seconds,
+            ..opts("https://h")
+        });
+        let hooks = webhooks(&v);
+        assert_eq!(hooks[0]["name"], "flyte-pod-webhook.flyte.org");
+        assert_eq!(hooks[0]["timeoutSeconds"], secrets);
+        assert_eq!(hooks[1]["name"], "images.podmutator.io");
+        assert_eq!(hooks[1]["timeoutSeconds"], images);
+        assert_eq!(
+            file_webhook("images.podmutator.io")["failurePolicy"],
+            "Ignore"
+        );
+    }
+
+    /// A staged rollout: the secrets entry on one namespace, still never kube-system; the other
+    /// entries keep their own selectors.
+    #[test]
+    fn a_secrets_namespace_selector_narrows_the_secrets_entry_only() {
+        let parsed = parse(&[
+            "--url",
+            "https://h",
+            "--no-path-token",
+            "--mesh",
+            "--images",
+            "--secrets-namespace-selector",
+            r#"{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"In","values":["flytesnacks-development"]}]}"#,
+        ])
+        .unwrap()
+        .into_options()
+        .unwrap();
+        let v = mutating_webhook_configuration(&parsed);
+        let hooks = webhooks(&v);
+        assert_eq!(hooks[0]["name"], "flyte-pod-webhook.flyte.org");
+        assert_eq!(
+            hooks[0]["namespaceSelector"],
+            json!({"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["flytesnacks-development"]},
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]})
+        );
+        let plain = mutating_webhook_configuration(&RegistrationOptions {
+            mesh: true,
+            images: true,
+            ..opts("https://h")
+        });
+        for (i, w) in hooks.iter().enumerate().skip(1) {
+            assert_eq!(
+                w["namespaceSelector"],
+                webhooks(&plain)[i]["namespaceSelector"],
+                "{}",
+                w["name"]
+            );
+        }
+        let labels = parse(&[
+            "--url",
+            "https://h",
+            "--no-path-token",
+            "--secrets-namespace-selector",
+            r#"{"matchLabels":{"podmutator-pilot":"true"}}"#,
+        ])
+        .unwrap()
+        .into_options()
+        .unwrap();
+        assert_eq!(
+            webhooks(&mutating_webhook_configuration(&labels))[0]["namespaceSelector"],
+            json!({"matchLabels": {"podmutator-pilot": "true"}, "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]})
+        );
     }
 
     #[test]

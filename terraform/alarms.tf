@@ -156,7 +156,7 @@ resource "aws_cloudwatch_dashboard" "this" {
         height = 6
         properties = {
           title   = w.title
-          region  = data.aws_region.current.name
+          region  = local.region
           view    = "timeSeries"
           metrics = [[{ expression = w.expr, id = "e${i}", label = "" }]]
         }

@@ -64,7 +64,8 @@ resource "aws_apigatewayv2_route" "routes" {
 resource "aws_cloudwatch_log_group" "api_access" {
   count = local.use_api ? 1 : 0
 
-  name              = "/aws/apigateway/${var.name}"
+  # Kept on destroy, so one per install, like the function's (function.tf).
+  name_prefix       = "/aws/apigateway/${var.name}-"
   retention_in_days = var.log_retention_days
   kms_key_id        = var.log_kms_key_arn
   skip_destroy      = var.retain_log_groups

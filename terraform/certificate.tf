@@ -13,8 +13,11 @@ resource "aws_acm_certificate" "this" {
   validation_method = "DNS"
   tags              = var.tags
 
+  # Public CT logs list every certificate's names: the default, and what browsers expect, but
+  # it announces the endpoint's name; DISABLED keeps it out of the logs (the API server does not
+  # check CT).
   options {
-    certificate_transparency_logging_preference = "ENABLED"
+    certificate_transparency_logging_preference = var.certificate_transparency_logging_preference
   }
 
   lifecycle {

@@ -1,7 +1,9 @@
 # Log groups outlive `terraform destroy` (skip_destroy): they are the audit trail of every
-# admission. A later apply with the same name adopts nothing; import the group or pick a name.
+# admission. Each install therefore gets its own group, /aws/lambda/<name>-<generated suffix>
+# (output log_group_name), and a reinstall under the same name starts a new one beside the kept
+# ones instead of failing on ResourceAlreadyExists (docs/deploy.md, "Removal and reinstall").
 resource "aws_cloudwatch_log_group" "function" {
-  name              = "/aws/lambda/${var.name}"
+  name_prefix       = "/aws/lambda/${var.name}-"
   retention_in_days = var.log_retention_days
   kms_key_id        = var.log_kms_key_arn
   skip_destroy      = var.retain_log_groups
@@ -116,7 +118,7 @@ data "aws_iam_policy_document" "function" {
       condition {
         test     = "StringEquals"
         variable = "kms:ViaService"
-        values   = ["secretsmanager.${local.secrets_region}.amazonaws.com"]
+        values   = ["secretsmanager.${local.secrets_region}.${data.aws_partition.current.dns_suffix}"]
       }
     }
   }
@@ -174,8 +176,8 @@ resource "aws_lambda_function" "this" {
   # an alias move and provisioned concurrency can be attached to it.
   publish = true
 
-  # A small reservation: other functions in the account cannot starve admissions, and one
-  # flood of reviews cannot starve them either.
+  # Sized from docs/scale.md's envelope (variables.tf): other functions cannot starve
+  # admissions, and beyond it Secrets Manager, not Lambda, is the limit.
   reserved_concurrent_executions = var.reserved_concurrent_executions
 
   environment {
@@ -194,6 +196,13 @@ resource "aws_lambda_function" "this" {
   tags = var.tags
 
   lifecycle {
+    # What Lambda stored is what the hash variable names: a zip that is not the one hashed (a
+    # rebuild, a wrong path or S3 object) fails the apply here, before the `live` alias moves
+    # to the version holding it.
+    postcondition {
+      condition     = self.code_sha256 == var.lambda_zip_base64sha256
+      error_message = "The uploaded code's SHA-256 (${self.code_sha256}) is not lambda_zip_base64sha256 (${var.lambda_zip_base64sha256}): the zip at lambda_zip_path (or lambda_s3_bucket/lambda_s3_key) is not the artefact whose hash was given. The `live` alias was not moved. Pass the hash of the zip you mean to deploy (scripts/lambda-artefact.sh), or the zip the hash belongs to, and apply again."
+    }
     precondition {
       condition     = var.lambda_timeout_seconds < module.webhook_config.min_timeout_seconds
       error_message = "lambda_timeout_seconds must be below the webhooks' timeoutSeconds, or the API server gives up before the function can answer."

@@ -13,7 +13,8 @@ locals {
   }
   pull_through = { for k, v in local.pull_through_upstreams : k => v if contains(var.ecr_pull_through_cache_upstreams, k) }
 
-  ecr_registry = "${data.aws_caller_identity.current.account_id}.dkr.ecr.${data.aws_region.current.name}.amazonaws.com"
+  # amazonaws.com in the commercial partition, amazonaws.com.cn in China.
+  ecr_registry = "${data.aws_caller_identity.current.account_id}.dkr.ecr.${local.region}.${data.aws_partition.current.dns_suffix}"
 
   # In the order of the upstream list: the first rule that matches wins.
   pull_through_rules = [
@@ -26,8 +27,11 @@ locals {
   images_enabled = length(local.image_rules) > 0
 }
 
+# Pull-through cache rules belong to the registry, i.e. to the account and region, and an
+# upstream's prefix can have only one: a second install in the same account and region (another
+# cluster) sets create_ecr_pull_through_cache_rules = false and rewrites to the first one's.
 resource "aws_ecr_pull_through_cache_rule" "upstream" {
-  for_each = local.pull_through
+  for_each = var.create_ecr_pull_through_cache_rules ? local.pull_through : {}
 
   ecr_repository_prefix = "${var.ecr_pull_through_cache_prefix}${each.key}"
   upstream_registry_url = each.value.upstream

@@ -6,9 +6,13 @@ locals {
   use_alb = var.endpoint == "alb"
   use_api = var.endpoint == "http_api"
 
+  # The region's name: `id` in 5.x and 6.x alike (6.x deprecates `name` for `region`, which 5.x
+  # does not have).
+  region = data.aws_region.current.id
+
   # Only the Embedded secrets are read in secrets_region; nothing else the function needs (it
   # holds the path token's hash, not a reference to the token) depends on it.
-  secrets_region = coalesce(var.secrets_region, data.aws_region.current.name)
+  secrets_region = coalesce(var.secrets_region, local.region)
 
   # Secret ARNs end in a random six-character suffix; the trailing "__" keeps org "flyte" from
   # matching org "flyte2".

@@ -17,7 +17,8 @@ output "registration" {
 
 output "ecr_pull_through_cache_prefixes" {
   description = "ECR repository prefix of each pull-through cache rule, by upstream (the nodes' pull permission must cover these repositories)."
-  value       = { for k, r in aws_ecr_pull_through_cache_rule.upstream : k => r.ecr_repository_prefix }
+  # From the inputs, so that an install that leaves the rules to another one lists them too.
+  value = { for k in var.ecr_pull_through_cache_upstreams : k => "${var.ecr_pull_through_cache_prefix}${k}" }
 }
 
 output "webhook_base_url" {

@@ -98,9 +98,9 @@ variable "lambda_timeout_seconds" {
 
 
 variable "reserved_concurrent_executions" {
-  description = "Concurrency reserved for the function, so that other functions in the account cannot starve admissions (and a flood of reviews cannot starve them). An admission takes milliseconds, so 20 serves thousands of reviews per second; -1 reserves nothing (accounts whose concurrency limit is 10 need that)."
+  description = "Concurrency reserved for the function: other functions in the account cannot take it, and it caps the function. 300 is docs/scale.md's envelope: about 600 pods/s whose secrets are not cached (the account's GetSecretValue quota; a faster burst is throttled by Secrets Manager, not helped by more instances) at up to 0.5 s per cold admission, and the fleet simulation's peak of 250-300 instances there. Lambda keeps 100 of the account's limit unreserved, so the default needs a limit of 400 or more (1,000 by default); -1 reserves nothing (new accounts whose limit is 10 need that)."
   type        = number
-  default     = 20
+  default     = 300
 
   validation {
     condition     = var.reserved_concurrent_executions == -1 || var.reserved_concurrent_executions >= 1
@@ -168,7 +168,7 @@ variable "log_kms_key_arn" {
 
 
 variable "retain_log_groups" {
-  description = "Keep the log groups on destroy (they are the audit trail of every admission). A redeploy under the same name then needs `terraform import` of the kept groups, or their deletion."
+  description = "Keep the log groups on destroy (they are the audit trail of every admission). Their names end in a suffix generated per install, so a reinstall under the same name creates new groups beside the kept ones."
   type        = bool
   default     = true
 }
@@ -425,6 +425,17 @@ variable "create_certificate" {
   default     = true
 }
 
+variable "certificate_transparency_logging_preference" {
+  description = "Certificate Transparency logging of the certificate the module creates (create_certificate): ENABLED publishes domain_name in the public CT logs; DISABLED keeps it out (the API server does not require CT, browsers do)."
+  type        = string
+  default     = "ENABLED"
+
+  validation {
+    condition     = contains(["ENABLED", "DISABLED"], var.certificate_transparency_logging_preference)
+    error_message = "certificate_transparency_logging_preference must be ENABLED or DISABLED."
+  }
+}
+
 variable "create_dns_record" {
   description = "Create the alias record for domain_name in route53_zone_id. false: point domain_name at the dns_target_name / dns_target_zone_id outputs yourself."
   type        = bool
@@ -584,6 +595,12 @@ variable "ecr_pull_through_cache_upstreams" {
     condition     = alltrue([for u in var.ecr_pull_through_cache_upstreams : contains(["docker-hub", "quay", "github", "k8s", "ecr-public"], u)])
     error_message = "ecr_pull_through_cache_upstreams may list only docker-hub, quay, github, k8s and ecr-public."
   }
+}
+
+variable "create_ecr_pull_through_cache_rules" {
+  description = "Create the pull-through cache rules of ecr_pull_through_cache_upstreams. They belong to the account and region's registry, one per prefix, so a second install there (another cluster) sets false and only gets the images rules that rewrite to the first install's caches (same upstreams and prefix)."
+  type        = bool
+  default     = true
 }
 
 variable "ecr_pull_through_cache_prefix" {

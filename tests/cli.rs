@@ -89,6 +89,7 @@ fn every_command_has_generated_help_listing_its_options() {
                 "--images ",
                 "--images-pod-selector <JSON>",
                 "--images-namespace-selector <JSON>",
+                "--secrets-namespace-selector <JSON>",
                 "--failure-policy <POLICY>",
                 "--timeout-seconds <N>",
                 "--name <NAME>",
@@ -144,6 +145,61 @@ fn a_usage_error_names_the_flag_and_exits_non_zero() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("--timeout-seconds"), "{stderr}");
     assert!(stderr.contains("from 1 to 30"), "{stderr}");
+}
+
+/// The staged rollout of docs/migration.md, step 1: the secrets entry on the pilot namespace,
+/// failing open, as the binary prints it for `kubectl apply -f -`.
+#[test]
+fn webhook_config_renders_a_secrets_namespace_selector() {
+    let dir = std::env::temp_dir().join(format!("podmutator-cli-selector-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
+    let out = podmutator(
+        &[
+            "webhook-config",
+            "--url",
+            "https://podmutator.example.com",
+            "--path-token-file",
+            token.to_str().unwrap(),
+            "--failure-policy",
+            "Ignore",
+            "--secrets-namespace-selector",
+            r#"{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"In","values":["flytesnacks-development"]}]}"#,
+        ],
+        None,
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed: Value = serde_saphyr::from_str(&text(&out.stdout)).unwrap();
+    let secrets = &printed["webhooks"][0];
+    assert_eq!(secrets["name"], "flyte-pod-webhook.flyte.org");
+    assert_eq!(secrets["failurePolicy"], "Ignore");
+    assert_eq!(
+        secrets["namespaceSelector"],
+        json!({"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["flytesnacks-development"]},
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
+        ]})
+    );
+
+    let refused = podmutator(
+        &[
+            "webhook-config",
+            "--url",
+            "https://h",
+            "--no-path-token",
+            "--secrets-namespace-selector",
+            "kubernetes.io/metadata.name=flytesnacks-development",
+        ],
+        None,
+    );
+    assert!(!refused.status.success());
+    let stderr = text(&refused.stderr);
+    assert!(
+        stderr.contains("--secrets-namespace-selector") && stderr.contains("LabelSelector as JSON"),
+        "{stderr}"
+    );
 }
 
 #[test]

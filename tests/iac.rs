@@ -334,6 +334,8 @@ fn terraform_and_sam_agree_with_the_functions_routes_and_deadlines() {
         "check_sam.py rendered {} configurations",
         rendered.len()
     );
+    let token_file = scratch.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let mut seen = std::collections::BTreeSet::new();
     for r in &rendered {
         let tag = r["tag"].as_str().unwrap();
@@ -364,6 +366,9 @@ fn terraform_and_sam_agree_with_the_functions_routes_and_deadlines() {
             "{tag}: the function would refuse to start with the SAM config:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        if let Some(command) = r["webhookConfig"].as_array() {
+            sam_registration_matches(tag, command, r, &token_file);
+        }
         let builder = c.webhook.image_builder_config.enabled;
         assert_eq!(Some(builder), r["imageBuilder"].as_bool(), "{tag}");
         assert_eq!(Some(c.images.enabled), r["images"].as_bool(), "{tag}");
@@ -383,6 +388,107 @@ fn terraform_and_sam_agree_with_the_functions_routes_and_deadlines() {
             seen.contains(&want),
             "no rendered config {want:?}: {seen:?}"
         );
+    }
+}
+
+/// SAM cannot register: its `WebhookConfigCommand` output is what the operator runs. Run as
+/// printed (the token file in place of `token`), it must register exactly the routes the stack
+/// serves, with the function's own selectors and label, and the secrets namespace selector.
+fn sam_registration_matches(tag: &str, command: &[Value], r: &Value, token_file: &Path) {
+    let args: Vec<String> = command
+        .iter()
+        .map(|a| match a.as_str().unwrap() {
+            "token" => token_file.display().to_string(),
+            other => other.to_owned(),
+        })
+        .collect();
+    let out = run_ok(
+        &format!("{tag}: WebhookConfigCommand"),
+        Command::new(env!("CARGO_BIN_EXE_podmutator")).args(&args),
+    );
+    let registered: Value = serde_saphyr::from_str(&String::from_utf8_lossy(&out.stdout))
+        .unwrap_or_else(|e| panic!("{tag}: webhook-config printed no YAML: {e}"));
+    let hooks = registered["webhooks"].as_array().unwrap();
+    let config = &r["config"];
+    let paths: Vec<String> = hooks
+        .iter()
+        .map(|w| {
+            let url = w["clientConfig"]["url"].as_str().unwrap();
+            let path = url.trim_start_matches("https://podmutator.example.com");
+            path.strip_prefix(&format!("/{TOKEN}"))
+                .unwrap_or(path)
+                .to_owned()
+        })
+        .collect();
+    let mut routes: Vec<String> = r["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(routes.pop().as_deref(), Some("/healthz"), "{tag}");
+    assert_eq!(
+        paths, routes,
+        "{tag}: the registration calls other paths than the stack serves"
+    );
+    let token_on = config["http"]["pathTokenSha256"].is_string();
+    assert!(
+        hooks
+            .iter()
+            .all(|w| w["clientConfig"]["url"].as_str().unwrap().contains(TOKEN) == token_on),
+        "{tag}: the URLs and the function disagree about the token"
+    );
+    let kube_system = json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]});
+    let label = config["mesh"]["managedLabel"].as_str().unwrap();
+    for w in hooks {
+        let selector = &w["namespaceSelector"];
+        match w["name"].as_str().unwrap() {
+            "flyte-pod-webhook.flyte.org" => {
+                let mut want = r["secretsNamespaceSelector"].clone();
+                if want.is_null() {
+                    want = json!({});
+                }
+                let mut exprs = want["matchExpressions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                exprs.push(kube_system.clone());
+                want["matchExpressions"] = Value::Array(exprs);
+                assert_eq!(selector, &want, "{tag}: secrets namespaceSelector");
+            }
+            "managed-pod.podmutator.io" => {
+                assert_eq!(
+                    w["objectSelector"],
+                    json!({"matchLabels": {label: "true"}}),
+                    "{tag}"
+                )
+            }
+            "managed-namespace.podmutator.io" => {
+                assert_eq!(selector["matchLabels"], json!({label: "true"}), "{tag}")
+            }
+            "image-builder-webhook.union.ai" => assert_eq!(
+                w["objectSelector"], config["webhook"]["imageBuilderConfig"]["labelSelector"],
+                "{tag}"
+            ),
+            "images.podmutator.io" => {
+                let pod = &config["images"]["podSelector"];
+                let every_pod = json!({});
+                assert_eq!(
+                    &w["objectSelector"],
+                    if pod.is_null() { &every_pod } else { pod },
+                    "{tag}"
+                );
+                let ns = &config["images"]["namespaceSelector"];
+                for e in ns["matchExpressions"].as_array().into_iter().flatten() {
+                    assert!(
+                        selector["matchExpressions"].as_array().unwrap().contains(e),
+                        "{tag}: images namespaceSelector lacks {e}"
+                    );
+                }
+                assert_eq!(w["timeoutSeconds"], 3, "{tag}");
+            }
+            other => panic!("{tag}: unexpected entry {other}"),
+        }
     }
 }
 
@@ -445,6 +551,35 @@ fn cases() -> Vec<(&'static str, RegistrationOptions)> {
                 ..Default::default()
             },
         ),
+        // A staged rollout (docs/migration.md): the secrets entry on one namespace, failing
+        // open; a longer timeout that the images entry does not take.
+        (
+            "staged_rollout",
+            RegistrationOptions {
+                url: "https://podmutator.example.com".into(),
+                path_token: Some(TOKEN.into()),
+                images: true,
+                mesh: true,
+                secrets_namespace_selector: Some(json!({
+                    "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["flytesnacks-development"]}]
+                })),
+                failure_policy: Some(FailurePolicy::Ignore),
+                timeout_seconds: Some(15),
+                ..Default::default()
+            },
+        ),
+        (
+            "short_timeout",
+            RegistrationOptions {
+                url: "https://podmutator.example.com".into(),
+                images: true,
+                secrets_namespace_selector: Some(
+                    json!({"matchLabels": {"podmutator-pilot": "true"}}),
+                ),
+                timeout_seconds: Some(2),
+                ..Default::default()
+            },
+        ),
     ]
 }
 
@@ -503,6 +638,9 @@ fn render_root(cases: &[(&str, RegistrationOptions)]) -> String {
         if let Some(s) = &o.images_namespace_selector {
             args.push(format!("images_namespace_selector = {s}"));
         }
+        if let Some(s) = &o.secrets_namespace_selector {
+            args.push(format!("secrets_namespace_selector = {s}"));
+        }
         tf.push_str(&format!(
             "module \"{name}\" {{\n  {}\n}}\n\noutput \"{name}\" {{\n  value     = module.{name}.manifest\n  sensitive = true\n}}\n\noutput \"{name}_min_timeout\" {{\n  value = module.{name}.min_timeout_seconds\n}}\n\n",
             args.join("\n  ")
@@ -540,12 +678,24 @@ fn terraform_renders_exactly_what_webhook_config_prints() {
             outputs[*name]["value"], rust,
             "{name}: Terraform and `podmutator webhook-config` disagree"
         );
+        // The entries that fail closed in the file: the function's answer must reach the API
+        // server before their timeout. The images entry fails open (and waits 3 s).
+        let file_policy = |name: &Value| {
+            registration::registration()["webhooks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|w| &w["name"] == name)
+                .map(|w| w["failurePolicy"].clone())
+        };
         let min_timeout = rust["webhooks"]
             .as_array()
             .unwrap()
             .iter()
+            .filter(|w| file_policy(&w["name"]) == Some(json!("Fail")))
             .map(|w| w["timeoutSeconds"].as_u64().unwrap())
             .min();
+        assert!(min_timeout.is_some(), "{name}: no entry fails closed");
         assert_eq!(
             outputs[format!("{name}_min_timeout")]["value"].as_u64(),
             min_timeout

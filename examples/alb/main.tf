@@ -7,6 +7,10 @@
 #   2. Here:                        cp terraform.tfvars.example terraform.tfvars  (and edit it)
 #   3.                              terraform init && terraform apply
 #
+# Remove it with `terraform apply -var alb_deletion_protection=false`, then `terraform destroy`;
+# the log groups stay (the audit trail) and a later apply installs again beside them. For the
+# state, ../backend-s3 makes an encrypted S3 backend.
+#
 # Needs only the AWS provider; the registration is applied with kubectl and the deployer's own
 # credentials (modules/registration). Copy this directory anywhere and point the `source`s at
 # the module (a path, or a git URL with //terraform?ref=<tag>).
@@ -17,7 +21,7 @@ terraform {
   required_providers {
     aws = {
       source  = "hashicorp/aws"
-      version = ">= 5.100"
+      version = "~> 5.100"
     }
   }
 }
@@ -75,6 +79,54 @@ variable "failure_policy" {
   default     = null
 }
 
+variable "alb_deletion_protection" {
+  description = "Protect the ALB from deletion; set false and apply before `terraform destroy`."
+  type        = bool
+  default     = true
+}
+
+variable "alb_access_logs_bucket" {
+  description = "S3 bucket for ALB access logs; null for none. Every line records the path token: refused unless alb_access_logs_record_path_token is true."
+  type        = string
+  default     = null
+}
+
+variable "alb_access_logs_record_path_token" {
+  description = "Acknowledge that ALB access logs record the path token (guard the bucket like the token's secret)."
+  type        = bool
+  default     = false
+}
+
+variable "name" {
+  description = "Name of the function and prefix of the AWS resources; unique per account and region (one per cluster in a region)."
+  type        = string
+  default     = "podmutator"
+}
+
+variable "path_token_version" {
+  description = "Raise to rotate the path token (docs/deploy.md, \"Rotating the path token\")."
+  type        = number
+  default     = 1
+}
+
+variable "previous_path_token_sha256" {
+  description = "During a rotation only: `terraform output -raw path_token_sha256` from before raising path_token_version; null again in the next apply."
+  type        = string
+  default     = null
+}
+
+variable "alarm_topic_arns" {
+  description = "SNS topics for the alarms."
+  type        = list(string)
+  default     = []
+}
+
+variable "secrets_namespace_selector" {
+  description = "Narrow the secrets webhook to some namespaces (a LabelSelector), e.g. one pilot namespace during a staged rollout (docs/migration.md); null: every namespace but kube-system."
+  type        = any
+  default     = null
+}
+
 provider "aws" {
   region = var.region
 }
@@ -90,6 +142,7 @@ module "network" {
 module "podmutator" {
   source = "../../terraform"
 
+  name                    = var.name
   lambda_zip_path         = var.lambda_zip_path
   lambda_zip_base64sha256 = var.lambda_zip_base64sha256
   domain_name             = var.domain_name
@@ -99,6 +152,14 @@ module "podmutator" {
   vpc_id                          = module.network.vpc_id
   subnet_ids                      = module.network.subnet_ids
   control_plane_security_group_id = module.network.control_plane_security_group_id
+  alb_deletion_protection         = var.alb_deletion_protection
+
+  alb_access_logs_bucket            = var.alb_access_logs_bucket
+  alb_access_logs_record_path_token = var.alb_access_logs_record_path_token
+
+  path_token_version         = var.path_token_version
+  previous_path_token_sha256 = var.previous_path_token_sha256
+  alarm_topic_arns           = var.alarm_topic_arns
 
   # Flyte's webhook section; Embedded reads u__org__flyte__... secrets from Secrets Manager.
   webhook_config = {
@@ -113,10 +174,11 @@ module "podmutator" {
 module "registration" {
   source = "../../terraform/modules/registration"
 
-  registration     = module.podmutator.registration
-  failure_policy   = var.failure_policy
-  eks_cluster_name = var.cluster_name
-  eks_region       = var.region
+  registration               = module.podmutator.registration
+  failure_policy             = var.failure_policy
+  secrets_namespace_selector = var.secrets_namespace_selector
+  eks_cluster_name           = var.cluster_name
+  eks_region                 = var.region
 
   depends_on = [module.podmutator]
 }
@@ -135,4 +197,15 @@ output "function_name" {
 
 output "log_group_name" {
   value = module.podmutator.log_group_name
+}
+
+output "path_token_sha256" {
+  description = "The token's hash: previous_path_token_sha256 of the next rotation."
+  value       = module.podmutator.path_token_sha256
+}
+
+output "registration_manifest" {
+  description = "The registration as applied, for the drift check (scripts/registration-drift.sh); sensitive: its URLs hold the path token."
+  value       = module.registration.manifest
+  sensitive   = true
 }

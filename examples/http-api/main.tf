@@ -11,6 +11,9 @@
 #   2. Here:                        cp terraform.tfvars.example terraform.tfvars  (and edit it)
 #   3.                              terraform init && terraform apply
 #
+# Remove it with `terraform destroy`; the log groups stay (the audit trail) and a later apply
+# installs again beside them. ../backend-s3 makes an encrypted S3 backend for the state.
+#
 # The token lives in Terraform state, in Secrets Manager and in the registration's URL: keep
 # the state encrypted and access to it as narrow as access to the secrets. Plans never show it.
 
@@ -20,7 +23,7 @@ terraform {
   required_providers {
     aws = {
       source  = "hashicorp/aws"
-      version = ">= 5.100"
+      version = "~> 5.100"
     }
   }
 }
@@ -73,6 +76,31 @@ variable "alarm_topic_arns" {
   default     = []
 }
 
+variable "name" {
+  description = "Name of the function and prefix of the AWS resources; unique per account and region (one per cluster in a region)."
+  type        = string
+  default     = "podmutator"
+}
+
+variable "path_token_version" {
+  description = "Raise to rotate the path token (docs/deploy.md, \"Rotating the path token\")."
+  type        = number
+  default     = 1
+}
+
+variable "previous_path_token_sha256" {
+  description = "During a rotation only: `terraform output -raw path_token_sha256` from before raising path_token_version; null again in the next apply."
+  type        = string
+  default     = null
+}
+
+
+variable "secrets_namespace_selector" {
+  description = "Narrow the secrets webhook to some namespaces (a LabelSelector), e.g. one pilot namespace during a staged rollout (docs/migration.md); null: every namespace but kube-system."
+  type        = any
+  default     = null
+}
+
 provider "aws" {
   region = var.region
 }
@@ -80,6 +108,7 @@ provider "aws" {
 module "podmutator" {
   source = "../../terraform"
 
+  name                    = var.name
   lambda_zip_path         = var.lambda_zip_path
   lambda_zip_base64sha256 = var.lambda_zip_base64sha256
   domain_name             = var.domain_name
@@ -97,6 +126,9 @@ module "podmutator" {
   embedded_delivery = "reference"
   fetcher_image     = var.fetcher_image
 
+  path_token_version         = var.path_token_version
+  previous_path_token_sha256 = var.previous_path_token_sha256
+
   alarm_topic_arns  = var.alarm_topic_arns
   dashboard_enabled = true
 }
@@ -104,10 +136,11 @@ module "podmutator" {
 module "registration" {
   source = "../../terraform/modules/registration"
 
-  registration     = module.podmutator.registration
-  failure_policy   = var.failure_policy
-  eks_cluster_name = var.cluster_name
-  eks_region       = var.region
+  registration               = module.podmutator.registration
+  failure_policy             = var.failure_policy
+  secrets_namespace_selector = var.secrets_namespace_selector
+  eks_cluster_name           = var.cluster_name
+  eks_region                 = var.region
 
   depends_on = [module.podmutator]
 }
@@ -126,4 +159,19 @@ output "function_name" {
 
 output "dns_target_name" {
   value = module.podmutator.dns_target_name
+}
+
+output "log_group_name" {
+  value = module.podmutator.log_group_name
+}
+
+output "path_token_sha256" {
+  description = "The token's hash: previous_path_token_sha256 of the next rotation."
+  value       = module.podmutator.path_token_sha256
+}
+
+output "registration_manifest" {
+  description = "The registration as applied, for the drift check (scripts/registration-drift.sh); sensitive: its URLs hold the path token."
+  value       = module.registration.manifest
+  sensitive   = true
 }

@@ -60,9 +60,9 @@ def main():
     if mode == "destroyed":
         c.true("function deleted", gone(lambda: lam.get_function(FunctionName=fn_name)))
         groups = [g["logGroupName"] for g in client("logs").describe_log_groups()["logGroups"]]
-        c.true("function log group kept on destroy (audit trail)", f"/aws/lambda/{fn_name}" in groups, str(groups))
+        c.true("function log group kept on destroy (audit trail)", out["log_group_name"] in groups, str(groups))
         if endpoint == "http_api":
-            c.true("API access log group kept on destroy", f"/aws/apigateway/{fn_name}" in groups, str(groups))
+            c.true("API access log group kept on destroy", any(g.startswith(f"/aws/apigateway/{fn_name}-") for g in groups), str(groups))
         c.true("registration deleted from the cluster", not registration_file.exists())
         described = client("secretsmanager").describe_secret(SecretId=out["path_token_secret_arn"])
         c.true("token secret scheduled for deletion", "DeletedDate" in described)
@@ -83,7 +83,8 @@ def main():
     c.eq("metrics namespace", config.get("metrics"), {"namespace": "podmutator"})
     c.eq("architecture", conf["Architectures"], ["arm64"])
     c.eq("log format", conf.get("LoggingConfig", {}).get("LogFormat"), "JSON")
-    c.eq("reserved concurrency", f.get("Concurrency", {}).get("ReservedConcurrentExecutions"), 20)
+    c.eq("reserved concurrency (docs/scale.md's envelope)", f.get("Concurrency", {}).get("ReservedConcurrentExecutions"), 300)
+    c.eq("the code Lambda holds is the zip whose hash was given", conf["CodeSha256"], out["code_sha256"])
     alias = lam.get_alias(FunctionName=fn_name, Name="live")
     c.true("`live` alias points at a published version", alias["FunctionVersion"] not in ("$LATEST", ""), alias["FunctionVersion"])
 
@@ -164,8 +165,10 @@ def main():
     if endpoint == "http_api":
         c.eq("dashboard", [d["DashboardName"] for d in cw.list_dashboards()["DashboardEntries"]], [fn_name])
 
-    logs_ = client("logs").describe_log_groups(logGroupNamePrefix=f"/aws/lambda/{fn_name}")["logGroups"]
+    logs_ = client("logs").describe_log_groups(logGroupNamePrefix=f"/aws/lambda/{fn_name}-")["logGroups"]
+    c.eq("function log group: one, with a generated suffix, named by the output", [g["logGroupName"] for g in logs_], [out["log_group_name"]])
     c.eq("function log group retention", [g.get("retentionInDays") for g in logs_], [365])
+    c.eq("the function logs to it", conf.get("LoggingConfig", {}).get("LogGroup"), out["log_group_name"])
     c.finish()
 
 

@@ -14,6 +14,7 @@ import itertools
 import json
 import pathlib
 import re
+import shlex
 import sys
 
 from cfnlint.decode import decode_str
@@ -246,7 +247,9 @@ def main():
     # --- parameters: same defaults as Terraform, timing in order -----------------------------
     for param, variable in SAME_DEFAULTS.items():
         c.eq(f"default of {param} equals Terraform's {variable}", base[param], tf_defaults.get(variable))
-    min_timeout = min(w["timeoutSeconds"] for w in registration["webhooks"])
+    # The entries that fail closed: the function's answer must reach the API server before their
+    # timeout. The images entry fails open (3 s) and may time out first.
+    min_timeout = min(w["timeoutSeconds"] for w in registration["webhooks"] if w["failurePolicy"] == "Fail")
     c.true("webhook timeoutSeconds > LambdaTimeoutSeconds", min_timeout > base["LambdaTimeoutSeconds"])
     c.true("LambdaTimeoutSeconds > EmbeddedDeadlineMs", base["LambdaTimeoutSeconds"] * 1000 > base["EmbeddedDeadlineMs"])
     c.true(
@@ -264,11 +267,23 @@ def main():
     c.eq("runtime", props.get("Runtime"), "provided.al2023")
     c.eq("architectures", props.get("Architectures"), [{"Ref": "Architecture"}])
     c.eq("endpoint invokes the live alias (published versions)", props.get("AutoPublishAlias"), "live")
-    c.eq("reserved concurrency", props.get("ReservedConcurrentExecutions"), {"Ref": "ReservedConcurrency"})
+    # Sized from docs/scale.md as Terraform's; -1 leaves the property out; 0 is refused.
+    for reserved, want, refused in [(300, 300, []), (50, 50, []), (-1, NO_VALUE, []), (0, 0, ["ReservedConcurrencyNotZero"])]:
+        ev = Evaluator(template, dict(base, ReservedConcurrency=reserved))
+        got = ev.value({"x": props.get("ReservedConcurrentExecutions")}).get("x", NO_VALUE)
+        c.eq(f"ReservedConcurrency {reserved}: the function's reservation", got, want)
+        c.eq(f"ReservedConcurrency {reserved}: rules refused", failed_rules(template, ev), refused)
+    for name in ("ReservedConcurrency",):
+        c.eq(f"{name} allows -1 (none)", template["Parameters"][name].get("MinValue"), -1)
     c.eq("path token on by default", base["PathTokenEnabled"], "true")
     for name, r in template["Resources"].items():
         if r["Type"] == "AWS::Logs::LogGroup":
             c.eq(f"{name} kept when the stack is deleted", (r.get("DeletionPolicy"), r.get("UpdateReplacePolicy")), ("Retain", "Retain"))
+            # A kept group with a fixed name would make the next stack of that name fail.
+            c.true(f"{name}'s name is generated (a reinstall beside the kept group works)", "LogGroupName" not in r["Properties"], str(r["Properties"]))
+    cert = template["Resources"]["Certificate"]["Properties"]
+    c.eq("Certificate Transparency logging from its parameter", cert.get("CertificateTransparencyLoggingPreference"), {"Ref": "CertificateTransparencyLogging"})
+    c.eq("Certificate Transparency logging on by default", base["CertificateTransparencyLogging"], "ENABLED")
     c.eq("timeout", props.get("Timeout"), {"Ref": "LambdaTimeoutSeconds"})
     c.eq("memory", props.get("MemorySize"), {"Ref": "MemorySize"})
     c.eq("log group", props.get("LoggingConfig", {}).get("LogGroup"), {"Ref": "FunctionLogGroup"})
@@ -303,7 +318,10 @@ def main():
         registries = ["public.ecr.aws", "cr.flyte.org"] if users else []
         domains = ["development", "production", "ml-sandbox"] if users else []
         repositories = ECR_REPOSITORIES if users else []
-        params = dict(base, EndpointType=endpoint, MeshEnabled=mesh, AllowedUsernames=users, EmbeddedDomains=domains, EntrypointRegistries=registries, EntrypointEcrRepositoryArns=repositories, PathTokenEnabled=token_on)
+        # ... and a staged rollout's secrets namespace selector and a mesh label of its own.
+        secrets_selector = '{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"In","values":["flytesnacks-development"]}]}' if users else ""
+        label_key = "example.org/meshed" if users and mesh == "true" else base["MeshLabelKey"]
+        params = dict(base, EndpointType=endpoint, MeshEnabled=mesh, AllowedUsernames=users, EmbeddedDomains=domains, EntrypointRegistries=registries, EntrypointEcrRepositoryArns=repositories, PathTokenEnabled=token_on, SecretsNamespaceSelector=secrets_selector, MeshLabelKey=label_key)
         if endpoint == "http-api":
             # The only delivery the internet-facing endpoint may serve (checked below).
             params.update(EmbeddedDelivery="reference", FetcherImage=FETCHER_IMAGE)
@@ -324,7 +342,19 @@ def main():
         except ValueError as e:
             c.true(f"{tag} PODMUTATOR_CONFIG is JSON", False, f"{e}: {raw}")
             continue
-        rendered.append({"tag": tag, "imageBuilder": builder, "images": images_on, "config": config})
+        # The registration command SAM prints for this stack: its flags follow the parameters,
+        # and tests/iac.rs runs it and compares what it registers with the routes and config.
+        command = shlex.split(ev.value(template["Outputs"]["WebhookConfigCommand"]["Value"]))
+        c.eq(f"{tag} WebhookConfigCommand runs webhook-config on WebhookUrl", command[:4], ["podmutator", "webhook-config", "--url", "https://" + base["DomainName"]])
+        flags = command[4:]
+        c.eq(f"{tag} WebhookConfigCommand token flag", flags[:2] if token_on == "true" else flags[:1], ["--path-token-file", "token"] if token_on == "true" else ["--no-path-token"])
+        c.eq(f"{tag} WebhookConfigCommand --mesh iff MeshEnabled", "--mesh" in flags, mesh == "true")
+        c.eq(f"{tag} WebhookConfigCommand --images iff an images rule", "--images" in flags, images_on)
+        c.eq(f"{tag} WebhookConfigCommand --image-builder-selector iff the builder", "--image-builder-selector" in flags, builder)
+        c.eq(f"{tag} WebhookConfigCommand --secrets-namespace-selector iff SecretsNamespaceSelector", "--secrets-namespace-selector" in flags, bool(secrets_selector))
+        if secrets_selector:
+            c.eq(f"{tag} WebhookConfigCommand passes the selector as one argument", flags[flags.index("--secrets-namespace-selector") + 1], secrets_selector)
+        rendered.append({"tag": tag, "imageBuilder": builder, "images": images_on, "config": config, "webhookConfig": command[1:], "routes": routes, "secretsNamespaceSelector": json.loads(secrets_selector) if secrets_selector else None})
         c.eq(
             f"{tag} config entrypointLookup",
             config["embedded"].get("entrypointLookup"),
@@ -361,7 +391,7 @@ def main():
                     want_images[key] = json.loads(variant[param])
             c.eq(f"{tag} config images", config.get("images"), want_images)
         c.eq(f"{tag} config deadline", config["embedded"].get("deadlineMs"), base["EmbeddedDeadlineMs"])
-        c.eq(f"{tag} config mesh", config["mesh"], {"enabled": mesh == "true", "managedLabel": registration["meshLabelKey"]})
+        c.eq(f"{tag} config mesh", config["mesh"], {"enabled": mesh == "true", "managedLabel": label_key})
         # Without a token the function must be told so, or it refuses to start (issue 26, item 16).
         c.eq(f"{tag} config http", config["http"], dict({"maxBodyBytes": base["MaxBodyBytes"]}, **({"pathTokenSha256": TOKEN_SHA256} if token_on == "true" else {"pathTokenDisabled": True})))
         env_bytes = len(json.dumps(ev.value(props["Environment"]["Variables"]), separators=(",", ":")).encode())
@@ -483,6 +513,17 @@ def main():
             rendered.append({"tag": tag, "imageBuilder": False, "images": False, "config": config})
     c.eq("previous token hash parameter is 64 lowercase hex digits or empty", template["Parameters"]["PreviousPathTokenSha256"].get("AllowedPattern"), "^([0-9a-f]{64})?$")
     c.eq("previous token hash parameter defaults to empty", base["PreviousPathTokenSha256"], "")
+
+    # --- a second stack in the account and region leaves the cache rules to the first ------
+    rules_of = {}
+    for create in ("true", "false"):
+        ev = Evaluator(template, dict(base, EcrPullThroughCacheCreateRules=create, **IMAGES_VARIANTS["all"]))
+        c.eq(f"[cache rules created={create}] every rule holds", failed_rules(template, ev), [])
+        made = [k for k, r in template["Resources"].items() if r["Type"] == "AWS::ECR::PullThroughCacheRule" and ev.exists(k)]
+        c.eq(f"[cache rules created={create}] pull-through cache rules", len(made), len(PULL_THROUGH) if create == "true" else 0)
+        rules_of[create] = json.loads(ev.value(props["Environment"]["Variables"]["PODMUTATOR_CONFIG"]))["images"]["rules"]
+    c.eq("the images rules do not depend on who created the cache rules", rules_of["false"], rules_of["true"])
+    c.eq("cache rules created by default, as Terraform's create_ecr_pull_through_cache_rules", (base["EcrPullThroughCacheCreateRules"], tf_defaults.get("create_ecr_pull_through_cache_rules")), ("true", True))
 
     # --- the policy follows the delivery ------------------------------------------------------
     org_arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:u__org__flyte__*"

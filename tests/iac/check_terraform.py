@@ -9,6 +9,7 @@ Run by tests/iac.rs with the python of .venv-hcl (scripts/tools.sh path python-h
 
 import json
 import pathlib
+import re
 import sys
 
 import hcl2
@@ -152,7 +153,14 @@ def main():
     c.eq("mesh label key default (webhook-config)", sub["variable"]["mesh_label_key"].get("default"), registration["meshLabelKey"])
 
     # --- timing: timeoutSeconds > Lambda timeout > Embedded deadline -------------------------
-    min_timeout = min(w["timeoutSeconds"] for w in registration["webhooks"])
+    # The entries that fail closed: the function's answer must reach the API server before their
+    # timeout. The images entry fails open and waits 3 s: a pod should not wait long on it.
+    min_timeout = min(w["timeoutSeconds"] for w in registration["webhooks"] if w["failurePolicy"] == "Fail")
+    images_entry = {w["name"]: w for w in registration["webhooks"]}.get("images.podmutator.io", {})
+    c.eq("the images entry fails open at 3 s", (images_entry.get("failurePolicy"), images_entry.get("timeoutSeconds")), ("Ignore", 3))
+    c.true("min_timeout_seconds covers the entries that fail closed only",
+           'w.failurePolicy == "Fail"' in sub["locals"]["fail_closed_timeouts"] and "local.fail_closed_timeouts" in sub["output"]["min_timeout_seconds"]["value"],
+           sub["output"]["min_timeout_seconds"]["value"])
     c.eq("timeout_seconds default defers to registration.json", var.get("timeout_seconds"), None)
     c.eq("failure_policy default defers to registration.json", var.get("failure_policy"), None)
     c.true(
@@ -239,11 +247,16 @@ def main():
     c.true("no file hash at plan time (filebase64sha256 / filesha256)", "filebase64sha256(" not in text and "filesha256(" not in text)
     c.eq("code hash from a variable", fn.get("source_code_hash"), "${var.lambda_zip_base64sha256}")
     c.eq("versions published", fn.get("publish"), True)
-    c.eq("reserved concurrency default is small and set", var.get("reserved_concurrent_executions"), 20)
+    c.eq("reserved concurrency default is docs/scale.md's envelope", var.get("reserved_concurrent_executions"), 300)
+    post = [p["condition"] for p in one(fn, "lifecycle").get("postcondition", [])]
+    c.true("function postcondition: the uploaded code is the zip whose hash was given",
+           "${self.code_sha256 == var.lambda_zip_base64sha256}" in post, str(post))
     c.eq("role name is a prefix (unique per deployment)", "name" in res["aws_iam_role"]["function"], False)
     c.eq("role permissions boundary", res["aws_iam_role"]["function"].get("permissions_boundary"), "${var.permissions_boundary_arn}")
     for name, lg in res["aws_cloudwatch_log_group"].items():
         c.eq(f"log group {name} kept on destroy", lg.get("skip_destroy"), "${var.retain_log_groups}")
+        # A fixed name would make a reinstall fail on the kept group (ResourceAlreadyExists).
+        c.true(f"log group {name} is named per install (name_prefix)", "name" not in lg and lg.get("name_prefix", "").endswith('${var.name}-'), str(lg))
     c.eq("log groups kept by default", var.get("retain_log_groups"), True)
     log_group = res["aws_cloudwatch_log_group"]["function"]
     c.eq("function log group retention", log_group.get("retention_in_days"), "${var.log_retention_days}")
@@ -378,6 +391,10 @@ def main():
     for name, perm in lambda_permissions(tf).items():
         c.eq(f"aws_lambda_permission.{name} on the live alias", perm.get("qualifier"), "${aws_lambda_alias.live.name}")
     c.eq("ACM validates by DNS", res["aws_acm_certificate"]["this"].get("validation_method"), "DNS")
+    c.eq("Certificate Transparency logging from a variable", one(res["aws_acm_certificate"]["this"], "options").get("certificate_transparency_logging_preference"), "${var.certificate_transparency_logging_preference}")
+    c.eq("Certificate Transparency logging on by default", var.get("certificate_transparency_logging_preference"), "ENABLED")
+    c.eq("pull-through cache rules behind their switch", res["aws_ecr_pull_through_cache_rule"]["upstream"].get("for_each"), "${var.create_ecr_pull_through_cache_rules ? local.pull_through : {}}")
+    c.eq("pull-through cache rules created by default", var.get("create_ecr_pull_through_cache_rules"), True)
 
     # --- registration wiring: the root feeds the renderer what `webhook-config` takes ---------
     mod = tf["module"]["webhook_config"]
@@ -389,18 +406,34 @@ def main():
     rmod = reg["module"]["webhook_config"]
     c.eq("registration renders with the token", rmod.get("path_token"), "${var.registration.path_token}")
     c.eq("registration failure_policy", rmod.get("failure_policy"), "${var.failure_policy}")
+    c.eq("registration secrets_namespace_selector", rmod.get("secrets_namespace_selector"), "${var.secrets_namespace_selector}")
     c.eq("registration input is sensitive", reg["variable"]["registration"].get("sensitive"), True)
     data = reg["resource"]["terraform_data"]["registration"]
     provs = data.get("provisioner", [])
     create = [p["local-exec"] for p in provs if "local-exec" in p and p["local-exec"].get("when") is None]
     c.true("registration applied server-side with --force-conflicts", create and "--server-side --force-conflicts" in create[0]["command"], str(create))
-    c.true("the manifest travels only in a (sensitive) environment variable", create and create[0].get("environment", {}).get("MANIFEST") == "${jsonencode(local.applied)}")
+    c.true("the manifest travels only in a (sensitive) environment variable, marked with the instance",
+           create and create[0].get("environment", {}).get("MANIFEST", "").startswith("${jsonencode(merge(local.applied,") and "self.id" in create[0]["environment"]["MANIFEST"],
+           str(create and create[0].get("environment", {}).get("MANIFEST")))
     c.eq("registration replaced before destroy", one(data, "lifecycle").get("create_before_destroy"), True)
     c.true("no kubernetes_manifest resource anywhere (it prints the token in plans)", "resource \"kubernetes_manifest\"" not in text)
-    for ex in ("alb", "http-api"):
+    passed_through = ["name", "path_token_version", "previous_path_token_sha256", "alarm_topic_arns"]
+    for ex, extra in (("alb", ["alb_deletion_protection", "alb_access_logs_bucket", "alb_access_logs_record_path_token"]), ("http-api", [])):
         exm = load_module(root / "examples" / ex)
         c.eq(f"examples/{ex} needs only the AWS provider", sorted(required_providers(exm)), ["aws"])
         c.eq(f"examples/{ex}: registration after the AWS module", exm["module"]["registration"].get("depends_on"), ["${module.podmutator}"])
+        for v in passed_through + extra:
+            c.eq(f"examples/{ex} passes {v} to the module", exm["module"]["podmutator"].get(v), f"${{var.{v}}}")
+        c.eq(f"examples/{ex} passes secrets_namespace_selector to the registration", exm["module"]["registration"].get("secrets_namespace_selector"), "${var.secrets_namespace_selector}")
+        c.true(f"examples/{ex} outputs the registration for the drift check", exm["output"].get("registration_manifest", {}).get("sensitive") is True)
+    # Provider 6.x is untested: every module and example allows 5.100 and later 5.x only.
+    for d in [root / "terraform", *sorted((root / "terraform" / "modules").iterdir()), *sorted(p for p in (root / "examples").iterdir() if p.is_dir())]:
+        aws = required_providers(load_module(d)).get("aws")
+        if aws is not None:
+            c.eq(f"{d.relative_to(root)}: AWS provider ~> 5.100", aws.get("version"), "~> 5.100")
+    c.true("no deprecated aws_region.name (6.x)", "aws_region.current.name" not in "".join(p.read_text() for p in root.rglob("*.tf") if "target" not in p.parts))
+    c.true("no hard-coded amazonaws.com host: the partition's dns_suffix (service principals aside)",
+           not re.search(r'\.amazonaws\.com"', re.sub(r'"(lambda|elasticloadbalancing|apigateway|pods\.eks|eks)\.amazonaws\.com"', "", "".join(p.read_text() for p in (root / "terraform").rglob("*.tf")))))
     alb_ex = load_module(root / "examples" / "alb")
     c.true("examples/alb requires the control plane's security group (no default)", "default" not in alb_ex["variable"]["control_plane_security_group_id"])
     c.true("examples/alb never falls back to the cluster security group", "cluster_security_group_id" not in (root / "examples" / "alb" / "main.tf").read_text())
@@ -413,7 +446,8 @@ def main():
 
     # --- docs/deploy.md documents every variable and output --------------------------------
     docs = (root / "docs" / "deploy.md").read_text(encoding="utf-8")
-    for mod_name, mod in [("terraform", tf), ("registration", reg), ("eks-network", net)]:
+    pod_identity = load_module(root / "terraform" / "modules" / "pod-identity")
+    for mod_name, mod in [("terraform", tf), ("registration", reg), ("eks-network", net), ("pod-identity", pod_identity)]:
         for kind in ("variable", "output"):
             for name in mod[kind]:
                 c.true(f"docs/deploy.md documents {mod_name} {kind} {name}", f"`{name}`" in docs)

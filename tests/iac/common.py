@@ -64,9 +64,10 @@ def expected_webhooks(expect):
 
 def registration_paths(registration, mesh, features=()):
     """Paths of the entries registered with mesh on or off and the optional features
-    (`feature`: imageBuilder, images) that are switched on, in registration order."""
+    (`feature`: imageBuilder, images) that are switched on, in registration order. The secrets
+    entry (feature `secrets`) is always registered."""
     return [
         w["path"]
         for w in registration["webhooks"]
-        if (mesh or not w["mesh"]) and w.get("feature", None) in (None, *features)
+        if (mesh or not w["mesh"]) and w.get("feature", None) in (None, "secrets", *features)
     ]

@@ -22,7 +22,7 @@ terraform {
   required_providers {
     aws = {
       source  = "hashicorp/aws"
-      version = ">= 5.100"
+      version = "~> 5.100"
     }
   }
 }
@@ -32,9 +32,23 @@ data "aws_region" "current" {}
 data "aws_caller_identity" "current" {}
 
 locals {
-  account     = data.aws_caller_identity.current.account_id
-  cluster_arn = "arn:${data.aws_partition.current.partition}:eks:${data.aws_region.current.name}:${local.account}:cluster/${var.cluster_name}"
-  secret_arn  = "arn:${data.aws_partition.current.partition}:secretsmanager:${data.aws_region.current.name}:${local.account}:secret"
+  account = data.aws_caller_identity.current.account_id
+  # `id` is the region's name in provider 5.x and 6.x alike.
+  region         = data.aws_region.current.id
+  secrets_region = coalesce(var.secrets_region, local.region)
+  cluster_arn    = "arn:${data.aws_partition.current.partition}:eks:${local.region}:${local.account}:cluster/${var.cluster_name}"
+  secret_arn     = "arn:${data.aws_partition.current.partition}:secretsmanager:${local.secrets_region}:${local.account}:secret"
+
+  # IAM role names are global to the account: <prefix><cluster>-<namespace>, so that two
+  # clusters with the same namespaces (staging and production, say) get their own roles. Past
+  # IAM's 64 characters the name is cut and ends in a hash of the whole, which stays unique.
+  role_names = {
+    for ns, _ in var.namespaces : ns => (
+      length("${var.role_name_prefix}${var.cluster_name}-${ns}") <= 64
+      ? "${var.role_name_prefix}${var.cluster_name}-${ns}"
+      : "${substr("${var.role_name_prefix}${var.cluster_name}-${ns}", 0, 55)}-${substr(sha256("${var.role_name_prefix}${var.cluster_name}-${ns}"), 0, 8)}"
+    )
+  }
   associations = merge([
     for ns, v in var.namespaces : {
       for sa in v.service_accounts : "${ns}/${sa}" => { namespace = ns, service_account = sa }
@@ -107,7 +121,7 @@ data "aws_iam_policy_document" "read" {
       condition {
         test     = "StringEquals"
         variable = "kms:ViaService"
-        values   = ["secretsmanager.${data.aws_region.current.name}.amazonaws.com"]
+        values   = ["secretsmanager.${local.secrets_region}.${data.aws_partition.current.dns_suffix}"]
       }
     }
   }
@@ -116,10 +130,12 @@ data "aws_iam_policy_document" "read" {
 resource "aws_iam_role" "pods" {
   for_each = var.namespaces
 
-  name               = "${var.role_name_prefix}${each.key}"
-  description        = "Task pods of ${each.key}: read ${var.organization}/${each.value.domain}/${each.value.project} secrets (podmutator reference delivery)"
-  assume_role_policy = data.aws_iam_policy_document.trust.json
-  tags               = var.tags
+  name                 = local.role_names[each.key]
+  path                 = var.iam_role_path
+  permissions_boundary = var.permissions_boundary_arn
+  description          = "Task pods of ${each.key} in ${var.cluster_name}: read ${var.organization}/${each.value.domain}/${each.value.project} secrets (podmutator reference delivery)"
+  assume_role_policy   = data.aws_iam_policy_document.trust.json
+  tags                 = var.tags
 }
 
 resource "aws_iam_role_policy" "read" {

@@ -33,13 +33,35 @@ variable "namespaces" {
 }
 
 variable "role_name_prefix" {
-  description = "Prefix of each namespace's role name; the role is <prefix><namespace> (IAM: at most 64 characters)."
+  description = "Prefix of each namespace's role name; the role is <prefix><cluster_name>-<namespace>, cut to IAM's 64 characters with a hash of the whole at the end when longer."
   type        = string
   default     = "podmutator-pods-"
   validation {
-    condition     = alltrue([for ns, _ in var.namespaces : length("${var.role_name_prefix}${ns}") <= 64])
-    error_message = "role_name_prefix plus the longest namespace must be at most 64 characters (IAM's limit for role names); shorten the prefix."
+    condition     = can(regex("^[A-Za-z0-9+=,.@_-]{0,40}$", var.role_name_prefix))
+    error_message = "role_name_prefix must be at most 40 characters IAM allows in a role name (letters, digits and +=,.@_-)."
   }
+}
+
+variable "iam_role_path" {
+  description = "Path of the roles."
+  type        = string
+  default     = "/"
+  validation {
+    condition     = can(regex("^/([\\x21-\\x7E]+/)?$", var.iam_role_path))
+    error_message = "iam_role_path must start and end with '/'."
+  }
+}
+
+variable "permissions_boundary_arn" {
+  description = "Permissions boundary of the roles, where the account requires one."
+  type        = string
+  default     = null
+}
+
+variable "secrets_region" {
+  description = "Region of the secrets the pods read (the function's secrets_region); null: the provider's region, where the cluster is."
+  type        = string
+  default     = null
 }
 
 variable "kms_key_arns" {

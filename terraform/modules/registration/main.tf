@@ -32,6 +32,7 @@ module "webhook_config" {
   images_enabled                = var.registration.images_enabled
   images_pod_selector           = var.registration.images_pod_selector
   images_namespace_selector     = var.registration.images_namespace_selector
+  secrets_namespace_selector    = var.secrets_namespace_selector
   name                          = var.name
 }
 
@@ -47,6 +48,12 @@ locals {
       annotations = { "podmutator.io/terraform-revision" = local.revision }
     })
   })
+
+  # Each instance of the resource below also marks the object with its own ID, so that the
+  # delete of an instance being replaced never removes its successor's object: a changed
+  # object has a new revision, but `terraform apply -replace` (how a deleted registration is
+  # restored, docs/deploy.md) applies the same revision again.
+  instance_annotation = "podmutator.io/terraform-instance"
 
   kube = {
     name              = local.manifest.metadata.name
@@ -78,7 +85,10 @@ locals {
 # Created last (the examples make it depend on the whole AWS module) and, on destroy, deleted
 # first: with failurePolicy Fail, a registration pointing at a missing endpoint blocks every
 # opted-in pod. A changed object is applied by a new instance before the old one is removed
-# (create_before_destroy); the old one's delete sees a newer revision and leaves it alone.
+# (create_before_destroy); the old one's delete sees another instance's mark and leaves it alone.
+#
+# Terraform cannot see the object in the cluster: a deleted or edited registration is not in
+# any plan. scripts/registration-drift.sh compares them (docs/deploy.md, "Registration drift").
 resource "terraform_data" "registration" {
   input            = local.kube
   triggers_replace = [local.revision]
@@ -90,7 +100,11 @@ resource "terraform_data" "registration" {
       printf '%s' "$MANIFEST" | k apply --server-side --force-conflicts --field-manager "$FIELD_MANAGER" -f -
     EOT
     environment = {
-      MANIFEST        = jsonencode(local.applied)
+      MANIFEST = jsonencode(merge(local.applied, {
+        metadata = merge(local.applied.metadata, {
+          annotations = merge(local.applied.metadata.annotations, { (local.instance_annotation) = self.id })
+        })
+      }))
       KUBECTL         = self.input.kubectl
       KUBECONFIG_PATH = self.input.kubeconfig
       KUBE_CONTEXT    = self.input.context
@@ -115,15 +129,21 @@ resource "terraform_data" "registration" {
         export KUBECONFIG="$KUBECONFIG_PATH"
       fi
       k() { "$KUBECTL" $${KUBE_CONTEXT:+--context "$KUBE_CONTEXT"} "$@"; }
-      live=$(k get mutatingwebhookconfiguration "$NAME" --ignore-not-found -o 'jsonpath={.metadata.annotations.podmutator\.io/terraform-revision}')
-      if [ "$live" = "$REVISION" ]; then
+      live=$(k get mutatingwebhookconfiguration "$NAME" --ignore-not-found -o 'jsonpath={.metadata.annotations.podmutator\.io/terraform-revision} {.metadata.annotations.podmutator\.io/terraform-instance}')
+      live_revision=$${live%% *}
+      live_instance=$${live#* }
+      # Objects applied before the instance mark are matched by their revision.
+      if [ -z "$live" ]; then
+        echo "registration $NAME is already gone"
+      elif [ "$live_instance" = "$INSTANCE" ] || { [ -z "$live_instance" ] && [ "$live_revision" = "$REVISION" ]; }; then
         k delete mutatingwebhookconfiguration "$NAME" --ignore-not-found
       else
-        echo "registration $NAME is at revision '$live', not $REVISION: a newer apply owns it; left in place"
+        echo "registration $NAME was applied by another instance (revision '$live_revision'): a newer apply owns it; left in place"
       fi
     EOT
     environment = {
       NAME            = self.input.name
+      INSTANCE        = self.id
       REVISION        = self.input.revision
       KUBECTL         = self.input.kubectl
       KUBECONFIG_PATH = self.input.kubeconfig

@@ -1,7 +1,11 @@
 output "manifest" {
-  description = "The MutatingWebhookConfiguration as applied (sensitive: its URLs hold the path token); yamlencode it for GitOps."
-  value       = local.applied
-  sensitive   = true
+  description = "The MutatingWebhookConfiguration as applied (sensitive: its URLs hold the path token): the input of scripts/registration-drift.sh; yamlencode it for GitOps."
+  value = merge(local.applied, {
+    metadata = merge(local.applied.metadata, {
+      annotations = merge(local.applied.metadata.annotations, { (local.instance_annotation) = terraform_data.registration.id })
+    })
+  })
+  sensitive = true
 }
 
 output "revision" {

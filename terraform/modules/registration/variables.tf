@@ -21,6 +21,17 @@ variable "failure_policy" {
   default     = null
 }
 
+variable "secrets_namespace_selector" {
+  description = "A LabelSelector (matchLabels, matchExpressions) narrowing the secrets webhook to some namespaces, combined with its kube-system exclusion: a staged rollout, one namespace first (docs/migration.md, \"Staged rollout\"). null: every namespace but kube-system."
+  type        = any
+  default     = null
+
+  validation {
+    condition     = var.secrets_namespace_selector == null || try(length(setsubtract(keys(var.secrets_namespace_selector), ["matchLabels", "matchExpressions"])) == 0 && length(keys(var.secrets_namespace_selector)) > 0, false)
+    error_message = "secrets_namespace_selector must be a LabelSelector: an object with matchLabels and/or matchExpressions, e.g. { matchLabels = { \"kubernetes.io/metadata.name\" = \"flytesnacks-development\" } }."
+  }
+}
+
 variable "ca_bundle_pem" {
   description = "PEM CA the API server must trust for the endpoint (private CA); null uses its system roots."
   type        = string

@@ -33,12 +33,24 @@ locals {
       jsonencode(w.objectSelector)
     )
   ]
+  # A given selector is combined with the entry's own matchExpressions (the kube-system
+  # exclusion): it narrows the entry, never widens it.
+  given_namespace_selector = {
+    secrets = var.secrets_namespace_selector
+    images  = var.images_namespace_selector
+  }
   namespace_selector = [
     for w in local.wanted : jsondecode(
-      try(w.feature, "") == "images" && var.images_namespace_selector != null ? jsonencode(merge(var.images_namespace_selector, {
-        matchExpressions = concat(try(var.images_namespace_selector.matchExpressions, []), w.namespaceSelector.matchExpressions)
+      lookup(local.given_namespace_selector, try(w.feature, ""), null) != null ? jsonencode(merge(local.given_namespace_selector[w.feature], {
+        matchExpressions = concat(try(local.given_namespace_selector[w.feature].matchExpressions, []), w.namespaceSelector.matchExpressions)
       })) : jsonencode(w.namespaceSelector)
     )
+  ]
+
+  # An override replaces each entry's timeout, but an entry that fails open (Ignore in the
+  # file) keeps its own when shorter: waiting longer on it only delays pods.
+  timeouts = [
+    for w in local.wanted : w.failurePolicy == "Ignore" ? min(coalesce(var.timeout_seconds, w.timeoutSeconds), w.timeoutSeconds) : coalesce(var.timeout_seconds, w.timeoutSeconds)
   ]
 
   webhooks = [
@@ -53,9 +65,13 @@ locals {
       reinvocationPolicy      = w.reinvocationPolicy
       rules                   = w.rules
       sideEffects             = w.sideEffects
-      timeoutSeconds          = coalesce(var.timeout_seconds, w.timeoutSeconds)
+      timeoutSeconds          = local.timeouts[i]
     }
   ]
 
   paths = [for w in local.wanted : w.path]
+
+  # The entries that fail closed in the file: the function's own answer must reach the API
+  # server before their timeout (the secrets entry is always one of them).
+  fail_closed_timeouts = [for i, w in local.wanted : local.timeouts[i] if w.failurePolicy == "Fail"]
 }

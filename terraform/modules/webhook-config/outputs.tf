@@ -16,6 +16,6 @@ output "paths" {
 }
 
 output "min_timeout_seconds" {
-  description = "The smallest timeoutSeconds registered; the function timeout must stay below it."
-  value       = min([for w in local.webhooks : w.timeoutSeconds]...)
+  description = "The smallest timeoutSeconds of the entries that fail closed in registration.json (the secrets entry among them); the function timeout must stay below it. The images entry fails open and may time out first."
+  value       = min(local.fail_closed_timeouts...)
 }

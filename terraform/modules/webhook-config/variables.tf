@@ -68,7 +68,7 @@ variable "failure_policy" {
 }
 
 variable "timeout_seconds" {
-  description = "Overrides every webhook's timeoutSeconds; null keeps registration.json's."
+  description = "Overrides every webhook's timeoutSeconds (an entry that fails open keeps its own when shorter); null keeps registration.json's."
   type        = number
   default     = null
 
@@ -109,6 +109,12 @@ variable "images_pod_selector" {
 
 variable "images_namespace_selector" {
   description = "Combined with the kube-system exclusion into the images webhook's namespaceSelector (images.namespaceSelector); null keeps the exclusion alone."
+  type        = any
+  default     = null
+}
+
+variable "secrets_namespace_selector" {
+  description = "Combined with the kube-system exclusion into the secrets webhook's namespaceSelector (a staged rollout: one namespace first, docs/migration.md); null keeps the exclusion alone."
   type        = any
   default     = null
 }
