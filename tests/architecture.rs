@@ -328,3 +328,47 @@ fn the_map_check_reports_a_missing_module_and_a_stale_path() {
         BTreeSet::from(["a".to_owned(), "b".to_owned()])
     );
 }
+
+/// The `mod` items of a Rust file: `mod x;`, with or without a `#[path]` line before it.
+fn declared_modules(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("mod "))
+        .filter_map(|rest| rest.strip_suffix(';'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The integration tests are one binary (`autotests = false` in Cargo.toml), so a file of
+/// `tests/` that `tests/integration.rs` does not declare would never be compiled or run; the
+/// same holds for `tests/attacks/` and `tests/attacks.rs`.
+#[test]
+fn every_test_file_is_a_module_of_the_test_binary() {
+    let tests = common::root().join("tests");
+    let stems = |dir: &Path| -> BTreeSet<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+            .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+            .collect()
+    };
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+    let mut files = stems(&tests);
+    files.remove("integration");
+    let declared = declared_modules(&read(&tests.join("integration.rs")));
+    let missing: Vec<_> = files.difference(&declared).collect();
+    assert!(
+        missing.is_empty(),
+        "tests/integration.rs does not declare {missing:?}: add `mod <name>;`"
+    );
+    let attacks = stems(&tests.join("attacks"));
+    let declared = declared_modules(&read(&tests.join("attacks.rs")));
+    let missing: Vec<_> = attacks.difference(&declared).collect();
+    assert!(
+        missing.is_empty(),
+        "tests/attacks.rs does not declare {missing:?}: add `#[path = \"attacks/<name>.rs\"] mod <name>;`"
+    );
+    // The check itself sees an undeclared file.
+    let partial = declared_modules("mod a;\n#[path = \"x/b.rs\"]\nmod b;\nfn c() {}\n");
+    assert_eq!(partial, BTreeSet::from(["a".to_owned(), "b".to_owned()]));
+}
