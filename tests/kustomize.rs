@@ -17,18 +17,50 @@ use serde_json::{Value, json};
 use crate::common;
 
 const NAMESPACE: &str = "podmutator";
-const OVERLAYS: [&str; 1] = ["cert-manager"];
+const OVERLAYS: [&str; 2] = ["cert-manager", "provided-ca"];
 
 fn deploy_dir(rel: &str) -> PathBuf {
     common::root().join("deploy/kubernetes").join(rel)
 }
 
-/// `kubectl kustomize <dir>`, parsed into its objects.
+/// `kubectl kustomize` of `deploy/kubernetes/<rel>`, parsed into its objects. `provided-ca`
+/// is rendered from a copy of the tree holding a certificate made for the test, as an
+/// operator's files would sit there.
 fn render(rel: &str) -> Vec<Value> {
-    let dir = deploy_dir(rel);
+    if rel == "overlays/provided-ca" {
+        let (dir, _) = provided_ca_copy();
+        return render_dir(rel, &dir);
+    }
+    render_dir(rel, &deploy_dir(rel))
+}
+
+/// A copy of `deploy/kubernetes` with `tls.crt`, `tls.key` and `ca.crt` in `provided-ca`;
+/// returns that overlay's directory and the CA's PEM.
+fn provided_ca_copy() -> (PathBuf, Vec<u8>) {
+    let root = common::temp_dir("kustomize-provided-ca");
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(common::root().join("deploy"))
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let dir = root.join("deploy/kubernetes/overlays/provided-ca");
+    let files = podmutator::transport::tls::ensure_certs(
+        &dir,
+        true,
+        &[format!("podmutator.{NAMESPACE}.svc")],
+    )
+    .unwrap();
+    assert!(files.generated);
+    let ca = std::fs::read(&files.ca).unwrap();
+    (dir, ca)
+}
+
+fn render_dir(rel: &str, dir: &std::path::Path) -> Vec<Value> {
     let out = Command::new("kubectl")
         .arg("kustomize")
-        .arg(&dir)
+        .arg(dir)
         .output()
         .unwrap_or_else(|e| {
             panic!("kubectl (1.32+, with kustomize) is required on PATH to render {rel}: {e}")
@@ -357,4 +389,33 @@ fn cert_manager_objects_have_what_cert_manager_requires() {
         })
         .expect("the CA issuer's Secret comes from a Certificate");
     assert_eq!(ca_cert["spec"]["isCA"], true);
+}
+
+/// The provided CA reaches the registration as its `caBundle`, and the certificate the
+/// Deployment mounts is the Secret made from the operator's files.
+#[test]
+fn provided_ca_is_the_registrations_ca_bundle() {
+    use base64::Engine;
+    let (dir, ca) = provided_ca_copy();
+    let docs = render_dir("overlays/provided-ca", &dir);
+    let secret = find(&docs, "Secret", "podmutator-tls");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        assert!(secret["data"][key].is_string(), "no {key} in {secret}");
+    }
+    let registration = find(&docs, "MutatingWebhookConfiguration", "podmutator");
+    for w in registration["webhooks"].as_array().unwrap() {
+        // kustomize wraps long base64 at 76 characters; the API server's decoder (Go's
+        // encoding/base64, as for every []byte field) skips the line breaks.
+        let text: String = w["clientConfig"]["caBundle"]
+            .as_str()
+            .unwrap()
+            .chars()
+            .filter(|c| !matches!(c, '\n' | '\r'))
+            .collect();
+        let bundle = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .unwrap();
+        assert_eq!(bundle, ca, "{}", w["name"]);
+    }
 }
