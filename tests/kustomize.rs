@@ -419,3 +419,95 @@ fn provided_ca_is_the_registrations_ca_bundle() {
         assert_eq!(bundle, ca, "{}", w["name"]);
     }
 }
+
+/// A real `podmutator serve`, started with the base's `config.yaml` and the certificate files
+/// the provided-ca Secret is made of, answers every path of the rendered registration over TLS
+/// verified with the rendered `caBundle` for the Service's DNS name.
+#[tokio::test]
+async fn serve_answers_the_rendered_paths_with_the_rendered_ca() {
+    use base64::Engine;
+    use std::io::BufRead;
+    let (dir, _) = provided_ca_copy();
+    let docs = render_dir("overlays/provided-ca", &dir);
+    let registration = find(&docs, "MutatingWebhookConfiguration", "podmutator");
+    let port = common::free_port();
+    // Only where it listens and reads its certificate differ from the committed file.
+    let overrides = json!({
+        "webhook": {"certDir": dir, "listenPort": port},
+        "http": {"listenAddress": "127.0.0.1"}
+    });
+    let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .args(["serve", "--config"])
+        .arg(deploy_dir("base/config.yaml"))
+        .env("PODMUTATOR_CONFIG", overrides.to_string())
+        .env_remove("AWS_LAMBDA_RUNTIME_API")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let started = loop {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("serve logs \"serving https\" within 30 s");
+        let v: Value = serde_json::from_str(&line).unwrap_or_default();
+        if v["message"] == "serving https" {
+            break v;
+        }
+    };
+    assert_eq!(started["certs_generated"], false, "{started}");
+    let review =
+        std::fs::read(common::root().join("tests/fixtures/reviews/flyte-task-k8s-env.json"))
+            .unwrap();
+    let host = format!("podmutator.{NAMESPACE}.svc");
+    for w in registration["webhooks"].as_array().unwrap() {
+        let text: String = w["clientConfig"]["caBundle"]
+            .as_str()
+            .unwrap()
+            .chars()
+            .filter(|c| !matches!(c, '\n' | '\r'))
+            .collect();
+        let ca = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .unwrap();
+        let path = format!(
+            "{}?timeout=10s",
+            w["clientConfig"]["service"]["path"].as_str().unwrap()
+        );
+        let (status, body) = common::https_request(
+            port,
+            &ca,
+            &host,
+            "POST",
+            &path,
+            Some("application/json"),
+            &review,
+        )
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: TLS to {host} with the rendered caBundle: {e}",
+                w["name"]
+            )
+        });
+        assert_eq!(
+            status,
+            200,
+            "{}: {}",
+            w["name"],
+            String::from_utf8_lossy(&body)
+        );
+        assert_eq!(common::response(&body)["allowed"], true, "{}", w["name"]);
+    }
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    assert!(child.wait().unwrap().success());
+}
