@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use base64::Engine;
 use serde_json::{Map, Value};
 
-use crate::k8s_names::{is_dns_subdomain, is_qualified_name};
+use crate::k8s_names::{is_dns_label, is_dns_subdomain, is_qualified_name};
 
 /// The registration settings shared with Terraform.
 pub const REGISTRATION_JSON: &str = include_str!("../terraform/registration.json");
@@ -37,11 +37,24 @@ impl FailurePolicy {
     }
 }
 
+/// A webhook reached through a Kubernetes Service (`clientConfig.service`): `serve` in the
+/// cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceRef {
+    pub namespace: String,
+    pub name: String,
+    pub port: u16,
+}
+
 /// What varies between deployments; everything else is in [`REGISTRATION_JSON`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RegistrationOptions {
     /// `https://host[/prefix]`; each webhook's path is appended (after the path token).
+    /// Unused when `service` is set.
     pub url: String,
+    /// Register `clientConfig.service` instead of `url`; every entry then also skips the
+    /// Service's namespace, so the webhook's own pods never wait for the webhook.
+    pub service: Option<ServiceRef>,
     /// API Gateway option: the secret first path segment.
     pub path_token: Option<String>,
     /// PEM bytes, written base64-encoded as `caBundle`.
@@ -104,9 +117,14 @@ fn substitute(v: &Value, label_key: &str) -> Value {
     }
 }
 
-/// The URL every path is appended to. Like Terraform's `trimsuffix`, one trailing `/` goes.
+/// The URL (or, for a Service, the path) every path is appended to. Like Terraform's
+/// `trimsuffix`, one trailing `/` goes.
 fn url_prefix(opts: &RegistrationOptions) -> String {
-    let base = opts.url.strip_suffix('/').unwrap_or(&opts.url);
+    let base = if opts.service.is_some() {
+        ""
+    } else {
+        opts.url.strip_suffix('/').unwrap_or(&opts.url)
+    };
     match &opts.path_token {
         Some(token) => format!("{base}/{token}"),
         None => base.to_owned(),
@@ -155,11 +173,32 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
                 }
                 _ => {}
             }
+            let path = format!("{prefix}{}", file_str(&w, "path"));
             let mut client_config = Map::new();
-            client_config.insert(
-                "url".into(),
-                Value::String(format!("{prefix}{}", file_str(&w, "path"))),
-            );
+            match &opts.service {
+                Some(svc) => {
+                    client_config.insert(
+                        "service".into(),
+                        serde_json::json!({
+                            "namespace": svc.namespace,
+                            "name": svc.name,
+                            "path": path,
+                            "port": svc.port,
+                        }),
+                    );
+                    w["namespaceSelector"] = with_file_exclusions(
+                        &w["namespaceSelector"],
+                        &serde_json::json!({"matchExpressions": [{
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "NotIn",
+                            "values": [svc.namespace],
+                        }]}),
+                    );
+                }
+                None => {
+                    client_config.insert("url".into(), Value::String(path));
+                }
+            }
             if let Some(pem) = &opts.ca_bundle_pem {
                 client_config.insert(
                     "caBundle".into(),
@@ -287,6 +326,10 @@ pub enum InvalidValue {
     Name(String),
     #[error("needs a non-empty value")]
     Empty,
+    #[error(
+        "must be <namespace>/<name>[:<port>] with DNS-label namespace and name and a port from 1 to 65535, e.g. podmutator/podmutator:443, got {0:?}"
+    )]
+    Service(String),
     #[error("cannot read {path}")]
     Read {
         path: String,
@@ -348,6 +391,25 @@ fn check_timeout(n: u32) -> Result<u32, InvalidValue> {
     }
 }
 
+/// `--service`: `<namespace>/<name>[:<port>]`, port 443 when left out (the API server's
+/// default too).
+pub fn parse_service(s: &str) -> Result<ServiceRef, InvalidValue> {
+    let bad = || InvalidValue::Service(s.to_owned());
+    let (namespace, rest) = s.split_once('/').ok_or_else(bad)?;
+    let (name, port) = match rest.split_once(':') {
+        Some((name, port)) => (name, port.parse::<u16>().map_err(|_| bad())?),
+        None => (rest, 443),
+    };
+    if !is_dns_label(namespace) || !is_dns_label(name) || port == 0 {
+        return Err(bad());
+    }
+    Ok(ServiceRef {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        port,
+    })
+}
+
 /// `--timeout-seconds`: a whole number from 1 to [`MAX_TIMEOUT_SECONDS`].
 pub fn parse_timeout(s: &str) -> Result<u32, InvalidValue> {
     let n = s
@@ -405,7 +467,9 @@ impl RegistrationOptions {
     /// Checks what the API server (or the function, for the path token) would reject; the error
     /// names the command-line flag that sets the option.
     pub fn validate(&self) -> Result<(), ArgError> {
-        parse_url(&self.url).map_err(|e| ArgError::new("--url", e))?;
+        if self.service.is_none() {
+            parse_url(&self.url).map_err(|e| ArgError::new("--url", e))?;
+        }
         if let Some(token) = &self.path_token {
             crate::config::check_path_token("path token", token)
                 .map_err(|e| ArgError::new("--path-token-file", e.into()))?;
@@ -439,8 +503,13 @@ impl RegistrationOptions {
 pub struct WebhookConfigArgs {
     /// Base URL of the endpoint, e.g. https://podmutator.example.com (SAM output WebhookUrl,
     /// Terraform output webhook_base_url); each webhook's path is appended
-    #[arg(long, value_name = "URL", required = true, value_parser = parse_url)]
+    #[arg(long, value_name = "URL", required_unless_present = "service", conflicts_with = "service", value_parser = parse_url)]
     pub url: Option<String>,
+    /// Register the Service <namespace>/<name>[:<port>] (clientConfig.service, port 443 when
+    /// left out) instead of a URL, for `podmutator serve` in the cluster; every webhook then
+    /// also skips that namespace
+    #[arg(long, value_name = "NAMESPACE/NAME[:PORT]", value_parser = parse_service)]
+    pub service: Option<ServiceRef>,
     /// File holding the API Gateway path token (SAM output PathTokenSecretArn); kept out of the
     /// command line on purpose
     #[arg(long, value_name = "FILE", value_parser = parse_path)]
@@ -526,6 +595,7 @@ impl WebhookConfigArgs {
         };
         let opts = RegistrationOptions {
             url: self.url.unwrap_or_default(),
+            service: self.service,
             path_token,
             ca_bundle_pem,
             mesh: self.mesh,
@@ -864,6 +934,110 @@ mod tests {
             ..opts(base)
         });
         assert_eq!(webhooks(&v)[0]["clientConfig"]["url"], want);
+    }
+
+    #[test]
+    fn service_replaces_the_url_and_every_entry_skips_its_namespace() {
+        let v = mutating_webhook_configuration(&RegistrationOptions {
+            service: Some(ServiceRef {
+                namespace: "pm-system".into(),
+                name: "podmutator".into(),
+                port: 8443,
+            }),
+            path_token: Some(TOKEN.into()),
+            mesh: true,
+            images: true,
+            ..Default::default()
+        });
+        let hooks = webhooks(&v);
+        assert_eq!(hooks.len(), 4);
+        let paths: Vec<&str> = hooks
+            .iter()
+            .map(|w| {
+                let c = &w["clientConfig"];
+                assert!(c.get("url").is_none(), "{c}");
+                assert_eq!(c["service"]["namespace"], "pm-system");
+                assert_eq!(c["service"]["name"], "podmutator");
+                assert_eq!(c["service"]["port"], 8443);
+                let exprs = w["namespaceSelector"]["matchExpressions"]
+                    .as_array()
+                    .unwrap();
+                for ns in ["kube-system", "pm-system"] {
+                    assert!(
+                        exprs.contains(&json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [ns]})),
+                        "{} {exprs:?}",
+                        w["name"]
+                    );
+                }
+                c["service"]["path"].as_str().unwrap()
+            })
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                format!("/{TOKEN}/mutate--v1-pod"),
+                format!("/{TOKEN}/mutate/managed-pod"),
+                format!("/{TOKEN}/mutate/managed-namespace"),
+                format!("/{TOKEN}/mutate/images"),
+            ]
+        );
+        // The mesh namespace entry keeps its own label selector beside the exclusions.
+        assert_eq!(
+            hooks[2]["namespaceSelector"]["matchLabels"],
+            json!({"aether.io/managed": "true"})
+        );
+    }
+
+    #[rstest]
+    #[case::default_port("podmutator/podmutator", "podmutator", "podmutator", 443)]
+    #[case::port("a/b:9443", "a", "b", 9443)]
+    fn service_flag_is_parsed(
+        #[case] arg: &str,
+        #[case] namespace: &str,
+        #[case] name: &str,
+        #[case] port: u16,
+    ) {
+        let opts = parse(&["--service", arg, "--no-path-token"])
+            .unwrap()
+            .into_options()
+            .unwrap();
+        assert_eq!(
+            opts.service,
+            Some(ServiceRef {
+                namespace: namespace.into(),
+                name: name.into(),
+                port
+            })
+        );
+        let v = mutating_webhook_configuration(&opts);
+        assert_eq!(
+            webhooks(&v)[0]["clientConfig"]["service"]["path"],
+            "/mutate--v1-pod"
+        );
+    }
+
+    #[rstest]
+    #[case::no_slash("podmutator")]
+    #[case::empty_name("podmutator/")]
+    #[case::uppercase("Podmutator/podmutator")]
+    #[case::port_zero("a/b:0")]
+    #[case::port_too_big("a/b:65536")]
+    #[case::port_not_a_number("a/b:https")]
+    #[case::dotted_name("a/b.c")]
+    fn bad_service_names_the_flag_and_the_form(#[case] arg: &str) {
+        let err = parse(&["--service", arg, "--no-path-token"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--service"), "{err}");
+        assert!(err.contains("<namespace>/<name>[:<port>]"), "{err}");
+    }
+
+    #[test]
+    fn service_and_url_exclude_each_other() {
+        let err = parse(&["--service", "a/b", "--url", "https://h", "--no-path-token"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cannot be used with"), "{err}");
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod golden;
 mod golden_images;
 mod hygiene;
 mod iac;
+mod kustomize;
 mod lambda_events;
 mod mesh;
 mod metrics;

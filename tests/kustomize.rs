@@ -1,0 +1,513 @@
+//! The in-cluster install (`deploy/kubernetes/`): the base and each overlay render with
+//! `kubectl kustomize` (kubectl is part of the machine image: missing is an error), every
+//! built-in object passes `kubernetes-validate --strict`, the cert-manager objects carry what
+//! cert-manager requires, and the registration is the renderer's, pointing at the Service and
+//! the paths `serve` answers. `PODMUTATOR_BLESS=1 cargo test --test integration kustomize::`
+//! rewrites `deploy/kubernetes/base/registration.yaml` from the renderer; review the diff.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use podmutator::registration::{
+    RegistrationOptions, ServiceRef, mutating_webhook_configuration, to_yaml,
+};
+use podmutator::transport::http;
+use serde_json::{Value, json};
+
+use crate::common;
+
+const NAMESPACE: &str = "podmutator";
+const OVERLAYS: [&str; 2] = ["cert-manager", "provided-ca"];
+
+fn deploy_dir(rel: &str) -> PathBuf {
+    common::root().join("deploy/kubernetes").join(rel)
+}
+
+/// `kubectl kustomize` of `deploy/kubernetes/<rel>`, parsed into its objects. `provided-ca`
+/// is rendered from a copy of the tree holding a certificate made for the test, as an
+/// operator's files would sit there.
+fn render(rel: &str) -> Vec<Value> {
+    if rel == "overlays/provided-ca" {
+        let (dir, _) = provided_ca_copy();
+        return render_dir(rel, &dir);
+    }
+    render_dir(rel, &deploy_dir(rel))
+}
+
+/// A copy of `deploy/kubernetes` with `tls.crt`, `tls.key` and `ca.crt` in `provided-ca`;
+/// returns that overlay's directory and the CA's PEM.
+fn provided_ca_copy() -> (PathBuf, Vec<u8>) {
+    let root = common::temp_dir("kustomize-provided-ca");
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(common::root().join("deploy"))
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let dir = root.join("deploy/kubernetes/overlays/provided-ca");
+    let files = podmutator::transport::tls::ensure_certs(
+        &dir,
+        true,
+        &[format!("podmutator.{NAMESPACE}.svc")],
+    )
+    .unwrap();
+    assert!(files.generated);
+    let ca = std::fs::read(&files.ca).unwrap();
+    (dir, ca)
+}
+
+fn render_dir(rel: &str, dir: &std::path::Path) -> Vec<Value> {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("kubectl (1.32+, with kustomize) is required on PATH to render {rel}: {e}")
+        });
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {} failed:\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    assert!(!docs.is_empty(), "{rel} rendered nothing");
+    docs
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind}/{name} rendered"))
+}
+
+/// What the renderer prints for the base: the Service, no path token (see docs/deploy.md).
+fn rendered_registration() -> String {
+    to_yaml(&mutating_webhook_configuration(&RegistrationOptions {
+        service: Some(ServiceRef {
+            namespace: NAMESPACE.into(),
+            name: "podmutator".into(),
+            port: 443,
+        }),
+        ..Default::default()
+    }))
+}
+
+#[test]
+fn committed_registration_is_the_renderers() {
+    let path = deploy_dir("base/registration.yaml");
+    let want = rendered_registration();
+    if std::env::var_os("PODMUTATOR_BLESS").is_some() {
+        std::fs::write(&path, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "{} differs from `podmutator webhook-config --service {NAMESPACE}/podmutator --no-path-token`: run PODMUTATOR_BLESS=1 cargo test --test integration kustomize:: and review the diff\n--- committed\n{have}\n--- rendered\n{want}",
+        path.display()
+    );
+}
+
+/// Every built-in kind, for each version of [`common::K8S_VERSIONS`]; the tool must say it
+/// validated each object (a kind it does not know would otherwise pass silently).
+fn assert_valid(rel: &str, docs: &[Value]) {
+    let kv = common::tool("kubernetes-validate");
+    let dir = common::temp_dir(&format!("kustomize-{}", rel.replace('/', "-")));
+    let mut files = Vec::new();
+    for (i, doc) in docs.iter().enumerate() {
+        let group = doc["apiVersion"].as_str().unwrap_or_default();
+        if group.starts_with("cert-manager.io/") {
+            continue; // a CRD: checked by cert_manager_objects_have_what_cert_manager_requires
+        }
+        let file = dir.join(format!("{i:02}.json"));
+        std::fs::write(&file, serde_json::to_vec_pretty(doc).unwrap()).unwrap();
+        let kind = doc["kind"].as_str().unwrap().to_lowercase();
+        let name = doc["metadata"]["name"].as_str().unwrap().to_owned();
+        files.push((file, kind, name));
+    }
+    for version in common::K8S_VERSIONS {
+        let out = Command::new(&kv)
+            .args(["--strict", "-k", version])
+            .args(files.iter().map(|f| &f.0))
+            .output()
+            .expect("kubernetes-validate runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{rel}: kubernetes-validate --strict -k {version} failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let minor = version.trim_end_matches(".0");
+        for (file, kind, name) in &files {
+            let want = format!(
+                "{} passed for resource {kind}/{name} against version {minor}",
+                file.display()
+            );
+            assert!(
+                stdout.lines().any(|l| l.ends_with(&want)),
+                "{rel}: {kind}/{name} not validated against {version}:\n{stdout}"
+            );
+        }
+    }
+}
+
+#[test]
+fn base_and_overlays_render_valid_objects() {
+    for rel in std::iter::once("base".to_owned()).chain(OVERLAYS.map(|o| format!("overlays/{o}"))) {
+        let docs = render(&rel);
+        for kind in [
+            "Namespace",
+            "ServiceAccount",
+            "ConfigMap",
+            "Deployment",
+            "Service",
+            "PodDisruptionBudget",
+            "NetworkPolicy",
+            "MutatingWebhookConfiguration",
+        ] {
+            assert!(
+                docs.iter().any(|d| d["kind"] == kind),
+                "{rel} has no {kind}"
+            );
+        }
+        for d in &docs {
+            let namespaced = !matches!(
+                d["kind"].as_str(),
+                Some("Namespace" | "MutatingWebhookConfiguration")
+            );
+            if namespaced {
+                assert_eq!(
+                    d["metadata"]["namespace"], NAMESPACE,
+                    "{rel}: {} {}",
+                    d["kind"], d["metadata"]["name"]
+                );
+            }
+        }
+        assert_valid(&rel, &docs);
+    }
+}
+
+/// The registration reaches the Service on its port, at paths `serve` routes, and skips the
+/// webhook's own namespace in every entry.
+#[test]
+fn registration_points_at_the_service_and_skips_its_namespace() {
+    let docs = render("base");
+    let service = find(&docs, "Service", "podmutator");
+    let port = &service["spec"]["ports"][0];
+    let deployment = find(&docs, "Deployment", "podmutator");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(port["targetPort"], container["ports"][0]["name"]);
+    let routes = [
+        http::PATH_SECRETS,
+        http::PATH_MANAGED_POD,
+        http::PATH_MANAGED_NAMESPACE,
+        http::PATH_IMAGE_BUILDER,
+        http::PATH_IMAGES,
+    ];
+    let registration = find(&docs, "MutatingWebhookConfiguration", "podmutator");
+    let hooks = registration["webhooks"].as_array().unwrap();
+    assert!(!hooks.is_empty());
+    for w in hooks {
+        let svc = &w["clientConfig"]["service"];
+        assert_eq!(svc["name"], service["metadata"]["name"], "{}", w["name"]);
+        assert_eq!(svc["namespace"], NAMESPACE, "{}", w["name"]);
+        assert_eq!(svc["port"], port["port"], "{}", w["name"]);
+        let path = svc["path"].as_str().unwrap();
+        assert!(routes.contains(&path), "{}: {path}", w["name"]);
+        assert!(w["clientConfig"].get("url").is_none());
+        let exprs = w["namespaceSelector"]["matchExpressions"]
+            .as_array()
+            .unwrap();
+        assert!(
+            exprs.contains(&json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [NAMESPACE]})),
+            "{}: {exprs:?}",
+            w["name"]
+        );
+        assert!(
+            matches!(w["failurePolicy"].as_str(), Some("Fail" | "Ignore")),
+            "{}",
+            w["name"]
+        );
+    }
+}
+
+#[test]
+fn deployment_runs_restricted_and_highly_available() {
+    let docs = render("base");
+    let d = find(&docs, "Deployment", "podmutator");
+    let spec = &d["spec"]["template"]["spec"];
+    assert!(d["spec"]["replicas"].as_u64().unwrap() >= 2);
+    assert_eq!(
+        spec["topologySpreadConstraints"][0]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        spec["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    for c in spec["containers"].as_array().unwrap() {
+        let sc = &c["securityContext"];
+        assert_eq!(sc["runAsNonRoot"], true);
+        assert_eq!(sc["runAsUser"], 65532);
+        assert_eq!(sc["readOnlyRootFilesystem"], true);
+        assert_eq!(sc["allowPrivilegeEscalation"], false);
+        assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+        assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+        assert!(c["resources"]["requests"]["cpu"].is_string());
+        assert!(c["resources"]["limits"]["memory"].is_string());
+        assert!(c["readinessProbe"].is_object() && c["livenessProbe"].is_object());
+    }
+    let pdb = find(&docs, "PodDisruptionBudget", "podmutator");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        d["spec"]["selector"]["matchLabels"]
+    );
+    let ns = find(&docs, "Namespace", NAMESPACE);
+    assert_eq!(
+        ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+}
+
+/// The committed config passes the start-up gate `serve` runs, and is the one mounted where
+/// the container's `--config` points.
+#[test]
+fn config_passes_check_config_and_is_the_one_mounted() {
+    let file = deploy_dir("base/config.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .args(["check-config", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "check-config refused {}:\n{}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let effective: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(effective["webhook"]["certDir"], "/etc/webhook/certs");
+    assert_eq!(effective["webhook"]["localCert"], false);
+
+    let docs = render("base");
+    let d = find(&docs, "Deployment", "podmutator");
+    let spec = &d["spec"]["template"]["spec"];
+    let c = &spec["containers"][0];
+    assert_eq!(
+        c["args"],
+        json!(["serve", "--config", "/etc/podmutator/config.yaml"])
+    );
+    assert_eq!(
+        c["ports"][0]["containerPort"],
+        effective["webhook"]["listenPort"]
+    );
+    let mounts = c["volumeMounts"].as_array().unwrap();
+    let mounted = |path: &str| {
+        let m = mounts
+            .iter()
+            .find(|m| m["mountPath"] == path)
+            .unwrap_or_else(|| panic!("nothing mounted at {path}"));
+        spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == m["name"])
+            .unwrap()
+            .clone()
+    };
+    let config_volume = mounted("/etc/podmutator");
+    let cm_name = config_volume["configMap"]["name"].as_str().unwrap();
+    let cm = find(&docs, "ConfigMap", cm_name);
+    let committed: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let mounted_config: Value =
+        serde_saphyr::from_str(cm["data"]["config.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(mounted_config, committed);
+    let certs = mounted(effective["webhook"]["certDir"].as_str().unwrap());
+    assert_eq!(certs["secret"]["secretName"], "podmutator-tls");
+}
+
+/// kubernetes-validate has no cert-manager schemas: what cert-manager requires is checked here,
+/// and that the serving certificate is the Secret mounted, for the Service's names, and the one
+/// the CA injector reads.
+#[test]
+fn cert_manager_objects_have_what_cert_manager_requires() {
+    let docs = render("overlays/cert-manager");
+    for d in docs.iter().filter(|d| {
+        d["apiVersion"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("cert-manager.io/")
+    }) {
+        assert_eq!(d["apiVersion"], "cert-manager.io/v1");
+        match d["kind"].as_str().unwrap() {
+            "Issuer" => assert!(
+                d["spec"]["selfSigned"].is_object() || d["spec"]["ca"]["secretName"].is_string(),
+                "{d}"
+            ),
+            "Certificate" => {
+                assert!(d["spec"]["secretName"].is_string(), "{d}");
+                let issuer = d["spec"]["issuerRef"]["name"].as_str().unwrap();
+                find(&docs, "Issuer", issuer);
+            }
+            other => panic!("unexpected cert-manager kind {other}"),
+        }
+    }
+    let registration = find(&docs, "MutatingWebhookConfiguration", "podmutator");
+    let from = registration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        .as_str()
+        .expect("the registration asks for the CA to be injected");
+    let (ns, name) = from.split_once('/').unwrap();
+    assert_eq!(ns, NAMESPACE);
+    let serving = find(&docs, "Certificate", name);
+    assert_eq!(serving["spec"]["secretName"], "podmutator-tls");
+    let dns: Vec<&str> = serving["spec"]["dnsNames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        dns.contains(&format!("podmutator.{NAMESPACE}.svc").as_str()),
+        "{dns:?}"
+    );
+    let ca_issuer = find(
+        &docs,
+        "Issuer",
+        serving["spec"]["issuerRef"]["name"].as_str().unwrap(),
+    );
+    let ca_cert = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "Certificate"
+                && d["spec"]["secretName"] == ca_issuer["spec"]["ca"]["secretName"]
+        })
+        .expect("the CA issuer's Secret comes from a Certificate");
+    assert_eq!(ca_cert["spec"]["isCA"], true);
+}
+
+/// The provided CA reaches the registration as its `caBundle`, and the certificate the
+/// Deployment mounts is the Secret made from the operator's files.
+#[test]
+fn provided_ca_is_the_registrations_ca_bundle() {
+    use base64::Engine;
+    let (dir, ca) = provided_ca_copy();
+    let docs = render_dir("overlays/provided-ca", &dir);
+    let secret = find(&docs, "Secret", "podmutator-tls");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        assert!(secret["data"][key].is_string(), "no {key} in {secret}");
+    }
+    let registration = find(&docs, "MutatingWebhookConfiguration", "podmutator");
+    for w in registration["webhooks"].as_array().unwrap() {
+        // kustomize wraps long base64 at 76 characters; the API server's decoder (Go's
+        // encoding/base64, as for every []byte field) skips the line breaks.
+        let text: String = w["clientConfig"]["caBundle"]
+            .as_str()
+            .unwrap()
+            .chars()
+            .filter(|c| !matches!(c, '\n' | '\r'))
+            .collect();
+        let bundle = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .unwrap();
+        assert_eq!(bundle, ca, "{}", w["name"]);
+    }
+}
+
+/// A real `podmutator serve`, started with the base's `config.yaml` and the certificate files
+/// the provided-ca Secret is made of, answers every path of the rendered registration over TLS
+/// verified with the rendered `caBundle` for the Service's DNS name.
+#[tokio::test]
+async fn serve_answers_the_rendered_paths_with_the_rendered_ca() {
+    use base64::Engine;
+    use std::io::BufRead;
+    let (dir, _) = provided_ca_copy();
+    let docs = render_dir("overlays/provided-ca", &dir);
+    let registration = find(&docs, "MutatingWebhookConfiguration", "podmutator");
+    let port = common::free_port();
+    // Only where it listens and reads its certificate differ from the committed file.
+    let overrides = json!({
+        "webhook": {"certDir": dir, "listenPort": port},
+        "http": {"listenAddress": "127.0.0.1"}
+    });
+    let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .args(["serve", "--config"])
+        .arg(deploy_dir("base/config.yaml"))
+        .env("PODMUTATOR_CONFIG", overrides.to_string())
+        .env_remove("AWS_LAMBDA_RUNTIME_API")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let started = loop {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("serve logs \"serving https\" within 30 s");
+        let v: Value = serde_json::from_str(&line).unwrap_or_default();
+        if v["message"] == "serving https" {
+            break v;
+        }
+    };
+    assert_eq!(started["certs_generated"], false, "{started}");
+    let review =
+        std::fs::read(common::root().join("tests/fixtures/reviews/flyte-task-k8s-env.json"))
+            .unwrap();
+    let host = format!("podmutator.{NAMESPACE}.svc");
+    for w in registration["webhooks"].as_array().unwrap() {
+        let text: String = w["clientConfig"]["caBundle"]
+            .as_str()
+            .unwrap()
+            .chars()
+            .filter(|c| !matches!(c, '\n' | '\r'))
+            .collect();
+        let ca = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .unwrap();
+        let path = format!(
+            "{}?timeout=10s",
+            w["clientConfig"]["service"]["path"].as_str().unwrap()
+        );
+        let (status, body) = common::https_request(
+            port,
+            &ca,
+            &host,
+            "POST",
+            &path,
+            Some("application/json"),
+            &review,
+        )
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: TLS to {host} with the rendered caBundle: {e}",
+                w["name"]
+            )
+        });
+        assert_eq!(
+            status,
+            200,
+            "{}: {}",
+            w["name"],
+            String::from_utf8_lossy(&body)
+        );
+        assert_eq!(common::response(&body)["allowed"], true, "{}", w["name"]);
+    }
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    assert!(child.wait().unwrap().success());
+}
