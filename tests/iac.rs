@@ -3,7 +3,7 @@
 //! function's routes and deadlines.
 //!
 //! Every tool comes from `scripts/tools.sh path ...`; a tool that cannot be installed fails the
-//! test, it never skips it. `terraform validate`, and apply/destroy against moto, are in
+//! test, it never skips it. Plans, and apply/destroy against moto, are in
 //! tests/terraform_apply.rs. `sam build` is slow (a cross-compiled LTO release build) and runs in
 //! `scripts/sam-build-check.sh` instead.
 
