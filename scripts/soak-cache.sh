@@ -3,7 +3,7 @@
 # on the real clock and prints, every 25 rounds, the refreshes so far, the cache's own entry
 # count and weight, and the process's RSS. A bounded cache prints flat entries, weight and RSS
 # after the first rounds. Figures are reported, not asserted (the bound itself is asserted by
-# the unit test `refreshing_9000_ids_100_times_holds_9000_entries` in src/secrets/source.rs).
+# the unit test `refreshing_9000_ids_100_times_holds_9000_entries` in crates/aws/src/secretsmanager.rs).
 #
 #   scripts/soak-cache.sh [ROUNDS]
 #   PROFILE=release scripts/soak-cache.sh 1000     # optimised build (full LTO: minutes)

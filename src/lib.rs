@@ -1,30 +1,44 @@
 //! podmutator: a Kubernetes pod-mutating admission webhook for AWS Lambda and HTTPS.
 //!
-//! [`App::build`] puts the webhook together from its configuration; [`App::review`] takes
-//! review bytes and returns response bytes. The transports ([`transport`]: the Lambda adapter
-//! and the HTTPS server) hold an `Arc<App>` behind a [`transport::http::Front`] that checks the
-//! path token, route, method and body limit; the core never sees HTTP.
+//! The workspace by layer: the admission itself is [`podmutator_core`] (no network stack:
+//! [`App::build`] puts the webhook together, [`App::review`] turns review bytes into reply
+//! bytes); AWS Secrets Manager, its cache and the registry client are [`podmutator_aws`]; this
+//! crate holds the edges: the transports ([`transport`]: the Lambda adapter and the HTTPS
+//! server, each holding an `Arc<App>` behind a [`transport::http::Front`] that checks the path
+//! token, route, method and body limit), the command line ([`cli`]), the registration renderer
+//! ([`registration`]) and the pod's fetcher ([`pod::fetch`]).
+//!
+//! The core's modules are re-exported under their own names, and [`secrets`] and [`registry`]
+//! join each core module with its AWS half, so `podmutator::secrets::source::AwsSource` and
+//! `podmutator::secrets::source::SecretSource` both resolve.
 #![forbid(unsafe_code)]
 
-pub mod admission;
-pub mod app;
 pub mod cli;
-pub mod config;
-pub mod error;
-pub mod image_ref;
-pub mod k8s_names;
-pub mod metrics;
-pub mod mutate;
-pub mod patch;
 pub mod pod;
 pub mod registration;
-pub mod registry;
-pub mod secrets;
 pub mod transport;
 
-/// This build's version (`Cargo.toml`): in the start-up log line, in `/healthz` and in every
-/// metric line, since which release answered is the first question about any failure.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub use podmutator_aws as aws;
+pub use podmutator_core::{
+    VERSION, admission, app, config, error, image_ref, k8s_names, metrics, mutate, patch,
+};
+
+/// The core's secret managers with the AWS sources of Embedded mode.
+pub mod secrets {
+    pub use podmutator_aws::resolve;
+    pub use podmutator_core::secrets::*;
+
+    /// The core's source contract with its AWS Secrets Manager implementations.
+    pub mod source {
+        pub use podmutator_aws::secretsmanager::*;
+        pub use podmutator_core::secrets::source::*;
+    }
+}
+
+/// The core's lookup contract with the registry client.
+pub mod registry {
+    pub use podmutator_aws::registry::*;
+}
 
 pub use admission::Reply;
 pub use app::{App, Deps};

@@ -1,15 +1,17 @@
-//! The module graph of `src/`, read from the source: which top-level module refers to which
-//! (`crate::<module>` outside comments and test modules). It must have no cycle, config must
-//! be a leaf, and the core must not know its transports. A newcomer reading one module then
-//! never has to hold its caller in mind too.
+//! The workspace's layers. Between crates the compiler holds them: the core crate
+//! (`crates/core`) cannot name the AWS crate or the transports, and `cargo tree` shows it links
+//! no network crate. Within a crate, the module graph read from the source (which top-level
+//! module refers to which, `crate::<module>` outside comments and test modules) must have no
+//! cycle, and config must be a leaf. A newcomer reading one module then never has to hold its
+//! caller in mind too.
 
 use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// Top-level module of a file under `src/` (`src/secrets/plan.rs` -> `secrets`); `None` for the
-/// crate roots, which declare every module.
+/// Top-level module of a file under a crate's `src/` (`secrets/plan.rs` -> `secrets`); `None`
+/// for the crate roots, which declare every module.
 fn module_of(rel: &Path) -> Option<String> {
     let first = rel.components().next()?.as_os_str().to_str()?.to_owned();
     let name = first.trim_end_matches(".rs").to_owned();
@@ -46,9 +48,17 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
-/// module -> the other top-level modules it refers to.
+/// The crates whose module graphs are checked, by their `src/` directory.
+const CRATE_SOURCES: [&str; 3] = ["src", "crates/core/src", "crates/aws/src"];
+
+/// module -> the other top-level modules it refers to, in the core crate.
 fn graph() -> BTreeMap<String, BTreeSet<String>> {
-    let src = common::root().join("src");
+    graph_of("crates/core/src")
+}
+
+/// module -> the other top-level modules of the same crate it refers to.
+fn graph_of(dir: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let src = common::root().join(dir);
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     let mut modules = BTreeSet::new();
@@ -117,10 +127,16 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 
 #[test]
 fn the_module_graph_has_no_cycle() {
-    let graph = graph();
-    assert!(graph.len() >= 10, "too few modules found: {graph:?}");
-    if let Some(cycle) = find_cycle(&graph) {
-        panic!("import cycle: {}\n{graph:#?}", cycle.join(" -> "));
+    assert!(graph().len() >= 10, "too few modules found: {:?}", graph());
+    for dir in CRATE_SOURCES {
+        let graph = graph_of(dir);
+        assert!(
+            graph.len() >= 3,
+            "too few modules found in {dir}: {graph:?}"
+        );
+        if let Some(cycle) = find_cycle(&graph) {
+            panic!("import cycle in {dir}: {}\n{graph:#?}", cycle.join(" -> "));
+        }
     }
 }
 
@@ -139,24 +155,78 @@ fn config_imports_no_feature() {
     );
 }
 
+/// Crates of a network stack: HTTP, TLS, the AWS SDK and the Lambda runtime.
+fn is_network_crate(name: &str) -> bool {
+    [
+        "hyper",
+        "h2",
+        "rustls",
+        "tokio-rustls",
+        "aws-",
+        "lambda_",
+        "reqwest",
+        "mio",
+    ]
+    .iter()
+    .any(|p| name == p.trim_end_matches('-') || name.starts_with(p))
+}
+
+/// The packages `cargo tree` lists for `package`'s normal (non-dev, non-build) dependencies.
+fn normal_dependencies(package: &str) -> BTreeSet<String> {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "-p",
+        ])
+        .arg(package)
+        .current_dir(common::root())
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree -p {package}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The core is what every transport shares and what the fuzz targets and benchmarks link: no
+/// HTTP, TLS, AWS or Lambda crate among its dependencies, direct or not (the compiler then
+/// keeps it from naming a transport or an AWS client).
 #[test]
-fn the_core_never_sees_its_transports() {
-    let graph = graph();
-    for core in [
-        "admission",
-        "app",
-        "mutate",
-        "secrets",
-        "config",
-        "metrics",
-        "patch",
-    ] {
-        assert!(
-            !graph[core].contains("transport") && !graph[core].contains("cli"),
-            "{core} refers to {:?}",
-            graph[core]
-        );
+fn the_core_links_no_network_crate() {
+    let core = normal_dependencies("podmutator-core");
+    assert!(
+        core.contains("k8s-openapi") && core.contains("serde_json"),
+        "cargo tree lists the core's dependencies: {core:?}"
+    );
+    let network: Vec<_> = core.iter().filter(|c| is_network_crate(c)).collect();
+    assert!(
+        network.is_empty(),
+        "podmutator-core depends on network crates: {network:?}"
+    );
+    // The check sees them where they are.
+    let aws = normal_dependencies("podmutator-aws");
+    for c in ["hyper", "tokio-rustls", "aws-sdk-secretsmanager"] {
+        assert!(aws.contains(c) && is_network_crate(c), "{c} in {aws:?}");
     }
+    let exec = normal_dependencies("podmutator-exec");
+    assert!(
+        exec.iter()
+            .all(|c| !is_network_crate(c) && !c.starts_with("tokio")),
+        "the exec wrapper links {exec:?}"
+    );
 }
 
 #[test]
@@ -227,10 +297,11 @@ fn workspace_crates(root: &Path) -> BTreeSet<String> {
 }
 
 /// What is wrong with `map`: a module or crate it leaves out, a path that does not exist, a
-/// path under `src/` in no declared module.
+/// path under a crate's `src/` in no module of that crate. `modules` holds each crate's
+/// top-level modules, by its `src/` directory (`src`, `crates/core/src`).
 fn map_problems(
     map: &[String],
-    modules: &BTreeSet<String>,
+    modules: &BTreeMap<String, BTreeSet<String>>,
     crates: &BTreeSet<String>,
     exists: impl Fn(&str) -> bool,
 ) -> Vec<String> {
@@ -239,10 +310,12 @@ fn map_problems(
         map.iter()
             .any(|p| p.starts_with(prefix) || file.is_some_and(|f| p == f))
     };
-    for m in modules {
-        let file = format!("src/{m}.rs");
-        if !named(&format!("src/{m}/"), Some(file.as_str())) {
-            problems.push(format!("module `{m}` (src/lib.rs) is not in the map"));
+    for (src, mods) in modules {
+        for m in mods {
+            let file = format!("{src}/{m}.rs");
+            if !named(&format!("{src}/{m}/"), Some(file.as_str())) {
+                problems.push(format!("module `{m}` ({src}/lib.rs) is not in the map"));
+            }
         }
     }
     for c in crates {
@@ -254,11 +327,14 @@ fn map_problems(
         if !exists(p) {
             problems.push(format!("the map names {p}, which does not exist"));
         }
-        if let Some(rel) = p.strip_prefix("src/") {
+        for (src, mods) in modules {
+            let Some(rel) = p.strip_prefix(&format!("{src}/")) else {
+                continue;
+            };
             let first = rel.split('/').next().unwrap().trim_end_matches(".rs");
-            if !matches!(first, "lib" | "main") && !modules.contains(first) {
+            if !matches!(first, "lib" | "main") && !mods.contains(first) {
                 problems.push(format!(
-                    "the map names {p}, in no module src/lib.rs declares"
+                    "the map names {p}, in no module {src}/lib.rs declares"
                 ));
             }
         }
@@ -271,11 +347,17 @@ fn the_module_map_names_every_module_and_nothing_else() {
     let root = common::root();
     let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
     let map = module_map(&doc);
-    let modules = lib_modules(&std::fs::read_to_string(root.join("src/lib.rs")).unwrap());
+    let modules: BTreeMap<String, BTreeSet<String>> = CRATE_SOURCES
+        .iter()
+        .map(|src| {
+            let lib = std::fs::read_to_string(root.join(src).join("lib.rs")).unwrap();
+            (src.to_string(), lib_modules(&lib))
+        })
+        .collect();
     let crates = workspace_crates(&root);
     assert!(
-        modules.len() >= 10,
-        "too few modules in src/lib.rs: {modules:?}"
+        modules["crates/core/src"].len() >= 10 && modules["src"].len() >= 3,
+        "too few modules in the crates' lib.rs: {modules:?}"
     );
     assert!(!crates.is_empty(), "no crate found under crates/");
     let problems = map_problems(&map, &modules, &crates, |p| {
@@ -310,7 +392,8 @@ fn the_map_check_reports_a_missing_module_and_a_stale_path() {
             "src/b.rs"
         ]
     );
-    let modules: BTreeSet<String> = ["a", "c"].map(String::from).into();
+    let modules: BTreeMap<String, BTreeSet<String>> =
+        [("src".to_owned(), ["a", "c"].map(String::from).into())].into();
     let crates: BTreeSet<String> = ["one", "two"].map(String::from).into();
     let problems = map_problems(&map, &modules, &crates, |p| p != "src/gone/x.rs");
     assert_eq!(

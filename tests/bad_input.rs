@@ -7,7 +7,7 @@
 //!
 //! Events the runtime cannot deserialise never reach our code: they are kept (the runtime must
 //! fail them without a panic) but do not count toward the corpus' size. Every branch of
-//! `src/transport/lambda.rs`, `src/transport/http.rs` and `src/admission.rs` that input can reach must be reached
+//! `src/transport/lambda.rs`, `src/transport/http.rs` and `crates/core/src/admission.rs` that input can reach must be reached
 //! by some case, as shown by evidence in its reply ([`branches`]).
 //!
 //! Times in release are not asserted here (a debug build on a shared machine cannot give steady
@@ -852,7 +852,7 @@ fn branches() -> Vec<(&'static str, Evidence)> {
         b("http::dispatch: body over the limit", |s| {
             s.has("-byte limit (http.maxBodyBytes)")
         }),
-        // src/admission.rs
+        // crates/core/src/admission.rs
         b("admission::parse: empty or blank body", |s| {
             s.has("empty body: expected an AdmissionReview")
         }),

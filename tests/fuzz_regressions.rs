@@ -196,7 +196,7 @@ fn with_secret_annotations(count: usize) -> Vec<u8> {
 }
 
 /// Found writing the bad-input corpus: the secrets mutator's prefetch cloned the whole pod once
-/// per secret request (`src/secrets/mod.rs`, `SecretsMutator::prefetch`:
+/// per secret request (`crates/core/src/secrets/mod.rs`, `SecretsMutator::prefetch`:
 /// `scratch.get_or_insert_with(|| pod.clone())` inside the loop over requests, when a manager
 /// that fetches comes after others), and the pod carries every annotation, so the work grew
 /// with the square of the number of `flyte.secrets/s<N>` annotations (release, busy 2-core
@@ -261,7 +261,7 @@ fn deep_deployment(depth: usize) -> Vec<u8> {
 }
 
 /// Found by the bad-input corpus (`nesting/ten-thousand-nested-arrays-in-a-deployment`): when a
-/// review fails both the typed (Pod) and the untyped parse, `parse` in `src/admission.rs`
+/// review fails both the typed (Pod) and the untyped parse, `parse` in `crates/core/src/admission.rs`
 /// reports the typed error, so a Deployment that is too deeply nested is refused with
 /// `invalid value: string "apps/v1", expected v1 (at request.object)`: a Pod-schema complaint
 /// about an object that was never meant to be a Pod, hiding the real problem.
@@ -298,7 +298,7 @@ fn a_deployment_with_malformed_labels_is_refused_for_its_labels_not_as_a_broken_
 
 /// Found by the `review` target (`fuzz/regressions/review/invalid-utf8-in-an-unknown-field.json`):
 /// serde_json checks UTF-8 only in strings it reads; in the value of a field no type knows (here
-/// `request.object.spec.fakeExtension`) it skips invalid bytes, so `parse` in `src/admission.rs`
+/// `request.object.spec.fakeExtension`) it skips invalid bytes, so `parse` in `crates/core/src/admission.rs`
 /// admits, and mutates, a body that is not JSON, where the README's outcome table says "not JSON:
 /// 400". Harmless in practice (the API server sends valid UTF-8), but the promise is broken.
 #[test]
@@ -323,7 +323,7 @@ fn a_body_with_invalid_utf8_in_an_unknown_field_is_refused_as_not_json() {
 
 /// Found by the `review` target (`fuzz/regressions/review/pod-without-metadata-on-the-namespace-route.json`,
 /// a mesh pod whose `metadata` key is misspelt): the typed `Pod` always has `metadata`, so the
-/// diff (`src/patch.rs`, `diff` of the typed before/after) answers `add /metadata/labels` for a
+/// diff (`crates/core/src/patch.rs`, `diff` of the typed before/after) answers `add /metadata/labels` for a
 /// pod the API server sent without `metadata`, a patch that cannot apply to that pod (the API
 /// server then fails the call and `failurePolicy` decides). The API server always sends
 /// `metadata`, so this is robustness, not a live bug; the fix is to add `/metadata` whole, or to

@@ -293,19 +293,17 @@ fn read_file(
     Ok(Some((path.display().to_string(), text)))
 }
 
-impl Loaded {
-    /// The warnings as log lines (`serve`, `lambda`: the log is where an operator looks).
-    fn log_warnings(&self) {
-        for w in &self.warnings {
-            tracing::warn!(warning = %w, "configuration");
-        }
+/// The warnings as log lines (`serve`, `lambda`: the log is where an operator looks).
+fn log_warnings(loaded: &Loaded) {
+    for w in &loaded.warnings {
+        tracing::warn!(warning = %w, "configuration");
     }
+}
 
-    /// The warnings on stderr (`check-config`, `inject`: stdout is the answer).
-    fn print_warnings(&self) {
-        for w in &self.warnings {
-            eprintln!("podmutator: warning: configuration: {w}");
-        }
+/// The warnings on stderr (`check-config`, `inject`: stdout is the answer).
+fn print_warnings(loaded: &Loaded) {
+    for w in &loaded.warnings {
+        eprintln!("podmutator: warning: configuration: {w}");
     }
 }
 
@@ -502,14 +500,14 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Inject(args) => {
             let loaded = source.load()?;
-            loaded.print_warnings();
+            print_warnings(&loaded);
             inject::run(&loaded.config, &args)?;
             Ok(())
         }
         Command::CheckConfig { .. } => {
             // No log subscriber: stdout is one JSON document, and warnings go to stderr.
             let loaded = source.load()?;
-            loaded.print_warnings();
+            print_warnings(&loaded);
             runtime(false)?.block_on(start(&loaded.config, TokenRead::Skip))?;
             let text = serde_json::to_string_pretty(&effective(&loaded.config)?)
                 .map_err(CliError::Output)?;
@@ -522,7 +520,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             init_logging();
             lambda::check_runtime_env(|k| std::env::var(k).ok()).map_err(CliError::LambdaEnv)?;
             let loaded = source.load()?;
-            loaded.log_warnings();
+            log_warnings(&loaded);
             let config = loaded.config;
             runtime(false)?.block_on(async {
                 let front = Arc::new(build_front(&config).await?);
@@ -537,7 +535,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve { pod_namespace, .. } => {
             init_logging();
             let loaded = source.load()?;
-            loaded.log_warnings();
+            log_warnings(&loaded);
             serve(&loaded.config, &pod_namespace)
         }
     }

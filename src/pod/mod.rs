@@ -1,22 +1,6 @@
-//! The pod side of reference delivery: what runs inside the task pod, with the pod's own AWS
-//! identity, so that the webhook never holds a secret value.
-//!
-//! - [`fetch`]: `podmutator fetch`, the one init container. It reads [`fetch::FETCH_PLAN_ENV`],
-//!   fetches every secret in one `BatchGetSecretValue` round trip and writes each to a file
-//!   (mode 0400) on an in-memory volume, all or nothing. It can also copy its own executable
-//!   into a volume, for [`exec`].
-//! - [`exec`] (the `podmutator-exec` crate): `podmutator exec -- <command> <args>`, the wrapper of a container that needs
-//!   secrets as environment variables. It reads the files [`exec::EXEC_ENV_ENV`] names into its
-//!   environment and replaces itself with the original command, so the values exist only in
-//!   that process's memory and never in the pod spec.
-//!
-//! Both read their whole plan from one environment variable, written by the webhook, and
-//! validate it before doing anything: a plan is data from the pod spec, which whoever may
-//! create pods can write.
+//! The pod side of reference delivery: the plans and the injector come from the core
+//! ([`podmutator_core::pod`]); [`fetch`] is the init container's program, which talks to AWS.
+
+pub use podmutator_core::pod::{exec, injector, path_problem, plan};
 
 pub mod fetch;
-pub mod injector;
-
-/// `podmutator exec`: its own crate, because its binary is what a pod copies.
-pub use podmutator_exec as exec;
-pub(crate) use podmutator_exec::names::path_problem;

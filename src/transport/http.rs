@@ -258,7 +258,7 @@ impl Front {
             sample_seconds = REFUSAL_SAMPLE_MS / 1000,
             "request refused before the admission"
         );
-        if let Some(m) = self.app.metrics.as_ref() {
+        if let Some(m) = self.app.metrics() {
             m.emit_refusals(kind.as_str(), count);
         }
     }

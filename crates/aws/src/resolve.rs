@@ -1,7 +1,7 @@
 //! Resolve, don't read: `reference` delivery asks AWS Secrets Manager which of a secret's scope
 //! names exist with `DescribeSecret`, which returns metadata (name, ARN, dates) and never a
 //! value. Every id of an admission is described at once, one call each, all in parallel: one
-//! round trip per pod, whatever its number of secrets. [`super::source::CachingSource`] in
+//! round trip per pod, whatever its number of secrets. [`crate::secretsmanager::CachingSource`] in
 //! front of it remembers the answers with the TTL and the negative TTL.
 //!
 //! Why `DescribeSecret` and not `ListSecrets` with `name` filters (docs/secrets.md has the
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use aws_sdk_secretsmanager::Client;
 use tokio::sync::Semaphore;
 
-use super::source::{
+use crate::secretsmanager::{
     Api, BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError, ThrottleCounter,
 };
 
@@ -78,7 +78,7 @@ impl DescribeSource {
             {
                 Ok((id, Lookup::NotFound))
             }
-            Err(e) => Err(SourceError::from_sdk(
+            Err(e) => Err(crate::secretsmanager::from_sdk(
                 Api::DescribeSecret,
                 std::slice::from_ref(&id),
                 throttles.get(),

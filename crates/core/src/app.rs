@@ -10,7 +10,6 @@ use crate::metrics::{Metrics, Sink};
 use crate::mutate::{Chain, MUTATOR_IDS, PodMutator, image, mesh};
 use crate::pod::injector::ReferenceInjector;
 use crate::registry::EntrypointSource;
-use crate::registry::client::RegistryClient;
 use crate::secrets::global::{FileEnvSource, GlobalSecretSource};
 use crate::secrets::source::SecretSource;
 use crate::secrets::{SecretInjector, SecretsMutator};
@@ -45,8 +44,9 @@ pub struct Deps {
     /// Where `reference` delivery resolves names (`DescribeSecret`). `None` answers a pod that
     /// needs one with a 500.
     pub resolver: Option<Arc<dyn SecretSource>>,
-    /// Where image commands are read. `None`: the registry client of
-    /// `embedded.entrypointLookup`, when it lists registries.
+    /// Where image commands are read (`embedded.entrypointLookup`): the registry client, made
+    /// at the edge (it holds the network stack the core does not). `None` answers a pod that
+    /// needs an image's command with a 500.
     pub entrypoints: Option<Arc<dyn EntrypointSource>>,
     /// Where metric lines go when `metrics.enabled`; `None` sends them nowhere.
     pub metrics: Option<Sink>,
@@ -108,6 +108,12 @@ impl Deps {
 }
 
 impl App {
+    /// Where this app's metric lines go (`None`: `metrics.enabled` is off), for the transports'
+    /// own counts (requests refused before an admission).
+    pub fn metrics(&self) -> Option<&Metrics> {
+        self.metrics.as_ref()
+    }
+
     /// Builds the chain from `config`: every feature checks its own settings here, so a bad
     /// configuration stops the process at start with the key that is wrong.
     pub fn build(config: &Config, deps: Deps) -> Result<Self, ConfigError> {
@@ -177,15 +183,6 @@ impl App {
         let metrics = match (config.metrics.enabled, metrics) {
             (true, Some(sink)) => Some(Metrics::new(config.metrics.clone(), sink)),
             _ => None,
-        };
-        let lookup = &config.embedded.entrypoint_lookup;
-        let entrypoints = match entrypoints {
-            Some(e) => Some(e),
-            None if lookup.enabled() => Some(Arc::new(
-                RegistryClient::new(lookup)
-                    .map_err(|e| ConfigError::new("embedded.entrypointLookup.caBundleFile", e.0))?,
-            ) as Arc<dyn EntrypointSource>),
-            None => None,
         };
         Ok(Self {
             chain,
@@ -299,21 +296,6 @@ mod tests {
         .err()
         .expect("refused");
         assert_eq!(err.key, "secretsSelector.label");
-    }
-
-    #[test]
-    fn an_unreadable_registry_ca_bundle_stops_the_build_naming_the_key() {
-        let err = build(json!({"embedded": {"entrypointLookup": {
-            "registries": ["registry.example"],
-            "caBundleFile": "/nonexistent/registry-ca.pem"
-        }}}))
-        .err()
-        .expect("refused");
-        assert_eq!(err.key, "embedded.entrypointLookup.caBundleFile");
-        assert!(
-            err.message.contains("/nonexistent/registry-ca.pem"),
-            "{err}"
-        );
     }
 
     #[test]

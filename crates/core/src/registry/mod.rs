@@ -6,10 +6,10 @@
 //! spec does not show: it is read here, before the chain runs, for the containers that need it
 //! ([`ImageQuery`]), and the injector reads the answers ([`Entrypoints`]). Only the registries
 //! the configuration lists are ever contacted: pod creators choose image names, and an
-//! unlisted host is refused before any lookup (see [`crate::config::EntrypointLookupConfig`]).
+//! unlisted host is refused before any lookup (see [`crate::config::EntrypointLookupConfig`]). The registry client itself, with the network
+//! stack, is in the `podmutator-aws` crate.
 
-pub mod client;
-pub mod ecr;
+pub mod error;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -122,7 +122,7 @@ pub trait EntrypointSource: Send + Sync {
     fn lookup<'a>(
         &'a self,
         query: &'a ImageQuery,
-    ) -> BoxFuture<'a, Result<ImageCommand, client::LookupError>>;
+    ) -> BoxFuture<'a, Result<ImageCommand, error::LookupError>>;
 }
 
 /// Looks every query up, in parallel; each answer is the command or why not.

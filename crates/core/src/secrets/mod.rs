@@ -16,7 +16,6 @@ pub mod k8s;
 pub mod names;
 pub mod plan;
 pub mod refusal;
-pub mod resolve;
 pub mod sidecar;
 pub mod source;
 pub mod vault;

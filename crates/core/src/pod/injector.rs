@@ -33,7 +33,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::exec::{EXEC_ENV_ENV, ExecPlan};
-use super::fetch::{FETCH_PLAN_ENV, FetchItem, FetchPlan};
+use super::plan::{FETCH_PLAN_ENV, FetchItem, FetchPlan};
 use crate::config::{
     EmbeddedConfig, EntrypointLookupConfig, EnvVarDelivery, FetchStrategy, SecretManagerType,
 };
