@@ -1,6 +1,8 @@
 # podmutator's pod-side image: `podmutator fetch` (the init container of reference delivery)
 # and `podmutator-exec`, the small exec wrapper that fetch copies into the pod (beside it, where
-# fetch looks for it). Two static binaries, nothing else.
+# fetch looks for it). Two static binaries, nothing else. The same image runs `podmutator serve`
+# for the in-cluster install (deploy/kubernetes), so its build has the features the Lambda zip
+# leaves out (Cargo.toml, [features]).
 #
 #   docker buildx build --platform linux/arm64,linux/amd64 -t <repo>:<tag> --push .
 #
@@ -29,7 +31,7 @@ RUN case "$TARGETARCH" in \
         arm64) target=aarch64-unknown-linux-musl ;; \
         *) echo "unsupported TARGETARCH $TARGETARCH (build linux/amd64 or linux/arm64)" >&2; exit 1 ;; \
     esac \
-    && cargo lambda build --locked --release --bin podmutator --bin podmutator-exec --target "$target" --lambda-dir /out \
+    && cargo lambda build --locked --release --features podmutator/serve,podmutator/tools --bin podmutator --bin podmutator-exec --target "$target" --lambda-dir /out \
     && cp /out/podmutator/bootstrap /podmutator \
     && cp /out/podmutator-exec/bootstrap /podmutator-exec
 

@@ -52,9 +52,9 @@ for arch in $ARCHES; do
 	fi
 	dir=$OUT/$arch
 	rm -rf "$dir"
-	echo "== $arch: cargo lambda build --release --locked --target $target --bin podmutator --bin podmutator-exec" >&2
+	echo "== $arch: cargo lambda build --release --locked --features podmutator/serve,podmutator/tools --target $target --bin podmutator --bin podmutator-exec" >&2
 	t0=$SECONDS
-	cargo lambda build --release --locked --target "$target" --bin podmutator --bin podmutator-exec \
+	cargo lambda build --release --locked --features podmutator/serve,podmutator/tools --target "$target" --bin podmutator --bin podmutator-exec \
 		--lambda-dir "$dir" >&2 || fail "build for $target"
 	for name in podmutator podmutator-exec; do
 		bin=$dir/$name/bootstrap

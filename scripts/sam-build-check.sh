@@ -52,3 +52,20 @@ machine=$(od -An -tx1 -j18 -N2 "$bootstrap" | tr -d ' \n')
 	exit 1
 }
 echo "sam-build-check: $bootstrap is an arm64 executable of $(stat -c %s "$bootstrap") bytes" >&2
+# The zip's binary is the Lambda build (Cargo.toml's [package.metadata.lambda.build]: no default
+# features): it has the runtime loop and not `serve` or the operator's tools. Their help texts
+# are in the binary exactly when their commands are.
+for present in "Run the AWS Lambda runtime loop" "In a pod (reference delivery): fetch"; do
+	grep -qaF "$present" "$bootstrap" || {
+		echo "sam-build-check: $bootstrap lacks \"$present\": not a podmutator build" >&2
+		exit 1
+	}
+done
+for absent in "Serve HTTPS on webhook.listenPort" "Run the webhook offline over manifests" \
+	"Print the MutatingWebhookConfiguration"; do
+	if grep -qaF "$absent" "$bootstrap"; then
+		echo "sam-build-check: $bootstrap holds \"$absent\": the Lambda build must leave out serve and the tools" >&2
+		exit 1
+	fi
+done
+echo "sam-build-check: the bootstrap is the Lambda build (no serve, inject or webhook-config)" >&2

@@ -16,6 +16,8 @@ cargo fmt --all -- --check
 
 step "cargo clippy -D warnings"
 cargo clippy --all-targets --locked -- -D warnings
+# The Lambda build (no default features: no serve, inject or webhook-config) compiles cleanly too.
+cargo clippy --locked -p podmutator --no-default-features --bin podmutator -- -D warnings
 
 step "cargo test"
 cargo test --locked

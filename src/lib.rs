@@ -15,6 +15,7 @@
 
 pub mod cli;
 pub mod pod;
+#[cfg(feature = "tools")]
 pub mod registration;
 pub mod transport;
 

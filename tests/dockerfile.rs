@@ -55,6 +55,8 @@ fn the_image_is_built_by_the_command_the_script_checks() {
         "--locked",
         "--bin podmutator ",
         "--bin podmutator-exec",
+        // The image runs `serve` in the cluster: the features a Lambda build leaves out.
+        "--features podmutator/serve,podmutator/tools",
         "--target",
         "--lambda-dir",
     ] {

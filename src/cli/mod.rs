@@ -4,6 +4,7 @@
 //! entrypoint.
 
 use std::io::Write as _;
+#[cfg(feature = "serve")]
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,8 +17,11 @@ use crate::config::{
 };
 use crate::secrets::source::SecretSource;
 use crate::transport::http::Front;
-use crate::transport::{lambda, server, tls};
+use crate::transport::lambda;
+#[cfg(feature = "serve")]
+use crate::transport::{server, tls};
 
+#[cfg(feature = "tools")]
 pub mod inject;
 
 /// The environment variable the Lambda runtime sets; its presence makes `lambda` the default.
@@ -58,6 +62,7 @@ pub struct ConfigArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve HTTPS on webhook.listenPort (the default outside Lambda)
+    #[cfg(feature = "serve")]
     Serve {
         #[command(flatten)]
         config: ConfigArgs,
@@ -82,6 +87,7 @@ pub enum Command {
         config: ConfigArgs,
     },
     /// Print the MutatingWebhookConfiguration for a deployed endpoint as YAML
+    #[cfg(feature = "tools")]
     WebhookConfig(Box<crate::registration::WebhookConfigArgs>),
     /// Print the flyte.secrets/s<N> annotations for a JSON array of secrets, or decode them
     #[command(after_help = SECRET_ANNOTATIONS_HELP)]
@@ -94,6 +100,7 @@ pub enum Command {
         json: String,
     },
     /// Run the webhook offline over manifests and print what it would do to each pod
+    #[cfg(feature = "tools")]
     Inject(inject::InjectArgs),
     /// In a pod (reference delivery): fetch the secrets of $PODMUTATOR_FETCH_PLAN into files
     Fetch,
@@ -144,14 +151,18 @@ pub enum CliError {
         "cannot run the Lambda runtime here: {0} (Lambda sets these; outside Lambda, run `podmutator serve`)"
     )]
     LambdaEnv(String),
+    #[cfg(feature = "serve")]
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    #[cfg(feature = "serve")]
     #[error(transparent)]
     Server(#[from] server::ServerError),
+    #[cfg(feature = "tools")]
     #[error(transparent)]
     WebhookConfig(#[from] crate::registration::ArgError),
     #[error(transparent)]
     SecretAnnotations(#[from] AnnotationsError),
+    #[cfg(feature = "tools")]
     #[error(transparent)]
     Inject(#[from] inject::InjectError),
     #[error("cannot write the output")]
@@ -185,23 +196,25 @@ impl Cli {
     /// where its configuration comes from.
     pub fn command_or_default(self, in_lambda: bool) -> (Command, Source) {
         let command = self.command.unwrap_or_else(|| {
-            if in_lambda {
-                Command::Lambda {
-                    config: ConfigArgs::default(),
-                }
-            } else {
-                default_serve()
+            // A build without `serve` (the Lambda build) has only the runtime loop to default to.
+            #[cfg(feature = "serve")]
+            if !in_lambda {
+                return default_serve();
+            }
+            let _ = in_lambda;
+            Command::Lambda {
+                config: ConfigArgs::default(),
             }
         });
         let after = match &command {
-            Command::Serve { config, .. }
-            | Command::Lambda { config }
-            | Command::CheckConfig { config } => Some(config),
+            #[cfg(feature = "serve")]
+            Command::Serve { config, .. } => Some(config),
+            Command::Lambda { config } | Command::CheckConfig { config } => Some(config),
+            #[cfg(feature = "tools")]
             Command::Inject(args) => Some(&args.config),
-            Command::WebhookConfig(_)
-            | Command::SecretAnnotations { .. }
-            | Command::Fetch
-            | Command::Exec { .. } => None,
+            #[cfg(feature = "tools")]
+            Command::WebhookConfig(_) => None,
+            Command::SecretAnnotations { .. } | Command::Fetch | Command::Exec { .. } => None,
         };
         let source = Source {
             flyte: after
@@ -307,6 +320,7 @@ fn print_warnings(loaded: &Loaded) {
     }
 }
 
+#[cfg(feature = "serve")]
 /// `serve` as if it had been typed, so its options still come from their variables.
 fn default_serve() -> Command {
     match Cli::try_parse_from(["podmutator", "serve"]) {
@@ -490,6 +504,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             Err(e) => Err(CliError::Exec(e)),
         },
         // These need no configuration, no runtime and print only their answer.
+        #[cfg(feature = "tools")]
         Command::WebhookConfig(args) => {
             print!("{}", crate::registration::webhook_config_command(*args)?);
             Ok(())
@@ -498,6 +513,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             println!("{}", secret_annotations(decode, &json)?);
             Ok(())
         }
+        #[cfg(feature = "tools")]
         Command::Inject(args) => {
             let loaded = source.load()?;
             print_warnings(&loaded);
@@ -532,6 +548,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 lambda::run(front).await.map_err(CliError::Lambda)
             })
         }
+        #[cfg(feature = "serve")]
         Command::Serve { pod_namespace, .. } => {
             init_logging();
             let loaded = source.load()?;
@@ -850,6 +867,7 @@ async fn read_path_token(
     Ok(token)
 }
 
+#[cfg(feature = "serve")]
 fn serve(config: &Config, namespace: &str) -> Result<(), CliError> {
     let w = &config.webhook;
     let dir = std::path::PathBuf::from(w.cert_dir_expanded());

@@ -3,5 +3,7 @@
 
 pub mod http;
 pub mod lambda;
+#[cfg(feature = "serve")]
 pub mod server;
+#[cfg(feature = "serve")]
 pub mod tls;

@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 use std::io::Write;
+#[cfg(any(test, feature = "testing"))]
 use std::sync::{Arc, Mutex};
 
 use crate::config::SecretManagerType;
@@ -33,7 +34,8 @@ pub struct AdmissionFacts<'a> {
 #[derive(Clone)]
 pub enum Sink {
     Stdout,
-    /// For tests.
+    /// Lines kept in memory, for tests and benchmarks.
+    #[cfg(any(test, feature = "testing"))]
     Memory(Arc<Mutex<Vec<String>>>),
 }
 
@@ -201,6 +203,7 @@ impl Metrics {
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(out, "{line}");
             }
+            #[cfg(any(test, feature = "testing"))]
             Sink::Memory(lines) => {
                 if let Ok(mut l) = lines.lock() {
                     l.push(line);

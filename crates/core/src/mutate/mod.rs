@@ -202,6 +202,7 @@ impl Tally {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl PodCtx<'static> {
     /// A context outside any admission (tests, examples): namespace `ns`, user `u`, nothing
     /// counted.

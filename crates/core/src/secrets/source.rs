@@ -115,6 +115,7 @@ pub enum Api {
     DescribeSecret,
     /// Metadata of every secret whose name starts with a filter value. Not called by the
     /// webhook: the fleet simulation measures it against `DescribeSecret` (docs/scale.md).
+    #[cfg(any(test, feature = "testing"))]
     ListSecrets,
 }
 
@@ -132,6 +133,7 @@ impl Api {
             Api::DescribeSecret => {
                 "DescribeSecret allows 40,000 requests per second per account and region"
             }
+            #[cfg(any(test, feature = "testing"))]
             Api::ListSecrets => "ListSecrets allows 100 requests per second per account and region",
         }
     }
@@ -143,6 +145,7 @@ impl fmt::Display for Api {
             Api::GetSecretValue => "GetSecretValue",
             Api::BatchGetSecretValue => "BatchGetSecretValue",
             Api::DescribeSecret => "DescribeSecret",
+            #[cfg(any(test, feature = "testing"))]
             Api::ListSecrets => "ListSecrets",
         })
     }
