@@ -417,7 +417,7 @@ def main():
            str(create and create[0].get("environment", {}).get("MANIFEST")))
     c.eq("registration replaced before destroy", one(data, "lifecycle").get("create_before_destroy"), True)
     c.true("no kubernetes_manifest resource anywhere (it prints the token in plans)", "resource \"kubernetes_manifest\"" not in text)
-    passed_through = ["name", "path_token_version", "previous_path_token_sha256", "alarm_topic_arns"]
+    passed_through = ["name", "path_token_version", "previous_path_token_sha256", "alarm_topic_arns", "secret_org", "embedded_domains"]
     for ex, extra in (("alb", ["alb_deletion_protection", "alb_access_logs_bucket", "alb_access_logs_record_path_token"]), ("http-api", [])):
         exm = load_module(root / "examples" / ex)
         c.eq(f"examples/{ex} needs only the AWS provider", sorted(required_providers(exm)), ["aws"])
