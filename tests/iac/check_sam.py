@@ -392,12 +392,12 @@ def main():
             c.eq(f"{tag} config images", config.get("images"), want_images)
         c.eq(f"{tag} config deadline", config["embedded"].get("deadlineMs"), base["EmbeddedDeadlineMs"])
         c.eq(f"{tag} config mesh", config["mesh"], {"enabled": mesh == "true", "managedLabel": label_key})
-        # Without a token the function must be told so, or it refuses to start (issue 26, item 16).
+        # Without a token the function must be told so, or it refuses to start.
         c.eq(f"{tag} config http", config["http"], dict({"maxBodyBytes": base["MaxBodyBytes"]}, **({"pathTokenSha256": TOKEN_SHA256} if token_on == "true" else {"pathTokenDisabled": True})))
         env_bytes = len(json.dumps(ev.value(props["Environment"]["Variables"]), separators=(",", ":")).encode())
         largest_env = max(largest_env, (env_bytes, tag))
         c.eq(f"{tag} config allowedUsernames", config["embedded"].get("allowedUsernames", []), users)
-        c.eq(f"{tag} config domains (issue 26, item 15)", config["embedded"].get("domains", []), domains)
+        c.eq(f"{tag} config domains (EmbeddedDomains)", config["embedded"].get("domains", []), domains)
         c.eq(f"{tag} config region", config["webhook"]["embeddedSecretManagerConfig"]["awsConfig"]["region"], PSEUDO["AWS::Region"])
         c.eq(f"{tag} config organization is SecretOrg", config["embedded"].get("organization"), base["SecretOrg"])
 
