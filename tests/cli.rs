@@ -71,17 +71,28 @@ fn every_command_has_generated_help_listing_its_options() {
         ),
         (
             &["lambda", "--help"],
-            &["--config <FILE>", "PODMUTATOR_CONFIG_FILE"],
+            &[
+                "--config <FILE>",
+                "PODMUTATOR_CONFIG_FILE",
+                "--flyte-config <FILE>",
+                "PODMUTATOR_FLYTE_CONFIG_FILE",
+            ],
         ),
         (
             &["check-config", "--help"],
-            &["--config-json <JSON>", "redacted"],
+            &[
+                "--config-json <JSON>",
+                "redacted",
+                "--flyte-config <FILE>",
+                "PODMUTATOR_FLYTE_CONFIG_FILE",
+            ],
         ),
         (
             &["webhook-config", "--help"],
             &[
                 "--url <URL>",
                 "--path-token-file <FILE>",
+                "--no-path-token",
                 "--ca-bundle-file <FILE>",
                 "--mesh ",
                 "--mesh-label-key <KEY>",
@@ -108,6 +119,8 @@ fn every_command_has_generated_help_listing_its_options() {
                 "--patch",
                 "--diff",
                 "--embedded",
+                // --embedded's help says what it is.
+                "A dry run",
                 "PODMUTATOR_CONFIG_FILE",
             ],
         ),
@@ -888,4 +901,132 @@ fn a_misspelt_or_empty_rust_log_is_named_on_stderr_and_info_is_used() {
             .any(|v| v["level"] == "WARN" && v["message"] == "configuration");
         assert!(warned, "{spec:?}: nothing logged: {stdout}");
     }
+}
+
+/// `inject --embedded` in value delivery is a dry run: nothing is fetched (the AWS endpoint is a
+/// closed port, so a fetch would fail the command), every value is the placeholder, and the
+/// webhook's dry-run warning reaches stderr as kubectl prints it.
+#[test]
+fn inject_embedded_in_value_delivery_prints_placeholders_warns_and_fetches_nothing() {
+    use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
+    use podmutator::secrets::embedded::DRY_RUN_PLACEHOLDER;
+
+    let secrets: Vec<Secret> = ["db", "token"]
+        .iter()
+        .map(|k| Secret {
+            key: (*k).into(),
+            mount_requirement: MountRequirement::EnvVar,
+            ..Default::default()
+        })
+        .collect();
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "task",
+            "labels": {"inject-flyte-secrets": "true", "organization": "flyte", "project": "flytesnacks", "domain": "development"},
+            "annotations": encode_annotations(&secrets).unwrap()
+        },
+        "spec": {"containers": [{"name": "main", "image": "flytekit"}]}
+    });
+    let config = json!({
+        "webhook": {
+            "secretManagerTypes": ["Embedded"],
+            "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
+        },
+        "embedded": {"organization": "flyte"},
+        "http": {"pathTokenDisabled": true}
+    })
+    .to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .args([
+            "inject",
+            "--embedded",
+            "-n",
+            "flytesnacks-development",
+            "-f",
+            "-",
+            "--config-json",
+            &config,
+        ])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        // The discard port: nothing answers there.
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut pipe = child.stdin.take().unwrap();
+    pipe.write_all(pod.to_string().as_bytes()).unwrap();
+    drop(pipe);
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    let warning = stderr
+        .lines()
+        .find(|l| l.starts_with("Warning: ") && l.contains("dry run: secret values were withheld"))
+        .unwrap_or_else(|| panic!("no dry-run warning line on stderr:\n{stderr}"));
+    assert!(warning.contains("task"), "names the pod: {warning}");
+    let injected: Value = serde_json::from_str(&stdout).unwrap();
+    let env = injected["spec"]["containers"][0]["env"].as_array().unwrap();
+    for key in ["DB", "TOKEN"] {
+        let var = env
+            .iter()
+            .find(|e| e["name"].as_str().is_some_and(|n| n.ends_with(key)))
+            .unwrap_or_else(|| panic!("no env var for {key}: {stdout}"));
+        assert_eq!(var["value"], DRY_RUN_PLACEHOLDER, "{var}");
+    }
+    // No other value: every injected variable that holds a secret holds the placeholder.
+    let values: Vec<&str> = env.iter().filter_map(|e| e["value"].as_str()).collect();
+    assert_eq!(
+        values.iter().filter(|v| **v == DRY_RUN_PLACEHOLDER).count(),
+        2,
+        "{values:?}"
+    );
+}
+
+/// `PODMUTATOR_FLYTE_CONFIG_FILE` alone, without `--flyte-config`, reads a whole flytepropeller
+/// configuration, as `lambda` needs it (a function has no flags).
+#[test]
+fn the_flyte_config_file_variable_alone_loads_a_propeller_configuration() {
+    let flyte = fixture("../flyte/propeller.yaml");
+    let ours = json!({"http": {"pathToken": TOKEN}}).to_string();
+    let check = |flyte_env: Option<&std::path::Path>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_podmutator"));
+        cmd.args(["check-config", "--config-json", &ours])
+            .env_remove("PODMUTATOR_CONFIG_FILE")
+            .env_remove("PODMUTATOR_CONFIG")
+            .env_remove("PODMUTATOR_FLYTE_CONFIG_FILE")
+            .stdin(Stdio::null());
+        if let Some(path) = flyte_env {
+            cmd.env("PODMUTATOR_FLYTE_CONFIG_FILE", path);
+        }
+        let out = cmd.output().expect("the binary starts");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (printed, text(&out.stderr))
+    };
+    let (with, said) = check(Some(&flyte));
+    let (without, said_without) = check(None);
+    // Most of Flyte's webhook section is podmutator's defaults; these are the file's own.
+    assert_eq!(
+        with["webhook"]["vaultSecretManager"]["kvVersion"], "2",
+        "{with}"
+    );
+    assert!(without["webhook"]["vaultSecretManager"]["kvVersion"].is_null());
+    let from_the_file = "webhook.secretManagerType is deprecated";
+    assert!(said.contains(from_the_file), "{said}");
+    assert!(!said_without.contains(from_the_file), "{said_without}");
+    // Its other values, as written there.
+    assert_eq!(with["webhook"]["certDir"], "/etc/webhook/certs");
+    assert_eq!(with["webhook"]["secretManagerTypes"], json!(["K8s"]));
+    assert_eq!(with["secrets"]["env-prefix"], "FLYTE_SECRET_");
+    assert!(
+        with.get("propeller").is_none(),
+        "Flyte's other sections are skipped"
+    );
 }

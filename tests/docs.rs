@@ -12,6 +12,9 @@
 //!   default.
 //!
 //! Only the public `podmutator::Config` API is used.
+//!
+//! And every test the docs (docs/*.md, README.md, CHANGELOG.md) name as evidence, in backticks,
+//! is a test function in the file its path names.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -320,4 +323,178 @@ fn the_helpers_parse_tables_and_paths() {
         cells("| `a` | b `x|y` | c | d |"),
         ["`a`", "b `x|y`", "c", "d"]
     );
+}
+
+/// The documents that name tests as evidence (security.md's "proved by" column, and the rest).
+fn evidence_docs() -> Vec<(String, String)> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/ is readable")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    paths.sort();
+    paths.push(root.join("README.md"));
+    paths.push(root.join("CHANGELOG.md"));
+    paths
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p)
+                .unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()));
+            let name = p.strip_prefix(&root).unwrap().display().to_string();
+            (name, text)
+        })
+        .collect()
+}
+
+/// Whether `source` holds a test function `name`: a `fn name` whose attributes (the lines
+/// above it, up to a blank line or the previous item's end) include `#[test]`,
+/// `#[tokio::test]` or `#[rstest]`.
+fn has_test_fn(source: &str, name: &str) -> bool {
+    let head = regex::Regex::new(&format!(
+        r"^(pub(\([a-z]+\))? )?(async )?fn {}\b",
+        regex::escape(name)
+    ))
+    .unwrap();
+    let attr = regex::Regex::new(r"#\[(tokio::test|test|rstest|rstest::rstest)\b").unwrap();
+    let lines: Vec<&str> = source.lines().collect();
+    lines.iter().enumerate().any(|(i, line)| {
+        head.is_match(line.trim_start())
+            && lines[..i]
+                .iter()
+                .rev()
+                .map(|l| l.trim())
+                .take_while(|l| !l.is_empty() && *l != "}" && !l.ends_with(';'))
+                .any(|l| attr.is_match(l))
+    })
+}
+
+/// Every backticked test reference in `docs` that names no test function. A reference is
+/// `<module>::…::<name>` whose first segment is a module of the integration binary (a file or
+/// folder of tests/), or `<src, tests or crates/<crate>/src file>.rs::<name>`, or `::<name>` after one of those
+/// in the same line (the same file again); and `<name>` reads as a test's sentence (four words
+/// or more) or is the name of a test somewhere. So `podmutator::config` (no test module),
+/// `cli::embedded_source` (a short name that no test has) and `file::test` are not references.
+/// A reference must name a test in the file its path gives: `attacks::x` in tests/attacks.rs,
+/// `attacks::serve::x` in tests/attacks/serve.rs.
+fn test_reference_problems(
+    docs: &[(String, String)],
+    read: &dyn Fn(&str) -> Option<String>,
+) -> (usize, Vec<String>) {
+    let shape = regex::Regex::new(
+        r"^((?:[a-z_][a-z0-9_]*|(?:src|tests|crates/[a-z0-9-]+/(?:src|tests))/[A-Za-z0-9_/]+\.rs)?)((?:::[a-z_][a-z0-9_]*)+)$",
+    )
+    .unwrap();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let test_modules: BTreeSet<String> = std::fs::read_dir(root.join("tests"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir() || p.extension().is_some_and(|e| e == "rs"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .filter(|m| m != "common" && m != "integration")
+        .collect();
+    let any_test = |name: &str| {
+        test_modules.iter().any(|m| {
+            read(&format!("tests/{m}.rs")).is_some_and(|s| has_test_fn(&s, name))
+                || std::fs::read_dir(root.join("tests").join(m)).is_ok_and(|d| {
+                    d.filter_map(|e| e.ok())
+                        .filter_map(|e| {
+                            let rel = e.path().strip_prefix(&root).ok()?.display().to_string();
+                            read(&rel)
+                        })
+                        .any(|s| has_test_fn(&s, name))
+                })
+        })
+    };
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for (doc, text) in docs {
+        for (n, line) in text.lines().enumerate() {
+            let mut previous: Option<String> = None;
+            for token in backticked(line) {
+                let Some(m) = shape.captures(token) else {
+                    continue;
+                };
+                let segments: Vec<&str> = m[2].split("::").skip(1).collect();
+                let (name, inner) = segments.split_last().unwrap();
+                let head = match (&m[1], &previous) {
+                    ("", Some(p)) => p.clone(),
+                    ("", None) => continue,
+                    (h, _) => h.to_owned(),
+                };
+                let file_ref = head.ends_with(".rs");
+                let first = head.split("::").next().unwrap();
+                if !file_ref && !test_modules.contains(first) {
+                    continue;
+                }
+                if name.matches('_').count() < 3 && !any_test(name) {
+                    continue;
+                }
+                let file = if file_ref {
+                    // `<file>.rs::tests::<name>`: an inline module of that file.
+                    previous = Some(head.clone());
+                    head
+                } else {
+                    let module: Vec<&str> = head.split("::").chain(inner.iter().copied()).collect();
+                    previous = Some(module.join("::"));
+                    format!("tests/{}.rs", module.join("/"))
+                };
+                checked += 1;
+                match read(&file) {
+                    Some(source) if has_test_fn(&source, name) => {}
+                    Some(_) => problems.push(format!(
+                        "{doc}:{}: `{token}`: {file} has no test `{name}`",
+                        n + 1
+                    )),
+                    None => problems.push(format!(
+                        "{doc}:{}: `{token}`: no file {file} for this module",
+                        n + 1
+                    )),
+                }
+            }
+        }
+    }
+    (checked, problems)
+}
+
+fn read_repo_file(rel: &str) -> Option<String> {
+    std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)).ok()
+}
+
+#[test]
+fn every_test_the_docs_name_exists_where_they_say() {
+    let docs = evidence_docs();
+    let (checked, problems) = test_reference_problems(&docs, &read_repo_file);
+    // security.md alone names over a hundred.
+    assert!(checked > 100, "only {checked} test references found");
+    assert!(
+        problems.is_empty(),
+        "docs name tests that do not exist ({}):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+/// The reference check can fail: a misspelt test, a test in another file of its module and a
+/// continuation `::name` of a wrong file are reported; Rust paths and short names are not
+/// taken for tests.
+#[test]
+fn the_test_reference_check_reports_wrong_names_and_skips_rust_paths() {
+    let doc = [
+        "| a | `attacks::a_guessed_token_gets_404_and_the_right_one_is_admitted` |",
+        "| b | `attacks::a_guessed_token_gets_405_and_the_right_one_is_admitted` |",
+        "| c | `attacks::large_bodies_sent_to_a_wrong_token_are_read_to_the_end_and_all_get_their_404` |",
+        "| d | `embedded_aws::the_worst_allowed_pod_costs_192_calls_cold_none_warm_and_one_more_request_none`, `::no_such_test_in_the_same_file` |",
+        "| e | `podmutator::config`, `cli::embedded_source`, `file::test`, `podmutator::secrets::source::AwsSource`, `cli::` |",
+        "| f | `no_such_module::a_test_that_is_not_there` |",
+    ]
+    .join("\n");
+    let (checked, found) = test_reference_problems(&[("x.md".into(), doc)], &read_repo_file);
+    assert_eq!(checked, 5, "rows a to d hold five references; e and f none");
+    let expected = [
+        "x.md:2: `attacks::a_guessed_token_gets_405_and_the_right_one_is_admitted`: tests/attacks.rs has no test `a_guessed_token_gets_405_and_the_right_one_is_admitted`",
+        "x.md:3: `attacks::large_bodies_sent_to_a_wrong_token_are_read_to_the_end_and_all_get_their_404`: tests/attacks.rs has no test `large_bodies_sent_to_a_wrong_token_are_read_to_the_end_and_all_get_their_404`",
+        "x.md:4: `::no_such_test_in_the_same_file`: tests/embedded_aws.rs has no test `no_such_test_in_the_same_file`",
+    ];
+    assert_eq!(found, expected);
 }

@@ -326,6 +326,69 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
     );
 }
 
+/// The most one pod may cost: 64 secret requests
+/// (`limits.maxSecretRequestsPerPod`), each looked up at three scopes, is 192 ids, under
+/// `limits.maxSecretIdsPerAdmission` (200). With the default strategy that is 192
+/// `GetSecretValue` calls cold, at most `embedded.maxCallsInFlightPerAdmission` at a time, and
+/// none warm; one request more is refused before any call. docs/security.md quotes the
+/// printed times.
+#[tokio::test]
+async fn the_worst_allowed_pod_costs_192_calls_cold_none_warm_and_one_more_request_none() {
+    let moto = Moto::start();
+    let setup = client(&moto.url()).await;
+    let mut cfg = config();
+    // What this test counts is calls, not time: moto answers 192 gets in 0.4 to 1.3 s on an idle
+    // 2-core machine and more beside other tests, so the deadline is the most the config allows.
+    cfg.embedded.deadline_ms = 25_000;
+    let max = cfg.limits.max_secret_requests_per_pod;
+    assert_eq!(max, 64);
+    let keys: Vec<String> = (0..=max).map(|i| format!("w{i}")).collect();
+    for k in &keys {
+        let name = format!("u__org__flyte__domain____project____key__{k}");
+        create_secret(&setup, &name, &format!("fake-{k}")).await;
+    }
+    let proxy = CountingProxy::start(moto.port).await;
+    let source = CachingSource::new(
+        AwsSource::from_config(client(&proxy.url()).await, &cfg.embedded),
+        CachePolicy::from_config(&cfg.embedded),
+    );
+    let app = webhook(&cfg, Deps::offline().with_source(Arc::new(source)));
+
+    let body = serde_json::to_vec(&create_review(&task_pod(&keys[..max]), NS)).unwrap();
+    let started = std::time::Instant::now();
+    let cold = app.review(Route::Secrets, &body).await;
+    let cold_ms = started.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(cold.status, 200, "{}", String::from_utf8_lossy(&cold.body));
+    assert_eq!(response(&cold.body)["allowed"], true);
+    assert_eq!(
+        proxy.count("GetSecretValue"),
+        3 * max,
+        "each request at 3 scopes"
+    );
+    assert_eq!(proxy.total(), 3 * max, "and nothing else");
+
+    proxy.reset();
+    let started = std::time::Instant::now();
+    let warm = app.review(Route::Secrets, &body).await;
+    let warm_ms = started.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(warm.body, cold.body);
+    assert_eq!(proxy.total(), 0, "warm: no call");
+
+    let over = serde_json::to_vec(&create_review(&task_pod(&keys), NS)).unwrap();
+    let refused = app.review(Route::Secrets, &over).await;
+    let out = response(&refused.body);
+    assert_eq!(out["allowed"], false, "{out}");
+    assert_eq!(out["status"]["code"], 400, "{out}");
+    let msg = out["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("limits.maxSecretRequestsPerPod"), "{msg}");
+    assert_eq!(proxy.total(), 0, "refused before any call");
+    println!(
+        "worst allowed pod ({max} requests, {} ids): {} GetSecretValue calls, cold {cold_ms:.1} ms, warm {warm_ms:.1} ms (moto on loopback, debug build)",
+        3 * max,
+        3 * max
+    );
+}
+
 /// Every AWS use of a process shares one configuration ([`SharedAws`]): Embedded's values and
 /// reference delivery's names (`DescribeSecret`) each load it through the handle they are
 /// given, not before the first call needs it; together with a direct client they load it once.

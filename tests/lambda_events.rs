@@ -155,8 +155,14 @@ fn event_with(file: &str, review: &Value) -> Value {
 /// A wide pod (3,500 containers) asking for two ENV_VAR secrets: each container gets both, so
 /// the answer outgrows the review ten times over (0.14 MB in, about 1.5 MB out).
 fn wide_review() -> Value {
+    wide_review_with(3_500, &["db", "api"])
+}
+
+/// A pod of `containers` containers asking for `keys` as ENV_VAR secrets (each container gets
+/// every one of them).
+fn wide_review_with(containers: usize, keys: &[&str]) -> Value {
     use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-    let secrets: Vec<Secret> = ["db", "api"]
+    let secrets: Vec<Secret> = keys
         .iter()
         .map(|key| Secret {
             group: "team-secrets".into(),
@@ -165,7 +171,7 @@ fn wide_review() -> Value {
             ..Default::default()
         })
         .collect();
-    let containers: Vec<Value> = (0..3_500)
+    let containers: Vec<Value> = (0..containers)
         .map(|i| json!({"name": format!("c{i:04}"), "image": "busybox:1"}))
         .collect();
     let pod = json!({
@@ -234,4 +240,58 @@ async fn an_answer_over_the_albs_one_megabyte_is_a_denial_that_fits_and_says_why
         body["response"]["status"]
     );
     assert!(body["response"]["patch"].is_string());
+}
+
+/// Through API Gateway the limit is Lambda's own, 6 MB: an answer over it (the wide pod with
+/// twelve ENV_VAR secrets, about 7 MB) is a denial that fits and names that limit, in the HTTP
+/// API's envelope.
+#[tokio::test]
+async fn an_answer_over_lambdas_six_megabytes_is_a_denial_that_fits_and_says_why() {
+    use podmutator::transport::lambda::LAMBDA_RESPONSE_LIMIT;
+    let app = webhook(
+        &Config::from_value(json!({"webhook": {"secretManagerTypes": ["K8s"]}}))
+            .unwrap()
+            .config,
+        Deps::offline(),
+    );
+    let keys: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let review = wide_review_with(3_500, &keys);
+    let uid = review["request"]["uid"].clone();
+    let event = event_with("apigw-http-mutate.json", &review);
+    assert!(
+        event["body"].as_str().unwrap().len() < LAMBDA_RESPONSE_LIMIT,
+        "the review itself is within the request limit"
+    );
+
+    let (_, wire) = invoke(&app, &event).await;
+    let whole = serde_json::to_vec(&wire).unwrap().len();
+    assert!(whole <= LAMBDA_RESPONSE_LIMIT, "{whole} bytes");
+    assert_eq!(wire["statusCode"], 200);
+    let body: Value = serde_json::from_str(wire["body"].as_str().unwrap()).unwrap();
+    let resp = &body["response"];
+    assert_eq!(resp["uid"], uid, "the denial answers this review");
+    assert_eq!(resp["allowed"], false, "an answer of {whole} bytes");
+    assert_eq!(resp["status"]["code"], 413);
+    assert_eq!(
+        resp["auditAnnotations"]["denial-reason"],
+        "ResponseTooLarge"
+    );
+    let message = resp["status"]["message"].as_str().unwrap();
+    for says in [
+        "6291456-byte limit Lambda",
+        "JSON Patch of",
+        "FILE mounts",
+        "`podmutator serve` in the cluster",
+    ] {
+        assert!(message.contains(says), "{says}: {message}");
+    }
+    // The size it names is over the limit: the case really outgrew it.
+    let size: usize = message
+        .strip_prefix("the webhook's answer for this pod is ")
+        .and_then(|m| m.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no size in: {message}"));
+    assert!(size > LAMBDA_RESPONSE_LIMIT, "{size}");
+    assert!(resp.get("patch").is_none());
 }

@@ -331,3 +331,58 @@ async fn requests_refused_before_the_admission_are_logged_and_counted_by_kind() 
     let all_lines = lines.lock().unwrap().join("\n");
     assert!(!all_lines.contains(guess) && !all_lines.contains(token));
 }
+
+/// A body over `http.maxBodyBytes` is refused before the admission like the others: a WARN
+/// line (once per window, without the path, which would hold the token) and `Refusals` with
+/// `Refusal=BodyTooLarge`; the caller's 400 names the limit.
+#[tokio::test]
+async fn a_body_over_the_limit_is_logged_and_counted_as_a_refusal() {
+    let token = "refusal-test-token-0123456789abcdefghijk";
+    let (front, lines) = app(json!({"http": {"pathToken": token, "maxBodyBytes": 2048}}));
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let _guard = tracing::subscriber::set_default(podmutator::cli::json_subscriber(
+        move || writer.clone(),
+        podmutator::cli::log_filter("info").unwrap(),
+    ));
+    for _ in 0..2 {
+        let reply = front.body_too_large("POST");
+        assert_eq!(reply.status, 400);
+        let body = String::from_utf8_lossy(&reply.body);
+        assert!(
+            body.contains("2048-byte limit (http.maxBodyBytes)"),
+            "{body}"
+        );
+    }
+
+    let logged = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let warned: Vec<Value> = logged
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["message"] == "request refused before the admission")
+        .collect();
+    assert_eq!(
+        warned.len(),
+        1,
+        "the second waits for the next window: {logged}"
+    );
+    let line = &warned[0];
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert_eq!(line["refusal"], "BodyTooLarge", "{line}");
+    assert_eq!(line["method"], "POST", "{line}");
+    assert_eq!(line["count"], 1, "{line}");
+    assert!(!logged.contains(token), "{logged}");
+
+    let emitted: Vec<Value> = lines.lock().unwrap().iter().map(|l| check_emf(l)).collect();
+    let refusals: Vec<(&str, u64)> = emitted
+        .iter()
+        .filter(|v| v.get("Refusals").is_some())
+        .map(|v| {
+            (
+                v["Refusal"].as_str().unwrap(),
+                v["Refusals"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(refusals, [("BodyTooLarge", 1)]);
+}

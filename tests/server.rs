@@ -170,6 +170,8 @@ async fn the_binary_serves_and_stops_cleanly_on_sigterm() {
     let started = wait_for(&rx, "serving https");
     assert_eq!(started["certs_generated"], true);
     assert_eq!(started["addr"], format!("127.0.0.1:{port}"));
+    // The package's version, not a constant of its own: a release bump shows in the log.
+    assert_eq!(started["version"], env!("CARGO_PKG_VERSION"), "{started}");
     let ca = std::fs::read(dir.join("ca.crt")).unwrap();
     let (status, body) = https_request(
         port,

@@ -1417,11 +1417,11 @@ module "podmutator" {{
     assert!(!text.contains(refusal), "{text}");
 }
 
-/// Issue 26, items 3, 4, 16 and 18: what a plan settles before anything is created. Without a
-/// token the function is told so (`http.pathTokenDisabled`), and the binary's start-up gate
-/// accepts the planned environment, which it refuses without that key; an environment over
-/// Lambda's 4 KB is refused with its size; ALB access logs, which record the token, are refused
-/// unless acknowledged; a previous token's hash must be a hash, beside a token.
+/// What a plan settles before anything is created. Without a token the function is told so
+/// (`http.pathTokenDisabled`), and the binary's start-up gate accepts the planned environment,
+/// which it refuses without that key; an environment over Lambda's 4 KB is refused with its
+/// size; ALB access logs, which record the token, are refused unless acknowledged; a previous
+/// token's hash must be a hash, beside a token.
 #[test]
 fn terraform_plans_refuse_what_lambda_or_the_function_would_refuse() {
     let moto = Moto::start();
@@ -1489,7 +1489,7 @@ module "podmutator" {{
             .unwrap()
     };
 
-    // Item 16: the token off.
+    // The token off.
     let (out, dir) = plan("token-off", "path_token_enabled = false");
     assert!(out.status.success(), "token off: {}", combined(&out));
     let config = planned_config(&dir);
@@ -1516,7 +1516,7 @@ module "podmutator" {{
         combined(&refused)
     );
 
-    // Item 4: 40 image rules (a registry per team) make a 6 KB environment.
+    // Lambda's 4 KB: 40 image rules (a registry per team) make a 6 KB environment.
     let rules: Vec<String> = (0..40)
         .map(|i| format!("{{ match = \"registry{i}.example.com/team/project\", replace = \"123456789012.dkr.ecr.{REGION}.amazonaws.com/mirror/registry{i}\" }}"))
         .collect();
@@ -1539,7 +1539,7 @@ module "podmutator" {{
     );
     assert!(out.status.success(), "ten rules: {}", combined(&out));
 
-    // Item 18: ALB access logs record the path, token included.
+    // ALB access logs record the path, token included.
     let (out, _) = plan("access-logs", "alb_access_logs_bucket = \"logs-bucket\"");
     let text = one_line(&out);
     assert!(
@@ -1556,7 +1556,7 @@ module "podmutator" {{
     );
     assert!(out.status.success(), "acknowledged: {}", combined(&out));
 
-    // Item 3: the previous token's hash.
+    // The previous token's hash.
     let previous = "ab".repeat(32);
     let (out, _) = plan(
         "previous-not-a-hash",
@@ -1692,7 +1692,7 @@ module "pods" {{
     );
 }
 
-/// Issue 26, item 3: a rotation as docs/deploy.md ("Rotating the path token") runs it. The apply
+/// A rotation as docs/deploy.md ("Rotating the path token") runs it. The apply
 /// that raises path_token_version with previous_path_token_sha256 leaves the function accepting
 /// `[new, previous]` and the registration on the new token; the next apply, without the
 /// previous hash, leaves `new` alone; a plan after that is empty. A scenario of the moto test.

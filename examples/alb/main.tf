@@ -121,6 +121,18 @@ variable "alarm_topic_arns" {
   default     = []
 }
 
+variable "secret_org" {
+  description = "Flyte organisation in the secret names (u__org__<org>__...) and the organization label a pod must carry to receive Embedded secrets."
+  type        = string
+  default     = "flyte"
+}
+
+variable "embedded_domains" {
+  description = "Flyte's domains (flyteadmin's), if not development, staging and production: a pod's namespace must end in one of them to receive Embedded secrets."
+  type        = list(string)
+  default     = []
+}
+
 variable "secrets_namespace_selector" {
   description = "Narrow the secrets webhook to some namespaces (a LabelSelector), e.g. one pilot namespace during a staged rollout (docs/migration.md); null: every namespace but kube-system."
   type        = any
@@ -168,6 +180,9 @@ module "podmutator" {
   }
   # Only Flyte's propeller may create pods that receive Embedded secrets.
   allowed_usernames = ["system:serviceaccount:flyte:flytepropeller"]
+  # The organisation and domains of your Flyte install, or every Embedded secret is refused.
+  secret_org       = var.secret_org
+  embedded_domains = var.embedded_domains
 }
 
 # Applied last (it depends on the whole AWS module), deleted first.

@@ -95,6 +95,18 @@ variable "previous_path_token_sha256" {
 }
 
 
+variable "secret_org" {
+  description = "Flyte organisation in the secret names (u__org__<org>__...) and the organization label a pod must carry to receive Embedded secrets."
+  type        = string
+  default     = "flyte"
+}
+
+variable "embedded_domains" {
+  description = "Flyte's domains (flyteadmin's), if not development, staging and production: a pod's namespace must end in one of them to receive Embedded secrets."
+  type        = list(string)
+  default     = []
+}
+
 variable "secrets_namespace_selector" {
   description = "Narrow the secrets webhook to some namespaces (a LabelSelector), e.g. one pilot namespace during a staged rollout (docs/migration.md); null: every namespace but kube-system."
   type        = any
@@ -120,6 +132,9 @@ module "podmutator" {
     secretEnvVarPrefix = "_UNION_"
   }
   allowed_usernames = ["system:serviceaccount:flyte:flytepropeller"]
+  # The organisation and domains of your Flyte install, or every Embedded secret is refused.
+  secret_org       = var.secret_org
+  embedded_domains = var.embedded_domains
 
   # Never value delivery on an internet-facing endpoint: the path token is quoted to pod
   # creators in the API server's errors (docs/security.md).

@@ -1,6 +1,6 @@
 //! Attacks on `podmutator serve` by clients that hold connections without a token: idle TLS
 //! sessions, a bare HTTP/2 preface, one source opening many connections, and large bodies sent
-//! to a wrong token.
+//! to a wrong token or over the body limit.
 
 use std::time::{Duration, Instant};
 
@@ -310,12 +310,22 @@ async fn tls_connect_small_send_buffer(port: u16, ca_pem: &[u8]) -> std::io::Res
 /// its own task while this one reads, and returns the status line the server sent back (empty if
 /// the connection broke first) and whether the whole request was written without a reset.
 async fn wrong_token_post(s: &Running, body_len: usize) -> (String, std::io::Result<()>) {
+    large_post(
+        s,
+        "/wrong-token-0123456789abcdefghijklmn/mutate--v1-pod",
+        body_len,
+    )
+    .await
+}
+
+/// [`wrong_token_post`] to any path.
+async fn large_post(s: &Running, path: &str, body_len: usize) -> (String, std::io::Result<()>) {
     let tls = tls_connect_small_send_buffer(s.port, &s.ca).await.unwrap();
     let (mut rd, mut wr) = tokio::io::split(tls);
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {body_len}\r\n\r\n"
+    );
     let writer = tokio::spawn(async move {
-        let head = format!(
-            "POST /wrong-token-0123456789abcdefghijklmn/mutate--v1-pod HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {body_len}\r\n\r\n"
-        );
         wr.write_all(head.as_bytes()).await?;
         wr.write_all(&vec![b' '; body_len]).await?;
         wr.flush().await?;
@@ -349,6 +359,33 @@ async fn large_bodies_sent_to_a_wrong_token_are_read_to_the_end_and_all_get_thei
         // A client that stops at a failed write (as the API server's may) never sees the
         // status: the body must be taken in full, not reset.
         if !status.starts_with("HTTP/1.1 404") || written.is_err() {
+            lost.push((len, status, written.err().map(|e| e.to_string())));
+        }
+    }
+    assert!(lost.is_empty(), "answers lost or requests reset: {lost:?}");
+    stop(s).await;
+}
+
+/// The same with the right token and bodies over `http.maxBodyBytes` (refused from their
+/// `Content-Length`, under twice the limit, so drained): every client reads its 400.
+#[tokio::test]
+async fn bodies_over_the_limit_sent_with_the_token_are_read_to_the_end_and_all_get_their_400() {
+    const MAX: usize = 1024 * 1024;
+    let s = start_server(
+        &config(json!({"http": {"pathToken": TOKEN, "maxBodyBytes": MAX}})),
+        Limits::default(),
+    )
+    .await;
+    let path = format!("/{TOKEN}/mutate--v1-pod");
+    let mut lost = Vec::new();
+    for i in 0..20 {
+        let len = if i % 2 == 0 {
+            MAX + MAX / 5
+        } else {
+            2 * MAX - 4096
+        };
+        let (status, written) = large_post(&s, &path, len).await;
+        if !status.starts_with("HTTP/1.1 400") || written.is_err() {
             lost.push((len, status, written.err().map(|e| e.to_string())));
         }
     }

@@ -121,7 +121,11 @@ class Evaluator:
 
     def ref(self, name):
         if name in self.params:
-            return self.params[name]
+            v = self.params[name]
+            # A list given for a String parameter is what a deploy passes: "a,b".
+            if isinstance(v, list) and self.t["Parameters"].get(name, {}).get("Type") == "String":
+                return ",".join(v)
+            return v
         if name == "AWS::StackId":
             return "arn:aws:cloudformation:eu-west-1:123456789012:stack/podmutator/1a2b3c4d-0000-1111-2222-333344445555"
         if name in PSEUDO:
@@ -223,6 +227,80 @@ def defaults(template):
             d = int(d)
         out[name] = d
     return out
+
+
+def parameters_in(v, template):
+    """The parameters a template fragment refers to (Ref and ${Name} in Fn::Sub)."""
+    found = set()
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if k == "Ref" and isinstance(x, str) and x in template["Parameters"]:
+                found.add(x)
+            elif k == "Fn::Sub":
+                text = x if isinstance(x, str) else x[0]
+                found |= {n for n in re.findall(r"\$\{([^}!.]+)\}", text) if n in template["Parameters"]}
+                if not isinstance(x, str):
+                    found |= parameters_in(x[1], template)
+            else:
+                found |= parameters_in(x, template)
+    elif isinstance(v, list):
+        for x in v:
+            found |= parameters_in(x, template)
+    return found
+
+
+def items(n, first, rest, separator=","):
+    """Eight items (each list parameter's most), the last padded with "a" to n characters."""
+    value = separator.join([first] * 7 + [rest])
+    return value + "a" * (n - len(value))
+
+
+# The longest value of each bounded String parameter that costs the most in the environment's
+# JSON: a quote costs two bytes there, a list separator becomes '","' (or a rule's '"},{"match":"'),
+# so lists hold their most items. Each is checked against its AllowedPattern and MaxLength.
+WORST_VALUES = {
+    "SecretEnvVarPrefix": lambda n: "A" * n,
+    "ImageBuilderExisting": lambda n: "a" * n,
+    "ImageBuilderReplacement": lambda n: "a" * n,
+    "ImageBuilderLabelSelector": lambda n: "{" + '"' * (n - 2) + "}",
+    "ImagesPodSelector": lambda n: "{" + '"' * (n - 2) + "}",
+    "ImagesNamespaceSelector": lambda n: "{" + '"' * (n - 2) + "}",
+    "NamespaceTemplate": lambda n: "a" * n,
+    "FetcherImage": lambda n: "a" * n,
+    "MeshLabelKey": lambda n: "a" * (n - 64) + "/" + "a" * 63,
+    "EcrPullThroughCachePrefix": lambda n: "a" * (n - 1) + "/",
+    "SecretOrg": lambda n: "a" * n,
+    "PathTokenSha256": lambda n: "a" * n,
+    "PreviousPathTokenSha256": lambda n: "b" * n,
+    "AllowedUsernames": lambda n: items(n, "a", "a"),
+    "EmbeddedDomains": lambda n: items(n, "a", "a"),
+    "EntrypointRegistries": lambda n: items(n, "a", "a"),
+    "ImagesExtraRules": lambda n: items(n, "a=a", "a=a"),
+}
+
+
+def worst_case(template, base):
+    """The parameters of the largest environment the template can render, and its size."""
+    params = dict(base, **BUILDER_ON, **IMAGES_VARIANTS["all"])
+    params.update(
+        EndpointType="alb", MeshEnabled="true", PathTokenEnabled="true",
+        EmbeddedDelivery="reference", EmbeddedEnvVarDelivery="value",
+        ImageBuilderDisableVerification="false",
+        SecretManagerTypes=list(template["Parameters"]["SecretManagerTypes"]["AllowedValues"]),
+        # The longest region and partition suffix there are.
+        **{"AWS::Region": "ap-southeast-5", "AWS::URLSuffix": "amazonaws.com.cn"},
+    )
+    for name in parameters_in(template["Resources"]["Function"]["Properties"]["Environment"], template):
+        p = template["Parameters"][name]
+        if p["Type"] == "String" and "MaxLength" in p and name in WORST_VALUES:
+            params[name] = WORST_VALUES[name](int(p["MaxLength"]))
+        elif p["Type"] == "Number" and "MaxValue" in p:
+            params[name] = int(p["MaxValue"])
+    # The longest deadline needs the longest function timeout (a rule holds them in order).
+    params["LambdaTimeoutSeconds"] = int(template["Parameters"]["LambdaTimeoutSeconds"]["MaxValue"])
+    ev = Evaluator(template, params)
+    env = ev.value(template["Resources"]["Function"]["Properties"]["Environment"]["Variables"])
+    return params, len(json.dumps(env, separators=(",", ":")).encode())
 
 
 def main():
@@ -392,12 +470,12 @@ def main():
             c.eq(f"{tag} config images", config.get("images"), want_images)
         c.eq(f"{tag} config deadline", config["embedded"].get("deadlineMs"), base["EmbeddedDeadlineMs"])
         c.eq(f"{tag} config mesh", config["mesh"], {"enabled": mesh == "true", "managedLabel": label_key})
-        # Without a token the function must be told so, or it refuses to start (issue 26, item 16).
+        # Without a token the function must be told so, or it refuses to start.
         c.eq(f"{tag} config http", config["http"], dict({"maxBodyBytes": base["MaxBodyBytes"]}, **({"pathTokenSha256": TOKEN_SHA256} if token_on == "true" else {"pathTokenDisabled": True})))
         env_bytes = len(json.dumps(ev.value(props["Environment"]["Variables"]), separators=(",", ":")).encode())
         largest_env = max(largest_env, (env_bytes, tag))
         c.eq(f"{tag} config allowedUsernames", config["embedded"].get("allowedUsernames", []), users)
-        c.eq(f"{tag} config domains (issue 26, item 15)", config["embedded"].get("domains", []), domains)
+        c.eq(f"{tag} config domains (EmbeddedDomains)", config["embedded"].get("domains", []), domains)
         c.eq(f"{tag} config region", config["webhook"]["embeddedSecretManagerConfig"]["awsConfig"]["region"], PSEUDO["AWS::Region"])
         c.eq(f"{tag} config organization is SecretOrg", config["embedded"].get("organization"), base["SecretOrg"])
 
@@ -493,6 +571,30 @@ def main():
         0 < largest_env[0] <= 4096 - 1024,
     )
     print(f"template.yaml: largest rendered environment {largest_env[0]} bytes of 4096 ({largest_env[1]})", file=sys.stderr)
+
+    # ... and every value CloudFormation accepts fits: each parameter the environment holds is
+    # bounded (MaxLength, MaxValue or AllowedValues), and the largest rendering, with every
+    # bounded value at its longest and written to cost the most once escaped in the JSON of the
+    # environment, is within 4096 bytes.
+    worst, worst_bytes = worst_case(template, base)
+    env_params = parameters_in(props["Environment"], template)
+    for name in sorted(env_params):
+        p = template["Parameters"][name]
+        bounded = "AllowedValues" in p or ("MaxLength" in p if p["Type"] == "String" else "MaxValue" in p)
+        c.true(f"{name} reaches the environment and is bounded", bounded, str(p))
+        if "MaxLength" in p and name in worst:
+            value = worst[name]
+            c.eq(f"{name}'s worst case is MaxLength characters", len(value), int(p["MaxLength"]))
+            c.true(f"{name}'s worst case is a value CloudFormation accepts", re.fullmatch(p.get("AllowedPattern", ".*"), value) is not None, value)
+        elif "MaxLength" in p:
+            c.true(f"{name} has a worst case", False)
+    ev = Evaluator(template, worst)
+    c.eq("the worst case deploys (every rule holds)", failed_rules(template, ev), [])
+    c.true(
+        f"the largest environment CloudFormation can render ({worst_bytes} bytes) fits Lambda's 4096",
+        0 < worst_bytes <= 4096,
+    )
+    print(f"template.yaml: largest possible environment {worst_bytes} bytes of 4096", file=sys.stderr)
 
     # --- token rotation: [current, previous] for one deploy -----------------------------------
     previous = "fedcba9876543210" * 4

@@ -210,8 +210,8 @@ def main():
     env = one(fn, "environment")["variables"]
     c.eq("the function's environment is local.function_environment", env, "${local.function_environment}")
     c.eq("the environment is PODMUTATOR_CONFIG alone", tf["locals"]["function_environment"], {"PODMUTATOR_CONFIG": "${jsonencode(local.function_config)}"})
-    # Item 4 of issue 26: Lambda's 4 KB, checked at plan time on the whole environment (every
-    # variable), with the unknown hash replaced by a placeholder of its length.
+    # Lambda's 4 KB, checked at plan time on the whole environment (every variable), with the
+    # unknown hash replaced by a placeholder of its length.
     probe = tf["locals"]["environment_probe"]
     c.true("the size probe is the whole environment with the placeholder hash",
            probe.startswith("${jsonencode(merge(local.function_environment, {PODMUTATOR_CONFIG = jsonencode(merge(local.function_config,") and "local.path_token_http_variants[1]" in probe, probe)
@@ -332,7 +332,7 @@ def main():
     c.eq("no HTTP listener", sorted(res["aws_lb_listener"]), ["https"])
     c.true("ALB TLS policy is TLS 1.2+", var.get("alb_ssl_policy") in TLS12_PLUS_POLICIES, str(var.get("alb_ssl_policy")))
     c.eq("ALB is internal", res["aws_lb"]["this"].get("internal"), True)
-    # Item 18: an ALB access log line holds the request URL, path token included.
+    # An ALB access log line holds the request URL, path token included.
     logs_checks = [v["condition"] for v in tf["variable"]["alb_access_logs_bucket"].get("validation", [])]
     c.true("ALB access logs refused while the token is on, unless acknowledged",
            "${var.alb_access_logs_bucket == null || !var.path_token_enabled || var.alb_access_logs_record_path_token}" in logs_checks, str(logs_checks))
@@ -417,7 +417,7 @@ def main():
            str(create and create[0].get("environment", {}).get("MANIFEST")))
     c.eq("registration replaced before destroy", one(data, "lifecycle").get("create_before_destroy"), True)
     c.true("no kubernetes_manifest resource anywhere (it prints the token in plans)", "resource \"kubernetes_manifest\"" not in text)
-    passed_through = ["name", "path_token_version", "previous_path_token_sha256", "alarm_topic_arns"]
+    passed_through = ["name", "path_token_version", "previous_path_token_sha256", "alarm_topic_arns", "secret_org", "embedded_domains"]
     for ex, extra in (("alb", ["alb_deletion_protection", "alb_access_logs_bucket", "alb_access_logs_record_path_token"]), ("http-api", [])):
         exm = load_module(root / "examples" / ex)
         c.eq(f"examples/{ex} needs only the AWS provider", sorted(required_providers(exm)), ["aws"])
