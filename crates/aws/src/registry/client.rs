@@ -3,8 +3,8 @@
 //! `config.Entrypoint` and `config.Cmd`.
 //!
 //! - HTTPS only, on the project's one TLS stack (rustls + ring), trusting the system's roots
-//!   and `caBundleFile`. One HTTP/1.1 connection per request: a lookup is a few requests, and
-//!   its answer is cached.
+//!   and `caBundleFile`, through hyper's pooled client ([`super::http`]): a lookup's requests
+//!   to one host share a connection, and its answer is cached.
 //! - Only registries of `embedded.entrypointLookup.registries` are asked. A registry's
 //!   redirect (blobs are served from object storage or a CDN on real registries) is followed,
 //!   HTTPS only and at most [`MAX_REDIRECTS`] times, without the registry's credentials when it
@@ -16,16 +16,17 @@
 //! - Cached: tag to manifest digest for `tagTtlSeconds`; a digest's command (immutable) until
 //!   evicted.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
-use hyper::{Request, StatusCode, header};
+use hyper::{Method, StatusCode, header};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio_rustls::rustls;
+use url::Url;
 
+use super::http::{Http, authority};
 use super::{BoxFuture, EntrypointSource, ImageCommand, ImageQuery};
 use crate::config::EntrypointLookupConfig;
 use crate::image_ref::ImageRef;
@@ -48,8 +49,7 @@ const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+j
 /// loaded on the first lookup.
 pub struct RegistryClient {
     config: EntrypointLookupConfig,
-    extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
-    tls: OnceLock<Arc<rustls::ClientConfig>>,
+    http: Http,
     /// (registry, repository, tag) -> manifest digest.
     tags: moka::sync::Cache<(String, String, String), String>,
     /// (registry, repository, manifest digest, pinned arch) -> command.
@@ -57,8 +57,6 @@ pub struct RegistryClient {
     in_flight: Arc<tokio::sync::Semaphore>,
     /// Basic credentials for ECR registries, from the function's AWS identity.
     ecr: Option<super::ecr::Ecr>,
-    /// Host names answered without DNS (tests; split-horizon setups).
-    resolve: Vec<(String, std::net::IpAddr)>,
 }
 
 /// Why the client cannot be built (the extra CA bundle).
@@ -97,8 +95,7 @@ impl RegistryClient {
         }
         Ok(Self {
             config: config.clone(),
-            extra_roots,
-            tls: OnceLock::new(),
+            http: Http::new(extra_roots),
             tags: moka::sync::Cache::builder()
                 .max_capacity(CACHE_ENTRIES)
                 .time_to_live(Duration::from_secs(config.tag_ttl_seconds))
@@ -108,7 +105,6 @@ impl RegistryClient {
                 .build(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
             ecr: None,
-            resolve: Vec::new(),
         })
     }
 
@@ -124,29 +120,8 @@ impl RegistryClient {
     /// Connects to `ip` for `host` instead of asking DNS (`curl --resolve`).
     #[must_use]
     pub fn resolving(mut self, host: &str, ip: std::net::IpAddr) -> Self {
-        self.resolve.push((host.to_owned(), ip));
+        self.http = self.http.resolving(host, ip);
         self
-    }
-
-    fn tls(&self) -> Arc<rustls::ClientConfig> {
-        Arc::clone(self.tls.get_or_init(|| {
-            let mut roots = rustls::RootCertStore::empty();
-            // Certificates the system store cannot parse are skipped, as every TLS client does.
-            let native = rustls_native_certs::load_native_certs();
-            roots.add_parsable_certificates(native.certs);
-            roots.add_parsable_certificates(self.extra_roots.iter().cloned());
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let config = match rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-            {
-                Ok(b) => b.with_root_certificates(roots).with_no_client_auth(),
-                // ring supports the default versions; keep a working client regardless.
-                Err(_) => rustls::ClientConfig::builder()
-                    .with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth(),
-            };
-            Arc::new(config)
-        }))
     }
 
     async fn lookup_uncached(&self, query: &ImageQuery) -> Result<ImageCommand, LookupError> {
@@ -162,7 +137,8 @@ impl RegistryClient {
         let auth = match (&self.ecr, super::ecr::ecr_host(&image.registry)) {
             (Some(ecr), Some((account, region))) => Some(format!(
                 "Basic {}",
-                ecr.token(self, &image.registry, account, region).await?
+                ecr.token(&self.http, &image.registry, account, region)
+                    .await?
             )),
             _ => None,
         };
@@ -206,7 +182,8 @@ impl RegistryClient {
         Ok(found)
     }
 
-    /// One GET, following redirects; the status, the `WWW-Authenticate` header and the body.
+    /// One GET, following redirects (HTTPS only); the status, the `WWW-Authenticate` header and
+    /// the body.
     async fn get(
         &self,
         url: &str,
@@ -214,22 +191,29 @@ impl RegistryClient {
         auth: Option<&str>,
         what: &str,
     ) -> Result<(StatusCode, Option<String>, Bytes), LookupError> {
-        let mut url = Url::parse(url).ok_or_else(|| LookupError::Redirect { what: what.into() })?;
-        let origin = url.authority.clone();
+        let mut url = Url::parse(url)
+            .ok()
+            .filter(is_https)
+            .ok_or_else(|| LookupError::Redirect { what: what.into() })?;
+        let origin = authority(&url);
         for _ in 0..=MAX_REDIRECTS {
             let mut headers = Vec::new();
             if !accept.is_empty() {
                 headers.push((header::ACCEPT, accept.to_owned()));
             }
             // The registry's credentials never leave its host.
-            if let Some(a) = auth.filter(|_| url.authority == origin) {
+            if let Some(a) = auth.filter(|_| authority(&url) == origin) {
                 headers.push((header::AUTHORIZATION, a.to_owned()));
             }
-            let answer = self.send("GET", &url, &headers, Bytes::new(), what).await?;
+            let answer = self
+                .http
+                .send(Method::GET, &url, &headers, Bytes::new(), what)
+                .await?;
             if answer.status.is_redirection() {
                 url = answer
                     .location
-                    .and_then(|l| url.join(&l))
+                    .and_then(|l: String| url.join(&l).ok())
+                    .filter(is_https)
                     .ok_or_else(|| LookupError::Redirect { what: what.into() })?;
                 continue;
             }
@@ -237,123 +221,14 @@ impl RegistryClient {
         }
         Err(LookupError::Redirect { what: what.into() })
     }
-
-    /// One request on its own HTTP/1.1 connection (TLS unless `url` is an `http://` API
-    /// endpoint from the AWS configuration), its body read to [`MAX_BODY`] at most.
-    pub(super) async fn send(
-        &self,
-        method: &str,
-        url: &Url,
-        headers: &[(header::HeaderName, String)],
-        body: Bytes,
-        what: &str,
-    ) -> Result<Answer, LookupError> {
-        let connect = |reason: String| LookupError::Connect {
-            host: url.authority.clone(),
-            reason,
-        };
-        let tcp = match self.resolve.iter().find(|(h, _)| *h == url.host) {
-            Some((_, ip)) => tokio::net::TcpStream::connect((*ip, url.port)).await,
-            None => tokio::net::TcpStream::connect((url.host.as_str(), url.port)).await,
-        }
-        .map_err(|e| connect(e.to_string()))?;
-        let io: Box<dyn Io> = if url.tls {
-            let name = rustls::pki_types::ServerName::try_from(url.host.clone())
-                .map_err(|e| connect(e.to_string()))?;
-            let tls = tokio_rustls::TlsConnector::from(self.tls())
-                .connect(name, tcp)
-                .await
-                .map_err(|e| {
-                    connect(format!(
-                        "TLS: {e} (a registry with a private CA needs embedded.entrypointLookup.caBundleFile)"
-                    ))
-                })?;
-            Box::new(tls)
-        } else {
-            Box::new(tcp)
-        };
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
-                .await
-                .map_err(|e| connect(e.to_string()))?;
-        let _stop = AbortOnDrop(tokio::spawn(conn));
-        let mut req = Request::builder()
-            .method(method)
-            .uri(url.path.as_str())
-            .header(header::HOST, url.authority.as_str())
-            .header(
-                header::USER_AGENT,
-                concat!("podmutator/", env!("CARGO_PKG_VERSION")),
-            );
-        for (name, value) in headers {
-            req = req.header(name, value.as_str());
-        }
-        let req = req
-            .body(Full::new(body))
-            .map_err(|e| connect(e.to_string()))?;
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| connect(e.to_string()))?;
-        let status = resp.status();
-        let text = |name: header::HeaderName| {
-            resp.headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        let location = text(header::LOCATION);
-        let challenge = text(header::WWW_AUTHENTICATE);
-        if resp
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|n| n > MAX_BODY as u64)
-        {
-            return Err(LookupError::TooLarge { what: what.into() });
-        }
-        let body = Limited::new(resp.into_body(), MAX_BODY)
-            .collect()
-            .await
-            .map_err(|e| {
-                if e.downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some()
-                {
-                    LookupError::TooLarge { what: what.into() }
-                } else {
-                    connect(e.to_string())
-                }
-            })?
-            .to_bytes();
-        Ok(Answer {
-            status,
-            location,
-            challenge,
-            body,
-        })
-    }
 }
 
-/// A connection, encrypted or not.
-trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
-
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
-
-/// What [`RegistryClient::send`] read.
-pub(super) struct Answer {
-    pub status: StatusCode,
-    pub location: Option<String>,
-    pub challenge: Option<String>,
-    pub body: Bytes,
-}
-
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+/// Registries and where they send a lookup: `https://`, a host, no user information.
+fn is_https(url: &Url) -> bool {
+    url.scheme() == "https"
+        && url.host_str().is_some_and(|h| !h.is_empty())
+        && url.username().is_empty()
+        && url.password().is_none()
 }
 
 impl EntrypointSource for RegistryClient {
@@ -749,81 +624,6 @@ fn encode_query(s: &str) -> String {
     out
 }
 
-/// An `https://host[:port]/path?query` URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Url {
-    /// `https`, or plain `http` (only for an AWS API endpoint the configuration names).
-    pub tls: bool,
-    /// `host[:port]`, as sent in `Host`.
-    pub authority: String,
-    pub host: String,
-    pub port: u16,
-    /// Path and query.
-    pub path: String,
-}
-
-impl Url {
-    /// An `https://` URL.
-    fn parse(s: &str) -> Option<Self> {
-        Self::parse_with(s, "https://", 443)
-    }
-
-    /// An `https://` or `http://` URL: an AWS API endpoint (`AWS_ENDPOINT_URL` may name an
-    /// emulator).
-    pub(super) fn parse_api(s: &str) -> Option<Self> {
-        Self::parse_with(s, "https://", 443).or_else(|| Self::parse_with(s, "http://", 80))
-    }
-
-    fn parse_with(s: &str, scheme: &str, default_port: u16) -> Option<Self> {
-        let rest = s.strip_prefix(scheme)?;
-        let (authority, path) = match rest.find(['/', '?']) {
-            Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], rest[i..].to_owned()),
-            Some(i) => (&rest[..i], format!("/{}", &rest[i..])),
-            None => (rest, "/".to_owned()),
-        };
-        if authority.is_empty() || authority.contains('@') {
-            return None;
-        }
-        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-            let (host, after) = v6.split_once(']')?;
-            match after.strip_prefix(':') {
-                Some(p) => (host, p.parse().ok()?),
-                None if after.is_empty() => (host, default_port),
-                None => return None,
-            }
-        } else {
-            match authority.split_once(':') {
-                Some((h, p)) => (h, p.parse().ok()?),
-                None => (authority, default_port),
-            }
-        };
-        if host.is_empty() {
-            return None;
-        }
-        Some(Self {
-            tls: scheme == "https://",
-            authority: authority.to_owned(),
-            host: host.to_owned(),
-            port,
-            path,
-        })
-    }
-
-    /// `location` (absolute, or a path on this host) from this URL.
-    fn join(&self, location: &str) -> Option<Self> {
-        if location.starts_with("https://") {
-            return Self::parse(location);
-        }
-        if location.starts_with('/') && !location.starts_with("//") {
-            return Some(Self {
-                path: location.to_owned(),
-                ..self.clone()
-            });
-        }
-        None
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -931,20 +731,30 @@ mod tests {
 
     #[test]
     fn urls_keep_the_authority_and_resolve_redirects() {
-        let u = Url::parse("https://localhost:5000/v2/a/blobs/sha256:x?y=1").unwrap();
-        assert_eq!((u.host.as_str(), u.port), ("localhost", 5000));
-        assert_eq!(u.path, "/v2/a/blobs/sha256:x?y=1");
-        let u = Url::parse("https://public.ecr.aws").unwrap();
+        let url = |s: &str| Url::parse(s).unwrap();
+        let u = url("https://localhost:5000/v2/a/blobs/sha256:x?y=1");
+        assert_eq!(authority(&u), "localhost:5000");
+        assert_eq!(authority(&url("https://public.ecr.aws")), "public.ecr.aws");
         assert_eq!(
-            (u.authority.as_str(), u.port, u.path.as_str()),
-            ("public.ecr.aws", 443, "/")
+            authority(&url("https://public.ecr.aws:443/")),
+            "public.ecr.aws"
         );
-        assert_eq!(u.join("/other").unwrap().authority, "public.ecr.aws");
-        assert_eq!(u.join("https://cdn.example/x").unwrap().host, "cdn.example");
-        assert_eq!(u.join("http://cdn.example/x"), None);
-        assert_eq!(u.join("//cdn.example/x"), None);
-        assert_eq!(Url::parse("http://x/"), None);
-        assert_eq!(Url::parse("https://user@x/"), None);
+        assert_eq!(authority(&url("https://[::1]:5000/")), "[::1]:5000");
+        // Where a redirect may go: a path on the host, or another HTTPS host without the
+        // registry's credentials (the caller compares authorities).
+        let next = |l: &str| u.join(l).ok().filter(is_https);
+        assert_eq!(authority(&next("/other").unwrap()), "localhost:5000");
+        assert_eq!(
+            authority(&next("https://cdn.example/x").unwrap()),
+            "cdn.example"
+        );
+        assert_eq!(authority(&next("//cdn.example/x").unwrap()), "cdn.example");
+        assert_eq!(next("http://cdn.example/x"), None);
+        assert_eq!(next("https://user@cdn.example/x"), None);
+        assert_eq!(next("https://:pw@cdn.example/x"), None);
+        assert_eq!(next("file:///etc/passwd"), None);
+        assert!(!is_https(&url("http://x/")));
+        assert!(!is_https(&url("https://user@x/")));
     }
 
     #[test]

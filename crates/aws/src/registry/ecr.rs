@@ -8,11 +8,13 @@ use std::time::{Duration, SystemTime};
 
 use aws_credential_types::provider::ProvideCredentials;
 use hyper::body::Bytes;
-use hyper::{StatusCode, header};
+use hyper::{Method, StatusCode, header};
 use serde::Deserialize;
+use url::Url;
 
 use super::BoxFuture;
-use super::client::{LookupError, RegistryClient, Url};
+use super::error::LookupError;
+use super::http::{Http, authority};
 
 /// Loads the AWS configuration whose credentials sign the call (the function's: Lambda's role,
 /// the environment, `AWS_ENDPOINT_URL` for an emulator).
@@ -60,7 +62,7 @@ impl Ecr {
     /// The base64 `AWS:<password>` token for `registry`, cached.
     pub(super) async fn token(
         &self,
-        client: &RegistryClient,
+        http: &Http,
         registry: &str,
         account: &str,
         region: &str,
@@ -85,7 +87,10 @@ impl Ecr {
             .endpoint_url()
             .map(|e| format!("{}/", e.trim_end_matches('/')))
             .unwrap_or_else(|| format!("https://api.ecr.{region}.amazonaws.com/"));
-        let url = Url::parse_api(&endpoint)
+        // `https://`, or `http://` for an emulator that AWS_ENDPOINT_URL names.
+        let url = Url::parse(&endpoint)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "https" | "http") && u.host_str().is_some())
             .ok_or_else(|| fail(format!("the ECR endpoint {endpoint:?} is not a URL")))?;
         let body = format!(r#"{{"registryIds":["{account}"]}}"#);
         let mut headers = vec![
@@ -100,7 +105,7 @@ impl Ecr {
         ];
         let signed = sign(
             &endpoint,
-            &url.authority,
+            &authority(&url),
             &headers,
             body.as_bytes(),
             credentials,
@@ -108,8 +113,8 @@ impl Ecr {
         )
         .map_err(|e| fail(format!("cannot sign the call: {e}")))?;
         headers.extend(signed);
-        let answer = client
-            .send("POST", &url, &headers, Bytes::from(body), &what)
+        let answer = http
+            .send(Method::POST, &url, &headers, Bytes::from(body), &what)
             .await?;
         if answer.status != StatusCode::OK {
             #[derive(Deserialize)]

@@ -5,3 +5,4 @@ pub use podmutator_core::registry::*;
 
 pub mod client;
 pub mod ecr;
+pub mod http;
