@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod mutate;
 pub mod patch;
 pub mod pod;
+pub mod prometheus;
 pub mod registration;
 pub mod registry;
 pub mod secrets;

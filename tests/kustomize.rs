@@ -330,6 +330,39 @@ fn config_passes_check_config_and_is_the_one_mounted() {
     assert_eq!(mounted_config, committed);
     let certs = mounted(effective["webhook"]["certDir"].as_str().unwrap());
     assert_eq!(certs["secret"]["secretName"], "podmutator-tls");
+
+    // Readiness, the scrape annotations and the NetworkPolicy all name the probe port the
+    // configuration opens (plain HTTP, no path token).
+    let metrics_port = &effective["webhook"]["metricsPort"];
+    assert!(metrics_port.is_u64(), "{effective}");
+    let named = c["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "metrics")
+        .expect("a container port named metrics");
+    assert_eq!(&named["containerPort"], metrics_port);
+    let ready = &c["readinessProbe"]["httpGet"];
+    assert_eq!(ready["port"], "metrics");
+    assert_eq!(ready["scheme"], "HTTP");
+    assert_eq!(ready["path"], "/healthz");
+    let annotations = &d["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(annotations["prometheus.io/port"], metrics_port.to_string());
+    assert_eq!(annotations["prometheus.io/path"], "/metrics");
+    let policy = find(&docs, "NetworkPolicy", "podmutator");
+    let admits = |port: &str| {
+        policy["spec"]["ingress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|rule| {
+                rule["ports"]
+                    .as_array()
+                    .is_some_and(|ps| ps.iter().any(|p| p["port"] == port))
+            })
+    };
+    assert!(admits("webhook") && admits("metrics"), "{policy}");
 }
 
 /// kubernetes-validate has no cert-manager schemas: what cert-manager requires is checked here,
@@ -432,8 +465,9 @@ async fn serve_answers_the_rendered_paths_with_the_rendered_ca() {
     let registration = find(&docs, "MutatingWebhookConfiguration", "podmutator");
     let port = common::free_port();
     // Only where it listens and reads its certificate differ from the committed file.
+    let metrics_port = common::free_port();
     let overrides = json!({
-        "webhook": {"certDir": dir, "listenPort": port},
+        "webhook": {"certDir": dir, "listenPort": port, "metricsPort": metrics_port},
         "http": {"listenAddress": "127.0.0.1"}
     });
     let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
@@ -504,6 +538,34 @@ async fn serve_answers_the_rendered_paths_with_the_rendered_ca() {
         );
         assert_eq!(common::response(&body)["allowed"], true, "{}", w["name"]);
     }
+    // The rendered readiness probe, as the kubelet sends it, on the probe port; its /metrics
+    // counted one admission per entry.
+    let d = find(&docs, "Deployment", "podmutator");
+    let ready = &d["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"];
+    let get = |path: String| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", metrics_port))
+            .await
+            .unwrap();
+        let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        let mut raw = String::new();
+        tcp.read_to_string(&mut raw).await.unwrap();
+        raw
+    };
+    let probe = get(ready["path"].as_str().unwrap().to_owned()).await;
+    assert!(probe.starts_with("HTTP/1.1 200 "), "{probe}");
+    let metrics = get("/metrics".to_owned()).await;
+    let admitted: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("podmutator_admissions_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(
+        admitted as usize,
+        registration["webhooks"].as_array().unwrap().len(),
+        "{metrics}"
+    );
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

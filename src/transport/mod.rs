@@ -1,7 +1,8 @@
 //! The edges around the core: HTTP routing ([`http::Front`]), the Lambda adapter, and the
-//! HTTPS server with its certificates. Each holds an `Arc<App>` and calls `App::review`.
+//! HTTPS server with its certificates, and the probe port (`/metrics`, `/healthz`). Each holds an `Arc<App>` and calls `App::review`.
 
 pub mod http;
 pub mod lambda;
+pub mod probe;
 pub mod server;
 pub mod tls;
