@@ -1,12 +1,17 @@
 //! `podmutator serve` as a cluster runs it: the probe port (`webhook.metricsPort`: Prometheus
-//! `/metrics` and `/healthz`, never an admission) scraped after real admissions and refusals.
+//! `/metrics` and `/healthz`, never an admission) scraped after real admissions and refusals,
+//! and the serving certificate replaced under a running server the way the kubelet updates a
+//! mounted Secret.
 
 use crate::common;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use common::*;
+use podmutator::transport::tls;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "probe-test-token-0123456789abcdefghij";
@@ -449,4 +454,128 @@ async fn metrics_count_admissions_and_refusals_and_the_probe_port_never_admits()
             &[("route", "secrets"), ("decision", "mutated")]
         )
     );
+}
+
+/// Publishes `files` into `dir` the way the kubelet updates a Secret volume: a new timestamped
+/// directory, `..data` switched to it by one rename, each name a link through `..data`.
+fn kubelet_publish(dir: &Path, files: &[(&str, &[u8])]) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let version = format!("..version_{}", N.fetch_add(1, Ordering::Relaxed));
+    std::fs::create_dir_all(dir.join(&version)).unwrap();
+    for (name, bytes) in files {
+        std::fs::write(dir.join(&version).join(name), bytes).unwrap();
+        let link = dir.join(name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(Path::new("..data").join(name), &link).unwrap();
+        }
+    }
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&version, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+}
+
+/// The leaf certificate a new TLS connection to `port` is served.
+async fn served_leaf(port: u16, trusted: &[u8]) -> Vec<u8> {
+    let tls = tls_connect(port, trusted).await.unwrap();
+    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+fn leaf_der(pem: &str) -> Vec<u8> {
+    rustls_pemfile::certs(&mut pem.as_bytes())
+        .next()
+        .unwrap()
+        .unwrap()
+        .to_vec()
+}
+
+/// A rotated Secret is served to new connections without a restart; a broken update (a
+/// certificate with another pair's key) is refused with an error and the previous pair served.
+#[tokio::test]
+async fn a_rotated_certificate_is_served_without_a_restart_and_a_broken_one_is_not() {
+    let dir = temp_dir("probe-reload");
+    let names = tls::serving_names("podmutator", "flyte");
+    let (ca1, cert1, key1) = tls::generate_certs(&names).unwrap();
+    kubelet_publish(
+        &dir,
+        &[
+            ("ca.crt", ca1.as_bytes()),
+            ("tls.crt", cert1.as_bytes()),
+            ("tls.key", key1.as_bytes()),
+        ],
+    );
+    let port = free_port();
+    let s = Serve::start(&json!({
+        "webhook": {"certDir": dir, "listenPort": port, "localCert": false, "serviceName": "podmutator"},
+        "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true}
+    }))
+    .await;
+    let (ca2, cert2, key2) = tls::generate_certs(&names).unwrap();
+    // The client trusts both CAs (a registration's caBundle during a rotation).
+    let trusted = format!("{ca1}{ca2}");
+    assert_eq!(
+        served_leaf(port, trusted.as_bytes()).await,
+        leaf_der(&cert1)
+    );
+
+    kubelet_publish(
+        &dir,
+        &[
+            ("ca.crt", ca2.as_bytes()),
+            ("tls.crt", cert2.as_bytes()),
+            ("tls.key", key2.as_bytes()),
+        ],
+    );
+    let mut seen = Vec::new();
+    for _ in 0..50 {
+        seen = served_leaf(port, trusted.as_bytes()).await;
+        if seen == leaf_der(&cert2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(seen, leaf_der(&cert2), "the new certificate within 10 s");
+    wait_for(&s.log, "serving certificate reloaded", 1).await;
+    let (status, body) = https_request(
+        port,
+        ca2.as_bytes(),
+        "podmutator.flyte.svc",
+        "POST",
+        "/mutate--v1-pod",
+        Some("application/json"),
+        &review_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(response(&body)["allowed"], true);
+
+    // A certificate with the previous pair's key: refused, the served pair kept.
+    let (_, cert3, _) = tls::generate_certs(&names).unwrap();
+    kubelet_publish(
+        &dir,
+        &[
+            ("ca.crt", ca2.as_bytes()),
+            ("tls.crt", cert3.as_bytes()),
+            ("tls.key", key2.as_bytes()),
+        ],
+    );
+    for _ in 0..50 {
+        if s.log().contains("serving certificate not reloaded") {
+            break;
+        }
+        // Each handshake after the interval is what looks at the files again.
+        assert_eq!(
+            served_leaf(port, trusted.as_bytes()).await,
+            leaf_der(&cert2)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(s.log().contains("do not form a usable pair"), "{}", s.log());
+    assert_eq!(
+        served_leaf(port, trusted.as_bytes()).await,
+        leaf_der(&cert2)
+    );
+    assert!(!s.log().contains(&key2), "a key in the log");
 }
