@@ -22,6 +22,7 @@ pub mod transport;
 pub use podmutator_aws as aws;
 pub use podmutator_core::{
     VERSION, admission, app, config, error, image_ref, k8s_names, metrics, mutate, patch,
+    prometheus,
 };
 
 /// The core's secret managers with the AWS sources of Embedded mode.

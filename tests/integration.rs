@@ -39,6 +39,7 @@ mod mesh;
 mod metrics;
 mod patch_fidelity;
 mod pod_side;
+mod probe;
 mod quota_proxy;
 mod reference;
 mod release;

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use crate::common;
 
 const NAMESPACE: &str = "podmutator";
-const OVERLAYS: [&str; 2] = ["cert-manager", "provided-ca"];
+const OVERLAYS: [&str; 3] = ["cert-manager", "provided-ca", "path-token"];
 
 fn deploy_dir(rel: &str) -> PathBuf {
     common::root().join("deploy/kubernetes").join(rel)
@@ -30,6 +30,11 @@ fn render(rel: &str) -> Vec<Value> {
     if rel == "overlays/provided-ca" {
         let (dir, _) = provided_ca_copy();
         return render_dir(rel, &dir);
+    }
+    if rel == "overlays/path-token" {
+        let (dir, _) = provided_ca_copy();
+        path_token_files(&dir);
+        return render_dir(rel, &dir.join("../path-token"));
     }
     render_dir(rel, &deploy_dir(rel))
 }
@@ -55,6 +60,42 @@ fn provided_ca_copy() -> (PathBuf, Vec<u8>) {
     assert!(files.generated);
     let ca = std::fs::read(&files.ca).unwrap();
     (dir, ca)
+}
+
+/// In the copy of the tree holding `provided_ca` (its overlay directory given), the path-token
+/// component's git-ignored files made with the commands its kustomization.yaml documents (the
+/// renderer through the real binary, the hash through `sha256sum`); returns the token.
+fn path_token_files(provided_ca: &std::path::Path) -> String {
+    let component = provided_ca.join("../../components/path-token");
+    let token = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    std::fs::write(component.join("path-token"), format!("{token}\n")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .args([
+            "webhook-config",
+            "--service",
+            "podmutator/podmutator",
+            "--path-token-file",
+            "path-token",
+        ])
+        .current_dir(&component)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(component.join("registration.yaml"), &out.stdout).unwrap();
+    let status = Command::new("sh")
+        .args([
+            "-c",
+            "echo \"PATH_TOKEN_SHA256=$(tr -d '\\n' < path-token | sha256sum | cut -d' ' -f1)\" > path-token.env",
+        ])
+        .current_dir(&component)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    token.to_owned()
 }
 
 fn render_dir(rel: &str, dir: &std::path::Path) -> Vec<Value> {
@@ -330,6 +371,39 @@ fn config_passes_check_config_and_is_the_one_mounted() {
     assert_eq!(mounted_config, committed);
     let certs = mounted(effective["webhook"]["certDir"].as_str().unwrap());
     assert_eq!(certs["secret"]["secretName"], "podmutator-tls");
+
+    // Readiness, the scrape annotations and the NetworkPolicy all name the probe port the
+    // configuration opens (plain HTTP, no path token).
+    let metrics_port = &effective["webhook"]["metricsPort"];
+    assert!(metrics_port.is_u64(), "{effective}");
+    let named = c["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "metrics")
+        .expect("a container port named metrics");
+    assert_eq!(&named["containerPort"], metrics_port);
+    let ready = &c["readinessProbe"]["httpGet"];
+    assert_eq!(ready["port"], "metrics");
+    assert_eq!(ready["scheme"], "HTTP");
+    assert_eq!(ready["path"], "/healthz");
+    let annotations = &d["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(annotations["prometheus.io/port"], metrics_port.to_string());
+    assert_eq!(annotations["prometheus.io/path"], "/metrics");
+    let policy = find(&docs, "NetworkPolicy", "podmutator");
+    let admits = |port: &str| {
+        policy["spec"]["ingress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|rule| {
+                rule["ports"]
+                    .as_array()
+                    .is_some_and(|ps| ps.iter().any(|p| p["port"] == port))
+            })
+    };
+    assert!(admits("webhook") && admits("metrics"), "{policy}");
 }
 
 /// kubernetes-validate has no cert-manager schemas: what cert-manager requires is checked here,
@@ -432,8 +506,9 @@ async fn serve_answers_the_rendered_paths_with_the_rendered_ca() {
     let registration = find(&docs, "MutatingWebhookConfiguration", "podmutator");
     let port = common::free_port();
     // Only where it listens and reads its certificate differ from the committed file.
+    let metrics_port = common::free_port();
     let overrides = json!({
-        "webhook": {"certDir": dir, "listenPort": port},
+        "webhook": {"certDir": dir, "listenPort": port, "metricsPort": metrics_port},
         "http": {"listenAddress": "127.0.0.1"}
     });
     let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
@@ -504,10 +579,212 @@ async fn serve_answers_the_rendered_paths_with_the_rendered_ca() {
         );
         assert_eq!(common::response(&body)["allowed"], true, "{}", w["name"]);
     }
+    // The rendered readiness probe, as the kubelet sends it, on the probe port; its /metrics
+    // counted one admission per entry.
+    let d = find(&docs, "Deployment", "podmutator");
+    let ready = &d["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"];
+    let get = |path: String| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", metrics_port))
+            .await
+            .unwrap();
+        let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        let mut raw = String::new();
+        tcp.read_to_string(&mut raw).await.unwrap();
+        raw
+    };
+    let probe = get(ready["path"].as_str().unwrap().to_owned()).await;
+    assert!(probe.starts_with("HTTP/1.1 200 "), "{probe}");
+    let metrics = get("/metrics".to_owned()).await;
+    let admitted: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("podmutator_admissions_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(
+        admitted as usize,
+        registration["webhooks"].as_array().unwrap().len(),
+        "{metrics}"
+    );
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(kill.success());
     assert!(child.wait().unwrap().success());
+}
+
+/// The path-token component over the provided CA: every rendered path is the base's under the
+/// token, the caBundle and the namespace exclusion stay, the Deployment's configuration holds
+/// the token's hash only; a real `serve` with what the rendered Deployment sets answers every
+/// rendered path, refuses the same paths without the token, and is ready on the probe port.
+#[tokio::test]
+async fn path_token_component_puts_every_path_under_the_token_and_serve_holds_only_its_hash() {
+    use base64::Engine;
+    use sha2::Digest as _;
+    let (dir, ca) = provided_ca_copy();
+    let token = path_token_files(&dir);
+    // The component over provided-ca, as an operator's overlay would combine them.
+    let overlay = dir.join("../with-token");
+    std::fs::create_dir_all(&overlay).unwrap();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../provided-ca\ncomponents:\n  - ../../components/path-token\n",
+    )
+    .unwrap();
+    let docs = render_dir("overlays/with-token", &overlay);
+    assert_valid("overlays/with-token", &docs);
+    let base = render("base");
+    let base_paths: Vec<String> =
+        find(&base, "MutatingWebhookConfiguration", "podmutator")["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| {
+                w["clientConfig"]["service"]["path"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+    let registration = find(&docs, "MutatingWebhookConfiguration", "podmutator");
+    let hooks = registration["webhooks"].as_array().unwrap();
+    assert_eq!(hooks.len(), base_paths.len());
+    let ca_b64 = base64::engine::general_purpose::STANDARD.encode(&ca);
+    for (w, base_path) in hooks.iter().zip(&base_paths) {
+        assert_eq!(
+            w["clientConfig"]["service"]["path"],
+            format!("/{token}{base_path}"),
+            "{}",
+            w["name"]
+        );
+        let bundle: String = w["clientConfig"]["caBundle"]
+            .as_str()
+            .unwrap()
+            .chars()
+            .filter(|c| !matches!(c, '\n' | '\r'))
+            .collect();
+        assert_eq!(bundle, ca_b64, "{}", w["name"]);
+        let exprs = w["namespaceSelector"]["matchExpressions"]
+            .as_array()
+            .unwrap();
+        assert!(exprs.contains(
+            &json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [NAMESPACE]})
+        ));
+    }
+    // The Deployment: the hash, never the token, and PODMUTATOR_CONFIG as the kubelet expands it.
+    let d = find(&docs, "Deployment", "podmutator");
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    let rendered = serde_json::to_string(&docs).unwrap();
+    assert!(
+        !rendered
+            .replace(&format!("/{token}/"), "")
+            .contains(token.as_str()),
+        "the token outside the registration's paths"
+    );
+    let env: Vec<(String, String)> = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_owned(),
+                e["value"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let hash = &env
+        .iter()
+        .find(|(k, _)| k == "PATH_TOKEN_SHA256")
+        .unwrap()
+        .1;
+    assert_eq!(*hash, hex::encode(sha2::Sha256::digest(token.as_bytes())));
+    let inline = env
+        .iter()
+        .find(|(k, _)| k == "PODMUTATOR_CONFIG")
+        .unwrap()
+        .1
+        .replace("$(PATH_TOKEN_SHA256)", hash);
+    let mut config: Value = serde_json::from_str(&inline).unwrap();
+    let (port, metrics_port) = (common::free_port(), common::free_port());
+    config["webhook"] = json!({"certDir": dir, "listenPort": port, "metricsPort": metrics_port});
+    config["http"]["listenAddress"] = json!("127.0.0.1");
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .args(["serve", "--config"])
+        .arg(deploy_dir("base/config.yaml"))
+        .env("PODMUTATOR_CONFIG", config.to_string())
+        .env_remove("AWS_LAMBDA_RUNTIME_API")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = common::capture(&mut child);
+    common::wait_for(&log, "\"serving https\"", 1).await;
+    assert!(
+        !log.lock().unwrap().contains("pathTokenDisabled is true"),
+        "{}",
+        log.lock().unwrap()
+    );
+    let review =
+        std::fs::read(common::root().join("tests/fixtures/reviews/flyte-task-k8s-env.json"))
+            .unwrap();
+    let host = format!("podmutator.{NAMESPACE}.svc");
+    for (w, base_path) in hooks.iter().zip(&base_paths) {
+        let path = w["clientConfig"]["service"]["path"].as_str().unwrap();
+        for (path, wanted) in [(path, 200), (base_path.as_str(), 404)] {
+            let (status, body) = common::https_request(
+                port,
+                &ca,
+                &host,
+                "POST",
+                &format!("{path}?timeout=10s"),
+                Some("application/json"),
+                &review,
+            )
+            .await
+            .unwrap();
+            assert_eq!(
+                status,
+                wanted,
+                "{}: {path}: {}",
+                w["name"],
+                String::from_utf8_lossy(&body)
+            );
+        }
+    }
+    // Readiness as the rendered probe asks for it, on the probe port, without the token.
+    let ready = &c["readinessProbe"]["httpGet"];
+    assert_eq!(ready["port"], "metrics");
+    let (status, _) = plain_get(metrics_port, ready["path"].as_str().unwrap()).await;
+    assert_eq!(status, 200);
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    assert!(child.wait().unwrap().success());
+    assert!(
+        !log.lock().unwrap().contains(&token),
+        "the token in the log"
+    );
+}
+
+/// One plain HTTP/1.1 GET: (status, body).
+async fn plain_get(port: u16, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    tcp.read_to_string(&mut raw).await.unwrap();
+    let status = raw.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
 }

@@ -19,7 +19,7 @@ use crate::secrets::source::SecretSource;
 use crate::transport::http::Front;
 use crate::transport::lambda;
 #[cfg(feature = "serve")]
-use crate::transport::{server, tls};
+use crate::transport::{probe, server, tls};
 
 #[cfg(feature = "tools")]
 pub mod inject;
@@ -885,21 +885,47 @@ fn serve(config: &Config, namespace: &str) -> Result<(), CliError> {
         let local = listener
             .local_addr()
             .map_err(|source| server::ServerError::Listen { addr, source })?;
+        // Bound after the HTTPS port, so a ready probe port means the webhook's is listening.
+        let probe = match w.metrics_port {
+            Some(port) => {
+                let addr = SocketAddr::from((config.http.listen_address, port));
+                let listener = server::bind(addr).await?;
+                let local = listener
+                    .local_addr()
+                    .map_err(|source| server::ServerError::Listen { addr, source })?;
+                Some((listener, local))
+            }
+            None => None,
+        };
         tracing::info!(
             version = crate::VERSION,
             addr = %local,
+            metrics_addr = probe.as_ref().map(|(_, a)| a.to_string()),
             cert_dir = %dir.display(),
             certs_generated = files.generated,
             ca = %files.ca.display(),
             mutators = ?front.app().chain().ids(),
             "serving https"
         );
+        // One signal stops both listeners.
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            server::shutdown_signal().await;
+            let _ = stop_tx.send(true);
+        });
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        if let Some((listener, _)) = probe {
+            let counters = front.app().counters().clone();
+            tokio::spawn(probe::serve(counters, listener, stopped(stop_rx.clone())));
+        }
         server::serve(
             front,
             listener,
             tls,
             server::Limits::from_config(&config.http),
-            server::shutdown_signal(),
+            stopped(stop_rx),
         )
         .await?;
         tracing::info!("shut down");

@@ -229,12 +229,15 @@ impl Front {
         bool::from(matched).then_some(tail)
     }
 
-    /// Records a refusal: counted always; logged (a WARN line) and reported (an EMF line with
-    /// the count since the last one) at most once per [`REFUSAL_SAMPLE_MS`] per kind. `path`
-    /// is what follows the token, never the token or a guess at it.
+    /// Records a refusal: counted always (the Prometheus counter too); logged (a WARN line) and
+    /// reported (an EMF line with the count since the last one) at most once per
+    /// [`REFUSAL_SAMPLE_MS`] per kind. `path` is what follows the token, never the token or a
+    /// guess at it.
     pub fn refused(&self, kind: Refusal, method: &str, path: Option<&str>) {
         use std::sync::atomic::Ordering::Relaxed;
         let i = Refusal::ALL.iter().position(|k| *k == kind).unwrap_or(0);
+        // Every refusal, unsampled: the counter is read by scraping, not written as a line.
+        self.app.counters().refused(kind.as_str());
         self.refusals.pending[i].fetch_add(1, Relaxed);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -1,8 +1,10 @@
 //! The edges around the core: HTTP routing ([`http::Front`]), the Lambda adapter, and the
-//! HTTPS server with its certificates. Each holds an `Arc<App>` and calls `App::review`.
+//! HTTPS server with its certificates, and the probe port (`/metrics`, `/healthz`). Each holds an `Arc<App>` and calls `App::review`.
 
 pub mod http;
 pub mod lambda;
+#[cfg(feature = "serve")]
+pub mod probe;
 #[cfg(feature = "serve")]
 pub mod server;
 #[cfg(feature = "serve")]

@@ -205,35 +205,167 @@ pub fn generate_certs(names: &[String]) -> Result<(String, String, String), rcge
     Ok((ca_cert.pem(), leaf_cert.pem(), leaf_key.serialize_pem()))
 }
 
-/// rustls server config from PEM files, offering HTTP/2 and HTTP/1.1.
-pub fn tls_config(files: &CertFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let dir = files.cert.parent().unwrap_or(Path::new("."));
-    let read = |p: &Path| {
-        std::fs::read(p).map_err(|e| certs_err(dir, format!("cannot read {}: {e}", p.display())))
-    };
-    let cert_pem = read(&files.cert)?;
-    let key_pem = read(&files.key)?;
-    let certs = rustls_pemfile::certs(&mut cert_pem.as_slice())
+/// How often the serving certificate's files are looked at again, at most: a handshake after
+/// that reads them (a few kilobytes) and compares them with what is being served.
+pub const RELOAD_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The certificate and key in `cert_pem` and `key_pem`, checked to form a pair.
+fn certified_key(
+    dir: &Path,
+    cert_pem: &[u8],
+    key_pem: &[u8],
+) -> Result<Arc<rustls::sign::CertifiedKey>, TlsError> {
+    let certs = rustls_pemfile::certs(&mut &cert_pem[..])
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| certs_err(dir, format!("{TLS_CERT} is not PEM: {e}")))?;
     if certs.is_empty() {
         return Err(certs_err(dir, format!("{TLS_CERT} holds no certificate")));
     }
-    let key = rustls_pemfile::private_key(&mut key_pem.as_slice())
+    let key = rustls_pemfile::private_key(&mut &key_pem[..])
         .map_err(|e| certs_err(dir, format!("{TLS_KEY} is not PEM: {e}")))?
         .ok_or_else(|| certs_err(dir, format!("{TLS_KEY} holds no private key")))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| certs_err(dir, e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
+    let provider = rustls::crypto::ring::default_provider();
+    rustls::sign::CertifiedKey::from_der(certs, key, &provider)
+        .map(Arc::new)
         .map_err(|e| {
             certs_err(
                 dir,
                 format!("{TLS_CERT} and {TLS_KEY} do not form a usable pair: {e}"),
             )
-        })?;
+        })
+}
+
+/// The serving certificate of `certDir`, read again when its files change: a Secret updated by
+/// cert-manager or a rotation (the kubelet swaps a mounted Secret's files at once) is served to
+/// new connections without a restart. A new pair that does not load is logged and the one
+/// being served is kept, so a half-written or mismatched update never stops the webhook.
+pub struct ReloadingCert {
+    dir: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    every: std::time::Duration,
+    current: std::sync::RwLock<Arc<rustls::sign::CertifiedKey>>,
+    /// When the files were last read, and the SHA-256 of the cert and key read then (served, or
+    /// refused: a bad pair is reported once, not at every look).
+    checked: std::sync::Mutex<(std::time::Instant, [u8; 32])>,
+}
+
+impl std::fmt::Debug for ReloadingCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReloadingCert")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn digest(cert_pem: &[u8], key_pem: &[u8]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update((cert_pem.len() as u64).to_be_bytes());
+    h.update(cert_pem);
+    h.update(key_pem);
+    h.finalize().into()
+}
+
+impl ReloadingCert {
+    /// Loads the pair now; an error here stops the start.
+    pub fn load(files: &CertFiles, every: std::time::Duration) -> Result<Self, TlsError> {
+        let dir = files.cert.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let (cert_pem, key_pem) = Self::read(&dir, &files.cert, &files.key)?;
+        let current = certified_key(&dir, &cert_pem, &key_pem)?;
+        Ok(Self {
+            checked: std::sync::Mutex::new((
+                std::time::Instant::now(),
+                digest(&cert_pem, &key_pem),
+            )),
+            dir,
+            cert: files.cert.clone(),
+            key: files.key.clone(),
+            every,
+            current: std::sync::RwLock::new(current),
+        })
+    }
+
+    fn read(dir: &Path, cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), TlsError> {
+        let read = |p: &Path| {
+            std::fs::read(p)
+                .map_err(|e| certs_err(dir, format!("cannot read {}: {e}", p.display())))
+        };
+        Ok((read(cert)?, read(key)?))
+    }
+
+    /// The pair being served.
+    pub fn current(&self) -> Arc<rustls::sign::CertifiedKey> {
+        self.current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Reads the files again if `every` has passed since the last look (one caller at a time;
+    /// the others go on with the pair being served) and serves a changed pair that loads.
+    fn refresh(&self) {
+        let Ok(mut checked) = self.checked.try_lock() else {
+            return;
+        };
+        if checked.0.elapsed() < self.every {
+            return;
+        }
+        checked.0 = std::time::Instant::now();
+        let loaded = Self::read(&self.dir, &self.cert, &self.key).and_then(|(c, k)| {
+            let seen = digest(&c, &k);
+            if seen == checked.1 {
+                return Ok(None);
+            }
+            checked.1 = seen;
+            certified_key(&self.dir, &c, &k).map(Some)
+        });
+        match loaded {
+            Ok(None) => {}
+            Ok(Some(pair)) => {
+                *self
+                    .current
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = pair;
+                tracing::info!(cert_dir = %self.dir.display(), "serving certificate reloaded");
+            }
+            Err(e) => tracing::error!(
+                error = %e,
+                "serving certificate not reloaded: the previous one is still served"
+            ),
+        }
+    }
+}
+
+impl rustls::server::ResolvesServerCert for ReloadingCert {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.refresh();
+        Some(self.current())
+    }
+}
+
+/// rustls server config from PEM files, offering HTTP/2 and HTTP/1.1; the certificate is
+/// reloaded when its files change ([`ReloadingCert`], looked at every [`RELOAD_EVERY`]).
+pub fn tls_config(files: &CertFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    tls_config_reloading(files, RELOAD_EVERY)
+}
+
+/// [`tls_config`], looking at the files again every `every` at most.
+pub fn tls_config_reloading(
+    files: &CertFiles,
+    every: std::time::Duration,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let resolver = Arc::new(ReloadingCert::load(files, every)?);
+    let dir = files.cert.parent().unwrap_or(Path::new("."));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| certs_err(dir, e.to_string()))?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -304,6 +436,52 @@ mod tests {
         assert_eq!(mode(&key), 0o600);
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::remove_dir_all(&outside).unwrap();
+    }
+
+    #[test]
+    fn a_changed_pair_is_served_and_a_broken_one_keeps_the_previous() {
+        let dir = scratch("reload");
+        let files = ensure_certs(&dir, true, &names()).unwrap();
+        let served = ReloadingCert::load(&files, std::time::Duration::ZERO).unwrap();
+        let first = served.current().cert[0].clone();
+        served.refresh();
+        assert_eq!(
+            served.current().cert[0],
+            first,
+            "unchanged files, same pair"
+        );
+
+        let (_, cert, key) = generate_certs(&names()).unwrap();
+        write_file(&files.cert, cert.as_bytes(), 0o644).unwrap();
+        write_file(&files.key, key.as_bytes(), 0o600).unwrap();
+        served.refresh();
+        let second = served.current().cert[0].clone();
+        assert_ne!(second, first, "the new pair is served");
+
+        // A certificate with another pair's key, then a key that is not PEM: neither is served.
+        let (_, other_cert, _) = generate_certs(&names()).unwrap();
+        write_file(&files.cert, other_cert.as_bytes(), 0o644).unwrap();
+        served.refresh();
+        assert_eq!(served.current().cert[0], second);
+        write_file(&files.cert, cert.as_bytes(), 0o644).unwrap();
+        write_file(&files.key, b"not a key", 0o600).unwrap();
+        served.refresh();
+        assert_eq!(served.current().cert[0], second);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_files_are_not_read_again_before_the_interval() {
+        let dir = scratch("interval");
+        let files = ensure_certs(&dir, true, &names()).unwrap();
+        let served = ReloadingCert::load(&files, std::time::Duration::from_secs(3600)).unwrap();
+        let first = served.current().cert[0].clone();
+        let (_, cert, key) = generate_certs(&names()).unwrap();
+        write_file(&files.cert, cert.as_bytes(), 0o644).unwrap();
+        write_file(&files.key, key.as_bytes(), 0o600).unwrap();
+        served.refresh();
+        assert_eq!(served.current().cert[0], first);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

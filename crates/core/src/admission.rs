@@ -71,22 +71,25 @@ impl App {
             }
         };
         let duration_us = started.elapsed().as_micros() as u64;
+        // One set of facts for both reports: the Prometheus counters and the EMF line.
+        let facts = AdmissionFacts {
+            route: route.as_str(),
+            decision: audit.decision,
+            reason: audit.reason,
+            duration_us,
+            patch_ops: audit.patch_ops,
+            patch_bytes: audit.patch_bytes,
+            mutators: &audit.mutators,
+            injected: &audit.injected,
+            images: &audit.images,
+            fetch_ids: audit.secrets_fetched,
+            backend_calls: audit.backend_calls,
+            cache_hits: audit.cache_hits,
+            throttles: audit.throttles,
+        };
+        self.counters.record(&facts);
         if let Some(m) = &self.metrics {
-            m.emit(&AdmissionFacts {
-                route: route.as_str(),
-                decision: audit.decision,
-                reason: audit.reason,
-                duration_us,
-                patch_ops: audit.patch_ops,
-                patch_bytes: audit.patch_bytes,
-                mutators: &audit.mutators,
-                injected: &audit.injected,
-                images: &audit.images,
-                fetch_ids: audit.secrets_fetched,
-                backend_calls: audit.backend_calls,
-                cache_hits: audit.cache_hits,
-                throttles: audit.throttles,
-            });
+            m.emit(&facts);
         }
         // Strings as `&str` fields, not `%` (Display): the JSON layer then writes them without
         // formatting each into a temporary string first.

@@ -9,6 +9,7 @@ use crate::config::{Config, ConfigError, Delivery, SecretManagerType};
 use crate::metrics::{Metrics, Sink};
 use crate::mutate::{Chain, MUTATOR_IDS, PodMutator, image, mesh};
 use crate::pod::injector::ReferenceInjector;
+use crate::prometheus::Counters;
 use crate::registry::EntrypointSource;
 use crate::secrets::global::{FileEnvSource, GlobalSecretSource};
 use crate::secrets::source::SecretSource;
@@ -29,6 +30,8 @@ pub struct App {
     pub(crate) entrypoints: Option<Arc<dyn EntrypointSource>>,
     pub(crate) deadline: Duration,
     pub(crate) metrics: Option<Metrics>,
+    /// What the probe port's `/metrics` reports; counted whether or not EMF lines are written.
+    pub(crate) counters: Arc<Counters>,
     /// [`Config::embedded_values_in_replies`]: the transport refuses such replies on public
     /// event sources.
     pub(crate) values_in_replies: bool,
@@ -192,6 +195,7 @@ impl App {
             entrypoints,
             deadline: Duration::from_millis(config.embedded.deadline_ms),
             metrics,
+            counters: Arc::new(Counters::new()),
             values_in_replies: config.embedded_values_in_replies(),
         })
     }
@@ -204,6 +208,11 @@ impl App {
 
     pub fn chain(&self) -> &Chain {
         &self.chain
+    }
+
+    /// The Prometheus counters of this app's admissions and of its front's refusals.
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
     }
 }
 

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod mutate;
 pub mod patch;
 pub mod pod;
+pub mod prometheus;
 pub mod registry;
 pub mod secrets;
 

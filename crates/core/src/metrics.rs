@@ -13,9 +13,9 @@ pub use crate::config::metrics::MetricsConfig;
 /// What one admission did, in the terms the metrics report.
 #[derive(Debug, Clone, Default)]
 pub struct AdmissionFacts<'a> {
-    pub route: &'a str,
-    pub decision: &'a str,
-    pub reason: &'a str,
+    pub route: &'static str,
+    pub decision: &'static str,
+    pub reason: &'static str,
     pub duration_us: u64,
     pub patch_ops: usize,
     pub patch_bytes: usize,
@@ -28,6 +28,17 @@ pub struct AdmissionFacts<'a> {
     pub cache_hits: u32,
     /// Secrets Manager attempts answered with `ThrottlingException`, retried or not.
     pub throttles: u32,
+}
+
+/// Whether an admission's decision counts as a denial (`Denials`, and its `Reason`).
+pub fn is_denial(decision: &str) -> bool {
+    matches!(decision, "denied" | "invalid" | "error")
+}
+
+/// The secret ids of an admission answered from the cache, and those that were not.
+pub fn cache_split(f: &AdmissionFacts<'_>) -> (u64, u64) {
+    let hits = u64::from(f.cache_hits);
+    (hits, (f.fetch_ids as u64).saturating_sub(hits))
 }
 
 /// Where metric lines go.
@@ -57,7 +68,7 @@ impl Metrics {
     pub fn line(&self, f: &AdmissionFacts<'_>, timestamp_ms: u64) -> String {
         let injected: u32 = f.injected.iter().map(|(_, n)| n).sum();
         let fetch = f.fetch_ids > 0;
-        let denial = matches!(f.decision, "denied" | "invalid" | "error");
+        let denial = is_denial(f.decision);
         let mut out = Line(String::with_capacity(1024));
         out.0.push('{');
         for (k, v) in &self.config.dimensions {
@@ -77,11 +88,11 @@ impl Metrics {
             ("MutatorsApplied", "Count", f.mutators.len() as u64),
             ("SecretsInjected", "Count", u64::from(injected)),
         ];
-        let cache_misses = f.fetch_ids.saturating_sub(f.cache_hits as usize) as u64;
+        let (cache_hits, cache_misses) = cache_split(f);
         let fetched = [
             ("EmbeddedFetchIds", "Count", f.fetch_ids as u64),
             ("EmbeddedFetchCalls", "Count", u64::from(f.backend_calls)),
-            ("CacheHits", "Count", u64::from(f.cache_hits)),
+            ("CacheHits", "Count", cache_hits),
             ("CacheMisses", "Count", cache_misses),
             // The Terraform and SAM alarms sum this name over the namespace.
             ("SecretsManagerThrottles", "Count", u64::from(f.throttles)),

@@ -184,6 +184,9 @@ pub struct WebhookConfig {
     /// "yes" for `podmutator serve` (local runs) — unlike Flyte, existing files are reused.
     pub local_cert: Option<bool>,
     pub listen_port: u16,
+    /// `podmutator serve`: a second, plain-HTTP port with `/metrics` (Prometheus) and `/healthz`
+    /// only, no path token and no admission route. Unset: no such listener.
+    pub metrics_port: Option<u16>,
     /// Accepted for compatibility; Flyte's cache-invalidation server has no Lambda equivalent.
     pub cache_invalidation_port: u16,
     pub service_name: String,
@@ -214,6 +217,7 @@ impl Default for WebhookConfig {
             cert_dir: "/etc/webhook/certs".into(),
             local_cert: None,
             listen_port: 9443,
+            metrics_port: None,
             cache_invalidation_port: 9444,
             service_name: "flyte-pod-webhook".into(),
             service_port: 443,
@@ -1117,6 +1121,23 @@ impl Config {
                 "must be a port number between 1 and 65535",
             ));
         }
+        match w.metrics_port {
+            Some(0) => {
+                return Err(ConfigError::new(
+                    "webhook.metricsPort",
+                    "must be a port number between 1 and 65535 (leave it unset for no metrics port)",
+                ));
+            }
+            Some(p) if p == w.listen_port => {
+                return Err(ConfigError::new(
+                    "webhook.metricsPort",
+                    format!(
+                        "must differ from webhook.listenPort ({p}): the metrics port is plain HTTP without the path token"
+                    ),
+                ));
+            }
+            _ => {}
+        }
         if w.secret_env_var_prefix.is_empty() {
             warnings.push(
                 "webhook.secretEnvVarPrefix is empty: injected variables are named after group and key alone"
@@ -1575,6 +1596,9 @@ mod tests {
     #[case::tiny_body_limit(json!({"http": {"maxBodyBytes": 10}}), "http.maxBodyBytes")]
     #[case::bad_listen_address(json!({"http": {"listenAddress": "localhost"}}), "http.listenAddress")]
     #[case::zero_port(json!({"webhook": {"listenPort": 0}}), "webhook.listenPort")]
+    #[case::zero_metrics_port(json!({"webhook": {"metricsPort": 0}}), "webhook.metricsPort")]
+    #[case::metrics_port_is_the_listen_port(json!({"webhook": {"listenPort": 8443, "metricsPort": 8443}}), "webhook.metricsPort")]
+    #[case::metrics_port_out_of_range(json!({"webhook": {"metricsPort": 70000}}), "webhook.metricsPort")]
     #[case::global_provider_type(json!({"secrets": {"type": "vault"}}), "secrets.type")]
     #[case::not_a_mapping(json!([1]), "(root)")]
     #[case::bad_selector_label(json!({"secretsSelector": {"label": "bad label"}}), "secretsSelector.label")]

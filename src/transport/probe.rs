@@ -1,0 +1,126 @@
+//! The probe port of `podmutator serve` (`webhook.metricsPort`): plain HTTP/1.1 with two
+//! routes, `GET /metrics` (Prometheus) and `GET /healthz` (readiness), and nothing else. It
+//! needs no path token because it never admits: no admission path is routed here, so a probe
+//! or a scraper reaches it without the token, and the token never has to appear in a pod spec.
+//! It holds no secret: counts, route and reason names, and the version.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+
+use crate::prometheus::Counters;
+
+/// Connections open at once: a kubelet and a scraper or two need a handful.
+const MAX_CONNECTIONS: usize = 32;
+/// Time to send a request head.
+const HEADER_READ: Duration = Duration::from_secs(5);
+/// A connection's whole life: probes and scrapes are one short request each.
+const MAX_AGE: Duration = Duration::from_secs(30);
+
+/// `(status, content type, body)` for a request line.
+fn answer(counters: &Counters, method: &str, path: &str) -> (u16, &'static str, Vec<u8>) {
+    const JSON: &str = "application/json";
+    let json = |v: serde_json::Value| v.to_string().into_bytes();
+    let body_for = |m: &str, body: Vec<u8>| if m == "HEAD" { Vec::new() } else { body };
+    match (path, method) {
+        ("/metrics", "GET" | "HEAD") => (
+            200,
+            crate::prometheus::CONTENT_TYPE,
+            body_for(method, counters.render().into_bytes()),
+        ),
+        ("/healthz", "GET" | "HEAD") => (
+            200,
+            JSON,
+            body_for(
+                method,
+                json(serde_json::json!({"message": "ok", "version": crate::VERSION})),
+            ),
+        ),
+        ("/metrics" | "/healthz", _) => (
+            405,
+            JSON,
+            json(serde_json::json!({"message": "method not allowed: use GET"})),
+        ),
+        _ => (
+            404,
+            JSON,
+            json(serde_json::json!({
+                "message": "not found: this port serves /metrics and /healthz only; admissions are on webhook.listenPort"
+            })),
+        ),
+    }
+}
+
+/// Serves `/metrics` and `/healthz` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    counters: Arc<Counters>,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics port: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => return,
+        };
+        // At the cap the new connection is closed at once rather than queued.
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, "metrics port: connection refused at the cap");
+            continue;
+        };
+        let counters = counters.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let (status, content_type, body) =
+                    answer(&counters, req.method().as_str(), req.uri().path());
+                let mut resp = Response::new(Full::new(Bytes::from(body)));
+                *resp.status_mut() = hyper::StatusCode::from_u16(status)
+                    .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+                resp.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static(content_type),
+                );
+                async move { Ok::<_, std::convert::Infallible>(resp) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ)
+                .serve_connection(TokioIo::new(tcp), service);
+            if tokio::time::timeout(MAX_AGE, conn).await.is_err() {
+                tracing::debug!(%peer, "metrics port: connection closed at its age limit");
+            }
+            drop(permit);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_metrics_and_healthz_are_answered() {
+        let c = Counters::new();
+        assert_eq!(answer(&c, "GET", "/metrics").0, 200);
+        assert_eq!(answer(&c, "GET", "/healthz").0, 200);
+        assert!(answer(&c, "HEAD", "/healthz").2.is_empty());
+        assert_eq!(answer(&c, "POST", "/metrics").0, 405);
+        for path in ["/mutate--v1-pod", "/", "/metrics/", "/x/healthz"] {
+            assert_eq!(answer(&c, "POST", path).0, 404, "{path}");
+            assert_eq!(answer(&c, "GET", path).0, 404, "{path}");
+        }
+    }
+}
