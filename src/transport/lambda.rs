@@ -180,16 +180,27 @@ pub async fn handle(front: &Front, event: LambdaRequest) -> LambdaReply {
     }
 }
 
-/// The body as bytes, or a 400 reply when it is marked base64 and is not.
-fn body_bytes(body: Option<&str>, base64: bool) -> Result<Vec<u8>, Reply> {
+/// The reply's body as the event's text body, without a copy: the admission writes UTF-8 JSON
+/// (a body that were not would be replaced, not sent as is).
+fn text(body: Vec<u8>) -> Body {
+    Body::Text(
+        String::from_utf8(body)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+    )
+}
+
+/// The body as bytes (the event's own text, not a copy), or a 400 reply when it is marked
+/// base64 and is not.
+fn body_bytes(body: Option<&str>, base64: bool) -> Result<std::borrow::Cow<'_, [u8]>, Reply> {
     let Some(body) = body else {
-        return Ok(Vec::new());
+        return Ok(std::borrow::Cow::Borrowed(&[]));
     };
     if !base64 {
-        return Ok(body.as_bytes().to_vec());
+        return Ok(std::borrow::Cow::Borrowed(body.as_bytes()));
     }
     base64::engine::general_purpose::STANDARD
         .decode(body)
+        .map(std::borrow::Cow::Owned)
         .map_err(|e| {
             error_reply(
                 &Error::Invalid(format!(
@@ -254,9 +265,7 @@ async fn rest(front: &Front, req: ApiGatewayProxyRequest) -> ApiGatewayProxyResp
     let mut out = ApiGatewayProxyResponse::default();
     out.status_code = i64::from(reply.status);
     out.headers = json_headers();
-    out.body = Some(Body::Text(
-        String::from_utf8_lossy(&reply.body).into_owned(),
-    ));
+    out.body = Some(text(reply.body));
     out
 }
 
@@ -299,9 +308,7 @@ fn v2_response(reply: Reply) -> ApiGatewayV2httpResponse {
     let mut out = ApiGatewayV2httpResponse::default();
     out.status_code = i64::from(reply.status);
     out.headers = json_headers();
-    out.body = Some(Body::Text(
-        String::from_utf8_lossy(&reply.body).into_owned(),
-    ));
+    out.body = Some(text(reply.body));
     out
 }
 
@@ -332,9 +339,7 @@ async fn alb(front: &Front, req: AlbTargetGroupRequest) -> AlbTargetGroupRespons
     } else {
         out.headers = json_headers();
     }
-    out.body = Some(Body::Text(
-        String::from_utf8_lossy(&reply.body).into_owned(),
-    ));
+    out.body = Some(text(reply.body));
     out
 }
 
