@@ -206,10 +206,13 @@ pub fn assert_valid_pods(what: &str, pods: &[(String, Value)]) {
     }
 }
 
-/// A fresh, empty directory under Cargo's per-target temp dir.
+/// A fresh, empty directory under Cargo's per-target temp dir, named `<name>-<pid>-<n>`. It is
+/// kept after the test (for a look at a failure) until a later run's first call removes it.
 pub fn temp_dir(name: &str) -> PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(|| remove_stale_temp_dirs(Path::new(env!("CARGO_TARGET_TMPDIR"))));
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "{name}-{}-{}",
         std::process::id(),
@@ -218,6 +221,58 @@ pub fn temp_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Removes the [`temp_dir`]s of test processes that have exited: some hold copies of the
+/// debug binary (hundreds of MB each), and runs add up. Directories of a running process (this
+/// one, or a test binary of another worktree's run) are kept, and so is anything not named
+/// `<name>-<pid>-<n>`.
+fn remove_stale_temp_dirs(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some((pid, _)) = name.to_str().and_then(temp_dir_owner) else {
+            continue;
+        };
+        let alive = pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists();
+        if !alive && entry.path().is_dir() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// The process id and counter of a [`temp_dir`] name (`server-4242-7` -> (4242, 7)).
+fn temp_dir_owner(name: &str) -> Option<(u32, usize)> {
+    let mut parts = name.rsplitn(3, '-');
+    let n = parts.next()?.parse().ok()?;
+    let pid = parts.next()?.parse().ok()?;
+    parts.next().filter(|stem| !stem.is_empty())?;
+    Some((pid, n))
+}
+
+#[test]
+fn stale_temp_dirs_are_removed_and_live_ones_kept() {
+    assert_eq!(temp_dir_owner("release-from-4242-7"), Some((4242, 7)));
+    assert_eq!(temp_dir_owner("server-1-0"), Some((1, 0)));
+    assert_eq!(temp_dir_owner("iac-plan-4242"), None);
+    assert_eq!(temp_dir_owner("4242-7"), None);
+    assert_eq!(temp_dir_owner("x-y-7"), None);
+    let root = temp_dir("sweep-root");
+    // No process has pid 4194304 or above (Linux's pid_max limit).
+    let dead = root.join("release-from-4194305-0");
+    let live = root.join(format!("server-{}-99", std::process::id()));
+    let other = root.join("tf-plan-4194305");
+    for d in [&dead, &live, &other] {
+        std::fs::create_dir_all(d.join("inner")).unwrap();
+    }
+    remove_stale_temp_dirs(&root);
+    assert!(!dead.exists(), "a dead process's directory is removed");
+    assert!(
+        live.exists() && other.exists(),
+        "live and unrelated directories stay"
+    );
 }
 
 /// A TCP port that was free a moment ago on 127.0.0.1.
