@@ -583,20 +583,10 @@ async fn serve_answers_the_rendered_paths_with_the_rendered_ca() {
     // counted one admission per entry.
     let d = find(&docs, "Deployment", "podmutator");
     let ready = &d["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"];
-    let get = |path: String| async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", metrics_port))
-            .await
-            .unwrap();
-        let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        tcp.write_all(head.as_bytes()).await.unwrap();
-        let mut raw = String::new();
-        tcp.read_to_string(&mut raw).await.unwrap();
-        raw
-    };
-    let probe = get(ready["path"].as_str().unwrap().to_owned()).await;
-    assert!(probe.starts_with("HTTP/1.1 200 "), "{probe}");
-    let metrics = get("/metrics".to_owned()).await;
+    let (status, body) = plain_get(metrics_port, ready["path"].as_str().unwrap()).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, metrics) = plain_get(metrics_port, "/metrics").await;
+    assert_eq!(status, 200, "{metrics}");
     let admitted: u64 = metrics
         .lines()
         .filter(|l| l.starts_with("podmutator_admissions_total{"))

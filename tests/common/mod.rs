@@ -19,14 +19,13 @@ use serde_json::{Value, json};
 
 /// The one way tests build the webhook: [`App::build`] with `deps`, behind the HTTP front
 /// `config.http` describes, as `podmutator serve` and the Lambda do.
-/// With `embedded.entrypointLookup` on and no registry client in `deps`, the registry client of
-/// that configuration (anonymous pulls; ECR needs the process's AWS identity, as `serve` has).
+/// With `embedded.entrypointLookup` on and no registry client in `deps`, the one `serve` and the
+/// Lambda make (`podmutator::cli::entrypoint_source`).
 pub fn webhook(config: &Config, mut deps: Deps) -> Front {
-    if deps.entrypoints.is_none() && config.embedded.entrypoint_lookup.enabled() {
-        let client =
-            podmutator::registry::client::RegistryClient::new(&config.embedded.entrypoint_lookup)
-                .unwrap_or_else(|e| panic!("{e}"));
-        deps.entrypoints = Some(Arc::new(client));
+    if deps.entrypoints.is_none() {
+        let aws = podmutator::cli::shared_aws(config);
+        deps.entrypoints =
+            podmutator::cli::entrypoint_source(config, &aws).unwrap_or_else(|e| panic!("{e}"));
     }
     let app = App::build(config, deps).unwrap_or_else(|e| panic!("{e}"));
     Front::new(Arc::new(app), &config.http, None).unwrap_or_else(|e| panic!("{e}"))
