@@ -6,9 +6,8 @@ use crate::common;
 
 use common::*;
 use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, Pod, Volume};
-use podmutator::Denial;
 use podmutator::mutate::pod::{add_volume, containers_mut, env_value, put_env_first};
-use podmutator::mutate::{PodCtx, PodMutator, Route};
+use podmutator::mutate::{Denied, Effects, PodCtx, PodMutator, Route};
 use serde_json::{Value, json};
 
 /// Adds an env var to every container, an init container in first position, a volume and a
@@ -20,7 +19,7 @@ impl PodMutator for Everything {
         "everything"
     }
 
-    fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+    fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
         pod.metadata
             .labels
             .get_or_insert_with(Default::default)
@@ -48,7 +47,7 @@ impl PodMutator for Everything {
                 ..Default::default()
             },
         );
-        Ok(())
+        Ok(Effects::default())
     }
 }
 

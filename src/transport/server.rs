@@ -334,7 +334,7 @@ async fn answer(front: &Front, req: Request<HyperBody>) -> (Reply, Option<HyperB
             collected.extend_from_slice(data);
         }
     }
-    (front.app().review(route, &collected).await, None)
+    (front.review(route, &collected).await, None)
 }
 
 /// Reads and discards what is left of a body answered early, within `max_bytes` and `limit`:

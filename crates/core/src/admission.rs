@@ -1,4 +1,7 @@
-//! The admission path: parse the review, decide whether it is ours, run the chain, diff, answer.
+//! The admission path, one way through for every review and both transports: parse, plan, one
+//! fetch step, the chain, diff, reply. Each step returns what it did as a value; together they
+//! make one [`Admission`], from which the reply, the audit line, the EMF line and the Prometheus
+//! counters are all derived.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -11,7 +14,8 @@ use serde::Serialize;
 use crate::app::App;
 use crate::error::{Denial, Error};
 use crate::metrics::AdmissionFacts;
-use crate::mutate::{Applied, PodCtx, Route, Tally};
+use crate::mutate::{Applied, Denied, Effects, PodCtx, Route};
+use crate::patch::Patch;
 use crate::secrets::embedded::DRY_RUN_PLACEHOLDER;
 use crate::secrets::plan::Planned;
 use crate::secrets::{Plan, ResolvedSecrets};
@@ -26,303 +30,327 @@ pub struct Reply {
     pub body: Vec<u8>,
 }
 
-/// The facts of one admission, for the audit log line.
+/// Who and what a review was about, for the audit line (names, never values).
 #[derive(Debug, Default)]
-struct Audit {
+struct Subject {
     uid: String,
     namespace: String,
     pod: String,
     operation: &'static str,
-    decision: &'static str,
-    reason: &'static str,
-    mutators: Vec<&'static str>,
-    patch_ops: usize,
-    secrets_fetched: usize,
-    fetch_us: u64,
+}
+
+/// What the fetch step did.
+#[derive(Debug, Default, Clone, Copy)]
+struct Fetched {
+    /// Secret ids and names asked for.
+    ids: usize,
+    us: u64,
     cache_hits: u32,
     backend_calls: u32,
     throttles: u32,
-    injected: Vec<(crate::config::SecretManagerType, u32)>,
-    images: Vec<(crate::mutate::ImageCount, u32)>,
-    patch_bytes: usize,
-    /// The refusal's message (names ids and keys, never values).
-    error: String,
+}
+
+/// How a review that parsed ended, before it is written as a reply.
+#[derive(Debug)]
+enum Verdict {
+    /// Not a review this route mutates (another kind, operation or subresource): allowed
+    /// untouched.
+    NotOurs,
+    /// The chain ran; `patch` is `None` when it changed nothing.
+    Ran {
+        changed: Vec<&'static str>,
+        patch: Option<Patch>,
+        warnings: Vec<String>,
+    },
+}
+
+/// One admission as its steps returned it.
+#[derive(Debug)]
+struct Admission {
+    subject: Subject,
+    api_version: &'static str,
+    fetched: Fetched,
+    /// What the mutators counted (on a denial too: the image builder's failure counts are the
+    /// point of its metrics).
+    effects: Effects,
+    verdict: Result<Verdict, Error>,
+}
+
+impl Admission {
+    /// An admission that ended before anything was fetched or run.
+    fn early(subject: Subject, api_version: &'static str, verdict: Result<Verdict, Error>) -> Self {
+        Self {
+            subject,
+            api_version,
+            fetched: Fetched::default(),
+            effects: Effects::default(),
+            verdict,
+        }
+    }
+
+    fn decision(&self) -> &'static str {
+        match &self.verdict {
+            Ok(Verdict::Ran { patch: Some(_), .. }) => "mutated",
+            Ok(_) => "allowed",
+            Err(Error::Invalid(_)) => "invalid",
+            Err(Error::Denied(_)) => "denied",
+            Err(Error::Internal(_)) => "error",
+        }
+    }
+
+    fn reason(&self) -> &'static str {
+        match &self.verdict {
+            Ok(Verdict::NotOurs) => "NotAPodCreate",
+            Ok(Verdict::Ran { .. }) => "",
+            Err(Error::Denied(d)) => d.reason,
+            Err(other) => other.reason(),
+        }
+    }
+
+    fn reply(&self) -> Reply {
+        let uid = &self.subject.uid;
+        match &self.verdict {
+            Ok(Verdict::NotOurs) => allowed_reply(uid, self.api_version, None, &[]),
+            Ok(Verdict::Ran {
+                patch, warnings, ..
+            }) => allowed_reply(uid, self.api_version, patch.as_ref(), warnings),
+            Err(err) => error_reply(err, uid, self.api_version),
+        }
+    }
 }
 
 impl App {
     /// Answers one AdmissionReview body that arrived by `route`. Never panics on bad input.
     pub async fn review(&self, route: Route, body: &[u8]) -> Reply {
         let started = Instant::now();
-        let mut audit = Audit::default();
-        let reply = match self.admit(route, body, &mut audit).await {
-            Ok(reply) => reply,
-            Err((err, api_version)) => {
-                audit.decision = match err {
-                    Error::Invalid(_) => "invalid",
-                    Error::Denied(_) => "denied",
-                    Error::Internal(_) => "error",
-                };
-                audit.reason = match &err {
-                    Error::Denied(d) => d.reason,
-                    other => other.reason(),
-                };
-                audit.error = err.to_string();
-                error_reply(&err, &audit.uid, api_version)
-            }
-        };
+        let admission = self.admit(route, body).await;
+        let reply = admission.reply();
+        self.report(route, &admission, reply.status, started);
+        reply
+    }
+
+    /// The one report of an admission: the Prometheus counters, the EMF line and the audit
+    /// line, from the same facts.
+    fn report(&self, route: Route, a: &Admission, status: u16, started: Instant) {
         let duration_us = started.elapsed().as_micros() as u64;
-        // One set of facts for both reports: the Prometheus counters and the EMF line.
+        let decision = a.decision();
+        let reason = a.reason();
+        let (mutators, patch_ops, patch_bytes) = match &a.verdict {
+            Ok(Verdict::Ran { changed, patch, .. }) => (
+                &changed[..],
+                patch.as_ref().map_or(0, Patch::len),
+                patch.as_ref().map_or(0, |p| p.as_json().len()),
+            ),
+            _ => (&[][..], 0, 0),
+        };
+        let (injected, images) = (a.effects.injected(), a.effects.images());
         let facts = AdmissionFacts {
             route: route.as_str(),
-            decision: audit.decision,
-            reason: audit.reason,
+            decision,
+            reason,
             duration_us,
-            patch_ops: audit.patch_ops,
-            patch_bytes: audit.patch_bytes,
-            mutators: &audit.mutators,
-            injected: &audit.injected,
-            images: &audit.images,
-            fetch_ids: audit.secrets_fetched,
-            backend_calls: audit.backend_calls,
-            cache_hits: audit.cache_hits,
-            throttles: audit.throttles,
+            patch_ops,
+            patch_bytes,
+            mutators,
+            injected: &injected,
+            images: &images,
+            fetch_ids: a.fetched.ids,
+            backend_calls: a.fetched.backend_calls,
+            cache_hits: a.fetched.cache_hits,
+            throttles: a.fetched.throttles,
         };
         self.counters.record(&facts);
         if let Some(m) = &self.metrics {
             m.emit(&facts);
         }
-        // Strings as `&str` fields, not `%` (Display): the JSON layer then writes them without
-        // formatting each into a temporary string first.
-        let mutators = audit.mutators.join(",");
-        match audit.decision {
-            "invalid" => tracing::warn!(
-                route = route.as_str(),
-                uid = audit.uid.as_str(),
-                decision = audit.decision,
-                reason = audit.reason,
-                error = audit.error.as_str(),
-                status = reply.status,
-                duration_us,
-                "admission"
-            ),
-            "error" => tracing::error!(
-                route = route.as_str(),
-                uid = audit.uid.as_str(),
-                namespace = audit.namespace.as_str(),
-                pod = audit.pod.as_str(),
-                operation = audit.operation,
-                decision = audit.decision,
-                error = audit.error.as_str(),
-                status = reply.status,
-                duration_us,
-                "admission"
-            ),
-            _ => tracing::info!(
-                route = route.as_str(),
-                uid = audit.uid.as_str(),
-                namespace = audit.namespace.as_str(),
-                pod = audit.pod.as_str(),
-                operation = audit.operation,
-                decision = audit.decision,
-                reason = (!audit.reason.is_empty()).then_some(audit.reason),
-                error = (!audit.error.is_empty()).then_some(audit.error.as_str()),
-                mutators = mutators.as_str(),
-                patch_ops = audit.patch_ops,
-                secrets_fetched = audit.secrets_fetched,
-                cache_hits = audit.cache_hits,
-                fetch_us = audit.fetch_us,
-                duration_us,
-                "admission"
-            ),
+        let error = a.verdict.as_ref().err().map(ToString::to_string);
+        let mutators = mutators.join(",");
+        let non_empty = |s: &'static str| (!s.is_empty()).then_some(s);
+        // One line, its level by the decision: a refused body is the sender's problem (warn),
+        // a failure ours (error). Strings as `&str` fields, not `%` (Display): the JSON layer
+        // then writes them without formatting each into a temporary string first.
+        macro_rules! audit_line {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    route = route.as_str(),
+                    uid = a.subject.uid.as_str(),
+                    namespace = a.subject.namespace.as_str(),
+                    pod = a.subject.pod.as_str(),
+                    operation = non_empty(a.subject.operation),
+                    decision,
+                    reason = non_empty(reason),
+                    error = error.as_deref(),
+                    mutators = mutators.as_str(),
+                    patch_ops,
+                    secrets_fetched = a.fetched.ids,
+                    cache_hits = a.fetched.cache_hits,
+                    fetch_us = a.fetched.us,
+                    status,
+                    duration_us,
+                    "admission"
+                )
+            };
         }
-        reply
+        match decision {
+            "invalid" => audit_line!(tracing::Level::WARN),
+            "error" => audit_line!(tracing::Level::ERROR),
+            _ => audit_line!(tracing::Level::INFO),
+        }
     }
 
-    async fn admit(
-        &self,
-        route: Route,
-        body: &[u8],
-        audit: &mut Audit,
-    ) -> Result<Reply, (Error, &'static str)> {
-        let parsed = parse(body, route).map_err(|e| (e, API_VERSION_V1))?;
-        let (req, api_version) = match parsed {
-            Parsed::Pod(req, v) => (req, v),
-            Parsed::Other {
+    async fn admit(&self, route: Route, body: &[u8]) -> Admission {
+        let (req, api_version) = match parse(body, route) {
+            Ok(Parsed::Pod(req, v)) => (*req, v),
+            Ok(Parsed::Other {
                 uid,
                 api_version,
                 operation,
-            } => {
-                audit.uid = uid;
-                audit.operation = operation;
-                audit.decision = "allowed";
-                audit.reason = "NotAPodCreate";
-                return Ok(allowed_reply(&audit.uid, api_version));
+            }) => {
+                let subject = Subject {
+                    uid,
+                    operation,
+                    ..Subject::default()
+                };
+                return Admission::early(subject, api_version, Ok(Verdict::NotOurs));
             }
+            Err(e) => return Admission::early(Subject::default(), API_VERSION_V1, Err(e)),
         };
-        audit.uid = req.uid.clone();
-        audit.operation = operation_str(&req.operation);
-        audit.namespace = req.namespace.clone().unwrap_or_default();
-        if let Some(pod) = req.object.as_ref().or(req.old_object.as_ref()) {
-            audit.pod = pod
-                .metadata
-                .name
-                .clone()
-                .or_else(|| pod.metadata.generate_name.clone())
-                .unwrap_or_default();
-        }
+        let subject = Subject::of(&req);
         let is_pod = req.kind.group.is_empty() && req.kind.kind == "Pod";
         if !is_pod || !admits(route, &req.operation, req.sub_resource.as_deref()) {
-            audit.decision = "allowed";
-            audit.reason = "NotAPodCreate";
-            return Ok(allowed_reply(&audit.uid, api_version));
+            return Admission::early(subject, api_version, Ok(Verdict::NotOurs));
         }
-        if req.operation == Operation::Update {
-            return self.admit_update(route, *req, api_version, audit);
-        }
-        let Some(mut pod) = req.object else {
-            return Err((
-                Error::Invalid(
+        let update = req.operation == Operation::Update;
+        let (pod, old) = match (req.object, req.old_object, update) {
+            (Some(pod), _, false) => (pod, None),
+            (Some(pod), Some(old), true) => (pod, Some(old)),
+            (_, _, false) => {
+                let e = Error::Invalid(
                     "review of a pod CREATE has no request.object; only pod CREATE reviews are mutated"
                         .into(),
-                ),
-                api_version,
-            ));
-        };
-        let namespace = review_namespace(req.namespace.as_deref(), &pod);
-        audit.namespace.clone_from(&namespace);
-
-        let groups = req.user_info.groups.clone().unwrap_or_default();
-        let tally = Tally::new();
-        let ctx = PodCtx {
-            namespace: &namespace,
-            route,
-            username: req.user_info.username.as_deref().unwrap_or_default(),
-            groups: &groups,
-            dry_run: req.dry_run,
-            tally: &tally,
-            old: None,
-        };
-        let plan = self.secrets.plan(&ctx, &pod);
-        let resolved = self
-            .resolve(&plan, audit)
-            .await
-            .map_err(|e| (e, api_version))?;
-        let secrets = Planned {
-            mutator: &self.secrets,
-            plan: &plan,
-            resolved: &resolved,
-        };
-        let original = pod.clone();
-        let applied = self
-            .chain
-            .apply_from(&ctx, &original, &mut pod, Some(&secrets));
-        finish(audit, api_version, &ctx, applied, original, pod)
-    }
-}
-
-impl App {
-    /// A pod UPDATE, or an ephemeral container added through `pods/ephemeralcontainers` (whose
-    /// review carries the whole Pod), on a route that checks them ([`admits`]): only the
-    /// mutators that [`crate::mutate::PodMutator::checks_updates`] run, with the pod before
-    /// the update beside it. Nothing is fetched: an UPDATE gets no secrets.
-    fn admit_update(
-        &self,
-        route: Route,
-        req: AdmissionRequest<Pod>,
-        api_version: &'static str,
-        audit: &mut Audit,
-    ) -> Result<Reply, (Error, &'static str)> {
-        let (Some(mut pod), Some(old)) = (req.object, req.old_object) else {
-            return Err((
-                Error::Invalid(
+                );
+                return Admission::early(subject, api_version, Err(e));
+            }
+            (_, _, true) => {
+                let e = Error::Invalid(
                     "review of a pod UPDATE needs both request.object and request.oldObject, as the API server sends them"
                         .into(),
-                ),
-                api_version,
-            ));
+                );
+                return Admission::early(subject, api_version, Err(e));
+            }
         };
-        let namespace = review_namespace(req.namespace.as_deref(), &pod);
-        audit.namespace.clone_from(&namespace);
-        let tally = Tally::new();
-        let groups = req.user_info.groups.clone().unwrap_or_default();
         let ctx = PodCtx {
-            namespace: &namespace,
+            namespace: &subject.namespace,
             route,
             username: req.user_info.username.as_deref().unwrap_or_default(),
-            groups: &groups,
+            groups: req.user_info.groups.as_deref().unwrap_or_default(),
             dry_run: req.dry_run,
-            tally: &tally,
-            old: Some(&old),
+            old: old.as_ref(),
         };
-        let original = pod.clone();
-        let applied = self.chain.apply_update(&ctx, &original, &mut pod);
-        finish(audit, api_version, &ctx, applied, original, pod)
+        let (fetched, ran) = if update {
+            // Only the mutators that check updates, with the pod before the update beside it.
+            // Nothing is fetched: an UPDATE gets no secrets.
+            (
+                Fetched::default(),
+                run(&ctx, pod, |ctx, original, pod| {
+                    self.chain.apply_update(ctx, original, pod)
+                }),
+            )
+        } else {
+            let plan = self.secrets.plan(&ctx, &pod);
+            let (fetched, resolved) = self.resolve(&plan).await;
+            let ran = resolved.map_err(Ran::Failed).and_then(|resolved| {
+                let secrets = Planned {
+                    mutator: &self.secrets,
+                    plan: &plan,
+                    resolved: &resolved,
+                };
+                run(&ctx, pod, |ctx, original, pod| {
+                    self.chain.apply(ctx, original, pod, Some(&secrets))
+                })
+            });
+            (fetched, ran)
+        };
+        let (effects, verdict) = match ran {
+            Ok((verdict, effects)) => (effects, Ok(verdict)),
+            Err(Ran::Denied(Denied { denial, effects })) => (*effects, Err(Error::Denied(denial))),
+            Err(Ran::Failed(e)) => (Effects::default(), Err(e)),
+        };
+        Admission {
+            subject,
+            api_version,
+            fetched,
+            effects,
+            verdict,
+        }
     }
 }
 
-/// The namespace a pod review is for: the request's, else the pod's own.
-fn review_namespace(request: Option<&str>, pod: &Pod) -> String {
-    request
-        .or(pod.metadata.namespace.as_deref())
-        .unwrap_or_default()
-        .to_owned()
+/// Why a chain run gave no verdict: a mutator refused the pod (with what was counted on the way),
+/// or something failed.
+enum Ran {
+    Denied(Denied),
+    Failed(Error),
 }
 
-/// The end of a chain run, CREATE or UPDATE: what the run counted goes into the audit (on a
-/// denial too: the image builder's failure counts are the point), its notes follow the
-/// mutators' warnings, and the reply carries the patch from `original` to `pod`.
-fn finish(
-    audit: &mut Audit,
-    api_version: &'static str,
+/// The chain (`chain`: CREATE or UPDATE) on `pod`, then the patch from the pod as it came in.
+fn run(
     ctx: &PodCtx<'_>,
-    applied: Result<Applied, crate::error::Denial>,
-    original: Pod,
-    pod: Pod,
-) -> Result<Reply, (Error, &'static str)> {
-    audit.images = ctx.tally.images();
+    mut pod: Pod,
+    chain: impl FnOnce(&PodCtx<'_>, &Pod, &mut Pod) -> Result<Applied, Denied>,
+) -> Result<(Verdict, Effects), Ran> {
+    let original = pod.clone();
     let Applied {
         changed,
         mut warnings,
-    } = applied.map_err(|d| (Error::Denied(d), api_version))?;
-    warnings.extend(ctx.tally.notes());
-    audit.mutators.clone_from(&changed);
-    audit.injected = ctx.tally.injected();
+        effects,
+    } = chain(ctx, &original, &mut pod).map_err(Ran::Denied)?;
     // Only where a value was left out: reference delivery never reads one, dry run or not.
-    if ctx.dry_run && ctx.tally.any_withheld() {
+    if ctx.dry_run && effects.any_withheld() {
         warnings.push(format!(
             "dry run: secret values were withheld; the patched pod carries {DRY_RUN_PLACEHOLDER:?} where a created pod gets each value"
         ));
     }
-    patched_reply(audit, api_version, &changed, original, pod, &warnings)
-}
-
-/// The allowed reply for a chain run that changed `changed` (the patch from `original` to
-/// `pod`, if any), with the audit's decision and patch facts filled in.
-fn patched_reply(
-    audit: &mut Audit,
-    api_version: &'static str,
-    changed: &[&'static str],
-    original: Pod,
-    pod: Pod,
-    warnings: &[String],
-) -> Result<Reply, (Error, &'static str)> {
     let patch = if changed.is_empty() {
         None
     } else {
         let patch = crate::patch::diff_pods(original, pod)
-            .map_err(|e| (internal("failed to serialise the pod", e), api_version))?;
+            .map_err(|e| Ran::Failed(internal("failed to serialise the pod", e)))?;
         (!patch.is_empty()).then_some(patch)
     };
-    audit.patch_ops = patch.as_ref().map_or(0, crate::patch::Patch::len);
-    audit.decision = if patch.is_some() {
-        "mutated"
-    } else {
-        "allowed"
+    let verdict = Verdict::Ran {
+        changed,
+        patch,
+        warnings,
     };
-    let (reply, patch_bytes) = write_allowed(&audit.uid, api_version, patch.as_ref(), warnings)
-        .map_err(|e| (internal("failed to serialise the patch", e), api_version))?;
-    audit.patch_bytes = patch_bytes;
-    Ok(reply)
+    Ok((verdict, effects))
+}
+
+impl Subject {
+    fn of(req: &AdmissionRequest<Pod>) -> Self {
+        let pod = req.object.as_ref().or(req.old_object.as_ref());
+        Self {
+            uid: req.uid.clone(),
+            // A pod being created often has no namespace of its own yet: the request's first.
+            namespace: req
+                .namespace
+                .as_deref()
+                .or_else(|| req.object.as_ref()?.metadata.namespace.as_deref())
+                .unwrap_or_default()
+                .to_owned(),
+            pod: pod
+                .and_then(|p| {
+                    p.metadata
+                        .name
+                        .as_ref()
+                        .or(p.metadata.generate_name.as_ref())
+                })
+                .cloned()
+                .unwrap_or_default(),
+            operation: operation_str(&req.operation),
+        }
+    }
 }
 
 /// Whether a pod review by `route` with this operation and subresource is mutated. Every route
@@ -339,15 +367,19 @@ fn admits(route: Route, operation: &Operation, sub_resource: Option<&str>) -> bo
 
 impl App {
     /// The only network I/O: every secret value the chain will need, in one batch, within the
-    /// deadline. Failures are internal errors (HTTP 500), so `failurePolicy` decides.
-    async fn resolve(&self, plan: &Plan, audit: &mut Audit) -> Result<ResolvedSecrets, Error> {
+    /// deadline, and what that cost. Failures are internal errors (HTTP 500), so
+    /// `failurePolicy` decides.
+    async fn resolve(&self, plan: &Plan) -> (Fetched, Result<ResolvedSecrets, Error>) {
         let ids = plan.ids();
         let refs = plan.resolve_ids();
         let images = plan.images();
+        let mut fetched = Fetched {
+            ids: ids.len() + refs.len(),
+            ..Fetched::default()
+        };
         if ids.is_empty() && refs.is_empty() && images.is_empty() {
-            return Ok(ResolvedSecrets::default());
+            return (fetched, Ok(ResolvedSecrets::default()));
         }
-        audit.secrets_fetched = ids.len() + refs.len();
         let missing = |what: &str, ids: &[String]| {
             Error::Internal(format!(
                 "no secret source is configured to {what} {}",
@@ -357,25 +389,26 @@ impl App {
         let source = match &self.source {
             Some(s) => Some(s),
             None if ids.is_empty() => None,
-            None => return Err(missing("fetch", &ids)),
+            None => return (fetched, Err(missing("fetch", &ids))),
         };
         let resolver = match &self.resolver {
             Some(r) => Some(r),
             None if refs.is_empty() => None,
-            None => return Err(missing("resolve", &refs)),
+            None => return (fetched, Err(missing("resolve", &refs))),
         };
         let entrypoints = match &self.entrypoints {
             Some(e) => Some(e),
             None if images.is_empty() => None,
             None => {
-                return Err(Error::Internal(
+                let e = Error::Internal(
                     "no registry client is configured to read image commands".into(),
-                ));
+                );
+                return (fetched, Err(e));
             }
         };
         let started = Instant::now();
         // Values, names and image commands in parallel: still one round trip for the pod.
-        let both = async {
+        let all = async {
             let values = async {
                 match source {
                     Some(s) if !ids.is_empty() => s.fetch_many(&ids).await.map(Some),
@@ -399,22 +432,22 @@ impl App {
             let (values, names, commands) = tokio::join!(values, names, commands);
             Ok::<_, crate::secrets::source::SourceError>((values?, names?, commands))
         };
-        let fetched = tokio::time::timeout(self.deadline, both).await;
-        audit.fetch_us = started.elapsed().as_micros() as u64;
-        match fetched {
+        let result = tokio::time::timeout(self.deadline, all).await;
+        fetched.us = started.elapsed().as_micros() as u64;
+        let result = match result {
             Ok(Ok((values, names, commands))) => {
                 let mut resolved = ResolvedSecrets::default();
                 resolved.entrypoints = commands;
                 for f in [values, names].into_iter().flatten() {
-                    audit.cache_hits += f.cache_hits;
-                    audit.backend_calls += f.backend_calls;
-                    audit.throttles += f.throttles;
+                    fetched.cache_hits += f.cache_hits;
+                    fetched.backend_calls += f.backend_calls;
+                    fetched.throttles += f.throttles;
                     resolved.merge(f.values);
                 }
                 Ok(resolved)
             }
             Ok(Err(e)) => {
-                audit.throttles = e.throttles();
+                fetched.throttles = e.throttles();
                 // The SDK's own text (the error's source) names the account, the role and the
                 // secret's ARN: the log gets it; the reply gets the ids, the API and the code.
                 tracing::error!(
@@ -440,7 +473,8 @@ impl App {
                     .collect::<Vec<_>>()
                     .join(", ")
             ))),
-        }
+        };
+        (fetched, result)
     }
 }
 
@@ -562,6 +596,7 @@ fn located<T: serde::de::DeserializeOwned>(body: &[u8], fallback: serde_json::Er
     }
 }
 
+/// The one reply type: every answer, allowed or not, is this written once by serde.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ReviewOut<'a> {
@@ -579,7 +614,7 @@ struct ResponseOut<'a> {
     status: Option<StatusOut<'a>>,
     /// Base64 of the JSON Patch, as the API documents it (kube-core would write a number array).
     #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
+    patch: Option<Base64<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     patch_type: Option<&'static str>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -596,10 +631,25 @@ struct StatusOut<'a> {
     message: &'a str,
 }
 
+/// Bytes written as a base64 string, encoded as they are written into the body: no base64
+/// string beside the body (on a 10,000-container pod the patch is 10 MB).
+struct Base64<'a>(&'a [u8]);
+
+impl Serialize for Base64<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let engine = &base64::engine::general_purpose::STANDARD;
+        serializer.collect_str(&base64::display::Base64Display::new(self.0, engine))
+    }
+}
+
 fn to_reply(status: u16, review: &ReviewOut<'_>) -> Reply {
-    match serde_json::to_vec(review) {
-        Ok(body) => Reply { status, body },
-        // Serialising these plain structs cannot fail; answer 500 rather than panic if it did.
+    // Sized up front for the patch, so the body is not copied as it grows.
+    let patch = review.response.patch.as_ref().map_or(0, |p| p.0.len());
+    let mut body = Vec::with_capacity(256 + review.response.uid.len() + patch.div_ceil(3) * 4);
+    match serde_json::to_writer(&mut body, review) {
+        Ok(()) => Reply { status, body },
+        // Serialising these plain structs into a `Vec` cannot fail; answer 500 rather than
+        // panic if it did.
         Err(_) => Reply {
             status: 500,
             body: br#"{"message":"failed to serialise the response"}"#.to_vec(),
@@ -607,69 +657,29 @@ fn to_reply(status: u16, review: &ReviewOut<'_>) -> Reply {
     }
 }
 
-/// An allowed response without a patch or warnings.
-fn allowed_reply(uid: &str, api_version: &str) -> Reply {
-    match write_allowed(uid, api_version, None, &[]) {
-        Ok((reply, _)) => reply,
-        // Writing two strings into a `Vec` cannot fail; answer 500 rather than panic if it did.
-        Err(_) => to_reply(
-            500,
-            &ReviewOut {
-                api_version,
-                kind: "AdmissionReview",
-                response: ResponseOut {
-                    uid,
-                    allowed: true,
-                    status: None,
-                    patch: None,
-                    patch_type: None,
-                    audit_annotations: BTreeMap::new(),
-                    warnings: &[],
-                },
-            },
-        ),
-    }
-}
-
-/// An allowed response, written by hand in the field order of [`ReviewOut`]: the patch's JSON,
-/// written once by the diff, is base64-encoded straight into the body, which is sized for it up
-/// front. No base64 string, no escape scan of base64 (it has nothing to escape), and no copy of
-/// the body as it grows: on a 10,000-container pod each of those was 10 MB. Returns the reply
-/// and the size of the patch JSON (for the audit line and the `PatchBytes` metric).
-fn write_allowed(
+/// An allowed response, with the patch (if any) and warnings.
+fn allowed_reply(
     uid: &str,
     api_version: &str,
     patch: Option<&crate::patch::Patch>,
     warnings: &[String],
-) -> std::io::Result<(Reply, usize)> {
-    use base64::Engine;
-    let engine = &base64::engine::general_purpose::STANDARD;
-    let json = patch.map_or(&[][..], crate::patch::Patch::as_json);
-    let encoded = base64::encoded_len(json.len(), true).ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::OutOfMemory, "patch too large to encode")
-    })?;
-    let mut body = Vec::with_capacity(256 + uid.len() + encoded);
-    body.extend_from_slice(b"{\"apiVersion\":");
-    serde_json::to_writer(&mut body, api_version)?;
-    body.extend_from_slice(b",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":");
-    serde_json::to_writer(&mut body, uid)?;
-    body.extend_from_slice(b",\"allowed\":true");
-    if patch.is_some() {
-        body.extend_from_slice(b",\"patch\":\"");
-        let at = body.len();
-        body.resize(at + encoded, 0);
-        let written = engine
-            .encode_slice(json, &mut body[at..])
-            .map_err(std::io::Error::other)?;
-        body.truncate(at + written);
-        body.extend_from_slice(b"\",\"patchType\":\"JSONPatch\"");
-    }
-    if !warnings.is_empty() {
-        body.extend_from_slice(b",\"warnings\":");
-        serde_json::to_writer(&mut body, warnings)?;
-    }
-    body.extend_from_slice(b"}}");
-    Ok((Reply { status: 200, body }, json.len()))
+) -> Reply {
+    to_reply(
+        200,
+        &ReviewOut {
+            api_version,
+            kind: "AdmissionReview",
+            response: ResponseOut {
+                uid,
+                allowed: true,
+                status: None,
+                patch: patch.map(|p| Base64(p.as_json())),
+                patch_type: patch.map(|_| "JSONPatch"),
+                audit_annotations: BTreeMap::new(),
+                warnings,
+            },
+        },
+    )
 }
 
 /// The reply for any error: a well-formed review with `allowed:false`, the HTTP status from the
@@ -720,34 +730,8 @@ mod tests {
     use super::*;
     use base64::Engine;
 
-    /// What `serde_json` writes for the same reply through [`ReviewOut`]: the hand-written
-    /// envelope must be byte for byte the same.
-    fn derived(uid: &str, patch: Option<&crate::patch::Patch>, warnings: &[String]) -> Vec<u8> {
-        let patch = patch.map(|p| {
-            base64::engine::general_purpose::STANDARD
-                .encode(serde_json::to_vec(&p.to_ops().unwrap()).unwrap())
-        });
-        to_reply(
-            200,
-            &ReviewOut {
-                api_version: API_VERSION_V1BETA1,
-                kind: "AdmissionReview",
-                response: ResponseOut {
-                    uid,
-                    allowed: true,
-                    status: None,
-                    patch_type: patch.as_ref().map(|_| "JSONPatch"),
-                    patch,
-                    audit_annotations: BTreeMap::new(),
-                    warnings,
-                },
-            },
-        )
-        .body
-    }
-
     #[test]
-    fn the_written_reply_is_the_derived_one() {
+    fn the_reply_carries_the_patch_as_base64_and_escapes_what_needs_it() {
         // Long, with escapes and non-ASCII in the values and paths, and a uid that needs
         // escaping.
         let env: Vec<serde_json::Value> = (0..500)
@@ -759,8 +743,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(patch.len(), 501);
-        let json_len = patch.as_json().len();
-        assert!(json_len > 3 * 8 * 1024);
+        assert!(patch.as_json().len() > 3 * 8 * 1024);
         let warnings = ["a \"quoted\" warning".to_owned()];
         let uid = "uid-\"1\"\u{7}";
         for (patch, warnings) in [
@@ -769,27 +752,37 @@ mod tests {
             (Some(&patch), &[][..]),
             (Some(&patch), &warnings[..]),
         ] {
-            let (reply, bytes) = write_allowed(uid, API_VERSION_V1BETA1, patch, warnings).unwrap();
+            let reply = allowed_reply(uid, API_VERSION_V1BETA1, patch, warnings);
             assert_eq!(reply.status, 200);
-            let want = derived(uid, patch, warnings);
-            // Where they part, not the 20 kB of base64 around it.
-            let at = reply.body.iter().zip(&want).position(|(a, b)| a != b);
+            let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+            let mut want = serde_json::json!({
+                "apiVersion": API_VERSION_V1BETA1,
+                "kind": "AdmissionReview",
+                "response": {"uid": uid, "allowed": true},
+            });
+            if let Some(p) = patch {
+                want["response"]["patch"] = base64::engine::general_purpose::STANDARD
+                    .encode(p.as_json())
+                    .into();
+                want["response"]["patchType"] = "JSONPatch".into();
+            }
+            if !warnings.is_empty() {
+                want["response"]["warnings"] = serde_json::json!(warnings);
+            }
             assert!(
-                reply.body == want,
-                "written and derived replies differ at byte {at:?} (lengths {} and {})",
-                reply.body.len(),
-                want.len()
+                v == want,
+                "reply differs: {}",
+                String::from_utf8_lossy(&reply.body)
             );
-            assert_eq!(bytes, patch.map_or(0, |_| json_len));
         }
-        // Every length modulo 3 ends the base64 correctly (padding written by `finish`).
+        // Every length modulo 3 ends the base64 correctly (its padding).
         for n in 1..=4 {
             let small = crate::patch::diff(
                 &serde_json::json!({"x".repeat(n): 1}),
                 &serde_json::json!({}),
             )
             .unwrap();
-            let (reply, _) = write_allowed("u", API_VERSION_V1, Some(&small), &[]).unwrap();
+            let reply = allowed_reply("u", API_VERSION_V1, Some(&small), &[]);
             let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
             let decoded = base64::engine::general_purpose::STANDARD
                 .decode(v["response"]["patch"].as_str().unwrap())

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::config::{Config, ConfigError, Delivery, SecretManagerType};
 use crate::metrics::{Metrics, Sink};
-use crate::mutate::{Chain, MUTATOR_IDS, PodMutator, image, mesh};
+use crate::mutate::{Chain, MUTATOR_IDS, Step, image, mesh};
 use crate::pod::injector::ReferenceInjector;
 use crate::prometheus::Counters;
 use crate::registry::EntrypointSource;
@@ -19,9 +19,11 @@ use crate::secrets::{embedded, global, k8s, sidecar, vault};
 /// The webhook's core: the mutator chain and what it runs with. It answers review bodies
 /// ([`App::review`]); it knows nothing of HTTP, paths or tokens (see [`crate::transport`]).
 pub struct App {
+    /// The mutators in order; the `secrets` mutator's place is [`crate::mutate::Step::Secrets`].
     pub(crate) chain: Chain,
-    /// The `secrets` mutator, also in `chain`: the admission plans with it before the chain.
-    pub(crate) secrets: Arc<SecretsMutator>,
+    /// The `secrets` mutator: the admission plans with it, fetches, and hands the plan and its
+    /// values to the chain for that place.
+    pub(crate) secrets: SecretsMutator,
     pub(crate) source: Option<Arc<dyn SecretSource>>,
     /// Where `reference` delivery resolves names (metadata only, never a value).
     pub(crate) resolver: Option<Arc<dyn SecretSource>>,
@@ -145,7 +147,7 @@ impl App {
                 "must differ from mesh.managedLabel: the mesh label is written by the namespace-injection mutator, and the secrets selector must be the pod's own",
             ));
         }
-        let secrets = Arc::new(SecretsMutator {
+        let secrets = SecretsMutator {
             // Secrets never reach the mesh gate: it runs before the app and needs none.
             skip_containers: mesh::skip_containers(&config.mesh),
             selector: (
@@ -158,30 +160,32 @@ impl App {
                 global,
                 &mesh::skip_containers(&config.mesh),
             )?)
-        });
+        };
         let mut chain = Chain::default();
-        let mut others: Vec<(Box<dyn PodMutator>, bool)> =
-            vec![(Box::new(Arc::clone(&secrets)), true)];
+        let mut others: Vec<(Step, bool)> = vec![(Step::Secrets, true)];
         if config.webhook.image_builder_config.enabled {
             // Its denial is its point: a pod pulling another organisation's image is refused.
             others.push((
-                Box::new(image::ImageBuilder::new(
+                Step::Mutator(Box::new(image::ImageBuilder::new(
                     &config.webhook.image_builder_config,
                     &config
                         .webhook
                         .embedded_secret_manager_config
                         .file_mount_init_container,
-                )),
+                ))),
                 true,
             ));
         }
         if config.images.enabled {
             // Never fails: a reference it cannot read is left alone with a warning.
-            others.push((Box::new(image::ImageRules::new(&config.images)), false));
+            others.push((
+                Step::Mutator(Box::new(image::ImageRules::new(&config.images))),
+                false,
+            ));
         }
-        for (m, default_required) in mesh::in_chain_order(&config.mesh, others) {
-            let required = config.mutator_required(m.id(), default_required);
-            chain.push(m, required);
+        for (step, default_required) in mesh::in_chain_order(&config.mesh, others) {
+            let required = config.mutator_required(step.id(), default_required);
+            chain.push_step(step, required);
         }
         let metrics = match (config.metrics.enabled, metrics) {
             (true, Some(sink)) => Some(Metrics::new(config.metrics.clone(), sink)),

@@ -6,9 +6,6 @@ pub mod pod;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use crate::config::SecretManagerType;
 use crate::error::Denial;
 
@@ -61,23 +58,47 @@ pub struct PodCtx<'a> {
     pub username: &'a str,
     pub groups: &'a [String],
     pub dry_run: bool,
-    /// Where mutators count what they did, for metrics.
-    pub tally: &'a Tally,
     /// The pod before an UPDATE (`request.oldObject`); `None` for a CREATE. Only mutators that
     /// [`PodMutator::checks_updates`] ever see an UPDATE.
     pub old: Option<&'a Pod>,
 }
 
-/// Per-admission counters that mutators fill in (mutators do not log; the admission reports).
-#[derive(Debug, Default)]
-pub struct Tally {
-    injected: [AtomicU32; SecretManagerType::ALL.len()],
-    images: [AtomicU32; ImageCount::ALL.len()],
-    /// Things the user should see (`warnings` of the review response), for changes a mutator
-    /// chose not to make.
-    notes: Mutex<Vec<String>>,
+/// What a mutator did besides changing the pod: what it counted (for the metrics) and what
+/// the user should read (`warnings` of the review response). Mutators do not log or count
+/// anywhere else; the admission adds these up and reports them once.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Effects {
+    injected: [u32; SecretManagerType::ALL.len()],
+    images: [u32; ImageCount::ALL.len()],
     /// Values a dry run replaced with the placeholder.
-    withheld: AtomicU32,
+    withheld: u32,
+    /// Warnings for changes a mutator chose not to make (names images and containers, never
+    /// secret values).
+    pub notes: Vec<String>,
+}
+
+/// A mutator's refusal, with what it counted on the way (the image builder's failure counts
+/// are the point of its metrics). The counts are boxed: a refusal is the rare path, and the
+/// `Result` every mutator returns stays small.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denied {
+    pub denial: Denial,
+    pub effects: Box<Effects>,
+}
+
+impl Denied {
+    pub fn new(denial: Denial, effects: Effects) -> Self {
+        Self {
+            denial,
+            effects: Box::new(effects),
+        }
+    }
+}
+
+impl From<Denial> for Denied {
+    fn from(denial: Denial) -> Self {
+        Self::new(denial, Effects::default())
+    }
 }
 
 /// What the image mutators count. The first seven are the Union fork's image-builder metrics
@@ -129,33 +150,11 @@ impl ImageCount {
     }
 }
 
-/// A tally nobody reads, for callers that do not report metrics.
-pub static UNCOUNTED: Tally = Tally::new();
-
-impl Tally {
-    pub const fn new() -> Self {
-        Self {
-            injected: [const { AtomicU32::new(0) }; SecretManagerType::ALL.len()],
-            images: [const { AtomicU32::new(0) }; ImageCount::ALL.len()],
-            notes: Mutex::new(Vec::new()),
-            withheld: AtomicU32::new(0),
-        }
-    }
-
-    /// One secret value a dry run left out (the placeholder is in the pod instead).
-    pub fn value_withheld(&self) {
-        self.withheld.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Whether a dry run left out any value.
-    pub fn any_withheld(&self) -> bool {
-        self.withheld.load(Ordering::Relaxed) > 0
-    }
-
+impl Effects {
     /// One more `what`.
-    pub fn image(&self, what: ImageCount) {
+    pub fn image(&mut self, what: ImageCount) {
         if let Some(i) = ImageCount::ALL.iter().position(|c| *c == what) {
-            self.images[i].fetch_add(1, Ordering::Relaxed);
+            self.images[i] += 1;
         }
     }
 
@@ -163,31 +162,16 @@ impl Tally {
     pub fn images(&self) -> Vec<(ImageCount, u32)> {
         ImageCount::ALL
             .iter()
-            .zip(&self.images)
-            .map(|(c, n)| (*c, n.load(Ordering::Relaxed)))
+            .zip(self.images)
+            .map(|(c, n)| (*c, n))
             .filter(|(_, n)| *n > 0)
             .collect()
     }
 
-    /// A warning for the review response (names images and containers, never secret values).
-    pub fn note(&self, warning: String) {
-        // Nobody reads the shared tally; it must not grow.
-        if std::ptr::eq(self, &UNCOUNTED) {
-            return;
-        }
-        if let Ok(mut notes) = self.notes.lock() {
-            notes.push(warning);
-        }
-    }
-
-    pub fn notes(&self) -> Vec<String> {
-        self.notes.lock().map(|n| n.clone()).unwrap_or_default()
-    }
-
-    /// One secret injected by `manager`.
-    pub fn secret_injected(&self, manager: SecretManagerType) {
+    /// `n` more secrets injected by `manager`.
+    pub fn secrets_injected(&mut self, manager: SecretManagerType, n: u32) {
         if let Some(i) = SecretManagerType::ALL.iter().position(|t| *t == manager) {
-            self.injected[i].fetch_add(1, Ordering::Relaxed);
+            self.injected[i] += n;
         }
     }
 
@@ -195,17 +179,43 @@ impl Tally {
     pub fn injected(&self) -> Vec<(SecretManagerType, u32)> {
         SecretManagerType::ALL
             .iter()
-            .zip(&self.injected)
-            .map(|(t, n)| (*t, n.load(Ordering::Relaxed)))
+            .zip(self.injected)
+            .map(|(t, n)| (*t, n))
             .filter(|(_, n)| *n > 0)
             .collect()
+    }
+
+    /// `n` more secret values a dry run left out (the placeholder is in the pod instead).
+    pub fn values_withheld(&mut self, n: u32) {
+        self.withheld += n;
+    }
+
+    /// Whether a dry run left out any value.
+    pub fn any_withheld(&self) -> bool {
+        self.withheld > 0
+    }
+
+    /// A warning for the review response.
+    pub fn note(&mut self, warning: String) {
+        self.notes.push(warning);
+    }
+
+    /// Adds `other`'s counts and notes (after this one's) to this one.
+    pub fn absorb(&mut self, other: Effects) {
+        for (a, b) in self.injected.iter_mut().zip(other.injected) {
+            *a += b;
+        }
+        for (a, b) in self.images.iter_mut().zip(other.images) {
+            *a += b;
+        }
+        self.withheld += other.withheld;
+        self.notes.extend(other.notes);
     }
 }
 
 #[cfg(any(test, feature = "testing"))]
 impl PodCtx<'static> {
-    /// A context outside any admission (tests, examples): namespace `ns`, user `u`, nothing
-    /// counted.
+    /// A context outside any admission (tests, examples): namespace `ns`, user `u`.
     pub fn test(route: Route) -> Self {
         PodCtx {
             namespace: "ns",
@@ -213,7 +223,6 @@ impl PodCtx<'static> {
             username: "u",
             groups: &[],
             dry_run: false,
-            tally: &UNCOUNTED,
             old: None,
         }
     }
@@ -223,7 +232,9 @@ impl PodCtx<'static> {
 /// running it on its own output changes nothing.
 pub trait PodMutator: Send + Sync {
     fn id(&self) -> &'static str;
-    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial>;
+    /// Changes `pod` and says what it counted and noted, or refuses it. A mutator that only
+    /// refuses can `?` a [`Denial`].
+    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied>;
     /// Whether it also runs on a pod UPDATE (and the `pods/ephemeralcontainers` subresource),
     /// with `ctx.old` set. Only the image builder does: an UPDATE may change images, and
     /// nothing else of a pod that a mutator here writes.
@@ -232,21 +243,28 @@ pub trait PodMutator: Send + Sync {
     }
 }
 
-/// A shared mutator (the app keeps the `secrets` mutator to plan with, the chain runs it).
-impl<M: PodMutator + ?Sized> PodMutator for std::sync::Arc<M> {
-    fn id(&self) -> &'static str {
-        (**self).id()
-    }
-    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
-        (**self).mutate(ctx, pod)
-    }
-    fn checks_updates(&self) -> bool {
-        (**self).checks_updates()
+/// The id of the `secrets` mutator, whose place in the chain is [`Step::Secrets`].
+pub const SECRETS_ID: &str = "secrets";
+
+/// A place in the chain: a mutator built from config, or where the `secrets` mutator runs. The
+/// secrets mutator is made per admission (its plan and the values fetched for it), so the
+/// chain holds only its place and the admission hands it in ([`Chain::apply`]).
+pub enum Step {
+    Mutator(Box<dyn PodMutator>),
+    Secrets,
+}
+
+impl Step {
+    pub fn id(&self) -> &'static str {
+        match self {
+            Step::Mutator(m) => m.id(),
+            Step::Secrets => SECRETS_ID,
+        }
     }
 }
 
 struct Entry {
-    mutator: Box<dyn PodMutator>,
+    step: Step,
     required: bool,
 }
 
@@ -261,49 +279,49 @@ pub struct Chain {
 pub struct Applied {
     /// Ids of the mutators that changed the pod, in order.
     pub changed: Vec<&'static str>,
-    /// One entry per optional mutator that failed (the pod is admitted without its change).
+    /// One entry per optional mutator that failed (the pod is admitted without its change),
+    /// then the mutators' own notes.
     pub warnings: Vec<String>,
+    /// What every mutator that ran counted.
+    pub effects: Effects,
 }
 
 impl Chain {
     pub fn push(&mut self, mutator: Box<dyn PodMutator>, required: bool) {
-        self.entries.push(Entry { mutator, required });
+        self.push_step(Step::Mutator(mutator), required);
+    }
+
+    pub fn push_step(&mut self, step: Step, required: bool) {
+        self.entries.push(Entry { step, required });
     }
 
     pub fn ids(&self) -> Vec<&'static str> {
-        self.entries.iter().map(|e| e.mutator.id()).collect()
+        self.entries.iter().map(|e| e.step.id()).collect()
     }
 
-    /// Runs every mutator in order. A required mutator's failure stops the chain with a denial
-    /// that names it; an optional one's failure is undone and becomes a warning.
-    pub fn apply(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Applied, Denial> {
-        let original = pod.clone();
-        self.apply_from(ctx, &original, pod, None)
-    }
-
-    /// [`Chain::apply`] for a caller that already holds a copy of the pod as it came in
-    /// (`original == *pod` on entry): the pod is copied again only after a mutator changed it.
-    /// `stand_in` runs in place of the entry with its id, with that entry's `required`: the
-    /// admission's per-request form of a mutator (the `secrets` mutator with this pod's plan
-    /// and fetched values).
-    pub fn apply_from(
+    /// Runs every mutator in order on a pod CREATE, `secrets` in the [`Step::Secrets`] place
+    /// (`None`: that place is skipped). `original` is the pod as it came in (`original ==
+    /// *pod` on entry): the pod is copied only after a mutator changed it. A required
+    /// mutator's failure stops the chain with a denial that names it; an optional one's
+    /// failure is undone and becomes a warning.
+    pub fn apply(
         &self,
         ctx: &PodCtx<'_>,
         original: &Pod,
         pod: &mut Pod,
-        stand_in: Option<&dyn PodMutator>,
-    ) -> Result<Applied, Denial> {
-        self.run(ctx, original, pod, stand_in, false)
+        secrets: Option<&dyn PodMutator>,
+    ) -> Result<Applied, Denied> {
+        self.run(ctx, original, pod, secrets, false)
     }
 
     /// The chain on a pod UPDATE (`ctx.old` is the pod before it): only the mutators that
-    /// [`PodMutator::checks_updates`] run, each as in [`Chain::apply_from`].
+    /// [`PodMutator::checks_updates`] run, each as in [`Chain::apply`].
     pub fn apply_update(
         &self,
         ctx: &PodCtx<'_>,
         original: &Pod,
         pod: &mut Pod,
-    ) -> Result<Applied, Denial> {
+    ) -> Result<Applied, Denied> {
         self.run(ctx, original, pod, None, true)
     }
 
@@ -312,22 +330,24 @@ impl Chain {
         ctx: &PodCtx<'_>,
         original: &Pod,
         pod: &mut Pod,
-        stand_in: Option<&dyn PodMutator>,
+        secrets: Option<&dyn PodMutator>,
         update: bool,
-    ) -> Result<Applied, Denial> {
+    ) -> Result<Applied, Denied> {
         let mut applied = Applied::default();
         let mut previous = std::borrow::Cow::Borrowed(original);
         for (i, entry) in self.entries.iter().enumerate() {
-            if update && !entry.mutator.checks_updates() {
+            let mutator = match (&entry.step, secrets) {
+                (Step::Mutator(m), _) => m.as_ref(),
+                (Step::Secrets, Some(m)) => m,
+                (Step::Secrets, None) => continue,
+            };
+            if update && !mutator.checks_updates() {
                 continue;
             }
-            let id = entry.mutator.id();
-            let mutator = match stand_in {
-                Some(m) if m.id() == id => m,
-                _ => entry.mutator.as_ref(),
-            };
+            let id = entry.step.id();
             match mutator.mutate(ctx, pod) {
-                Ok(()) => {
+                Ok(effects) => {
+                    applied.effects.absorb(effects);
                     if *pod != *previous {
                         applied.changed.push(id);
                         // Kept for the mutators after this one (to tell what they changed, and
@@ -338,13 +358,16 @@ impl Chain {
                         }
                     }
                 }
-                Err(denial) if entry.required => {
-                    return Err(Denial {
+                Err(Denied { denial, effects }) if entry.required => {
+                    applied.effects.absorb(*effects);
+                    let denial = Denial {
                         message: format!("[{id}] {}", denial.message),
                         ..denial
-                    });
+                    };
+                    return Err(Denied::new(denial, applied.effects));
                 }
-                Err(denial) => {
+                Err(Denied { denial, effects }) => {
+                    applied.effects.absorb(*effects);
                     // A failed mutator may have changed part of the pod; none of it is kept.
                     pod.clone_from(&previous);
                     applied
@@ -353,6 +376,8 @@ impl Chain {
                 }
             }
         }
+        let notes = std::mem::take(&mut applied.effects.notes);
+        applied.warnings.extend(notes);
         Ok(applied)
     }
 }
@@ -366,12 +391,12 @@ mod tests {
         fn id(&self) -> &'static str {
             self.0
         }
-        fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+        fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
             pod.metadata
                 .labels
                 .get_or_insert_with(Default::default)
                 .insert(self.0.into(), "true".into());
-            Ok(())
+            Ok(Effects::default())
         }
     }
 
@@ -381,9 +406,34 @@ mod tests {
         fn id(&self) -> &'static str {
             "half-done"
         }
-        fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+        fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
             pod.metadata.name = Some("renamed".into());
-            Err(Denial::bad_request("Broken", "it broke; fix the thing"))
+            Err(Denial::bad_request("Broken", "it broke; fix the thing").into())
+        }
+    }
+
+    /// Counts one image attempt and notes it, then changes the pod (or only counts, and
+    /// refuses, when `deny`).
+    struct Counting {
+        deny: bool,
+    }
+    impl PodMutator for Counting {
+        fn id(&self) -> &'static str {
+            SECRETS_ID
+        }
+        fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
+            let mut effects = Effects::default();
+            effects.image(ImageCount::Attempts);
+            effects.secrets_injected(SecretManagerType::K8s, 2);
+            if self.deny {
+                return Err(Denied::new(
+                    Denial::forbidden("No", "not this one"),
+                    effects,
+                ));
+            }
+            effects.note("counted".into());
+            pod.metadata.name = Some("counted".into());
+            Ok(effects)
         }
     }
 
@@ -391,14 +441,18 @@ mod tests {
         pod::testing::mk_pod().build()
     }
 
+    /// A CREATE through `chain` with no secrets mutator.
+    fn apply(chain: &Chain, pod: &mut Pod) -> Result<Applied, Denied> {
+        let original = pod.clone();
+        chain.apply(&PodCtx::test(Route::Secrets), &original, pod, None)
+    }
+
     #[test]
     fn required_mutator_failure_denies_and_names_the_mutator() {
         let mut chain = Chain::default();
         chain.push(Box::new(Label("a")), true);
         chain.push(Box::new(HalfDone), true);
-        let err = chain
-            .apply(&PodCtx::test(Route::Secrets), &mut mk_pod())
-            .unwrap_err();
+        let err = apply(&chain, &mut mk_pod()).unwrap_err().denial;
         assert_eq!(err.code, 400);
         assert_eq!(err.message, "[half-done] it broke; fix the thing");
     }
@@ -410,9 +464,7 @@ mod tests {
         chain.push(Box::new(HalfDone), false);
         chain.push(Box::new(Label("b")), false);
         let mut pod = mk_pod();
-        let applied = chain
-            .apply(&PodCtx::test(Route::Secrets), &mut pod)
-            .unwrap();
+        let applied = apply(&chain, &mut pod).unwrap();
         assert_eq!(applied.changed, vec!["a", "b"]);
         assert_eq!(
             applied.warnings,
@@ -426,12 +478,57 @@ mod tests {
         let mut chain = Chain::default();
         chain.push(Box::new(Label("a")), true);
         let mut pod = mk_pod();
-        chain
-            .apply(&PodCtx::test(Route::Secrets), &mut pod)
-            .unwrap();
-        let again = chain
-            .apply(&PodCtx::test(Route::Secrets), &mut pod)
-            .unwrap();
+        apply(&chain, &mut pod).unwrap();
+        let again = apply(&chain, &mut pod).unwrap();
         assert!(again.changed.is_empty());
+    }
+
+    #[test]
+    fn the_secrets_place_runs_what_the_admission_hands_in_and_effects_add_up() {
+        let mut chain = Chain::default();
+        chain.push(Box::new(Label("a")), true);
+        chain.push_step(Step::Secrets, true);
+        chain.push(Box::new(HalfDone), false);
+        assert_eq!(chain.ids(), vec!["a", "secrets", "half-done"]);
+        // Without a secrets mutator its place is skipped.
+        let mut pod = mk_pod();
+        assert_eq!(apply(&chain, &mut pod).unwrap().changed, vec!["a"]);
+
+        let mut pod = mk_pod();
+        let original = pod.clone();
+        let ctx = PodCtx::test(Route::Secrets);
+        let applied = chain
+            .apply(&ctx, &original, &mut pod, Some(&Counting { deny: false }))
+            .unwrap();
+        assert_eq!(applied.changed, vec!["a", "secrets"]);
+        assert_eq!(pod.metadata.name.as_deref(), Some("counted"));
+        // The failed optional mutator's warning, then the notes.
+        assert_eq!(
+            applied.warnings,
+            vec![
+                "podmutator: half-done skipped: it broke; fix the thing".to_owned(),
+                "counted".to_owned()
+            ]
+        );
+        assert!(applied.effects.notes.is_empty());
+        assert_eq!(applied.effects.images(), vec![(ImageCount::Attempts, 1)]);
+        assert_eq!(
+            applied.effects.injected(),
+            vec![(SecretManagerType::K8s, 2)]
+        );
+        // An UPDATE runs none of them (none checks updates).
+        let mut pod = mk_pod();
+        let original = pod.clone();
+        let applied = chain.apply_update(&ctx, &original, &mut pod).unwrap();
+        assert!(applied.changed.is_empty());
+
+        // A required refusal keeps what was counted on the way to it.
+        let mut pod = mk_pod();
+        let original = pod.clone();
+        let denied = chain
+            .apply(&ctx, &original, &mut pod, Some(&Counting { deny: true }))
+            .unwrap_err();
+        assert_eq!(denied.denial.message, "[secrets] not this one");
+        assert_eq!(denied.effects.images(), vec![(ImageCount::Attempts, 1)]);
     }
 }

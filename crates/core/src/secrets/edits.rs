@@ -38,6 +38,8 @@ pub struct Edits<'a> {
     /// pod cannot supply its own. Added to only when the pod changes, so a rolled-back request
     /// leaves nothing to roll back.
     pub(crate) built: BTreeSet<String>,
+    /// Values a dry run replaced with the placeholder.
+    pub(super) withheld: u32,
 }
 
 /// A position in [`Edits`] to roll back to when an injector fails.
@@ -46,6 +48,7 @@ pub struct EditsMark {
     env: usize,
     mounts: usize,
     conflicts: usize,
+    withheld: u32,
 }
 
 impl Default for Edits<'static> {
@@ -70,6 +73,7 @@ impl<'a> Edits<'a> {
             conflicts: Vec::new(),
             current: String::new(),
             built: BTreeSet::new(),
+            withheld: 0,
         }
     }
 
@@ -116,6 +120,7 @@ impl<'a> Edits<'a> {
             env: self.env.len(),
             mounts: self.mounts.len(),
             conflicts: self.conflicts.len(),
+            withheld: self.withheld,
         }
     }
 
@@ -132,6 +137,7 @@ impl<'a> Edits<'a> {
         self.mounts.truncate(mark.mounts);
         self.mount_owner.truncate(mark.mounts);
         self.conflicts.truncate(mark.conflicts);
+        self.withheld = mark.withheld;
     }
 
     /// Puts the planned variables first in every container (replacing same-name ones) and adds

@@ -484,7 +484,7 @@ impl SecretInjector for EmbeddedInjector {
         let bytes = if ctx.dry_run {
             // Nothing was fetched for a dry run (see `Plan::ids`): the same names and paths,
             // never the value.
-            ctx.tally.value_withheld();
+            edits.withheld += 1;
             DRY_RUN_PLACEHOLDER.as_bytes()
         } else {
             self.fetched_value(edits.resolved, org, project, domain, key)?

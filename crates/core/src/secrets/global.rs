@@ -166,7 +166,7 @@ impl SecretInjector for GlobalInjector {
     ) -> Result<(), Refusal> {
         let s = &req.secret;
         let value = if ctx.dry_run {
-            ctx.tally.value_withheld();
+            edits.withheld += 1;
             super::embedded::DRY_RUN_PLACEHOLDER.to_owned()
         } else {
             self.source

@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::config::SecretManagerType;
 use crate::error::Denial;
-use crate::mutate::{PodCtx, PodMutator};
+use crate::mutate::PodCtx;
 use crate::registry::{Entrypoints, ImageQuery};
 use codec::{MountRequirement, Secret};
 pub use edits::Edits;
@@ -258,14 +258,15 @@ impl SecretsMutator {
     }
 }
 
-impl PodMutator for SecretsMutator {
-    fn id(&self) -> &'static str {
-        "secrets"
-    }
-
-    /// Plans and applies with nothing fetched. An admission runs [`plan::Planned`] instead,
-    /// with the plan it made before fetching.
-    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+#[cfg(any(test, feature = "testing"))]
+impl SecretsMutator {
+    /// Plans and applies with nothing fetched, outside an admission. An admission runs
+    /// [`plan::Planned`], with the plan it made before fetching.
+    pub fn plan_and_apply(
+        &self,
+        ctx: &PodCtx<'_>,
+        pod: &mut Pod,
+    ) -> Result<crate::mutate::Effects, Denial> {
         self.apply(&self.plan(ctx, pod), &NOTHING_RESOLVED, ctx, pod)
     }
 }
@@ -349,8 +350,8 @@ pub(crate) mod testing {
             .get_or_insert_with(Default::default)
             .extend(codec::encode_annotations(secrets).unwrap());
         SecretsMutator::new(injectors)
-            .mutate(&PodCtx::test(Route::Secrets), &mut pod)
-            .map(|()| pod)
+            .plan_and_apply(&PodCtx::test(Route::Secrets), &mut pod)
+            .map(|_| pod)
     }
 
     /// The pod as JSON, for compact expectations.
@@ -390,7 +391,7 @@ mod tests {
         pod.metadata.labels = Some([(POD_LABEL.to_owned(), POD_LABEL_VALUE.to_owned())].into());
         let before = pod.clone();
         SecretsMutator::new(vec![])
-            .mutate(&PodCtx::test(crate::mutate::Route::Secrets), &mut pod)
+            .plan_and_apply(&PodCtx::test(crate::mutate::Route::Secrets), &mut pod)
             .unwrap();
         assert_eq!(pod, before);
     }
@@ -408,7 +409,7 @@ mod tests {
         let mut pod = flyte_test_pod();
         let before = pod.clone();
         let err = SecretsMutator::new(vec![Box::new(global)])
-            .mutate(&PodCtx::test(crate::mutate::Route::Secrets), &mut pod)
+            .plan_and_apply(&PodCtx::test(crate::mutate::Route::Secrets), &mut pod)
             .unwrap_err();
         assert_eq!(err.reason, "SecretNotInjected");
         assert!(
@@ -430,7 +431,7 @@ mod tests {
         );
         let before = pod.clone();
         SecretsMutator::new(vec![Box::new(k8s)])
-            .mutate(&PodCtx::test(crate::mutate::Route::Secrets), &mut pod)
+            .plan_and_apply(&PodCtx::test(crate::mutate::Route::Secrets), &mut pod)
             .unwrap();
         assert_ne!(pod, before);
     }
@@ -446,7 +447,7 @@ mod tests {
         let mut pod = flyte_test_pod();
         let before = pod.clone();
         let err = SecretsMutator::new(vec![Box::new(k8s)])
-            .mutate(&PodCtx::test(crate::mutate::Route::Secrets), &mut pod)
+            .plan_and_apply(&PodCtx::test(crate::mutate::Route::Secrets), &mut pod)
             .unwrap_err();
         assert_eq!((err.code, err.reason), (400, "SecretNotInjected"));
         assert!(err.message.contains("flyte.secrets/s0"), "{}", err.message);

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::{Accept, Edits, Refusal, ResolvedSecrets, SecretRequest, SecretsMutator};
 use crate::config::SecretManagerType;
 use crate::error::Denial;
-use crate::mutate::{PodCtx, PodMutator};
+use crate::mutate::{Denied, Effects, PodCtx, PodMutator, SECRETS_ID};
 use crate::registry::ImageQuery;
 
 /// The pod's secret requests and, for each, the managers that will try it in order.
@@ -239,10 +239,10 @@ impl SecretsMutator {
         resolved: &ResolvedSecrets,
         ctx: &PodCtx<'_>,
         pod: &mut Pod,
-    ) -> Result<(), Denial> {
+    ) -> Result<Effects, Denial> {
         let planned = match &plan.outcome {
             Outcome::Denied(denial) => return Err(denial.clone()),
-            Outcome::Requests(planned) if planned.is_empty() => return Ok(()),
+            Outcome::Requests(planned) if planned.is_empty() => return Ok(Effects::default()),
             Outcome::Requests(planned) => planned,
         };
         let mut edits = Edits::new(resolved);
@@ -277,16 +277,18 @@ impl SecretsMutator {
                 edits.conflicts.join("; "),
             ));
         }
+        let mut effects = Effects::default();
+        effects.values_withheld(edits.withheld);
         edits.apply(pod, &self.skip_containers);
         for kind in by {
-            ctx.tally.secret_injected(kind);
+            effects.secrets_injected(kind, 1);
         }
-        Ok(())
+        Ok(effects)
     }
 }
 
 /// The `secrets` mutator for one admission: its plan and the values fetched for it. Runs in
-/// the chain in place of the planless [`SecretsMutator`] ([`crate::mutate::Chain::apply_from`]).
+/// the chain's [`crate::mutate::Step::Secrets`] place ([`crate::mutate::Chain::apply`]).
 pub struct Planned<'a> {
     pub mutator: &'a SecretsMutator,
     pub plan: &'a Plan,
@@ -295,10 +297,10 @@ pub struct Planned<'a> {
 
 impl PodMutator for Planned<'_> {
     fn id(&self) -> &'static str {
-        self.mutator.id()
+        SECRETS_ID
     }
 
-    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
-        self.mutator.apply(self.plan, self.resolved, ctx, pod)
+    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
+        Ok(self.mutator.apply(self.plan, self.resolved, ctx, pod)?)
     }
 }

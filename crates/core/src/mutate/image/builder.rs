@@ -34,7 +34,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::{Kind, all_images_mut, image_of};
 use crate::config::{FileMountInitContainer, ImageBuilderConfig};
 use crate::error::Denial;
-use crate::mutate::{ImageCount, PodCtx, PodMutator, Route};
+use crate::mutate::{Denied, Effects, ImageCount, PodCtx, PodMutator, Route};
 
 pub const ID: &str = "image-builder";
 /// The Union fork's name for the image-builder webhook entry.
@@ -149,14 +149,15 @@ impl PodMutator for ImageBuilder {
         true
     }
 
-    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
         // Only pods the image-builder entry's own selector sent; other entries never see it.
+        let mut effects = Effects::default();
         if ctx.route != Route::ImageBuilder {
-            return Ok(());
+            return Ok(effects);
         }
-        ctx.tally.image(ImageCount::Attempts);
+        effects.image(ImageCount::Attempts);
         let Some(spec) = pod.spec.as_mut() else {
-            return Ok(());
+            return Ok(effects);
         };
         let allowed = (!self.disable_verification).then(|| self.allowed(ctx.namespace));
         for (kind, name, image) in all_images_mut(spec) {
@@ -174,27 +175,28 @@ impl PodMutator for ImageBuilder {
             let original = image.clone().unwrap_or_default();
             let mut current = original.clone();
             if let Some((rewritten, count)) = self.rewrite(&original) {
-                ctx.tally.image(count);
+                effects.image(count);
                 current = rewritten;
                 *image = Some(current.clone());
             }
             if let Some(allowed) = &allowed {
-                ctx.tally.image(ImageCount::ValidationAttempts);
+                effects.image(ImageCount::ValidationAttempts);
                 if !is_allowed(allowed, &current) {
-                    ctx.tally.image(ImageCount::ValidationFailures);
-                    ctx.tally.image(ImageCount::Failures);
-                    return Err(Denial::forbidden(
+                    effects.image(ImageCount::ValidationFailures);
+                    effects.image(ImageCount::Failures);
+                    let denial = Denial::forbidden(
                         "ImageNotAuthorized",
                         format!(
                             "access to {original} is not authorized; in namespace {ns:?} images must be under {}/orgs/{ns}/, {0}/union/ or {0}/cloud/task (also with /v1), or a prefix in webhook.imageBuilderConfig.excludedImagePrefixes",
                             self.replacement,
                             ns = ctx.namespace,
                         ),
-                    ));
+                    );
+                    return Err(Denied::new(denial, effects));
                 }
             }
         }
-        Ok(())
+        Ok(effects)
     }
 }
 
@@ -203,7 +205,6 @@ mod tests {
     //! `TestImageBuilderWebhook_Mutate` of the Union fork, case for case, with its metric counts.
     use super::*;
     use crate::config::{FileMountInitContainer, HostnameReplacement};
-    use crate::mutate::Tally;
     use k8s_openapi::api::core::v1::{Container, EphemeralContainer, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use rstest::rstest;
@@ -261,9 +262,9 @@ mod tests {
     /// replacements (public none, public v1, org none, org v1).
     type Counts = [u32; 8];
 
-    fn counts(tally: &Tally) -> Counts {
+    fn counts(effects: &Effects) -> Counts {
         let get = |c| {
-            tally
+            effects
                 .images()
                 .into_iter()
                 .find(|(k, _)| *k == c)
@@ -282,14 +283,14 @@ mod tests {
     }
 
     fn run(m: &ImageBuilder, pod: &mut Pod) -> (Result<(), Denial>, Counts) {
-        let tally = Tally::new();
         let ctx = PodCtx {
             namespace: ORG,
-            tally: &tally,
             ..PodCtx::test(Route::ImageBuilder)
         };
-        let result = m.mutate(&ctx, pod);
-        (result, counts(&tally))
+        match m.mutate(&ctx, pod) {
+            Ok(effects) => (Ok(()), counts(&effects)),
+            Err(Denied { denial, effects }) => (Err(denial), counts(&effects)),
+        }
     }
 
     const OTHER: &str = "test.replacement.hostname/orgs/test-org/other-image";
@@ -640,15 +641,13 @@ mod tests {
     #[test]
     fn an_update_checks_the_images_it_changes_and_only_those() {
         let m = mutator(false);
-        let tally = Tally::new();
         let check = |old: &Pod, new: &mut Pod| {
             let ctx = PodCtx {
                 namespace: ORG,
-                tally: &tally,
                 old: Some(old),
                 ..PodCtx::test(Route::ImageBuilder)
             };
-            m.mutate(&ctx, new)
+            m.mutate(&ctx, new).map_err(|d| d.denial)
         };
         // An old pod that runs an image the check would refuse today.
         let old = pod(&[FOREIGN.into()]);

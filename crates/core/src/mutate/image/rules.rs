@@ -11,9 +11,8 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::images_mut;
 use crate::config::images::{ImageRule, ImagesConfig, normalise_prefix};
-use crate::error::Denial;
 use crate::image_ref::{ImageRef, under};
-use crate::mutate::{ImageCount, PodCtx, PodMutator, Route};
+use crate::mutate::{Denied, Effects, ImageCount, PodCtx, PodMutator, Route};
 
 pub const ID: &str = "image-rules";
 
@@ -68,13 +67,14 @@ impl PodMutator for ImageRules {
         ID
     }
 
-    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
         // The images entry's selectors chose the pod; the API server applied them.
+        let mut effects = Effects::default();
         if ctx.route != Route::Images {
-            return Ok(());
+            return Ok(effects);
         }
         let Some(spec) = pod.spec.as_mut() else {
-            return Ok(());
+            return Ok(effects);
         };
         let has_pull_secrets = spec
             .image_pull_secrets
@@ -86,26 +86,25 @@ impl PodMutator for ImageRules {
             };
             match self.rewrite(current, has_pull_secrets) {
                 Ok(Some(new)) => {
-                    ctx.tally.image(ImageCount::RuleRewrites);
+                    effects.image(ImageCount::RuleRewrites);
                     *image = Some(new);
                 }
                 Ok(None) => {}
                 Err(why) => {
-                    ctx.tally.image(ImageCount::Unparsed);
-                    ctx.tally.note(format!(
+                    effects.image(ImageCount::Unparsed);
+                    effects.note(format!(
                         "podmutator: image {current:?} of container {name:?} was not rewritten: it {why}"
                     ));
                 }
             }
         }
-        Ok(())
+        Ok(effects)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mutate::Tally;
     use k8s_openapi::api::core::v1::{Container, LocalObjectReference, PodSpec};
     use proptest::prelude::*;
     use rstest::rstest;
@@ -202,13 +201,10 @@ mod tests {
 
     #[test]
     fn an_unparseable_image_is_left_alone_with_a_warning() {
-        let tally = Tally::new();
-        let ctx = PodCtx {
-            tally: &tally,
-            ..PodCtx::test(Route::Images)
-        };
         let mut p = pod(&["nginx", "Not/An:Image:", "nginx:1"], false);
-        rules().mutate(&ctx, &mut p).unwrap();
+        let effects = rules()
+            .mutate(&PodCtx::test(Route::Images), &mut p)
+            .unwrap();
         let images: Vec<_> = p
             .spec
             .unwrap()
@@ -227,11 +223,15 @@ mod tests {
                 )
             ]
         );
-        assert_eq!(tally.notes().len(), 1);
+        assert_eq!(effects.notes.len(), 1);
         assert!(
-            tally.notes()[0].contains("\"Not/An:Image:\" of container \"c1\""),
+            effects.notes[0].contains("\"Not/An:Image:\" of container \"c1\""),
             "{:?}",
-            tally.notes()
+            effects.notes
+        );
+        assert_eq!(
+            effects.images(),
+            [(ImageCount::RuleRewrites, 1), (ImageCount::Unparsed, 1)]
         );
     }
 

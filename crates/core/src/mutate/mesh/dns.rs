@@ -14,9 +14,8 @@
 
 use k8s_openapi::api::core::v1::{Pod, PodDNSConfig, PodDNSConfigOption};
 
-use crate::error::Denial;
 use crate::mutate::mesh::{MeshConfig, is_managed};
-use crate::mutate::{PodCtx, PodMutator};
+use crate::mutate::{Denied, Effects, PodCtx, PodMutator};
 
 /// Upserts `dnsConfig.options` `ndots`, `timeout` and `attempts` (in that order when appended)
 /// on managed pods. Name servers, searches and other options are kept in order; an existing
@@ -73,18 +72,18 @@ impl PodMutator for DnsOptions {
         "dns"
     }
 
-    fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+    fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
         if !is_managed(pod, &self.label) {
-            return Ok(());
+            return Ok(Effects::default());
         }
         let Some(spec) = pod.spec.as_mut() else {
-            return Ok(());
+            return Ok(Effects::default());
         };
         let updated = set_dns_options(spec.dns_config.as_ref(), &self.options);
         if spec.dns_config.as_ref() != Some(&updated) {
             spec.dns_config = Some(updated);
         }
-        Ok(())
+        Ok(Effects::default())
     }
 }
 

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{CSIVolumeSource, Container, Pod, PodSpec, Volum
 use crate::error::Denial;
 use crate::mutate::mesh::{MeshConfig, OPTED_OUT, annotation, is_managed};
 use crate::mutate::pod::env_value;
-use crate::mutate::{PodCtx, PodMutator};
+use crate::mutate::{Denied, Effects, PodCtx, PodMutator};
 
 /// The standard SPIFFE variable: go-spiffe and most Workload API clients read it.
 pub const ENV_SOCKET: &str = "SPIFFE_ENDPOINT_SOCKET";
@@ -142,21 +142,22 @@ impl PodMutator for InitGate {
         "init-gate"
     }
 
-    fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+    fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
         if !is_managed(pod, &self.label)
             || annotation(pod, &self.opt_out_annotation) == Some(OPTED_OUT)
         {
-            return Ok(());
+            return Ok(Effects::default());
         }
         let Some(spec) = pod.spec.as_mut() else {
-            return Ok(());
+            return Ok(Effects::default());
         };
         add_gate(
             spec,
             &self.container,
             &self.volume,
             &self.opt_out_annotation,
-        )
+        )?;
+        Ok(Effects::default())
     }
 }
 
@@ -223,7 +224,11 @@ mod tests {
             namespace: "shop",
             ..PodCtx::test(crate::mutate::Route::ManagedPod)
         };
-        InitGate::new(&cfg()).mutate(&ctx, pod)
+        let effects = InitGate::new(&cfg())
+            .mutate(&ctx, pod)
+            .map_err(|d| d.denial)?;
+        assert_eq!(effects, Effects::default(), "the gate counts nothing");
+        Ok(())
     }
 
     fn init_names(pod: &Pod) -> Vec<String> {

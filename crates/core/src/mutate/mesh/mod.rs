@@ -17,7 +17,7 @@ pub mod socket_check;
 use k8s_openapi::api::core::v1::Pod;
 
 pub use crate::config::mesh::{MANAGED, MeshConfig, OPTED_OUT};
-use crate::mutate::PodMutator;
+use crate::mutate::{PodMutator, Step};
 use dns::DnsOptions;
 use gate::InitGate;
 use namespace::NamespaceInjection;
@@ -48,11 +48,11 @@ pub fn mesh_mutators(cfg: &MeshConfig) -> Vec<(Box<dyn PodMutator>, bool)> {
 /// `others` (`secrets` and the image mutators; namespace injection first, so a namespace-routed
 /// pod is managed before anything reads the label; the gate after secrets, so it is inserted
 /// first last and stays first).
-pub fn in_chain_order(
-    cfg: &MeshConfig,
-    others: Vec<(Box<dyn PodMutator>, bool)>,
-) -> Vec<(Box<dyn PodMutator>, bool)> {
-    let mut all = mesh_mutators(cfg);
+pub fn in_chain_order(cfg: &MeshConfig, others: Vec<(Step, bool)>) -> Vec<(Step, bool)> {
+    let mut all: Vec<(Step, bool)> = mesh_mutators(cfg)
+        .into_iter()
+        .map(|(m, required)| (Step::Mutator(m), required))
+        .collect();
     all.extend(others);
     let position = |id: &str| {
         super::MUTATOR_IDS
@@ -255,8 +255,8 @@ mod tests {
             &self,
             _: &crate::mutate::PodCtx<'_>,
             _: &mut Pod,
-        ) -> Result<(), crate::error::Denial> {
-            Ok(())
+        ) -> Result<crate::mutate::Effects, crate::mutate::Denied> {
+            Ok(crate::mutate::Effects::default())
         }
     }
 
@@ -285,11 +285,11 @@ mod tests {
         "image-rules",
     ];
 
-    fn others() -> Vec<(Box<dyn PodMutator>, bool)> {
+    fn others() -> Vec<(Step, bool)> {
         vec![
-            (Box::new(Named("image-rules")), false),
-            (Box::new(Named("secrets")), true),
-            (Box::new(Named("image-builder")), true),
+            (Step::Mutator(Box::new(Named("image-rules"))), false),
+            (Step::Secrets, true),
+            (Step::Mutator(Box::new(Named("image-builder"))), true),
         ]
     }
 

@@ -5,9 +5,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::error::Denial;
 use crate::mutate::mesh::{MANAGED, MeshConfig};
-use crate::mutate::{PodCtx, PodMutator, Route};
+use crate::mutate::{Denied, Effects, PodCtx, PodMutator, Route};
 
 /// Adds label `<managedLabel>: "true"` to a pod that arrived by `/mutate/managed-namespace` and
 /// has no value for that label. A pod that says `"false"` has opted out and is left untouched;
@@ -41,16 +40,16 @@ impl PodMutator for NamespaceInjection {
         "namespace-injection"
     }
 
-    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+    fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
         if ctx.route != Route::ManagedNamespace {
-            return Ok(());
+            return Ok(Effects::default());
         }
         let labels = &mut pod.metadata.labels;
         if labels.as_ref().is_some_and(|l| l.contains_key(&self.label)) {
-            return Ok(());
+            return Ok(Effects::default());
         }
         *labels = Some(with_managed_label(labels.as_ref(), &self.label));
-        Ok(())
+        Ok(Effects::default())
     }
 }
 

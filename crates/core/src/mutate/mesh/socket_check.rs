@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use crate::error::Denial;
 use crate::k8s_names::is_dns_label;
 use crate::mutate::mesh::{MeshConfig, annotation, is_managed};
-use crate::mutate::{PodCtx, PodMutator};
+use crate::mutate::{Denied, Effects, PodCtx, PodMutator};
 
 /// Longest path `connect(2)`/`bind(2)` accept: `sun_path` is 108 bytes and holds the NUL.
 pub use crate::config::mesh::SUN_PATH_MAX;
@@ -180,17 +180,17 @@ impl PodMutator for SocketCheck {
         "socket-check"
     }
 
-    fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<(), Denial> {
+    fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
         if !is_managed(pod, &self.label) {
-            return Ok(());
+            return Ok(Effects::default());
         }
         let Some(spec) = pod.spec.as_ref() else {
-            return Ok(());
+            return Ok(Effects::default());
         };
         let declared = annotation(pod, &self.annotation);
         let problems = socket_problems(spec, &self.annotation, declared, &self.carrier_driver);
         if problems.is_empty() {
-            return Ok(());
+            return Ok(Effects::default());
         }
         let count = match problems.len() {
             1 => "1 problem".to_owned(),
@@ -202,7 +202,8 @@ impl PodMutator for SocketCheck {
                 "the pod's Unix socket can never be delivered ({count}): {}",
                 problems.join("; ")
             ),
-        ))
+        )
+        .into())
     }
 }
 
@@ -289,7 +290,11 @@ mod tests {
             namespace: "shop",
             ..PodCtx::test(crate::mutate::Route::ManagedPod)
         };
-        SocketCheck::new(&MeshConfig::default()).mutate(&ctx, pod)
+        let effects = SocketCheck::new(&MeshConfig::default())
+            .mutate(&ctx, pod)
+            .map_err(|d| d.denial)?;
+        assert_eq!(effects, Effects::default(), "the check counts nothing");
+        Ok(())
     }
 
     /// Runs the check twice: same answer, pod never changed.
