@@ -201,9 +201,9 @@ fn invalid_secret(body: &Value) -> Option<String> {
 }
 
 /// The fake API server, its CA and token files, and a scratch directory.
-struct FakeApi {
+pub(crate) struct FakeApi {
     port: u16,
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     state: Arc<Mutex<State>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -218,7 +218,25 @@ impl FakeApi {
     /// Serving HTTPS on a free loopback port, holding the registration `podmutator
     /// webhook-config --service podmutator/podmutator --mesh --images` renders (four webhooks).
     async fn start() -> Self {
+        let registration =
+            serde_json::to_value(mutating_webhook_configuration(&RegistrationOptions {
+                service: Some(ServiceRef {
+                    namespace: NS.into(),
+                    name: "podmutator".into(),
+                    port: 443,
+                }),
+                mesh: true,
+                images: true,
+                ..Default::default()
+            }))
+            .unwrap();
+        Self::start_with(registration).await
+    }
+
+    /// Serving HTTPS on a free loopback port, holding `registration` (named `podmutator`).
+    pub(crate) async fn start_with(registration: Value) -> Self {
         use tokio_rustls::rustls;
+        assert_eq!(registration["metadata"]["name"], "podmutator");
         let dir = common::temp_dir("certs-api");
         let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
         let (ca, cert, key) = tls::generate_certs(&names).unwrap();
@@ -318,7 +336,7 @@ impl FakeApi {
     }
 
     /// `podmutator certs` against this server, with `flags` after the connection's.
-    async fn run(&self, flags: &[&str]) -> Output {
+    pub(crate) async fn run(&self, flags: &[&str]) -> Output {
         self.run_with_token(&self.dir.join("token"), flags).await
     }
 
@@ -342,7 +360,7 @@ impl FakeApi {
     }
 
     /// The requests since the last call, as `METHOD path status`.
-    fn take_requests(&self) -> Vec<String> {
+    pub(crate) fn take_requests(&self) -> Vec<String> {
         std::mem::take(&mut self.state.lock().unwrap().requests)
             .into_iter()
             .map(|(m, p, s)| format!("{m} {p} {s}"))
@@ -359,11 +377,11 @@ impl FakeApi {
             .unwrap_or(Value::Null)
     }
 
-    fn secret(&self, name: &str) -> Value {
+    pub(crate) fn secret(&self, name: &str) -> Value {
         self.object(&format!("{SECRETS}/{name}"))
     }
 
-    fn registration(&self) -> Value {
+    pub(crate) fn registration(&self) -> Value {
         self.object(REGISTRATION)
     }
 }
