@@ -927,6 +927,24 @@ async fn forbidden_names_the_rbac_verb_and_resource_and_fails() {
     );
 }
 
+/// Without the registration (not applied yet, or removed first) a run fails naming it, and
+/// issues no serving certificate for a webhook nothing calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_registration_fails_the_run_before_any_serving_certificate() {
+    let api = FakeApi::start().await;
+    api.state.lock().unwrap().objects.remove(REGISTRATION);
+    let out = api.run(&[]).await;
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("GET MutatingWebhookConfiguration podmutator: HTTP 404")
+            && err.contains("apply the install"),
+        "{err}"
+    );
+    assert!(api.secret(TLS_SECRET).is_null());
+    assert!(!api.take_requests().iter().any(|r| r.contains(TLS_SECRET)));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn durations_that_would_renew_at_every_run_are_refused_before_any_request() {
     let api = FakeApi::start().await;

@@ -1,4 +1,4 @@
-//! Command line: `podmutator [serve|lambda|check-config|webhook-config|secret-annotations|inject]`.
+//! Command line: `podmutator [serve|certs|lambda|check-config|webhook-config|secret-annotations|inject]`.
 //! Without a subcommand the binary runs the Lambda runtime when `AWS_LAMBDA_RUNTIME_API` is set
 //! and the HTTPS server otherwise, so the same binary is the Lambda bootstrap and the container
 //! entrypoint.
