@@ -740,6 +740,64 @@ async fn a_ca_due_for_renewal_is_replaced_and_both_cas_are_trusted_while_the_lea
     assert_eq!(ca_bundle(&api.registration()), bundle);
 }
 
+/// The serving certificate alone is issued again (same CA, same caBundle) when it expires
+/// within --renew-before, and when the Service it must be valid for changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_serving_certificate_alone_is_reissued_when_due_or_for_another_service() {
+    let api = FakeApi::start().await;
+    assert_ok(
+        &api.run(&["--leaf-validity", "1h", "--renew-before", "10m"])
+            .await,
+    );
+    let ca_secret = api.secret(CA_SECRET);
+    let registration = api.registration();
+    let first = api.secret(TLS_SECRET);
+    api.take_requests();
+    let only_the_leaf = [
+        format!("GET {SECRETS}/{CA_SECRET} 200"),
+        format!("GET {REGISTRATION} 200"),
+        format!("GET {SECRETS}/{TLS_SECRET} 200"),
+        format!("PUT {SECRETS}/{TLS_SECRET} 200"),
+    ];
+
+    // 1 h left, renewed 70 m before expiry: due; the CA (5 years) is not.
+    let out = api
+        .run(&["--leaf-validity", "2h", "--renew-before", "70m"])
+        .await;
+    assert_ok(&out);
+    assert_eq!(api.take_requests(), only_the_leaf, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("expires within --renew-before"),
+        "{}",
+        stderr(&out)
+    );
+    let second = api.secret(TLS_SECRET);
+    assert_ne!(data(&second, "tls.crt"), data(&first, "tls.crt"));
+    assert_ne!(
+        data(&second, "tls.key"),
+        data(&first, "tls.key"),
+        "a new key too"
+    );
+    assert_eq!(api.secret(CA_SECRET), ca_secret);
+    assert_eq!(api.registration(), registration);
+
+    // Another Service name: the certificate must be for it.
+    let out = api.run(&["--service", "webhook"]).await;
+    assert_ok(&out);
+    assert_eq!(api.take_requests(), only_the_leaf, "{}", stderr(&out));
+    let third = api.secret(TLS_SECRET);
+    let ca = data(&ca_secret, "ca.crt");
+    let names = [
+        "webhook.podmutator.svc".to_owned(),
+        "webhook.podmutator.svc.cluster.local".to_owned(),
+    ];
+    let now = std::time::SystemTime::now();
+    tls::verify_leaf(&ca, &data(&third, "tls.crt"), &names, now).unwrap();
+    assert!(tls::verify_leaf(&ca, &data(&third, "tls.crt"), &[SVC.to_owned()], now).is_err());
+    assert_ok(&api.run(&["--service", "webhook"]).await);
+    assert!(api.take_requests().iter().all(|r| r.starts_with("GET ")));
+}
+
 /// The previous CA leaves the bundle (and the CA Secret) at the first run after its own
 /// notAfter, and the serving certificate (already the new CA's) is left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -616,14 +616,19 @@ async fn ensure_ca(
         let had_previous = existing["data"].get(PREVIOUS_CA).is_some();
         if not_after - now <= seconds(args.renew_before) {
             let mut ca = new_ca()?;
-            ca.previous = (not_after > now).then_some(cert);
-            (
-                ca,
+            let why = if not_after > now {
                 format!(
                     "rotated (the previous CA expires {}, within --renew-before; it stays in the caBundle until then)",
                     rfc3339(not_after)
-                ),
-            )
+                )
+            } else {
+                format!(
+                    "replaced (the previous CA expired {}: nothing it signed verifies, it is not kept)",
+                    rfc3339(not_after)
+                )
+            };
+            ca.previous = (not_after > now).then_some(cert);
+            (ca, why)
         } else if had_previous && previous.is_none() {
             (
                 Ca {
@@ -753,11 +758,19 @@ async fn ensure_leaf(
     } else {
         let cert = data(&existing, tls::TLS_CERT).unwrap_or_default();
         let key = data(&existing, tls::TLS_KEY).unwrap_or_default();
-        match tls::verify_leaf(ca.cert.as_bytes(), &cert, &required, renew_at) {
+        match tls::verify_leaf(
+            ca.cert.as_bytes(),
+            &cert,
+            &required,
+            std::time::SystemTime::now(),
+        ) {
             Err(why) => Some(format!(
-                "tls.crt is not a certificate of the current CA for {} valid past --renew-before ({why})",
+                "tls.crt is not a valid certificate of the current CA for {} ({why})",
                 required.join(" and ")
             )),
+            Ok(()) if tls::verify_leaf(ca.cert.as_bytes(), &cert, &required, renew_at).is_err() => {
+                Some("it expires within --renew-before".into())
+            }
             Ok(()) => match tls::is_pair(&cert, &key) {
                 Err(_) => Some("tls.key is not tls.crt's key".into()),
                 Ok(()) if data(&existing, tls::CA_CERT).as_deref() != Some(ca.cert.as_bytes()) => {
