@@ -53,6 +53,7 @@ fn every_command_has_generated_help_listing_its_options() {
             &["--help"],
             &[
                 "serve",
+                "certs",
                 "lambda",
                 "check-config",
                 "webhook-config",
@@ -68,6 +69,18 @@ fn every_command_has_generated_help_listing_its_options() {
         (
             &["serve", "--help"],
             &["--pod-namespace", "POD_NAMESPACE", "--config <FILE>"],
+        ),
+        (
+            &["certs", "--help"],
+            &[
+                "--api-server <URL>",
+                "--token-file <FILE>",
+                "--api-ca-file <FILE>",
+                "POD_NAMESPACE",
+                "--ca-validity <DURATION>",
+                "--renew-before <DURATION>",
+                "overlays/self-managed-ca",
+            ],
         ),
         (
             &["lambda", "--help"],

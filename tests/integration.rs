@@ -21,6 +21,7 @@ mod architecture;
 mod attacks;
 mod bad_input;
 mod cargo_lambda;
+mod certs;
 mod cli;
 mod dockerfile;
 mod docs;

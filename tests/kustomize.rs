@@ -17,7 +17,12 @@ use serde_json::{Value, json};
 use crate::common;
 
 const NAMESPACE: &str = "podmutator";
-const OVERLAYS: [&str; 3] = ["cert-manager", "provided-ca", "path-token"];
+const OVERLAYS: [&str; 4] = [
+    "cert-manager",
+    "provided-ca",
+    "path-token",
+    "self-managed-ca",
+];
 
 fn deploy_dir(rel: &str) -> PathBuf {
     common::root().join("deploy/kubernetes").join(rel)
@@ -216,7 +221,12 @@ fn base_and_overlays_render_valid_objects() {
         for d in &docs {
             let namespaced = !matches!(
                 d["kind"].as_str(),
-                Some("Namespace" | "MutatingWebhookConfiguration")
+                Some(
+                    "Namespace"
+                        | "MutatingWebhookConfiguration"
+                        | "ClusterRole"
+                        | "ClusterRoleBinding"
+                )
             );
             if namespaced {
                 assert_eq!(
@@ -759,6 +769,214 @@ async fn path_token_component_puts_every_path_under_the_token_and_serve_holds_on
         !log.lock().unwrap().contains(&token),
         "the token in the log"
     );
+}
+
+/// The rendered RBAC `rules` grant `verb` on `resource` (group/resource) named `name`.
+fn allows(rules: &Value, group: &str, resource: &str, verb: &str, name: Option<&str>) -> bool {
+    rules.as_array().unwrap().iter().any(|r| {
+        let has = |field: &str, want: &str| {
+            r[field]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|x| x == want))
+        };
+        has("apiGroups", group)
+            && has("resources", resource)
+            && has("verbs", verb)
+            && match (r.get("resourceNames"), name) {
+                (None, _) => true,
+                (Some(_), Some(n)) => has("resourceNames", n),
+                (Some(_), None) => false,
+            }
+    })
+}
+
+/// The self-managed-ca overlay: the Job and the CronJob run `certs` in the webhook's namespace
+/// (which every registration entry skips, so they never wait for the webhook), restricted, with
+/// the Deployment's image and the names the base renders. Their rendered arguments, run by the
+/// real binary against a Kubernetes API holding the rendered registration, write exactly the
+/// Secret the Deployment mounts and the CA Secret nothing mounts, and fill every caBundle (the
+/// rendered one carries none); every request they made is one the rendered RBAC allows, and the
+/// RBAC names nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_managed_ca_jobs_write_what_the_deployment_mounts_within_their_rbac() {
+    let docs = render("overlays/self-managed-ca");
+    let service = find(&docs, "Service", "podmutator");
+    let deployment = find(&docs, "Deployment", "podmutator");
+    let registration = find(&docs, "MutatingWebhookConfiguration", "podmutator");
+    for w in registration["webhooks"].as_array().unwrap() {
+        assert!(w["clientConfig"].get("caBundle").is_none(), "{}", w["name"]);
+    }
+    let mounted: Vec<&Value> = deployment["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["secret"].is_object())
+        .collect();
+    assert_eq!(mounted.len(), 1, "{mounted:?}");
+    let tls_secret = mounted[0]["secret"]["secretName"].as_str().unwrap();
+    // Required: the Deployment's pods wait until the Job has written it.
+    assert_ne!(mounted[0]["secret"]["optional"], true);
+
+    let job = find(&docs, "Job", "podmutator-certs");
+    let cron = find(&docs, "CronJob", "podmutator-certs");
+    assert_eq!(cron["spec"]["concurrencyPolicy"], "Forbid");
+    assert_eq!(
+        cron["spec"]["schedule"]
+            .as_str()
+            .unwrap()
+            .split_whitespace()
+            .count(),
+        5
+    );
+    let pods = [
+        &job["spec"]["template"]["spec"],
+        &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+    ];
+    assert_eq!(
+        pods[0], pods[1],
+        "the install and the rotation run the same pod"
+    );
+    let pod = pods[0];
+    let sa = pod["serviceAccountName"].as_str().unwrap();
+    find(&docs, "ServiceAccount", sa);
+    assert_eq!(job["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = &pod["containers"][0];
+    let webhook_container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["image"], webhook_container["image"]);
+    let sc = &c["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(
+        c["env"][0],
+        json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}})
+    );
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args[0], "certs");
+    let flag = |name: &str| {
+        args.iter()
+            .find_map(|a| a.strip_prefix(&format!("--{name}=")))
+            .unwrap_or_else(|| panic!("no --{name} in {args:?}"))
+    };
+    assert_eq!(flag("service"), service["metadata"]["name"]);
+    assert_eq!(flag("webhook-config"), registration["metadata"]["name"]);
+    assert_eq!(flag("tls-secret"), tls_secret);
+    let ca_secret = flag("ca-secret");
+    assert_ne!(ca_secret, tls_secret);
+    // The webhook's namespace is skipped by every entry: the job's pods are never admitted by
+    // the webhook whose certificate they make.
+    for w in registration["webhooks"].as_array().unwrap() {
+        assert!(
+            w["namespaceSelector"]["matchExpressions"]
+                .as_array()
+                .unwrap()
+                .contains(&json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [NAMESPACE]})),
+            "{}",
+            w["name"]
+        );
+    }
+
+    // RBAC: bound to the job's ServiceAccount; Secrets by name (create cannot be), the
+    // registration by name.
+    let role = find(&docs, "Role", "podmutator-certs");
+    let cluster_role = find(&docs, "ClusterRole", "podmutator-certs");
+    for (binding, role_kind, role_obj) in [
+        (find(&docs, "RoleBinding", "podmutator-certs"), "Role", role),
+        (
+            find(&docs, "ClusterRoleBinding", "podmutator-certs"),
+            "ClusterRole",
+            cluster_role,
+        ),
+    ] {
+        assert_eq!(binding["roleRef"]["kind"], role_kind);
+        assert_eq!(binding["roleRef"]["name"], role_obj["metadata"]["name"]);
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}])
+        );
+    }
+    let mut secret_names: Vec<&str> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["resourceNames"].as_array())
+        .flatten()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    secret_names.sort();
+    let mut written = vec![ca_secret, tls_secret];
+    written.sort();
+    assert_eq!(secret_names, written);
+    let registration_names: Vec<&Value> = cluster_role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["resourceNames"].as_array().unwrap())
+        .collect();
+    assert_eq!(registration_names, [&registration["metadata"]["name"]]);
+
+    // The rendered arguments, run (twice: install, then a rotation run with nothing due).
+    let api = crate::certs::FakeApi::start_with(registration.clone()).await;
+    for _ in 0..2 {
+        let out = api.run(&args[1..]).await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let requests = api.take_requests();
+    assert!(
+        requests.iter().any(|r| r.starts_with("PUT ")),
+        "{requests:?}"
+    );
+    for r in &requests {
+        let mut parts = r.split(' ');
+        let (method, path) = (parts.next().unwrap(), parts.next().unwrap());
+        let verb = match method {
+            "GET" => "get",
+            "POST" => "create",
+            "PUT" => "update",
+            other => panic!("{other}"),
+        };
+        let allowed = if let Some(rest) =
+            path.strip_prefix(&format!("/api/v1/namespaces/{NAMESPACE}/secrets"))
+        {
+            let name = rest.strip_prefix('/');
+            allows(&role["rules"], "", "secrets", verb, name)
+        } else if let Some(name) = path
+            .strip_prefix("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/")
+        {
+            allows(
+                &cluster_role["rules"],
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations",
+                verb,
+                Some(name),
+            )
+        } else {
+            false
+        };
+        assert!(allowed, "{r}: not allowed by the rendered RBAC");
+    }
+    for name in [ca_secret, tls_secret] {
+        assert!(api.secret(name)["data"].is_object(), "{name} not written");
+    }
+    let ca = api.secret(ca_secret)["data"]["ca.crt"].clone();
+    for w in api.registration()["webhooks"].as_array().unwrap() {
+        assert_eq!(w["clientConfig"]["caBundle"], ca, "{}", w["name"]);
+    }
 }
 
 /// One plain HTTP/1.1 GET: (status, body).

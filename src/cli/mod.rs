@@ -1,4 +1,4 @@
-//! Command line: `podmutator [serve|lambda|check-config|webhook-config|secret-annotations|inject]`.
+//! Command line: `podmutator [serve|certs|lambda|check-config|webhook-config|secret-annotations|inject]`.
 //! Without a subcommand the binary runs the Lambda runtime when `AWS_LAMBDA_RUNTIME_API` is set
 //! and the HTTPS server otherwise, so the same binary is the Lambda bootstrap and the container
 //! entrypoint.
@@ -21,6 +21,8 @@ use crate::transport::lambda;
 #[cfg(feature = "serve")]
 use crate::transport::{probe, server, tls};
 
+#[cfg(feature = "serve")]
+pub mod certs;
 #[cfg(feature = "tools")]
 pub mod inject;
 
@@ -75,6 +77,10 @@ pub enum Command {
         )]
         pod_namespace: String,
     },
+    /// In the cluster (a Job, then a CronJob): create or rotate the CA and the serving
+    /// certificate Secrets through the Kubernetes API, and put the CA into every webhook's caBundle
+    #[cfg(feature = "serve")]
+    Certs(Box<certs::CertsArgs>),
     /// Run the AWS Lambda runtime loop (the default when AWS_LAMBDA_RUNTIME_API is set)
     Lambda {
         #[command(flatten)]
@@ -157,6 +163,9 @@ pub enum CliError {
     #[cfg(feature = "serve")]
     #[error(transparent)]
     Server(#[from] server::ServerError),
+    #[cfg(feature = "serve")]
+    #[error(transparent)]
+    Certs(#[from] certs::CertsError),
     #[cfg(feature = "tools")]
     #[error(transparent)]
     WebhookConfig(#[from] crate::registration::ArgError),
@@ -214,6 +223,8 @@ impl Cli {
             Command::Inject(args) => Some(&args.config),
             #[cfg(feature = "tools")]
             Command::WebhookConfig(_) => None,
+            #[cfg(feature = "serve")]
+            Command::Certs(_) => None,
             Command::SecretAnnotations { .. } | Command::Fetch | Command::Exec { .. } => None,
         };
         let source = Source {
@@ -507,6 +518,17 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         #[cfg(feature = "tools")]
         Command::WebhookConfig(args) => {
             print!("{}", crate::registration::webhook_config_command(*args)?);
+            Ok(())
+        }
+        // Talks to the Kubernetes API only; no configuration. Its lines go to stderr, as the
+        // pod side's do: a Job's log.
+        #[cfg(feature = "serve")]
+        Command::Certs(args) => {
+            let outcome = runtime(false)?.block_on(certs::run(&args))?;
+            for line in &outcome.lines {
+                eprintln!("podmutator certs: {line}");
+            }
+            eprintln!("podmutator certs: done, {} objects written", outcome.writes);
             Ok(())
         }
         Command::SecretAnnotations { decode, json } => {

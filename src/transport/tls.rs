@@ -162,27 +162,61 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
 
 /// A CA and a serving certificate signed by it (ECDSA P-256), as PEM: (ca, cert, key).
 pub fn generate_certs(names: &[String]) -> Result<(String, String, String), rcgen::Error> {
-    let now = time::OffsetDateTime::now_utc();
-    let not_before = now - time::Duration::days(1);
-    let not_after = now + time::Duration::days(VALIDITY_DAYS);
+    let not_after = time::OffsetDateTime::now_utc() + time::Duration::days(VALIDITY_DAYS);
+    let (ca_pem, ca_key_pem) = generate_ca(not_after)?;
+    let (cert_pem, key_pem) = issue_leaf(&ca_key_pem, names, not_after)?;
+    Ok((ca_pem, cert_pem, key_pem))
+}
 
+/// The CA's subject: fixed words and the first bytes of its public key's SHA-256, so that two
+/// CAs (the current one and the one it replaced, both in a `caBundle`) have different names,
+/// and the issuer of a new leaf is known from the key alone.
+fn ca_params(key: &KeyPair) -> Result<CertificateParams, rcgen::Error> {
+    use rcgen::PublicKeyData as _;
+    use sha2::{Digest, Sha256};
+    let id = Sha256::digest(key.subject_public_key_info());
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca.distinguished_name
         .push(DnType::OrganizationName, "podmutator");
-    ca.distinguished_name
-        .push(DnType::CommonName, "podmutator webhook CA");
+    ca.distinguished_name.push(
+        DnType::CommonName,
+        format!("podmutator webhook CA {}", hex::encode(&id[..6])),
+    );
     ca.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
-    ca.not_before = not_before;
-    ca.not_after = not_after;
-    let ca_key = KeyPair::generate()?;
-    let ca_cert = ca.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca, ca_key);
+    Ok(ca)
+}
 
+/// Backdated a day: a node or API server whose clock runs behind still accepts a new
+/// certificate.
+fn not_before() -> time::OffsetDateTime {
+    time::OffsetDateTime::now_utc() - time::Duration::days(1)
+}
+
+/// A new CA (ECDSA P-256) valid until `not_after`: (certificate PEM, key PEM).
+pub fn generate_ca(not_after: time::OffsetDateTime) -> Result<(String, String), rcgen::Error> {
+    let key = KeyPair::generate()?;
+    let mut ca = ca_params(&key)?;
+    ca.not_before = not_before();
+    ca.not_after = not_after;
+    let cert = ca.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// A serving certificate for `names` (DNS names or IPs; the last is also the common name),
+/// valid until `not_after`, signed by the CA whose key is `ca_key_pem` (made by
+/// [`generate_ca`]): (certificate PEM, key PEM).
+pub fn issue_leaf(
+    ca_key_pem: &str,
+    names: &[String],
+    not_after: time::OffsetDateTime,
+) -> Result<(String, String), rcgen::Error> {
+    let ca_key = KeyPair::from_pem(ca_key_pem)?;
+    let issuer = Issuer::new(ca_params(&ca_key)?, ca_key);
     let mut leaf = CertificateParams::new(Vec::<String>::new())?;
     leaf.subject_alt_names = names
         .iter()
@@ -198,11 +232,133 @@ pub fn generate_certs(names: &[String]) -> Result<(String, String, String), rcge
     }
     leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    leaf.not_before = not_before;
+    leaf.not_before = not_before();
     leaf.not_after = not_after;
     let leaf_key = KeyPair::generate()?;
     let leaf_cert = leaf.signed_by(&leaf_key, &issuer)?;
-    Ok((ca_cert.pem(), leaf_cert.pem(), leaf_key.serialize_pem()))
+    Ok((leaf_cert.pem(), leaf_key.serialize_pem()))
+}
+
+/// The `notAfter` of the first certificate in `pem`; `None` when it is not a certificate.
+/// Read from the DER itself (`Certificate` → `tbsCertificate` → `validity`): the few fields
+/// before it are skipped by length, nothing else is interpreted.
+pub fn not_after(pem: &[u8]) -> Option<time::OffsetDateTime> {
+    let der = rustls_pemfile::certs(&mut &pem[..]).next()?.ok()?;
+    let (0x30, cert, _) = der_next(&der)? else {
+        return None;
+    };
+    let (0x30, tbs, _) = der_next(cert)? else {
+        return None;
+    };
+    let mut fields = std::iter::successors(der_next(tbs), |(_, _, rest)| der_next(rest));
+    // [0] version (optional), serialNumber, signature, issuer, then validity.
+    let mut field = fields.next()?;
+    if field.0 == 0xa0 {
+        field = fields.next()?;
+    }
+    if field.0 != 0x02 {
+        return None;
+    }
+    for _signature_then_issuer in 0..2 {
+        if fields.next()?.0 != 0x30 {
+            return None;
+        }
+    }
+    let (0x30, validity, _) = fields.next()? else {
+        return None;
+    };
+    let mut times = std::iter::successors(der_next(validity), |(_, _, rest)| der_next(rest));
+    let _not_before = times.next()?;
+    let (time_tag, value, _) = times.next()?;
+    der_time(time_tag, value)
+}
+
+/// One DER element of `input`: (tag, contents, what follows it).
+fn der_next(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
+        (len, &rest[n..])
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+/// UTCTime (`YYMMDDHHMMSSZ`, tag 0x17) or GeneralizedTime (`YYYYMMDDHHMMSSZ`, tag 0x18), as
+/// RFC 5280 requires them in certificates.
+fn der_time(tag: u8, value: &[u8]) -> Option<time::OffsetDateTime> {
+    let text = std::str::from_utf8(value).ok()?.strip_suffix('Z')?;
+    if !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (year, rest) = match (tag, text.len()) {
+        (0x17, 12) => {
+            let yy: i32 = text[..2].parse().ok()?;
+            (if yy < 50 { 2000 + yy } else { 1900 + yy }, &text[2..])
+        }
+        (0x18, 14) => (text[..4].parse().ok()?, &text[4..]),
+        _ => return None,
+    };
+    let n = |i: usize| rest[i..i + 2].parse::<u8>().ok();
+    let date =
+        time::Date::from_calendar_date(year, time::Month::try_from(n(0)?).ok()?, n(2)?).ok()?;
+    let at = date.with_hms(n(4)?, n(6)?, n(8)?).ok()?;
+    Some(at.assume_utc())
+}
+
+/// Whether the first certificate of `leaf_pem` is a serving certificate for every one of
+/// `names`, signed by one of the certificates of `roots_pem`, and valid at `at` — checked as a
+/// TLS client checks it (rustls' webpki verifier); the error says why not.
+pub fn verify_leaf(
+    roots_pem: &[u8],
+    leaf_pem: &[u8],
+    names: &[String],
+    at: std::time::SystemTime,
+) -> Result<(), String> {
+    use rustls::client::danger::ServerCertVerifier as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut &roots_pem[..]) {
+        let cert = cert.map_err(|e| format!("the CA is not PEM: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("the CA is not usable: {e}"))?;
+    }
+    let leaf = rustls_pemfile::certs(&mut &leaf_pem[..])
+        .next()
+        .ok_or("no certificate")?
+        .map_err(|e| format!("not PEM: {e}"))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .map_err(|e| e.to_string())?;
+    let at = rustls::pki_types::UnixTime::since_unix_epoch(
+        at.duration_since(std::time::UNIX_EPOCH)
+            .map_err(|e| e.to_string())?,
+    );
+    for name in names {
+        let server = rustls::pki_types::ServerName::try_from(name.clone())
+            .map_err(|e| format!("{name}: {e}"))?;
+        verifier
+            .verify_server_cert(&leaf, &[], &server, &[], at)
+            .map_err(|e| format!("for {name}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Whether `cert_pem` and `key_pem` form a usable pair (the key is the certificate's).
+pub fn is_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
+    certified_key(Path::new("."), cert_pem, key_pem)
+        .map(|_| ())
+        .map_err(|e| e.message)
 }
 
 /// How often the serving certificate's files are looked at again, at most: a handshake after
@@ -482,6 +638,73 @@ mod tests {
         served.refresh();
         assert_eq!(served.current().cert[0], first);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn not_after_is_read_from_the_certificate_in_either_time_form() {
+        // UTCTime before 2050, GeneralizedTime from 2050 on (RFC 5280), as rcgen writes them.
+        for at in ["2031-04-05 06:07:08", "2061-12-31 23:59:59"] {
+            let want = time::PrimitiveDateTime::new(
+                time::Date::from_calendar_date(
+                    at[..4].parse().unwrap(),
+                    time::Month::try_from(at[5..7].parse::<u8>().unwrap()).unwrap(),
+                    at[8..10].parse().unwrap(),
+                )
+                .unwrap(),
+                time::Time::from_hms(
+                    at[11..13].parse().unwrap(),
+                    at[14..16].parse().unwrap(),
+                    at[17..19].parse().unwrap(),
+                )
+                .unwrap(),
+            )
+            .assume_utc();
+            let (ca, key) = generate_ca(want).unwrap();
+            assert_eq!(not_after(ca.as_bytes()), Some(want), "{at}");
+            let (leaf, _) = issue_leaf(&key, &names(), want).unwrap();
+            assert_eq!(not_after(leaf.as_bytes()), Some(want), "{at}");
+        }
+        assert_eq!(not_after(b"not a certificate"), None);
+        let (ca, _) = generate_ca(time::OffsetDateTime::now_utc()).unwrap();
+        let der = rustls_pemfile::certs(&mut ca.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap();
+        for cut in [1, 10, der.len() / 2, der.len() - 1] {
+            let pem = format!(
+                "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+                base64_encode(&der[..cut])
+            );
+            assert_eq!(not_after(pem.as_bytes()), None, "cut at {cut}");
+        }
+    }
+
+    fn base64_encode(bytes: &[u8]) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    #[test]
+    fn a_leaf_verifies_against_its_ca_only_for_its_names_and_in_its_validity() {
+        let now = time::OffsetDateTime::now_utc();
+        let until = now + time::Duration::hours(1);
+        let (ca, key) = generate_ca(until).unwrap();
+        let (other_ca, _) = generate_ca(until).unwrap();
+        assert_ne!(ca, other_ca);
+        let names = vec!["podmutator.flyte.svc".to_owned()];
+        let (leaf, leaf_key) = issue_leaf(&key, &names, until).unwrap();
+        let at = std::time::SystemTime::now();
+        verify_leaf(ca.as_bytes(), leaf.as_bytes(), &names, at).unwrap();
+        // Either CA of a bundle holding both will do.
+        let bundle = format!("{other_ca}{ca}");
+        verify_leaf(bundle.as_bytes(), leaf.as_bytes(), &names, at).unwrap();
+        assert!(verify_leaf(other_ca.as_bytes(), leaf.as_bytes(), &names, at).is_err());
+        let other_name = vec!["podmutator.other.svc".to_owned()];
+        assert!(verify_leaf(ca.as_bytes(), leaf.as_bytes(), &other_name, at).is_err());
+        let later = at + std::time::Duration::from_secs(7200);
+        assert!(verify_leaf(ca.as_bytes(), leaf.as_bytes(), &names, later).is_err());
+        is_pair(leaf.as_bytes(), leaf_key.as_bytes()).unwrap();
+        assert!(is_pair(leaf.as_bytes(), key.as_bytes()).is_err());
     }
 
     #[test]

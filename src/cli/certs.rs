@@ -1,0 +1,908 @@
+//! `podmutator certs`: the self-managed certificates of the in-cluster install. One run (a Job
+//! at install, a CronJob after) keeps three objects consistent through the Kubernetes API:
+//!
+//! 1. the CA Secret (`ca.crt`, `ca.key`, and `previous-ca.crt` while the CA it replaced can
+//!    still verify anything): created when absent, replaced when it expires within
+//!    `--renew-before`;
+//! 2. every webhook's `caBundle` in the registration: the current CA, plus the previous one
+//!    until its own `notAfter` (nothing it signed verifies after that);
+//! 3. the serving Secret `serve` mounts (`tls.crt`, `tls.key`, `ca.crt`): issued again when
+//!    absent, not signed by the current CA, not for the Service's names, or expiring within
+//!    `--renew-before`.
+//!
+//! In that order: the CA's key is stored before anything trusts it, and the registration trusts
+//! a new CA before a leaf it signed is written. A run with nothing due only reads.
+//! Expiry is read from the certificates themselves ([`tls::not_after`], and the leaf is checked
+//! as a TLS client checks it, at now + `--renew-before`, [`tls::verify_leaf`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use http_body_util::BodyExt as _;
+use serde_json::{Value, json};
+use tokio_rustls::rustls;
+
+use crate::transport::tls;
+
+/// Where the kubelet mounts a pod's service account token and the cluster's CA.
+const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+const CA_KEY: &str = "ca.key";
+/// The CA certificate a rotation replaced (never its key), kept for the overlap.
+const PREVIOUS_CA: &str = "previous-ca.crt";
+/// One request, connection included.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// A registration or Secret is a few kilobytes; anything far larger is not what was asked for.
+const MAX_RESPONSE_BYTES: usize = 4 << 20;
+/// PUTs of the registration that meet a newer version (409) before giving up.
+const CONFLICT_ATTEMPTS: usize = 5;
+
+const AFTER_HELP: &str = "\
+Each run is idempotent: with nothing due it only reads (GET). In a pod every option has a working
+default except the namespace, which the pod's own is (POD_NAMESPACE, else the service account's
+namespace file). Durations: a number and s, m, h or d (90d, 720h).
+RBAC: get/create/update on the two Secrets, get/update on the MutatingWebhookConfiguration
+(deploy/kubernetes/overlays/self-managed-ca).";
+
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct CertsArgs {
+    /// The API server, https://HOST[:PORT] [default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT]
+    #[arg(long, value_name = "URL", env = "PODMUTATOR_API_SERVER")]
+    pub api_server: Option<String>,
+    /// The bearer token, read at every run (a projected service account token rotates)
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "PODMUTATOR_API_TOKEN_FILE",
+        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    )]
+    pub token_file: PathBuf,
+    /// The CA the API server's certificate must chain to
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "PODMUTATOR_API_CA_FILE",
+        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+    )]
+    pub api_ca_file: PathBuf,
+    /// Namespace of the Service and both Secrets [default: the service account's namespace file]
+    #[arg(long, value_name = "NAMESPACE", env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// The Service the registration calls: the certificate is for <SERVICE>.<NAMESPACE>.svc
+    #[arg(long, value_name = "NAME", default_value = "podmutator")]
+    pub service: String,
+    /// The MutatingWebhookConfiguration whose every webhook gets the caBundle
+    #[arg(long, value_name = "NAME", default_value = "podmutator")]
+    pub webhook_config: String,
+    /// The Secret holding the CA and its key (never mounted by the webhook)
+    #[arg(long, value_name = "NAME", default_value = "podmutator-ca")]
+    pub ca_secret: String,
+    /// The Secret serve mounts (kubernetes.io/tls: tls.crt, tls.key, ca.crt)
+    #[arg(long, value_name = "NAME", default_value = "podmutator-tls")]
+    pub tls_secret: String,
+    /// How long a new CA is valid
+    #[arg(long, value_name = "DURATION", default_value = "1825d", value_parser = parse_duration)]
+    pub ca_validity: Duration,
+    /// How long a new serving certificate is valid (never past its CA)
+    #[arg(long, value_name = "DURATION", default_value = "90d", value_parser = parse_duration)]
+    pub leaf_validity: Duration,
+    /// Replace a CA or serving certificate that expires within this; shorter than both
+    /// validities
+    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = parse_duration)]
+    pub renew_before: Duration,
+}
+
+/// `90d`, `720h`, `30m`, `45s`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text.split_at(text.len().saturating_sub(1));
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("{text:?}: a number and s, m, h or d (90d, 720h)")),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: a number and s, m, h or d (90d, 720h)"))?;
+    if n == 0 {
+        return Err(format!("{text:?}: must be more than zero"));
+    }
+    n.checked_mul(seconds)
+        .filter(|s| *s <= 100 * 365 * 86_400)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{text:?}: at most 100 years"))
+}
+
+/// Why a run stopped. Messages name the object, the request and what to change; they never
+/// hold key material (a Secret's body is never part of one).
+#[derive(Debug, thiserror::Error)]
+#[error("certs: {0}")]
+pub struct CertsError(String);
+
+fn err(message: impl Into<String>) -> CertsError {
+    CertsError(message.into())
+}
+
+/// What a run changed, in order, or what it found current.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub lines: Vec<String>,
+    pub writes: usize,
+}
+
+/// One object of the API: where it is, how the errors name it, and the RBAC resource.
+struct Object {
+    path: String,
+    collection: String,
+    what: String,
+    resource: &'static str,
+    /// A Secret's error bodies are not echoed (only their reason): the message of a refused
+    /// write could quote what was sent.
+    secret: bool,
+}
+
+impl Object {
+    fn secret(namespace: &str, name: &str) -> Self {
+        let collection = format!("/api/v1/namespaces/{namespace}/secrets");
+        Self {
+            path: format!("{collection}/{name}"),
+            collection,
+            what: format!("Secret {namespace}/{name}"),
+            resource: "secrets",
+            secret: true,
+        }
+    }
+
+    fn registration(name: &str) -> Self {
+        let collection = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations";
+        Self {
+            path: format!("{collection}/{name}"),
+            collection: collection.into(),
+            what: format!("MutatingWebhookConfiguration {name}"),
+            resource: "mutatingwebhookconfigurations.admissionregistration.k8s.io",
+            secret: false,
+        }
+    }
+}
+
+/// A Kubernetes API client for the few requests a run makes: HTTP/1.1 over rustls, trusting
+/// only the given CA, one connection per request.
+struct Api {
+    host: String,
+    port: u16,
+    authority: String,
+    server_name: rustls::pki_types::ServerName<'static>,
+    tls: Arc<rustls::ClientConfig>,
+    token: String,
+    token_file: PathBuf,
+}
+
+impl Api {
+    fn new(args: &CertsArgs) -> Result<Self, CertsError> {
+        let url = match &args.api_server {
+            Some(url) => url.clone(),
+            None => in_cluster_url(|k| std::env::var(k).ok())?,
+        };
+        let (host, port) = parse_url(&url)?;
+        let server_name = rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|e| err(format!("--api-server {url}: {e}")))?;
+        let ca = std::fs::read(&args.api_ca_file).map_err(|e| {
+            err(format!(
+                "cannot read the API server's CA {}: {e}",
+                args.api_ca_file.display()
+            ))
+        })?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_pemfile::certs(&mut &ca[..]) {
+            let cert =
+                cert.map_err(|e| err(format!("{} is not PEM: {e}", args.api_ca_file.display())))?;
+            roots.add(cert).map_err(|e| {
+                err(format!(
+                    "{}: not a usable CA: {e}",
+                    args.api_ca_file.display()
+                ))
+            })?;
+        }
+        if roots.is_empty() {
+            return Err(err(format!(
+                "{} holds no certificate",
+                args.api_ca_file.display()
+            )));
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| err(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let token = std::fs::read_to_string(&args.token_file)
+            .map_err(|e| {
+                err(format!(
+                    "cannot read the token {}: {e}",
+                    args.token_file.display()
+                ))
+            })?
+            .trim()
+            .to_owned();
+        if token.is_empty() {
+            return Err(err(format!(
+                "the token {} is empty",
+                args.token_file.display()
+            )));
+        }
+        let authority = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        Ok(Self {
+            host,
+            port,
+            authority,
+            server_name,
+            tls: Arc::new(tls),
+            token,
+            token_file: args.token_file.clone(),
+        })
+    }
+
+    /// One request: (status, body as JSON, or null when it is not JSON).
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), String> {
+        tokio::time::timeout(REQUEST_TIMEOUT, self.call_once(method, path, body))
+            .await
+            .map_err(|_| format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()))?
+    }
+
+    async fn call_once(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), String> {
+        let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(|e| format!("cannot connect to {}: {e}", self.authority))?;
+        let stream = tokio_rustls::TlsConnector::from(self.tls.clone())
+            .connect(self.server_name.clone(), tcp)
+            .await
+            .map_err(|e| format!("TLS with {}: {e}", self.authority))?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| format!("HTTP with {}: {e}", self.authority))?;
+        let driver = tokio::spawn(conn);
+        let bytes = match body {
+            Some(v) => serde_json::to_vec(v).map_err(|e| e.to_string())?,
+            None => Vec::new(),
+        };
+        let mut request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, &self.authority)
+            .header(hyper::header::ACCEPT, "application/json")
+            .header(
+                hyper::header::AUTHORIZATION,
+                format!("Bearer {}", self.token),
+            );
+        if body.is_some() {
+            request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        let request = request
+            .body(http_body_util::Full::new(hyper::body::Bytes::from(bytes)))
+            .map_err(|e| e.to_string())?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("HTTP with {}: {e}", self.authority))?;
+        let status = response.status().as_u16();
+        let body = http_body_util::Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer from {}: {e}", self.authority))?
+            .to_bytes();
+        driver.abort();
+        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+    }
+
+    /// `method` on `object` (its collection for POST); 200 and 201 are answers, so is 404 for a
+    /// GET and 409 for a PUT (the caller decides); anything else is an error that says what
+    /// to fix.
+    async fn request(
+        &self,
+        method: &str,
+        object: &Object,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), CertsError> {
+        let path = if method == "POST" {
+            &object.collection
+        } else {
+            &object.path
+        };
+        let (status, answer) = self
+            .call(method, path, body)
+            .await
+            .map_err(|e| err(format!("{method} {}: {e}", object.what)))?;
+        match (method, status) {
+            (_, 200 | 201) | ("GET", 404) | ("PUT", 409) => Ok((status, answer)),
+            _ => Err(self.refused(method, object, status, &answer)),
+        }
+    }
+
+    fn refused(&self, method: &str, object: &Object, status: u16, answer: &Value) -> CertsError {
+        let verb = match method {
+            "GET" => "get",
+            "POST" => "create",
+            "PUT" => "update",
+            other => other,
+        };
+        let reason = answer["reason"].as_str().unwrap_or("");
+        let message = answer["message"].as_str().unwrap_or("");
+        let said = match (object.secret, message.is_empty()) {
+            (false, false) => format!(": {}", message.chars().take(400).collect::<String>()),
+            _ if !reason.is_empty() => format!(" ({reason})"),
+            _ => String::new(),
+        };
+        let hint = match status {
+            401 => format!(
+                "the API server refused the token in {} (expired, revoked, or not this cluster's)",
+                self.token_file.display()
+            ),
+            403 => format!(
+                "the service account is probably missing RBAC verb `{verb}` on {} (see the Role and ClusterRole of deploy/kubernetes/overlays/self-managed-ca)",
+                object.resource
+            ),
+            404 => format!(
+                "{} does not exist: apply the install (kubectl apply -k) before running certs",
+                object.what
+            ),
+            409 => {
+                "it already exists (another run created it at the same moment); run again".into()
+            }
+            _ => "the API server refused the request".into(),
+        };
+        err(format!(
+            "{method} {}: HTTP {status}{said}: {hint}",
+            object.what
+        ))
+    }
+}
+
+/// `https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`, as every pod has them.
+fn in_cluster_url(env: impl Fn(&str) -> Option<String>) -> Result<String, CertsError> {
+    match (
+        env("KUBERNETES_SERVICE_HOST"),
+        env("KUBERNETES_SERVICE_PORT"),
+    ) {
+        (Some(host), Some(port)) if !host.is_empty() && !port.is_empty() => {
+            Ok(if host.contains(':') {
+                format!("https://[{host}]:{port}")
+            } else {
+                format!("https://{host}:{port}")
+            })
+        }
+        _ => Err(err(
+            "no API server: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset (they are set in every pod); outside a pod pass --api-server https://HOST:PORT",
+        )),
+    }
+}
+
+/// (host, port) of `https://HOST[:PORT][/]`; an IPv6 host is written in brackets.
+fn parse_url(url: &str) -> Result<(String, u16), CertsError> {
+    let bad = |why: &str| err(format!("--api-server {url:?}: {why} (https://HOST[:PORT])"));
+    let rest = url
+        .strip_prefix("https://")
+        .ok_or_else(|| bad("only https is accepted"))?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.contains('/') || rest.contains('@') {
+        return Err(bad("no path or user info"));
+    }
+    let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+        let (host, after) = v6.split_once(']').ok_or_else(|| bad("unclosed ["))?;
+        (host, after.strip_prefix(':'))
+    } else {
+        match rest.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (rest, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(bad("no host"));
+    }
+    let port = match port {
+        Some(p) => p.parse().map_err(|_| bad("the port is not a number"))?,
+        None => 443,
+    };
+    Ok((host.to_owned(), port))
+}
+
+fn namespace(args: &CertsArgs) -> Result<String, CertsError> {
+    if let Some(ns) = args.namespace.as_deref().filter(|ns| !ns.is_empty()) {
+        return Ok(ns.to_owned());
+    }
+    let file = args
+        .token_file
+        .parent()
+        .unwrap_or(Path::new(SA_DIR))
+        .join("namespace");
+    std::fs::read_to_string(&file)
+        .map(|ns| ns.trim().to_owned())
+        .ok()
+        .filter(|ns| !ns.is_empty())
+        .ok_or_else(|| {
+            err(format!(
+                "no namespace: set --namespace or POD_NAMESPACE (in a pod: the downward API's metadata.namespace), or mount {}",
+                file.display()
+            ))
+        })
+}
+
+/// The serving certificate's names: the Service as the API server calls it (`.svc`, which is
+/// also the common name, and `.svc.cluster.local`), and the shorter forms in-cluster clients use.
+fn leaf_names(service: &str, namespace: &str) -> (Vec<String>, Vec<String>) {
+    let required = vec![
+        format!("{service}.{namespace}.svc"),
+        format!("{service}.{namespace}.svc.cluster.local"),
+    ];
+    let all = vec![
+        service.to_owned(),
+        format!("{service}.{namespace}"),
+        required[1].clone(),
+        required[0].clone(),
+    ];
+    (all, required)
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// `data.<key>` of a Secret, decoded; `None` when absent or not base64.
+fn data(secret: &Value, key: &str) -> Option<Vec<u8>> {
+    let text = secret["data"][key].as_str()?;
+    base64::engine::general_purpose::STANDARD.decode(text).ok()
+}
+
+fn seconds(d: Duration) -> time::Duration {
+    time::Duration::seconds(i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+fn rfc3339(t: time::OffsetDateTime) -> String {
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
+/// A new Secret of `type_` holding `data`, or `existing` with its data replaced (its
+/// metadata, resourceVersion included, kept: the PUT fails with 409 if it changed since).
+fn secret_body(
+    existing: Option<&Value>,
+    namespace: &str,
+    name: &str,
+    type_: &str,
+    data: &[(&str, &[u8])],
+) -> Value {
+    let data: serde_json::Map<String, Value> = data
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Value::String(b64(v))))
+        .collect();
+    match existing {
+        Some(obj) => {
+            let mut obj = obj.clone();
+            obj["data"] = Value::Object(data);
+            obj
+        }
+        None => json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {
+                    "app.kubernetes.io/name": "podmutator",
+                    "app.kubernetes.io/part-of": "podmutator",
+                    "app.kubernetes.io/managed-by": "podmutator-certs",
+                },
+            },
+            "type": type_,
+            "data": data,
+        }),
+    }
+}
+
+/// The CA a run works with.
+struct Ca {
+    cert: String,
+    key: String,
+    not_after: time::OffsetDateTime,
+    /// The CA this one replaced, while it can still verify anything.
+    previous: Option<String>,
+}
+
+impl Ca {
+    /// What goes into every `caBundle`: the current CA, then the previous one.
+    fn bundle(&self) -> String {
+        let mut bundle = self.cert.clone();
+        if let Some(previous) = &self.previous {
+            if !bundle.ends_with('\n') {
+                bundle.push('\n');
+            }
+            bundle.push_str(previous);
+        }
+        bundle
+    }
+}
+
+/// One run; see the module's documentation.
+pub async fn run(args: &CertsArgs) -> Result<Outcome, CertsError> {
+    for (flag, validity) in [
+        ("--ca-validity", args.ca_validity),
+        ("--leaf-validity", args.leaf_validity),
+    ] {
+        if args.renew_before >= validity {
+            return Err(err(format!(
+                "--renew-before ({} s) must be shorter than {flag} ({} s): every run would replace the certificate again",
+                args.renew_before.as_secs(),
+                validity.as_secs()
+            )));
+        }
+    }
+    let namespace = namespace(args)?;
+    let api = Api::new(args)?;
+    let mut out = Outcome::default();
+    let now = time::OffsetDateTime::now_utc();
+    let ca = ensure_ca(&api, args, &namespace, now, &mut out).await?;
+    ensure_bundle(&api, args, &ca, &mut out).await?;
+    ensure_leaf(&api, args, &namespace, &ca, now, &mut out).await?;
+    Ok(out)
+}
+
+async fn ensure_ca(
+    api: &Api,
+    args: &CertsArgs,
+    namespace: &str,
+    now: time::OffsetDateTime,
+    out: &mut Outcome,
+) -> Result<Ca, CertsError> {
+    let object = Object::secret(namespace, &args.ca_secret);
+    let (status, existing) = api.request("GET", &object, None).await?;
+    let new_ca = || -> Result<Ca, CertsError> {
+        let not_after = now + seconds(args.ca_validity);
+        let (cert, key) =
+            tls::generate_ca(not_after).map_err(|e| err(format!("cannot generate a CA: {e}")))?;
+        Ok(Ca {
+            // As written: the certificate holds whole seconds.
+            not_after: tls::not_after(cert.as_bytes()).unwrap_or(not_after),
+            cert,
+            key,
+            previous: None,
+        })
+    };
+    let (ca, why) = if status == 404 {
+        (new_ca()?, "created".to_owned())
+    } else {
+        let unusable = |what: &str| {
+            err(format!(
+                "{}: {what}; it is not a CA this command wrote. Delete it to have a new CA made (the registration and the serving certificate follow in the same run)",
+                object.what
+            ))
+        };
+        let text = |key: &str| {
+            data(&existing, key)
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(|| unusable(&format!("no {key}")))
+        };
+        let cert = text(tls::CA_CERT)?;
+        let key = text(CA_KEY)?;
+        let not_after =
+            tls::not_after(cert.as_bytes()).ok_or_else(|| unusable("ca.crt is no certificate"))?;
+        // The previous CA stays until its own notAfter: past it nothing it signed verifies.
+        let previous = text(PREVIOUS_CA)
+            .ok()
+            .filter(|p| tls::not_after(p.as_bytes()).is_some_and(|end| end > now));
+        let had_previous = existing["data"].get(PREVIOUS_CA).is_some();
+        if not_after - now <= seconds(args.renew_before) {
+            let mut ca = new_ca()?;
+            let why = if not_after > now {
+                format!(
+                    "rotated (the previous CA expires {}, within --renew-before; it stays in the caBundle until then)",
+                    rfc3339(not_after)
+                )
+            } else {
+                format!(
+                    "replaced (the previous CA expired {}: nothing it signed verifies, it is not kept)",
+                    rfc3339(not_after)
+                )
+            };
+            ca.previous = (not_after > now).then_some(cert);
+            (ca, why)
+        } else if had_previous && previous.is_none() {
+            (
+                Ca {
+                    cert,
+                    key,
+                    not_after,
+                    previous: None,
+                },
+                "previous CA dropped (expired)".to_owned(),
+            )
+        } else {
+            out.lines.push(format!(
+                "{}: current (CA valid until {})",
+                object.what,
+                rfc3339(not_after)
+            ));
+            return Ok(Ca {
+                cert,
+                key,
+                not_after,
+                previous,
+            });
+        }
+    };
+    let mut fields: Vec<(&str, &[u8])> = vec![
+        (tls::CA_CERT, ca.cert.as_bytes()),
+        (CA_KEY, ca.key.as_bytes()),
+    ];
+    if let Some(previous) = &ca.previous {
+        fields.push((PREVIOUS_CA, previous.as_bytes()));
+    }
+    if status == 404 {
+        let body = secret_body(None, namespace, &args.ca_secret, "Opaque", &fields);
+        api.request("POST", &object, Some(&body)).await?;
+    } else {
+        let body = secret_body(Some(&existing), namespace, &args.ca_secret, "", &fields);
+        let (status, _) = api.request("PUT", &object, Some(&body)).await?;
+        if status == 409 {
+            return Err(err(format!(
+                "PUT {}: HTTP 409: it changed while this run read it (another run at the same moment?); nothing else was changed, run again",
+                object.what
+            )));
+        }
+    }
+    out.writes += 1;
+    out.lines.push(format!(
+        "{}: {why} (CA valid until {})",
+        object.what,
+        rfc3339(ca.not_after)
+    ));
+    Ok(ca)
+}
+
+async fn ensure_bundle(
+    api: &Api,
+    args: &CertsArgs,
+    ca: &Ca,
+    out: &mut Outcome,
+) -> Result<(), CertsError> {
+    let object = Object::registration(&args.webhook_config);
+    let bundle = ca.bundle();
+    let encoded = b64(bundle.as_bytes());
+    for attempt in 1..=CONFLICT_ATTEMPTS {
+        let (status, mut registration) = api.request("GET", &object, None).await?;
+        if status == 404 {
+            return Err(api.refused("GET", &object, 404, &registration));
+        }
+        let Some(hooks) = registration["webhooks"].as_array_mut() else {
+            return Err(err(format!(
+                "{} has no webhooks: nothing to give the CA to",
+                object.what
+            )));
+        };
+        let current = |w: &Value| {
+            w["clientConfig"]["caBundle"]
+                .as_str()
+                .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
+                .is_some_and(|b| b == bundle.as_bytes())
+        };
+        if hooks.iter().all(current) {
+            out.lines.push(format!(
+                "{}: every caBundle current ({} webhooks)",
+                object.what,
+                hooks.len()
+            ));
+            return Ok(());
+        }
+        for w in hooks.iter_mut() {
+            w["clientConfig"]["caBundle"] = Value::String(encoded.clone());
+        }
+        let n = hooks.len();
+        let (status, _) = api.request("PUT", &object, Some(&registration)).await?;
+        out.writes += 1;
+        if status != 409 {
+            out.lines.push(format!(
+                "{}: caBundle of {n} webhooks set ({} CAs)",
+                object.what,
+                1 + usize::from(ca.previous.is_some())
+            ));
+            return Ok(());
+        }
+        out.lines.push(format!(
+            "{}: changed meanwhile (HTTP 409), read again (attempt {attempt} of {CONFLICT_ATTEMPTS})",
+            object.what
+        ));
+    }
+    Err(err(format!(
+        "PUT {}: HTTP 409 {CONFLICT_ATTEMPTS} times: something else keeps changing it; its caBundle is not set",
+        object.what
+    )))
+}
+
+async fn ensure_leaf(
+    api: &Api,
+    args: &CertsArgs,
+    namespace: &str,
+    ca: &Ca,
+    now: time::OffsetDateTime,
+    out: &mut Outcome,
+) -> Result<(), CertsError> {
+    let object = Object::secret(namespace, &args.tls_secret);
+    let (names, required) = leaf_names(&args.service, namespace);
+    let (status, existing) = api.request("GET", &object, None).await?;
+    let renew_at = std::time::SystemTime::now() + args.renew_before;
+    let due = if status == 404 {
+        Some("absent".to_owned())
+    } else {
+        let cert = data(&existing, tls::TLS_CERT).unwrap_or_default();
+        let key = data(&existing, tls::TLS_KEY).unwrap_or_default();
+        match tls::verify_leaf(
+            ca.cert.as_bytes(),
+            &cert,
+            &required,
+            std::time::SystemTime::now(),
+        ) {
+            Err(why) => Some(format!(
+                "tls.crt is not a valid certificate of the current CA for {} ({why})",
+                required.join(" and ")
+            )),
+            Ok(()) if tls::verify_leaf(ca.cert.as_bytes(), &cert, &required, renew_at).is_err() => {
+                Some("it expires within --renew-before".into())
+            }
+            Ok(()) => match tls::is_pair(&cert, &key) {
+                Err(_) => Some("tls.key is not tls.crt's key".into()),
+                Ok(()) if data(&existing, tls::CA_CERT).as_deref() != Some(ca.cert.as_bytes()) => {
+                    Some("ca.crt is not the current CA".into())
+                }
+                Ok(()) => None,
+            },
+        }
+    };
+    let Some(why) = due else {
+        let cert = data(&existing, tls::TLS_CERT).unwrap_or_default();
+        out.lines.push(format!(
+            "{}: current (valid until {})",
+            object.what,
+            tls::not_after(&cert).map_or_else(|| "?".into(), rfc3339)
+        ));
+        return Ok(());
+    };
+    let not_after = (now + seconds(args.leaf_validity)).min(ca.not_after);
+    let (cert, key) = tls::issue_leaf(&ca.key, &names, not_after)
+        .map_err(|e| err(format!("cannot issue the serving certificate: {e}")))?;
+    // A ca.key that is not ca.crt's key signs leaves no client accepts: stop before serving one.
+    tls::verify_leaf(
+        ca.cert.as_bytes(),
+        cert.as_bytes(),
+        &required,
+        std::time::SystemTime::now(),
+    )
+    .map_err(|e| {
+        err(format!(
+            "Secret {namespace}/{}: ca.key does not sign what ca.crt verifies ({e}); delete that Secret to have a new CA made",
+            args.ca_secret
+        ))
+    })?;
+    let fields: [(&str, &[u8]); 3] = [
+        (tls::TLS_CERT, cert.as_bytes()),
+        (tls::TLS_KEY, key.as_bytes()),
+        (tls::CA_CERT, ca.cert.as_bytes()),
+    ];
+    if status == 404 {
+        let body = secret_body(
+            None,
+            namespace,
+            &args.tls_secret,
+            "kubernetes.io/tls",
+            &fields,
+        );
+        api.request("POST", &object, Some(&body)).await?;
+    } else {
+        let body = secret_body(Some(&existing), namespace, &args.tls_secret, "", &fields);
+        let (status, _) = api.request("PUT", &object, Some(&body)).await?;
+        if status == 409 {
+            return Err(err(format!(
+                "PUT {}: HTTP 409: it changed while this run read it (another run at the same moment?); run again",
+                object.what
+            )));
+        }
+    }
+    out.writes += 1;
+    out.lines.push(format!(
+        "{}: issued for {} ({why}; valid until {})",
+        object.what,
+        required[0],
+        rfc3339(tls::not_after(cert.as_bytes()).unwrap_or(not_after))
+    ));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_a_unit_and_refuse_the_rest() {
+        assert_eq!(parse_duration("90d"), Ok(Duration::from_secs(90 * 86_400)));
+        assert_eq!(parse_duration("720h"), Ok(Duration::from_secs(720 * 3600)));
+        assert_eq!(parse_duration("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_duration("45s"), Ok(Duration::from_secs(45)));
+        for bad in ["", "d", "90", "90x", "-1d", "0s", "1.5h", "99999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_api_server_url_is_https_host_and_port() {
+        assert_eq!(
+            parse_url("https://10.96.0.1:443").unwrap(),
+            ("10.96.0.1".into(), 443)
+        );
+        assert_eq!(
+            parse_url("https://kubernetes.default.svc/").unwrap(),
+            ("kubernetes.default.svc".into(), 443)
+        );
+        assert_eq!(
+            parse_url("https://[fd00::1]:6443").unwrap(),
+            ("fd00::1".into(), 6443)
+        );
+        for bad in [
+            "http://10.0.0.1",
+            "https://",
+            "https://h:x",
+            "https://h/api",
+            "https://u@h",
+            "https://[::1",
+        ] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
+        let env = |k: &str| match k {
+            "KUBERNETES_SERVICE_HOST" => Some("fd00::1".to_owned()),
+            "KUBERNETES_SERVICE_PORT" => Some("443".to_owned()),
+            _ => None,
+        };
+        let url = in_cluster_url(env).unwrap();
+        assert_eq!(url, "https://[fd00::1]:443");
+        assert_eq!(parse_url(&url).unwrap(), ("fd00::1".into(), 443));
+        assert!(in_cluster_url(|_| None).is_err());
+    }
+
+    #[test]
+    fn the_bundle_holds_the_previous_ca_after_the_current_one() {
+        let ca = Ca {
+            cert: "A".into(),
+            key: String::new(),
+            not_after: time::OffsetDateTime::now_utc(),
+            previous: Some("B\n".into()),
+        };
+        assert_eq!(ca.bundle(), "A\nB\n");
+        let (all, required) = leaf_names("podmutator", "ns");
+        assert_eq!(
+            required,
+            ["podmutator.ns.svc", "podmutator.ns.svc.cluster.local"]
+        );
+        assert_eq!(all.last().unwrap(), "podmutator.ns.svc");
+    }
+}
