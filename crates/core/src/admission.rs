@@ -596,30 +596,21 @@ fn located<T: serde::de::DeserializeOwned>(body: &[u8], fallback: serde_json::Er
     }
 }
 
-/// The one reply type: every answer, allowed or not, is this written once by serde.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
+/// The one reply type: every answer, allowed or not, is this, written once by
+/// [`ReviewOut::write`].
 struct ReviewOut<'a> {
     api_version: &'a str,
-    kind: &'static str,
     response: ResponseOut<'a>,
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
 struct ResponseOut<'a> {
     uid: &'a str,
     allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
     status: Option<StatusOut<'a>>,
-    /// Base64 of the JSON Patch, as the API documents it (kube-core would write a number array).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<Base64<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    /// The JSON Patch, written as base64 (as the API documents it; kube-core would write a
+    /// number array), with `patchType: JSONPatch`.
+    patch: Option<&'a [u8]>,
     audit_annotations: BTreeMap<&'static str, &'a str>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
     warnings: &'a [String],
 }
 
@@ -631,25 +622,57 @@ struct StatusOut<'a> {
     message: &'a str,
 }
 
-/// Bytes written as a base64 string, encoded as they are written into the body: no base64
-/// string beside the body (on a 10,000-container pod the patch is 10 MB).
-struct Base64<'a>(&'a [u8]);
-
-impl Serialize for Base64<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let engine = &base64::engine::general_purpose::STANDARD;
-        serializer.collect_str(&base64::display::Base64Display::new(self.0, engine))
+impl ReviewOut<'_> {
+    /// The review as JSON, fields in the API's order, each value written by serde; the patch's
+    /// base64 is encoded straight into the body. (Through serde's string writer it would be
+    /// scanned byte by byte for escapes base64 cannot contain: 2.7 times the cost, 17 µs on a
+    /// 19 kB patch, 7 ms on the 10,000-container pod's.)
+    fn write(&self, body: &mut Vec<u8>) -> std::io::Result<()> {
+        use base64::Engine;
+        let r = &self.response;
+        body.extend_from_slice(b"{\"apiVersion\":");
+        serde_json::to_writer(&mut *body, self.api_version)?;
+        body.extend_from_slice(b",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":");
+        serde_json::to_writer(&mut *body, r.uid)?;
+        body.extend_from_slice(if r.allowed {
+            b",\"allowed\":true"
+        } else {
+            b",\"allowed\":false"
+        });
+        if let Some(status) = &r.status {
+            body.extend_from_slice(b",\"status\":");
+            serde_json::to_writer(&mut *body, status)?;
+        }
+        if let Some(json) = r.patch {
+            body.extend_from_slice(b",\"patch\":\"");
+            let at = body.len();
+            body.resize(at + base64::encoded_len(json.len(), true).unwrap_or(0), 0);
+            let written = base64::engine::general_purpose::STANDARD
+                .encode_slice(json, &mut body[at..])
+                .map_err(std::io::Error::other)?;
+            body.truncate(at + written);
+            body.extend_from_slice(b"\",\"patchType\":\"JSONPatch\"");
+        }
+        if !r.audit_annotations.is_empty() {
+            body.extend_from_slice(b",\"auditAnnotations\":");
+            serde_json::to_writer(&mut *body, &r.audit_annotations)?;
+        }
+        if !r.warnings.is_empty() {
+            body.extend_from_slice(b",\"warnings\":");
+            serde_json::to_writer(&mut *body, r.warnings)?;
+        }
+        body.extend_from_slice(b"}}");
+        Ok(())
     }
 }
 
 fn to_reply(status: u16, review: &ReviewOut<'_>) -> Reply {
     // Sized up front for the patch, so the body is not copied as it grows.
-    let patch = review.response.patch.as_ref().map_or(0, |p| p.0.len());
+    let patch = review.response.patch.map_or(0, <[u8]>::len);
     let mut body = Vec::with_capacity(256 + review.response.uid.len() + patch.div_ceil(3) * 4);
-    match serde_json::to_writer(&mut body, review) {
+    match review.write(&mut body) {
         Ok(()) => Reply { status, body },
-        // Serialising these plain structs into a `Vec` cannot fail; answer 500 rather than
-        // panic if it did.
+        // Writing into a `Vec` fails only if a size overflows; answer 500 rather than panic.
         Err(_) => Reply {
             status: 500,
             body: br#"{"message":"failed to serialise the response"}"#.to_vec(),
@@ -668,13 +691,11 @@ fn allowed_reply(
         200,
         &ReviewOut {
             api_version,
-            kind: "AdmissionReview",
             response: ResponseOut {
                 uid,
                 allowed: true,
                 status: None,
-                patch: patch.map(|p| Base64(p.as_json())),
-                patch_type: patch.map(|_| "JSONPatch"),
+                patch: patch.map(crate::patch::Patch::as_json),
                 audit_annotations: BTreeMap::new(),
                 warnings,
             },
@@ -695,7 +716,6 @@ pub fn error_reply(err: &Error, uid: &str, api_version: &str) -> Reply {
         err.http_status(),
         &ReviewOut {
             api_version,
-            kind: "AdmissionReview",
             response: ResponseOut {
                 uid,
                 allowed: false,
@@ -706,7 +726,6 @@ pub fn error_reply(err: &Error, uid: &str, api_version: &str) -> Reply {
                     message: &message,
                 }),
                 patch: None,
-                patch_type: None,
                 audit_annotations,
                 warnings: &[],
             },
@@ -793,6 +812,39 @@ mod tests {
                 serde_json::json!([{"op": "remove", "path": "/".to_owned() + &"x".repeat(n)}])
             );
         }
+    }
+
+    #[test]
+    fn an_error_reply_carries_the_status_and_the_denial_reason() {
+        let denied = Error::Denied(Denial::forbidden("ImageNotAuthorized", "not \"yours\""));
+        let reply = error_reply(&denied, "u\n1", API_VERSION_V1);
+        assert_eq!(reply.status, 200);
+        let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "apiVersion": API_VERSION_V1,
+                "kind": "AdmissionReview",
+                "response": {
+                    "uid": "u\n1",
+                    "allowed": false,
+                    "status": {"status": "Failure", "code": 403, "reason": "Forbidden", "message": "not \"yours\""},
+                    "auditAnnotations": {"denial-reason": "ImageNotAuthorized"},
+                },
+            })
+        );
+        // What the API server reads, by kube-core's own type.
+        let review: AdmissionReview<DynamicObject> = serde_json::from_slice(&reply.body).unwrap();
+        let response = review.response.unwrap();
+        assert!(!response.allowed);
+        assert_eq!(response.result.code, 403);
+
+        let invalid = error_reply(&Error::Invalid("bad".into()), "", API_VERSION_V1BETA1);
+        assert_eq!(invalid.status, 400);
+        let v: serde_json::Value = serde_json::from_slice(&invalid.body).unwrap();
+        assert_eq!(v["apiVersion"], API_VERSION_V1BETA1);
+        assert_eq!(v["response"]["status"]["code"], 400);
+        assert!(v["response"].get("auditAnnotations").is_none());
     }
 
     #[test]
