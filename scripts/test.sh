@@ -21,9 +21,5 @@ cargo clippy --locked -p podmutator --no-default-features --bin podmutator -- -D
 
 step "cargo test"
 cargo test --locked
-
-# Coverage-guided fuzzing (cargo fuzz, libFuzzer) of the review parser, the annotation codec,
-# the Lambda event path and the whole handler, for a bounded time each, in the quick-to-build
-# dev profile. Longer runs: scripts/fuzz.sh <seconds> (release profile).
-step "cargo fuzz: every target for ${FUZZ_SECONDS:-20} s"
-FUZZ_PROFILE=dev scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+# The saved fuzz inputs replay as ordinary tests (tests/fuzz_regressions.rs); the coverage-guided
+# runs themselves are CI's (.ci/run), since building cargo-fuzz and its targets takes minutes.
