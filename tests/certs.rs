@@ -257,18 +257,6 @@ impl FakeApi {
             .unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
 
-        let registration =
-            serde_json::to_value(mutating_webhook_configuration(&RegistrationOptions {
-                service: Some(ServiceRef {
-                    namespace: NS.into(),
-                    name: "podmutator".into(),
-                    port: 443,
-                }),
-                mesh: true,
-                images: true,
-                ..Default::default()
-            }))
-            .unwrap();
         let mut state = State::default();
         let mut stored = registration;
         stored["metadata"]["resourceVersion"] = json!(state.next_version());
@@ -465,17 +453,13 @@ impl Serve {
             "webhook": {"certDir": dir, "listenPort": port, "metricsPort": common::free_port()},
             "http": {"listenAddress": "127.0.0.1"}
         });
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
-            .args(["serve", "--config"])
-            .arg(common::root().join("deploy/kubernetes/base/config.yaml"))
-            .env("PODMUTATOR_CONFIG", overrides.to_string())
-            .env_remove("AWS_LAMBDA_RUNTIME_API")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = common::capture(&mut child);
-        common::wait_for(&log, "\"serving https\"", 1).await;
+        let (child, log) = common::spawn_serve(
+            std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+                .args(["serve", "--config"])
+                .arg(common::root().join("deploy/kubernetes/base/config.yaml"))
+                .env("PODMUTATOR_CONFIG", overrides.to_string()),
+        )
+        .await;
         Self { child, port, log }
     }
 

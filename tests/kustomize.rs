@@ -711,17 +711,13 @@ async fn path_token_component_puts_every_path_under_the_token_and_serve_holds_on
     config["webhook"] = json!({"certDir": dir, "listenPort": port, "metricsPort": metrics_port});
     config["http"]["listenAddress"] = json!("127.0.0.1");
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
-        .args(["serve", "--config"])
-        .arg(deploy_dir("base/config.yaml"))
-        .env("PODMUTATOR_CONFIG", config.to_string())
-        .env_remove("AWS_LAMBDA_RUNTIME_API")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = common::capture(&mut child);
-    common::wait_for(&log, "\"serving https\"", 1).await;
+    let (mut child, log) = common::spawn_serve(
+        Command::new(env!("CARGO_BIN_EXE_podmutator"))
+            .args(["serve", "--config"])
+            .arg(deploy_dir("base/config.yaml"))
+            .env("PODMUTATOR_CONFIG", config.to_string()),
+    )
+    .await;
     assert!(
         !log.lock().unwrap().contains("pathTokenDisabled is true"),
         "{}",

@@ -28,18 +28,13 @@ struct Serve {
 
 impl Serve {
     async fn start(config: &Value) -> Self {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
-            .arg("serve")
-            .env("PODMUTATOR_CONFIG", config.to_string())
-            .env_remove("AWS_LAMBDA_RUNTIME_API")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = capture(&mut child);
-        let s = Self { child, log };
-        wait_for(&s.log, "\"serving https\"", 1).await;
-        s
+        let (child, log) = spawn_serve(
+            std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+                .arg("serve")
+                .env("PODMUTATOR_CONFIG", config.to_string()),
+        )
+        .await;
+        Self { child, log }
     }
 
     fn log(&self) -> String {

@@ -486,26 +486,26 @@ fn rfc3339(t: time::OffsetDateTime) -> String {
     )
 }
 
-/// A new Secret of `type_` holding `data`, or `existing` with its data replaced (its
-/// metadata, resourceVersion included, kept: the PUT fails with 409 if it changed since).
-fn secret_body(
-    existing: Option<&Value>,
+/// Writes the Secret `name` in `namespace` holding `data`: a new one of `type_` when it was
+/// absent (`existing` is `None`), else `existing` with its data replaced, its metadata
+/// (resourceVersion included) kept, so the PUT fails with 409 if it changed since it was read;
+/// that failure's message ends with `after_conflict`.
+async fn write_secret(
+    api: &Api,
     namespace: &str,
     name: &str,
+    existing: Option<&Value>,
     type_: &str,
     data: &[(&str, &[u8])],
-) -> Value {
+    after_conflict: &str,
+) -> Result<(), CertsError> {
     let data: serde_json::Map<String, Value> = data
         .iter()
         .map(|(k, v)| ((*k).to_owned(), Value::String(b64(v))))
         .collect();
-    match existing {
-        Some(obj) => {
-            let mut obj = obj.clone();
-            obj["data"] = Value::Object(data);
-            obj
-        }
-        None => json!({
+    let object = &Object::secret(namespace, name);
+    let Some(existing) = existing else {
+        let body = json!({
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {
@@ -519,8 +519,20 @@ fn secret_body(
             },
             "type": type_,
             "data": data,
-        }),
+        });
+        api.request("POST", object, Some(&body)).await?;
+        return Ok(());
+    };
+    let mut body = existing.clone();
+    body["data"] = Value::Object(data);
+    let (status, _) = api.request("PUT", object, Some(&body)).await?;
+    if status == 409 {
+        return Err(err(format!(
+            "PUT {}: HTTP 409: it changed while this run read it (another run at the same moment?); {after_conflict}",
+            object.what
+        )));
     }
+    Ok(())
 }
 
 /// The CA a run works with.
@@ -660,19 +672,16 @@ async fn ensure_ca(
     if let Some(previous) = &ca.previous {
         fields.push((PREVIOUS_CA, previous.as_bytes()));
     }
-    if status == 404 {
-        let body = secret_body(None, namespace, &args.ca_secret, "Opaque", &fields);
-        api.request("POST", &object, Some(&body)).await?;
-    } else {
-        let body = secret_body(Some(&existing), namespace, &args.ca_secret, "", &fields);
-        let (status, _) = api.request("PUT", &object, Some(&body)).await?;
-        if status == 409 {
-            return Err(err(format!(
-                "PUT {}: HTTP 409: it changed while this run read it (another run at the same moment?); nothing else was changed, run again",
-                object.what
-            )));
-        }
-    }
+    write_secret(
+        api,
+        namespace,
+        &args.ca_secret,
+        (status != 404).then_some(&existing),
+        "Opaque",
+        &fields,
+        "nothing else was changed, run again",
+    )
+    .await?;
     out.writes += 1;
     out.lines.push(format!(
         "{}: {why} (CA valid until {})",
@@ -810,25 +819,16 @@ async fn ensure_leaf(
         (tls::TLS_KEY, key.as_bytes()),
         (tls::CA_CERT, ca.cert.as_bytes()),
     ];
-    if status == 404 {
-        let body = secret_body(
-            None,
-            namespace,
-            &args.tls_secret,
-            "kubernetes.io/tls",
-            &fields,
-        );
-        api.request("POST", &object, Some(&body)).await?;
-    } else {
-        let body = secret_body(Some(&existing), namespace, &args.tls_secret, "", &fields);
-        let (status, _) = api.request("PUT", &object, Some(&body)).await?;
-        if status == 409 {
-            return Err(err(format!(
-                "PUT {}: HTTP 409: it changed while this run read it (another run at the same moment?); run again",
-                object.what
-            )));
-        }
-    }
+    write_secret(
+        api,
+        namespace,
+        &args.tls_secret,
+        (status != 404).then_some(&existing),
+        "kubernetes.io/tls",
+        &fields,
+        "run again",
+    )
+    .await?;
     out.writes += 1;
     out.lines.push(format!(
         "{}: issued for {} ({why}; valid until {})",

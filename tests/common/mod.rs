@@ -346,6 +346,33 @@ pub fn capture(child: &mut std::process::Child) -> Arc<Mutex<String>> {
     buf
 }
 
+/// Starts `command` (a `podmutator serve` with its config and environment set) outside Lambda,
+/// its output captured, and waits for its "serving https" line.
+pub async fn spawn_serve(
+    command: &mut std::process::Command,
+) -> (std::process::Child, Arc<Mutex<String>>) {
+    let mut child = command
+        .env_remove("AWS_LAMBDA_RUNTIME_API")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = capture(&mut child);
+    // Killed if it never gets there (wait_for panics), not left running.
+    struct Guard(Option<std::process::Child>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            if let Some(child) = &mut self.0 {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+    let mut guard = Guard(Some(child));
+    wait_for(&log, "\"serving https\"", 1).await;
+    (guard.0.take().expect("still held"), log)
+}
+
 /// Waits (30 s at most) until `buf` holds `needle` at least `count` times.
 pub async fn wait_for(buf: &Mutex<String>, needle: &str, count: usize) {
     for _ in 0..300 {
