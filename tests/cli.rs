@@ -722,11 +722,11 @@ fn a_whole_flytepropeller_configuration_is_read_for_its_webhook_and_secrets_sect
 }
 
 #[test]
-fn a_flyte_configuration_with_a_section_flyte_does_not_have_is_refused_naming_it() {
+fn a_flyte_configuration_with_a_misspelt_or_podmutator_section_is_refused_naming_it() {
     let tmp = common::temp_dir("flyte-config");
     for (section, why) in [
-        ("webhok", "not a section of Flyte's configuration"),
-        ("http", "podmutator's own sections"),
+        ("webhok", "did you mean `webhook`?"),
+        ("http", "podmutator's own section: it belongs in --config"),
     ] {
         let file = tmp.join(format!("{section}.yaml"));
         std::fs::write(
@@ -1042,4 +1042,183 @@ fn the_flyte_config_file_variable_alone_loads_a_propeller_configuration() {
         with.get("propeller").is_none(),
         "Flyte's other sections are skipped"
     );
+}
+
+/// The configurations Flyte 1.x (flyte-core), flyte-binary (Flyte 1 and 2) and Union's Flyte 2
+/// dataplane chart render, each as the ConfigMap object `kubectl get cm -o yaml` prints
+/// (tests/fixtures/flyte/, origins in each file's header), load as Flyte reads them: Union's
+/// quoted ports, its `clusterName` and Union's documented `enabled` skipped with a warning, its
+/// own top-level sections (`leaseworker`, `union`, `fasttask`, ...) skipped. The Flyte 2 ones
+/// ask for a Kubernetes fetcher, refused naming the key, and load with the documented overlay.
+#[test]
+fn flyte_union_and_flyte_binary_configmaps_load_as_flyte_reads_them() {
+    let dir = root().join("tests/fixtures/flyte");
+    let check = |file: &str, ours: &Value| {
+        let path = dir.join(file);
+        podmutator(
+            &[
+                "check-config",
+                "--flyte-config",
+                path.to_str().unwrap(),
+                "--config-json",
+                &ours.to_string(),
+            ],
+            None,
+        )
+    };
+    let plain = json!({"http": {"pathToken": TOKEN}});
+    // What Flyte 2's defaults need to run outside the cluster (docs/configuration.md).
+    let overlay = json!({"http": {"pathToken": TOKEN}, "embedded": {"organization": "my-org"},
+        "webhook": {"embeddedSecretManagerConfig": {"type": "AWS", "imagePullSecrets": {"enabled": false}}}});
+    for (file, ours, service, managers, skipped) in [
+        (
+            "flyte-core-propeller-configmap.yaml",
+            &plain,
+            "flyte-pod-webhook",
+            json!(["AWS"]),
+            "",
+        ),
+        (
+            "flyte-binary-v1-configmap.yaml",
+            &plain,
+            "flyte-backend-flyte-binary-webhook",
+            json!(["AWS"]),
+            "",
+        ),
+        (
+            "flyte-binary-v2-configmap.yaml",
+            &overlay,
+            "flyte-backend-flyte-binary-webhook",
+            json!(["Embedded"]),
+            "",
+        ),
+        (
+            "union-dataplane-leaseworker-configmap.yaml",
+            &overlay,
+            "union-pod-webhook",
+            json!(["Embedded", "K8s"]),
+            "webhook.embeddedSecretManagerConfig.clusterName is skipped",
+        ),
+        (
+            "union-docs-embedded-values.yaml",
+            &overlay,
+            "flyte-pod-webhook",
+            json!(["Embedded", "K8s"]),
+            "webhook.embeddedSecretManagerConfig.enabled is skipped",
+        ),
+    ] {
+        let out = check(file, ours);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{file}: {stderr}");
+        let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let w = &printed["webhook"];
+        assert_eq!(w["serviceName"], service, "{file}");
+        assert_eq!(w["secretManagerTypes"], managers, "{file}");
+        // Union's chart quotes them; they are numbers all the same.
+        assert_eq!(w["listenPort"], 9443, "{file}");
+        assert_eq!(w["servicePort"], 443, "{file}");
+        assert!(stderr.contains(skipped), "{file}: {stderr}");
+        for section in [
+            "propeller",
+            "storage",
+            "leaseworker",
+            "union",
+            "fasttask",
+            "sharedService",
+        ] {
+            assert!(printed.get(section).is_none(), "{file}: {section}");
+        }
+    }
+    // Flyte 2's Kubernetes fetcher, as its charts default to it, is refused naming the key.
+    for file in [
+        "flyte-binary-v2-configmap.yaml",
+        "union-dataplane-leaseworker-configmap.yaml",
+    ] {
+        let out = check(file, &plain);
+        assert_eq!(out.status.code(), Some(1), "{file}");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("webhook.embeddedSecretManagerConfig.type: podmutator's Embedded manager fetches from AWS Secrets Manager only"),
+            "{file}: {stderr}"
+        );
+    }
+    // The same ConfigMap as JSON (`kubectl get cm -o json`) reads the same.
+    let yaml = std::fs::read_to_string(dir.join("flyte-core-propeller-configmap.yaml")).unwrap();
+    let as_json: Value = serde_saphyr::from_str(&yaml).unwrap();
+    let tmp = common::temp_dir("flyte-cm-json");
+    let json_file = tmp.join("cm.json");
+    std::fs::write(&json_file, as_json.to_string()).unwrap();
+    let out = podmutator(
+        &[
+            "check-config",
+            "--flyte-config",
+            json_file.to_str().unwrap(),
+            "--config-json",
+            &plain.to_string(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["webhook"]["secretManagerTypes"], json!(["AWS"]));
+}
+
+/// Usage and configuration errors say what the user wrote and where: the nearest key, the type
+/// in words, the option or variable the inline configuration came by.
+#[test]
+fn configuration_errors_name_the_nearest_key_the_type_in_words_and_the_source_as_given() {
+    let out = podmutator(
+        &[
+            "check-config",
+            "--config-json",
+            r#"{"webhook": {"lsitenPort": 1}}"#,
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "podmutator: invalid configuration: webhook.lsitenPort: unknown key `lsitenPort`: did you mean `listenPort`?"
+    );
+    let out = podmutator(
+        &[
+            "check-config",
+            "--config-json",
+            r#"{"webhook": {"listenPort": 70000}}"#,
+        ],
+        None,
+    );
+    assert!(
+        text(&out.stderr).contains("expected a port number from 1 to 65535"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = podmutator(&["check-config", "--config-json", "{nope"], None);
+    assert!(
+        text(&out.stderr).contains("invalid configuration: --config-json: not valid JSON"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .arg("check-config")
+        .env("PODMUTATOR_CONFIG", "{nope")
+        .env_remove("PODMUTATOR_CONFIG_FILE")
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stderr).contains("invalid configuration: PODMUTATOR_CONFIG: not valid JSON"),
+        "{}",
+        text(&out.stderr)
+    );
+    let tmp = common::temp_dir("config-yaml-error");
+    let file = tmp.join("c.yaml");
+    std::fs::write(
+        &file,
+        "webhook:\n  listenPort: 9443\nhttp:\n  pathToken: abc: def\n",
+    )
+    .unwrap();
+    let out = podmutator(&["check-config", "--config", file.to_str().unwrap()], None);
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(" 4 |   pathToken: <redacted>"), "{stderr}");
+    assert!(!stderr.contains("abc"), "{stderr}");
 }

@@ -42,6 +42,10 @@ pub struct Cli {
     pub config: ConfigArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// Whether the inline configuration came from `PODMUTATOR_CONFIG` rather than
+    /// `--config-json`, so that its errors name what the user set ([`Cli::from_env`]).
+    #[arg(skip)]
+    pub inline_from_env: bool,
 }
 
 /// Where the configuration comes from, for the commands that read one. Accepted before the
@@ -201,6 +205,28 @@ impl CliError {
 }
 
 impl Cli {
+    /// The process's command line (`--help`, `--version` and usage errors answer and exit
+    /// here), noting where the inline configuration came from.
+    pub fn from_env() -> Self {
+        use clap::{CommandFactory, FromArgMatches, parser::ValueSource};
+        let matches = Self::command().get_matches();
+        let mut cli = Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        // The value after the command wins, as in [`Cli::command_or_default`]. Only a command
+        // that has the option may be asked for it.
+        let of = |m: &clap::ArgMatches| {
+            m.ids()
+                .any(|id| id.as_str() == "config_json")
+                .then(|| m.value_source("config_json"))
+                .flatten()
+        };
+        let source = matches
+            .subcommand()
+            .and_then(|(_, sub)| of(sub))
+            .or_else(|| of(&matches));
+        cli.inline_from_env = source == Some(ValueSource::EnvVariable);
+        cli
+    }
+
     /// The command to run (the one given, else `lambda` inside Lambda and `serve` elsewhere) and
     /// where its configuration comes from.
     pub fn command_or_default(self, in_lambda: bool) -> (Command, Source) {
@@ -235,6 +261,11 @@ impl Cli {
             inline: after
                 .and_then(|c| c.config_json.clone())
                 .or(self.config.config_json),
+            inline_name: if self.inline_from_env {
+                ENV_CONFIG_INLINE
+            } else {
+                "--config-json"
+            },
         };
         (command, source)
     }
@@ -247,6 +278,8 @@ pub struct Source {
     pub flyte: Option<PathBuf>,
     pub file: Option<PathBuf>,
     pub inline: Option<String>,
+    /// What the inline configuration's errors call it: `--config-json` or the variable.
+    pub inline_name: &'static str,
 }
 
 impl Source {
@@ -260,10 +293,15 @@ impl Source {
             .map(|(p, t)| (p.as_str(), t.as_str()))
             .collect();
         let file = read_file(self.file.as_deref(), "--config")?;
+        let name = if self.inline_name.is_empty() {
+            ENV_CONFIG_INLINE
+        } else {
+            self.inline_name
+        };
         Ok(Config::load_with_flyte(
             &flyte,
             pair(&file),
-            self.inline.as_deref(),
+            self.inline.as_deref().map(|t| (name, t)),
         )?)
     }
 }

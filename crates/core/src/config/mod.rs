@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+pub mod flyte;
 pub mod images;
 pub mod mesh;
 pub mod metrics;
@@ -161,7 +162,25 @@ impl fmt::Display for SecretManagerType {
 
 impl<'de> Deserialize<'de> for SecretManagerType {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
+        let s = match Value::deserialize(d)? {
+            Value::String(s) => s,
+            // Flyte's loader reads a number as the enum's position (Global is 0, Azure 6).
+            Value::Number(n) => {
+                return n
+                    .as_u64()
+                    .and_then(|i| Self::ALL.get(usize::try_from(i).ok()?).copied())
+                    .ok_or_else(|| {
+                        serde::de::Error::custom(format!(
+                            "secret manager type {n} is not one of Flyte's (0 Global, 1 K8s, 2 AWS, 3 GCP, 4 Vault, 5 Embedded, 6 Azure); write its name"
+                        ))
+                    });
+            }
+            other => {
+                return Err(serde::de::Error::custom(format!(
+                    "expected a secret manager type's name (Global, K8s, AWS, GCP, Vault, Embedded or Azure), got {other}"
+                )));
+            }
+        };
         Self::ALL
             .into_iter()
             .find(|t| t.as_str().eq_ignore_ascii_case(&s))
@@ -330,7 +349,9 @@ impl Default for VaultConfig {
     }
 }
 
-/// Flyte marshals this enum as `"1"` / `"2"`; plain numbers are accepted too.
+/// Flyte marshals this enum as `"1"` / `"2"`. A bare number is refused: Flyte's loader reads it
+/// as the enum's position, so Flyte takes `kvVersion: 1` for KV2, and no reading of ours could
+/// be both Flyte's and what the writer meant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum KvVersion {
     #[serde(rename = "1")]
@@ -344,8 +365,9 @@ impl<'de> Deserialize<'de> for KvVersion {
         match Value::deserialize(d)? {
             Value::String(s) if s == "1" => Ok(Self::V1),
             Value::String(s) if s == "2" => Ok(Self::V2),
-            Value::Number(n) if n.as_u64() == Some(1) => Ok(Self::V1),
-            Value::Number(n) if n.as_u64() == Some(2) => Ok(Self::V2),
+            Value::Number(n) => Err(serde::de::Error::custom(format!(
+                "write \"1\" or \"2\", quoted: Flyte reads a bare {n} as the version's position (1 is KV2 there), so a number cannot mean the same to both"
+            ))),
             other => Err(serde::de::Error::custom(format!(
                 "expected \"1\" or \"2\", got {other}"
             ))),
@@ -830,24 +852,26 @@ impl Config {
     }
 
     /// Parses `file` (JSON, or YAML when it is not JSON) and `inline` (JSON, merged over the file
-    /// key by key), then validates.
+    /// key by key; `PODMUTATOR_CONFIG`), then validates.
     pub fn load(file: Option<(&str, &str)>, inline: Option<&str>) -> Result<Loaded, ConfigError> {
-        Self::load_with_flyte(&[], file, inline)
+        Self::load_with_flyte(&[], file, inline.map(|t| (ENV_CONFIG_INLINE, t)))
     }
 
     /// [`Config::load`] over a whole Flyte configuration (`--flyte-config`), given as the files
-    /// Flyte itself would read, merged in order: their `webhook` and `secrets` sections are
-    /// read, Flyte's other sections are skipped by name, and `file` and `inline` are merged over
-    /// them.
+    /// Flyte itself would read (or ConfigMap objects holding them), merged in order: their
+    /// `webhook` and `secrets` sections are read, Flyte's other sections skipped
+    /// ([`flyte::sections`]), and `file` and `inline` are merged over them. Each source comes
+    /// with the name its errors give: a path, or for `inline` the option or variable it came by.
     pub fn load_with_flyte(
         flyte: &[(&str, &str)],
         file: Option<(&str, &str)>,
-        inline: Option<&str>,
+        inline: Option<(&str, &str)>,
     ) -> Result<Loaded, ConfigError> {
         let mut merged = Value::Object(Default::default());
         for (path, text) in flyte {
-            let doc = parse_document(text).map_err(|e| ConfigError::new(*path, e))?;
-            merge(&mut merged, flyte_sections(path, doc)?);
+            for (name, doc) in flyte::documents(path, text)? {
+                merge(&mut merged, flyte::sections(&name, doc)?);
+            }
         }
         if let Some((path, text)) = file {
             merge(
@@ -855,9 +879,9 @@ impl Config {
                 parse_document(text).map_err(|e| ConfigError::new(path, e))?,
             );
         }
-        if let Some(text) = inline.filter(|t| !t.trim().is_empty()) {
+        if let Some((name, text)) = inline.filter(|(_, t)| !t.trim().is_empty()) {
             let v: Value = serde_json::from_str(text)
-                .map_err(|e| ConfigError::new(ENV_CONFIG_INLINE, format!("not valid JSON: {e}")))?;
+                .map_err(|e| ConfigError::new(name, format!("not valid JSON: {e}")))?;
             merge(&mut merged, v);
         }
         Self::from_value(merged)
@@ -867,13 +891,10 @@ impl Config {
         if !v.is_object() {
             return Err(ConfigError::new("(root)", "expected a mapping of sections"));
         }
-        // Flyte's sections take `null` as unset (its generated configuration writes
-        // `annotations: null`); ours keep `null` where it means "none" (mesh.gate.securityContext).
-        for section in FLYTE_READ_SECTIONS {
-            if let Some(s) = v.get_mut(section) {
-                drop_nulls(s);
-            }
-        }
+        // Flyte's sections are read as Flyte reads them (`null` is unset, quoted numbers, key
+        // case); ours keep `null` where it means "none" (mesh.gate.securityContext).
+        let mut warnings = Vec::new();
+        flyte::decode(&mut v, &mut warnings);
         let config: Config = serde_path_to_error::deserialize(&v).map_err(|e| {
             let path = e.path().to_string();
             let key = if path == "." {
@@ -881,9 +902,10 @@ impl Config {
             } else {
                 path
             };
-            ConfigError::new(key, e.into_inner().to_string())
+            let message = in_users_words(&e.into_inner().to_string(), &key);
+            ConfigError::new(key, message)
         })?;
-        let warnings = config.validate()?;
+        warnings.extend(config.validate()?);
         Ok(Loaded { config, warnings })
     }
 
@@ -895,7 +917,7 @@ impl Config {
         if let Some(t) = w.secret_manager_type {
             if w.secret_manager_types.is_empty() {
                 warnings.push(format!(
-                    "webhook.secretManagerType is deprecated: use webhook.secretManagerTypes: [{t}]"
+                    "webhook.secretManagerType is deprecated: use webhook.secretManagerTypes: [{t}] (Flyte 1.x reads only the singular key: a file Flyte 1.x also reads keeps it)"
                 ));
             } else {
                 warnings.push(
@@ -1357,106 +1379,134 @@ pub fn check_path_token(key: &str, token: &str) -> Result<(), ConfigError> {
 fn parse_document(text: &str) -> Result<Value, String> {
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') {
-        return serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"));
+        return serde_json::from_str(text).map_err(|e| {
+            let at = quoted_line(text, e.line(), e.column());
+            format!("not valid JSON: {e}{at}")
+        });
     }
     if trimmed.is_empty() {
         return Ok(Value::Object(Default::default()));
     }
-    // The location and the message only: the default rendering quotes the lines around the
-    // error, and a configuration holds `http.pathToken`, which must never reach a terminal or
-    // a CI log.
+    // The parser's own rendering quotes the lines around the error unredacted; ours quotes the
+    // one line, with a token's value hidden ([`quoted_line`]).
     serde_saphyr::from_str_with_options::<Value>(
         text,
         serde_saphyr::options! { with_snippet: false },
     )
-    .map_err(|e| format!("not valid YAML: {e}"))
+    .map_err(|e| {
+        let at = e
+            .location()
+            .map(|l| quoted_line(text, l.line() as usize, l.column() as usize))
+            .unwrap_or_default();
+        format!("not valid YAML: {e}{at}")
+    })
 }
 
-/// The sections of a Flyte configuration podmutator reads: Flyte's webhook and its `secrets`
-/// (the Global manager's).
-pub const FLYTE_READ_SECTIONS: [&str; 2] = ["webhook", "secrets"];
-
-/// The other top-level sections flytepropeller, flyteadmin and their plugins register (Flyte
-/// 1.x and 2.x; matched without regard to case, as Flyte's own loader does). `--flyte-config`
-/// skips them; any other key is refused, so a misspelt `webhok` is not silently ignored.
-pub const FLYTE_OTHER_SECTIONS: &[&str] = &[
-    "actions",
-    "admin",
-    "adminutils",
-    "application",
-    "apps",
-    "auth",
-    "authorizer",
-    "aws",
-    "cache",
-    "cache_service",
-    "catalog-cache",
-    "cloudevents",
-    "cluster_resources",
-    "clusterpools",
-    "clusters",
-    "connector-service",
-    "console",
-    "database",
-    "dataproxy",
-    "datacatalog",
-    "domains",
-    "event",
-    "events",
-    "executor",
-    "externalevents",
-    "files",
-    "flyte",
-    "flyteadmin",
-    "internalapps",
-    "k8s-array",
-    "logger",
-    "manager",
-    "namespace_mapping",
-    "notifications",
-    "otel",
-    "plugins",
-    "prof",
-    "propeller",
-    "qualityofservice",
-    "queues",
-    "registration",
-    "remotedata",
-    "resourcemanager",
-    "runs",
-    "scheduler",
-    "secret",
-    "server",
-    "storage",
-    "task",
-    "task_resources",
-    "task_type_whitelist",
-    "tasks",
-];
-
-/// A Flyte configuration's `webhook` and `secrets`; Flyte's other sections are dropped.
-fn flyte_sections(path: &str, doc: Value) -> Result<Value, ConfigError> {
-    let Value::Object(sections) = doc else {
-        return Err(ConfigError::new(
-            path,
-            "expected a Flyte configuration: a mapping of sections such as webhook, secrets, propeller",
-        ));
+/// Line `line` (1-based) of `text` under the message, with a caret at `column` (1-based), as a
+/// compiler shows it. A configuration holds `http.pathToken`, which must never reach a terminal
+/// or a CI log: after a key that names a token, the line shows `<redacted>`.
+fn quoted_line(text: &str, line: usize, column: usize) -> String {
+    let Some(src) = line.checked_sub(1).and_then(|i| text.lines().nth(i)) else {
+        return String::new();
     };
-    let mut out = serde_json::Map::new();
-    for (key, value) in sections {
-        if FLYTE_READ_SECTIONS.contains(&key.as_str()) {
-            out.insert(key, value);
-        } else if !FLYTE_OTHER_SECTIONS.contains(&key.to_ascii_lowercase().as_str()) {
-            return Err(ConfigError::new(
-                format!("{path}: {key}"),
-                format!(
-                    "not a section of Flyte's configuration: --flyte-config reads {} and skips Flyte's own other sections (propeller, storage, logger, admin, tasks, plugins, ...); podmutator's own sections (http, embedded, mesh, ...) belong in --config",
-                    FLYTE_READ_SECTIONS.join(" and ")
-                ),
-            ));
-        }
+    // From the first key that names a token (YAML `pathToken: ...`, or JSON on one line) to
+    // the end of the line.
+    let shown = match src
+        .to_ascii_lowercase()
+        .find("token")
+        .and_then(|at| src[at..].find(':').map(|colon| at + colon))
+    {
+        Some(colon) => format!("{}: <redacted>", &src[..colon]),
+        None => src.to_owned(),
+    };
+    let width = line.to_string().len();
+    let caret = column.saturating_sub(1).min(shown.chars().count());
+    format!(
+        "\n {line} | {shown}\n {blank:width$} | {pad}^",
+        blank = "",
+        pad = " ".repeat(caret)
+    )
+}
+
+/// A deserialiser's message in the words of whoever wrote the configuration: an unknown key
+/// names the nearest known key rather than listing every one, and Rust's type names (`u16`)
+/// become what the key takes ("a port number from 1 to 65535").
+fn in_users_words(message: &str, key: &str) -> String {
+    if let Some(rest) = message.strip_prefix("unknown field `")
+        && let Some((unknown, expected)) = rest.split_once('`')
+    {
+        let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+        return match nearest(unknown, known.iter().copied()) {
+            Some(near) => format!("unknown key `{unknown}`: did you mean `{near}`?"),
+            None => format!(
+                "unknown key `{unknown}`: the keys here are {} (docs/configuration.md)",
+                known
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
     }
-    Ok(Value::Object(out))
+    let port = key.to_ascii_lowercase().ends_with("port");
+    let mut out = message.to_owned();
+    for (rust, words) in [
+        ("u8", "a whole number from 0 to 255"),
+        (
+            "u16",
+            if port {
+                "a port number from 1 to 65535"
+            } else {
+                "a whole number from 0 to 65535"
+            },
+        ),
+        ("u32", "a whole number from 0 to 4294967295"),
+        ("u64", "a whole number, 0 or more"),
+        ("usize", "a whole number, 0 or more"),
+        ("i32", "a whole number from -2147483648 to 2147483647"),
+        ("i64", "a whole number"),
+        ("f64", "a number"),
+        ("a boolean", "true or false"),
+        ("a sequence", "a list"),
+        ("a map", "a mapping (key: value)"),
+    ] {
+        out = out.replace(&format!("expected {rust}"), &format!("expected {words}"));
+    }
+    out
+}
+
+/// The candidate closest to `word` (ignoring case) within a few edits, if one is: the "did you
+/// mean" of keys, sections and values.
+pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let word = word.to_ascii_lowercase();
+    let allowed = (word.chars().count() / 3).clamp(1, 3);
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(&word, &c.to_ascii_lowercase()), c))
+        .filter(|(d, _)| *d <= allowed)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Levenshtein distance, with a swap of two neighbours counting as one edit (`lsiten`).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    // Three rows of the table: two back (for swaps), one back, this one.
+    let mut two: Vec<usize> = vec![0; b.len() + 1];
+    let mut one: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut row = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            row[j] = (one[j] + 1).min(row[j - 1] + 1).min(one[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                row[j] = row[j].min(two[j - 2] + 1);
+            }
+        }
+        two = std::mem::replace(&mut one, row);
+    }
+    one[b.len()]
 }
 
 /// Removes every `null` member, at any depth: `null` is unset.
@@ -1680,6 +1730,90 @@ mod tests {
     fn inline_json_errors_name_the_variable() {
         let err = Config::load(None, Some("{nope")).unwrap_err();
         assert_eq!(err.key, ENV_CONFIG_INLINE);
+    }
+
+    #[rstest]
+    #[case::swapped_letters("lsitenPort", Some("listenPort"))]
+    #[case::a_letter_missing("secretManagerTyps", Some("secretManagerTypes"))]
+    #[case::another_case("CERTDIR", Some("certDir"))]
+    #[case::nothing_near("colour", None)]
+    #[case::short_words_take_one_edit("tpye", None)]
+    fn the_nearest_key_is_suggested_within_a_few_edits(
+        #[case] word: &str,
+        #[case] want: Option<&str>,
+    ) {
+        let keys = [
+            "listenPort",
+            "secretManagerTypes",
+            "certDir",
+            "type",
+            "serviceName",
+        ];
+        // `tpye` is two edits from `type` but a swap is one.
+        let want = if word == "tpye" { Some("type") } else { want };
+        assert_eq!(nearest(word, keys), want);
+    }
+
+    #[test]
+    fn an_unknown_key_names_the_nearest_one_or_lists_them() {
+        let near = in_users_words(
+            "unknown field `lsitenPort`, expected one of `listenPort`, `certDir`",
+            "webhook.lsitenPort",
+        );
+        assert_eq!(near, "unknown key `lsitenPort`: did you mean `listenPort`?");
+        let far = in_users_words("unknown field `zzz`, expected `required`", "mutators.x.zzz");
+        assert!(far.contains("the keys here are `required`"), "{far}");
+    }
+
+    #[rstest]
+    #[case::port(
+        "webhook.listenPort",
+        "expected u16",
+        "expected a port number from 1 to 65535"
+    )]
+    #[case::other_u16(
+        "mesh.dns.ndots",
+        "expected u16",
+        "expected a whole number from 0 to 65535"
+    )]
+    #[case::boolean("webhook.localCert", "expected a boolean", "expected true or false")]
+    #[case::list("webhook.secretManagerTypes", "expected a sequence", "expected a list")]
+    fn types_are_named_in_the_users_words(
+        #[case] key: &str,
+        #[case] rust: &str,
+        #[case] words: &str,
+    ) {
+        let got = in_users_words(&format!("invalid type: string \"x\", {rust}"), key);
+        assert!(got.ends_with(words), "{got}");
+    }
+
+    #[test]
+    fn a_syntax_error_quotes_its_line_with_a_tokens_value_hidden() {
+        let err = parse_document("webhook:\n  listenPort: [1\n").unwrap_err();
+        assert!(err.contains(" | "), "{err}");
+        let err = parse_document("http:\n  pathToken: s3cr3t-value: x\n").unwrap_err();
+        assert!(err.contains("pathToken: <redacted>"), "{err}");
+        assert!(!err.contains("s3cr3t"), "{err}");
+        let err = parse_document("{\"http\": {\"pathToken\": \"s3cr3t\",}}").unwrap_err();
+        assert!(!err.contains("s3cr3t"), "{err}");
+    }
+
+    #[test]
+    fn a_secret_manager_type_may_be_flytes_enum_number() {
+        let c = load_json(json!({"webhook": {"secretManagerType": 2}}))
+            .unwrap()
+            .config;
+        assert_eq!(c.webhook.secret_manager_type, Some(SecretManagerType::AWS));
+        let err = load_json(json!({"webhook": {"secretManagerTypes": [7]}})).unwrap_err();
+        assert!(err.message.contains("write its name"), "{err}");
+    }
+
+    #[test]
+    fn a_bare_kv_version_number_is_refused_since_flyte_reads_it_as_a_position() {
+        let err =
+            load_json(json!({"webhook": {"vaultSecretManager": {"kvVersion": 1}}})).unwrap_err();
+        assert_eq!(err.key, "webhook.vaultSecretManager.kvVersion");
+        assert!(err.message.contains("quoted"), "{err}");
     }
 
     #[rstest]

@@ -1,0 +1,360 @@
+//! Flyte's own configuration, read the way Flyte reads it.
+//!
+//! `--flyte-config` takes flytepropeller's files, or the ConfigMap object that holds them
+//! (`kubectl get cm flyte-propeller-config -o yaml`), and keeps their `webhook` and `secrets`
+//! sections. Those two sections, from any source, are decoded with the leniencies of Flyte's
+//! loader (flytestdlib's viper and mapstructure), so that a file Flyte 1.x, flyte-binary or
+//! Union's dataplane chart renders loads unchanged:
+//! - key names match without regard to case (`Webhook:`, `CertDir:`);
+//! - a quoted number or boolean is read as one (`listenPort: '9443'`, which Union's chart
+//!   writes; `localCert: "true"`), and a number where text is expected as its text;
+//! - a comma-separated string is a list (`secretManagerTypes: "K8s,AWS"`);
+//! - `null` is unset (Flyte's generated configuration writes `annotations: null`);
+//! - the keys of [`SKIPPED_KEYS`], which Flyte-family charts write for their own images, are
+//!   skipped with a warning.
+//!
+//! Flyte also drops keys it does not know; we refuse them, naming the nearest known key, so a
+//! misspelt `secretManagerTyps` is not silently ignored.
+
+use serde_json::{Map, Value};
+
+use super::{Config, ConfigError, nearest, parse_document};
+
+/// The sections of a Flyte configuration podmutator reads: Flyte's webhook and its `secrets`
+/// (the Global manager's).
+pub const READ_SECTIONS: [&str; 2] = ["webhook", "secrets"];
+
+/// Keys of the read sections that Flyte-family configurations carry and podmutator skips, each
+/// with the reason the warning gives.
+pub const SKIPPED_KEYS: [(&str, &str); 2] = [
+    (
+        "webhook.embeddedSecretManagerConfig.enabled",
+        "Union's fork read it in 2024 and dropped it (its docs still show it); the Embedded manager is on when webhook.secretManagerTypes lists Embedded",
+    ),
+    (
+        "webhook.embeddedSecretManagerConfig.clusterName",
+        "Union's dataplane chart writes it for its own image; podmutator binds a pod's secrets with embedded.organization and the project and domain labels",
+    ),
+];
+
+/// Top-level names of Flyte's configuration that are one or two letters from a read section
+/// and are real sections of their own: Flyte 2's secret service (`secret:`).
+const NOT_MISSPELT: [&str; 1] = ["secret"];
+
+/// The documents `text` holds: the Flyte file itself, or, when it is a ConfigMap object (YAML or
+/// JSON, `kind: ConfigMap`), each of its `data` entries named `*.yaml`, `*.yml` or `*.json`, in
+/// name order, as the mounted ConfigMap's files are read. Each comes with the name errors give.
+pub fn documents(path: &str, text: &str) -> Result<Vec<(String, Value)>, ConfigError> {
+    let doc = parse_document(text).map_err(|e| ConfigError::new(path, e))?;
+    if doc.get("kind").and_then(Value::as_str) != Some("ConfigMap") {
+        return Ok(vec![(path.to_owned(), doc)]);
+    }
+    let no_files = || {
+        ConfigError::new(
+            format!("{path}: data"),
+            "the ConfigMap holds no *.yaml, *.yml or *.json entry: give the ConfigMap that holds Flyte's configuration files (flytepropeller's, flyte-binary's or the webhook's)",
+        )
+    };
+    let Some(Value::Object(data)) = doc.get("data") else {
+        return Err(no_files());
+    };
+    let mut names: Vec<&String> = data
+        .keys()
+        .filter(|k| [".yaml", ".yml", ".json"].iter().any(|e| k.ends_with(e)))
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        return Err(no_files());
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            let at = format!("{path}: data.{name}");
+            let text = data[name].as_str().ok_or_else(|| {
+                ConfigError::new(
+                    &at,
+                    "expected the file's text (a string), as a ConfigMap holds it",
+                )
+            })?;
+            let doc = parse_document(text).map_err(|e| ConfigError::new(&at, e))?;
+            Ok((at, doc))
+        })
+        .collect()
+}
+
+/// A Flyte document's `webhook` and `secrets` (names matched without regard to case); every
+/// other section is skipped, as Flyte skips the sections it does not read, except a name one
+/// or two letters from a read section (`webhok`) and podmutator's own sections (`http`,
+/// `embedded`, ...), which belong in `--config`.
+pub fn sections(path: &str, doc: Value) -> Result<Value, ConfigError> {
+    let Value::Object(sections) = doc else {
+        return Err(ConfigError::new(
+            path,
+            "expected a Flyte configuration: a mapping of sections such as webhook, secrets, propeller",
+        ));
+    };
+    let ours = own_sections();
+    let mut out = Value::Object(Map::new());
+    for (key, value) in sections {
+        if let Some(read) = READ_SECTIONS.iter().find(|s| s.eq_ignore_ascii_case(&key)) {
+            super::merge(
+                &mut out,
+                Value::Object(Map::from_iter([(read.to_string(), value)])),
+            );
+        } else if ours.iter().any(|s| s.eq_ignore_ascii_case(&key)) {
+            return Err(ConfigError::new(
+                format!("{path}: {key}"),
+                "podmutator's own section: it belongs in --config; --flyte-config reads webhook and secrets",
+            ));
+        } else if let Some(near) = nearest(&key, READ_SECTIONS)
+            && !NOT_MISSPELT.contains(&key.to_ascii_lowercase().as_str())
+        {
+            return Err(ConfigError::new(
+                format!("{path}: {key}"),
+                format!(
+                    "not a section podmutator reads: did you mean `{near}`? --flyte-config reads webhook and secrets, and skips Flyte's other sections"
+                ),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// The top-level sections of podmutator's configuration that are not Flyte's.
+fn own_sections() -> Vec<String> {
+    match serde_json::to_value(Config::default()) {
+        Ok(Value::Object(m)) => m
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| !READ_SECTIONS.contains(&k.as_str()))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Keys whose default is unset, so that the default does not show their type: what a quoted
+/// value of theirs is read as.
+const UNSET_SCALARS: [(&str, Scalar); 2] = [
+    ("webhook.localCert", Scalar::Bool),
+    ("webhook.metricsPort", Scalar::Number),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scalar {
+    Bool,
+    Number,
+}
+
+/// Decodes the read sections of a whole configuration in place with Flyte's leniencies (the
+/// module's documentation); the skipped keys' warnings are added to `warnings`.
+pub fn decode(config: &mut Value, warnings: &mut Vec<String>) {
+    let reference = serde_json::to_value(Config::default()).unwrap_or(Value::Null);
+    let Value::Object(root) = config else { return };
+    rename_keys(root, READ_SECTIONS.iter().copied());
+    for section in READ_SECTIONS {
+        if let Some(v) = root.get_mut(section) {
+            decode_at(v, &reference[section], section, warnings);
+        }
+    }
+}
+
+/// Renames each key of `map` that matches one of `known` without regard to case, unless the
+/// exact key is there too.
+fn rename_keys<'a>(map: &mut Map<String, Value>, known: impl Iterator<Item = &'a str> + Clone) {
+    let renames: Vec<(String, &str)> = map
+        .keys()
+        .filter(|k| !known.clone().any(|n| n == k.as_str()))
+        .filter_map(|k| {
+            let n = known.clone().find(|n| n.eq_ignore_ascii_case(k))?;
+            (!map.contains_key(n)).then(|| (k.clone(), n))
+        })
+        .collect();
+    for (from, to) in renames {
+        if let Some(v) = map.remove(&from) {
+            map.insert(to.to_owned(), v);
+        }
+    }
+}
+
+fn decode_at(v: &mut Value, reference: &Value, path: &str, warnings: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            let Value::Object(known) = reference else {
+                // A map of the user's keys, or a Kubernetes type: only `null` is Flyte's.
+                map.values_mut().for_each(super::drop_nulls);
+                return;
+            };
+            rename_keys(map, known.keys().map(String::as_str));
+            for (key, why) in SKIPPED_KEYS {
+                let Some(name) = key.strip_prefix(path).and_then(|k| k.strip_prefix('.')) else {
+                    continue;
+                };
+                if !name.contains('.') && map.remove(name).is_some() {
+                    warnings.push(format!("{key} is skipped: {why}"));
+                }
+            }
+            for (key, child) in map.iter_mut() {
+                let reference = known.get(key).unwrap_or(&Value::Null);
+                decode_at(child, reference, &format!("{path}.{key}"), warnings);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(super::drop_nulls),
+        Value::String(s) => {
+            let scalar = match reference {
+                Value::Bool(_) => Some(Scalar::Bool),
+                Value::Number(_) => Some(Scalar::Number),
+                Value::Null => UNSET_SCALARS
+                    .iter()
+                    .find(|(k, _)| *k == path)
+                    .map(|(_, t)| *t),
+                Value::Array(_) => {
+                    // viper's string-to-slice hook: "K8s,AWS" is a list.
+                    *v = Value::Array(
+                        s.split(',')
+                            .map(str::trim)
+                            .filter(|p| !p.is_empty())
+                            .map(|p| Value::String(p.to_owned()))
+                            .collect(),
+                    );
+                    return;
+                }
+                _ => None,
+            };
+            let parsed = match scalar {
+                Some(Scalar::Bool) => go_bool(s).map(Value::Bool),
+                Some(Scalar::Number) => s
+                    .trim()
+                    .parse::<serde_json::Number>()
+                    .ok()
+                    .map(Value::Number),
+                None => None,
+            };
+            // Text that is not what the key takes stays text, for the error to name it.
+            if let Some(parsed) = parsed {
+                *v = parsed;
+            }
+        }
+        Value::Number(n) if reference.is_string() => *v = Value::String(n.to_string()),
+        Value::Bool(b) if reference.is_string() => *v = Value::String(b.to_string()),
+        _ => {}
+    }
+}
+
+/// Go's `strconv.ParseBool`, which mapstructure's weak decoding uses.
+fn go_bool(s: &str) -> Option<bool> {
+    match s.trim() {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn decoded(v: Value) -> (Value, Vec<String>) {
+        let mut v = v;
+        let mut warnings = Vec::new();
+        decode(&mut v, &mut warnings);
+        (v, warnings)
+    }
+
+    #[test]
+    fn quoted_numbers_and_booleans_are_read_as_flyte_reads_them() {
+        let (v, _) = decoded(json!({"webhook": {
+            "listenPort": "9443", "servicePort": " 443", "localCert": "true",
+            "metricsPort": "9090", "disableCreateMutatingWebhookConfig": "T",
+            "kubeClientConfig": {"qps": "50", "timeout": 30},
+        }}));
+        let w = &v["webhook"];
+        assert_eq!(w["listenPort"], 9443);
+        assert_eq!(w["servicePort"], 443);
+        assert_eq!(w["localCert"], true);
+        assert_eq!(w["metricsPort"], 9090);
+        assert_eq!(w["disableCreateMutatingWebhookConfig"], true);
+        assert_eq!(w["kubeClientConfig"]["qps"], 50);
+        assert_eq!(w["kubeClientConfig"]["timeout"], "30");
+    }
+
+    #[test]
+    fn text_that_is_not_a_number_stays_text_for_the_error() {
+        let (v, _) = decoded(json!({"webhook": {"listenPort": "x", "localCert": "yes"}}));
+        assert_eq!(v["webhook"]["listenPort"], "x");
+        assert_eq!(v["webhook"]["localCert"], "yes");
+    }
+
+    #[test]
+    fn keys_match_without_regard_to_case_and_the_exact_key_wins() {
+        let (v, _) = decoded(json!({"Webhook": {"CertDir": "/a", "LISTENPORT": 1,
+            "vaultSecretManager": {"Role": "r", "annotations": {"Keep-Case": "x"}}}}));
+        assert_eq!(v["webhook"]["certDir"], "/a");
+        assert_eq!(v["webhook"]["listenPort"], 1);
+        assert_eq!(v["webhook"]["vaultSecretManager"]["role"], "r");
+        // The user's own keys are not ours to rename.
+        assert_eq!(
+            v["webhook"]["vaultSecretManager"]["annotations"]["Keep-Case"],
+            "x"
+        );
+        let (v, _) = decoded(json!({"webhook": {"certDir": "/exact", "CertDir": "/other"}}));
+        assert_eq!(v["webhook"]["certDir"], "/exact");
+        assert_eq!(v["webhook"]["CertDir"], "/other");
+    }
+
+    #[test]
+    fn a_comma_separated_string_is_a_list() {
+        let (v, _) = decoded(json!({"webhook": {"secretManagerTypes": "K8s, AWS"}}));
+        assert_eq!(v["webhook"]["secretManagerTypes"], json!(["K8s", "AWS"]));
+    }
+
+    #[test]
+    fn the_keys_unions_charts_write_are_skipped_with_a_warning() {
+        let (v, warnings) = decoded(json!({"webhook": {"embeddedSecretManagerConfig": {
+            "enabled": true, "clusterName": "c", "type": "AWS"}}}));
+        let e = &v["webhook"]["embeddedSecretManagerConfig"];
+        assert_eq!(e, &json!({"type": "AWS"}));
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("embeddedSecretManagerConfig.enabled is skipped"));
+        assert!(warnings[1].contains("clusterName is skipped"));
+    }
+
+    #[test]
+    fn nulls_are_unset_at_any_depth() {
+        let (v, _) = decoded(json!({"webhook": {"namespaceSelector": null,
+            "vaultSecretManager": {"annotations": null}, "awsSecretManager": {"resources": {"limits": null}}}}));
+        assert_eq!(v["webhook"]["vaultSecretManager"], json!({}));
+        assert!(v["webhook"].get("namespaceSelector").is_none());
+        assert_eq!(v["webhook"]["awsSecretManager"]["resources"], json!({}));
+    }
+
+    #[test]
+    fn a_configmap_object_is_read_by_its_data_files_in_name_order() {
+        let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: flyte-propeller-config}\ndata:\n  core.yaml: |\n    webhook:\n      listenPort: 1\n  admin.yaml: |\n    admin: {endpoint: x}\n  README: not a file\n";
+        let docs = documents("cm.yaml", cm).unwrap();
+        let names: Vec<&str> = docs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["cm.yaml: data.admin.yaml", "cm.yaml: data.core.yaml"]
+        );
+        assert_eq!(docs[1].1["webhook"]["listenPort"], 1);
+        let json = r#"{"kind": "ConfigMap", "data": {"a.json": "{\"webhook\": {}}"}}"#;
+        assert_eq!(documents("cm.json", json).unwrap().len(), 1);
+        let err = documents("cm.yaml", "kind: ConfigMap\ndata: {x: y}\n").unwrap_err();
+        assert_eq!(err.key, "cm.yaml: data");
+        let err = documents("cm.yaml", "kind: ConfigMap\ndata: {a.yaml: [1]}\n").unwrap_err();
+        assert_eq!(err.key, "cm.yaml: data.a.yaml");
+    }
+
+    #[test]
+    fn other_sections_are_skipped_but_a_near_miss_or_our_own_is_refused() {
+        let doc = json!({"Webhook": {"a": 1}, "secret": {}, "leaseworker": {}, "union": {}, "fasttask": {}});
+        assert_eq!(sections("f", doc).unwrap(), json!({"webhook": {"a": 1}}));
+        let err = sections("f", json!({"webhok": {}})).unwrap_err();
+        assert_eq!(err.key, "f: webhok");
+        assert!(err.message.contains("did you mean `webhook`"), "{err}");
+        let err = sections("f", json!({"http": {}})).unwrap_err();
+        assert!(err.message.contains("belongs in --config"), "{err}");
+    }
+}
