@@ -872,11 +872,12 @@ fn inject_takes_the_image_routes_and_names_their_registered_webhook_in_a_denial(
 /// A misspelt level, or an empty `RUST_LOG`, used to select no target at all: not one line,
 /// and nothing said. Now the bad filter is named on stderr and `info` is used.
 #[test]
-fn a_misspelt_or_empty_rust_log_is_named_on_stderr_and_info_is_used() {
+fn a_misspelt_empty_or_span_rust_log_is_named_on_stderr_and_info_is_used() {
     for (spec, named) in [
         ("inof", "\"inof\" is not a level"),
         ("", "it is empty"),
         ("info,podmutator=loud", "\"podmutator=loud\""),
+        ("podmutator[span]=debug", "span and field filters"),
     ] {
         // `lambda` logs (check-config prints its warnings on stderr instead): it starts, logs
         // the configuration's warning, and stops at the Runtime API nothing serves.
@@ -1221,4 +1222,135 @@ fn configuration_errors_name_the_nearest_key_the_type_in_words_and_the_source_as
     let stderr = text(&out.stderr);
     assert!(stderr.contains(" 4 |   pathToken: <redacted>"), "{stderr}");
     assert!(!stderr.contains("abc"), "{stderr}");
+}
+
+/// An AWS that answers every call with `status` and `body` (as JSON 1.1 errors come), on a
+/// loopback port, for as long as the returned listener's thread runs.
+fn aws_answering(status: u16, error_type: &str, body: &str) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let answer = format!(
+        "HTTP/1.1 {status} Bad Request\r\ncontent-type: application/x-amz-json-1.1\r\nx-amzn-errortype: {error_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().map_while(Result::ok) {
+            // The request's head and body: read until the client has sent what it sends.
+            let mut buf = [0u8; 65536];
+            let mut got = Vec::new();
+            while let Ok(n) = conn.read(&mut buf) {
+                got.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&got);
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let length = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if got.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+            let _ = conn.write_all(answer.as_bytes());
+        }
+    });
+    port
+}
+
+/// `inject --embedded` is run by an operator at their own terminal: a failed call shows AWS's
+/// own text (the role and the action it was refused), and missing credentials are named as
+/// such, not as a connection failure, with what to set.
+#[test]
+fn inject_names_missing_credentials_and_shows_awss_own_error() {
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "task", "labels": {"inject-flyte-secrets": "true", "organization": "flyte",
+            "project": "flytesnacks", "domain": "development"},
+            "annotations": podmutator::secrets::codec::encode_annotations(&[podmutator::secrets::codec::Secret {
+                group: "db".into(), key: "password".into(),
+                mount_requirement: podmutator::secrets::codec::MountRequirement::File, ..Default::default()
+            }]).unwrap()},
+        "spec": {"containers": [{"name": "main", "image": "flytekit", "command": ["python", "task.py"]}]}
+    });
+    let config = json!({
+        "webhook": {"secretManagerTypes": ["Embedded"],
+            "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}},
+        "embedded": {"organization": "flyte", "delivery": "reference",
+            "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000"}
+    })
+    .to_string();
+    let tmp = common::temp_dir("inject-aws-errors");
+    let file = tmp.join("pod.json");
+    std::fs::write(&file, pod.to_string()).unwrap();
+    let run = |env: &[(&str, String)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_podmutator"));
+        cmd.args([
+            "inject",
+            "--embedded",
+            "-n",
+            "flytesnacks-development",
+            "-f",
+        ])
+        .arg(&file)
+        .args(["--config-json", &config])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", &tmp)
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+        text(&out.stderr)
+    };
+    let stderr = run(&[]);
+    assert!(
+        stderr.contains("DescribeSecret failed with no AWS credentials (no request was sent)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("set AWS_PROFILE"), "{stderr}");
+    assert!(
+        !stderr.contains("connection failure") && !stderr.contains("function's log"),
+        "{stderr}"
+    );
+
+    let refusal = "User: arn:aws:sts::123456789012:assumed-role/platform-dev/me is not authorized to perform: secretsmanager:DescribeSecret on resource: u__org__flyte__domain__development__project__flytesnacks__key__password because no identity-based policy allows the secretsmanager:DescribeSecret action";
+    let port = aws_answering(
+        400,
+        "AccessDeniedException",
+        &json!({"__type": "AccessDeniedException", "message": refusal}).to_string(),
+    );
+    let creds = [
+        ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
+        ("AWS_ACCESS_KEY_ID", "testing".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "testing".to_owned()),
+    ];
+    let stderr = run(&creds);
+    assert!(
+        stderr.contains("DescribeSecret failed with AccessDeniedException"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(refusal), "AWS's text: {stderr}");
+
+    let port = aws_answering(
+        400,
+        "ExpiredTokenException",
+        r#"{"__type": "ExpiredTokenException", "message": "The security token included in the request is expired"}"#,
+    );
+    let mut creds = creds;
+    creds[0].1 = format!("http://127.0.0.1:{port}");
+    let stderr = run(&creds);
+    assert!(
+        stderr.contains("your AWS credentials have expired"),
+        "{stderr}"
+    );
 }

@@ -574,3 +574,45 @@ async fn a_rotated_certificate_is_served_without_a_restart_and_a_broken_one_is_n
     );
     assert!(!s.log().contains(&key2), "a key in the log");
 }
+
+/// An API server that does not trust the serving certificate (a registration whose caBundle
+/// holds another CA) fails every call in the TLS handshake: `serve` says so at the default level,
+/// naming the caBundle, once per sample window however many calls fail.
+#[tokio::test]
+async fn a_failed_tls_handshake_is_logged_at_warn_naming_the_ca_bundle() {
+    let dir = temp_dir("probe-tls-fail");
+    let port = free_port();
+    let s = Serve::start(&json!({
+        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
+        "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN}
+    }))
+    .await;
+    // A CA that did not sign the serving certificate, as a stale caBundle holds.
+    let (other_ca, _, _) = tls::generate_certs(&tls::serving_names("podmutator", "flyte")).unwrap();
+    for _ in 0..3 {
+        let err = tls_connect(port, other_ca.as_bytes()).await.unwrap_err();
+        assert!(
+            err.to_string().to_lowercase().contains("certificate"),
+            "{err}"
+        );
+    }
+    wait_for(&s.log, "\"tls handshake failed", 1).await;
+    let log = s.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("\"tls handshake failed"))
+        .unwrap();
+    let line: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert_eq!(line["refusal"], "TlsHandshake", "{line}");
+    assert!(
+        line["message"].as_str().unwrap().contains("caBundle"),
+        "{line}"
+    );
+    assert!(
+        line["peer"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "{line}"
+    );
+    // Sampled: three failures within the window are one line.
+    assert_eq!(log.matches("\"tls handshake failed").count(), 1, "{log}");
+}

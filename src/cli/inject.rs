@@ -562,6 +562,8 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
         .map_err(InjectError::Runtime)?;
     let out = runtime.block_on(async {
         let mut deps = Deps::offline();
+        // The reader is the operator, at their own terminal: AWS's own words for a failure.
+        deps.errors_in_replies = true;
         let aws = super::shared_aws(config);
         if embedded {
             use crate::config::{Delivery, EnvVarDelivery};

@@ -400,7 +400,27 @@ pub fn init_logging() {
         eprintln!("podmutator: {var}={spec:?} is not a valid log filter: {e}; logging at info");
         log_filter("info").expect("a level is a filter")
     });
+    if let Some(hidden) = hides_the_start_line(&filter) {
+        eprintln!("podmutator: {var}={spec:?} {hidden}");
+    }
     let _ = json_subscriber(std::io::stdout, filter).try_init();
+}
+
+/// The target of `serve`'s and `lambda`'s start lines (and every line of this module).
+const START_LINE_TARGET: &str = module_path!();
+
+/// What a valid filter that hides the start line hides, for the note `init_logging` prints on
+/// stderr (the filter is still used: an operator may want warnings only).
+fn hides_the_start_line(filter: &tracing_subscriber::filter::Targets) -> Option<&'static str> {
+    use tracing::Level;
+    if filter.would_enable(START_LINE_TARGET, &Level::INFO) {
+        return None;
+    }
+    Some(if filter.would_enable(START_LINE_TARGET, &Level::WARN) {
+        "hides podmutator's INFO lines: the start line and each admission's audit line; warnings and errors are still logged"
+    } else {
+        "hides every line of podmutator's own, the start line and its errors among them: add podmutator=info to see them"
+    })
 }
 
 /// The log subscriber: one flat JSON object per event, written to `writer`, behind `filter`.
@@ -452,6 +472,11 @@ pub fn log_filter(spec: &str) -> Result<tracing_subscriber::filter::Targets, Str
         return Err("it is empty: give a level (error, warn, info, debug, trace, off) or target=level directives".into());
     }
     for d in &directives {
+        if d.contains(['[', '{']) {
+            return Err(format!(
+                "{d:?}: span and field filters ([span], {{field}}) are not supported: give target=level directives, e.g. podmutator=debug"
+            ));
+        }
         if !d.contains('=') && d.parse::<LevelFilter>().is_err() {
             return Err(format!(
                 "{d:?} is not a level (error, warn, info, debug, trace, off); a target needs one: {d}=debug"
@@ -1115,6 +1140,8 @@ mod tests {
     #[case::empty("", "it is empty")]
     #[case::blank(" , ", "it is empty")]
     #[case::bad_level_of_a_target("info,hyper=loud", "\"hyper=loud\"")]
+    #[case::span_filter("podmutator[span]=debug", "span and field filters")]
+    #[case::field_filter("podmutator[{uid}]=debug", "span and field filters")]
     fn a_filter_that_would_select_nothing_is_refused_naming_the_directive(
         #[case] spec: &str,
         #[case] named: &str,
@@ -1162,6 +1189,20 @@ mod tests {
             assert!(f.would_enable("podmutator::admission", &Level::TRACE));
             assert!(f.would_enable("lambda_runtime", &Level::INFO));
             assert!(f.would_enable("aws_smithy_runtime", &Level::DEBUG));
+        }
+    }
+
+    #[rstest::rstest]
+    #[case::info("info", None)]
+    #[case::ours_at_debug("warn,podmutator=debug", None)]
+    #[case::warnings_only("warn", Some("hides podmutator's INFO lines"))]
+    #[case::another_crate_only("hyper=debug", Some("hides every line of podmutator's own"))]
+    #[case::off("off", Some("hides every line"))]
+    fn a_filter_that_hides_the_start_line_is_named(#[case] spec: &str, #[case] note: Option<&str>) {
+        let got = hides_the_start_line(&log_filter(spec).unwrap());
+        match note {
+            None => assert_eq!(got, None, "{spec}"),
+            Some(n) => assert!(got.is_some_and(|g| g.contains(n)), "{spec}: {got:?}"),
         }
     }
 

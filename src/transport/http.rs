@@ -88,15 +88,19 @@ pub enum Refusal {
     ContentType,
     /// A body over `http.maxBodyBytes` (400).
     BodyTooLarge,
+    /// `serve`: a TLS handshake that failed, most often a client (the API server) that does not
+    /// trust the serving certificate's CA.
+    TlsHandshake,
 }
 
 impl Refusal {
-    const ALL: [Refusal; 5] = [
+    const ALL: [Refusal; 6] = [
         Refusal::PathToken,
         Refusal::NotFound,
         Refusal::Method,
         Refusal::ContentType,
         Refusal::BodyTooLarge,
+        Refusal::TlsHandshake,
     ];
 
     /// The log field's value and the metric's `Refusal` dimension.
@@ -107,6 +111,7 @@ impl Refusal {
             Refusal::Method => "Method",
             Refusal::ContentType => "ContentType",
             Refusal::BodyTooLarge => "BodyTooLarge",
+            Refusal::TlsHandshake => "TlsHandshake",
         }
     }
 }
@@ -119,8 +124,8 @@ pub const REFUSAL_SAMPLE_MS: u64 = 10_000;
 /// Per kind of refusal: when it was last logged, and how many happened since.
 #[derive(Default)]
 struct RefusalLog {
-    last_ms: [std::sync::atomic::AtomicU64; 5],
-    pending: [std::sync::atomic::AtomicU64; 5],
+    last_ms: [std::sync::atomic::AtomicU64; Refusal::ALL.len()],
+    pending: [std::sync::atomic::AtomicU64; Refusal::ALL.len()],
 }
 
 /// The transport's gate in front of the app.
@@ -234,6 +239,40 @@ impl Front {
     /// [`REFUSAL_SAMPLE_MS`] per kind. `path` is what follows the token, never the token or a
     /// guess at it.
     pub fn refused(&self, kind: Refusal, method: &str, path: Option<&str>) {
+        let Some(count) = self.sample(kind) else {
+            return;
+        };
+        tracing::warn!(
+            refusal = kind.as_str(),
+            count,
+            method,
+            path = path.unwrap_or("<withheld: it would hold the token>"),
+            sample_seconds = REFUSAL_SAMPLE_MS / 1000,
+            "request refused before the admission"
+        );
+    }
+
+    /// Records a failed TLS handshake (`serve`), sampled as [`Front::refused`] samples: an API
+    /// server that does not trust the certificate fails every call, and its operator must see
+    /// why at the default level.
+    pub fn tls_failed(&self, peer: std::net::SocketAddr, error: &dyn std::fmt::Display) {
+        let Some(count) = self.sample(Refusal::TlsHandshake) else {
+            return;
+        };
+        tracing::warn!(
+            refusal = Refusal::TlsHandshake.as_str(),
+            count,
+            %peer,
+            %error,
+            sample_seconds = REFUSAL_SAMPLE_MS / 1000,
+            "tls handshake failed: if the peer is the API server, the registration's caBundle does not hold the CA that signed the serving certificate (docs/troubleshooting.md)"
+        );
+    }
+
+    /// Counts a refusal of `kind` (the Prometheus counter, unsampled) and, at most once per
+    /// [`REFUSAL_SAMPLE_MS`] per kind, reports it: the EMF line with the count since the last
+    /// report, which the caller logs beside it. `None` when this one is not reported.
+    fn sample(&self, kind: Refusal) -> Option<u64> {
         use std::sync::atomic::Ordering::Relaxed;
         let i = Refusal::ALL.iter().position(|k| *k == kind).unwrap_or(0);
         // Every refusal, unsampled: the counter is read by scraping, not written as a line.
@@ -244,26 +283,19 @@ impl Front {
             .map_or(0, |d| d.as_millis() as u64);
         let last = self.refusals.last_ms[i].load(Relaxed);
         if last != 0 && now.saturating_sub(last) < REFUSAL_SAMPLE_MS {
-            return;
+            return None;
         }
         if self.refusals.last_ms[i]
             .compare_exchange(last, now.max(1), Relaxed, Relaxed)
             .is_err()
         {
-            return; // another request is reporting this window
+            return None; // another request is reporting this window
         }
         let count = self.refusals.pending[i].swap(0, Relaxed);
-        tracing::warn!(
-            refusal = kind.as_str(),
-            count,
-            method,
-            path = path.unwrap_or("<withheld: it would hold the token>"),
-            sample_seconds = REFUSAL_SAMPLE_MS / 1000,
-            "request refused before the admission"
-        );
         if let Some(m) = self.app.metrics() {
             m.emit_refusals(kind.as_str(), count);
         }
+        Some(count)
     }
 
     /// The 400 for a body over the limit, recorded as a refusal.

@@ -515,7 +515,7 @@ impl Connection {
             tls = tokio::time::timeout_at(first_request_by, acceptor.accept(tcp)) => match tls {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "tls handshake failed");
+                    front.tls_failed(peer, &e);
                     return;
                 }
                 Err(_) => {

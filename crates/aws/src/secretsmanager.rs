@@ -41,6 +41,11 @@ where
     let code = match &e {
         SdkError::ServiceError(s) => s.err().code().unwrap_or("an unnamed error").to_owned(),
         SdkError::TimeoutError(_) => "a timeout (embedded.deadlineMs)".to_owned(),
+        // The SDK reports credentials it could not load as a dispatch failure, though no
+        // request was sent.
+        SdkError::DispatchFailure(_) if mentions_credentials(&e) => {
+            "no AWS credentials (no request was sent)".to_owned()
+        }
         SdkError::DispatchFailure(_) => "a connection failure".to_owned(),
         SdkError::ResponseError(_) => "an unreadable response".to_owned(),
         _ => "a request it could not build".to_owned(),
@@ -62,6 +67,12 @@ where
             source: Box::new(e),
         }
     }
+}
+
+/// Whether any error in `e`'s chain is about credentials.
+fn mentions_credentials(e: &dyn std::error::Error) -> bool {
+    std::iter::successors(Some(e), |e| e.source())
+        .any(|e| e.to_string().to_ascii_lowercase().contains("credential"))
 }
 
 type HttpResponse = aws_smithy_runtime_api::client::orchestrator::HttpResponse;

@@ -450,14 +450,17 @@ impl App {
                 fetched.throttles = e.throttles();
                 // The SDK's own text (the error's source) names the account, the role and the
                 // secret's ARN: the log gets it; the reply gets the ids, the API and the code.
+                let detail = error_chain(&e);
                 tracing::error!(
                     error = %e,
-                    detail = %error_chain(&e),
+                    %detail,
                     "fetching secrets from AWS Secrets Manager failed"
                 );
-                Err(Error::Internal(format!(
-                    "{e} (details in the function's log)"
-                )))
+                Err(Error::Internal(if self.errors_in_replies {
+                    format!("{detail}{}", credentials_hint(&detail))
+                } else {
+                    format!("{e} (details in the function's log)")
+                }))
             }
             Err(_) => Err(Error::Internal(format!(
                 "deadline of {} ms (embedded.deadlineMs) passed while fetching secret {}",
@@ -488,6 +491,19 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         next = cause.source();
     }
     out
+}
+
+/// What to do about a failure whose text says the caller's AWS credentials are the cause: the
+/// SDK's own words for it are spread over a chain of sources.
+fn credentials_hint(detail: &str) -> &'static str {
+    let d = detail.to_ascii_lowercase();
+    if d.contains("expiredtoken") || d.contains("token included in the request is expired") {
+        " (your AWS credentials have expired: renew them, e.g. aws sso login, and run again)"
+    } else if d.contains("no aws credentials") || d.contains("provided credentials") {
+        " (set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run aws sso login, and run again)"
+    } else {
+        ""
+    }
 }
 
 fn internal(what: &str, e: impl std::fmt::Display) -> Error {

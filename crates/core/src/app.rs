@@ -37,6 +37,8 @@ pub struct App {
     /// [`Config::embedded_values_in_replies`]: the transport refuses such replies on public
     /// event sources.
     pub(crate) values_in_replies: bool,
+    /// [`Deps::errors_in_replies`].
+    pub(crate) errors_in_replies: bool,
 }
 
 /// What the app takes from outside its configuration. Made at the edge (`cli`), by tests, or
@@ -55,6 +57,10 @@ pub struct Deps {
     pub entrypoints: Option<Arc<dyn EntrypointSource>>,
     /// Where metric lines go when `metrics.enabled`; `None` sends them nowhere.
     pub metrics: Option<Sink>,
+    /// Whether a failed call's own text (AWS's message, which names the account, the role and
+    /// the action) goes into the reply rather than only the log: for `inject`, whose reader is
+    /// the operator at their own terminal, with their own credentials. Never for a server.
+    pub errors_in_replies: bool,
 }
 
 impl Deps {
@@ -67,6 +73,7 @@ impl Deps {
             resolver: None,
             entrypoints: None,
             metrics: Some(Sink::Stdout),
+            errors_in_replies: false,
         }
     }
 
@@ -78,6 +85,7 @@ impl Deps {
             resolver: None,
             entrypoints: None,
             metrics: None,
+            errors_in_replies: false,
         }
     }
 
@@ -128,6 +136,7 @@ impl App {
             resolver,
             entrypoints,
             metrics,
+            errors_in_replies,
         } = deps;
         for id in config.mutators.keys() {
             if !MUTATOR_IDS.contains(&id.as_str()) {
@@ -201,6 +210,7 @@ impl App {
             metrics,
             counters: Arc::new(Counters::new()),
             values_in_replies: config.embedded_values_in_replies(),
+            errors_in_replies,
         })
     }
 

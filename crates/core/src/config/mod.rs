@@ -1211,6 +1211,10 @@ impl Config {
             h.path_token_secret_id.is_some(),
         ];
         match tokens.iter().filter(|set| **set).count() {
+            0 if h.path_token_disabled && self.embedded_values_in_replies() => warnings.push(
+                "http.pathTokenDisabled is true and the Embedded manager delivers values: anyone who reaches the endpoint is served the secret values of any pod they describe (AWS Secrets Manager, with the webhook's role); set a path token, or embedded.delivery: reference, which serves names only"
+                    .into(),
+            ),
             0 if h.path_token_disabled => warnings.push(
                 "http.pathTokenDisabled is true: every route answers without a path token, so anyone who reaches the endpoint can send reviews"
                     .into(),
@@ -1688,6 +1692,9 @@ mod tests {
     #[case::singular(json!({"webhook": {"secretManagerType": "vault"}}), "secretManagerType is deprecated")]
     #[case::kv_version(json!({"webhook": {"vaultSecretManager": {"kvVersion": "1"}}}), "kvVersion is deprecated")]
     #[case::global_listed(json!({"webhook": {"secretManagerTypes": ["Global", "K8s"]}}), "always tried first")]
+    #[case::values_without_a_token(json!({"http": {"pathTokenDisabled": true}, "embedded": {"organization": "o"},
+        "webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS"}}}),
+        "anyone who reaches the endpoint is served the secret values")]
     fn deprecated_or_redundant_keys_load_with_a_warning(#[case] v: Value, #[case] warning: &str) {
         let loaded = load_json(v).unwrap();
         assert!(
