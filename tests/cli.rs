@@ -59,6 +59,8 @@ fn every_command_has_generated_help_listing_its_options() {
                 "webhook-config",
                 "secret-annotations",
                 "inject",
+                "version",
+                "completion",
                 "--config <FILE>",
                 "PODMUTATOR_CONFIG_FILE",
                 "PODMUTATOR_CONFIG]",
@@ -153,6 +155,104 @@ fn every_command_has_generated_help_listing_its_options() {
             assert!(listed, "{args:?} help lacks {w:?}:\n{stdout}");
         }
     }
+}
+
+/// What a newcomer types first: nothing, `version`, a misspelt command or option, and the
+/// shell completion kubectl users source.
+#[test]
+fn no_command_prints_help_and_version_completion_and_suggestions_answer() {
+    let out = podmutator(&[], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("podmutator: Kubernetes pod-mutating admission webhook"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(text(&out.stdout).contains("Commands:"));
+
+    let out = podmutator(&["version"], None);
+    let v = text(&out.stdout);
+    let lines: Vec<&str> = v.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!("podmutator {}", env!("CARGO_PKG_VERSION"))
+    );
+    let commit = lines[1].strip_prefix("commit: ").unwrap();
+    // This checkout's commit, or "unknown" where the build had no Git metadata.
+    assert!(
+        commit == "unknown"
+            || (commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit())),
+        "{v}"
+    );
+    assert_eq!(lines[2], "build: full (serve and the operator's tools)");
+
+    for (typed, tip) in [
+        (&["serv"][..], "'serve'"),
+        (&["check-config", "--confg", "x"][..], "'--config'"),
+    ] {
+        let out = podmutator(typed, None);
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("a similar") && stderr.contains(tip),
+            "{typed:?}: {stderr}"
+        );
+    }
+
+    for shell in ["bash", "zsh", "fish"] {
+        let out = podmutator(&["completion", shell], None);
+        assert!(out.status.success(), "{shell}");
+        let script = text(&out.stdout);
+        for command in ["check-config", "inject", "webhook-config"] {
+            assert!(script.contains(command), "{shell} completes {command}");
+        }
+    }
+    // The bash script loads in bash and registers the command.
+    let bash = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source <({} completion bash) && complete -p podmutator",
+            env!("CARGO_BIN_EXE_podmutator")
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        text(&bash.stdout).contains("-F _podmutator podmutator"),
+        "{}",
+        text(&bash.stderr)
+    );
+}
+
+/// A file with no pod in it (a wrong file passed by mistake) is said to hold nothing to mutate,
+/// and pods the webhook leaves alone are said to be left alone, on stderr, beside the output.
+#[test]
+fn inject_says_when_it_found_nothing_to_mutate() {
+    let config = root().join("config/local.yaml");
+    let out = podmutator(&["inject", "-f", config.to_str().unwrap()], None);
+    assert!(out.status.success());
+    assert!(
+        text(&out.stderr).contains("holds no Pod or pod template"),
+        "{}",
+        text(&out.stderr)
+    );
+    let plain = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}"#;
+    let out = podmutator(&["inject", "-f", "-"], Some(plain));
+    assert!(out.status.success());
+    assert!(
+        text(&out.stderr).contains("the webhook changes none of the 1 pods in -"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("inject-flyte-secrets"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = podmutator(
+        &["inject", "-f", fixture("manifests.yaml").to_str().unwrap()],
+        None,
+    );
+    assert_eq!(text(&out.stderr), "", "pods were changed: nothing to say");
 }
 
 #[test]

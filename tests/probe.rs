@@ -449,6 +449,43 @@ async fn metrics_count_admissions_and_refusals_and_the_probe_port_never_admits()
             &[("route", "secrets"), ("decision", "mutated")]
         )
     );
+    // Prometheus reads these counters: no CloudWatch EMF line is written beside them. And the
+    // start line lists the mutators as a JSON array.
+    let log = s.log();
+    assert!(!log.contains("\"_aws\""), "EMF lines with a probe port: {log}");
+    let start: Value = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["message"] == "serving https")
+        .unwrap();
+    assert_eq!(start["mutators"], json!(["secrets"]), "{start}");
+}
+
+/// Without a probe port, `serve` writes the EMF lines, as the Lambda does (a log shipper may
+/// carry them to CloudWatch).
+#[tokio::test]
+async fn without_a_probe_port_serve_writes_emf_lines() {
+    let dir = temp_dir("probe-emf");
+    let port = free_port();
+    let s = Serve::start(&json!({
+        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
+        "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN}
+    }))
+    .await;
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    let (status, _) = https_request(
+        port,
+        &ca,
+        "localhost",
+        "POST",
+        &format!("/{TOKEN}/mutate--v1-pod"),
+        Some("application/json"),
+        &review_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+    wait_for(&s.log, "\"_aws\"", 1).await;
 }
 
 /// Publishes `files` into `dir` the way the kubelet updates a Secret volume: a new timestamped

@@ -403,73 +403,49 @@ impl Injector {
     }
 }
 
-/// The most cells the longest-common-subsequence table may have (4 bytes each: 16 MB). A
-/// middle larger than this, after the common head and tail are set aside, is shown as removed
-/// then added, which is still a correct diff, only not the shortest.
-const MAX_LCS_CELLS: usize = 4 << 20;
+/// How long the diff of one pod may search for the shortest edit; past it, a longer but still
+/// correct diff is printed. A pod is bounded by etcd's 1.5 MiB, so this is a backstop.
+const DIFF_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// A line diff of `before` and `after`: unchanged lines start with two spaces, removed ones with
-/// `- `, added ones with `+ `. The common head and tail are matched first (a mutation adds a
-/// few lines to a long pod), then the longest common subsequence of what is left, within
-/// [`MAX_LCS_CELLS`].
-pub fn line_diff(before: &str, after: &str) -> String {
-    line_diff_within(before, after, MAX_LCS_CELLS)
+/// `before` and `after` as `diff -u` prints them: `--- <what> (before)`, `+++ <what> (after)`,
+/// then hunks of changed lines (`-` removed, `+` added) with three lines of context around
+/// each. Nothing when the two are equal.
+pub fn unified_diff(before: &str, after: &str, what: &str) -> String {
+    similar::TextDiff::configure()
+        .timeout(DIFF_TIME)
+        .diff_lines(before, after)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("{what} (before)"), &format!("{what} (after)"))
+        .to_string()
 }
 
-fn line_diff_within(before: &str, after: &str, max_cells: usize) -> String {
-    let a: Vec<&str> = before.lines().collect();
-    let b: Vec<&str> = after.lines().collect();
-    let head = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
-    let tail = a[head..]
-        .iter()
-        .rev()
-        .zip(b[head..].iter().rev())
-        .take_while(|(x, y)| x == y)
-        .count();
-    let (mid_a, mid_b) = (&a[head..a.len() - tail], &b[head..b.len() - tail]);
-    let mut out = String::new();
-    let mut line = |mark: &str, text: &str| {
-        out.push_str(mark);
+/// A unified diff with ANSI colours, for a terminal: removals red, additions green, hunk heads
+/// cyan, file heads bold.
+pub fn coloured(diff: &str) -> String {
+    let mut out = String::with_capacity(diff.len() + diff.len() / 4);
+    for line in diff.split_inclusive('\n') {
+        let colour = if line.starts_with("---") || line.starts_with("+++") {
+            "\x1b[1m"
+        } else if line.starts_with("@@") {
+            "\x1b[36m"
+        } else if line.starts_with('-') {
+            "\x1b[31m"
+        } else if line.starts_with('+') {
+            "\x1b[32m"
+        } else {
+            out.push_str(line);
+            continue;
+        };
+        let (text, newline) = match line.strip_suffix('\n') {
+            Some(t) => (t, "\n"),
+            None => (line, ""),
+        };
+        out.push_str(colour);
         out.push_str(text);
-        out.push('\n');
-    };
-    a[..head].iter().for_each(|l| line("  ", l));
-    let cells = (mid_a.len() + 1).saturating_mul(mid_b.len() + 1);
-    if cells > max_cells {
-        mid_a.iter().for_each(|l| line("- ", l));
-        mid_b.iter().for_each(|l| line("+ ", l));
-    } else {
-        // lcs[i * w + j]: length of the longest common subsequence of mid_a[i..] and mid_b[j..].
-        let w = mid_b.len() + 1;
-        let mut lcs = vec![0u32; cells];
-        for i in (0..mid_a.len()).rev() {
-            for j in (0..mid_b.len()).rev() {
-                lcs[i * w + j] = if mid_a[i] == mid_b[j] {
-                    lcs[(i + 1) * w + j + 1] + 1
-                } else {
-                    lcs[(i + 1) * w + j].max(lcs[i * w + j + 1])
-                };
-            }
-        }
-        let (mut i, mut j) = (0, 0);
-        while i < mid_a.len() || j < mid_b.len() {
-            if i < mid_a.len() && j < mid_b.len() && mid_a[i] == mid_b[j] {
-                line("  ", mid_a[i]);
-                i += 1;
-                j += 1;
-            } else if i < mid_a.len()
-                && (j == mid_b.len() || lcs[(i + 1) * w + j] >= lcs[i * w + j + 1])
-            {
-                // Removals before additions, as `diff -u` prints a changed line.
-                line("- ", mid_a[i]);
-                i += 1;
-            } else {
-                line("+ ", mid_b[j]);
-                j += 1;
-            }
-        }
+        out.push_str("\x1b[0m");
+        out.push_str(newline);
     }
-    a[a.len() - tail..].iter().for_each(|l| line("  ", l));
     out
 }
 
@@ -482,6 +458,32 @@ pub struct Output {
     /// The webhook's warnings, as kubectl prints them (`Warning: ...`), each naming its object.
     pub warnings: Vec<String>,
     pub pods: usize,
+    /// The pods the webhook would change (a non-empty patch).
+    pub changed: usize,
+}
+
+impl Output {
+    /// What to say on stderr when the webhook would change nothing: an input with no pod (a
+    /// wrong file is otherwise echoed back as if it had been injected), or pods it leaves alone.
+    pub fn nothing_to_mutate(&self, path: &str, route: Route) -> Option<String> {
+        if self.pods == 0 {
+            return Some(format!(
+                "podmutator: inject: {path} holds no Pod or pod template (Deployment, StatefulSet, DaemonSet, ReplicaSet, ReplicationController, Job, CronJob, or a List of them): nothing to mutate"
+            ));
+        }
+        (self.changed == 0 && self.denials.is_empty()).then(|| {
+            let hint = match route {
+                Route::Secrets => {
+                    " (the secrets route mutates pods labelled inject-flyte-secrets: \"true\" with flyte.secrets/s<N> annotations)"
+                }
+                _ => "",
+            };
+            format!(
+                "podmutator: inject: the webhook changes none of the {} pods in {path}{hint}",
+                self.pods
+            )
+        })
+    }
 }
 
 /// Runs `args` over `text` with `app`; pure but for the app.
@@ -508,6 +510,9 @@ pub async fn inject_text(
                     patch,
                     warnings,
                 } => {
+                    if patch.as_array().is_some_and(|ops| !ops.is_empty()) {
+                        out.changed += 1;
+                    }
                     for w in warnings {
                         out.warnings
                             .push(format!("Warning: {}: {w}", injected.what));
@@ -517,11 +522,8 @@ pub async fn inject_text(
                     } else if args.diff {
                         let before = render(format, std::slice::from_ref(&before))?;
                         let after = render(format, std::slice::from_ref(&after))?;
-                        out.stdout.push_str(&format!(
-                            "--- {what} (before)\n+++ {what} (after)\n{}",
-                            line_diff(&before, &after),
-                            what = injected.what
-                        ));
+                        out.stdout
+                            .push_str(&unified_diff(&before, &after, &injected.what));
                     }
                 }
             }
@@ -582,9 +584,20 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
         let app = App::build(config, deps)?;
         inject_text(app, args, &text, &path).await
     })?;
-    print!("{}", out.stdout);
+    use std::io::IsTerminal;
+    let colour = args.diff
+        && std::io::stdout().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    if colour {
+        print!("{}", coloured(&out.stdout));
+    } else {
+        print!("{}", out.stdout);
+    }
     for w in &out.warnings {
         eprintln!("{w}");
+    }
+    if let Some(note) = out.nothing_to_mutate(&path, args.route) {
+        eprintln!("{note}");
     }
     for d in &out.denials {
         eprintln!("{d}");
@@ -604,32 +617,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_diff_keeps_common_lines_and_marks_the_rest() {
-        let d = line_diff("a\nb\nc\n", "a\nx\nc\nd\n");
-        assert_eq!(d, "  a\n- b\n+ x\n  c\n+ d\n");
-        assert_eq!(line_diff("a\n", "a\n"), "  a\n");
-        assert_eq!(line_diff("", "a\n"), "+ a\n");
-        assert_eq!(line_diff("a\nb\n", ""), "- a\n- b\n");
+    fn the_diff_is_hunks_with_three_lines_of_context() {
+        let before: String = (0..20).map(|i| format!("l{i}\n")).collect();
+        let after = before.replace("l10\n", "l10\nnew\n");
+        let d = unified_diff(&before, &after, "Pod/ns/p");
+        assert_eq!(
+            d,
+            "--- Pod/ns/p (before)\n+++ Pod/ns/p (after)\n@@ -9,6 +9,7 @@\n l8\n l9\n l10\n+new\n l11\n l12\n l13\n"
+        );
+        assert_eq!(unified_diff("a\n", "a\n", "x"), "", "no change, no hunk");
     }
 
     #[test]
-    fn a_middle_too_large_for_the_table_is_shown_removed_then_added() {
-        // Same head and tail, a changed middle of 3 x 3 lines: 16 cells, over a bound of 10.
-        let d = line_diff_within("h\na\nb\nc\nt\n", "h\nx\nb\ny\nt\n", 10);
-        assert_eq!(d, "  h\n- a\n- b\n- c\n+ x\n+ b\n+ y\n  t\n");
-        // Within the bound, the shortest diff.
-        let d = line_diff_within("h\na\nb\nc\nt\n", "h\nx\nb\ny\nt\n", 16);
-        assert_eq!(d, "  h\n- a\n+ x\n  b\n- c\n+ y\n  t\n");
+    fn colour_marks_each_kind_of_line_and_keeps_the_text() {
+        let d = "--- a\n+++ b\n@@ -1 +1 @@\n-x\n+y\n z\n";
+        let c = coloured(d);
+        assert!(
+            c.contains("\x1b[31m-x\x1b[0m\n") && c.contains("\x1b[32m+y\x1b[0m\n"),
+            "{c:?}"
+        );
+        assert!(c.contains("\x1b[36m@@ -1 +1 @@\x1b[0m"), "{c:?}");
+        assert!(c.ends_with(" z\n"));
+        let plain: String = c
+            .replace("\x1b[0m", "")
+            .replace("\x1b[1m", "")
+            .replace("\x1b[31m", "")
+            .replace("\x1b[32m", "")
+            .replace("\x1b[36m", "");
+        assert_eq!(plain, d);
     }
 
     #[test]
-    fn ten_thousand_changed_lines_diff_within_the_table_bound() {
-        // Every line differs: 10,000 x 10,000 cells would be 400 MB; the bound shows them all.
+    fn ten_thousand_changed_lines_diff_in_bounded_time() {
         let before: String = (0..10_000).map(|i| format!("a{i}\n")).collect();
         let after: String = (0..10_000).map(|i| format!("b{i}\n")).collect();
-        let d = line_diff(&before, &after);
-        assert_eq!(d.lines().filter(|l| l.starts_with("- ")).count(), 10_000);
-        assert_eq!(d.lines().filter(|l| l.starts_with("+ ")).count(), 10_000);
+        let d = unified_diff(&before, &after, "x");
+        assert_eq!(d.lines().filter(|l| l.starts_with("-a")).count(), 10_000);
+        assert_eq!(d.lines().filter(|l| l.starts_with("+b")).count(), 10_000);
     }
 
     #[test]

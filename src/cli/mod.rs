@@ -1,7 +1,6 @@
-//! Command line: `podmutator [serve|certs|lambda|check-config|webhook-config|secret-annotations|inject]`.
+//! Command line: `podmutator [serve|certs|lambda|check-config|webhook-config|secret-annotations|inject|version|completion]`.
 //! Without a subcommand the binary runs the Lambda runtime when `AWS_LAMBDA_RUNTIME_API` is set
-//! and the HTTPS server otherwise, so the same binary is the Lambda bootstrap and the container
-//! entrypoint.
+//! (it is the Lambda bootstrap) and prints its help otherwise.
 
 use std::io::Write as _;
 #[cfg(feature = "serve")]
@@ -31,7 +30,8 @@ pub const ENV_LAMBDA_RUNTIME_API: &str = "AWS_LAMBDA_RUNTIME_API";
 
 const AFTER_HELP: &str = "\
 Environment (besides each option's own):
-  AWS_LAMBDA_RUNTIME_API   set by Lambda: makes `lambda` the default command
+  AWS_LAMBDA_RUNTIME_API   set by Lambda: makes `lambda` the default command (without it and
+                           without a command, this help is printed)
   RUST_LOG                 log filter (default: info, else AWS_LAMBDA_LOG_LEVEL); logs are JSON lines on stdout";
 
 /// podmutator: Kubernetes pod-mutating admission webhook (AWS Lambda or HTTPS).
@@ -112,6 +112,14 @@ pub enum Command {
     /// Run the webhook offline over manifests and print what it would do to each pod
     #[cfg(feature = "tools")]
     Inject(inject::InjectArgs),
+    /// Print the version, the commit and which build this is (full, or the Lambda build)
+    Version,
+    /// Print a shell's completion script: `source <(podmutator completion bash)`
+    #[cfg(feature = "tools")]
+    Completion {
+        /// bash, zsh, fish, elvish or powershell
+        shell: clap_complete::Shell,
+    },
     /// In a pod (reference delivery): fetch the secrets of $PODMUTATOR_FETCH_PLAN into files
     Fetch,
     /// In a pod (reference delivery): set the variables of $PODMUTATOR_EXEC_ENV from their
@@ -227,19 +235,11 @@ impl Cli {
         cli
     }
 
-    /// The command to run (the one given, else `lambda` inside Lambda and `serve` elsewhere) and
-    /// where its configuration comes from.
-    pub fn command_or_default(self, in_lambda: bool) -> (Command, Source) {
-        let command = self.command.unwrap_or_else(|| {
-            // A build without `serve` (the Lambda build) has only the runtime loop to default to.
-            #[cfg(feature = "serve")]
-            if !in_lambda {
-                return default_serve();
-            }
-            let _ = in_lambda;
-            Command::Lambda {
-                config: ConfigArgs::default(),
-            }
+    /// The command to run (the one given, else `lambda`) and where its configuration comes from.
+    /// [`run`] prints the help instead when there is no command outside Lambda.
+    pub fn command_or_default(self) -> (Command, Source) {
+        let command = self.command.unwrap_or(Command::Lambda {
+            config: ConfigArgs::default(),
         });
         let after = match &command {
             #[cfg(feature = "serve")]
@@ -251,7 +251,12 @@ impl Cli {
             Command::WebhookConfig(_) => None,
             #[cfg(feature = "serve")]
             Command::Certs(_) => None,
-            Command::SecretAnnotations { .. } | Command::Fetch | Command::Exec { .. } => None,
+            #[cfg(feature = "tools")]
+            Command::Completion { .. } => None,
+            Command::SecretAnnotations { .. }
+            | Command::Fetch
+            | Command::Exec { .. }
+            | Command::Version => None,
         };
         let source = Source {
             flyte: after
@@ -369,21 +374,6 @@ fn print_warnings(loaded: &Loaded) {
     }
 }
 
-#[cfg(feature = "serve")]
-/// `serve` as if it had been typed, so its options still come from their variables.
-fn default_serve() -> Command {
-    match Cli::try_parse_from(["podmutator", "serve"]) {
-        Ok(Cli {
-            command: Some(command),
-            ..
-        }) => command,
-        _ => Command::Serve {
-            config: ConfigArgs::default(),
-            pod_namespace: "default".into(),
-        },
-    }
-}
-
 /// JSON log lines on stdout; the filter comes from `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL`. A
 /// filter that is not valid (a misspelt level, an empty value) is named in one line on stderr
 /// and `info` is used: a typo must not silence the log.
@@ -404,6 +394,28 @@ pub fn init_logging() {
         eprintln!("podmutator: {var}={spec:?} {hidden}");
     }
     let _ = json_subscriber(std::io::stdout, filter).try_init();
+}
+
+/// `serve`'s and `lambda`'s start line: an INFO line like every other (`timestamp`, `level`,
+/// `message`, then `fields`), written here rather than through `tracing`, whose field values
+/// are text, so that `mutators` is a JSON array. The log filter decides as for any INFO line
+/// of this module.
+fn start_line(message: &str, fields: serde_json::Value) {
+    use tracing_subscriber::fmt::{format::Writer, time::FormatTime};
+    if !tracing::enabled!(tracing::Level::INFO) {
+        return;
+    }
+    let mut timestamp = String::new();
+    let _ = tracing_subscriber::fmt::time::SystemTime.format_time(&mut Writer::new(&mut timestamp));
+    let mut line = serde_json::Map::new();
+    line.insert("timestamp".into(), timestamp.into());
+    line.insert("level".into(), "INFO".into());
+    line.insert("message".into(), message.into());
+    if let serde_json::Value::Object(fields) = fields {
+        line.extend(fields);
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", serde_json::Value::Object(line));
 }
 
 /// The target of `serve`'s and `lambda`'s start lines (and every line of this module).
@@ -548,8 +560,27 @@ fn capped(asked: &tracing_subscriber::filter::Targets) -> tracing_subscriber::fi
 /// Runs the parsed command line; the `Err` is printed by `main` and exits non-zero.
 pub fn run(cli: Cli) -> Result<(), CliError> {
     let in_lambda = std::env::var_os(ENV_LAMBDA_RUNTIME_API).is_some();
-    let (command, source) = cli.command_or_default(in_lambda);
+    if cli.command.is_none() && !in_lambda {
+        // Outside Lambda, no command is a person asking what this is.
+        use clap::CommandFactory;
+        let _ = Cli::command().print_help();
+        return Ok(());
+    }
+    let (command, source) = cli.command_or_default();
     match command {
+        Command::Version => {
+            println!("{}", version_text());
+            Ok(())
+        }
+        #[cfg(feature = "tools")]
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "podmutator", &mut script);
+            // A closed pipe (`| head`) is the reader's choice, not an error worth a panic.
+            let _ = std::io::stdout().lock().write_all(&script);
+            Ok(())
+        }
         // The pod side: its whole input is one environment variable each.
         Command::Fetch => {
             let summary = crate::pod::fetch::run_fetch().map_err(CliError::Fetch)?;
@@ -609,7 +640,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             // No log subscriber: stdout is one JSON document, and warnings go to stderr.
             let loaded = source.load()?;
             print_warnings(&loaded);
-            runtime(false)?.block_on(start(&loaded.config, TokenRead::Skip))?;
+            runtime(false)?.block_on(start(&loaded.config, TokenRead::Skip, true))?;
             let text = serde_json::to_string_pretty(&effective(&loaded.config)?)
                 .map_err(CliError::Output)?;
             let mut out = std::io::stdout().lock();
@@ -624,11 +655,13 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             log_warnings(&loaded);
             let config = loaded.config;
             runtime(false)?.block_on(async {
-                let front = Arc::new(build_front(&config).await?);
-                tracing::info!(
-                    version = crate::VERSION,
-                    mutators = ?front.app().chain().ids(),
-                    "lambda runtime starting"
+                let front = Arc::new(build_front(&config, Transport::Lambda).await?);
+                start_line(
+                    "lambda runtime starting",
+                    serde_json::json!({
+                        "version": crate::VERSION,
+                        "mutators": front.app().chain().ids(),
+                    }),
                 );
                 lambda::run(front).await.map_err(CliError::Lambda)
             })
@@ -641,6 +674,23 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             serve(&loaded.config, &pod_namespace)
         }
     }
+}
+
+/// `podmutator version`: the release, the commit it was built from (`build.rs`), and which build
+/// this is: the full one (`serve` and the operator's tools) or the Lambda build without them.
+pub fn version_text() -> String {
+    let build = if cfg!(all(feature = "serve", feature = "tools")) {
+        "full (serve and the operator's tools)"
+    } else if cfg!(any(feature = "serve", feature = "tools")) {
+        "partial (not every default feature)"
+    } else {
+        "Lambda (the runtime loop, check-config and the pod side; no serve, inject or webhook-config)"
+    };
+    format!(
+        "podmutator {}\ncommit: {}\nbuild: {build}",
+        crate::VERSION,
+        env!("PODMUTATOR_COMMIT")
+    )
 }
 
 /// The configuration as `check-config` prints it: what the process will actually use. Unset
@@ -846,8 +896,21 @@ where
 
 /// The app behind its HTTP front, with what is fetched at start: the AWS client (Embedded
 /// mode, built lazily on first use) and, only with `http.pathTokenSecretId`, the path token.
-pub async fn build_front(config: &Config) -> Result<Front, CliError> {
-    start(config, TokenRead::Fetch).await
+/// `serve` with a probe port (`webhook.metricsPort`) writes no EMF lines: Prometheus reads the
+/// same counters there, and nothing reads EMF outside CloudWatch.
+pub async fn build_front(config: &Config, transport: Transport) -> Result<Front, CliError> {
+    let emf = match transport {
+        Transport::Lambda => true,
+        Transport::Https => config.webhook.metrics_port.is_none(),
+    };
+    start(config, TokenRead::Fetch, emf).await
+}
+
+/// What serves the front [`build_front`] builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Lambda,
+    Https,
 }
 
 /// Whether start-up reads `http.pathTokenSecretId` (`serve`, `lambda`) or leaves it unread
@@ -862,7 +925,7 @@ enum TokenRead {
 /// and the whole of what `check-config` runs, so the three refuse exactly the same
 /// configurations with the same key and message. Only the path token's secret read is left to
 /// the commands that serve.
-async fn start(config: &Config, read: TokenRead) -> Result<Front, CliError> {
+async fn start(config: &Config, read: TokenRead, emf: bool) -> Result<Front, CliError> {
     use crate::config::SecretManagerType;
     use std::time::Duration;
 
@@ -906,6 +969,9 @@ async fn start(config: &Config, read: TokenRead) -> Result<Front, CliError> {
         None => None,
     };
     let mut deps = Deps::process(config);
+    if !emf {
+        deps.metrics = None;
+    }
     if embedded {
         deps = match config.embedded.delivery {
             // Values are read only for env vars served by value.
@@ -959,7 +1025,7 @@ fn serve(config: &Config, namespace: &str) -> Result<(), CliError> {
     let addr = SocketAddr::from((config.http.listen_address, w.listen_port));
     runtime(true)?.block_on(async move {
         // The gate first: a configuration `check-config` refuses touches no certificate.
-        let front = Arc::new(build_front(config).await?);
+        let front = Arc::new(build_front(config, Transport::Https).await?);
         let files = tls::ensure_certs(
             &dir,
             w.local_cert.unwrap_or(true),
@@ -982,16 +1048,18 @@ fn serve(config: &Config, namespace: &str) -> Result<(), CliError> {
             }
             None => None,
         };
-        tracing::info!(
-            version = crate::VERSION,
-            addr = %local,
-            metrics_addr = probe.as_ref().map(|(_, a)| a.to_string()),
-            cert_dir = %dir.display(),
-            certs_generated = files.generated,
-            ca = %files.ca.display(),
-            mutators = ?front.app().chain().ids(),
-            "serving https"
-        );
+        let mut fields = serde_json::json!({
+            "version": crate::VERSION,
+            "addr": local.to_string(),
+            "cert_dir": dir.display().to_string(),
+            "certs_generated": files.generated,
+            "ca": files.ca.display().to_string(),
+            "mutators": front.app().chain().ids(),
+        });
+        if let Some((_, a)) = &probe {
+            fields["metrics_addr"] = a.to_string().into();
+        }
+        start_line("serving https", fields);
         // One signal stops both listeners.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
@@ -1251,24 +1319,22 @@ mod tests {
     }
 
     #[test]
-    fn the_mode_follows_the_lambda_environment_unless_a_command_is_given() {
-        let (c, _) = parse(&[]).unwrap().command_or_default(true);
+    fn no_command_is_the_lambda_loop_and_a_given_command_wins() {
+        let (c, _) = parse(&[]).unwrap().command_or_default();
         assert!(matches!(c, Command::Lambda { .. }), "{c:?}");
-        let (c, _) = parse(&[]).unwrap().command_or_default(false);
-        assert!(matches!(c, Command::Serve { .. }), "{c:?}");
         let (c, source) = parse(&["serve", "--config", "c.yaml"])
             .unwrap()
-            .command_or_default(true);
+            .command_or_default();
         assert!(matches!(c, Command::Serve { .. }), "{c:?}");
         assert_eq!(source.file, Some(PathBuf::from("c.yaml")));
         let (c, source) = parse(&["--config=c.json", "check-config"])
             .unwrap()
-            .command_or_default(false);
+            .command_or_default();
         assert!(matches!(c, Command::CheckConfig { .. }), "{c:?}");
         assert_eq!(source.file, Some(PathBuf::from("c.json")));
         let (_, source) = parse(&["--config=a.yaml", "check-config", "--config", "b.yaml"])
             .unwrap()
-            .command_or_default(false);
+            .command_or_default();
         assert_eq!(source.file, Some(PathBuf::from("b.yaml")));
         let err = parse(&["--config"]).unwrap_err().to_string();
         assert!(err.contains("--config <FILE>"), "{err}");
