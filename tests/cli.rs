@@ -1454,3 +1454,92 @@ fn inject_names_missing_credentials_and_shows_awss_own_error() {
         "{stderr}"
     );
 }
+
+/// `check-config --changed` prints only what differs from the defaults, on one line, which
+/// loads back as the same configuration; stderr says what was read, skipped and unused; and a
+/// configuration too long for Lambda's 4 KB environment is warned about in both modes.
+#[test]
+fn check_config_changed_prints_what_differs_from_the_defaults_and_what_was_skipped() {
+    let flyte = root().join("tests/fixtures/flyte/flyte-core-propeller-configmap.yaml");
+    let ours = json!({"http": {"pathTokenSha256": "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"},
+        "webhook": {"listenPort": 9443, "secretEnvVarPrefix": "_FSEC_", "servicePort": 8443}})
+    .to_string();
+    let args = [
+        "check-config",
+        "--flyte-config",
+        flyte.to_str().unwrap(),
+        "--config-json",
+        &ours,
+    ];
+    let full = podmutator(&args, None);
+    assert!(full.status.success(), "{}", text(&full.stderr));
+    let mut changed_args = args.to_vec();
+    changed_args.push("--changed");
+    let changed = podmutator(&changed_args, None);
+    assert!(changed.status.success(), "{}", text(&changed.stderr));
+    let line = text(&changed.stdout);
+    assert_eq!(line.lines().count(), 1, "{line}");
+    let minimal: Value = serde_json::from_str(&line).unwrap();
+    // Only what differs: the file's and ours, not the defaults they restate.
+    assert_eq!(
+        minimal["webhook"]["secretManagerTypes"],
+        json!(["AWS"]),
+        "{minimal}"
+    );
+    assert_eq!(minimal["webhook"]["secretEnvVarPrefix"], "_FSEC_");
+    assert!(
+        minimal["webhook"].get("listenPort").is_none(),
+        "the default, restated: {minimal}"
+    );
+    assert!(minimal["webhook"].get("certDir").is_none(), "{minimal}");
+    assert!(line.len() < text(&full.stdout).len() / 4, "{line}");
+    // It loads back as the same effective configuration.
+    let back = podmutator(&["check-config", "--config-json", line.trim()], None);
+    assert!(back.status.success(), "{}", text(&back.stderr));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&back.stdout).unwrap(),
+        serde_json::from_slice::<Value>(&full.stdout).unwrap()
+    );
+    let stderr = text(&changed.stderr);
+    assert!(stderr.contains("podmutator: read "), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "podmutator: skipped, {}: data.core.yaml: manager, propeller",
+            flyte.display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("data.storage.yaml: storage"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "podmutator: unused (accepted so Flyte's configurations load): webhook.servicePort"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        !text(&full.stderr).contains("podmutator: read "),
+        "the summary is --changed's"
+    );
+
+    let annotations: serde_json::Map<String, Value> = (0..80)
+        .map(|i| {
+            (
+                format!("vault.hashicorp.com/agent-extra-{i}"),
+                json!("x".repeat(30)),
+            )
+        })
+        .collect();
+    let big = json!({"http": {"pathTokenDisabled": true}, "webhook": {"vaultSecretManager": {"annotations": annotations}}}).to_string();
+    for extra in [None, Some("--changed")] {
+        let mut a = vec!["check-config", "--config-json", &big];
+        a.extend(extra);
+        let out = podmutator(&a, None);
+        assert!(out.status.success());
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("bytes of Lambda's 4096-byte environment as PODMUTATOR_CONFIG")
+                && stderr.contains("PODMUTATOR_CONFIG_FILE"),
+            "{extra:?}: {stderr}"
+        );
+    }
+}

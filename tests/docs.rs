@@ -498,3 +498,19 @@ fn the_test_reference_check_reports_wrong_names_and_skips_rust_paths() {
     ];
     assert_eq!(found, expected);
 }
+
+/// `check-config --changed` names the keys read that podmutator never uses
+/// (`podmutator::config::UNUSED_KEYS`): exactly the rows of docs/configuration.md that say so.
+#[test]
+fn the_unused_keys_are_the_rows_that_say_unused() {
+    let said: BTreeSet<String> = rows(&doc())
+        .iter()
+        .filter(|r| r.cells[3].contains("unused"))
+        .map(|r| r.key.clone())
+        .collect();
+    let listed: BTreeSet<String> = podmutator::config::UNUSED_KEYS
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(said, listed);
+}

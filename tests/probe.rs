@@ -452,7 +452,10 @@ async fn metrics_count_admissions_and_refusals_and_the_probe_port_never_admits()
     // Prometheus reads these counters: no CloudWatch EMF line is written beside them. And the
     // start line lists the mutators as a JSON array.
     let log = s.log();
-    assert!(!log.contains("\"_aws\""), "EMF lines with a probe port: {log}");
+    assert!(
+        !log.contains("\"_aws\""),
+        "EMF lines with a probe port: {log}"
+    );
     let start: Value = log
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())

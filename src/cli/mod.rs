@@ -95,6 +95,10 @@ pub enum Command {
     CheckConfig {
         #[command(flatten)]
         config: ConfigArgs,
+        /// Print only what differs from the defaults, as one line of JSON (what to ship as the
+        /// function's PODMUTATOR_CONFIG), and on stderr what was read, skipped and unused
+        #[arg(long)]
+        changed: bool,
     },
     /// Print the MutatingWebhookConfiguration for a deployed endpoint as YAML
     #[cfg(feature = "tools")]
@@ -244,7 +248,7 @@ impl Cli {
         let after = match &command {
             #[cfg(feature = "serve")]
             Command::Serve { config, .. } => Some(config),
-            Command::Lambda { config } | Command::CheckConfig { config } => Some(config),
+            Command::Lambda { config } | Command::CheckConfig { config, .. } => Some(config),
             #[cfg(feature = "tools")]
             Command::Inject(args) => Some(&args.config),
             #[cfg(feature = "tools")]
@@ -636,13 +640,22 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             inject::run(&loaded.config, &args)?;
             Ok(())
         }
-        Command::CheckConfig { .. } => {
+        Command::CheckConfig { changed, .. } => {
             // No log subscriber: stdout is one JSON document, and warnings go to stderr.
             let loaded = source.load()?;
             print_warnings(&loaded);
             runtime(false)?.block_on(start(&loaded.config, TokenRead::Skip, true))?;
-            let text = serde_json::to_string_pretty(&effective(&loaded.config)?)
-                .map_err(CliError::Output)?;
+            let minimal = changed_from_defaults(&loaded.config)?;
+            let text = if changed {
+                eprint!("{}", summary(&loaded));
+                minimal.to_string()
+            } else {
+                serde_json::to_string_pretty(&effective(&loaded.config)?)
+                    .map_err(CliError::Output)?
+            };
+            if let Some(w) = lambda_environment_warning(&minimal.to_string(), changed) {
+                eprintln!("podmutator: warning: {w}");
+            }
             let mut out = std::io::stdout().lock();
             // A closed pipe (`| head`) is the reader's choice, not an error worth a panic.
             let _ = writeln!(out, "{text}");
@@ -723,6 +736,85 @@ pub fn effective(config: &Config) -> Result<serde_json::Value, CliError> {
     let defaults = serde_json::to_value(Config::default()).map_err(CliError::Output)?;
     drop_unset(&mut v, Some(&defaults));
     Ok(v)
+}
+
+/// The effective configuration less every value equal to its default: what a deployment must
+/// set, which loads back as the same configuration (`check-config --changed`).
+pub fn changed_from_defaults(config: &Config) -> Result<serde_json::Value, CliError> {
+    fn strip(v: &mut serde_json::Value, default: &serde_json::Value) -> bool {
+        use serde_json::Value;
+        match (v, default) {
+            (Value::Object(m), Value::Object(d)) => {
+                m.retain(|k, child| match d.get(k) {
+                    Some(dc) => !strip(child, dc),
+                    None => true,
+                });
+                m.is_empty()
+            }
+            (v, d) => v == d,
+        }
+    }
+    let mut v = effective(config)?;
+    let defaults = effective(&Config::default())?;
+    if strip(&mut v, &defaults) {
+        v = serde_json::Value::Object(Default::default());
+    }
+    Ok(v)
+}
+
+/// Lambda's limit on the environment: 4 KB for every variable's name and value together.
+pub const LAMBDA_ENVIRONMENT_BYTES: usize = 4096;
+
+/// A warning when `changed` (the configuration's changed keys, compact) would not leave room
+/// in the Lambda environment as `PODMUTATOR_CONFIG`: its size, and what to do instead.
+pub fn lambda_environment_warning(changed: &str, changed_mode: bool) -> Option<String> {
+    // The variable as Lambda counts it, in the environment's JSON object: "NAME":"value",
+    // where the value is the JSON text escaped once more.
+    let escaped = serde_json::Value::String(changed.to_owned()).to_string();
+    let bytes = ENV_CONFIG_INLINE.len() + 3 + escaped.len();
+    // The other variables a deployment sets (RUST_LOG, the AWS_* Lambda adds are not counted).
+    (bytes > LAMBDA_ENVIRONMENT_BYTES * 7 / 8).then(|| {
+        let what = if changed_mode {
+            "this configuration"
+        } else {
+            "this configuration's changed keys (check-config --changed)"
+        };
+        format!(
+            "{what} would take {bytes} bytes of Lambda's {LAMBDA_ENVIRONMENT_BYTES}-byte environment as {ENV_CONFIG_INLINE}, which every other variable shares: ship it as a file (PODMUTATOR_CONFIG_FILE, in the zip or a layer), or shorten it (docs/deploy.md, \"The 4 KB environment\")"
+        )
+    })
+}
+
+/// `check-config --changed`'s report on stderr: how many keys were read, what was skipped, and
+/// which of the keys read podmutator never uses.
+fn summary(loaded: &crate::config::Loaded) -> String {
+    let mut out = format!("podmutator: read {} keys\n", loaded.read.len());
+    // Sections by the file they came from (`file: section`), then keys.
+    let mut by_source: Vec<(&str, Vec<&str>)> = Vec::new();
+    for s in &loaded.skipped {
+        let (source, name) = s.rsplit_once(": ").unwrap_or(("keys", s));
+        match by_source.iter_mut().find(|(src, _)| *src == source) {
+            Some((_, names)) => names.push(name),
+            None => by_source.push((source, vec![name])),
+        }
+    }
+    for (source, names) in by_source {
+        out.push_str(&format!(
+            "podmutator: skipped, {source}: {}\n",
+            names.join(", ")
+        ));
+    }
+    let unused = loaded.unused();
+    if !unused.is_empty() {
+        out.push_str(&format!(
+            "podmutator: unused (accepted so Flyte's configurations load): {}\n",
+            unused.join(", ")
+        ));
+    }
+    if loaded.config.http.path_token.is_some() {
+        out.push_str("podmutator: http.pathToken is printed redacted: give the deployment the token itself, or its hash as http.pathTokenSha256\n");
+    }
+    out
 }
 
 /// Drops each `null` that is also the default there (an unset option); a `null` that differs

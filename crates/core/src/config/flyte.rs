@@ -86,7 +86,7 @@ pub fn documents(path: &str, text: &str) -> Result<Vec<(String, Value)>, ConfigE
 /// other section is skipped, as Flyte skips the sections it does not read, except a name one
 /// or two letters from a read section (`webhok`) and podmutator's own sections (`http`,
 /// `embedded`, ...), which belong in `--config`.
-pub fn sections(path: &str, doc: Value) -> Result<Value, ConfigError> {
+pub fn sections(path: &str, doc: Value) -> Result<(Value, Vec<String>), ConfigError> {
     let Value::Object(sections) = doc else {
         return Err(ConfigError::new(
             path,
@@ -95,6 +95,7 @@ pub fn sections(path: &str, doc: Value) -> Result<Value, ConfigError> {
     };
     let ours = own_sections();
     let mut out = Value::Object(Map::new());
+    let mut skipped = Vec::new();
     for (key, value) in sections {
         if let Some(read) = READ_SECTIONS.iter().find(|s| s.eq_ignore_ascii_case(&key)) {
             super::merge(
@@ -115,9 +116,11 @@ pub fn sections(path: &str, doc: Value) -> Result<Value, ConfigError> {
                     "not a section podmutator reads: did you mean `{near}`? --flyte-config reads webhook and secrets, and skips Flyte's other sections"
                 ),
             ));
+        } else {
+            skipped.push(key);
         }
     }
-    Ok(out)
+    Ok((out, skipped))
 }
 
 /// The top-level sections of podmutator's configuration that are not Flyte's.
@@ -146,16 +149,20 @@ enum Scalar {
 }
 
 /// Decodes the read sections of a whole configuration in place with Flyte's leniencies (the
-/// module's documentation); the skipped keys' warnings are added to `warnings`.
-pub fn decode(config: &mut Value, warnings: &mut Vec<String>) {
+/// module's documentation): returns the keys skipped, whose warnings are added to `warnings`.
+pub fn decode(config: &mut Value, warnings: &mut Vec<String>) -> Vec<String> {
     let reference = serde_json::to_value(Config::default()).unwrap_or(Value::Null);
-    let Value::Object(root) = config else { return };
+    let Value::Object(root) = config else {
+        return Vec::new();
+    };
     rename_keys(root, READ_SECTIONS.iter().copied());
+    let mut skipped = Vec::new();
     for section in READ_SECTIONS {
         if let Some(v) = root.get_mut(section) {
-            decode_at(v, &reference[section], section, warnings);
+            decode_at(v, &reference[section], section, warnings, &mut skipped);
         }
     }
+    skipped
 }
 
 /// Renames each key of `map` that matches one of `known` without regard to case, unless the
@@ -176,7 +183,13 @@ fn rename_keys<'a>(map: &mut Map<String, Value>, known: impl Iterator<Item = &'a
     }
 }
 
-fn decode_at(v: &mut Value, reference: &Value, path: &str, warnings: &mut Vec<String>) {
+fn decode_at(
+    v: &mut Value,
+    reference: &Value,
+    path: &str,
+    warnings: &mut Vec<String>,
+    skipped: &mut Vec<String>,
+) {
     match v {
         Value::Object(map) => {
             map.retain(|_, v| !v.is_null());
@@ -192,11 +205,18 @@ fn decode_at(v: &mut Value, reference: &Value, path: &str, warnings: &mut Vec<St
                 };
                 if !name.contains('.') && map.remove(name).is_some() {
                     warnings.push(format!("{key} is skipped: {why}"));
+                    skipped.push(key.to_owned());
                 }
             }
             for (key, child) in map.iter_mut() {
                 let reference = known.get(key).unwrap_or(&Value::Null);
-                decode_at(child, reference, &format!("{path}.{key}"), warnings);
+                decode_at(
+                    child,
+                    reference,
+                    &format!("{path}.{key}"),
+                    warnings,
+                    skipped,
+                );
             }
         }
         Value::Array(items) => items.iter_mut().for_each(super::drop_nulls),
@@ -258,7 +278,11 @@ mod tests {
     fn decoded(v: Value) -> (Value, Vec<String>) {
         let mut v = v;
         let mut warnings = Vec::new();
-        decode(&mut v, &mut warnings);
+        let skipped = decode(&mut v, &mut warnings);
+        assert_eq!(
+            skipped.len(),
+            warnings.iter().filter(|w| w.contains("is skipped")).count()
+        );
         (v, warnings)
     }
 
@@ -350,7 +374,9 @@ mod tests {
     #[test]
     fn other_sections_are_skipped_but_a_near_miss_or_our_own_is_refused() {
         let doc = json!({"Webhook": {"a": 1}, "secret": {}, "leaseworker": {}, "union": {}, "fasttask": {}});
-        assert_eq!(sections("f", doc).unwrap(), json!({"webhook": {"a": 1}}));
+        let (read, skipped) = sections("f", doc).unwrap();
+        assert_eq!(read, json!({"webhook": {"a": 1}}));
+        assert_eq!(skipped, ["secret", "leaseworker", "union", "fasttask"]);
         let err = sections("f", json!({"webhok": {}})).unwrap_err();
         assert_eq!(err.key, "f: webhok");
         assert!(err.message.contains("did you mean `webhook`"), "{err}");

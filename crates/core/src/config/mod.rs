@@ -826,6 +826,43 @@ pub struct MutatorConfig {
 pub struct Loaded {
     pub config: Config,
     pub warnings: Vec<String>,
+    /// Every key the sources set, as dotted paths to their values (a map's or a Kubernetes
+    /// object's keys not followed), in order.
+    pub read: Vec<String>,
+    /// What was in the sources and is not read: Flyte's other sections (`file: section`) and
+    /// the keys of [`flyte::SKIPPED_KEYS`].
+    pub skipped: Vec<String>,
+}
+
+/// Keys accepted so that Flyte's configurations load, which podmutator never reads
+/// (docs/configuration.md says "unused" of each).
+pub const UNUSED_KEYS: [&str; 11] = [
+    "webhook.metrics-prefix",
+    "webhook.cacheInvalidationPort",
+    "webhook.servicePort",
+    "webhook.secretName",
+    "webhook.webhookTimeout",
+    "webhook.disableCreateMutatingWebhookConfig",
+    "webhook.namespaceSelector",
+    "webhook.kubeClientConfig",
+    "webhook.embeddedSecretManagerConfig.gcpConfig",
+    "webhook.embeddedSecretManagerConfig.azureConfig",
+    "webhook.embeddedSecretManagerConfig.k8sConfig",
+];
+
+impl Loaded {
+    /// The keys read that are in [`UNUSED_KEYS`] (or under one).
+    pub fn unused(&self) -> Vec<&str> {
+        self.read
+            .iter()
+            .map(String::as_str)
+            .filter(|k| {
+                UNUSED_KEYS
+                    .iter()
+                    .any(|u| *k == *u || k.strip_prefix(u).is_some_and(|r| r.starts_with('.')))
+            })
+            .collect()
+    }
 }
 
 impl Config {
@@ -868,9 +905,12 @@ impl Config {
         inline: Option<(&str, &str)>,
     ) -> Result<Loaded, ConfigError> {
         let mut merged = Value::Object(Default::default());
+        let mut skipped = Vec::new();
         for (path, text) in flyte {
             for (name, doc) in flyte::documents(path, text)? {
-                merge(&mut merged, flyte::sections(&name, doc)?);
+                let (read, others) = flyte::sections(&name, doc)?;
+                merge(&mut merged, read);
+                skipped.extend(others.into_iter().map(|s| format!("{name}: {s}")));
             }
         }
         if let Some((path, text)) = file {
@@ -884,7 +924,10 @@ impl Config {
                 .map_err(|e| ConfigError::new(name, format!("not valid JSON: {e}")))?;
             merge(&mut merged, v);
         }
-        Self::from_value(merged)
+        let mut loaded = Self::from_value(merged)?;
+        skipped.append(&mut loaded.skipped);
+        loaded.skipped = skipped;
+        Ok(loaded)
     }
 
     pub fn from_value(mut v: Value) -> Result<Loaded, ConfigError> {
@@ -894,7 +937,8 @@ impl Config {
         // Flyte's sections are read as Flyte reads them (`null` is unset, quoted numbers, key
         // case); ours keep `null` where it means "none" (mesh.gate.securityContext).
         let mut warnings = Vec::new();
-        flyte::decode(&mut v, &mut warnings);
+        let skipped = flyte::decode(&mut v, &mut warnings);
+        let read = read_keys(&v);
         let config: Config = serde_path_to_error::deserialize(&v).map_err(|e| {
             let path = e.path().to_string();
             let key = if path == "." {
@@ -906,7 +950,12 @@ impl Config {
             ConfigError::new(key, message)
         })?;
         warnings.extend(config.validate()?);
-        Ok(Loaded { config, warnings })
+        Ok(Loaded {
+            config,
+            warnings,
+            read,
+            skipped,
+        })
     }
 
     /// Checks what types cannot express; returns the warnings worth logging.
@@ -1511,6 +1560,30 @@ fn edit_distance(a: &str, b: &str) -> usize {
         two = std::mem::replace(&mut one, row);
     }
     one[b.len()]
+}
+
+/// The dotted path of every value in `v`, stopping at maps of the user's keys and Kubernetes
+/// objects (whose keys the default configuration does not have).
+fn read_keys(v: &Value) -> Vec<String> {
+    fn walk(v: &Value, reference: &Value, path: &str, out: &mut Vec<String>) {
+        match (v, reference) {
+            (Value::Object(m), Value::Object(known)) if !m.is_empty() => {
+                for (k, child) in m {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(child, known.get(k).unwrap_or(&Value::Null), &p, out);
+                }
+            }
+            _ => out.push(path.to_owned()),
+        }
+    }
+    let reference = serde_json::to_value(Config::default()).unwrap_or(Value::Null);
+    let mut out = Vec::new();
+    walk(v, &reference, "", &mut out);
+    out
 }
 
 /// Removes every `null` member, at any depth: `null` is unset.
