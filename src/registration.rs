@@ -498,7 +498,7 @@ impl RegistrationOptions {
 /// [`WebhookConfigArgs::into_options`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 #[command(
-    after_help = "Example:\n  podmutator webhook-config --url https://podmutator.example.com > webhook.yaml && kubectl apply -f webhook.yaml"
+    after_help = "Example (path-token: a file holding the endpoint's token, e.g. the secret of Terraform's path_token_secret_arn output):\n  podmutator webhook-config --url https://podmutator.example.com --path-token-file path-token > webhook.yaml && kubectl apply -f webhook.yaml"
 )]
 pub struct WebhookConfigArgs {
     /// Base URL of the endpoint, e.g. https://podmutator.example.com (SAM output WebhookUrl,

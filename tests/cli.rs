@@ -1543,3 +1543,74 @@ fn check_config_changed_prints_what_differs_from_the_defaults_and_what_was_skipp
         );
     }
 }
+
+/// Every example the help prints (`Example:` / `Examples:` in any command's help) runs as
+/// written, in a scratch directory holding the files it names, with `podmutator` on PATH and a
+/// `kubectl` that accepts what it is piped or given and prints a Deployment for `get`.
+#[test]
+fn every_help_example_runs_as_written() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = common::temp_dir("help-examples");
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_podmutator"), bin.join("podmutator")).unwrap();
+    let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\nspec:\n  template:\n    metadata:\n      labels: {inject-flyte-secrets: \"true\"}\n      annotations: {flyte.secrets/s0: m4zg54lqhiqce4ltmvzc11lomzxsectlmv3tuibcovzwk3s6onswg3tfoqrau2lpovxhix2smvyxk1lsmvwwk2tuhiqektswl4lecuqk}\n    spec:\n      containers: [{name: web, image: nginx}]\n";
+    std::fs::write(dir.join("deployment.yaml"), deployment).unwrap();
+    std::fs::write(
+        dir.join("path-token"),
+        "abcdefghijklmnopqrstuvwxyz0123456789ABCD\n",
+    )
+    .unwrap();
+    // `kubectl get ... -o yaml` prints the Deployment; `kubectl apply -f F` checks F (or stdin)
+    // is a non-empty YAML document it was given.
+    let kubectl = bin.join("kubectl");
+    std::fs::write(
+        &kubectl,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in\n  get) cat '{}' ;;\n  apply) f=\"$3\"; if [ \"$f\" = - ]; then c=$(cat); else c=$(cat \"$f\"); fi; printf '%s' \"$c\" | grep -q '^kind: ' || exit 3; echo applied ;;\n  *) exit 4 ;;\nesac\n",
+            dir.join("deployment.yaml").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&kubectl, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    use clap::CommandFactory;
+    let cli = podmutator::cli::Cli::command();
+    let mut helps = vec![text(&podmutator(&["--help"], None).stdout)];
+    for sub in cli.get_subcommands() {
+        helps.push(text(&podmutator(&[sub.get_name(), "--help"], None).stdout));
+    }
+    let mut examples = Vec::new();
+    for help in &helps {
+        let mut in_examples = false;
+        for line in help.lines() {
+            if line.starts_with("Example") {
+                in_examples = true;
+                continue;
+            }
+            if in_examples && line.starts_with("  ") && line.contains("podmutator ") {
+                examples.push(line.trim().to_owned());
+            } else if !line.starts_with("  ") {
+                in_examples = false;
+            }
+        }
+    }
+    assert!(examples.len() >= 4, "{examples:?}");
+    for example in &examples {
+        let out = Command::new("bash")
+            .args(["-euo", "pipefail", "-c", example])
+            .current_dir(&dir)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env_remove("PODMUTATOR_CONFIG")
+            .env_remove("PODMUTATOR_CONFIG_FILE")
+            .env_remove("AWS_LAMBDA_RUNTIME_API")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{example}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+}

@@ -514,3 +514,85 @@ fn the_unused_keys_are_the_rows_that_say_unused() {
         .collect();
     assert_eq!(said, listed);
 }
+
+/// GitHub's anchor of a heading: lower case, spaces to `-`, every character but letters,
+/// digits, `-` and `_` dropped; a repeated heading gets `-1`, `-2`, ...
+fn anchors(markdown: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut fenced = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced || !line.starts_with('#') {
+            continue;
+        }
+        let text = line.trim_start_matches('#').trim();
+        let slug: String = text
+            .to_lowercase()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                _ => None,
+            })
+            .collect();
+        let n = seen.entry(slug.clone()).or_insert(0);
+        out.insert(if *n == 0 {
+            slug.clone()
+        } else {
+            format!("{slug}-{n}")
+        });
+        *n += 1;
+    }
+    out
+}
+
+/// Every relative link of the README, CHANGELOG and docs/ leads to a file that exists, and a
+/// link with `#anchor` to a heading of that file.
+#[test]
+fn every_relative_link_and_anchor_in_the_docs_resolves() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut docs = vec![root.join("README.md"), root.join("CHANGELOG.md")];
+    for e in std::fs::read_dir(root.join("docs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "md") {
+            docs.push(p);
+        }
+    }
+    let mut broken = Vec::new();
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            for target in line.split("](").skip(1).filter_map(|t| t.split(')').next()) {
+                if target.contains("://") || target.starts_with("mailto:") || target.contains(' ') {
+                    continue;
+                }
+                let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
+                let file = if path.is_empty() {
+                    doc.clone()
+                } else {
+                    doc.parent().unwrap().join(path)
+                };
+                let at = format!(
+                    "{}:{}: {target}",
+                    doc.strip_prefix(&root).unwrap().display(),
+                    i + 1
+                );
+                if !file.exists() {
+                    broken.push(format!("{at}: no such file"));
+                    continue;
+                }
+                if !anchor.is_empty() && file.extension().is_some_and(|x| x == "md") {
+                    let heads = anchors(&std::fs::read_to_string(&file).unwrap());
+                    if !heads.contains(anchor) {
+                        broken.push(format!("{at}: no such heading"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
