@@ -1614,3 +1614,161 @@ fn every_help_example_runs_as_written() {
         );
     }
 }
+
+/// Every dotted key path of a JSON Schema's `properties`, `$ref`s into `$defs` followed and
+/// `anyOf` branches (an optional value) merged; a Kubernetes object or a map stops the walk
+/// and goes into `opaque`.
+fn schema_paths(
+    schema: &Value,
+    node: &Value,
+    prefix: &str,
+    out: &mut std::collections::BTreeSet<String>,
+    opaque: &mut std::collections::BTreeSet<String>,
+) {
+    let node = match node.get("$ref").and_then(Value::as_str) {
+        Some(r) if r.ends_with("/KubernetesObject") => {
+            opaque.insert(prefix.to_owned());
+            return;
+        }
+        Some(r) => schema["$defs"][r.trim_start_matches("#/$defs/")].clone(),
+        None => node.clone(),
+    };
+    if node
+        .get("additionalProperties")
+        .is_some_and(Value::is_object)
+    {
+        opaque.insert(prefix.to_owned());
+    }
+    for branch in node
+        .get("anyOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        schema_paths(schema, branch, prefix, out, opaque);
+    }
+    if let Some(props) = node.get("properties").and_then(Value::as_object) {
+        for (k, child) in props {
+            let path = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            out.insert(path.clone());
+            schema_paths(schema, child, &path, out, opaque);
+        }
+    }
+}
+
+/// `podmutator config-schema` is derived from the types the configuration is read into: it has
+/// every key the defaults have (and no key they lack but under an unset optional object), it
+/// refuses what start-up refuses for its shape (an unknown key, a wrong type), and the
+/// configurations shipped here validate against it (Python's `jsonschema`, the validator
+/// kubernetes-validate pins).
+#[test]
+fn the_config_schema_has_every_key_and_validates_the_shipped_configurations() {
+    let out = podmutator(&["config-schema"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let schema: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    let mut in_schema = std::collections::BTreeSet::new();
+    let mut opaque = std::collections::BTreeSet::new();
+    schema_paths(&schema, &schema, "", &mut in_schema, &mut opaque);
+    let defaults = serde_json::to_value(Config::default()).unwrap();
+    let mut in_defaults = std::collections::BTreeSet::new();
+    fn walk(v: &Value, prefix: &str, out: &mut std::collections::BTreeSet<String>) {
+        if let Value::Object(m) = v {
+            for (k, child) in m {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                out.insert(path.clone());
+                walk(child, &path, out);
+            }
+        }
+    }
+    walk(&defaults, "", &mut in_defaults);
+    // A Kubernetes object's keys and a map's are not the configuration's.
+    in_defaults.retain(|p| !opaque.iter().any(|o| p.starts_with(&format!("{o}."))));
+    let missing: Vec<_> = in_defaults.difference(&in_schema).collect();
+    assert!(missing.is_empty(), "keys the schema lacks: {missing:?}");
+    // A key the defaults lack is under one whose default is unset (`null`).
+    for path in in_schema.difference(&in_defaults) {
+        let parent_unset = (1..path.matches('.').count() + 1).any(|n| {
+            let parent: Vec<&str> = path.split('.').take(n).collect();
+            parent
+                .iter()
+                .try_fold(&defaults, |v, k| v.get(*k))
+                .is_some_and(Value::is_null)
+        });
+        assert!(parent_unset, "{path} is in the schema, not in the defaults");
+    }
+
+    let dir = common::temp_dir("config-schema");
+    std::fs::write(dir.join("schema.json"), &out.stdout).unwrap();
+    let mut instances = Vec::new();
+    for file in ["config/local.yaml", "deploy/kubernetes/base/config.yaml"] {
+        let text = std::fs::read_to_string(root().join(file)).unwrap();
+        let v: Value = serde_saphyr::from_str(&text).unwrap();
+        instances.push((file.to_owned(), v, true));
+    }
+    let flyte = root().join("tests/fixtures/flyte/flyte-core-propeller-configmap.yaml");
+    let effective = podmutator(
+        &[
+            "check-config",
+            "--flyte-config",
+            flyte.to_str().unwrap(),
+            "--config-json",
+            &json!({"http": {"pathToken": TOKEN}}).to_string(),
+        ],
+        None,
+    );
+    instances.push((
+        "check-config's output".into(),
+        serde_json::from_slice(&effective.stdout).unwrap(),
+        true,
+    ));
+    instances.push((
+        "an unknown key".into(),
+        json!({"webhook": {"lsitenPort": 1}}),
+        false,
+    ));
+    instances.push((
+        "a wrong type".into(),
+        json!({"webhook": {"listenPort": "x"}}),
+        false,
+    ));
+    instances.push((
+        "an unknown manager".into(),
+        json!({"webhook": {"secretManagerTypes": ["S3"]}}),
+        false,
+    ));
+    for (i, (_, v, _)) in instances.iter().enumerate() {
+        std::fs::write(dir.join(format!("{i}.json")), v.to_string()).unwrap();
+    }
+    let check = Command::new(common::tool("python"))
+        .arg("-c")
+        .arg(
+            "import json, sys, jsonschema\n\
+             schema = json.load(open(sys.argv[1]))\n\
+             jsonschema.Draft202012Validator.check_schema(schema)\n\
+             v = jsonschema.Draft202012Validator(schema)\n\
+             for f in sys.argv[2:]:\n    print('valid' if v.is_valid(json.load(open(f))) else 'invalid')\n",
+        )
+        .arg(dir.join("schema.json"))
+        .args((0..instances.len()).map(|i| dir.join(format!("{i}.json"))))
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", text(&check.stderr));
+    let verdicts: Vec<String> = text(&check.stdout).lines().map(str::to_owned).collect();
+    for ((what, _, valid), verdict) in instances.iter().zip(&verdicts) {
+        let want = if *valid { "valid" } else { "invalid" };
+        assert_eq!(verdict, want, "{what}");
+    }
+    assert_eq!(verdicts.len(), instances.len());
+}

@@ -124,6 +124,9 @@ pub enum Command {
         /// bash, zsh, fish, elvish or powershell
         shell: clap_complete::Shell,
     },
+    /// Print the configuration's JSON Schema, for an editor's completion and checks
+    #[cfg(feature = "tools")]
+    ConfigSchema,
     /// In a pod (reference delivery): fetch the secrets of $PODMUTATOR_FETCH_PLAN into files
     Fetch,
     /// In a pod (reference delivery): set the variables of $PODMUTATOR_EXEC_ENV from their
@@ -256,7 +259,7 @@ impl Cli {
             #[cfg(feature = "serve")]
             Command::Certs(_) => None,
             #[cfg(feature = "tools")]
-            Command::Completion { .. } => None,
+            Command::Completion { .. } | Command::ConfigSchema => None,
             Command::SecretAnnotations { .. }
             | Command::Fetch
             | Command::Exec { .. }
@@ -583,6 +586,13 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             clap_complete::generate(shell, &mut Cli::command(), "podmutator", &mut script);
             // A closed pipe (`| head`) is the reader's choice, not an error worth a panic.
             let _ = std::io::stdout().lock().write_all(&script);
+            Ok(())
+        }
+        #[cfg(feature = "tools")]
+        Command::ConfigSchema => {
+            let text = serde_json::to_string_pretty(&crate::config::json_schema())
+                .map_err(CliError::Output)?;
+            let _ = writeln!(std::io::stdout().lock(), "{text}");
             Ok(())
         }
         // The pod side: its whole input is one environment variable each.

@@ -11,20 +11,30 @@ use crate::k8s_names::{is_label_value, qualified_name_problem};
 /// Ordered registry rewrite rules, applied by the `image-rules` mutator to pods that reach the
 /// images webhook (selected by `podSelector` and `namespaceSelector`).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct ImagesConfig {
     pub enabled: bool,
     /// First match wins.
     pub rules: Vec<ImageRule>,
     /// The images webhook's `objectSelector`; unset sends every pod.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Option<crate::config::KubernetesObject>")
+    )]
     pub pod_selector: Option<LabelSelector>,
     /// The images webhook's `namespaceSelector`; unset means every namespace but kube-system.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Option<crate::config::KubernetesObject>")
+    )]
     pub namespace_selector: Option<LabelSelector>,
     /// Containers (of any kind) whose image is never rewritten.
     pub excluded_container_names: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct ImageRule {
     /// A registry (`docker.io`) or a normalised repository prefix (`docker.io/library`).

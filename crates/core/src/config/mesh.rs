@@ -41,6 +41,7 @@ pub const MAX_ATTEMPTS: u32 = 5;
 pub const MAX_GATE_TIMEOUT_SECONDS: u32 = 3600;
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct MeshConfig {
     /// The one switch for every mesh mutator; off by default.
@@ -68,6 +69,7 @@ impl Default for MeshConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct MeshDnsConfig {
     pub enabled: bool,
@@ -91,6 +93,7 @@ impl Default for MeshDnsConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct GateConfig {
     /// Off by default: the gate needs an image, which has no sensible default.
@@ -105,9 +108,14 @@ pub struct GateConfig {
     pub socket_path: String,
     /// How long the gate waits for an identity before it exits 1; 0 waits forever (fail closed).
     pub timeout_seconds: u32,
+    #[cfg_attr(feature = "schema", schemars(with = "crate::config::KubernetesObject"))]
     pub resources: ResourceRequirements,
     /// The default passes Pod Security "restricted" except `runAsNonRoot`, which depends on the
     /// image; `null` leaves the container without one.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Option<crate::config::KubernetesObject>")
+    )]
     pub security_context: Option<SecurityContext>,
     pub volume: GateVolumeConfig,
     /// Pod annotation; the value `"false"` skips the gate for that pod.
@@ -150,6 +158,7 @@ pub fn default_gate_security_context() -> SecurityContext {
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct GateVolumeConfig {
     pub name: String,
@@ -173,6 +182,7 @@ impl Default for GateVolumeConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct SocketCheckConfig {
     pub enabled: bool,

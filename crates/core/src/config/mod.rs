@@ -22,6 +22,33 @@ pub const ENV_CONFIG_INLINE: &str = "PODMUTATOR_CONFIG";
 /// A whole Flyte (flytepropeller) configuration file, read for its `webhook` and `secrets`.
 pub const ENV_FLYTE_CONFIG_FILE: &str = "PODMUTATOR_FLYTE_CONFIG_FILE";
 
+/// How the configuration's JSON Schema describes a field of a Kubernetes type
+/// (`ResourceRequirements`, `LabelSelector`, `SecurityContext`): an object, written as in a pod
+/// spec, which the API server's own schema checks.
+#[cfg(feature = "schema")]
+pub struct KubernetesObject;
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for KubernetesObject {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "KubernetesObject".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "object",
+            "description": "A Kubernetes object of the field's type, written as in a pod spec",
+        })
+    }
+}
+
+/// The configuration's JSON Schema (draft 2020-12), derived from the types `Config` is read
+/// into: every key, its type, default and description (the types' doc comments).
+#[cfg(feature = "schema")]
+pub fn json_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(Config)).unwrap_or_default()
+}
+
 /// A configuration the process cannot start with. `key` is the dotted path of the culprit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid configuration: {key}: {message}")]
@@ -40,6 +67,7 @@ impl ConfigError {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Flyte's webhook section, key for key.
@@ -67,6 +95,7 @@ pub struct Config {
 
 /// Bounds on what one pod may ask for, checked when its secrets are planned (before any fetch).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct LimitsConfig {
     /// Most `flyte.secrets/s<N>` annotations one pod may carry. A Flyte task lists its secrets
@@ -103,6 +132,7 @@ pub const DEFAULT_SECRETS_LABEL: &str = "inject-flyte-secrets";
 pub const DEFAULT_SECRETS_LABEL_VALUE: &str = "true";
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct SecretsSelector {
     pub label: String,
@@ -120,6 +150,7 @@ impl Default for SecretsSelector {
 
 /// Flyte's `secretManagerTypes` values. JSON accepts the names in any case (as Flyte v2's enumer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum SecretManagerType {
     Global,
     K8s,
@@ -193,6 +224,7 @@ impl<'de> Deserialize<'de> for SecretManagerType {
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct WebhookConfig {
     #[serde(rename = "metrics-prefix")]
@@ -224,6 +256,10 @@ pub struct WebhookConfig {
     /// webhook is registered (Terraform / `podmutator webhook-config`).
     pub webhook_timeout: u32,
     pub disable_create_mutating_webhook_config: bool,
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Option<crate::config::KubernetesObject>")
+    )]
     pub namespace_selector: Option<LabelSelector>,
     pub kube_client_config: KubeClientConfig,
     pub secret_env_var_prefix: String,
@@ -292,9 +328,14 @@ impl WebhookConfig {
 /// A fetcher init container's image and resources (`awsSecretManager`, `gcpSecretManager`,
 /// `azureSecretManager`). The image default depends on the provider, so it is optional here.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct SidecarConfig {
     pub sidecar_image: Option<String>,
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Option<crate::config::KubernetesObject>")
+    )]
     pub resources: Option<ResourceRequirements>,
 }
 
@@ -331,6 +372,7 @@ pub fn equal_resources(memory: &str, cpu: &str) -> ResourceRequirements {
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct VaultConfig {
     pub role: String,
@@ -353,6 +395,7 @@ impl Default for VaultConfig {
 /// as the enum's position, so Flyte takes `kvVersion: 1` for KV2, and no reading of ours could
 /// be both Flyte's and what the writer meant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum KvVersion {
     #[serde(rename = "1")]
     V1,
@@ -376,6 +419,7 @@ impl<'de> Deserialize<'de> for KvVersion {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum EmbeddedType {
     AWS,
     GCP,
@@ -399,6 +443,7 @@ impl<'de> Deserialize<'de> for EmbeddedType {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct EmbeddedSecretManagerConfig {
     #[serde(rename = "type")]
@@ -412,18 +457,21 @@ pub struct EmbeddedSecretManagerConfig {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct AwsConfig {
     pub region: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct GcpConfig {
     pub project: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct AzureConfig {
     #[serde(rename = "vaultURI")]
@@ -431,6 +479,7 @@ pub struct AzureConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct K8sFetcherConfig {
     pub namespace: String,
@@ -447,9 +496,11 @@ impl Default for K8sFetcherConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct FileMountInitContainer {
     pub image: String,
+    #[cfg_attr(feature = "schema", schemars(with = "crate::config::KubernetesObject"))]
     pub resources: ResourceRequirements,
     pub container_name: String,
 }
@@ -465,6 +516,7 @@ impl Default for FileMountInitContainer {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct ImagePullSecrets {
     pub enabled: bool,
@@ -472,10 +524,15 @@ pub struct ImagePullSecrets {
 
 /// The Union fork's image-builder settings (`crate::mutate::image::builder`), key for key.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct ImageBuilderConfig {
     pub enabled: bool,
     pub hostname_replacement: HostnameReplacement,
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Option<crate::config::KubernetesObject>")
+    )]
     pub label_selector: Option<LabelSelector>,
     pub excluded_container_names: Vec<String>,
     pub excluded_image_prefixes: Vec<String>,
@@ -497,6 +554,7 @@ impl Default for ImageBuilderConfig {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct HostnameReplacement {
     pub existing: String,
@@ -506,6 +564,7 @@ pub struct HostnameReplacement {
 
 /// Flyte's Kubernetes client tuning. Accepted and validated; a Lambda webhook has no client.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct KubeClientConfig {
     pub qps: i32,
@@ -526,6 +585,7 @@ impl Default for KubeClientConfig {
 
 /// Flyte's `secrets` section, used by the Global manager.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct GlobalSecretsConfig {
     #[serde(rename = "type")]
@@ -551,6 +611,7 @@ impl Default for GlobalSecretsConfig {
 pub const DEFAULT_MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct HttpConfig {
     /// Address `podmutator serve` binds (with `webhook.listenPort`): all interfaces by default,
@@ -603,6 +664,7 @@ impl Default for HttpConfig {
 
 /// `http.pathTokenSha256`: one hash, or a list of them (current first, then previous).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum TokenHashes {
     One(String),
@@ -624,6 +686,7 @@ impl TokenHashes {
 
 /// Our Embedded-mode settings (Flyte has none of these).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct EmbeddedConfig {
     /// Budget for fetching every value an admission needs, all calls included.
@@ -700,6 +763,7 @@ impl Config {
 /// Reading a container's ENTRYPOINT and CMD from its image's config in the registry
 /// (`embedded.entrypointLookup`), so that a container with only `args` can be wrapped.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct EntrypointLookupConfig {
     /// The registry hosts (`host[:port]`, as in an image reference) the webhook may ask. Pod
@@ -753,6 +817,7 @@ fn normalised_registry(entry: &str) -> Option<String> {
 
 /// How Embedded secrets reach the pod (`embedded.delivery`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Delivery {
     /// The webhook reads each value and writes it into the pod spec (Flyte's behaviour).
@@ -764,6 +829,7 @@ pub enum Delivery {
 
 /// How ENV_VAR requests are served in `reference` delivery (`embedded.envVarDelivery`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum EnvVarDelivery {
     /// `podmutator exec` sets the variables in the container's process from the fetched files.
@@ -800,6 +866,7 @@ impl Default for EmbeddedConfig {
 
 /// How Embedded mode asks Secrets Manager for the ids a cache miss leaves.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum FetchStrategy {
     /// `BatchGetSecretValue`, `batchSize` ids a call: fewest calls, but that API allows only
@@ -816,6 +883,7 @@ pub enum FetchStrategy {
 /// Flyte's `MutatorConfig`: a required mutator's failure denies the pod; an optional one's
 /// failure admits it with a warning.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct MutatorConfig {
     pub required: bool,
