@@ -918,6 +918,8 @@ mod org;
 mod pod;
 #[path = "attacks/public_endpoint.rs"]
 mod public_endpoint;
+#[path = "attacks/refusals.rs"]
+mod refusals;
 #[path = "attacks/serve.rs"]
 mod serve;
 #[path = "attacks/token.rs"]

@@ -92,10 +92,7 @@ fn path_token_files(provided_ca: &std::path::Path) -> String {
     );
     std::fs::write(component.join("registration.yaml"), &out.stdout).unwrap();
     let status = Command::new("sh")
-        .args([
-            "-c",
-            "echo \"PATH_TOKEN_SHA256=$(tr -d '\\n' < path-token | sha256sum | cut -d' ' -f1)\" > path-token.env",
-        ])
+        .args(["-c", &common::path_token_recipe()[2]])
         .current_dir(&component)
         .status()
         .unwrap();

@@ -262,20 +262,21 @@ async fn requests_refused_before_the_admission_are_logged_and_counted_by_kind() 
     ));
     let json = Some("application/json");
     for _ in 0..3 {
-        let r = front.route("POST", &format!("/{guess}/mutate--v1-pod"), json);
+        let r = front.route(None, "POST", &format!("/{guess}/mutate--v1-pod"), json);
         assert!(matches!(r, Routed::Answer(ref a) if a.status == 404));
     }
-    let r = front.route("POST", &format!("/{token}/mutate--v2-pod"), json);
+    let r = front.route(None, "POST", &format!("/{token}/mutate--v2-pod"), json);
     assert!(matches!(r, Routed::Answer(ref a) if a.status == 404));
-    let r = front.route("GET", &format!("/{token}/mutate--v1-pod"), json);
+    let r = front.route(None, "GET", &format!("/{token}/mutate--v1-pod"), json);
     assert!(matches!(r, Routed::Answer(ref a) if a.status == 405));
     let r = front.route(
+        None,
         "POST",
         &format!("/{token}/mutate--v1-pod"),
         Some("text/plain"),
     );
     assert!(matches!(r, Routed::Answer(ref a) if a.status == 400));
-    let r = front.route("POST", &format!("/{token}/mutate--v1-pod"), json);
+    let r = front.route(None, "POST", &format!("/{token}/mutate--v1-pod"), json);
     assert!(
         matches!(r, Routed::Review(_)),
         "the right token is no refusal"
@@ -346,7 +347,7 @@ async fn a_body_over_the_limit_is_logged_and_counted_as_a_refusal() {
         podmutator::cli::log_filter("info").unwrap(),
     ));
     for _ in 0..2 {
-        let reply = front.body_too_large("POST");
+        let reply = front.body_too_large(None, "POST");
         assert_eq!(reply.status, 400);
         let body = String::from_utf8_lossy(&reply.body);
         assert!(

@@ -118,14 +118,35 @@ impl Refusal {
 
 /// How often each kind of refusal is logged and counted at most: a flood of wrong-token
 /// requests must not become a flood of log lines (CloudWatch bills each), yet the first one
-/// after a quiet spell must show at once.
+/// after a quiet spell must show at once, and what a window held is reported when it ends
+/// ([`Front::flush_refusals`]).
 pub const REFUSAL_SAMPLE_MS: u64 = 10_000;
 
-/// Per kind of refusal: when it was last logged, and how many happened since.
+/// What a refusal's line says besides its kind and count: of the last refusal of that kind.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    /// The caller: the socket's peer (`serve`), or the source address the load balancer or API
+    /// Gateway reports (Lambda).
+    peer: Option<String>,
+    method: String,
+    /// What follows the token, never the token or a guess at it.
+    path: Option<String>,
+    /// The TLS error of a failed handshake.
+    error: Option<String>,
+}
+
+/// Per kind of refusal: when it was last reported, how many happened since, and the last one.
 #[derive(Default)]
 struct RefusalLog {
     last_ms: [std::sync::atomic::AtomicU64; Refusal::ALL.len()],
     pending: [std::sync::atomic::AtomicU64; Refusal::ALL.len()],
+    seen: std::sync::Mutex<[Option<Seen>; Refusal::ALL.len()]>,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The transport's gate in front of the app.
@@ -226,6 +247,11 @@ impl Front {
         }
         let rest = path.strip_prefix('/')?;
         let (given, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        // No token is no token, whatever hash was configured (the gate refuses the empty
+        // string's; this holds if one got past it).
+        if given.is_empty() {
+            return None;
+        }
         // Every accepted token is compared, so the time taken does not say which one matched.
         let given = Sha256::digest(given.as_bytes());
         let matched = self.tokens.iter().fold(subtle::Choice::from(0), |any, t| {
@@ -235,79 +261,136 @@ impl Front {
     }
 
     /// Records a refusal: counted always (the Prometheus counter too); logged (a WARN line) and
-    /// reported (an EMF line with the count since the last one) at most once per
-    /// [`REFUSAL_SAMPLE_MS`] per kind. `path` is what follows the token, never the token or a
-    /// guess at it.
-    pub fn refused(&self, kind: Refusal, method: &str, path: Option<&str>) {
-        let Some(count) = self.sample(kind) else {
-            return;
-        };
-        tracing::warn!(
-            refusal = kind.as_str(),
-            count,
-            method,
-            path = path.unwrap_or("<withheld: it would hold the token>"),
-            sample_seconds = REFUSAL_SAMPLE_MS / 1000,
-            "request refused before the admission"
+    /// reported (an EMF line with the count since the last one) at once when its kind was quiet
+    /// for [`REFUSAL_SAMPLE_MS`], else when the window ends ([`Front::flush_refusals`]). `path`
+    /// is what follows the token, never the token or a guess at it.
+    pub fn refused(&self, kind: Refusal, peer: Option<&str>, method: &str, path: Option<&str>) {
+        self.record(
+            kind,
+            Seen {
+                peer: peer.map(str::to_owned),
+                method: method.to_owned(),
+                path: path.map(str::to_owned),
+                error: None,
+            },
         );
     }
 
-    /// Records a failed TLS handshake (`serve`), sampled as [`Front::refused`] samples: an API
+    /// Records a failed TLS handshake (`serve`) as [`Front::refused`] records a refusal: an API
     /// server that does not trust the certificate fails every call, and its operator must see
     /// why at the default level.
     pub fn tls_failed(&self, peer: std::net::SocketAddr, error: &dyn std::fmt::Display) {
-        let Some(count) = self.sample(Refusal::TlsHandshake) else {
-            return;
-        };
-        tracing::warn!(
-            refusal = Refusal::TlsHandshake.as_str(),
-            count,
-            %peer,
-            %error,
-            sample_seconds = REFUSAL_SAMPLE_MS / 1000,
-            "tls handshake failed: if the peer is the API server, the registration's caBundle does not hold the CA that signed the serving certificate (docs/troubleshooting.md)"
+        self.record(
+            Refusal::TlsHandshake,
+            Seen {
+                peer: Some(peer.to_string()),
+                error: Some(error.to_string()),
+                ..Seen::default()
+            },
         );
     }
 
-    /// Counts a refusal of `kind` (the Prometheus counter, unsampled) and, at most once per
-    /// [`REFUSAL_SAMPLE_MS`] per kind, reports it: the EMF line with the count since the last
-    /// report, which the caller logs beside it. `None` when this one is not reported.
-    fn sample(&self, kind: Refusal) -> Option<u64> {
+    fn record(&self, kind: Refusal, seen: Seen) {
         use std::sync::atomic::Ordering::Relaxed;
         let i = Refusal::ALL.iter().position(|k| *k == kind).unwrap_or(0);
         // Every refusal, unsampled: the counter is read by scraping, not written as a line.
         self.app.counters().refused(kind.as_str());
         self.refusals.pending[i].fetch_add(1, Relaxed);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        self.lock_seen()[i] = Some(seen);
         let last = self.refusals.last_ms[i].load(Relaxed);
-        if last != 0 && now.saturating_sub(last) < REFUSAL_SAMPLE_MS {
-            return None;
+        if last == 0 || now_ms().saturating_sub(last) >= REFUSAL_SAMPLE_MS {
+            self.report(i, last);
         }
+    }
+
+    fn lock_seen(&self) -> std::sync::MutexGuard<'_, [Option<Seen>; Refusal::ALL.len()]> {
+        // The last refusal of each kind, for its line: a panic elsewhere cannot leave it torn.
+        self.refusals
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reports what kind `i` holds since its last report (`last`, in ms), unless another caller
+    /// did since: one WARN line and one EMF line with the count.
+    fn report(&self, i: usize, last: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
         if self.refusals.last_ms[i]
-            .compare_exchange(last, now.max(1), Relaxed, Relaxed)
+            .compare_exchange(last, now_ms().max(1), Relaxed, Relaxed)
             .is_err()
         {
-            return None; // another request is reporting this window
+            return; // another caller is reporting this window
         }
         let count = self.refusals.pending[i].swap(0, Relaxed);
+        if count == 0 {
+            return;
+        }
+        let kind = Refusal::ALL[i];
+        let seen = self.lock_seen()[i].clone().unwrap_or_default();
+        let peer = seen.peer.as_deref().unwrap_or("<unknown>");
+        let sample_seconds = REFUSAL_SAMPLE_MS / 1000;
+        match kind {
+            Refusal::TlsHandshake => tracing::warn!(
+                refusal = kind.as_str(),
+                count,
+                peer,
+                error = seen.error.as_deref().unwrap_or_default(),
+                sample_seconds,
+                "tls handshake failed: if the peer is the API server, the registration's caBundle does not hold the CA that signed the serving certificate (docs/troubleshooting.md)"
+            ),
+            _ => tracing::warn!(
+                refusal = kind.as_str(),
+                count,
+                peer,
+                method = seen.method,
+                path = seen
+                    .path
+                    .as_deref()
+                    .unwrap_or("<withheld: it would hold the token>"),
+                sample_seconds,
+                "request refused before the admission"
+            ),
+        }
         if let Some(m) = self.app.metrics() {
             m.emit_refusals(kind.as_str(), count);
         }
-        Some(count)
+    }
+
+    /// Reports the refusals counted and not yet reported: every kind whose window has ended,
+    /// or with `all` every kind. `serve` calls it every [`REFUSAL_SAMPLE_MS`], so a burst's
+    /// count is reported when its window ends rather than at the next refusal of its kind; the
+    /// Lambda adapter calls it with `all` at the end of each invocation, before the instance
+    /// can be frozen or recycled with counts in memory.
+    pub fn flush_refusals(&self, all: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        for i in 0..Refusal::ALL.len() {
+            if self.refusals.pending[i].load(Relaxed) == 0 {
+                continue;
+            }
+            let last = self.refusals.last_ms[i].load(Relaxed);
+            if all || now_ms().saturating_sub(last) >= REFUSAL_SAMPLE_MS {
+                self.report(i, last);
+            }
+        }
     }
 
     /// The 400 for a body over the limit, recorded as a refusal.
-    pub fn body_too_large(&self, method: &str) -> Reply {
-        self.refused(Refusal::BodyTooLarge, method, None);
+    pub fn body_too_large(&self, peer: Option<&str>, method: &str) -> Reply {
+        self.refused(Refusal::BodyTooLarge, peer, method, None);
         body_too_large(self.max_body_bytes)
     }
 
-    /// Decides from the request line and headers alone.
-    pub fn route(&self, method: &str, path: &str, content_type: Option<&str>) -> Routed {
+    /// Decides from the request line and headers alone; `peer` is the caller, for the lines
+    /// of a refusal.
+    pub fn route(
+        &self,
+        peer: Option<&str>,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+    ) -> Routed {
         let Some(path) = self.route_path(path) else {
-            self.refused(Refusal::PathToken, method, None);
+            self.refused(Refusal::PathToken, peer, method, None);
             return Routed::Answer(message(404, "not found"));
         };
         let route = match path {
@@ -323,12 +406,12 @@ impl Front {
             PATH_IMAGE_BUILDER => Route::ImageBuilder,
             PATH_IMAGES => Route::Images,
             _ => {
-                self.refused(Refusal::NotFound, method, Some(path));
+                self.refused(Refusal::NotFound, peer, method, Some(path));
                 return Routed::Answer(message(404, "not found"));
             }
         };
         if method != "POST" {
-            self.refused(Refusal::Method, method, Some(path));
+            self.refused(Refusal::Method, peer, method, Some(path));
             return Routed::Answer(message(
                 405,
                 "method not allowed: the API server POSTs AdmissionReviews to this path",
@@ -340,7 +423,7 @@ impl Front {
                 .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
         });
         if !is_json {
-            self.refused(Refusal::ContentType, method, Some(path));
+            self.refused(Refusal::ContentType, peer, method, Some(path));
             return Routed::Answer(invalid(format!(
                 "content-type must be application/json, got {}",
                 content_type.map_or_else(|| "none".to_owned(), |c| format!("{c:?}"))
@@ -352,14 +435,14 @@ impl Front {
     /// Admits a body that arrived by `route`, within the body limit.
     pub async fn review(&self, route: Route, body: &[u8]) -> Reply {
         if body.len() > self.max_body_bytes {
-            return self.body_too_large("POST");
+            return self.body_too_large(None, "POST");
         }
         self.app.review(route, body).await
     }
 
     /// [`Front::route`], then [`Front::review`]: for a caller that holds the whole request.
     pub async fn handle(&self, req: Incoming<'_>) -> Reply {
-        match self.route(req.method, req.path, req.content_type) {
+        match self.route(None, req.method, req.path, req.content_type) {
             Routed::Answer(reply) => reply,
             Routed::Review(route) => self.review(route, req.body).await,
         }
@@ -417,7 +500,7 @@ mod tests {
     fn healthz_answers_ok_with_the_version() {
         let front = front("t0k3n");
         for method in ["GET", "HEAD"] {
-            let Routed::Answer(reply) = front.route(method, "/t0k3n/healthz", None) else {
+            let Routed::Answer(reply) = front.route(None, method, "/t0k3n/healthz", None) else {
                 panic!("{method} /healthz is answered from the head");
             };
             assert_eq!(reply.status, 200);

@@ -161,8 +161,15 @@ fn fit(source: Source, reply: Reply) -> Reply {
     )
 }
 
-/// One event in, one response out.
+/// One event in, one response out. The refusals counted and not yet reported are reported
+/// before the invocation ends: the instance may be frozen or recycled after it.
 pub async fn handle(front: &Front, event: LambdaRequest) -> LambdaReply {
+    let reply = handle_event(front, event).await;
+    front.flush_refusals(true);
+    reply
+}
+
+async fn handle_event(front: &Front, event: LambdaRequest) -> LambdaReply {
     match event {
         LambdaRequest::ApiGatewayV1(req) => LambdaReply::ApiGatewayV1(rest(front, req).await),
         LambdaRequest::ApiGatewayV2(req) => LambdaReply::ApiGatewayV2(http_api(front, req).await),
@@ -216,9 +223,11 @@ fn content_type(headers: &HeaderMap) -> Option<&str> {
     headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn dispatch(
     front: &Front,
     source: Source,
+    peer: Option<&str>,
     method: &str,
     path: &str,
     headers: &HeaderMap,
@@ -227,7 +236,7 @@ async fn dispatch(
 ) -> Reply {
     // Path token, route and method first: a caller without the token gets its 404 before
     // the body is even decoded.
-    let route = match front.route(method, path, content_type(headers)) {
+    let route = match front.route(peer, method, path, content_type(headers)) {
         Routed::Answer(reply) => return reply,
         Routed::Review(route) => route,
     };
@@ -255,6 +264,7 @@ async fn rest(front: &Front, req: ApiGatewayProxyRequest) -> ApiGatewayProxyResp
     let reply = dispatch(
         front,
         Source::Public("API Gateway (REST API)"),
+        req.request_context.identity.source_ip.as_deref(),
         req.http_method.as_str(),
         path,
         &req.headers,
@@ -294,6 +304,7 @@ async fn http_api(front: &Front, req: ApiGatewayV2httpRequest) -> ApiGatewayV2ht
     let reply = dispatch(
         front,
         Source::Public(source),
+        req.request_context.http.source_ip.as_deref(),
         req.request_context.http.method.as_str(),
         path,
         &req.headers,
@@ -321,9 +332,18 @@ async fn alb(front: &Front, req: AlbTargetGroupRequest) -> AlbTargetGroupRespons
     } else {
         &req.headers
     };
+    // The ALB appends the address it accepted the connection from to X-Forwarded-For.
+    let peer = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .next_back()
+        .and_then(|v| v.rsplit(',').next())
+        .map(str::trim);
     let reply = dispatch(
         front,
         Source::Alb,
+        peer,
         req.http_method.as_str(),
         req.path.as_deref().unwrap_or("/"),
         headers,

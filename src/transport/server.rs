@@ -306,13 +306,14 @@ impl Drop for Release {
 }
 
 /// The reply, and the request body left unread when the reply did not need it.
-async fn answer(front: &Front, req: Request<HyperBody>) -> (Reply, Option<HyperBody>) {
+async fn answer(front: &Front, peer: &str, req: Request<HyperBody>) -> (Reply, Option<HyperBody>) {
     let (parts, mut body) = req.into_parts();
     let content_type = parts
         .headers
         .get(hyper::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    let route = match front.route(parts.method.as_str(), parts.uri.path(), content_type) {
+    let peer = Some(peer);
+    let route = match front.route(peer, parts.method.as_str(), parts.uri.path(), content_type) {
         Routed::Answer(reply) => return (reply, Some(body)),
         Routed::Review(route) => route,
     };
@@ -320,16 +321,16 @@ async fn answer(front: &Front, req: Request<HyperBody>) -> (Reply, Option<HyperB
     // A Content-Length over the limit is refused from the head.
     let method = parts.method.as_str();
     if usize::try_from(body.size_hint().lower()).map_or(true, |n| n > max_body) {
-        return (front.body_too_large(method), Some(body));
+        return (front.body_too_large(peer, method), Some(body));
     }
     let mut collected = Vec::new();
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else {
-            return (front.body_too_large(method), None);
+            return (front.body_too_large(peer, method), None);
         };
         if let Some(data) = frame.data_ref() {
             if collected.len() + data.len() > max_body {
-                return (front.body_too_large(method), Some(body));
+                return (front.body_too_large(peer, method), Some(body));
             }
             collected.extend_from_slice(data);
         }
@@ -364,10 +365,14 @@ async fn linger(mut body: HyperBody, max_bytes: u64, limit: Duration) {
 async fn respond(
     front: Arc<Front>,
     limits: Limits,
+    peer: SocketAddr,
     req: Request<HyperBody>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     let http1 = req.version() <= hyper::Version::HTTP_11;
-    let (reply, unread) = match tokio::time::timeout(limits.request, answer(&front, req)).await {
+    let peer = peer.to_string();
+    let (reply, unread) = match tokio::time::timeout(limits.request, answer(&front, &peer, req))
+        .await
+    {
         Ok(answered) => answered,
         Err(_) => (
             Reply {
@@ -423,6 +428,18 @@ pub async fn serve(
         .keep_alive_timeout(limits.h2_keep_alive_timeout);
     let builder = Arc::new(builder);
     let registry = Arc::new(Registry::new(&limits));
+    // A burst of refusals is reported when its window ends, not at the next refusal of its kind.
+    let flusher = {
+        let front = front.clone();
+        tokio::spawn(async move {
+            let period = Duration::from_millis(super::http::REFUSAL_SAMPLE_MS);
+            let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+            loop {
+                tick.tick().await;
+                front.flush_refusals(false);
+            }
+        })
+    };
     // Every connection task holds a receiver: `closed()` resolves once the last one ends.
     let (stopping_tx, stopping) = watch::channel(false);
     tokio::pin!(shutdown);
@@ -473,6 +490,8 @@ pub async fn serve(
         tokio::spawn(conn.run());
     }
     drop(listener);
+    flusher.abort();
+    front.flush_refusals(true);
     drop(stopping);
     let _ = stopping_tx.send(true);
     if tokio::time::timeout(limits.drain, stopping_tx.closed())
@@ -531,7 +550,7 @@ impl Connection {
             let in_flight = on_request.begin();
             let front = front.clone();
             async move {
-                let resp = respond(front, limits, req).await;
+                let resp = respond(front, limits, peer, req).await;
                 drop(in_flight);
                 resp
             }

@@ -243,3 +243,77 @@ async fn the_lambda_runtime_at_trace_never_logs_the_path_token() {
         }
     }
 }
+
+/// Hole 5 of issue 36: the empty string's SHA-256 as `http.pathTokenSha256` admitted
+/// `POST //mutate--v1-pod`, a path with no token at all, and the path-token component's recipe
+/// wrote exactly that hash when its `path-token` file was missing or empty. Now the hash is
+/// refused at start, an empty first segment never matches whatever is configured, and the
+/// recipe fails without writing the hash.
+#[test]
+fn the_empty_strings_hash_never_opens_the_door() {
+    use podmutator::config::{EMPTY_SHA256, TokenHashes};
+    assert_eq!(hex_sha256(""), EMPTY_SHA256);
+    let config = format!(r#"{{"http": {{"pathTokenSha256": "{EMPTY_SHA256}"}}}}"#);
+    let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .args(["check-config", "--config-json", &config])
+        .env_remove("PODMUTATOR_CONFIG_FILE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("http.pathTokenSha256: is the SHA-256 of the empty string"),
+        "{stderr}"
+    );
+
+    // Past the gate (a front built straight from a configuration), no token still matches nothing.
+    let mut c = podmutator::config::Config::default();
+    c.http.path_token_sha256 = Some(TokenHashes::One(EMPTY_SHA256.to_owned()));
+    let front = podmutator::transport::http::Front::new(
+        Arc::new(podmutator::App::build(&c, podmutator::Deps::offline()).unwrap()),
+        &c.http,
+        None,
+    )
+    .unwrap();
+    for path in ["//mutate--v1-pod", "/", "//healthz"] {
+        assert!(
+            matches!(
+                front.route(None, "POST", path, Some("application/json")),
+                podmutator::transport::http::Routed::Answer(r) if r.status == 404
+            ),
+            "{path}"
+        );
+    }
+
+    // The recipe's hash line, run on a missing and an empty token file.
+    let recipe = super::common::path_token_recipe();
+    for content in [None, Some(""), Some("\n")] {
+        let dir = temp_dir("attack-empty-token");
+        if let Some(c) = content {
+            std::fs::write(dir.join("path-token"), c).unwrap();
+        }
+        let out = Command::new("sh")
+            .args(["-c", &recipe[2]])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{content:?}: the recipe went on");
+        assert!(
+            !dir.join("path-token.env").exists(),
+            "{content:?}: a hash was written"
+        );
+    }
+    // And on a real token it writes that token's hash.
+    let dir = temp_dir("attack-empty-token");
+    std::fs::write(dir.join("path-token"), format!("{TOKEN}\n")).unwrap();
+    let status = Command::new("sh")
+        .args(["-c", &recipe[2]])
+        .current_dir(&dir)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("path-token.env")).unwrap(),
+        format!("PATH_TOKEN_SHA256={}\n", hex_sha256(TOKEN))
+    );
+}

@@ -496,3 +496,23 @@ pub fn python_apply(
         })
         .collect()
 }
+
+/// The commands deploy/kubernetes/components/path-token/kustomization.yaml documents for making
+/// its git-ignored files (its comment's indented lines), in order.
+pub fn path_token_recipe() -> Vec<String> {
+    let text = std::fs::read_to_string(
+        root().join("deploy/kubernetes/components/path-token/kustomization.yaml"),
+    )
+    .unwrap();
+    let recipe: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("#   "))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        recipe.len(),
+        3,
+        "the component documents three commands: {recipe:?}"
+    );
+    recipe
+}

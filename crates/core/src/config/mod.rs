@@ -662,6 +662,9 @@ impl Default for HttpConfig {
     }
 }
 
+/// The SHA-256 of the empty string: the hash a missing or empty token file gives.
+pub const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
 /// `http.pathTokenSha256`: one hash, or a list of them (current first, then previous).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -1366,14 +1369,20 @@ impl Config {
                 ));
             }
             for (i, hash) in hashes.iter().enumerate() {
+                let key = || match h.path_token_sha256 {
+                    Some(TokenHashes::Many(_)) => format!("http.pathTokenSha256[{i}]"),
+                    _ => "http.pathTokenSha256".to_owned(),
+                };
                 if !(hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit())) {
-                    let key = match h.path_token_sha256 {
-                        Some(TokenHashes::Many(_)) => format!("http.pathTokenSha256[{i}]"),
-                        _ => "http.pathTokenSha256".to_owned(),
-                    };
                     return Err(ConfigError::new(
-                        key,
+                        key(),
                         "must be the SHA-256 of the path token as 64 hex digits (`printf %s \"$TOKEN\" | sha256sum`)",
+                    ));
+                }
+                if hash.eq_ignore_ascii_case(EMPTY_SHA256) {
+                    return Err(ConfigError::new(
+                        key(),
+                        "is the SHA-256 of the empty string, which would admit a path with no token at all (`//mutate--v1-pod`): the token's file was missing or empty when it was hashed; hash the real token",
                     ));
                 }
             }

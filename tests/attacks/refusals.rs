@@ -1,0 +1,124 @@
+//! Hole 6 of issue 36: refusal bursts went unreported. A burst of wrong-token requests was
+//! logged (and sent to the `Refusals` metric) as `count: 1`, the rest waiting for a later
+//! refusal of the same kind, so spaced bursts never tripped the PathToken alarm; in Lambda the
+//! pending count was lost with the instance. Now what a window holds is reported when it ends
+//! (a timer in `serve`, the end of each invocation in Lambda), with the caller's address.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+use super::TOKEN;
+use crate::common::*;
+
+/// The refusal lines of a log, as JSON.
+fn refusal_lines(log: &str) -> Vec<Value> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["message"] == "request refused before the admission")
+        .collect()
+}
+
+/// The real `serve`: a burst of wrong-token requests, then nothing. The first is reported at
+/// once; the rest of the burst when its window ends, without waiting for another refusal; both
+/// lines name the caller.
+#[tokio::test]
+async fn a_burst_of_refusals_is_reported_in_full_when_its_window_ends() {
+    let dir = temp_dir("attack-refusal-burst");
+    let port = free_port();
+    let (mut child, log) = spawn_serve(
+        std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+            .arg("serve")
+            .env_remove("PODMUTATOR_CONFIG_FILE")
+            .env(
+                "PODMUTATOR_CONFIG",
+                json!({
+                    "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
+                    "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN}
+                })
+                .to_string(),
+            ),
+    )
+    .await;
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    let burst = 40;
+    for i in 0..burst {
+        let (status, _) = https_request(
+            port,
+            &ca,
+            "localhost",
+            "POST",
+            &format!("/wrong-token-{i:02}-0123456789abcdefghijklmn/mutate--v1-pod"),
+            Some("application/json"),
+            b"{}",
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, 404);
+    }
+    // Nothing more is sent: the second line comes from the window's end alone.
+    wait_for(&log, "\"request refused before the admission\"", 2).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let lines = refusal_lines(&log.lock().unwrap());
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let counts: Vec<u64> = lines.iter().map(|l| l["count"].as_u64().unwrap()).collect();
+    assert_eq!(counts, [1, burst - 1], "{lines:?}");
+    for l in &lines {
+        assert_eq!(l["refusal"], "PathToken");
+        assert!(l["peer"].as_str().unwrap().starts_with("127.0.0.1:"), "{l}");
+        assert!(
+            !l.to_string().contains("wrong-token"),
+            "the guess is never written: {l}"
+        );
+    }
+}
+
+/// Writes log lines into a buffer.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Lambda: each refused invocation's count is reported before the invocation ends (an instance
+/// is frozen or recycled after any of them), with the source address the ALB reports.
+#[tokio::test]
+async fn every_refused_lambda_invocation_is_reported_before_it_ends_with_its_source() {
+    let front = webhook(
+        &super::config(json!({"http": {"pathToken": TOKEN}})),
+        podmutator::Deps::offline(),
+    );
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let _guard = tracing::subscriber::set_default(podmutator::cli::json_subscriber(
+        move || writer.clone(),
+        podmutator::cli::log_filter("info").unwrap(),
+    ));
+    let mut event = read_json(&root().join("events/alb-mutate.json"));
+    event["path"] = json!("/wrong-token-0123456789abcdefghijklmnopq/mutate--v1-pod");
+    event["headers"]["x-forwarded-for"] = json!("198.51.100.7, 10.0.3.21");
+    for _ in 0..3 {
+        let req: lambda_http::request::LambdaRequest =
+            serde_json::from_value(event.clone()).unwrap();
+        let reply = podmutator::transport::lambda::handle(&front, req).await;
+        assert_eq!(reply.status(), 404);
+    }
+    let logged = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let lines = refusal_lines(&logged);
+    let total: u64 = lines.iter().map(|l| l["count"].as_u64().unwrap()).sum();
+    assert_eq!(
+        total, 3,
+        "every refusal reported within its invocation: {logged}"
+    );
+    for l in &lines {
+        assert_eq!(l["peer"], "10.0.3.21", "the address the ALB accepted: {l}");
+    }
+}
