@@ -372,6 +372,18 @@ impl FakeApi {
     pub(crate) fn registration(&self) -> Value {
         self.object(REGISTRATION)
     }
+
+    /// Writes `bytes` as `key` of the stored Secret `name`, as someone with write access to it
+    /// would (no request is recorded).
+    pub(crate) fn set_secret_data(&self, name: &str, key: &str, bytes: &[u8]) {
+        use base64::Engine;
+        let mut state = self.state.lock().unwrap();
+        let secret = state
+            .objects
+            .get_mut(&format!("{SECRETS}/{name}"))
+            .expect("the Secret exists");
+        secret["data"][key] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
 }
 
 fn decode(v: &Value) -> Vec<u8> {
@@ -1000,4 +1012,58 @@ async fn durations_that_would_renew_at_every_run_are_refused_before_any_request(
         stderr(&out)
     );
     assert!(api.take_requests().is_empty());
+}
+
+/// Issue 36: `certs` copied whatever `previous-ca.crt` held into every caBundle, and the API
+/// server trusts whatever a caBundle holds. A leaf certificate, a chain, or text that is no
+/// certificate in that key is now dropped at the next run, with the reason, and the bundle holds
+/// the current CA alone; a `ca.crt` that is not a CA certificate stops the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_previous_ca_that_is_not_one_ca_certificate_never_reaches_the_ca_bundle() {
+    let api = FakeApi::start().await;
+    assert_ok(&api.run(&[]).await);
+    let ca = data(&api.secret(CA_SECRET), "ca.crt");
+    let leaf = data(&api.secret(TLS_SECRET), "tls.crt");
+    let cases: [(&[u8], &str); 3] = [
+        (&leaf, "not a CA certificate"),
+        (
+            &[ca.clone(), leaf.clone()].concat(),
+            "2 certificates where one CA belongs",
+        ),
+        (
+            b"-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n",
+            "not a certificate",
+        ),
+    ];
+    for (written, why) in cases {
+        api.set_secret_data(CA_SECRET, "previous-ca.crt", written);
+        let out = api.run(&[]).await;
+        assert_ok(&out);
+        let said = stderr(&out);
+        assert!(
+            said.contains(&format!("previous CA dropped (previous-ca.crt: {why}")),
+            "{said}"
+        );
+        assert_eq!(
+            ca_bundle(&api.registration()),
+            ca,
+            "{why}: the bundle holds the current CA alone"
+        );
+        assert!(
+            api.secret(CA_SECRET)["data"]
+                .get("previous-ca.crt")
+                .is_none(),
+            "{why}"
+        );
+    }
+    // A leaf where the CA belongs is not a CA this command wrote: the run stops, naming it.
+    api.set_secret_data(CA_SECRET, "ca.crt", &leaf);
+    let out = api.run(&[]).await;
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("ca.crt: not a CA certificate"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(ca_bundle(&api.registration()), ca, "nothing was written");
 }

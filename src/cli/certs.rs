@@ -619,13 +619,19 @@ async fn ensure_ca(
         };
         let cert = text(tls::CA_CERT)?;
         let key = text(CA_KEY)?;
-        let not_after =
-            tls::not_after(cert.as_bytes()).ok_or_else(|| unusable("ca.crt is no certificate"))?;
-        // The previous CA stays until its own notAfter: past it nothing it signed verifies.
-        let previous = text(PREVIOUS_CA)
-            .ok()
-            .filter(|p| tls::not_after(p.as_bytes()).is_some_and(|end| end > now));
-        let had_previous = existing["data"].get(PREVIOUS_CA).is_some();
+        let not_after = tls::ca_not_after(cert.as_bytes())
+            .map_err(|why| unusable(&format!("{}: {why}", tls::CA_CERT)))?;
+        // The previous CA stays until its own notAfter (past it nothing it signed verifies),
+        // and only if it is one CA certificate: the API server trusts whatever the caBundle
+        // holds, so a leaf, a chain or anything else written there is dropped, not copied.
+        let (previous, dropped) = match data(&existing, PREVIOUS_CA) {
+            None => (None, None),
+            Some(bytes) => match tls::ca_not_after(&bytes) {
+                Ok(end) if end > now => (String::from_utf8(bytes).ok(), None),
+                Ok(_) => (None, Some("expired".to_owned())),
+                Err(why) => (None, Some(why)),
+            },
+        };
         if not_after - now <= seconds(args.renew_before) {
             let mut ca = new_ca()?;
             let why = if not_after > now {
@@ -641,7 +647,7 @@ async fn ensure_ca(
             };
             ca.previous = (not_after > now).then_some(cert);
             (ca, why)
-        } else if had_previous && previous.is_none() {
+        } else if let Some(why) = dropped {
             (
                 Ca {
                     cert,
@@ -649,7 +655,7 @@ async fn ensure_ca(
                     not_after,
                     previous: None,
                 },
-                "previous CA dropped (expired)".to_owned(),
+                format!("previous CA dropped ({PREVIOUS_CA}: {why})"),
             )
         } else {
             out.lines.push(format!(

@@ -42,10 +42,18 @@ pub struct Cli {
     pub config: ConfigArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
-    /// Whether the inline configuration came from `PODMUTATOR_CONFIG` rather than
-    /// `--config-json`, so that its errors name what the user set ([`Cli::from_env`]).
+    /// Which of the configuration's sources came from their variables rather than their
+    /// options, so that errors name what the user set ([`Cli::from_env`]).
     #[arg(skip)]
-    pub inline_from_env: bool,
+    pub from_env: FromEnv,
+}
+
+/// Which configuration sources came from the environment ([`Cli::from_env`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FromEnv {
+    pub flyte: bool,
+    pub file: bool,
+    pub inline: bool,
 }
 
 /// Where the configuration comes from, for the commands that read one. Accepted before the
@@ -221,24 +229,31 @@ impl CliError {
 
 impl Cli {
     /// The process's command line (`--help`, `--version` and usage errors answer and exit
-    /// here), noting where the inline configuration came from.
+    /// here), noting which configuration sources came from their variables.
     pub fn from_env() -> Self {
         use clap::{CommandFactory, FromArgMatches, parser::ValueSource};
         let matches = Self::command().get_matches();
         let mut cli = Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
         // The value after the command wins, as in [`Cli::command_or_default`]. Only a command
         // that has the option may be asked for it.
-        let of = |m: &clap::ArgMatches| {
-            m.ids()
-                .any(|id| id.as_str() == "config_json")
-                .then(|| m.value_source("config_json"))
-                .flatten()
+        let from_env = |id: &str| {
+            let of = |m: &clap::ArgMatches| {
+                m.ids()
+                    .any(|i| i.as_str() == id)
+                    .then(|| m.value_source(id))
+                    .flatten()
+            };
+            matches
+                .subcommand()
+                .and_then(|(_, sub)| of(sub))
+                .or_else(|| of(&matches))
+                == Some(ValueSource::EnvVariable)
         };
-        let source = matches
-            .subcommand()
-            .and_then(|(_, sub)| of(sub))
-            .or_else(|| of(&matches));
-        cli.inline_from_env = source == Some(ValueSource::EnvVariable);
+        cli.from_env = FromEnv {
+            flyte: from_env("flyte_config"),
+            file: from_env("config"),
+            inline: from_env("config_json"),
+        };
         cli
     }
 
@@ -273,11 +288,7 @@ impl Cli {
             inline: after
                 .and_then(|c| c.config_json.clone())
                 .or(self.config.config_json),
-            inline_name: if self.inline_from_env {
-                ENV_CONFIG_INLINE
-            } else {
-                "--config-json"
-            },
+            from_env: self.from_env,
         };
         (command, source)
     }
@@ -290,30 +301,33 @@ pub struct Source {
     pub flyte: Option<PathBuf>,
     pub file: Option<PathBuf>,
     pub inline: Option<String>,
-    /// What the inline configuration's errors call it: `--config-json` or the variable.
-    pub inline_name: &'static str,
+    /// Which of them came from their variables: their errors name the variable.
+    pub from_env: FromEnv,
 }
 
 impl Source {
     pub fn load(&self) -> Result<Loaded, CliError> {
+        let name = |env: bool, var: &'static str, flag: &'static str| if env { var } else { flag };
         let flyte = match self.flyte.as_deref() {
-            Some(path) => flyte_files(path)?,
+            Some(path) => flyte_files(
+                path,
+                name(self.from_env.flyte, ENV_FLYTE_CONFIG_FILE, "--flyte-config"),
+            )?,
             None => Vec::new(),
         };
         let flyte: Vec<(&str, &str)> = flyte
             .iter()
             .map(|(p, t)| (p.as_str(), t.as_str()))
             .collect();
-        let file = read_file(self.file.as_deref(), "--config")?;
-        let name = if self.inline_name.is_empty() {
-            ENV_CONFIG_INLINE
-        } else {
-            self.inline_name
-        };
+        let file = read_file(
+            self.file.as_deref(),
+            name(self.from_env.file, ENV_CONFIG_FILE, "--config"),
+        )?;
+        let inline = name(self.from_env.inline, ENV_CONFIG_INLINE, "--config-json");
         Ok(Config::load_with_flyte(
             &flyte,
             pair(&file),
-            self.inline.as_deref().map(|t| (name, t)),
+            self.inline.as_deref().map(|t| (inline, t)),
         )?)
     }
 }
@@ -321,14 +335,15 @@ impl Source {
 /// `--flyte-config`: one file, or a directory such as Flyte's mounted ConfigMap, whose
 /// `*.yaml`, `*.yml` and `*.json` files are read in name order, as Flyte reads
 /// `--config /etc/flyte/config/*.yaml`.
-fn flyte_files(path: &std::path::Path) -> Result<Vec<(String, String)>, CliError> {
+fn flyte_files(
+    path: &std::path::Path,
+    flag: &'static str,
+) -> Result<Vec<(String, String)>, CliError> {
     if !path.is_dir() {
-        return Ok(read_file(Some(path), "--flyte-config")?
-            .into_iter()
-            .collect());
+        return Ok(read_file(Some(path), flag)?.into_iter().collect());
     }
     let unreadable = |source| CliError::ReadConfig {
-        flag: "--flyte-config",
+        flag,
         path: path.to_owned(),
         source,
     };
@@ -344,7 +359,7 @@ fn flyte_files(path: &std::path::Path) -> Result<Vec<(String, String)>, CliError
     files.sort();
     let mut out = Vec::with_capacity(files.len());
     for f in files {
-        out.extend(read_file(Some(&f), "--flyte-config")?);
+        out.extend(read_file(Some(&f), flag)?);
     }
     Ok(out)
 }
@@ -359,7 +374,7 @@ fn read_file(
     flag: &'static str,
 ) -> Result<Option<(String, String)>, CliError> {
     let Some(path) = path else { return Ok(None) };
-    let text = std::fs::read_to_string(path).map_err(|source| CliError::ReadConfig {
+    let text = crate::config::read_file(path).map_err(|source| CliError::ReadConfig {
         flag,
         path: path.to_owned(),
         source,

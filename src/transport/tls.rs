@@ -240,78 +240,38 @@ pub fn issue_leaf(
 }
 
 /// The `notAfter` of the first certificate in `pem`; `None` when it is not a certificate.
-/// Read from the DER itself (`Certificate` → `tbsCertificate` → `validity`): the few fields
-/// before it are skipped by length, nothing else is interpreted.
 pub fn not_after(pem: &[u8]) -> Option<time::OffsetDateTime> {
     let der = rustls_pemfile::certs(&mut &pem[..]).next()?.ok()?;
-    let (0x30, cert, _) = der_next(&der)? else {
-        return None;
-    };
-    let (0x30, tbs, _) = der_next(cert)? else {
-        return None;
-    };
-    let mut fields = std::iter::successors(der_next(tbs), |(_, _, rest)| der_next(rest));
-    // [0] version (optional), serialNumber, signature, issuer, then validity.
-    let mut field = fields.next()?;
-    if field.0 == 0xa0 {
-        field = fields.next()?;
-    }
-    if field.0 != 0x02 {
-        return None;
-    }
-    for _signature_then_issuer in 0..2 {
-        if fields.next()?.0 != 0x30 {
-            return None;
-        }
-    }
-    let (0x30, validity, _) = fields.next()? else {
-        return None;
-    };
-    let mut times = std::iter::successors(der_next(validity), |(_, _, rest)| der_next(rest));
-    let _not_before = times.next()?;
-    let (time_tag, value, _) = times.next()?;
-    der_time(time_tag, value)
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).ok()?;
+    Some(cert.validity().not_after.to_datetime())
 }
 
-/// One DER element of `input`: (tag, contents, what follows it).
-fn der_next(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n]
-            .iter()
-            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
-        (len, &rest[n..])
+/// The `notAfter` of `pem` when it is exactly one CA certificate (basic constraints `cA`, and
+/// `keyCertSign` if it says what its key may do); else why not. What `certs` puts in a
+/// registration's `caBundle` must be a CA: the API server trusts whatever the bundle holds.
+pub fn ca_not_after(pem: &[u8]) -> Result<time::OffsetDateTime, String> {
+    let certs = rustls_pemfile::certs(&mut &pem[..])
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not PEM: {e}"))?;
+    let [der] = certs.as_slice() else {
+        return Err(format!("{} certificates where one CA belongs", certs.len()));
     };
-    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
-}
-
-/// UTCTime (`YYMMDDHHMMSSZ`, tag 0x17) or GeneralizedTime (`YYYYMMDDHHMMSSZ`, tag 0x18), as
-/// RFC 5280 requires them in certificates.
-fn der_time(tag: u8, value: &[u8]) -> Option<time::OffsetDateTime> {
-    let text = std::str::from_utf8(value).ok()?.strip_suffix('Z')?;
-    if !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(der).map_err(|e| format!("not a certificate: {e}"))?;
+    let is_ca = cert
+        .basic_constraints()
+        .ok()
+        .flatten()
+        .is_some_and(|b| b.value.ca);
+    if !is_ca {
+        return Err("not a CA certificate (no basic constraints with cA)".into());
     }
-    let (year, rest) = match (tag, text.len()) {
-        (0x17, 12) => {
-            let yy: i32 = text[..2].parse().ok()?;
-            (if yy < 50 { 2000 + yy } else { 1900 + yy }, &text[2..])
-        }
-        (0x18, 14) => (text[..4].parse().ok()?, &text[4..]),
-        _ => return None,
-    };
-    let n = |i: usize| rest[i..i + 2].parse::<u8>().ok();
-    let date =
-        time::Date::from_calendar_date(year, time::Month::try_from(n(0)?).ok()?, n(2)?).ok()?;
-    let at = date.with_hms(n(4)?, n(6)?, n(8)?).ok()?;
-    Some(at.assume_utc())
+    if let Ok(Some(usage)) = cert.key_usage()
+        && !usage.value.key_cert_sign()
+    {
+        return Err("a CA certificate whose key may not sign certificates".into());
+    }
+    Ok(cert.validity().not_after.to_datetime())
 }
 
 /// Whether the first certificate of `leaf_pem` is a serving certificate for every one of

@@ -892,6 +892,34 @@ pub struct MutatorConfig {
     pub required: bool,
 }
 
+/// The most a configuration file may hold: four times a ConfigMap's (etcd's 1 MiB object).
+pub const MAX_CONFIG_FILE_BYTES: u64 = 4 << 20;
+
+/// A configuration file's text: a regular file (or a link to one) of at most
+/// [`MAX_CONFIG_FILE_BYTES`], so that `/dev/zero`, a FIFO or a runaway file given by mistake is
+/// an error naming it, not a read until memory runs out or forever.
+pub fn read_file(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    // Looked at before opening: opening a FIFO waits for a writer.
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a configuration is a file: not a device, a FIFO or a socket)",
+        ));
+    }
+    let file = std::fs::File::open(path)?;
+    let mut text = String::new();
+    file.take(MAX_CONFIG_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_CONFIG_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_CONFIG_FILE_BYTES} bytes, which no configuration needs"),
+        ));
+    }
+    Ok(text)
+}
+
 /// A loaded configuration and the warnings to log once at start.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Loaded {
@@ -942,7 +970,7 @@ impl Config {
         let file = match std::env::var_os(ENV_CONFIG_FILE) {
             Some(path) => {
                 let path = std::path::PathBuf::from(path);
-                let text = std::fs::read_to_string(&path).map_err(|e| {
+                let text = read_file(&path).map_err(|e| {
                     ConfigError::new(
                         ENV_CONFIG_FILE,
                         format!("cannot read {}: {e}", path.display()),
