@@ -95,8 +95,9 @@ trap 'stop_servers; rm -f "$out_file"' EXIT
 start_server() {
 	local log=$1 needle=$2 cmd=$3
 	echo "+ $cmd &   (waiting for \"$needle\")" >&2
+	: >"$log"
 	set -m
-	bash -c "$cmd" >"$log" 2>&1 &
+	bash -c "$cmd" >>"$log" 2>&1 &
 	set +m
 	local pid=$!
 	servers+=("$pid")

@@ -3,6 +3,12 @@
 //! needs no path token because it never admits: no admission path is routed here, so a probe
 //! or a scraper reaches it without the token, and the token never has to appear in a pod spec.
 //! It holds no secret: counts, route and reason names, and the version.
+//!
+//! The readiness probe is on this port, and the NetworkPolicy may admit other clients to it
+//! (Prometheus, wherever it runs), so clients that only hold sockets must not starve it: a
+//! full port closes a connection to make room for a new one (one that sent nothing first, then
+//! the idlest; [`super::conns`]), and one source holds a few connections at most, so a probe's
+//! new connection is always admitted and answered at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,10 +19,13 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
+use super::conns::{Admit, Registry};
 use crate::prometheus::Counters;
 
 /// Connections open at once: a kubelet and a scraper or two need a handful.
-const MAX_CONNECTIONS: usize = 32;
+pub const MAX_CONNECTIONS: usize = 32;
+/// Connections open at once from one source address (a kubelet, a scraper).
+pub const MAX_CONNECTIONS_PER_SOURCE: usize = 4;
 /// Time to send a request head.
 const HEADER_READ: Duration = Duration::from_secs(5);
 /// A connection's whole life: probes and scrapes are one short request each.
@@ -62,7 +71,11 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let registry = Arc::new(Registry::new(
+        "probe port",
+        MAX_CONNECTIONS,
+        MAX_CONNECTIONS_PER_SOURCE,
+    ));
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -76,14 +89,24 @@ pub async fn serve(
             },
             () = &mut shutdown => return,
         };
-        // At the cap the new connection is closed at once rather than queued.
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, "metrics port: connection refused at the cap");
-            continue;
+        // Every connection here answers at once, so one is always there to close for a new
+        // one; only a source at its cap with all of them answering is turned away.
+        let slot = match registry.admit(peer.ip()) {
+            Admit::Open(slot) => slot,
+            Admit::Refused | Admit::Full => {
+                tracing::debug!(%peer, "metrics port: connection refused, every connection answering");
+                continue;
+            }
         };
+        let release = registry.release_on_drop(&slot);
         let counters = counters.clone();
         tokio::spawn(async move {
+            let _release = release;
+            let on_request = slot.clone();
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                // No body to wait for: answered now.
+                let mut in_flight = on_request.begin();
+                in_flight.answering();
                 let (status, content_type, body) =
                     answer(&counters, req.method().as_str(), req.uri().path());
                 let mut resp = Response::new(Full::new(Bytes::from(body)));
@@ -93,16 +116,23 @@ pub async fn serve(
                     hyper::header::CONTENT_TYPE,
                     hyper::header::HeaderValue::from_static(content_type),
                 );
-                async move { Ok::<_, std::convert::Infallible>(resp) }
+                async move {
+                    drop(in_flight);
+                    Ok::<_, std::convert::Infallible>(resp)
+                }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ)
                 .serve_connection(TokioIo::new(tcp), service);
-            if tokio::time::timeout(MAX_AGE, conn).await.is_err() {
-                tracing::debug!(%peer, "metrics port: connection closed at its age limit");
+            tokio::select! {
+                ended = tokio::time::timeout(MAX_AGE, conn) => {
+                    if ended.is_err() {
+                        tracing::debug!(%peer, "metrics port: connection closed at its age limit");
+                    }
+                }
+                () = slot.shed.notified() => {}
             }
-            drop(permit);
         });
     }
 }

@@ -11,10 +11,8 @@
 //! without the path token is answered from the request head, before its body is read; the body
 //! is then drained (bounded) so the answer is not lost to a reset.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
@@ -23,11 +21,12 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 
+use super::conns::{Admit, InFlight, Registry, Release, Slot};
 use super::http::{Front, Routed};
 use super::tls::TlsError;
 use crate::admission::Reply;
@@ -46,7 +45,10 @@ pub struct Limits {
     pub first_request: Duration,
     /// Time to send the request line and headers (HTTP/1), also between keep-alive requests.
     pub header_read: Duration,
-    /// Time for a whole request: body read and admission.
+    /// Time for a request's body to arrive once its head has: a body that makes no progress
+    /// holds its connection no longer than this.
+    pub body: Duration,
+    /// Time for the admission once the body is read.
     pub request: Duration,
     /// How long a connection may stay open with no request in flight after its first one
     /// (HTTP/2 has no other idle bound); it is then closed gracefully (GOAWAY).
@@ -77,6 +79,8 @@ impl Default for Limits {
             max_connections_per_source: 256,
             first_request: Duration::from_secs(10),
             header_read: Duration::from_secs(5),
+            // The API server sends a review's few kilobytes at once.
+            body: Duration::from_secs(5),
             // The API server gives up after timeoutSeconds (at most 30 s).
             request: Duration::from_secs(30),
             idle: Duration::from_secs(60),
@@ -98,6 +102,7 @@ impl Limits {
             max_connections: http.max_connections,
             max_connections_per_source: http.max_connections_per_source,
             first_request: Duration::from_secs(http.first_request_timeout_seconds),
+            body: Duration::from_secs(http.body_timeout_seconds),
             idle: Duration::from_secs(http.idle_timeout_seconds),
             max_age: Duration::from_secs(http.max_connection_age_seconds),
             ..Self::default()
@@ -124,189 +129,19 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
         .map_err(|source| ServerError::Listen { addr, source })
 }
 
-/// One open connection as the registry sees it.
-struct Slot {
-    id: u64,
-    source: IpAddr,
-    accepted: Instant,
-    /// Requests in flight in the low bits, [`SHED`] once the registry chose to close it: the
-    /// two live in one word so a connection is never shed while a request is in flight.
-    state: AtomicU64,
-    /// A request head has been parsed on this connection.
-    served: AtomicBool,
-    /// When the last request finished, in milliseconds after `accepted`.
-    idle_since_ms: AtomicU64,
-    shed: Notify,
-    /// A request ended: the connection's timers are looked at again.
-    request_ended: Notify,
-}
-
-const SHED: u64 = 1 << 63;
-
 /// How often a full server looks again for a connection that went idle.
 const FULL_RETRY: Duration = Duration::from_millis(20);
 
-impl Slot {
-    fn idle_since(&self) -> Instant {
-        self.accepted + Duration::from_millis(self.idle_since_ms.load(Ordering::Relaxed))
-    }
-
-    fn in_flight(&self) -> u64 {
-        self.state.load(Ordering::Acquire) & !SHED
-    }
-
-    fn begin(self: &Arc<Self>) -> InFlight {
-        self.served.store(true, Ordering::Relaxed);
-        self.state.fetch_add(1, Ordering::AcqRel);
-        InFlight(self.clone())
-    }
-
-    /// Marks the connection for closing if nothing is in flight on it.
-    fn try_shed(&self) -> bool {
-        self.state
-            .compare_exchange(0, SHED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-}
-
-/// A request in flight on a slot; dropping it marks the connection idle from now.
-struct InFlight(Arc<Slot>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let slot = &self.0;
-        let ms = u64::try_from(slot.accepted.elapsed().as_millis()).unwrap_or(u64::MAX);
-        slot.idle_since_ms.store(ms, Ordering::Relaxed);
-        slot.state.fetch_sub(1, Ordering::AcqRel);
-        slot.request_ended.notify_one();
-    }
-}
-
-#[derive(Default)]
-struct Table {
-    slots: HashMap<u64, Arc<Slot>>,
-    per_source: HashMap<IpAddr, usize>,
-    next_id: u64,
-}
-
-impl Table {
-    fn remove(&mut self, id: u64) -> bool {
-        let Some(slot) = self.slots.remove(&id) else {
-            return false;
-        };
-        if let Some(n) = self.per_source.get_mut(&slot.source) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_source.remove(&slot.source);
-            }
-        }
-        true
-    }
-
-    /// Closes the idlest connection (from `source` only, if given) to make room: one that never
-    /// sent a request head before one that did, then the one idle longest. Connections with a
-    /// request in flight are never chosen.
-    fn shed_one(&mut self, source: Option<IpAddr>) -> bool {
-        let mut skip = Vec::new();
-        loop {
-            let victim = self
-                .slots
-                .values()
-                .filter(|s| source.is_none_or(|src| s.source == src))
-                .filter(|s| s.in_flight() == 0 && !skip.contains(&s.id))
-                .min_by_key(|s| (s.served.load(Ordering::Relaxed), s.idle_since()))
-                .cloned();
-            let Some(victim) = victim else {
-                return false;
-            };
-            if victim.try_shed() {
-                self.remove(victim.id);
-                victim.shed.notify_one();
-                tracing::debug!(peer = %victim.source, served = victim.served.load(Ordering::Relaxed), "connection shed to make room");
-                return true;
-            }
-            // A request arrived on it meanwhile: look again without it.
-            skip.push(victim.id);
-        }
-    }
-}
-
-/// Every open connection, for the caps and for choosing which one to close when full.
-struct Registry {
-    table: Mutex<Table>,
-    freed: Notify,
-    max: usize,
-    max_per_source: usize,
-}
-
-enum Admit {
-    Open(Arc<Slot>),
-    /// The source is at its cap and every connection it holds is busy.
-    Refused,
-    /// The server is at its cap and every connection is busy.
-    Full,
-}
-
-impl Registry {
-    fn new(limits: &Limits) -> Self {
-        Self {
-            table: Mutex::new(Table::default()),
-            freed: Notify::new(),
-            max: limits.max_connections.max(1),
-            max_per_source: limits.max_connections_per_source.max(1),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
-        // The table holds counts only; a panic elsewhere cannot leave it half-updated.
-        self.table
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn admit(&self, source: IpAddr) -> Admit {
-        let mut t = self.lock();
-        let from_source = t.per_source.get(&source).copied().unwrap_or(0);
-        if from_source >= self.max_per_source && !t.shed_one(Some(source)) {
-            return Admit::Refused;
-        }
-        if t.slots.len() >= self.max && !t.shed_one(None) {
-            return Admit::Full;
-        }
-        t.next_id += 1;
-        let slot = Arc::new(Slot {
-            id: t.next_id,
-            source,
-            accepted: Instant::now(),
-            state: AtomicU64::new(0),
-            served: AtomicBool::new(false),
-            idle_since_ms: AtomicU64::new(0),
-            shed: Notify::new(),
-            request_ended: Notify::new(),
-        });
-        t.slots.insert(slot.id, slot.clone());
-        *t.per_source.entry(source).or_insert(0) += 1;
-        Admit::Open(slot)
-    }
-
-    fn release(&self, id: u64) {
-        if self.lock().remove(id) {
-            self.freed.notify_one();
-        }
-    }
-}
-
-/// Removes the slot from the registry when its connection task ends, however it ends.
-struct Release(Arc<Registry>, u64);
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        self.0.release(self.1);
-    }
-}
-
-/// The reply, and the request body left unread when the reply did not need it.
-async fn answer(front: &Front, peer: &str, req: Request<HyperBody>) -> (Reply, Option<HyperBody>) {
+/// The reply, and the request body left unread when the reply did not need it. The body must
+/// arrive within `limits.body` (its progress is reported to `in_flight`, so a slow body is the
+/// first connection closed when the server is full); the admission then has `limits.request`.
+async fn answer(
+    front: &Front,
+    peer: &str,
+    limits: &Limits,
+    in_flight: &mut InFlight,
+    req: Request<HyperBody>,
+) -> (Reply, Option<HyperBody>) {
     let (parts, mut body) = req.into_parts();
     let content_type = parts
         .headers
@@ -323,19 +158,62 @@ async fn answer(front: &Front, peer: &str, req: Request<HyperBody>) -> (Reply, O
     if usize::try_from(body.size_hint().lower()).map_or(true, |n| n > max_body) {
         return (front.body_too_large(peer, method), Some(body));
     }
-    let mut collected = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else {
-            return (front.body_too_large(peer, method), None);
-        };
-        if let Some(data) = frame.data_ref() {
-            if collected.len() + data.len() > max_body {
-                return (front.body_too_large(peer, method), Some(body));
+    let read = async {
+        let mut collected = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else {
+                return Err(None);
+            };
+            if let Some(data) = frame.data_ref() {
+                if collected.len() + data.len() > max_body {
+                    return Err(Some(()));
+                }
+                in_flight.read(data.len());
+                collected.extend_from_slice(data);
             }
-            collected.extend_from_slice(data);
         }
+        Ok(collected)
+    };
+    let collected = match tokio::time::timeout(limits.body, read).await {
+        Ok(Ok(collected)) => collected,
+        Ok(Err(over)) => {
+            let unread = over.map(|()| body);
+            return (front.body_too_large(peer, method), unread);
+        }
+        Err(_) => return (body_timed_out(limits.body), None),
+    };
+    if !in_flight.answering() {
+        // Chosen to make room before it was wholly read: the connection is closing.
+        return (
+            Reply {
+                status: 503,
+                body: br#"{"message":"the server was full and closed this connection"}"#.to_vec(),
+            },
+            None,
+        );
     }
-    (front.review(route, &collected).await, None)
+    match tokio::time::timeout(limits.request, front.review(route, &collected)).await {
+        Ok(reply) => (reply, None),
+        Err(_) => (
+            Reply {
+                status: 500,
+                body: br#"{"message":"the admission did not finish in time"}"#.to_vec(),
+            },
+            None,
+        ),
+    }
+}
+
+/// The 408 for a body that did not arrive within `http.bodyTimeoutSeconds`.
+fn body_timed_out(limit: Duration) -> Reply {
+    Reply {
+        status: 408,
+        body: format!(
+            r#"{{"message":"request timed out: the body was not sent within {} s (http.bodyTimeoutSeconds)"}}"#,
+            limit.as_secs()
+        )
+        .into_bytes(),
+    }
 }
 
 /// Reads and discards what is left of a body answered early, within `max_bytes` and `limit`:
@@ -366,22 +244,13 @@ async fn respond(
     front: Arc<Front>,
     limits: Limits,
     peer: SocketAddr,
+    mut in_flight: InFlight,
     req: Request<HyperBody>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     let http1 = req.version() <= hyper::Version::HTTP_11;
     let peer = peer.to_string();
-    let (reply, unread) = match tokio::time::timeout(limits.request, answer(&front, &peer, req))
-        .await
-    {
-        Ok(answered) => answered,
-        Err(_) => (
-            Reply {
-                status: 408,
-                body: br#"{"message":"request timed out: the body was not sent in time"}"#.to_vec(),
-            },
-            None,
-        ),
-    };
+    let (reply, unread) = answer(&front, &peer, &limits, &mut in_flight, req).await;
+    drop(in_flight);
     let mut resp = Response::new(Full::new(Bytes::from(reply.body)));
     *resp.status_mut() = hyper::StatusCode::from_u16(reply.status)
         .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
@@ -427,7 +296,11 @@ pub async fn serve(
         .keep_alive_interval(limits.h2_keep_alive_interval)
         .keep_alive_timeout(limits.h2_keep_alive_timeout);
     let builder = Arc::new(builder);
-    let registry = Arc::new(Registry::new(&limits));
+    let registry = Arc::new(Registry::new(
+        "webhook port",
+        limits.max_connections,
+        limits.max_connections_per_source,
+    ));
     // A burst of refusals is reported when its window ends, not at the next refusal of its kind.
     let flusher = {
         let front = front.clone();
@@ -479,7 +352,7 @@ pub async fn serve(
         let conn = Connection {
             tcp,
             peer,
-            release: Release(registry.clone(), slot.id),
+            release: registry.release_on_drop(&slot),
             slot,
             acceptor: acceptor.clone(),
             builder: builder.clone(),
@@ -548,12 +421,7 @@ impl Connection {
         let on_request = slot.clone();
         let service = hyper::service::service_fn(move |req| {
             let in_flight = on_request.begin();
-            let front = front.clone();
-            async move {
-                let resp = respond(front, limits, peer, req).await;
-                drop(in_flight);
-                resp
-            }
+            respond(front.clone(), limits, peer, in_flight, req)
         });
         let conn = builder.serve_connection(TokioIo::new(tls), service);
         tokio::pin!(conn);
@@ -563,7 +431,7 @@ impl Connection {
         loop {
             let wake = match closing {
                 Some(hard_stop) => hard_stop,
-                None if !slot.served.load(Ordering::Relaxed) => first_request_by.min(age_limit),
+                None if !slot.served() => first_request_by.min(age_limit),
                 None if slot.in_flight() == 0 => (slot.idle_since() + limits.idle).min(age_limit),
                 None => (Instant::now() + limits.idle).min(age_limit),
             };
@@ -587,7 +455,7 @@ impl Connection {
                         tracing::debug!(%peer, "connection still open after its close was asked for");
                         return;
                     }
-                    let served = slot.served.load(Ordering::Relaxed);
+                    let served = slot.served();
                     let idle = slot.in_flight() == 0;
                     if !served && idle && now >= first_request_by {
                         tracing::debug!(%peer, "no request head before the first-request deadline");

@@ -631,13 +631,16 @@ pub struct HttpConfig {
     /// can send reviews (and, in Embedded value mode, read secrets). `podmutator serve` and the
     /// Lambda refuse to start without a token unless this is true, and warn when it is.
     pub path_token_disabled: bool,
-    /// `podmutator serve`: connections open at once. When full, the idlest connection (one that
-    /// never sent a request first) is closed to make room.
+    /// `podmutator serve`: connections open at once. When full, one is closed to make room:
+    /// one that never sent a request, else the idlest, else the one whose body has arrived
+    /// least; never one whose request is wholly read and being answered.
     pub max_connections: usize,
     /// `podmutator serve`: connections open at once from one source address.
     pub max_connections_per_source: usize,
     /// `podmutator serve`: time from accept until the first request head, TLS handshake included.
     pub first_request_timeout_seconds: u64,
+    /// `podmutator serve`: time for a request's body to arrive once its head has.
+    pub body_timeout_seconds: u64,
     /// `podmutator serve`: how long a connection may stay open with no request in flight.
     pub idle_timeout_seconds: u64,
     /// `podmutator serve`: age at which a connection is closed gracefully (HTTP/2 GOAWAY).
@@ -654,8 +657,9 @@ impl Default for HttpConfig {
             path_token_secret_id: None,
             path_token_disabled: false,
             max_connections: 1024,
-            max_connections_per_source: 256,
+            max_connections_per_source: 32,
             first_request_timeout_seconds: 10,
+            body_timeout_seconds: 5,
             idle_timeout_seconds: 60,
             max_connection_age_seconds: 600,
         }
@@ -1343,6 +1347,7 @@ impl Config {
                 "http.firstRequestTimeoutSeconds",
                 h.first_request_timeout_seconds,
             ),
+            ("http.bodyTimeoutSeconds", h.body_timeout_seconds),
             ("http.idleTimeoutSeconds", h.idle_timeout_seconds),
             ("http.maxConnectionAgeSeconds", h.max_connection_age_seconds),
         ] {
