@@ -166,10 +166,11 @@ async fn slow_loris_headers_are_cut_off_at_the_header_timeout() {
     s.task.await.unwrap();
 }
 
+/// The body has a deadline of its own (`http.bodyTimeoutSeconds`), apart from the admission's.
 #[tokio::test]
-async fn a_body_that_never_arrives_gets_408_at_the_request_timeout() {
+async fn a_body_that_never_arrives_gets_408_at_the_body_timeout() {
     let limits = Limits {
-        request: Duration::from_millis(700),
+        body: Duration::from_millis(700),
         ..Limits::default()
     };
     let s = start_server(&config(json!({})), limits).await;
@@ -185,6 +186,7 @@ async fn a_body_that_never_arrives_gets_408_at_the_request_timeout() {
         .expect("answered");
     let text = String::from_utf8_lossy(&out);
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("http.bodyTimeoutSeconds"), "{text}");
     assert!(started.elapsed() < Duration::from_secs(3));
     s.stop.send(()).unwrap();
     s.task.await.unwrap();
@@ -912,6 +914,8 @@ async fn a_forged_review_to_a_reference_deployment_gets_names_only() {
 mod config_files;
 #[path = "attacks/images.rs"]
 mod images;
+#[path = "attacks/lockout.rs"]
+mod lockout;
 #[path = "attacks/names.rs"]
 mod names;
 #[path = "attacks/org.rs"]

@@ -2,11 +2,13 @@
 //! shared by the webhook port ([`super::server`]) and the probe port ([`super::probe`]), so that
 //! neither can be locked by clients that only hold sockets.
 //!
-//! A full server closes a connection to make room for a new one, choosing, in this order:
-//! one that never sent a request head (longest open first), one idle between requests (idle
-//! longest first), then one whose request is still arriving (least of its body read first).
-//! Only a connection with a request wholly read and being answered is never chosen: a slow body
-//! holds its slot no better than an idle socket does.
+//! A full server closes a connection to make room for a new one: one of the source that holds
+//! the most connections (so that many sockets from a few pods cannot push out the one or two a
+//! kubelet or an API server holds), and of that source's, in this order: one that never sent a
+//! request head (longest open first), one idle between requests (idle longest first), then one
+//! whose request is still arriving (least of its body read first). Only a connection with a
+//! request wholly read and being answered is never chosen: a slow body holds its slot no better
+//! than an idle socket does.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -92,18 +94,20 @@ impl Slot {
 
     /// How eagerly this connection is closed to make room (lower first), or `None` when it is
     /// answering a request and so never chosen.
-    fn shed_rank(&self) -> Option<(u8, u128)> {
+    fn shed_rank(&self) -> Option<(u8, u128, u64)> {
         if self.answering() > 0 {
             return None;
         }
-        let since = |at: Instant| at.elapsed().as_millis();
-        Some(match (self.in_flight(), self.served()) {
+        let since = |at: Instant| at.elapsed().as_nanos();
+        let (class, order) = match (self.in_flight(), self.served()) {
             // Longest open (or idle) first: the larger the age, the earlier.
             (0, false) => (0, u128::MAX - since(self.accepted)),
             (0, true) => (1, u128::MAX - since(self.idle_since())),
             // A request still arriving: the least read first.
             _ => (2, u128::from(self.body_read.load(Ordering::Relaxed))),
-        })
+        };
+        // Then the one accepted first.
+        Some((class, order, self.id))
     }
 }
 
@@ -179,17 +183,22 @@ impl Table {
         true
     }
 
-    /// Closes one connection (from `source` only, if given) to make room, in the order of
-    /// [`Slot::shed_rank`]. Connections answering a request are never chosen.
+    /// Closes one connection (from `source` only, if given) to make room: of the source that
+    /// holds the most, then in the order of [`Slot::shed_rank`]. Connections answering a
+    /// request are never chosen.
     fn shed_one(&mut self, source: Option<IpAddr>, what: &str) -> bool {
         let mut skip = Vec::new();
         loop {
+            let held = |s: &Slot| self.per_source.get(&s.source).copied().unwrap_or(0);
             let victim = self
                 .slots
                 .values()
                 .filter(|s| source.is_none_or(|src| s.source == src) && !skip.contains(&s.id))
-                .filter_map(|s| s.shed_rank().map(|rank| (rank, s)))
-                .min_by_key(|(rank, _)| *rank)
+                .filter_map(|s| {
+                    s.shed_rank()
+                        .map(|rank| ((std::cmp::Reverse(held(s)), rank), s))
+                })
+                .min_by_key(|(key, _)| *key)
                 .map(|(_, s)| s.clone());
             let Some(victim) = victim else {
                 return false;
@@ -328,8 +337,11 @@ mod tests {
         less.read(10);
         let idle = open(&r, ip(4));
         drop(idle.begin());
-        // Full: the idle one goes first, then the body with less read, then the other.
-        assert!(matches!(r.admit(ip(5)), Admit::Open(_)));
+        // Full: the idle one goes first, then the body with less read, then the other. (Each
+        // newcomer answers at once, so that it is not the next one chosen.)
+        let fifth = open(&r, ip(5));
+        let mut fifth_answering = fifth.begin();
+        assert!(fifth_answering.answering());
         assert!(idle.state.load(Ordering::Relaxed) & SHED != 0);
         assert!(matches!(r.admit(ip(6)), Admit::Open(_)));
         assert!(reading_less.state.load(Ordering::Relaxed) & SHED != 0);
@@ -338,7 +350,22 @@ mod tests {
         assert!(!less.answering());
         // The connection answering is never chosen.
         assert!(answering.state.load(Ordering::Relaxed) & SHED == 0);
-        drop((a, more, less));
+        drop((a, more, less, fifth_answering));
+    }
+
+    #[tokio::test]
+    async fn the_source_holding_the_most_loses_a_connection_first() {
+        let r = Registry::new("test", 4, 4);
+        // A kubelet's one connection, opened first and silent: the oldest, yet kept.
+        let kubelet = open(&r, ip(1));
+        let crowd: Vec<_> = (0..3).map(|_| open(&r, ip(9))).collect();
+        assert!(matches!(r.admit(ip(2)), Admit::Open(_)));
+        assert!(kubelet.state.load(Ordering::Relaxed) & SHED == 0);
+        let shed = crowd
+            .iter()
+            .filter(|s| s.state.load(Ordering::Relaxed) & SHED != 0)
+            .count();
+        assert_eq!(shed, 1);
     }
 
     #[tokio::test]
@@ -348,7 +375,10 @@ mod tests {
         let _second = open(&r, ip(1));
         let _other = open(&r, ip(2));
         assert!(matches!(r.admit(ip(1)), Admit::Open(_)));
-        assert!(first.state.load(Ordering::Relaxed) & SHED != 0, "its own oldest");
+        assert!(
+            first.state.load(Ordering::Relaxed) & SHED != 0,
+            "its own oldest"
+        );
         let t = r.lock();
         assert_eq!(t.per_source[&ip(1)], 2);
         assert_eq!(t.per_source[&ip(2)], 1);

@@ -279,10 +279,15 @@ async fn a_source_at_its_cap_with_slow_bodies_makes_room_by_closing_the_least_re
     // From the same source: admitted, and answered.
     assert_eq!(api_server_review(&s).await, 200);
     let least = read_until_closed(&mut busy[0], Duration::from_secs(5)).await;
-    assert!(least.is_some(), "the connection with the least of its body read was closed");
+    assert!(
+        least.is_some(),
+        "the connection with the least of its body read was closed"
+    );
     for (i, c) in busy.iter_mut().enumerate().skip(1) {
         assert!(
-            read_until_closed(c, Duration::from_millis(200)).await.is_none(),
+            read_until_closed(c, Duration::from_millis(200))
+                .await
+                .is_none(),
             "slow body {i} was closed too"
         );
     }

@@ -437,6 +437,16 @@ pub async fn tls_connect_as(
     ca_pem: &[u8],
     server_name: &str,
 ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    tls_over(tcp, ca_pem, server_name).await
+}
+
+/// TLS over `tcp`, trusting `ca_pem`, verifying `server_name`.
+async fn tls_over(
+    tcp: tokio::net::TcpStream,
+    ca_pem: &[u8],
+    server_name: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     use tokio_rustls::rustls;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile::certs(&mut &ca_pem[..]) {
@@ -448,11 +458,31 @@ pub async fn tls_connect_as(
         .map_err(std::io::Error::other)?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     let name = rustls::pki_types::ServerName::try_from(server_name.to_owned())
         .map_err(std::io::Error::other)?;
-    connector.connect(name, tcp).await
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+}
+
+/// A TCP connection to `port` on 127.0.0.1 from the loopback address `127.0.0.<source>`: a
+/// client of its own source address, as another pod would be.
+pub async fn tcp_connect_from(source: u8, port: u16) -> std::io::Result<tokio::net::TcpStream> {
+    use std::net::{Ipv4Addr, SocketAddr};
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::from((Ipv4Addr::new(127, 0, 0, source), 0)))?;
+    socket
+        .connect(SocketAddr::from(([127, 0, 0, 1], port)))
+        .await
+}
+
+/// [`tls_connect`] from the loopback address `127.0.0.<source>` ([`tcp_connect_from`]).
+pub async fn tls_connect_from(
+    source: u8,
+    port: u16,
+    ca_pem: &[u8],
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    tls_over(tcp_connect_from(source, port).await?, ca_pem, "localhost").await
 }
 
 /// Python's `jsonpatch` result for each `(name, doc, patch)`, from one process.
