@@ -910,7 +910,7 @@ async fn a_forged_review_to_a_reference_deployment_gets_names_only() {
         assert!(out.contains(name), "the reply names {name}");
     }
 }
-#[path = "attacks/config.rs"]
+#[path = "attacks/config_files.rs"]
 mod config_files;
 #[path = "attacks/images.rs"]
 mod images;
