@@ -989,3 +989,225 @@ async fn plain_get(port: u16, path: &str) -> (u16, String) {
         .unwrap_or_default();
     (status, body)
 }
+
+/// A connection a NetworkPolicy decides on: the other end (an address, and for a pod its
+/// namespace's name) and the port on the policy's pods' side (ingress) or the other side
+/// (egress).
+struct Flow<'a> {
+    ip: std::net::IpAddr,
+    namespace: Option<&'a str>,
+    port: &'a str,
+    protocol: &'a str,
+}
+
+/// Whether one of `rules` (a policy's `ingress` or `egress`) admits `flow`, as the API defines
+/// it: a rule without `ports` admits every port, without `from`/`to` every peer; a peer is an
+/// `ipBlock` (its CIDR holding the address, outside `except`) or a `namespaceSelector` (by
+/// `matchLabels` on `kubernetes.io/metadata.name`, the only label these policies use; the empty
+/// selector is every namespace) with no `podSelector`.
+fn admits(rules: &Value, peers: &str, flow: &Flow) -> bool {
+    let in_cidr = |cidr: &str| {
+        let (net, bits) = cidr.split_once('/').unwrap();
+        let bits: u32 = bits.parse().unwrap();
+        match (net.parse::<std::net::IpAddr>().unwrap(), flow.ip) {
+            (std::net::IpAddr::V4(n), std::net::IpAddr::V4(a)) => {
+                let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (std::net::IpAddr::V6(n), std::net::IpAddr::V6(a)) => {
+                let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    };
+    rules.as_array().into_iter().flatten().any(|rule| {
+        let port_ok = rule["ports"].as_array().is_none_or(|ports| {
+            ports.iter().any(|p| {
+                let port = match &p["port"] {
+                    Value::String(s) => s.clone(),
+                    Value::Number(n) => n.to_string(),
+                    _ => return false,
+                };
+                port == flow.port && p["protocol"].as_str().unwrap_or("TCP") == flow.protocol
+            })
+        });
+        let peer_ok = rule[peers].as_array().is_none_or(|list| {
+            list.iter().any(|peer| {
+                if let Some(block) = peer.get("ipBlock") {
+                    return in_cidr(block["cidr"].as_str().unwrap())
+                        && !block["except"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|e| in_cidr(e.as_str().unwrap()));
+                }
+                assert!(
+                    peer.get("podSelector").is_none(),
+                    "a podSelector: extend this reader: {peer}"
+                );
+                let Some(ns) = flow.namespace else {
+                    return false;
+                };
+                let labels = &peer["namespaceSelector"]["matchLabels"];
+                labels.as_object().is_none_or(|m| {
+                    m.iter()
+                        .all(|(k, v)| k == "kubernetes.io/metadata.name" && v == ns)
+                })
+            })
+        });
+        port_ok && peer_ok
+    })
+}
+
+/// Issue 36: the probe port was open to every namespace, the webhook's egress blocked the EKS
+/// Pod Identity agent (so in-cluster Embedded with Pod Identity had no credentials), and the
+/// certs pods had no policy. The rendered policies, read as the API defines them: the probe
+/// port admits the monitoring namespace (configurable) and no other; the webhook reaches DNS,
+/// Secrets Manager and STS over HTTPS (IRSA), and the Pod Identity agent, but not the instance
+/// metadata service (the node's role is not the webhook's); the certs pods admit nothing and
+/// reach DNS and the Kubernetes API.
+#[test]
+fn network_policies_admit_what_each_pod_needs_and_nothing_else() {
+    use std::net::IpAddr;
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let docs = render("overlays/self-managed-ca");
+    let webhook = find(&docs, "NetworkPolicy", "podmutator");
+    let flow = |addr: &'static str,
+                namespace: Option<&'static str>,
+                port: &'static str,
+                protocol: &'static str| Flow {
+        ip: ip(addr),
+        namespace,
+        port,
+        protocol,
+    };
+    let ingress = &webhook["spec"]["ingress"];
+    let egress = &webhook["spec"]["egress"];
+    // Ingress: the webhook port from anywhere (the control plane matches no selector); the
+    // probe port from the monitoring namespace only.
+    assert!(admits(
+        ingress,
+        "from",
+        &flow("10.0.7.9", None, "webhook", "TCP")
+    ));
+    assert!(admits(
+        ingress,
+        "from",
+        &flow("10.0.3.4", Some("monitoring"), "metrics", "TCP")
+    ));
+    for tenant in [Some("flytesnacks-development"), Some("default"), None] {
+        assert!(
+            !admits(ingress, "from", &flow("10.0.3.5", tenant, "metrics", "TCP")),
+            "{tenant:?}"
+        );
+    }
+    // Egress: the credential paths.
+    for (what, f, allowed) in [
+        (
+            "DNS",
+            flow("10.100.0.10", Some("kube-system"), "53", "UDP"),
+            true,
+        ),
+        (
+            "Secrets Manager, STS (IRSA) over HTTPS",
+            flow("52.94.133.131", None, "443", "TCP"),
+            true,
+        ),
+        (
+            "the EKS Pod Identity agent",
+            flow("169.254.170.23", None, "80", "TCP"),
+            true,
+        ),
+        (
+            "the EKS Pod Identity agent (IPv6)",
+            flow("fd00:ec2::23", None, "80", "TCP"),
+            true,
+        ),
+        (
+            "the instance metadata service",
+            flow("169.254.169.254", None, "80", "TCP"),
+            false,
+        ),
+        (
+            "plain HTTP elsewhere",
+            flow("10.0.9.9", None, "80", "TCP"),
+            false,
+        ),
+    ] {
+        assert_eq!(admits(egress, "to", &f), allowed, "{what}");
+    }
+
+    // The certs pods: the policy selects the Job's and the CronJob's pods.
+    let certs = find(&docs, "NetworkPolicy", "podmutator-certs");
+    let selector = certs["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap();
+    for (kind, template) in [
+        (
+            "Job",
+            &find(&docs, "Job", "podmutator-certs")["spec"]["template"],
+        ),
+        (
+            "CronJob",
+            &find(&docs, "CronJob", "podmutator-certs")["spec"]["jobTemplate"]["spec"]["template"],
+        ),
+    ] {
+        let labels = &template["metadata"]["labels"];
+        assert!(
+            selector.iter().all(|(k, v)| &labels[k] == v),
+            "{kind}: {labels}"
+        );
+    }
+    assert_eq!(certs["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+    let (ingress, egress) = (&certs["spec"]["ingress"], &certs["spec"]["egress"]);
+    assert!(!admits(
+        ingress,
+        "from",
+        &flow("10.0.3.4", Some("monitoring"), "8080", "TCP")
+    ));
+    for (what, f, allowed) in [
+        (
+            "DNS",
+            flow("10.100.0.10", Some("kube-system"), "53", "UDP"),
+            true,
+        ),
+        (
+            "the kubernetes Service",
+            flow("10.100.0.1", None, "443", "TCP"),
+            true,
+        ),
+        (
+            "an API server endpoint",
+            flow("10.0.0.20", None, "6443", "TCP"),
+            true,
+        ),
+        ("anything else", flow("10.0.9.9", None, "80", "TCP"), false),
+    ] {
+        assert_eq!(admits(egress, "to", &f), allowed, "certs: {what}");
+    }
+
+    // The monitoring namespace is a setting: the patch docs/deploy.md shows, in an overlay.
+    let deploy = std::fs::read_to_string(common::root().join("docs/deploy.md")).unwrap();
+    let start = deploy
+        .find("```yaml\n# overlays/observability/kustomization.yaml")
+        .expect("docs/deploy.md shows the overlay");
+    let block = &deploy[start + "```yaml\n".len()..];
+    let block = &block[..block.find("```").unwrap()];
+    let (dir, _) = provided_ca_copy();
+    let overlay = dir.join("../observability");
+    std::fs::create_dir_all(&overlay).unwrap();
+    std::fs::write(overlay.join("kustomization.yaml"), block).unwrap();
+    let docs = render_dir("overlays/observability", &overlay);
+    let ingress = &find(&docs, "NetworkPolicy", "podmutator")["spec"]["ingress"];
+    assert!(admits(
+        ingress,
+        "from",
+        &flow("10.0.3.4", Some("observability"), "metrics", "TCP")
+    ));
+    assert!(!admits(
+        ingress,
+        "from",
+        &flow("10.0.3.4", Some("monitoring"), "metrics", "TCP")
+    ));
+}
