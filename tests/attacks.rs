@@ -928,5 +928,7 @@ mod public_endpoint;
 mod refusals;
 #[path = "attacks/serve.rs"]
 mod serve;
+#[path = "attacks/serve_values.rs"]
+mod serve_values;
 #[path = "attacks/token.rs"]
 mod token;

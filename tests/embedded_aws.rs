@@ -201,6 +201,11 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
 
     let dir = temp_dir("embedded-binary");
     let port = free_port();
+    // Value delivery under `serve`: the API server authenticates with a client certificate.
+    let api_server = ClientCert::new();
+    let client_ca_file = dir.join("client-ca.crt");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(&client_ca_file, &api_server.ca).unwrap();
     let cfg = json!({
         "webhook": {
             "certDir": dir, "listenPort": port,
@@ -208,7 +213,8 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
         },
         "embedded": {"organization": "flyte"},
-        "http": {"pathTokenSecretId": "podmutator/path-token", "listenAddress": "127.0.0.1"}
+        "http": {"pathTokenSecretId": "podmutator/path-token", "listenAddress": "127.0.0.1",
+            "clientCaFile": client_ca_file}
     });
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
         .arg("serve")
@@ -229,7 +235,8 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
     let pod = task_pod_with_files(&keys, &file_keys);
     let body = serde_json::to_vec(&create_review(&pod, NS)).unwrap();
 
-    let (status, _) = https_request(
+    let (status, _) = https_request_as(
+        Some(&api_server),
         port,
         &ca,
         "localhost",
@@ -241,7 +248,8 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
     .await
     .unwrap();
     assert_eq!(status, 404, "without the token the webhook is not there");
-    let (status, reply) = https_request(
+    let (status, reply) = https_request_as(
+        Some(&api_server),
         port,
         &ca,
         "localhost",

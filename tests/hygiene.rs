@@ -102,6 +102,11 @@ async fn no_secret_value_reaches_logs_metrics_or_error_messages() {
 
     let dir = temp_dir("hygiene");
     let port = free_port();
+    // Value delivery under `serve`: the API server authenticates with a client certificate.
+    let api_server = ClientCert::new();
+    let client_ca_file = dir.join("client-ca.crt");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(&client_ca_file, &api_server.ca).unwrap();
     let cfg = json!({
         "webhook": {
             "certDir": dir, "listenPort": port,
@@ -109,7 +114,8 @@ async fn no_secret_value_reaches_logs_metrics_or_error_messages() {
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
         },
         "embedded": {"organization": "flyte"},
-        "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true}
+        "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true,
+            "clientCaFile": client_ca_file}
     });
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
         .arg("serve")
@@ -170,7 +176,8 @@ async fn no_secret_value_reaches_logs_metrics_or_error_messages() {
     let mut allowed_replies = Vec::new();
     for (p, allowed) in &cases {
         let body = serde_json::to_vec(&create_review(p, NS)).unwrap();
-        let (status, reply) = https_request(
+        let (status, reply) = https_request_as(
+            Some(&api_server),
             port,
             &ca,
             "localhost",

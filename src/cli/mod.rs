@@ -178,6 +178,10 @@ pub enum CliError {
     PathTokenNotText { id: String },
     #[error("failed to start the async runtime")]
     Runtime(#[source] std::io::Error),
+    #[error(
+        "podmutator serve will not write Embedded secret values into its replies (embedded.delivery: value, or envVarDelivery: value) to callers it cannot authenticate: any pod that reaches its port can send a review, and the path token is no secret from whoever creates pods (the API server quotes it in its errors). Set embedded.delivery: reference with envVarDelivery: exec, which serves names only; or, where the API server can present a client certificate (its admission configuration's kubeconfig: a self-managed control plane; EKS cannot), set http.clientCaFile to the CA that signs it (docs/deploy.md, \"Embedded values in the cluster\")"
+    )]
+    ValuesToUnauthenticated,
     #[error("lambda runtime stopped")]
     Lambda(#[source] lambda_http::Error),
     #[error(
@@ -1140,6 +1144,16 @@ fn serve(config: &Config, namespace: &str) -> Result<(), CliError> {
     let w = &config.webhook;
     let dir = std::path::PathBuf::from(w.cert_dir_expanded());
     let addr = SocketAddr::from((config.http.listen_address, w.listen_port));
+    // Whoever reaches the port could otherwise be served secret values: in the cluster every
+    // pod can, and the path token is no secret from whoever creates pods.
+    let client_ca = config
+        .http
+        .client_ca_file
+        .as_deref()
+        .map(std::path::Path::new);
+    if config.embedded_values_in_replies() && client_ca.is_none() {
+        return Err(CliError::ValuesToUnauthenticated);
+    }
     runtime(true)?.block_on(async move {
         // The gate first: a configuration `check-config` refuses touches no certificate.
         let front = Arc::new(build_front(config, Transport::Https).await?);
@@ -1148,7 +1162,10 @@ fn serve(config: &Config, namespace: &str) -> Result<(), CliError> {
             w.local_cert.unwrap_or(true),
             &tls::serving_names(&w.service_name, namespace),
         )?;
-        let tls = tls::tls_config(&files)?;
+        let tls = match client_ca {
+            Some(ca) => tls::tls_config_verifying(&files, ca)?,
+            None => tls::tls_config(&files)?,
+        };
         let listener = server::bind(addr).await?;
         let local = listener
             .local_addr()

@@ -466,22 +466,56 @@ impl rustls::server::ResolvesServerCert for ReloadingCert {
 /// rustls server config from PEM files, offering HTTP/2 and HTTP/1.1; the certificate is
 /// reloaded when its files change ([`ReloadingCert`], looked at every [`RELOAD_EVERY`]).
 pub fn tls_config(files: &CertFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    tls_config_reloading(files, RELOAD_EVERY)
+    tls_config_reloading(files, RELOAD_EVERY, None)
 }
 
-/// [`tls_config`], looking at the files again every `every` at most.
+/// [`tls_config`], requiring of every client a certificate signed by one of the CAs of
+/// `client_ca` (a PEM file): a handshake without one, or with another, fails.
+pub fn tls_config_verifying(
+    files: &CertFiles,
+    client_ca: &Path,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    tls_config_reloading(files, RELOAD_EVERY, Some(client_ca))
+}
+
+/// [`tls_config`] (or [`tls_config_verifying`] with `client_ca`), looking at the files again
+/// every `every` at most.
 pub fn tls_config_reloading(
     files: &CertFiles,
     every: std::time::Duration,
+    client_ca: Option<&Path>,
 ) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let resolver = Arc::new(ReloadingCert::load(files, every)?);
     let dir = files.cert.parent().unwrap_or(Path::new("."));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| certs_err(dir, e.to_string()))?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
+        .map_err(|e| certs_err(dir, e.to_string()))?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(path) => {
+            let bad = |m: String| certs_err(path, format!("http.clientCaFile: {m}"));
+            let pem = std::fs::read(path).map_err(|e| bad(format!("cannot read: {e}")))?;
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_pemfile::certs(&mut &pem[..]) {
+                let cert = cert.map_err(|e| bad(format!("not PEM: {e}")))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| bad(format!("not a CA certificate: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(bad("holds no certificate".into()));
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .map_err(|e| bad(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

@@ -53,7 +53,8 @@ fn a_configuration_path_that_is_not_a_bounded_regular_file_is_refused_without_re
     let huge = dir.join("huge.yaml");
     std::fs::write(&huge, "#".repeat(5 << 20)).unwrap();
     let huge = huge.to_str().unwrap();
-    let cases: [(&[&str], &[(&str, &str)], &str); 6] = [
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 6] = [
         (
             &["--flyte-config", "/dev/zero"],
             &[],

@@ -77,9 +77,9 @@ impl Attack {
 async fn hold<S: AsyncReadExt + Unpin>(s: &mut S, attack: &Attack) {
     let mut buf = [0u8; 1024];
     while !attack.stop.load(Ordering::Relaxed) {
-        match tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await {
-            Ok(Ok(0) | Err(_)) => return,
-            _ => {}
+        let read = tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await;
+        if let Ok(Ok(0) | Err(_)) = read {
+            return;
         }
     }
 }

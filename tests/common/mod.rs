@@ -294,9 +294,36 @@ pub async fn https_request(
     content_type: Option<&str>,
     body: &[u8],
 ) -> std::io::Result<(u16, Vec<u8>)> {
+    https_request_as(
+        None,
+        port,
+        ca_pem,
+        server_name,
+        method,
+        path,
+        content_type,
+        body,
+    )
+    .await
+}
+
+/// [`https_request`] presenting `client`'s certificate, as an API server configured with one
+/// does (`http.clientCaFile`).
+#[allow(clippy::too_many_arguments)]
+pub async fn https_request_as(
+    client: Option<&ClientCert>,
+    port: u16,
+    ca_pem: &[u8],
+    server_name: &str,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> std::io::Result<(u16, Vec<u8>)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let mut tls = tls_connect_as(port, ca_pem, server_name).await?;
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let mut tls = tls_over(tcp, ca_pem, server_name, client).await?;
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {server_name}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -438,14 +465,53 @@ pub async fn tls_connect_as(
     server_name: &str,
 ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    tls_over(tcp, ca_pem, server_name).await
+    tls_over(tcp, ca_pem, server_name, None).await
 }
 
-/// TLS over `tcp`, trusting `ca_pem`, verifying `server_name`.
-async fn tls_over(
+/// A client CA and a client certificate it signed (extended key usage clientAuth), as PEM: what
+/// an API server presents to a webhook through its admission configuration's kubeconfig.
+pub struct ClientCert {
+    pub ca: String,
+    pub cert: String,
+    pub key: String,
+}
+
+impl ClientCert {
+    /// A new CA and a certificate for `kube-apiserver` it signed.
+    pub fn new() -> Self {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+            KeyPair, KeyUsagePurpose,
+        };
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        ca.distinguished_name
+            .push(DnType::CommonName, "kube-apiserver client CA");
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
+        leaf.distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
+        leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = leaf.signed_by(&key, &issuer).unwrap();
+        Self {
+            ca: ca_cert.pem(),
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+}
+
+/// TLS over `tcp`, trusting `ca_pem`, verifying `server_name`, presenting `client` if given.
+pub async fn tls_over(
     tcp: tokio::net::TcpStream,
     ca_pem: &[u8],
     server_name: &str,
+    client: Option<&ClientCert>,
 ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     use tokio_rustls::rustls;
     let mut roots = rustls::RootCertStore::empty();
@@ -453,11 +519,20 @@ async fn tls_over(
         roots.add(cert?).map_err(std::io::Error::other)?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(std::io::Error::other)?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let config = match client {
+        None => builder.with_no_client_auth(),
+        Some(c) => builder
+            .with_client_auth_cert(
+                rustls_pemfile::certs(&mut c.cert.as_bytes()).collect::<Result<_, _>>()?,
+                rustls_pemfile::private_key(&mut c.key.as_bytes())?
+                    .ok_or_else(|| std::io::Error::other("no key"))?,
+            )
+            .map_err(std::io::Error::other)?,
+    };
     let name = rustls::pki_types::ServerName::try_from(server_name.to_owned())
         .map_err(std::io::Error::other)?;
     tokio_rustls::TlsConnector::from(Arc::new(config))
@@ -482,7 +557,13 @@ pub async fn tls_connect_from(
     port: u16,
     ca_pem: &[u8],
 ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    tls_over(tcp_connect_from(source, port).await?, ca_pem, "localhost").await
+    tls_over(
+        tcp_connect_from(source, port).await?,
+        ca_pem,
+        "localhost",
+        None,
+    )
+    .await
 }
 
 /// Python's `jsonpatch` result for each `(name, doc, patch)`, from one process.

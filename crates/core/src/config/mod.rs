@@ -645,6 +645,11 @@ pub struct HttpConfig {
     pub idle_timeout_seconds: u64,
     /// `podmutator serve`: age at which a connection is closed gracefully (HTTP/2 GOAWAY).
     pub max_connection_age_seconds: u64,
+    /// `podmutator serve`: a PEM file of the CA certificates whose client certificates the
+    /// webhook port requires: every caller must present one (the API server, through its
+    /// admission configuration's kubeconfig). What lets `serve` write Embedded values into
+    /// its replies; unset, it refuses value delivery at start.
+    pub client_ca_file: Option<String>,
 }
 
 impl Default for HttpConfig {
@@ -662,6 +667,7 @@ impl Default for HttpConfig {
             body_timeout_seconds: 5,
             idle_timeout_seconds: 60,
             max_connection_age_seconds: 600,
+            client_ca_file: None,
         }
     }
 }
