@@ -926,6 +926,8 @@ mod pod;
 mod public_endpoint;
 #[path = "attacks/refusals.rs"]
 mod refusals;
+#[path = "attacks/reply_cost.rs"]
+mod reply_cost;
 #[path = "attacks/serve.rs"]
 mod serve;
 #[path = "attacks/serve_values.rs"]

@@ -434,10 +434,21 @@ impl Front {
 
     /// Admits a body that arrived by `route`, within the body limit.
     pub async fn review(&self, route: Route, body: &[u8]) -> Reply {
+        self.review_within(route, body, crate::admission::ReplyLimit::CONFIGURED)
+            .await
+    }
+
+    /// [`Front::review`] for a path back whose own limit on the reply is `limit`.
+    pub async fn review_within(
+        &self,
+        route: Route,
+        body: &[u8],
+        limit: crate::admission::ReplyLimit,
+    ) -> Reply {
         if body.len() > self.max_body_bytes {
             return self.body_too_large(None, "POST");
         }
-        self.app.review(route, body).await
+        self.app.review_within(route, body, limit).await
     }
 
     /// [`Front::route`], then [`Front::review`]: for a caller that holds the whole request.

@@ -96,10 +96,18 @@ const ENVELOPE_BYTES: usize = 1024;
 
 impl Source {
     /// The response limit of the path back to the API server.
-    fn response_limit(self) -> (usize, &'static str) {
+    fn response_limit(self) -> crate::admission::ReplyLimit {
         match self {
-            Source::Alb => (ALB_RESPONSE_LIMIT, "an ALB"),
-            Source::Public(_) => (LAMBDA_RESPONSE_LIMIT, "Lambda"),
+            Source::Alb => crate::admission::ReplyLimit {
+                bytes: ALB_RESPONSE_LIMIT,
+                by: "an ALB puts on a Lambda function's response",
+                instead: "API Gateway or a Function URL (6 MB, reference delivery only) or `podmutator serve` in the cluster",
+            },
+            Source::Public(_) => crate::admission::ReplyLimit {
+                bytes: LAMBDA_RESPONSE_LIMIT,
+                by: "Lambda puts on a function's response",
+                instead: "",
+            },
         }
     }
 }
@@ -122,9 +130,9 @@ fn escaped_len(body: &[u8]) -> usize {
 /// an opaque failure and `failurePolicy: Ignore` would turn into a pod created without what
 /// it asked for.
 fn fit(source: Source, reply: Reply) -> Reply {
-    let (limit, by) = source.response_limit();
+    let limit = source.response_limit();
     let size = escaped_len(&reply.body) + ENVELOPE_BYTES;
-    if size <= limit {
+    if size <= limit.bytes {
         return reply;
     }
     // Our own answer: its uid and version are read back only on this rare path.
@@ -138,27 +146,11 @@ fn fit(source: Source, reply: Reply) -> Reply {
         uid,
         response_bytes = size,
         patch_bytes = patch,
-        limit,
+        limit = limit.bytes,
         "response over the limit of the path back"
     );
-    let message = format!(
-        "the webhook's answer for this pod is {size} bytes (a JSON Patch of {patch} bytes in base64), over the {limit}-byte limit {by} puts on a Lambda function's response, so it was not sent and the pod is not mutated; \
-         make the patch smaller (an ENV_VAR secret is written into every container: a pod with many containers is better served by FILE mounts), or serve this webhook where the limit is larger: {}",
-        match source {
-            Source::Alb =>
-                "API Gateway or a Function URL (6 MB, reference delivery only) or `podmutator serve` in the cluster (no limit)",
-            Source::Public(_) => "`podmutator serve` in the cluster (no limit)",
-        }
-    );
-    error_reply(
-        &Error::Denied(crate::error::Denial {
-            code: 413,
-            reason: "ResponseTooLarge",
-            message,
-        }),
-        uid,
-        api_version,
-    )
+    let denial = crate::admission::reply_too_large(size as u64, Some(patch), limit);
+    error_reply(&Error::Denied(denial), uid, api_version)
 }
 
 /// One event in, one response out. The refusals counted and not yet reported are reported
@@ -246,8 +238,14 @@ async fn dispatch(
     {
         return public_values_refused(name);
     }
+    // The estimate refuses what cannot fit before it is built; `fit` measures what was built.
+    let limit = source.response_limit();
+    let within = crate::admission::ReplyLimit {
+        bytes: limit.bytes - ENVELOPE_BYTES,
+        ..limit
+    };
     match body_bytes(body, base64) {
-        Ok(bytes) => fit(source, front.review(route, &bytes).await),
+        Ok(bytes) => fit(source, front.review_within(route, &bytes, within).await),
         Err(reply) => reply,
     }
 }

@@ -1,16 +1,12 @@
 //! Hole 6 of issue 25: the path token outside the redaction. Whoever reads a command's stderr
 //! (a CI log, a pod's log) or the function's log at any level must never see the token.
 
-use std::convert::Infallible;
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
-use hyper::{Request, Response};
-
+use super::common::runtime_api::{Seen, runtime_api};
 use super::common::{root, temp_dir};
 
 const TOKEN: &str = "leaky-token-6f1c2a9e0b7d4c3a8e5f1d2c3b4a5968";
@@ -76,82 +72,6 @@ fn a_yaml_syntax_error_in_the_config_never_prints_the_path_token() {
             );
         }
     }
-}
-
-/// What the fake Runtime API saw.
-#[derive(Default)]
-struct Seen {
-    nexts: usize,
-    responses: Vec<String>,
-    errors: Vec<String>,
-}
-
-/// Lambda's Runtime API on 127.0.0.1, as `lambda_runtime` polls it: the first `next` hands out
-/// `event`, later ones wait (as Lambda does between invocations); responses and errors are
-/// recorded.
-async fn runtime_api(event: String, seen: Arc<Mutex<Seen>>) -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let (event, seen) = (event.clone(), seen.clone());
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                    let (event, seen) = (event.clone(), seen.clone());
-                    async move { Ok::<_, Infallible>(answer(req, &event, &seen).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    port
-}
-
-async fn answer(req: Request<Incoming>, event: &str, seen: &Mutex<Seen>) -> Response<Full<Bytes>> {
-    let path = req.uri().path().to_owned();
-    let body = req.into_body().collect().await.unwrap().to_bytes();
-    let body = String::from_utf8_lossy(&body).into_owned();
-    if path == "/2018-06-01/runtime/invocation/next" {
-        let first = {
-            let mut s = seen.lock().unwrap();
-            s.nexts += 1;
-            s.nexts == 1
-        };
-        if !first {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-        }
-        let deadline = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis()
-            + 60_000;
-        return Response::builder()
-            .status(200)
-            .header("lambda-runtime-aws-request-id", "req-1")
-            .header("lambda-runtime-deadline-ms", deadline.to_string())
-            .header(
-                "lambda-runtime-invoked-function-arn",
-                "arn:aws:lambda:us-east-1:123456789012:function:podmutator",
-            )
-            .header(
-                "lambda-runtime-trace-id",
-                "Root=1-5e1b4151-5ac6c58dcf6b3b4e1c0d2d9e",
-            )
-            .body(Full::new(Bytes::from(event.to_owned())))
-            .unwrap();
-    }
-    let mut s = seen.lock().unwrap();
-    if path.ends_with("/response") {
-        s.responses.push(body);
-    } else {
-        s.errors.push(format!("{path}: {body}"));
-    }
-    Response::builder()
-        .status(202)
-        .body(Full::new(Bytes::from_static(b"{}")))
-        .unwrap()
 }
 
 /// `lambda_runtime` logs every raw event at TRACE, and the event's path holds the token. The

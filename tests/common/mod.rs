@@ -5,6 +5,7 @@ pub mod aws;
 pub mod leaks;
 pub mod quota;
 pub mod registry;
+pub mod runtime_api;
 pub mod work;
 
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube_core::DynamicObject;
-use kube_core::admission::{AdmissionRequest, AdmissionReview, Operation};
+use kube_core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde::Serialize;
 
 use crate::app::App;
@@ -122,8 +122,23 @@ impl Admission {
 impl App {
     /// Answers one AdmissionReview body that arrived by `route`. Never panics on bad input.
     pub async fn review(&self, route: Route, body: &[u8]) -> Reply {
+        self.review_within(route, body, ReplyLimit::CONFIGURED)
+            .await
+    }
+
+    /// [`App::review`], refusing (413, `ResponseTooLarge`) a review whose reply would not fit
+    /// `limit`, from an estimate made before the patch is built.
+    pub async fn review_within(&self, route: Route, body: &[u8], limit: ReplyLimit) -> Reply {
         let started = Instant::now();
-        let admission = self.admit(route, body).await;
+        let limit = match limit.bytes {
+            0 => ReplyLimit {
+                bytes: self.max_reply_bytes,
+                by: "http.maxReplyBytes puts on the webhook's replies",
+                instead: "",
+            },
+            _ => limit,
+        };
+        let admission = self.admit(route, body, limit).await;
         let reply = admission.reply();
         self.report(route, &admission, reply.status, started);
         reply
@@ -199,7 +214,10 @@ impl App {
         }
     }
 
-    async fn admit(&self, route: Route, body: &[u8]) -> Admission {
+    async fn admit(&self, route: Route, body: &[u8], limit: ReplyLimit) -> Admission {
+        if let Some(too_many) = self.too_many_objects(body) {
+            return too_many;
+        }
         let (req, api_version) = match parse(body, route) {
             Ok(Parsed::Pod(req, v)) => (*req, v),
             Ok(Parsed::Other {
@@ -259,6 +277,16 @@ impl App {
             )
         } else {
             let plan = self.secrets.plan(&ctx, &pod);
+            // Before any fetch or injection: a reply that cannot be sent is not built.
+            let spec = pod.spec.as_ref();
+            let containers = spec.map_or(0, |s| {
+                s.containers.len() + s.init_containers.as_ref().map_or(0, Vec::len)
+            });
+            let estimate = plan.reply_estimate(&self.secrets.injectors, containers);
+            if estimate > limit.bytes as u64 {
+                let denial = reply_too_large(estimate, None, limit);
+                return Admission::early(subject, api_version, Err(Error::Denied(denial)));
+            }
             let (fetched, resolved) = self.resolve(&plan).await;
             let ran = resolved.map_err(Ran::Failed).and_then(|resolved| {
                 let secrets = Planned {
@@ -285,6 +313,118 @@ impl App {
             verdict,
         }
     }
+}
+
+impl App {
+    /// The denial of a review holding more JSON objects than `limits.maxObjectsPerReview`
+    /// ([`objects_in`]), decided on its bytes before any of it is read into Kubernetes types (a
+    /// container is a struct of 2 KB: a 1 MB review of 30,000 of them took 280 MB). Only a body
+    /// long enough to hold that many (two bytes each, `{}`, a heavy one among them counting
+    /// [`HEAVY`]) is counted.
+    fn too_many_objects(&self, body: &[u8]) -> Option<Admission> {
+        if body.len().saturating_mul(HEAVY) / 2 <= self.max_objects {
+            return None;
+        }
+        let objects = objects_in(body);
+        if objects <= self.max_objects {
+            return None;
+        }
+        // Answered as a denial of this review, so the API server shows its message: the uid
+        // and version are read without the rest (serde skips what no field asks for).
+        #[derive(serde::Deserialize, Default)]
+        #[serde(rename_all = "camelCase", default)]
+        struct Head {
+            api_version: String,
+            request: HeadRequest,
+        }
+        #[derive(serde::Deserialize, Default)]
+        #[serde(default)]
+        struct HeadRequest {
+            uid: String,
+            namespace: String,
+        }
+        let head: Head = serde_json::from_slice(body).unwrap_or_default();
+        let api_version =
+            api_version_of(&head.api_version, "AdmissionReview").unwrap_or(API_VERSION_V1);
+        let subject = Subject {
+            uid: head.request.uid,
+            namespace: head.request.namespace,
+            ..Subject::default()
+        };
+        let denial = Denial {
+            code: 413,
+            reason: "TooManyObjects",
+            message: format!(
+                "the review holds the weight of {objects} JSON objects (a container counts 8, a volume 16, each other object 1), over the {} of limits.maxObjectsPerReview: read into Kubernetes types it would take more memory than a replica has; split the pod, or raise the limit with the replica's memory",
+                self.max_objects
+            ),
+        };
+        Some(Admission::early(
+            subject,
+            api_version,
+            Err(Error::Denied(denial)),
+        ))
+    }
+}
+
+/// Elements of these lists are read into Kubernetes types of 2 to 3 KB each (`Container`
+/// 2,120 bytes, `EphemeralContainer` 2,144, `Volume` 3,208); every other object into one of
+/// at most some 400. Each counts as many objects as given here in [`objects_in`].
+const HEAVY_LISTS: [(&[u8], usize); 4] = [
+    (b"containers", 8),
+    (b"initContainers", 8),
+    (b"ephemeralContainers", 8),
+    (b"volumes", 16),
+];
+/// The most any one object counts.
+const HEAVY: usize = 16;
+
+/// The JSON objects in `body`, an element of a [`HEAVY_LISTS`] list counting as listed there: a
+/// bound, proportional to the memory its Kubernetes types take, made in one pass over the bytes
+/// (strings skipped, keys compared only against those few names).
+fn objects_in(body: &[u8]) -> usize {
+    // Per open array or object: what each of its elements counts.
+    let mut weight: Vec<usize> = Vec::with_capacity(16);
+    let (mut objects, mut in_string, mut escaped) = (0usize, false, false);
+    // The string just closed, if short enough to be one of the names; the key of the value
+    // about to start.
+    let (mut string_start, mut last_string, mut key): (usize, &[u8], &[u8]) = (0, b"", b"");
+    for (i, &b) in body.iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+                last_string = &body[string_start..i];
+            }
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = true;
+                string_start = i + 1;
+            }
+            b':' => key = last_string,
+            b'{' => {
+                objects += weight.last().copied().unwrap_or(1);
+                weight.push(1);
+                key = b"";
+            }
+            b'[' => {
+                let heavy = HEAVY_LISTS.iter().find(|(name, _)| *name == key);
+                weight.push(heavy.map_or(1, |(_, w)| *w));
+                key = b"";
+            }
+            b']' | b'}' => {
+                weight.pop();
+            }
+            b',' => key = b"",
+            _ => {}
+        }
+    }
+    objects
 }
 
 /// Why a chain run gave no verdict: a mutator refused the pod (with what was counted on the way),
@@ -506,6 +646,54 @@ fn credentials_hint(detail: &str) -> &'static str {
     }
 }
 
+/// The most a reply may hold, what sets it and where a larger one could go (named in the
+/// denial): the limit of the path back to the API server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyLimit {
+    pub bytes: usize,
+    /// What puts the limit on what, for the message ("an ALB puts on a Lambda function's
+    /// response").
+    pub by: &'static str,
+    /// Where the webhook could be served with a larger limit, if anywhere.
+    pub instead: &'static str,
+}
+
+impl ReplyLimit {
+    /// `http.maxReplyBytes`, the app's own ([`App::review`]).
+    pub const CONFIGURED: ReplyLimit = ReplyLimit {
+        bytes: 0,
+        by: "",
+        instead: "",
+    };
+}
+
+/// The 413 for a reply over `limit`: `size` measured on the reply built, with its patch's
+/// size, or (`patch: None`) estimated before the patch was built. Not an internal error: the
+/// pod asks for more than the path back can carry, and a load balancer's 502 would report it
+/// as an opaque failure.
+pub fn reply_too_large(size: u64, patch: Option<usize>, limit: ReplyLimit) -> crate::error::Denial {
+    let size = match patch {
+        Some(patch) => format!("is {size} bytes (a JSON Patch of {patch} bytes in base64)"),
+        None => format!("would be at least {size} bytes (estimated before its patch was built)"),
+    };
+    let instead = if limit.instead.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", or serve this webhook where the limit is larger: {}",
+            limit.instead
+        )
+    };
+    crate::error::Denial {
+        code: 413,
+        reason: "ResponseTooLarge",
+        message: format!(
+            "the webhook's answer for this pod {size}, over the {}-byte limit {}, so it was not sent and the pod is not mutated; make the patch smaller (an ENV_VAR secret is written into every container: a pod with many containers is better served by FILE mounts, or by fewer secrets){instead}",
+            limit.bytes, limit.by
+        ),
+    }
+}
+
 fn internal(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Internal(format!("{what}: {e}"))
 }
@@ -545,6 +733,27 @@ fn api_version_of(v: &str, kind: &str) -> Result<&'static str, Error> {
 
 /// Typed parse first (the common case, one pass); a review whose object is not a Pod is parsed
 /// again untyped to tell "someone else's object" (allowed untouched) from "broken pod" (invalid).
+/// An AdmissionReview as it arrives: kube-core's `AdmissionReview` with its `TypeMeta` as plain
+/// fields. kube-core's flattens it (`#[serde(flatten)]`), which makes serde buffer the whole
+/// review into an untyped tree before reading any of it: for a pod of 30,000 containers that
+/// tree held some 150 MB, about 150 times the body, before the first typed field was read.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AdmissionReview<T: kube_core::Resource> {
+    api_version: String,
+    kind: String,
+    request: Option<AdmissionRequest<T>>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    response: Option<AdmissionResponse>,
+}
+
+impl<T: kube_core::Resource> AdmissionReview<T> {
+    fn types(&self) -> (&str, &str) {
+        (&self.api_version, &self.kind)
+    }
+}
+
 fn parse(body: &[u8], route: Route) -> Result<Parsed, Error> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(Error::Invalid(
@@ -554,7 +763,8 @@ fn parse(body: &[u8], route: Route) -> Result<Parsed, Error> {
     match serde_json::from_slice::<AdmissionReview<Pod>>(body) {
         Ok(review) => {
             utf8(body)?;
-            let api_version = api_version_of(&review.types.api_version, &review.types.kind)?;
+            let (api_version, kind) = review.types();
+            let api_version = api_version_of(api_version, kind)?;
             let req = review
                 .request
                 .ok_or_else(|| Error::Invalid("review has no request: nothing to admit".into()))?;
@@ -563,7 +773,8 @@ fn parse(body: &[u8], route: Route) -> Result<Parsed, Error> {
         Err(typed_err) => match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
             Ok(review) => {
                 utf8(body)?;
-                let api_version = api_version_of(&review.types.api_version, &review.types.kind)?;
+                let (api_version, kind) = review.types();
+                let api_version = api_version_of(api_version, kind)?;
                 let req = review.request.ok_or_else(|| {
                     Error::Invalid("review has no request: nothing to admit".into())
                 })?;
@@ -756,6 +967,7 @@ fn standard_reason(code: u16) -> &'static str {
         403 => "Forbidden",
         404 => "NotFound",
         405 => "MethodNotAllowed",
+        413 => "RequestEntityTooLarge",
         _ => "InternalError",
     }
 }
@@ -763,6 +975,21 @@ fn standard_reason(code: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn objects_are_counted_outside_strings_with_containers_and_volumes_heavy() {
+        assert_eq!(objects_in(br#"{"a": {"b": [{}, {}]}}"#), 4);
+        assert_eq!(objects_in(br#"{"s": "{{{\"{", "t": "\\"}"#), 1);
+        let pod = br#"{"spec": {"containers": [{"name": "a", "env": [{"name": "x"}]}, {"name": "b"}], "volumes": [{"name": "v", "emptyDir": {}}], "initContainers": []}}"#;
+        // The pod and its spec; two containers (8 each) and a volume (16); an env var and an
+        // emptyDir.
+        assert_eq!(objects_in(pod), 2 + 2 * 8 + 16 + 2);
+        // A key named like a heavy list inside a string, or a value that is not a list.
+        assert_eq!(
+            objects_in(br#"{"x": "containers", "containers": {"a": {}}}"#),
+            3
+        );
+    }
     use base64::Engine;
 
     #[test]

@@ -39,6 +39,10 @@ pub struct App {
     pub(crate) values_in_replies: bool,
     /// [`Deps::errors_in_replies`].
     pub(crate) errors_in_replies: bool,
+    /// `http.maxReplyBytes`: the reply limit of [`App::review`].
+    pub(crate) max_reply_bytes: usize,
+    /// `limits.maxObjectsPerReview`.
+    pub(crate) max_objects: usize,
 }
 
 /// What the app takes from outside its configuration. Made at the edge (`cli`), by tests, or
@@ -211,6 +215,8 @@ impl App {
             counters: Arc::new(Counters::new()),
             values_in_replies: config.embedded_values_in_replies(),
             errors_in_replies,
+            max_reply_bytes: config.http.max_reply_bytes,
+            max_objects: config.limits.max_objects_per_review,
         })
     }
 

@@ -105,6 +105,11 @@ pub struct LimitsConfig {
     /// to 3 ids (project, domain, organisation), so 64 requests need at most 192; 200 ids are
     /// 10 `BatchGetSecretValue` calls of 20, a tenth of the account's 100 calls/s.
     pub max_secret_ids_per_admission: usize,
+    /// Most JSON objects one review may hold, counted on its bytes before it is read into
+    /// Kubernetes types, a container counting 8 and a volume 16 (their types take 2 and 3 KB,
+    /// every other object's at most some 400 bytes): the bound on the memory a review can take.
+    /// Real pods weigh a few hundred; 100,000 leaves room for a 10,000-container pod.
+    pub max_objects_per_review: usize,
 }
 
 impl Default for LimitsConfig {
@@ -112,6 +117,7 @@ impl Default for LimitsConfig {
         Self {
             max_secret_requests_per_pod: 64,
             max_secret_ids_per_admission: 200,
+            max_objects_per_review: 100_000,
         }
     }
 }
@@ -610,6 +616,14 @@ impl Default for GlobalSecretsConfig {
 /// is bounded by etcd's object size (1.5 MiB) well below it.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
 
+/// Default reply limit of `serve` (and `inject`): Lambda's 6 MB, so a configuration answers the
+/// same pods on both.
+pub const DEFAULT_MAX_REPLY_BYTES: usize = 6 * 1024 * 1024;
+
+/// The largest `http.maxReplyBytes`: building a reply costs some tens of times its size in
+/// memory, and the in-cluster Deployment's limit is 256 MiB.
+pub const MAX_REPLY_BYTES_CEILING: usize = 6 * 1024 * 1024;
+
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -618,6 +632,10 @@ pub struct HttpConfig {
     /// as a server behind a Kubernetes Service needs; `127.0.0.1` keeps a local run on loopback.
     pub listen_address: std::net::IpAddr,
     pub max_body_bytes: usize,
+    /// The largest reply `podmutator serve` and `inject` build; a review whose reply would be
+    /// larger is refused (413) from an estimate made before the patch is built. On Lambda the
+    /// path back's own limit applies instead (an ALB's 1 MB, Lambda's 6 MB).
+    pub max_reply_bytes: usize,
     /// A literal path token (for local testing); every route then lives under `/<token>/`.
     pub path_token: Option<String>,
     /// The SHA-256 of the path token, as 64 hex digits: the function holds only this, so a
@@ -657,6 +675,7 @@ impl Default for HttpConfig {
         Self {
             listen_address: std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
             path_token: None,
             path_token_sha256: None,
             path_token_secret_id: None,
@@ -1276,6 +1295,12 @@ impl Config {
                 "must be positive (default 200)",
             ));
         }
+        if !(64..=400_000).contains(&l.max_objects_per_review) {
+            return Err(ConfigError::new(
+                "limits.maxObjectsPerReview",
+                "must be from 64 to 400000 (default 100000): what a review may hold costs some 400 bytes of memory an object",
+            ));
+        }
         check_global_env_prefix(&self.secrets.env_prefix)?;
         if enabled.contains(&SecretManagerType::Embedded) && em.namespace_template.is_empty() {
             warnings.push(
@@ -1339,6 +1364,15 @@ impl Config {
                 format!(
                     "{} bytes cannot hold an AdmissionReview; use at least 1024 (default {DEFAULT_MAX_BODY_BYTES})",
                     self.http.max_body_bytes
+                ),
+            ));
+        }
+        if !(4096..=MAX_REPLY_BYTES_CEILING).contains(&self.http.max_reply_bytes) {
+            return Err(ConfigError::new(
+                "http.maxReplyBytes",
+                format!(
+                    "{} bytes: use from 4096 (an answer with a small patch) to {MAX_REPLY_BYTES_CEILING}, which a replica's memory can build (default {DEFAULT_MAX_REPLY_BYTES})",
+                    self.http.max_reply_bytes
                 ),
             ));
         }

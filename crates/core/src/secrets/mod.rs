@@ -200,6 +200,14 @@ pub trait SecretInjector: Send + Sync {
         pod: &mut Pod,
         edits: &mut Edits,
     ) -> Result<(), Refusal>;
+
+    /// Whether an injected request writes into every container (an env var or a mount in
+    /// each), so that the reply grows with containers × requests: `false` for a manager that
+    /// writes pod-level fields only (Vault's annotations). What the reply's size is estimated
+    /// from before the patch is built ([`SecretsMutator::reply_estimate`]).
+    fn writes_every_container(&self) -> bool {
+        true
+    }
 }
 
 /// Reads `flyte.secrets/s<N>` annotations of pods labelled `inject-flyte-secrets: "true"` and

@@ -101,6 +101,38 @@ impl Plan {
         }
     }
 
+    /// What the plan's injection adds to the reply at the least, in bytes of its base64 patch:
+    /// for each request whose first manager writes into every container, an item per
+    /// container (an env var or a mount, at least its names and a fixed envelope). An estimate
+    /// made before anything is injected, so a review whose reply could not be sent is refused
+    /// before it costs the memory of building it.
+    pub fn reply_estimate(
+        &self,
+        injectors: &[Box<dyn super::SecretInjector>],
+        containers: usize,
+    ) -> u64 {
+        let Outcome::Requests(requests) = &self.outcome else {
+            return 0;
+        };
+        let per_container: u64 = requests
+            .iter()
+            .filter(|p| {
+                p.candidates
+                    .first()
+                    .and_then(|(i, _)| injectors.get(*i))
+                    .is_some_and(|inj| inj.writes_every_container())
+            })
+            .map(|p| {
+                let s = &p.req.secret;
+                // The item's JSON: its fields' names and punctuation (about 40 bytes at the
+                // least), the variable's name (prefix, group and key) and the reference back.
+                let raw = 40 + 2 * (s.group.len() + s.key.len()) + s.env_var.len();
+                (raw as u64).div_ceil(3) * 4
+            })
+            .sum();
+        per_container.saturating_mul(containers as u64)
+    }
+
     /// The number of secret requests planned (0 when denied).
     pub fn len(&self) -> usize {
         match &self.outcome {

@@ -106,6 +106,10 @@ impl SecretInjector for VaultInjector {
         SecretManagerType::Vault
     }
 
+    fn writes_every_container(&self) -> bool {
+        false
+    }
+
     fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, _: &Pod) -> Result<Accept, Refusal> {
         let s = &req.secret;
         let missing: Vec<&str> = [("group", &s.group), ("key", &s.key)]

@@ -1,0 +1,269 @@
+//! Hole 4 of issue 36: a review's cost was unbounded until after it was built. Each of up to
+//! 64 secret requests is written into every container, and nothing bounded containers × items
+//! before the patch existed: one 1 MB review made a 273 MB reply in `serve` (peak RSS over
+//! 700 MB against the Deployment's 256Mi limit), and in Lambda the 413 came only after the
+//! same memory was spent (against the 256 MB the IaC gives the function). Now the reply's size
+//! is estimated once the secrets are planned, before anything is fetched or injected, and a
+//! review whose reply would not fit the path back is refused then. Peak memory of the real
+//! binary is measured (VmHWM) for the worst shapes.
+
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use serde_json::{Value, json};
+
+use super::TOKEN;
+use crate::common::runtime_api::{Seen, runtime_api};
+use crate::common::*;
+
+/// The Deployment's memory limit (deploy/kubernetes/base/deployment.yaml) and the function's
+/// default MemorySize (Terraform, SAM) are 256 MiB each; the peak must leave a quarter of it
+/// spare, measured on the debug binary these tests run (which starts some 20 MB heavier than
+/// the release build) over the worst reviews one after another, fragmentation included.
+const BUDGET: u64 = 192 << 20;
+
+/// A CREATE review of `containers` one-line containers and 64 requests (the per-pod cap)
+/// with long valid names, of `mount`.
+fn worst_review(containers: usize, mount: MountRequirement) -> Vec<u8> {
+    let secrets: Vec<Secret> = (0..64)
+        .map(|i| Secret {
+            group: format!("g{i:02}{}", "a".repeat(60)),
+            key: format!("k{i:02}{}", "b".repeat(60)),
+            mount_requirement: mount,
+            ..Default::default()
+        })
+        .collect();
+    let containers: Vec<Value> = (0..containers)
+        .map(|i| json!({"name": format!("c{i:06}"), "image": "b"}))
+        .collect();
+    let review = create_review(
+        &json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "wide", "labels": {"inject-flyte-secrets": "true"},
+                "annotations": encode_annotations(&secrets).unwrap()},
+            "spec": {"containers": containers}}),
+        "flytesnacks-development",
+    );
+    serde_json::to_vec(&review).unwrap()
+}
+
+/// The containers of a review of at most `bytes` ([`worst_review`]'s take 30 bytes each).
+fn filling(bytes: usize) -> usize {
+    (bytes - 16_384) / 32
+}
+
+/// A review of one container asking for 64 ENV_VAR secrets, whose pod also holds `volumes`
+/// volumes and `env` env vars: the heaviest shapes within the object limit that are admitted.
+fn heavy_but_admitted(volumes: usize, env: usize) -> Vec<u8> {
+    let secrets: Vec<Secret> = (0..64)
+        .map(|i| Secret {
+            group: format!("g{i:02}"),
+            key: format!("k{i:02}"),
+            mount_requirement: MountRequirement::EnvVar,
+            ..Default::default()
+        })
+        .collect();
+    let env: Vec<Value> = (0..env)
+        .map(|i| json!({"name": format!("E{i:06}")}))
+        .collect();
+    let volumes: Vec<Value> = (0..volumes)
+        .map(|i| json!({"name": format!("v{i:06}"), "emptyDir": {}}))
+        .collect();
+    let review = create_review(
+        &json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "heavy", "labels": {"inject-flyte-secrets": "true"},
+                "annotations": encode_annotations(&secrets).unwrap()},
+            "spec": {"containers": [{"name": "main", "image": "b", "env": env}], "volumes": volumes}}),
+        "flytesnacks-development",
+    );
+    serde_json::to_vec(&review).unwrap()
+}
+
+/// The peak resident memory of process `pid` (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// A 413 denial of the review for `reason`, whose message says `says`.
+fn assert_refused(reply: &Value, reason: &str, says: &[&str]) {
+    let response = &reply["response"];
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(response["status"]["code"], 413, "{response}");
+    assert_eq!(response["status"]["reason"], "RequestEntityTooLarge");
+    assert_eq!(response["auditAnnotations"]["denial-reason"], reason);
+    let message = response["status"]["message"].as_str().unwrap();
+    for s in says {
+        assert!(message.contains(s), "{s}: {message}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worst_reviews_are_refused_before_their_reply_is_built_within_a_replicas_memory() {
+    let dir = temp_dir("attack-reply-cost");
+    let port = free_port();
+    let config = json!({
+        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator", "secretManagerTypes": ["K8s"]},
+        "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN}
+    });
+    let (mut child, _) = spawn_serve(
+        Command::new(env!("CARGO_BIN_EXE_podmutator"))
+            .arg("serve")
+            .env_remove("PODMUTATOR_CONFIG_FILE")
+            .env("PODMUTATOR_CONFIG", config.to_string()),
+    )
+    .await;
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    let mut peaks = Vec::new();
+    // Within the object limit, a reply that would be far over http.maxReplyBytes (11,500
+    // containers × 64 requests), ENV_VAR and FILE; over it, an ALB's whole request (1 MB, some
+    // 32,000 containers) and the body limit (6 MB).
+    let estimated = ["estimated before its patch was built", "http.maxReplyBytes"];
+    let objects = ["JSON objects", "limits.maxObjectsPerReview"];
+    for (containers, mount, reason, says) in [
+        (
+            11_500,
+            MountRequirement::EnvVar,
+            "ResponseTooLarge",
+            &estimated[..],
+        ),
+        (
+            11_500,
+            MountRequirement::File,
+            "ResponseTooLarge",
+            &estimated[..],
+        ),
+        (
+            filling(1 << 20),
+            MountRequirement::EnvVar,
+            "TooManyObjects",
+            &objects[..],
+        ),
+        (
+            filling(6 << 20),
+            MountRequirement::EnvVar,
+            "TooManyObjects",
+            &objects[..],
+        ),
+    ] {
+        let review = worst_review(containers, mount);
+        let (status, body) = https_request(
+            port,
+            &ca,
+            "localhost",
+            "POST",
+            &format!("/{TOKEN}/mutate--v1-pod"),
+            Some("application/json"),
+            &review,
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        let reply: Value = serde_json::from_slice(&body).unwrap();
+        assert_refused(&reply, reason, says);
+        assert_eq!(
+            reply["response"]["uid"], "e911857d-c318-11e8-bbad-025000000001",
+            "answers this review"
+        );
+        peaks.push((review.len(), containers, mount, peak_rss(child.id())));
+    }
+    // The heaviest pods within the limit are admitted, and mutated, within the same memory:
+    // 5,500 volumes (each a 3 KB type, with its emptyDir), then 90,000 env vars in one container.
+    for (volumes, env) in [(5_500, 0), (0, 90_000)] {
+        let review = heavy_but_admitted(volumes, env);
+        let (status, body) = https_request(
+            port,
+            &ca,
+            "localhost",
+            "POST",
+            &format!("/{TOKEN}/mutate--v1-pod"),
+            Some("application/json"),
+            &review,
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, 200);
+        let reply: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            reply["response"]["allowed"], true,
+            "{}",
+            reply["response"]["status"]
+        );
+        assert!(reply["response"]["patch"].is_string());
+        peaks.push((
+            review.len(),
+            volumes.max(env),
+            MountRequirement::EnvVar,
+            peak_rss(child.id()),
+        ));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    eprintln!("serve, peak RSS after each review (cumulative): {peaks:?}");
+    for (len, containers, mount, peak) in &peaks {
+        assert!(
+            *peak < BUDGET,
+            "serve: a {len}-byte review ({containers} containers, {mount:?}) took the peak to {peak} bytes"
+        );
+    }
+
+    // The Lambda loop: 11,500 containers × 64 requests through an ALB event (base64, as an ALB
+    // sends it), refused against the ALB's 1 MB.
+    let review = worst_review(11_500, MountRequirement::EnvVar);
+    let mut event: Value =
+        serde_json::from_slice(&std::fs::read(root().join("events/alb-mutate.json")).unwrap())
+            .unwrap();
+    use base64::Engine;
+    event["body"] = json!(base64::engine::general_purpose::STANDARD.encode(&review));
+    event["isBase64Encoded"] = json!(true);
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let api = runtime_api(event.to_string(), seen.clone()).await;
+    let mut lambda = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .arg("lambda")
+        .env_remove("PODMUTATOR_CONFIG_FILE")
+        .env(
+            "PODMUTATOR_CONFIG",
+            json!({"http": {"pathTokenDisabled": true}}).to_string(),
+        )
+        .env("AWS_LAMBDA_RUNTIME_API", format!("127.0.0.1:{api}"))
+        .env("AWS_LAMBDA_FUNCTION_NAME", "podmutator")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+        .env("AWS_REGION", "us-east-1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(120);
+    while seen.lock().unwrap().responses.is_empty() {
+        assert!(
+            Instant::now() < end && lambda.try_wait().unwrap().is_none(),
+            "no response: {:?}",
+            seen.lock().unwrap().errors
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let peak = peak_rss(lambda.id());
+    let _ = lambda.kill();
+    let _ = lambda.wait();
+    let reply: Value = serde_json::from_str(&seen.lock().unwrap().responses[0]).unwrap();
+    assert_eq!(reply["statusCode"], 200);
+    let answer: Value = serde_json::from_str(reply["body"].as_str().unwrap()).unwrap();
+    assert_refused(
+        &answer,
+        "ResponseTooLarge",
+        &["estimated before its patch was built", "an ALB"],
+    );
+    eprintln!("lambda, peak RSS: {peak}");
+    assert!(
+        peak < BUDGET,
+        "lambda: the review took the peak to {peak} bytes"
+    );
+}
