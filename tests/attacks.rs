@@ -277,9 +277,8 @@ fn hex_sha256(s: &str) -> String {
 
 mod secrets_attacks {
     use std::collections::BTreeMap;
-    use std::io::Write;
+    use std::sync::Arc;
     use std::sync::atomic::Ordering;
-    use std::sync::{Arc, Mutex};
 
     use super::common::*;
     use podmutator::config::Config;
@@ -668,20 +667,6 @@ mod secrets_attacks {
                     .into(),
                 })
             })
-        }
-    }
-
-    /// Log lines written while the guard lives.
-    #[derive(Clone, Default)]
-    struct Logs(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Logs {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
         }
     }
 

@@ -231,20 +231,6 @@ async fn the_image_builder_reports_its_counters_on_rewrites_and_denials() {
     assert_eq!(denied["ImageBuilderReplacements_org_none"], 1);
 }
 
-/// Log lines written while the guard lives.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// A token mismatch after a rotation, a wrong path in the registration, a wrong method: each
 /// refusal kind is logged (WARN, one line per kind per 10 s, with the count) and counted
 /// (`Refusals` by `Refusal`), and a refused path token is never written anywhere.

@@ -4,8 +4,6 @@
 //! pending count was lost with the instance. Now what a window holds is reported when it ends
 //! (a timer in `serve`, the end of each invocation in Lambda), with the caller's address.
 
-use std::sync::{Arc, Mutex};
-
 use serde_json::{Value, json};
 
 use super::TOKEN;
@@ -71,20 +69,6 @@ async fn a_burst_of_refusals_is_reported_in_full_when_its_window_ends() {
             !l.to_string().contains("wrong-token"),
             "the guess is never written: {l}"
         );
-    }
-}
-
-/// Writes log lines into a buffer.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 

@@ -91,6 +91,23 @@ fn peak_rss(pid: u32) -> u64 {
     kb * 1024
 }
 
+/// The answer of `serve` on `port` to `review`, sent as the API server sends it.
+async fn review_through(port: u16, ca: &[u8], review: &[u8]) -> Value {
+    let (status, body) = https_request(
+        port,
+        ca,
+        "localhost",
+        "POST",
+        &format!("/{TOKEN}/mutate--v1-pod"),
+        Some("application/json"),
+        review,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    serde_json::from_slice(&body).unwrap()
+}
+
 /// A 413 denial of the review for `reason`, whose message says `says`.
 fn assert_refused(reply: &Value, reason: &str, says: &[&str]) {
     let response = &reply["response"];
@@ -153,19 +170,7 @@ async fn the_worst_reviews_are_refused_before_their_reply_is_built_within_a_repl
         ),
     ] {
         let review = worst_review(containers, mount);
-        let (status, body) = https_request(
-            port,
-            &ca,
-            "localhost",
-            "POST",
-            &format!("/{TOKEN}/mutate--v1-pod"),
-            Some("application/json"),
-            &review,
-        )
-        .await
-        .unwrap();
-        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-        let reply: Value = serde_json::from_slice(&body).unwrap();
+        let reply = review_through(port, &ca, &review).await;
         assert_refused(&reply, reason, says);
         assert_eq!(
             reply["response"]["uid"], "e911857d-c318-11e8-bbad-025000000001",
@@ -177,19 +182,7 @@ async fn the_worst_reviews_are_refused_before_their_reply_is_built_within_a_repl
     // 5,500 volumes (each a 3 KB type, with its emptyDir), then 90,000 env vars in one container.
     for (volumes, env) in [(5_500, 0), (0, 90_000)] {
         let review = heavy_but_admitted(volumes, env);
-        let (status, body) = https_request(
-            port,
-            &ca,
-            "localhost",
-            "POST",
-            &format!("/{TOKEN}/mutate--v1-pod"),
-            Some("application/json"),
-            &review,
-        )
-        .await
-        .unwrap();
-        assert_eq!(status, 200);
-        let reply: Value = serde_json::from_slice(&body).unwrap();
+        let reply = review_through(port, &ca, &review).await;
         assert_eq!(
             reply["response"]["allowed"], true,
             "{}",

@@ -628,3 +628,24 @@ pub fn path_token_recipe() -> Vec<String> {
     );
     recipe
 }
+
+/// Log lines written into memory, for a `tracing` subscriber's writer (`move || logs.clone()`).
+#[derive(Clone, Default)]
+pub struct Logs(pub Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
