@@ -463,7 +463,7 @@ impl Serve {
         let port = common::free_port();
         let overrides = json!({
             "webhook": {"certDir": dir, "listenPort": port, "metricsPort": common::free_port()},
-            "http": {"listenAddress": "127.0.0.1"}
+            "http": {"listenAddress": "127.0.0.1", "drainSeconds": 0}
         });
         let (child, log) = common::spawn_serve(
             std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))

@@ -213,7 +213,7 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
         },
         "embedded": {"organization": "flyte"},
-        "http": {"pathTokenSecretId": "podmutator/path-token", "listenAddress": "127.0.0.1",
+        "http": {"pathTokenSecretId": "podmutator/path-token", "listenAddress": "127.0.0.1", "drainSeconds": 0,
             "clientCaFile": client_ca_file}
     });
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))

@@ -114,7 +114,7 @@ async fn no_secret_value_reaches_logs_metrics_or_error_messages() {
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
         },
         "embedded": {"organization": "flyte"},
-        "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true,
+        "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 0,
             "clientCaFile": client_ca_file}
     });
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))

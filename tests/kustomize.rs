@@ -346,6 +346,18 @@ fn config_passes_check_config_and_is_the_one_mounted() {
     let d = find(&docs, "Deployment", "podmutator");
     let spec = &d["spec"]["template"]["spec"];
     let c = &spec["containers"][0];
+    // SIGTERM: the drain (readiness fails, the port answers) and then up to 20 s for the
+    // requests in flight, within the grace period the kubelet gives before SIGKILL.
+    let drain = effective["http"]["drainSeconds"].as_u64().unwrap();
+    let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap();
+    assert!(
+        drain >= 5,
+        "the drain covers the endpoint's removal: {drain} s"
+    );
+    assert!(
+        grace >= drain + 20 + 5,
+        "grace {grace} s against a drain of {drain} s + 20 s"
+    );
     assert_eq!(
         c["args"],
         json!(["serve", "--config", "/etc/podmutator/config.yaml"])
@@ -516,7 +528,7 @@ async fn serve_answers_the_rendered_paths_with_the_rendered_ca() {
     let metrics_port = common::free_port();
     let overrides = json!({
         "webhook": {"certDir": dir, "listenPort": port, "metricsPort": metrics_port},
-        "http": {"listenAddress": "127.0.0.1"}
+        "http": {"listenAddress": "127.0.0.1", "drainSeconds": 0}
     });
     let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
         .args(["serve", "--config"])
@@ -707,6 +719,7 @@ async fn path_token_component_puts_every_path_under_the_token_and_serve_holds_on
     let (port, metrics_port) = (common::free_port(), common::free_port());
     config["webhook"] = json!({"certDir": dir, "listenPort": port, "metricsPort": metrics_port});
     config["http"]["listenAddress"] = json!("127.0.0.1");
+    config["http"]["drainSeconds"] = json!(0);
 
     let (mut child, log) = common::spawn_serve(
         Command::new(env!("CARGO_BIN_EXE_podmutator"))

@@ -27,7 +27,12 @@ struct Serve {
 }
 
 impl Serve {
+    /// `config`, stopping at once on SIGTERM unless it sets `http.drainSeconds`.
     async fn start(config: &Value) -> Self {
+        let mut config = config.clone();
+        if config["http"].get("drainSeconds").is_none() {
+            config["http"]["drainSeconds"] = json!(0);
+        }
         let (child, log) = spawn_serve(
             std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
                 .arg("serve")

@@ -146,7 +146,7 @@ async fn ten_secrets_are_resolved_in_one_round_trip_and_the_pod_fetches_exactly_
             "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000",
             "deadlineMs": 10000
         },
-        "http": {"pathToken": TOKEN, "listenAddress": "127.0.0.1"}
+        "http": {"pathToken": TOKEN, "listenAddress": "127.0.0.1", "drainSeconds": 0}
     });
     let mut server = Command::new(env!("CARGO_BIN_EXE_podmutator"));
     pod_env(&mut server, &proxy)

@@ -157,7 +157,7 @@ async fn the_binary_serves_and_stops_cleanly_on_sigterm() {
     let port = free_port();
     let config = json!({
         "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
-        "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true}
+        "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 0}
     });
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
         .arg("serve")
@@ -265,4 +265,101 @@ fn a_path_token_hash_list_names_the_bad_entry() {
     let err = Config::from_value(json!({"http": {"pathTokenSha256": []}})).unwrap_err();
     assert_eq!(err.key, "http.pathTokenSha256");
     assert!(err.message.contains("1 to 4"), "{}", err.message);
+}
+
+/// Issue 38, item 6: on SIGTERM (a rollout, a node drain) `serve` closed its listener at once,
+/// so the API server's calls that reached the pod before its endpoint was removed everywhere
+/// were refused. Now readiness fails at once and the webhook port answers through
+/// `http.drainSeconds`: reviews sent across the SIGTERM, until readiness has said 503 for a
+/// while (the endpoint gone, as the API server would see it), are every one answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reviews_sent_across_a_sigterm_are_all_answered_while_readiness_drains() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = temp_dir("drain");
+    let (port, probe) = (free_port(), free_port());
+    let config = json!({
+        "webhook": {"certDir": dir, "listenPort": port, "metricsPort": probe, "serviceName": "podmutator"},
+        "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 8}
+    });
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        .arg("serve")
+        .env("PODMUTATOR_CONFIG", config.to_string())
+        .env_remove("AWS_LAMBDA_RUNTIME_API")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = lines(&mut child);
+    wait_for(&rx, "serving https");
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    let ready = || async {
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", probe))
+            .await
+            .unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        tcp.read_to_end(&mut out).await.unwrap();
+        String::from_utf8_lossy(&out)
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(ready().await, "200");
+
+    // The API server: one review after another, each on a new connection, until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (stop, ca) = (stop.clone(), ca.clone());
+        tokio::spawn(async move {
+            let mut results = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let answered = https_request(
+                    port,
+                    &ca,
+                    "localhost",
+                    "POST",
+                    "/mutate--v1-pod",
+                    Some("application/json"),
+                    &review_bytes(),
+                )
+                .await
+                .map(|(status, _)| status)
+                .map_err(|e| e.to_string());
+                results.push(answered);
+            }
+            results
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    // Readiness fails as soon as the signal is handled (waited for, not slept on).
+    while ready().await != "503" {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_for(
+        &rx,
+        "draining: readiness fails, the webhook port answers until the drain ends",
+    );
+    // The endpoint takes a moment to leave every API server: calls keep coming meanwhile.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    let results = sender.await.unwrap();
+    wait_for(&rx, "shut down");
+    assert!(child.wait().unwrap().success());
+    let lost: Vec<_> = results.iter().filter(|r| **r != Ok(200)).collect();
+    assert!(results.len() > 2, "{results:?}");
+    assert!(
+        lost.is_empty(),
+        "{} of {} reviews lost: {lost:?}",
+        lost.len(),
+        results.len()
+    );
 }

@@ -1194,18 +1194,36 @@ fn serve(config: &Config, namespace: &str) -> Result<(), CliError> {
             fields["metrics_addr"] = a.to_string().into();
         }
         start_line("serving https", fields);
-        // One signal stops both listeners.
+        // On SIGTERM the pod is leaving its Service: readiness fails at once, while the webhook
+        // port keeps answering for http.drainSeconds, as long as the endpoint's removal takes to
+        // reach every API server; then both listeners stop and what is in flight finishes.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            server::shutdown_signal().await;
-            let _ = stop_tx.send(true);
-        });
+        let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let drain = std::time::Duration::from_secs(config.http.drain_seconds);
+        {
+            let draining = draining.clone();
+            tokio::spawn(async move {
+                server::shutdown_signal().await;
+                draining.store(true, std::sync::atomic::Ordering::SeqCst);
+                tracing::info!(
+                    drain_seconds = drain.as_secs(),
+                    "draining: readiness fails, the webhook port answers until the drain ends"
+                );
+                tokio::time::sleep(drain).await;
+                let _ = stop_tx.send(true);
+            });
+        }
         let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
         if let Some((listener, _)) = probe {
             let counters = front.app().counters().clone();
-            tokio::spawn(probe::serve(counters, listener, stopped(stop_rx.clone())));
+            tokio::spawn(probe::serve(
+                counters,
+                draining,
+                listener,
+                stopped(stop_rx.clone()),
+            ));
         }
         server::serve(
             front,

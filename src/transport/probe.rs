@@ -31,8 +31,13 @@ const HEADER_READ: Duration = Duration::from_secs(5);
 /// A connection's whole life: probes and scrapes are one short request each.
 const MAX_AGE: Duration = Duration::from_secs(30);
 
-/// `(status, content type, body)` for a request line.
-fn answer(counters: &Counters, method: &str, path: &str) -> (u16, &'static str, Vec<u8>) {
+/// `(status, content type, body)` for a request line; `/healthz` is 503 once `draining`.
+fn answer(
+    counters: &Counters,
+    draining: bool,
+    method: &str,
+    path: &str,
+) -> (u16, &'static str, Vec<u8>) {
     const JSON: &str = "application/json";
     let json = |v: serde_json::Value| v.to_string().into_bytes();
     let body_for = |m: &str, body: Vec<u8>| if m == "HEAD" { Vec::new() } else { body };
@@ -41,6 +46,16 @@ fn answer(counters: &Counters, method: &str, path: &str) -> (u16, &'static str, 
             200,
             crate::prometheus::CONTENT_TYPE,
             body_for(method, counters.render().into_bytes()),
+        ),
+        ("/healthz", "GET" | "HEAD") if draining => (
+            503,
+            JSON,
+            body_for(
+                method,
+                json(
+                    serde_json::json!({"message": "draining: this replica is stopping", "version": crate::VERSION}),
+                ),
+            ),
         ),
         ("/healthz", "GET" | "HEAD") => (
             200,
@@ -68,6 +83,7 @@ fn answer(counters: &Counters, method: &str, path: &str) -> (u16, &'static str, 
 /// Serves `/metrics` and `/healthz` on `listener` until `shutdown` resolves.
 pub async fn serve(
     counters: Arc<Counters>,
+    draining: Arc<std::sync::atomic::AtomicBool>,
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
@@ -99,7 +115,7 @@ pub async fn serve(
             }
         };
         let release = registry.release_on_drop(&slot);
-        let counters = counters.clone();
+        let (counters, draining) = (counters.clone(), draining.clone());
         tokio::spawn(async move {
             let _release = release;
             let on_request = slot.clone();
@@ -107,8 +123,9 @@ pub async fn serve(
                 // No body to wait for: answered now.
                 let mut in_flight = on_request.begin();
                 in_flight.answering();
+                let draining = draining.load(std::sync::atomic::Ordering::SeqCst);
                 let (status, content_type, body) =
-                    answer(&counters, req.method().as_str(), req.uri().path());
+                    answer(&counters, draining, req.method().as_str(), req.uri().path());
                 let mut resp = Response::new(Full::new(Bytes::from(body)));
                 *resp.status_mut() = hyper::StatusCode::from_u16(status)
                     .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
@@ -144,13 +161,16 @@ mod tests {
     #[test]
     fn only_metrics_and_healthz_are_answered() {
         let c = Counters::new();
-        assert_eq!(answer(&c, "GET", "/metrics").0, 200);
-        assert_eq!(answer(&c, "GET", "/healthz").0, 200);
-        assert!(answer(&c, "HEAD", "/healthz").2.is_empty());
-        assert_eq!(answer(&c, "POST", "/metrics").0, 405);
+        assert_eq!(answer(&c, false, "GET", "/metrics").0, 200);
+        assert_eq!(answer(&c, false, "GET", "/healthz").0, 200);
+        assert!(answer(&c, false, "HEAD", "/healthz").2.is_empty());
+        assert_eq!(answer(&c, false, "POST", "/metrics").0, 405);
         for path in ["/mutate--v1-pod", "/", "/metrics/", "/x/healthz"] {
-            assert_eq!(answer(&c, "POST", path).0, 404, "{path}");
-            assert_eq!(answer(&c, "GET", path).0, 404, "{path}");
+            assert_eq!(answer(&c, false, "POST", path).0, 404, "{path}");
+            assert_eq!(answer(&c, false, "GET", path).0, 404, "{path}");
         }
+        // Draining: not ready, still scraped.
+        assert_eq!(answer(&c, true, "GET", "/healthz").0, 503);
+        assert_eq!(answer(&c, true, "GET", "/metrics").0, 200);
     }
 }

@@ -659,6 +659,10 @@ pub struct HttpConfig {
     pub first_request_timeout_seconds: u64,
     /// `podmutator serve`: time for a request's body to arrive once its head has.
     pub body_timeout_seconds: u64,
+    /// `podmutator serve`: on SIGTERM, how long readiness fails while the webhook port still
+    /// answers, before the listeners stop: the time the endpoint's removal takes to reach
+    /// every API server (kube-proxy, EndpointSlices). 0 stops at once.
+    pub drain_seconds: u64,
     /// `podmutator serve`: how long a connection may stay open with no request in flight.
     pub idle_timeout_seconds: u64,
     /// `podmutator serve`: age at which a connection is closed gracefully (HTTP/2 GOAWAY).
@@ -684,6 +688,7 @@ impl Default for HttpConfig {
             max_connections_per_source: 32,
             first_request_timeout_seconds: 10,
             body_timeout_seconds: 5,
+            drain_seconds: 10,
             idle_timeout_seconds: 60,
             max_connection_age_seconds: 600,
             client_ca_file: None,
@@ -1397,6 +1402,12 @@ impl Config {
                     "must be at least 1 (podmutator serve would accept no connection or close each at once)",
                 ));
             }
+        }
+        if h.drain_seconds > 120 {
+            return Err(ConfigError::new(
+                "http.drainSeconds",
+                "must be at most 120 (default 10): the pod's terminationGracePeriodSeconds must cover it and the requests in flight",
+            ));
         }
         let tokens = [
             h.path_token.is_some(),
