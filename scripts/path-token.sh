@@ -10,9 +10,13 @@ name=${1:-podmutator-path-token-$(date -u +%Y%m%d%H%M%S)}
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 chmod 600 "$tmp"
-# 48 letters and digits from the kernel's CSPRNG.
-LC_ALL=C tr -dc 'A-Za-z0-9' </dev/urandom | head -c 48 >"$tmp"
-[[ $(wc -c <"$tmp") -eq 48 ]] || { echo "path-token.sh: could not draw 48 random characters" >&2; exit 1; }
+# 48 letters and digits from the kernel's CSPRNG: 4096 random bytes keep about 990 of them. No
+# pipe into `head`: under pipefail, the writer it closes early would fail the script (SIGPIPE).
+token=$(LC_ALL=C tr -dc 'A-Za-z0-9' < <(head -c 4096 /dev/urandom))
+token=${token:0:48}
+[[ ${#token} -eq 48 ]] || { echo "path-token.sh: could not draw 48 random characters" >&2; exit 1; }
+printf %s "$token" >"$tmp"
+unset token
 arn=$(aws secretsmanager create-secret --name "$name" \
 	--description "podmutator: secret first path segment of the webhook URL (the function holds its SHA-256)" \
 	--secret-string "file://$tmp" --query ARN --output text)

@@ -758,3 +758,61 @@ fn terraform_rejects_a_path_token_the_function_would_reject() {
         String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("path_token must be at least 32"), "{text}");
 }
+
+/// Issue 38, item 3: `scripts/path-token.sh` exited 141 every time (`tr ... | head -c 48` under
+/// `pipefail`: `head` closes the pipe, `tr` dies of SIGPIPE) and no test ran it. Run as the SAM
+/// runbook runs it, against moto through the stand-in `aws`: it exits 0, prints the two stack
+/// parameters, and the secret it stored is 48 letters and digits whose SHA-256 is the one
+/// printed; the token itself is never printed.
+#[tokio::test]
+async fn path_token_script_stores_a_token_and_prints_its_hash_and_arn() {
+    let moto = common::aws::Moto::start();
+    let dir = common::temp_dir("path-token-script");
+    let bin = common::fake_bin(&dir);
+    let out = Command::new(root().join("scripts/path-token.sh"))
+        .arg("podmutator-path-token-test")
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("AWS_ENDPOINT_URL", moto.url())
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout.trim();
+    let (hash, arn) = line
+        .strip_prefix("PathTokenSha256=")
+        .and_then(|r| r.split_once(" PathTokenSecretArn="))
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{hash}"
+    );
+    assert!(
+        arn.starts_with("arn:aws:secretsmanager:us-east-1:"),
+        "{arn}"
+    );
+    let client = common::aws::client(&moto.url()).await;
+    let token = client
+        .get_secret_value()
+        .secret_id(arn)
+        .send()
+        .await
+        .unwrap()
+        .secret_string()
+        .unwrap()
+        .to_owned();
+    assert_eq!(token.len(), 48);
+    assert!(token.bytes().all(|b| b.is_ascii_alphanumeric()));
+    use sha2::Digest;
+    assert_eq!(hex::encode(sha2::Sha256::digest(token.as_bytes())), hash);
+    assert!(!stdout.contains(&token) && !String::from_utf8_lossy(&out.stderr).contains(&token));
+}

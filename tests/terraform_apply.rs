@@ -740,28 +740,6 @@ fn terraform_against_moto_alb_http_api_eks_network_the_examples_and_a_rotation()
     eprintln!("all moto scenarios in {:.1} s", t0.elapsed().as_secs_f64());
 }
 
-/// A directory of stand-ins on PATH: `kubectl` (tests/iac/fake_kubectl.py) and `aws`
-/// (tests/iac/fake_aws.py), both run with the venv's python.
-fn fake_bin(dir: &Path) -> PathBuf {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    for (name, script) in [("kubectl", "fake_kubectl.py"), ("aws", "fake_aws.py")] {
-        let path = bin.join(name);
-        std::fs::write(
-            &path,
-            format!(
-                "#!/bin/sh\nexec '{}' '{}' \"$@\"\n",
-                tool("python"),
-                root().join("tests/iac").join(script).display()
-            ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-    }
-    bin
-}
-
 fn python_json(args: &[&str], env: &[(String, String)]) -> serde_json::Value {
     let mut cmd = Command::new(tool("python"));
     cmd.args(args)
@@ -828,7 +806,7 @@ fn example_install_remove_reinstall(example: &str) {
         "PATH".into(),
         format!(
             "{}:{}",
-            fake_bin(dir).display(),
+            common::fake_bin(dir).display(),
             std::env::var("PATH").unwrap_or_default()
         ),
     ));
