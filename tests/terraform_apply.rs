@@ -1611,6 +1611,24 @@ module "pods" {{
     "{long_ns}" = {{ project = "p{x}", domain = "development" }}
   }}
 }}
+
+provider "aws" {{
+  alias                       = "elsewhere"
+  region                      = "eu-west-1"
+  skip_credentials_validation = true
+  skip_metadata_api_check     = true
+  s3_use_path_style           = true
+}}
+
+module "pods_elsewhere" {{
+  source       = "../terraform/modules/pod-identity"
+  providers    = {{ aws = aws.elsewhere }}
+  cluster_name = "flyte-staging"
+  organization = "flyte"
+  namespaces = {{
+    "flytesnacks-development" = {{ project = "flytesnacks", domain = "development" }}
+  }}
+}}
 "#,
                 x = "x".repeat(40)
             ),
@@ -1635,7 +1653,14 @@ module "pods" {{
     let short = after("module.pods.aws_iam_role.pods[\"flytesnacks-development\"]");
     assert_eq!(
         short["name"],
-        "podmutator-pods-flyte-staging-flytesnacks-development"
+        format!("podmutator-pods-flyte-staging-{REGION}-flytesnacks-development")
+    );
+    // The same cluster name in another region of the account gets roles of its own (IAM names
+    // are global: the same name would fail with EntityAlreadyExists).
+    let other = after("module.pods_elsewhere.aws_iam_role.pods[\"flytesnacks-development\"]");
+    assert_eq!(
+        other["name"],
+        "podmutator-pods-flyte-staging-eu-west-1-flytesnacks-development"
     );
     assert_eq!(short["path"], "/podmutator/");
     assert_eq!(
@@ -1644,7 +1669,7 @@ module "pods" {{
     );
     let long = after(&format!("module.pods.aws_iam_role.pods[\"{long_ns}\"]"));
     let long_name = long["name"].as_str().unwrap();
-    let full = format!("podmutator-pods-flyte-staging-{long_ns}");
+    let full = format!("podmutator-pods-flyte-staging-{REGION}-{long_ns}");
     use sha2::Digest;
     assert_eq!(
         long_name,

@@ -39,14 +39,16 @@ locals {
   cluster_arn    = "arn:${data.aws_partition.current.partition}:eks:${local.region}:${local.account}:cluster/${var.cluster_name}"
   secret_arn     = "arn:${data.aws_partition.current.partition}:secretsmanager:${local.secrets_region}:${local.account}:secret"
 
-  # IAM role names are global to the account: <prefix><cluster>-<namespace>, so that two
-  # clusters with the same namespaces (staging and production, say) get their own roles. Past
-  # IAM's 64 characters the name is cut and ends in a hash of the whole, which stays unique.
+  # IAM role names are global to the account, across regions: <prefix><cluster>-<region>-
+  # <namespace>, so that two clusters with the same namespaces (staging and production, say, or
+  # one cluster name in two regions) get their own roles. Past IAM's 64 characters the name is
+  # cut and ends in a hash of the whole, which stays unique.
+  role_full_names = {
+    for ns, _ in var.namespaces : ns => "${var.role_name_prefix}${var.cluster_name}-${local.region}-${ns}"
+  }
   role_names = {
-    for ns, _ in var.namespaces : ns => (
-      length("${var.role_name_prefix}${var.cluster_name}-${ns}") <= 64
-      ? "${var.role_name_prefix}${var.cluster_name}-${ns}"
-      : "${substr("${var.role_name_prefix}${var.cluster_name}-${ns}", 0, 55)}-${substr(sha256("${var.role_name_prefix}${var.cluster_name}-${ns}"), 0, 8)}"
+    for ns, full in local.role_full_names : ns => (
+      length(full) <= 64 ? full : "${substr(full, 0, 55)}-${substr(sha256(full), 0, 8)}"
     )
   }
   associations = merge([
@@ -129,6 +131,12 @@ data "aws_iam_policy_document" "read" {
 
 resource "aws_iam_role" "pods" {
   for_each = var.namespaces
+
+  # A renamed role (an install made before names held the region) is made before the old one
+  # goes, so the associations move to it without a moment with no role.
+  lifecycle {
+    create_before_destroy = true
+  }
 
   name                 = local.role_names[each.key]
   path                 = var.iam_role_path

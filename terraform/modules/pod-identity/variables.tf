@@ -33,7 +33,7 @@ variable "namespaces" {
 }
 
 variable "role_name_prefix" {
-  description = "Prefix of each namespace's role name; the role is <prefix><cluster_name>-<namespace>, cut to IAM's 64 characters with a hash of the whole at the end when longer."
+  description = "Prefix of each namespace's role name; the role is <prefix><cluster_name>-<region>-<namespace>, cut to IAM's 64 characters with a hash of the whole at the end when longer."
   type        = string
   default     = "podmutator-pods-"
   validation {
