@@ -399,8 +399,10 @@ async fn a_registry_that_fails_is_a_denial_naming_the_container_and_the_image() 
     let cases: Vec<(&str, Faults, &str)> = vec![
         (
             "slow",
+            // Far longer than any stall of a loaded machine, so that being answered before it
+            // ends proves the timeout cut the lookup.
             Faults {
-                delay: Some(Duration::from_secs(3)),
+                delay: Some(Duration::from_secs(120)),
                 ..Default::default()
             },
             "took longer than embedded.entrypointLookup.timeoutMs (300 ms)",
@@ -429,7 +431,7 @@ async fn a_registry_that_fails_is_a_denial_naming_the_container_and_the_image() 
         let started = Instant::now();
         let message = denied(&app, &task_pod(&image, Some(&FLYTE_ARGS))).await;
         assert!(
-            started.elapsed() < Duration::from_secs(2),
+            started.elapsed() < Duration::from_secs(60),
             "{name}: took {:?}",
             started.elapsed()
         );
