@@ -1544,11 +1544,14 @@ fn check_config_changed_prints_what_differs_from_the_defaults_and_what_was_skipp
     }
 }
 
-/// Every example the help prints (`Example:` / `Examples:` in any command's help) runs as
-/// written, in a scratch directory holding the files it names, with `podmutator` on PATH and a
-/// `kubectl` that accepts what it is piped or given and prints a Deployment for `get`.
+/// Every example the help prints (`Example:` / `Examples:` in any command's help) and every
+/// command of docs/cli.md (but the two that need a server or a cluster: `serve`, which the
+/// README's quickstart runs, and `certs`, which tests/certs.rs runs against an API server) runs
+/// as written, in a scratch directory holding the files they name, with `podmutator` on PATH and
+/// a `kubectl` that accepts what it is piped or given and prints a Deployment, or a Flyte
+/// ConfigMap, for `get`.
 #[test]
-fn every_help_example_runs_as_written() {
+fn every_help_and_cli_md_example_runs_as_written() {
     use std::os::unix::fs::PermissionsExt;
     let dir = common::temp_dir("help-examples");
     let bin = dir.join("bin");
@@ -1556,9 +1559,29 @@ fn every_help_example_runs_as_written() {
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_podmutator"), bin.join("podmutator")).unwrap();
     let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\nspec:\n  template:\n    metadata:\n      labels: {inject-flyte-secrets: \"true\"}\n      annotations: {flyte.secrets/s0: m4zg54lqhiqce4ltmvzc11lomzxsectlmv3tuibcovzwk3s6onswg3tfoqrau2lpovxhix2smvyxk1lsmvwwk2tuhiqektswl4lecuqk}\n    spec:\n      containers: [{name: web, image: nginx}]\n";
     std::fs::write(dir.join("deployment.yaml"), deployment).unwrap();
+    for token in ["path-token", "token"] {
+        std::fs::write(
+            dir.join(token),
+            "abcdefghijklmnopqrstuvwxyz0123456789ABCD\n",
+        )
+        .unwrap();
+    }
     std::fs::write(
-        dir.join("path-token"),
-        "abcdefghijklmnopqrstuvwxyz0123456789ABCD\n",
+        dir.join("task.yaml"),
+        deployment
+            .replace("kind: Deployment", "kind: Job")
+            .replace("apps/v1", "batch/v1"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("podmutator.yaml"),
+        "http:\n  pathTokenDisabled: true\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.join("config")).unwrap();
+    std::fs::copy(
+        root().join("config/local.yaml"),
+        dir.join("config/local.yaml"),
     )
     .unwrap();
     // `kubectl get ... -o yaml` prints the Deployment; `kubectl apply -f F` checks F (or stdin)
@@ -1567,7 +1590,10 @@ fn every_help_example_runs_as_written() {
     std::fs::write(
         &kubectl,
         format!(
-            "#!/bin/sh\ncase \"$1\" in\n  get) cat '{}' ;;\n  apply) f=\"$3\"; if [ \"$f\" = - ]; then c=$(cat); else c=$(cat \"$f\"); fi; printf '%s' \"$c\" | grep -q '^kind: ' || exit 3; echo applied ;;\n  *) exit 4 ;;\nesac\n",
+            "#!/bin/sh\ncase \"$*\" in\n  *get*configmap*) cat '{}' ;;\n  *get*) cat '{}' ;;\n  apply*) f=\"$3\"; if [ \"$f\" = - ]; then c=$(cat); else c=$(cat \"$f\"); fi; printf '%s' \"$c\" | grep -q '^kind: ' || exit 3; echo applied ;;\n  *) exit 4 ;;\nesac\n",
+            root()
+                .join("tests/fixtures/flyte/flyte-core-propeller-configmap.yaml")
+                .display(),
             dir.join("deployment.yaml").display()
         ),
     )
@@ -1596,6 +1622,33 @@ fn every_help_example_runs_as_written() {
         }
     }
     assert!(examples.len() >= 4, "{examples:?}");
+    let cli_md = std::fs::read_to_string(root().join("docs/cli.md")).unwrap();
+    let mut in_sh = false;
+    let mut current = String::new();
+    for line in cli_md.lines() {
+        if line.trim() == "```sh" {
+            in_sh = true;
+            continue;
+        }
+        if line.trim() == "```" {
+            in_sh = false;
+            continue;
+        }
+        let line = line.trim();
+        if !in_sh || (current.is_empty() && (line.is_empty() || line.starts_with('#'))) {
+            continue;
+        }
+        current.push_str(line.trim_end_matches('\\'));
+        if line.ends_with('\\') || line.ends_with('|') {
+            current.push(' ');
+            continue;
+        }
+        let command = std::mem::take(&mut current);
+        if !command.starts_with("podmutator serve") && !command.starts_with("podmutator certs") {
+            examples.push(command);
+        }
+    }
+    assert!(examples.len() >= 14, "{examples:?}");
     for example in &examples {
         let out = Command::new("bash")
             .args(["-euo", "pipefail", "-c", example])
