@@ -4,12 +4,14 @@
 //!
 //! Every resource a client can hold is bounded: connections (a global cap and a cap per source
 //! address), one deadline from accept to the first request head (TLS handshake and HTTP version
-//! detection included), the request head, the whole request, idle time between requests, the
-//! connection's age, HTTP/2 streams per connection, and the body. When the cap is reached the
-//! connection that has been idle longest is closed to make room (one that never sent a request
-//! head first), so clients that only hold sockets cannot lock out the API server. A caller
-//! without the path token is answered from the request head, before its body is read; the body
-//! is then drained (bounded) so the answer is not lost to a reset.
+//! detection included), the request head, the body's arrival and the admission (each with a
+//! deadline of its own), idle time between requests, the connection's age, HTTP/2 streams per
+//! connection, and the body's size. When the cap is reached a connection is closed to make room
+//! ([`super::conns`]: of the source holding the most; silent, then idle, then the slow body least
+//! read; never one being answered), so clients that only hold sockets, or send bodies slowly,
+//! cannot lock out the API server. A caller without the path token is answered from the request
+//! head, before its body is read; the body is then drained (bounded) so the answer is not lost
+//! to a reset.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -76,7 +78,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_connections: 1024,
-            max_connections_per_source: 256,
+            max_connections_per_source: 32,
             first_request: Duration::from_secs(10),
             header_read: Duration::from_secs(5),
             // The API server sends a review's few kilobytes at once.
