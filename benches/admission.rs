@@ -42,12 +42,13 @@ use std::time::{Duration, SystemTime};
 
 use base64::Engine;
 use criterion::Criterion;
-use podmutator::config::Config;
-use podmutator::metrics::Sink;
-use podmutator::mutate::Route;
-use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator::secrets::source::{CachePolicy, CachingSource, StaticSource};
-use podmutator::{App, Deps};
+use podmutator_aws::secretsmanager::{CachePolicy, CachingSource};
+use podmutator_core::config::Config;
+use podmutator_core::metrics::Sink;
+use podmutator_core::mutate::Route;
+use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator_core::secrets::source::StaticSource;
+use podmutator_core::{App, Deps};
 use serde_json::{Value, json};
 
 const NS: &str = "flytesnacks-development";
@@ -621,7 +622,10 @@ fn main() {
 
 /// The production log subscriber (`cli::init_logging`'s JSON lines at INFO), writing to a sink.
 fn audit_subscriber() -> impl tracing::Subscriber + Send + Sync {
-    podmutator::cli::json_subscriber(std::io::sink, podmutator::cli::log_filter("info").unwrap())
+    podmutator::logging::json_subscriber(
+        std::io::sink,
+        podmutator::logging::log_filter("info").unwrap(),
+    )
 }
 
 /// Median of `f`'s wall time in microseconds: 3 warm-up calls, then at least 7 timed calls and

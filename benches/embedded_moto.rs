@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 
 use common::aws::{CountingProxy, Moto, client, create_secret};
 use common::create_review;
-use podmutator::config::Config;
-use podmutator::mutate::Route;
-use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator::secrets::embedded::cascade;
-use podmutator::secrets::source::{AwsSource, CachePolicy, CachingSource};
-use podmutator::{App, Deps};
+use podmutator_aws::secretsmanager::{AwsSource, CachePolicy, CachingSource};
+use podmutator_core::config::Config;
+use podmutator_core::mutate::Route;
+use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator_core::secrets::embedded::cascade;
+use podmutator_core::{App, Deps};
 use serde_json::json;
 
 const NS: &str = "flytesnacks-development";

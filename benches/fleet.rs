@@ -6,7 +6,7 @@
 //!     cargo bench --bench fleet -- --strategies batch --pods 500,2000 --seconds 10 --instances 200
 //!
 //! Each instance is what one Lambda execution environment holds: an `App` built by `App::build`
-//! with its own SDK client and cache from `cli::embedded_source` (the code `podmutator` runs),
+//! with its own SDK client and cache from `podmutator_aws::wiring::deps` (the code `podmutator` runs),
 //! serving one admission at a time. An arrival takes an idle instance, else starts a new one
 //! (cold: empty cache, new client), else, at the concurrency limit, is refused as Lambda refuses
 //! it (429), which the API server treats as a failed webhook call.
@@ -26,15 +26,15 @@ use aws_sdk_secretsmanager::error::ProvideErrorMetadata;
 use common::aws::{Moto, client, create_secret};
 use common::create_review;
 use common::quota::{AWS_RATES, QuotaProxy};
-use podmutator::config::Config;
-use podmutator::mutate::Route;
-use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator::secrets::embedded::secret_name;
-use podmutator::secrets::source::{
-    Api, BoxFuture, CachePolicy, CachingSource, Fetched, Lookup, SecretRef, SecretSource,
-    SourceError,
+use podmutator_aws::secretsmanager::{CachePolicy, CachingSource};
+use podmutator_core::config::Config;
+use podmutator_core::mutate::Route;
+use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator_core::secrets::embedded::secret_name;
+use podmutator_core::secrets::source::{
+    Api, BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError,
 };
-use podmutator::{App, Deps};
+use podmutator_core::{App, Deps};
 use serde_json::{Value, json};
 
 const ORG: &str = "flyte";
@@ -335,7 +335,7 @@ fn trace(pods: usize, seconds: f64, tasks: usize, rng: &mut Rng) -> Vec<(Duratio
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Resolution {
     Values,
-    /// `DescribeSecret`, one call per id: what `podmutator` ships (`cli::embedded_resolver`).
+    /// `DescribeSecret`, one call per id: what `podmutator` ships (`podmutator_aws::wiring::deps`).
     Describe,
     /// `ListSecrets` with `name` filters, ten names a call: the alternative it was weighed
     /// against ([`ListSource`]).
@@ -371,7 +371,7 @@ impl ListSource {
             .region;
         let budget = Duration::from_millis(config.embedded.deadline_ms);
         Self {
-            client: podmutator::secrets::source::aws_client(region, budget).await,
+            client: podmutator_aws::secretsmanager::aws_client(region, budget).await,
         }
     }
 
@@ -469,7 +469,7 @@ impl SecretSource for ListSource {
 /// fetcher then exits 1 and the kubelet retries it after its back-off).
 async fn pod_fetch(
     ids: Vec<String>,
-    strategy: podmutator::config::FetchStrategy,
+    strategy: podmutator_core::config::FetchStrategy,
 ) -> (f64, Result<(), bool>) {
     use podmutator::pod::fetch::{FETCH_BUDGET, FetchItem, FetchPlan, fetch};
     static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -494,7 +494,7 @@ async fn pod_fetch(
         fetch_strategy: Some(strategy),
     };
     let _ = std::fs::create_dir_all(&root);
-    let client = podmutator::secrets::source::aws_client("us-east-1", FETCH_BUDGET).await;
+    let client = podmutator_aws::secretsmanager::aws_client("us-east-1", FETCH_BUDGET).await;
     let result = fetch(&plan, client).await.map(|_| ()).map_err(|e| {
         matches!(
             e,
@@ -582,21 +582,25 @@ async fn run(
                     // Lambda starts the environment and the runtime before our code runs.
                     tokio::time::sleep(init).await;
                     // Each instance is its own process: its own AWS configuration.
-                    let aws = podmutator::cli::shared_aws(&fleet.config);
-                    let deps = match resolution {
-                        Resolution::Values => Deps::offline().with_source(
-                            podmutator::cli::embedded_source(&fleet.config, &aws).await,
-                        ),
-                        Resolution::Describe => Deps::offline().with_resolver(
-                            podmutator::cli::embedded_resolver(&fleet.config, &aws).await,
-                        ),
+                    let aws = podmutator_aws::secretsmanager::SharedAws::new(
+                        &fleet
+                            .config
+                            .webhook
+                            .embedded_secret_manager_config
+                            .aws_config
+                            .region,
+                    );
+                    let given = match resolution {
                         Resolution::List => {
                             Deps::offline().with_resolver(Arc::new(CachingSource::new(
                                 ListSource::new(&fleet.config).await,
                                 CachePolicy::from_config(&fleet.config.embedded),
                             )))
                         }
+                        Resolution::Values | Resolution::Describe => Deps::offline(),
                     };
+                    let deps = podmutator_aws::wiring::deps(&fleet.config, &aws, given)
+                        .expect("configuration accepted at start");
                     Arc::new(
                         App::build(&fleet.config, deps).expect("configuration accepted at start"),
                     )

@@ -6,7 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use podmutator::secrets::source::{CachePolicy, CachingSource, SecretSource, StaticSource};
+use podmutator_aws::secretsmanager::{CachePolicy, CachingSource};
+use podmutator_core::secrets::source::{SecretSource, StaticSource};
 
 const IDS: usize = 9_000;
 

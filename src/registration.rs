@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use base64::Engine;
 use serde_json::{Map, Value};
 
-use crate::k8s_names::{is_dns_label, is_dns_subdomain, is_qualified_name};
+use podmutator_core::k8s_names::{is_dns_label, is_dns_subdomain, is_qualified_name};
 
 /// The registration settings shared with Terraform.
 pub const REGISTRATION_JSON: &str = include_str!("../terraform/registration.json");
@@ -283,7 +283,7 @@ pub fn parse_label_selector(json: &str) -> Result<Value, String> {
                 "must be a LabelSelector as JSON, e.g. '{{\"matchLabels\":{{\"image-builder\":\"true\"}}}}': {e}"
             )
         })?;
-    crate::config::images::check_label_selector("selector", &selector)
+    podmutator_core::config::images::check_label_selector("selector", &selector)
         .map_err(|e| e.to_string())?;
     serde_json::to_value(&selector).map_err(|e| e.to_string())
 }
@@ -343,7 +343,7 @@ pub enum InvalidValue {
     )]
     PathTokenMissing,
     #[error(transparent)]
-    PathToken(#[from] crate::config::ConfigError),
+    PathToken(#[from] podmutator_core::config::ConfigError),
 }
 
 /// A bad command-line option, named so the user knows what to fix.
@@ -471,7 +471,7 @@ impl RegistrationOptions {
             parse_url(&self.url).map_err(|e| ArgError::new("--url", e))?;
         }
         if let Some(token) = &self.path_token {
-            crate::config::check_path_token("path token", token)
+            podmutator_core::config::check_path_token("path token", token)
                 .map_err(|e| ArgError::new("--path-token-file", e.into()))?;
         }
         if let Some(pem) = &self.ca_bundle_pem {
@@ -781,14 +781,14 @@ mod tests {
     fn secrets_webhook_selects_what_the_secrets_mutator_reads() {
         let w = file_webhook("flyte-pod-webhook.flyte.org");
         assert_eq!(
-            w["objectSelector"]["matchLabels"][crate::secrets::POD_LABEL],
-            crate::secrets::POD_LABEL_VALUE
+            w["objectSelector"]["matchLabels"][podmutator_core::secrets::POD_LABEL],
+            podmutator_core::secrets::POD_LABEL_VALUE
         );
         let conditions = w["matchConditions"].to_string();
         assert!(
             conditions.contains(&format!(
                 "k.startsWith('{}')",
-                crate::secrets::codec::ANNOTATION_PREFIX
+                podmutator_core::secrets::codec::ANNOTATION_PREFIX
             )),
             "{conditions}"
         );
@@ -796,7 +796,7 @@ mod tests {
 
     #[test]
     fn selectors_use_the_functions_default_labels() {
-        let config = crate::Config::default();
+        let config = podmutator_core::Config::default();
         let secrets = file_webhook("flyte-pod-webhook.flyte.org");
         assert_eq!(
             secrets["objectSelector"]["matchLabels"][&config.secrets_selector.label],
@@ -809,7 +809,7 @@ mod tests {
         let pod = file_webhook("managed-pod.podmutator.io");
         assert_eq!(
             pod["objectSelector"]["matchLabels"][MESH_LABEL_KEY_PLACEHOLDER],
-            crate::mutate::mesh::MANAGED
+            podmutator_core::mutate::mesh::MANAGED
         );
     }
 

@@ -3,7 +3,7 @@
 use crate::common;
 
 use common::*;
-use podmutator::config::Config;
+use podmutator_core::config::Config;
 use rstest::rstest;
 use serde_json::{Value, json};
 

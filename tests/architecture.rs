@@ -455,3 +455,221 @@ fn every_test_file_is_a_module_of_the_test_binary() {
     let partial = declared_modules("mod a;\n#[path = \"x/b.rs\"]\nmod b;\nfn c() {}\n");
     assert_eq!(partial, BTreeSet::from(["a".to_owned(), "b".to_owned()]));
 }
+
+/// The workspace's Rust source outside tests: every crate's `src/`.
+fn workspace_source() -> String {
+    let mut files = Vec::new();
+    for dir in CRATE_SOURCES {
+        rust_files(&common::root().join(dir), &mut files);
+    }
+    files
+        .iter()
+        .map(|f| code_of(&std::fs::read_to_string(f).unwrap()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The arguments of a written call or a declared parameter list, split at top-level commas.
+fn arguments(list: &str) -> Vec<String> {
+    let (mut out, mut depth, mut cur) = (Vec::new(), 0i32, String::new());
+    for c in list.chars() {
+        match c {
+            '<' | '(' | '[' | '{' => depth += 1,
+            '>' if !cur.ends_with('-') => depth -= 1,
+            ')' | ']' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(std::mem::take(&mut cur).trim().to_owned());
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur.trim().to_owned());
+    }
+    out
+}
+
+/// Every declaration `fn name` in `source`: its parameters (`self` left out) and its return
+/// type (`()` when none), whitespace removed.
+fn declarations(source: &str, name: &str) -> Vec<(Vec<String>, String)> {
+    let mut out = Vec::new();
+    for (i, _) in source.match_indices(&format!("fn {name}")) {
+        let rest = &source[i + 3 + name.len()..];
+        // `fn name(` or `fn name<T>(`; not `fn names(`.
+        let Some(open) = rest.find('(') else { continue };
+        if !(rest.starts_with('(') || rest.starts_with('<')) {
+            continue;
+        }
+        let mut depth = 0;
+        let Some(close) = rest[open..].char_indices().find_map(|(j, c)| {
+            match c {
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Some(open + j);
+                    }
+                }
+                _ => {}
+            }
+            None
+        }) else {
+            continue;
+        };
+        let params = arguments(&rest[open + 1..close])
+            .into_iter()
+            .filter(|p| {
+                !p.trim_start_matches(['&', 'm', 'u', 't', ' '])
+                    .starts_with("self")
+                    && !p.ends_with("self")
+            })
+            .collect();
+        let tail = &rest[close + 1..];
+        let end = tail.find(['{', ';']).unwrap_or(tail.len());
+        let tail = tail[..end].split(" where ").next().unwrap();
+        let ret = tail.trim().strip_prefix("->").map_or("()".to_owned(), |r| {
+            r.chars().filter(|c| !c.is_whitespace()).collect()
+        });
+        out.push((params, ret));
+    }
+    out
+}
+
+/// What docs/architecture.md names that the code does not have: a path (`src/…`, `crates/…`,
+/// `tests/…`, …) that does not exist; a Rust item (`module::Item`, `Type::method`) whose last
+/// name nothing declares; a signature (`Type::f(a, b) -> R`, in backticks or in the flow's
+/// block) that no `fn f` has, by its number of arguments (`..` stands for any) and its return
+/// type.
+fn prose_problems(doc: &str, source: &str, exists: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut named: Vec<&str> = doc.split('`').skip(1).step_by(2).collect();
+    // Signatures written in the fenced blocks too (the request flow).
+    let signature = regex::Regex::new(
+        r"(?:[A-Za-z_]\w*::)+[a-z_]\w*\([^()]*\)(?:\s*->\s*\w+(?:<[^<>]*(?:<[^<>]*>[^<>]*)*>)?)?",
+    )
+    .unwrap();
+    for block in doc.split("```").skip(1).step_by(2) {
+        named.extend(signature.find_iter(block).map(|m| m.as_str()));
+    }
+    const ROOTS: [&str; 10] = [
+        "src/",
+        "crates/",
+        "tests/",
+        "scripts/",
+        "docs/",
+        "benches/",
+        "fuzz/",
+        "events/",
+        "deploy/",
+        "examples/",
+    ];
+    let declared = |item: &str| {
+        [
+            "fn", "struct", "enum", "trait", "const", "type", "mod", "static", "as",
+        ]
+        .iter()
+        .any(|kw| {
+            source.match_indices(&format!("{kw} {item}")).any(|(i, _)| {
+                let after = source[i + kw.len() + 1 + item.len()..].chars().next();
+                !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            })
+        }) || regex::Regex::new(&format!(r"(?m)^\s*{item}(\s*[({{,]|\s*$)"))
+            .unwrap()
+            .is_match(source)
+    };
+    for text in named {
+        let text = text.trim();
+        if text.contains('<') && text.contains('/') || text.contains(' ') && !text.contains('(') {
+            continue; // a placeholder path (`secrets/<name>.rs`) or prose
+        }
+        let (path, item) = match text.split_once("::") {
+            Some((p, i)) if p.contains('/') => (Some(p), Some(i)),
+            _ if text.contains('/') => (Some(text), None),
+            _ => (None, Some(text)),
+        };
+        if let Some(p) = path {
+            if ROOTS.iter().any(|r| p.starts_with(r)) && !exists(p) {
+                problems.push(format!("`{text}`: {p} does not exist"));
+            }
+            if item.is_none() || !ROOTS.iter().any(|r| p.starts_with(r)) {
+                continue;
+            }
+        }
+        let item = item.unwrap();
+        let Some(head) = item.split('(').next().filter(|h| h.contains("::")) else {
+            continue;
+        };
+        if !head
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        {
+            continue;
+        }
+        let last = head.rsplit("::").next().unwrap();
+        if !declared(last) {
+            problems.push(format!("`{text}`: nothing declares {last}"));
+            continue;
+        }
+        let Some(call) = item.strip_prefix(head).and_then(|r| r.strip_prefix('(')) else {
+            continue;
+        };
+        let (args, ret) = match call.split_once(')') {
+            Some((args, rest)) => (args, rest.trim().strip_prefix("->").map(str::trim)),
+            None => continue,
+        };
+        if args.contains('{') {
+            continue; // a struct literal shown in place of an argument's type
+        }
+        let args = arguments(args);
+        let any = args.iter().any(|a| a == "..");
+        let ret: Option<String> = ret.map(|r| r.chars().filter(|c| !c.is_whitespace()).collect());
+        let decls = declarations(source, last);
+        let fits = decls.iter().any(|(params, r)| {
+            let count = if any {
+                params.len() + 1 >= args.len()
+            } else {
+                params.len() == args.len()
+            };
+            let r = r.replace("<'_>", "").replace("'_,", "").replace("<'a>", "");
+            count && ret.as_ref().is_none_or(|want| r == *want)
+        });
+        if !fits && !decls.is_empty() {
+            problems.push(format!(
+                "`{text}`: no fn {last} takes {} arguments{}; the code has {decls:?}",
+                args.len(),
+                ret.map(|r| format!(" and returns {r}")).unwrap_or_default()
+            ));
+        }
+    }
+    problems
+}
+
+/// docs/architecture.md's prose names only what exists: paths, items and signatures.
+#[test]
+fn the_architecture_docs_name_only_paths_items_and_signatures_that_exist() {
+    let root = common::root();
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let problems = prose_problems(&doc, &workspace_source(), |p| root.join(p).exists());
+    assert!(
+        problems.is_empty(),
+        "docs/architecture.md and the code disagree:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_prose_check_reports_a_wrong_path_item_and_signature() {
+    let source = "pub fn plan(&self, ctx: &PodCtx<'_>, pod: &Pod) -> Plan {}\nstruct Plan;";
+    let doc = "`src/nowhere.rs`, `x::Missing`, `S::plan(&ctx, &pod) -> Result<Plan, Denial>`, \
+               `S::plan(&ctx) -> Plan`, `S::plan(&ctx, &pod) -> Plan`, `S::plan(..) -> Plan`\n\
+               ```\nflow: S::plan(&ctx, &pod, &more)\n```\n";
+    let problems = prose_problems(doc, source, |p| p == "src/here.rs");
+    assert_eq!(problems.len(), 5, "{problems:#?}");
+    assert!(problems[0].contains("src/nowhere.rs does not exist"));
+    assert!(problems[1].contains("nothing declares Missing"));
+    assert!(problems[2].contains("returns Result<Plan,Denial>"));
+    assert!(problems[3].contains("takes 1 arguments"));
+    assert!(problems[4].contains("takes 3 arguments"));
+}

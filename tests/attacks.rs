@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use lambda_http::request::LambdaRequest;
-use podmutator::config::Config;
 use podmutator::transport::lambda::handle;
 use podmutator::transport::server::Limits;
+use podmutator_core::config::Config;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -281,11 +281,11 @@ mod secrets_attacks {
     use std::sync::atomic::Ordering;
 
     use super::common::*;
-    use podmutator::config::Config;
-    use podmutator::mutate::Route;
-    use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-    use podmutator::secrets::global::GlobalSecretSource;
-    use podmutator::secrets::source::{
+    use podmutator_core::config::Config;
+    use podmutator_core::mutate::Route;
+    use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
+    use podmutator_core::secrets::global::GlobalSecretSource;
+    use podmutator_core::secrets::source::{
         Api, BoxFuture, Fetched, SecretSource, SecretValue, SourceError, StaticSource,
     };
     use serde_json::{Value, json};
@@ -722,19 +722,19 @@ mod secrets_attacks {
             (
                 "Embedded env_var with '='",
                 json!(["Embedded"]),
-                Box::new(podmutator::secrets::global::NoGlobalSecrets),
+                Box::new(podmutator_core::secrets::global::NoGlobalSecrets),
                 secret("", "db", MountRequirement::EnvVar, "A=B"),
             ),
             (
                 "Embedded key with a control character",
                 json!(["Embedded"]),
-                Box::new(podmutator::secrets::global::NoGlobalSecrets),
+                Box::new(podmutator_core::secrets::global::NoGlobalSecrets),
                 secret("", "d\u{1}b", MountRequirement::Any, ""),
             ),
             (
                 "Embedded FILE env_var",
                 json!(["Embedded"]),
-                Box::new(podmutator::secrets::global::NoGlobalSecrets),
+                Box::new(podmutator_core::secrets::global::NoGlobalSecrets),
                 secret("", "db", MountRequirement::File, "1PATH"),
             ),
             (
@@ -746,19 +746,19 @@ mod secrets_attacks {
             (
                 "K8s env_var with a newline",
                 json!(["K8s"]),
-                Box::new(podmutator::secrets::global::NoGlobalSecrets),
+                Box::new(podmutator_core::secrets::global::NoGlobalSecrets),
                 secret("g", "k", MountRequirement::Any, "X\nY"),
             ),
             (
                 "K8s group with '='",
                 json!(["K8s"]),
-                Box::new(podmutator::secrets::global::NoGlobalSecrets),
+                Box::new(podmutator_core::secrets::global::NoGlobalSecrets),
                 secret("a=b", "k", MountRequirement::EnvVar, ""),
             ),
             (
                 "AWS sidecar env_var",
                 json!(["AWS"]),
-                Box::new(podmutator::secrets::global::NoGlobalSecrets),
+                Box::new(podmutator_core::secrets::global::NoGlobalSecrets),
                 secret(
                     "arn:aws:secretsmanager:us-east-1:1:secret:",
                     "db",
@@ -802,10 +802,10 @@ mod secrets_attacks {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_review_to_a_reference_deployment_gets_names_only() {
     use common::aws::{Moto, client, create_secret};
-    use podmutator::mutate::Route;
-    use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-    use podmutator::secrets::resolve::DescribeSource;
-    use podmutator::secrets::source::{AwsSource, CachePolicy, CachingSource};
+    use podmutator_aws::resolve::DescribeSource;
+    use podmutator_aws::secretsmanager::{AwsSource, CachePolicy, CachingSource};
+    use podmutator_core::mutate::Route;
+    use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
     use std::sync::Arc;
 
     let moto = Moto::start();

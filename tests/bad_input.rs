@@ -28,7 +28,7 @@ use common::work::{self, Work};
 use common::{Deps, Front, Incoming, root, webhook};
 use k8s_openapi::api::core::v1::Pod;
 use lambda_http::request::LambdaRequest;
-use podmutator::config::Config;
+use podmutator_core::config::Config;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -574,7 +574,11 @@ fn app_for(config: Option<&Value>, cache: &mut BTreeMap<String, Arc<Front>>) -> 
         .entry(config.to_string())
         .or_insert_with(|| {
             let loaded = Config::from_value(config).expect("case config is valid");
-            Arc::new(webhook(&loaded.config, Deps::offline()))
+            // The core alone, with nothing from outside (not `common::webhook`): an Embedded
+            // case meets the admission's own answer to a missing secret source.
+            let app =
+                common::App::build(&loaded.config, Deps::offline()).expect("case config builds");
+            Arc::new(Front::new(Arc::new(app), &loaded.config.http, None).expect("a front"))
         })
         .clone()
 }

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use common::{apply, assert_valid_pods, create_review, patch_of, response, root};
-use podmutator::mutate::Route;
-use podmutator::{Config, Deps};
+use podmutator_core::mutate::Route;
+use podmutator_core::{Config, Deps};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "abcdefghijklmnopqrstuvwxyz0123456789ABCD";
@@ -430,8 +430,8 @@ fn inject_will_not_reach_aws_unless_told_to() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inject_in_reference_delivery_resolves_names_and_reads_no_value() {
     use common::aws::{CountingProxy, Moto, client, create_secret};
-    use podmutator::pod::injector::{EXECUTABLE, INIT_CONTAINER};
-    use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
+    use podmutator_core::pod::injector::{EXECUTABLE, INIT_CONTAINER};
+    use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
 
     let moto = Moto::start();
     let setup = client(&moto.url()).await;
@@ -1022,8 +1022,8 @@ fn a_misspelt_empty_or_span_rust_log_is_named_on_stderr_and_info_is_used() {
 /// webhook's dry-run warning reaches stderr as kubectl prints it.
 #[test]
 fn inject_embedded_in_value_delivery_prints_placeholders_warns_and_fetches_nothing() {
-    use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-    use podmutator::secrets::embedded::DRY_RUN_PLACEHOLDER;
+    use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
+    use podmutator_core::secrets::embedded::DRY_RUN_PLACEHOLDER;
 
     let secrets: Vec<Secret> = ["db", "token"]
         .iter()
@@ -1374,9 +1374,9 @@ fn inject_names_missing_credentials_and_shows_awss_own_error() {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "task", "labels": {"inject-flyte-secrets": "true", "organization": "flyte",
             "project": "flytesnacks", "domain": "development"},
-            "annotations": podmutator::secrets::codec::encode_annotations(&[podmutator::secrets::codec::Secret {
+            "annotations": podmutator_core::secrets::codec::encode_annotations(&[podmutator_core::secrets::codec::Secret {
                 group: "db".into(), key: "password".into(),
-                mount_requirement: podmutator::secrets::codec::MountRequirement::File, ..Default::default()
+                mount_requirement: podmutator_core::secrets::codec::MountRequirement::File, ..Default::default()
             }]).unwrap()},
         "spec": {"containers": [{"name": "main", "image": "flytekit", "command": ["python", "task.py"]}]}
     });

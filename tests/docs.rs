@@ -1,7 +1,7 @@
 //! `docs/configuration.md` against the configuration types, in both directions, so the document
 //! cannot drift from the code:
 //!
-//! - every key of `podmutator::Config::default()`, serialised to JSON, is a table row whose first
+//! - every key of `podmutator_core::Config::default()`, serialised to JSON, is a table row whose first
 //!   cell is its full dotted path in backticks (each top-level section is a `## `-heading
 //!   instead, and a row only when the section is a map); objects are rows too, and the walk stops at a key whose type cell says `map` or
 //!   names a Kubernetes type (their keys are the user's or Kubernetes');
@@ -11,7 +11,7 @@
 //!   default is absent, and a default cell that starts with a literal starts with the real
 //!   default.
 //!
-//! Only the public `podmutator::Config` API is used.
+//! Only the public `podmutator_core::Config` API is used.
 //!
 //! And every test the docs (docs/*.md, README.md, CHANGELOG.md) name as evidence, in backticks,
 //! is a test function in the file its path names.
@@ -255,8 +255,8 @@ fn problems(doc: &str, config: &Value) -> Vec<String> {
 }
 
 fn config_json() -> Value {
-    serde_json::to_value(podmutator::Config::default())
-        .expect("podmutator::Config serialises to JSON")
+    serde_json::to_value(podmutator_core::Config::default())
+        .expect("podmutator_core::Config serialises to JSON")
 }
 
 #[test]
@@ -270,7 +270,7 @@ fn configuration_doc_matches_the_config_types() {
     let problems = problems(&doc, &config_json());
     assert!(
         problems.is_empty(),
-        "{DOC} and podmutator::Config disagree ({} problems):\n{}",
+        "{DOC} and podmutator_core::Config disagree ({} problems):\n{}",
         problems.len(),
         problems.join("\n")
     );
@@ -310,7 +310,7 @@ fn the_check_reports_drift_in_either_direction() {
 
 #[test]
 fn the_helpers_parse_tables_and_paths() {
-    let config = serde_json::to_value(podmutator::Config::default()).unwrap();
+    let config = serde_json::to_value(podmutator_core::Config::default()).unwrap();
     let mut keys = BTreeMap::new();
     walk(&config, "", &BTreeSet::new(), &mut keys);
     assert!(keys.contains_key("embedded.deadlineMs"), "{keys:?}");
@@ -373,7 +373,7 @@ fn has_test_fn(source: &str, name: &str) -> bool {
 /// `<module>::…::<name>` whose first segment is a module of the integration binary (a file or
 /// folder of tests/), or `<src, tests or crates/<crate>/src file>.rs::<name>`, or `::<name>` after one of those
 /// in the same line (the same file again); and `<name>` reads as a test's sentence (four words
-/// or more) or is the name of a test somewhere. So `podmutator::config` (no test module),
+/// or more) or is the name of a test somewhere. So `podmutator_core::config` (no test module),
 /// `cli::embedded_source` (a short name that no test has) and `file::test` are not references.
 /// A reference must name a test in the file its path gives: `attacks::x` in tests/attacks.rs,
 /// `attacks::serve::x` in tests/attacks/serve.rs.
@@ -485,7 +485,7 @@ fn the_test_reference_check_reports_wrong_names_and_skips_rust_paths() {
         "| b | `attacks::a_guessed_token_gets_405_and_the_right_one_is_admitted` |",
         "| c | `attacks::large_bodies_sent_to_a_wrong_token_are_read_to_the_end_and_all_get_their_404` |",
         "| d | `embedded_aws::the_worst_allowed_pod_costs_192_calls_cold_none_warm_and_one_more_request_none`, `::no_such_test_in_the_same_file` |",
-        "| e | `podmutator::config`, `cli::embedded_source`, `file::test`, `podmutator::secrets::source::AwsSource`, `cli::` |",
+        "| e | `podmutator_core::config`, `cli::embedded_source`, `file::test`, `podmutator_aws::secretsmanager::AwsSource`, `cli::` |",
         "| f | `no_such_module::a_test_that_is_not_there` |",
     ]
     .join("\n");
@@ -500,7 +500,7 @@ fn the_test_reference_check_reports_wrong_names_and_skips_rust_paths() {
 }
 
 /// `check-config --changed` names the keys read that podmutator never uses
-/// (`podmutator::config::UNUSED_KEYS`): exactly the rows of docs/configuration.md that say so.
+/// (`podmutator_core::config::UNUSED_KEYS`): exactly the rows of docs/configuration.md that say so.
 #[test]
 fn the_unused_keys_are_the_rows_that_say_unused() {
     let said: BTreeSet<String> = rows(&doc())
@@ -508,7 +508,7 @@ fn the_unused_keys_are_the_rows_that_say_unused() {
         .filter(|r| r.cells[3].contains("unused"))
         .map(|r| r.key.clone())
         .collect();
-    let listed: BTreeSet<String> = podmutator::config::UNUSED_KEYS
+    let listed: BTreeSet<String> = podmutator_core::config::UNUSED_KEYS
         .iter()
         .map(|k| k.to_string())
         .collect();

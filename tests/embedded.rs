@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use podmutator::config::Config;
-use podmutator::mutate::Route;
-use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator::secrets::source::{
+use podmutator_core::config::Config;
+use podmutator_core::mutate::Route;
+use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator_core::secrets::source::{
     Api, BoxFuture, Fetched, SecretSource, SecretValue, SourceError, StaticSource,
 };
 use rstest::rstest;

@@ -12,10 +12,10 @@ use std::time::Duration;
 use base64::Engine;
 use common::aws::{CountingProxy, Moto, client, create_secret};
 use common::*;
-use podmutator::config::{Config, FetchStrategy};
-use podmutator::mutate::Route;
-use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator::secrets::source::{AwsSource, CachePolicy, CachingSource};
+use podmutator_aws::secretsmanager::{AwsSource, CachePolicy, CachingSource};
+use podmutator_core::config::{Config, FetchStrategy};
+use podmutator_core::mutate::Route;
+use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use rstest::rstest;
 use serde_json::{Value, json};
 
@@ -404,7 +404,8 @@ async fn the_worst_allowed_pod_costs_192_calls_cold_none_warm_and_one_more_reque
 #[tokio::test]
 async fn values_names_and_clients_of_a_process_share_one_aws_configuration_load() {
     use aws_sdk_secretsmanager::config::{BehaviorVersion, Credentials, Region};
-    use podmutator::secrets::source::{Lookup, SharedAws};
+    use podmutator_aws::secretsmanager::SharedAws;
+    use podmutator_core::secrets::source::Lookup;
     let moto = Moto::start();
     let setup = client(&moto.url()).await;
     let id = "u__org__flyte__domain____project____key__shared";
@@ -417,26 +418,34 @@ async fn values_names_and_clients_of_a_process_share_one_aws_configuration_load(
                 .endpoint_url(moto.url()),
         )
     };
-    let cfg = config();
+    // Reference delivery with env vars by value reads both values and names.
+    let cfg = Config::from_value(json!({"webhook": {
+        "secretManagerTypes": ["Embedded"],
+        "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
+    }, "embedded": {"organization": "flyte", "delivery": "reference", "envVarDelivery": "value",
+        "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000"}}))
+    .unwrap()
+    .config;
+    let wired = |aws: &SharedAws| podmutator_aws::wiring::deps(&cfg, aws, Deps::offline()).unwrap();
     let ids = vec![id.to_owned()];
 
     // Each path loads through its handle.
     let aws = shared();
-    let values = podmutator::cli::embedded_source(&cfg, &aws).await;
+    let values = wired(&aws).source.expect("values are read");
     assert_eq!(aws.loads(), 0, "loaded before any call needed it");
     let got = values.fetch_many(&ids).await.unwrap();
     assert!(matches!(got.values.get(id), Some(Lookup::Found(_))));
     assert_eq!(aws.loads(), 1, "the values' client came from the handle");
     let aws = shared();
-    let names = podmutator::cli::embedded_resolver(&cfg, &aws).await;
+    let names = wired(&aws).resolver.expect("names are resolved");
     let got = names.fetch_many(&ids).await.unwrap();
     assert!(matches!(got.values.get(id), Some(Lookup::Exists(_))));
     assert_eq!(aws.loads(), 1, "the names' client came from the handle");
 
     // All of them on one handle: one load.
     let aws = shared();
-    let values = podmutator::cli::embedded_source(&cfg, &aws).await;
-    let names = podmutator::cli::embedded_resolver(&cfg, &aws).await;
+    let deps = wired(&aws);
+    let (values, names) = (deps.source.unwrap(), deps.resolver.unwrap());
     values.fetch_many(&ids).await.unwrap();
     names.fetch_many(&ids).await.unwrap();
     let direct = aws.secrets_manager("", Duration::from_secs(5)).await;

@@ -20,11 +20,11 @@ use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_types::Blob;
 use aws_smithy_types::body::SdkBody;
 use common::*;
-use podmutator::config::{Config, FetchStrategy};
-use podmutator::metrics::Sink;
-use podmutator::mutate::Route;
-use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator::secrets::source::{AwsSource, CachePolicy, CachingSource};
+use podmutator_aws::secretsmanager::{AwsSource, CachePolicy, CachingSource};
+use podmutator_core::config::{Config, FetchStrategy};
+use podmutator_core::metrics::Sink;
+use podmutator_core::mutate::Route;
+use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use rstest::rstest;
 use serde_json::{Value, json};
 

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use common::registry::{ECR_HOST, FakeRegistry, Faults, PlatformCmd};
 use common::*;
-use podmutator::config::Config;
-use podmutator::mutate::Route;
-use podmutator::pod::exec::EXEC_ENV_ENV;
-use podmutator::pod::injector::{EXECUTABLE, RUN_DIR};
-use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator::secrets::source::{
+use podmutator_core::config::Config;
+use podmutator_core::mutate::Route;
+use podmutator_core::pod::exec::EXEC_ENV_ENV;
+use podmutator_core::pod::injector::{EXECUTABLE, RUN_DIR};
+use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator_core::secrets::source::{
     BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError,
 };
 use serde_json::{Value, json};
@@ -555,8 +555,7 @@ async fn an_ecr_image_is_read_with_a_token_from_get_authorization_token() {
     use aws_credential_types::Credentials;
     use aws_credential_types::provider::SharedCredentialsProvider;
     use common::aws::{CountingProxy, Moto};
-    use podmutator::registry::client::RegistryClient;
-    use podmutator::registry::ecr::LoadSdkConfig;
+    use podmutator_aws::registry::client::RegistryClient;
 
     let moto = Moto::start();
     let proxy = CountingProxy::start(moto.port).await;
@@ -571,23 +570,17 @@ async fn an_ecr_image_is_read_with_a_token_from_get_authorization_token() {
     .await;
     let host = format!("{ECR_HOST}:{}", registry.port);
     let cfg = config(std::slice::from_ref(&host), &registry.ca_file, json!({}));
-    let endpoint = proxy.url();
-    let load: LoadSdkConfig = Arc::new(move || {
-        let endpoint = endpoint.clone();
-        Box::pin(async move {
-            aws_config::SdkConfig::builder()
-                .behavior_version(aws_config::BehaviorVersion::latest())
-                .region(aws_config::Region::new("us-east-1"))
-                .endpoint_url(endpoint)
-                .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
-                    "testing", "testing", None, None, "test",
-                )))
-                .build()
-        })
-    });
+    let aws = podmutator_aws::secretsmanager::SharedAws::with_loader(
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .endpoint_url(proxy.url())
+            .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+                "testing", "testing", None, None, "test",
+            ))),
+    );
     let client = RegistryClient::new(&cfg.embedded.entrypoint_lookup)
         .unwrap()
-        .with_ecr(load)
+        .with_ecr(aws)
         .resolving(ECR_HOST, "127.0.0.1".parse().unwrap());
     let app = webhook(
         &cfg,

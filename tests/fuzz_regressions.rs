@@ -17,7 +17,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use common::root;
 use common::work::measure;
-use podmutator::mutate::Route;
+use podmutator_core::mutate::Route;
 use serde_json::{Value, json};
 
 fn base_review() -> Value {
@@ -149,7 +149,7 @@ fn the_minimal_inputs_reach_what_they_are_for() {
     }
     // codec: the text secret parses.
     let text = regression("codec", "minimal-text-secret");
-    assert!(podmutator::secrets::codec::unmarshal_text(&text).is_ok());
+    assert!(podmutator_core::secrets::codec::unmarshal_text(&text).is_ok());
     // lambda_event: the smallest event the runtime accepts, answered by our code (a 404 names
     // the missing route, so the event got past deserialisation).
     let event = regression("lambda_event", "minimal-http-api-event");
@@ -331,8 +331,9 @@ fn a_body_with_invalid_utf8_in_an_unknown_field_is_refused_as_not_json() {
 #[test]
 fn the_patch_applies_to_a_pod_sent_without_metadata() {
     let mesh: Value = common::read_json(&root().join("tests/fixtures/mesh/config.json"));
-    let loaded = podmutator::config::Config::from_value(json!({"mesh": mesh})).expect("config");
-    let app = common::webhook(&loaded.config, podmutator::Deps::offline());
+    let loaded =
+        podmutator_core::config::Config::from_value(json!({"mesh": mesh})).expect("config");
+    let app = common::webhook(&loaded.config, podmutator_core::Deps::offline());
     let mut r = base_review();
     r["request"]["object"]
         .as_object_mut()

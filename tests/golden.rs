@@ -23,14 +23,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::*;
-use podmutator::config::{Config, SecretManagerType};
-use podmutator::mutate::Route;
-use podmutator::pod::injector::{EXECUTABLE, INIT_CONTAINER};
-use podmutator::registry::client::LookupError;
-use podmutator::registry::{EntrypointSource, ImageCommand, ImageQuery};
-use podmutator::secrets::codec::{self, Secret};
-use podmutator::secrets::global::FileEnvSource;
-use podmutator::secrets::source::{
+use podmutator_core::config::{Config, SecretManagerType};
+use podmutator_core::mutate::Route;
+use podmutator_core::pod::injector::{EXECUTABLE, INIT_CONTAINER};
+use podmutator_core::registry::error::LookupError;
+use podmutator_core::registry::{EntrypointSource, ImageCommand, ImageQuery};
+use podmutator_core::secrets::codec::{self, Secret};
+use podmutator_core::secrets::global::FileEnvSource;
+use podmutator_core::secrets::source::{
     BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError, StaticSource,
 };
 use serde_json::{Value, json};
@@ -163,7 +163,7 @@ impl EntrypointSource for Images {
     fn lookup<'a>(
         &'a self,
         query: &'a ImageQuery,
-    ) -> podmutator::registry::BoxFuture<'a, Result<ImageCommand, LookupError>> {
+    ) -> podmutator_core::registry::BoxFuture<'a, Result<ImageCommand, LookupError>> {
         let found = self
             .0
             .get(&query.image)

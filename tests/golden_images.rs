@@ -14,8 +14,8 @@ use crate::common;
 use std::path::PathBuf;
 
 use common::*;
-use podmutator::config::Config;
-use podmutator::mutate::Route;
+use podmutator_core::config::Config;
+use podmutator_core::mutate::Route;
 use serde_json::{Value, json};
 
 fn fixtures() -> PathBuf {

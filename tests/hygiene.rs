@@ -8,7 +8,9 @@ use crate::common;
 
 use common::aws::{CountingProxy, Moto, client, create_secret};
 use common::*;
-use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations, encode_base32};
+use podmutator_core::secrets::codec::{
+    MountRequirement, Secret, encode_annotations, encode_base32,
+};
 use serde_json::{Value, json};
 
 const NS: &str = "flytesnacks-development";

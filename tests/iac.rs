@@ -266,7 +266,7 @@ fn checkov_passes_template_for_both_endpoints_with_every_skip_explained() {
 /// What the crate says the IaC must match: its routes, and the defaults the IaC passes
 /// explicitly, which must be the function's own.
 fn expectations() -> Value {
-    let config = podmutator::Config::default();
+    let config = podmutator_core::Config::default();
     json!({
         "routes": {
             "secrets": podmutator::transport::http::PATH_SECRETS,
@@ -277,9 +277,9 @@ fn expectations() -> Value {
             "healthz": podmutator::transport::http::PATH_HEALTHZ,
         },
         "secretsWebhookName": "flyte-pod-webhook.flyte.org",
-        "imageBuilderWebhookName": podmutator::mutate::image::builder::WEBHOOK_NAME,
+        "imageBuilderWebhookName": podmutator_core::mutate::image::builder::WEBHOOK_NAME,
         "meshLabelKeyPlaceholder": MESH_LABEL_KEY_PLACEHOLDER,
-        "annotationPrefix": podmutator::secrets::codec::ANNOTATION_PREFIX,
+        "annotationPrefix": podmutator_core::secrets::codec::ANNOTATION_PREFIX,
         "embedded": {
             "deadlineMs": config.embedded.deadline_ms,
             "cacheTtlSeconds": config.embedded.cache_ttl_seconds,
@@ -292,7 +292,7 @@ fn expectations() -> Value {
             "value": config.secrets_selector.value,
         },
         "meshManagedLabel": config.mesh.managed_label,
-        "meshManagedValue": podmutator::mutate::mesh::MANAGED,
+        "meshManagedValue": podmutator_core::mutate::mesh::MANAGED,
     })
 }
 
@@ -339,7 +339,7 @@ fn terraform_and_sam_agree_with_the_functions_routes_and_deadlines() {
     let mut seen = std::collections::BTreeSet::new();
     for r in &rendered {
         let tag = r["tag"].as_str().unwrap();
-        let loaded = podmutator::Config::from_value(r["config"].clone())
+        let loaded = podmutator_core::Config::from_value(r["config"].clone())
             .unwrap_or_else(|e| panic!("{tag}: the function refuses the SAM config: {e}"));
         let c = &loaded.config;
         let warnings: Vec<&str> = loaded

@@ -6,8 +6,8 @@ use crate::common;
 
 use common::*;
 use lambda_http::request::LambdaRequest;
-use podmutator::config::Config;
 use podmutator::transport::lambda::{LambdaReply, handle};
+use podmutator_core::config::Config;
 use rstest::rstest;
 use serde_json::{Value, json};
 
@@ -161,7 +161,7 @@ fn wide_review() -> Value {
 /// A pod of `containers` containers asking for `keys` as ENV_VAR secrets (each container gets
 /// every one of them).
 fn wide_review_with(containers: usize, keys: &[&str]) -> Value {
-    use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
+    use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
     let secrets: Vec<Secret> = keys
         .iter()
         .map(|key| Secret {

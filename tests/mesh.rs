@@ -17,10 +17,10 @@ use k8s_openapi::api::core::v1::{
     VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use podmutator::mutate::MUTATOR_IDS;
-use podmutator::mutate::mesh::MeshConfig;
-use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use podmutator::transport::http::{PATH_MANAGED_NAMESPACE, PATH_MANAGED_POD, PATH_SECRETS};
+use podmutator_core::mutate::MUTATOR_IDS;
+use podmutator_core::mutate::mesh::MeshConfig;
+use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use rstest::rstest;
@@ -48,7 +48,7 @@ fn mesh_config() -> MeshConfig {
 
 /// The webhook for a mesh section, with the K8s secret manager (Flyte 2's `_UNION_` prefix).
 fn app_with(cfg: &MeshConfig) -> Front {
-    let config = podmutator::config::Config::from_value(json!({
+    let config = podmutator_core::config::Config::from_value(json!({
         "webhook": {"secretManagerTypes": ["K8s"], "secretEnvVarPrefix": "_UNION_"},
         "mesh": serde_json::to_value(cfg).unwrap(),
     }))

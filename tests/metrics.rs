@@ -6,11 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use podmutator::config::Config;
-use podmutator::metrics::Sink;
-use podmutator::mutate::Route;
-use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator::secrets::source::{CachePolicy, CachingSource, StaticSource};
+use podmutator_aws::secretsmanager::{CachePolicy, CachingSource};
+use podmutator_core::config::Config;
+use podmutator_core::metrics::Sink;
+use podmutator_core::mutate::Route;
+use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator_core::secrets::source::StaticSource;
 use serde_json::{Value, json};
 
 fn app(config: Value) -> (Front, Arc<Mutex<Vec<String>>>) {
@@ -242,9 +243,9 @@ async fn requests_refused_before_the_admission_are_logged_and_counted_by_kind() 
     let (front, lines) = app(json!({"http": {"pathToken": token}}));
     let logs = Logs::default();
     let writer = logs.clone();
-    let _guard = tracing::subscriber::set_default(podmutator::cli::json_subscriber(
+    let _guard = tracing::subscriber::set_default(podmutator::logging::json_subscriber(
         move || writer.clone(),
-        podmutator::cli::log_filter("info").unwrap(),
+        podmutator::logging::log_filter("info").unwrap(),
     ));
     let json = Some("application/json");
     for _ in 0..3 {
@@ -328,9 +329,9 @@ async fn a_body_over_the_limit_is_logged_and_counted_as_a_refusal() {
     let (front, lines) = app(json!({"http": {"pathToken": token, "maxBodyBytes": 2048}}));
     let logs = Logs::default();
     let writer = logs.clone();
-    let _guard = tracing::subscriber::set_default(podmutator::cli::json_subscriber(
+    let _guard = tracing::subscriber::set_default(podmutator::logging::json_subscriber(
         move || writer.clone(),
-        podmutator::cli::log_filter("info").unwrap(),
+        podmutator::logging::log_filter("info").unwrap(),
     ));
     for _ in 0..2 {
         let reply = front.body_too_large(None, "POST");

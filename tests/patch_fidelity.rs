@@ -6,8 +6,8 @@ use crate::common;
 
 use common::*;
 use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, Pod, Volume};
-use podmutator::mutate::pod::{add_volume, containers_mut, env_value, put_env_first};
-use podmutator::mutate::{Denied, Effects, PodCtx, PodMutator, Route};
+use podmutator_core::mutate::pod::{add_volume, containers_mut, env_value, put_env_first};
+use podmutator_core::mutate::{Denied, Effects, PodCtx, PodMutator, Route};
 use serde_json::{Value, json};
 
 /// Adds an env var to every container, an init container in first position, a volume and a
@@ -52,7 +52,7 @@ impl PodMutator for Everything {
 }
 
 /// The patch the admission path computes for `raw` after [`Everything`] ran: the typed pod
-/// before and after, diffed by `podmutator::patch::diff_pods`.
+/// before and after, diffed by `podmutator_core::patch::diff_pods`.
 fn patch_for(raw: &Value) -> Value {
     let before: Pod = serde_json::from_value(raw.clone()).unwrap();
     let mut after = before.clone();
@@ -60,7 +60,7 @@ fn patch_for(raw: &Value) -> Value {
         .mutate(&PodCtx::test(Route::Secrets), &mut after)
         .unwrap();
     serde_json::from_slice(
-        podmutator::patch::diff_pods(before, after)
+        podmutator_core::patch::diff_pods(before, after)
             .unwrap()
             .as_json(),
     )

@@ -15,8 +15,8 @@ use std::process::{Command, Output, Stdio};
 
 use common::aws::{CountingProxy, Moto, client, create_secret};
 use common::{exec_wrapper, temp_dir};
-use podmutator::pod::exec::{EXEC_ENV_ENV, run_exec};
 use podmutator::pod::fetch::{FETCH_PLAN_ENV, FetchItem, FetchPlan, fetch, run_fetch};
+use podmutator_core::pod::exec::{EXEC_ENV_ENV, run_exec};
 
 const ROLE: &str = "PODMUTATOR_TEST_ROLE";
 const ARGV: &str = "PODMUTATOR_TEST_ARGV";
@@ -211,12 +211,12 @@ async fn the_parallel_strategy_fetches_each_id_once_with_get_secret_value() {
         .collect();
     let refs: Vec<(String, &str)> = files.iter().map(|(i, f)| (i.clone(), f.as_str())).collect();
     let mut plan = plan(&root, &refs);
-    plan.fetch_strategy = Some(podmutator::config::FetchStrategy::Parallel);
+    plan.fetch_strategy = Some(podmutator_core::config::FetchStrategy::Parallel);
     // The field survives the plan's JSON, as the init container reads it.
     let plan = FetchPlan::parse(&plan.to_json().unwrap()).unwrap();
     assert_eq!(
         plan.fetch_strategy,
-        Some(podmutator::config::FetchStrategy::Parallel)
+        Some(podmutator_core::config::FetchStrategy::Parallel)
     );
 
     let summary = fetch(&plan, client(&proxy.url()).await).await.unwrap();
@@ -243,9 +243,9 @@ async fn the_parallel_strategy_fetches_each_id_once_with_get_secret_value() {
 fn a_plan_names_a_known_fetch_strategy_or_is_refused() {
     let base = r#"{"root": "/r", "secrets": [{"id": "a", "file": "/r/a"}]"#;
     for (strategy, want) in [
-        ("batch", podmutator::config::FetchStrategy::Batch),
-        ("parallel", podmutator::config::FetchStrategy::Parallel),
-        ("hybrid", podmutator::config::FetchStrategy::Hybrid),
+        ("batch", podmutator_core::config::FetchStrategy::Batch),
+        ("parallel", podmutator_core::config::FetchStrategy::Parallel),
+        ("hybrid", podmutator_core::config::FetchStrategy::Hybrid),
     ] {
         let plan =
             FetchPlan::parse(&format!(r#"{base}, "fetchStrategy": "{strategy}"}}"#)).unwrap();

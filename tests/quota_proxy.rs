@@ -11,9 +11,8 @@ use aws_sdk_secretsmanager::config::{BehaviorVersion, Credentials, Region};
 use common::aws::{Moto, client, create_secret};
 use common::free_port;
 use common::quota::{Bucket, QuotaProxy, Second, THROTTLE_BODY};
-use podmutator::secrets::source::{
-    Api, AwsSource, FetchStrategy, Lookup, SecretSource, retry_config,
-};
+use podmutator_aws::secretsmanager::{AwsSource, retry_config};
+use podmutator_core::secrets::source::{Api, FetchStrategy, Lookup, SecretSource};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[test]
@@ -105,7 +104,7 @@ async fn the_sdk_reads_the_answer_as_a_throttling_error() {
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
         .endpoint_url(proxy.url())
-        .http_client(podmutator::secrets::source::http_client())
+        .http_client(podmutator_aws::secretsmanager::http_client())
         // One attempt: what the SDK makes of the answer, before its retry policy acts on it.
         .retry_config(RetryConfig::standard().with_max_attempts(1))
         .build();
@@ -161,7 +160,7 @@ fn app_client(endpoint: &str) -> aws_sdk_secretsmanager::Client {
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
         .endpoint_url(endpoint)
-        .http_client(podmutator::secrets::source::http_client())
+        .http_client(podmutator_aws::secretsmanager::http_client())
         .retry_config(retry_config(Duration::from_millis(2000)))
         .build();
     aws_sdk_secretsmanager::Client::from_conf(conf)

@@ -6,9 +6,9 @@ use crate::common;
 use std::time::Duration;
 
 use common::*;
-use podmutator::config::Config;
 use podmutator::transport::server::Limits;
 use podmutator::transport::tls;
+use podmutator_core::config::Config;
 use serde_json::{Value, json};
 
 async fn start(max_body: usize) -> Running {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use podmutator::secrets::codec::{ANNOTATION_PREFIX, MountRequirement, Secret};
+use podmutator_core::secrets::codec::{ANNOTATION_PREFIX, MountRequirement, Secret};
 use podmutator_fuzz::harness;
 
 #[derive(Debug, Arbitrary)]

@@ -13,19 +13,19 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use base64::Engine;
 use lambda_http::request::LambdaRequest;
-use podmutator::admission::Reply;
-use podmutator::config::Config;
-use podmutator::metrics::Sink;
-use podmutator::mutate::Route;
-use podmutator::secrets::codec::{
-    self, ANNOTATION_PREFIX, CodecError, MAX_ENCODED_LEN, MountRequirement, Secret,
-};
-use podmutator::secrets::source::{
-    Api, BoxFuture, Fetched, SecretSource, SecretValue, SourceError, StaticSource,
-};
 use podmutator::transport::http::{Front, Incoming};
 use podmutator::transport::lambda::{LambdaReply, handle};
-use podmutator::{App, Deps};
+use podmutator_core::admission::Reply;
+use podmutator_core::config::Config;
+use podmutator_core::metrics::Sink;
+use podmutator_core::mutate::Route;
+use podmutator_core::secrets::codec::{
+    self, ANNOTATION_PREFIX, CodecError, MAX_ENCODED_LEN, MountRequirement, Secret,
+};
+use podmutator_core::secrets::source::{
+    Api, BoxFuture, Fetched, SecretSource, SecretValue, SourceError, StaticSource,
+};
+use podmutator_core::{App, Deps};
 use serde_json::{Value, json};
 
 /// Values the fake Embedded source holds. Obviously fake; a reply must never contain one unless
@@ -512,7 +512,7 @@ pub fn handler(data: &[u8]) {
         "default",
         &input,
         &input.path,
-        podmutator::config::DEFAULT_MAX_BODY_BYTES,
+        podmutator_core::config::DEFAULT_MAX_BODY_BYTES,
         &reply,
     );
 

@@ -11,9 +11,9 @@ use std::path::PathBuf;
 use base64::Engine;
 use serde_json::{Value, json};
 
-use crate::app::{App, Deps};
-use crate::config::{Config, ConfigError, SecretManagerType};
-use crate::mutate::Route;
+use podmutator_core::app::{App, Deps};
+use podmutator_core::config::{Config, ConfigError, SecretManagerType};
+use podmutator_core::mutate::Route;
 
 /// The name the registration gives the entry that serves `route` (`terraform/registration.json`,
 /// which `webhook-config`, Terraform and SAM register): what the API server puts in front of a
@@ -566,21 +566,14 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
         let mut deps = Deps::offline();
         // The reader is the operator, at their own terminal: AWS's own words for a failure.
         deps.errors_in_replies = true;
-        let aws = super::shared_aws(config);
-        if embedded {
-            use crate::config::{Delivery, EnvVarDelivery};
-            let e = &config.embedded;
-            // As the served webhook: reference delivery with exec reads no value.
-            if e.delivery == Delivery::Value || e.env_var_delivery == EnvVarDelivery::Value {
-                deps = deps.with_source(super::embedded_source(config, &aws).await);
-            }
-            if e.delivery == Delivery::Reference {
-                deps = deps.with_resolver(super::embedded_resolver(config, &aws).await);
-            }
-        }
-        if embedded && let Some(e) = super::entrypoint_source(config, &aws)? {
-            deps = deps.with_entrypoints(e);
-        }
+        let aws = podmutator_aws::secretsmanager::SharedAws::new(
+            &config
+                .webhook
+                .embedded_secret_manager_config
+                .aws_config
+                .region,
+        );
+        let deps = podmutator_aws::wiring::deps(config, &aws, deps)?;
         let app = App::build(config, deps)?;
         inject_text(app, args, &text, &path).await
     })?;

@@ -28,8 +28,9 @@ use std::rc::Rc;
 
 use aws_sdk_secretsmanager::Client;
 
-use crate::config::FetchStrategy;
-use crate::secrets::source::{AwsSource, Lookup, MAX_BATCH, SecretSource, aws_client};
+use podmutator_aws::secretsmanager::{AwsSource, aws_client};
+use podmutator_core::config::FetchStrategy;
+use podmutator_core::secrets::source::{Lookup, MAX_BATCH, SecretSource};
 
 pub use podmutator_core::pod::plan::*;
 

@@ -1,6 +1,4 @@
-//! The pod side of reference delivery: the plans and the injector come from the core
-//! ([`podmutator_core::pod`]); [`fetch`] is the init container's program, which talks to AWS.
-
-pub use podmutator_core::pod::{exec, injector, path_problem, plan};
+//! The pod side of reference delivery that talks to AWS: [`fetch`], the init container's
+//! program. The plans, the injector and `exec` are the core's ([`podmutator_core::pod`]).
 
 pub mod fetch;

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::admission::{API_VERSION_V1, Reply, error_reply};
-use crate::app::App;
-use crate::config::{ConfigError, HttpConfig, check_path_token};
-use crate::error::Error;
-use crate::mutate::Route;
+use podmutator_core::admission::{API_VERSION_V1, Reply, error_reply};
+use podmutator_core::app::App;
+use podmutator_core::config::{ConfigError, HttpConfig, check_path_token};
+use podmutator_core::error::Error;
+use podmutator_core::mutate::Route;
 
 /// Flyte's path for the core Pod kind (`/mutate-` + group + `-` + version + `-` + kind).
 pub const PATH_SECRETS: &str = "/mutate--v1-pod";
@@ -172,7 +172,7 @@ fn message(status: u16, text: &str) -> Reply {
 fn healthy() -> Reply {
     Reply {
         status: 200,
-        body: serde_json::json!({ "message": "ok", "version": crate::VERSION })
+        body: serde_json::json!({ "message": "ok", "version": podmutator_core::metrics::VERSION })
             .to_string()
             .into_bytes(),
     }
@@ -434,8 +434,12 @@ impl Front {
 
     /// Admits a body that arrived by `route`, within the body limit.
     pub async fn review(&self, route: Route, body: &[u8]) -> Reply {
-        self.review_within(route, body, crate::admission::ReplyLimit::CONFIGURED)
-            .await
+        self.review_within(
+            route,
+            body,
+            podmutator_core::admission::ReplyLimit::CONFIGURED,
+        )
+        .await
     }
 
     /// [`Front::review`] for a path back whose own limit on the reply is `limit`.
@@ -443,7 +447,7 @@ impl Front {
         &self,
         route: Route,
         body: &[u8],
-        limit: crate::admission::ReplyLimit,
+        limit: podmutator_core::admission::ReplyLimit,
     ) -> Reply {
         if body.len() > self.max_body_bytes {
             return self.body_too_large(None, "POST");
@@ -463,8 +467,8 @@ impl Front {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::Deps;
-    use crate::config::Config;
+    use podmutator_core::app::Deps;
+    use podmutator_core::config::Config;
 
     fn front(token: &str) -> Front {
         let config = Config::default();

@@ -19,9 +19,9 @@ use lambda_http::request::LambdaRequest;
 use serde::Serialize;
 
 use super::http::{Front, Routed};
-use crate::admission::{Reply, error_reply};
-use crate::error::Error;
-use crate::mutate::Route;
+use podmutator_core::admission::{Reply, error_reply};
+use podmutator_core::error::Error;
+use podmutator_core::mutate::Route;
 
 /// The response, in the shape of the event's source.
 #[derive(Debug, Serialize)]
@@ -79,7 +79,7 @@ fn public_values_refused(source: &'static str) -> Reply {
             "this webhook writes Embedded secret values into its replies (embedded.delivery: value, or envVarDelivery: value) and will not answer through {source}, which is reachable from the internet while its path token appears in the API server's error messages; serve it through the internal ALB (Terraform endpoint = \"alb\", SAM EndpointType=alb), or set embedded.delivery: reference with envVarDelivery: exec"
         )),
         "",
-        crate::admission::API_VERSION_V1,
+        podmutator_core::admission::API_VERSION_V1,
     )
 }
 
@@ -96,14 +96,14 @@ const ENVELOPE_BYTES: usize = 1024;
 
 impl Source {
     /// The response limit of the path back to the API server.
-    fn response_limit(self) -> crate::admission::ReplyLimit {
+    fn response_limit(self) -> podmutator_core::admission::ReplyLimit {
         match self {
-            Source::Alb => crate::admission::ReplyLimit {
+            Source::Alb => podmutator_core::admission::ReplyLimit {
                 bytes: ALB_RESPONSE_LIMIT,
                 by: "an ALB puts on a Lambda function's response",
                 instead: "API Gateway or a Function URL (6 MB, reference delivery only) or `podmutator serve` in the cluster",
             },
-            Source::Public(_) => crate::admission::ReplyLimit {
+            Source::Public(_) => podmutator_core::admission::ReplyLimit {
                 bytes: LAMBDA_RESPONSE_LIMIT,
                 by: "Lambda puts on a function's response",
                 instead: "",
@@ -140,7 +140,7 @@ fn fit(source: Source, reply: Reply) -> Reply {
     let uid = v["response"]["uid"].as_str().unwrap_or_default();
     let api_version = v["apiVersion"]
         .as_str()
-        .unwrap_or(crate::admission::API_VERSION_V1);
+        .unwrap_or(podmutator_core::admission::API_VERSION_V1);
     let patch = v["response"]["patch"].as_str().map_or(0, str::len);
     tracing::error!(
         uid,
@@ -149,7 +149,7 @@ fn fit(source: Source, reply: Reply) -> Reply {
         limit = limit.bytes,
         "response over the limit of the path back"
     );
-    let denial = crate::admission::reply_too_large(size as u64, Some(patch), limit);
+    let denial = podmutator_core::admission::reply_too_large(size as u64, Some(patch), limit);
     error_reply(&Error::Denied(denial), uid, api_version)
 }
 
@@ -172,7 +172,7 @@ async fn handle_event(front: &Front, event: LambdaRequest) -> LambdaReply {
             let reply = error_reply(
                 &Error::Invalid("unsupported Lambda event source".into()),
                 "",
-                crate::admission::API_VERSION_V1,
+                podmutator_core::admission::API_VERSION_V1,
             );
             LambdaReply::ApiGatewayV2(v2_response(reply))
         }
@@ -206,7 +206,7 @@ fn body_bytes(body: Option<&str>, base64: bool) -> Result<std::borrow::Cow<'_, [
                     "the event's body is marked isBase64Encoded but is not valid base64: {e}"
                 )),
                 "",
-                crate::admission::API_VERSION_V1,
+                podmutator_core::admission::API_VERSION_V1,
             )
         })
 }
@@ -240,7 +240,7 @@ async fn dispatch(
     }
     // The estimate refuses what cannot fit before it is built; `fit` measures what was built.
     let limit = source.response_limit();
-    let within = crate::admission::ReplyLimit {
+    let within = podmutator_core::admission::ReplyLimit {
         bytes: limit.bytes - ENVELOPE_BYTES,
         ..limit
     };

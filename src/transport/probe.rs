@@ -20,7 +20,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 use super::conns::{Admit, Registry};
-use crate::prometheus::Counters;
+use podmutator_core::prometheus::Counters;
 
 /// Connections open at once: a kubelet and a scraper or two need a handful.
 pub const MAX_CONNECTIONS: usize = 32;
@@ -44,7 +44,7 @@ fn answer(
     match (path, method) {
         ("/metrics", "GET" | "HEAD") => (
             200,
-            crate::prometheus::CONTENT_TYPE,
+            podmutator_core::prometheus::CONTENT_TYPE,
             body_for(method, counters.render().into_bytes()),
         ),
         ("/healthz", "GET" | "HEAD") if draining => (
@@ -53,7 +53,7 @@ fn answer(
             body_for(
                 method,
                 json(
-                    serde_json::json!({"message": "draining: this replica is stopping", "version": crate::VERSION}),
+                    serde_json::json!({"message": "draining: this replica is stopping", "version": podmutator_core::metrics::VERSION}),
                 ),
             ),
         ),
@@ -62,7 +62,9 @@ fn answer(
             JSON,
             body_for(
                 method,
-                json(serde_json::json!({"message": "ok", "version": crate::VERSION})),
+                json(
+                    serde_json::json!({"message": "ok", "version": podmutator_core::metrics::VERSION}),
+                ),
             ),
         ),
         ("/metrics" | "/healthz", _) => (

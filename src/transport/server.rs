@@ -31,7 +31,7 @@ use tokio_rustls::rustls;
 use super::conns::{Admit, InFlight, Registry, Release, Slot};
 use super::http::{Front, Routed};
 use super::tls::TlsError;
-use crate::admission::Reply;
+use podmutator_core::admission::Reply;
 
 /// How the server bounds what one client can hold.
 #[derive(Debug, Clone, Copy)]
@@ -99,7 +99,7 @@ impl Default for Limits {
 
 impl Limits {
     /// The defaults, with what `http` sets.
-    pub fn from_config(http: &crate::config::HttpConfig) -> Self {
+    pub fn from_config(http: &podmutator_core::config::HttpConfig) -> Self {
         Self {
             max_connections: http.max_connections,
             max_connections_per_source: http.max_connections_per_source,

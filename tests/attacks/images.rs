@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use crate::common::registry::{ECR_HOST, FakeRegistry, Faults, TOKEN as REGISTRY_TOKEN};
 use crate::common::*;
-use podmutator::config::Config;
-use podmutator::mutate::Route;
-use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator::secrets::source::{
+use podmutator_core::config::Config;
+use podmutator_core::mutate::Route;
+use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator_core::secrets::source::{
     BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError,
 };
 use rstest::rstest;
@@ -486,9 +486,10 @@ async fn the_registry_token_goes_to_the_registry_host_only_not_to_its_realm_or_a
     .await;
     let storage = format!("{ECR_HOST}:{}", registry.port);
     let cfg = lookup_config(&registry);
-    let client = podmutator::registry::client::RegistryClient::new(&cfg.embedded.entrypoint_lookup)
-        .unwrap()
-        .resolving(ECR_HOST, "127.0.0.1".parse().unwrap());
+    let client =
+        podmutator_aws::registry::client::RegistryClient::new(&cfg.embedded.entrypoint_lookup)
+            .unwrap()
+            .resolving(ECR_HOST, "127.0.0.1".parse().unwrap());
     let front = webhook(
         &cfg,
         Deps::offline()

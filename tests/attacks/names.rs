@@ -9,12 +9,12 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use super::common::*;
-use podmutator::config::Config;
-use podmutator::mutate::Route;
 use podmutator::pod::fetch::FETCH_PLAN_ENV;
-use podmutator::pod::injector::{INIT_CONTAINER, promised_files};
-use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator::secrets::source::{
+use podmutator_core::config::Config;
+use podmutator_core::mutate::Route;
+use podmutator_core::pod::injector::{INIT_CONTAINER, promised_files};
+use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator_core::secrets::source::{
     BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError,
 };
 use serde_json::{Value, json};

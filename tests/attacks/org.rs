@@ -7,10 +7,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::common::*;
-use podmutator::config::Config;
-use podmutator::mutate::Route;
-use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator::secrets::source::StaticSource;
+use podmutator_core::config::Config;
+use podmutator_core::mutate::Route;
+use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator_core::secrets::source::StaticSource;
 use serde_json::{Value, json};
 
 const NS: &str = "flytesnacks-development";

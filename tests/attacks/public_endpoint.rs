@@ -9,10 +9,10 @@ use std::sync::atomic::Ordering;
 
 use base64::Engine;
 use lambda_http::request::LambdaRequest;
-use podmutator::config::Config;
-use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator::secrets::source::StaticSource;
 use podmutator::transport::lambda::handle;
+use podmutator_core::config::Config;
+use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator_core::secrets::source::StaticSource;
 use serde_json::{Value, json};
 
 use super::common::*;

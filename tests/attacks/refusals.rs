@@ -78,13 +78,13 @@ async fn a_burst_of_refusals_is_reported_in_full_when_its_window_ends() {
 async fn every_refused_lambda_invocation_is_reported_before_it_ends_with_its_source() {
     let front = webhook(
         &super::config(json!({"http": {"pathToken": TOKEN}})),
-        podmutator::Deps::offline(),
+        podmutator_core::Deps::offline(),
     );
     let logs = Logs::default();
     let writer = logs.clone();
-    let _guard = tracing::subscriber::set_default(podmutator::cli::json_subscriber(
+    let _guard = tracing::subscriber::set_default(podmutator::logging::json_subscriber(
         move || writer.clone(),
-        podmutator::cli::log_filter("info").unwrap(),
+        podmutator::logging::log_filter("info").unwrap(),
     ));
     let mut event = read_json(&root().join("events/alb-mutate.json"));
     event["path"] = json!("/wrong-token-0123456789abcdefghijklmnopq/mutate--v1-pod");

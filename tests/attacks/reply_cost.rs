@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use podmutator::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use serde_json::{Value, json};
 
 use super::TOKEN;

@@ -21,7 +21,7 @@ const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
 
-fn with_token() -> podmutator::config::Config {
+fn with_token() -> podmutator_core::config::Config {
     config(json!({"http": {"pathToken": TOKEN}}))
 }
 

@@ -61,7 +61,7 @@ pub async fn client(endpoint: &str) -> Client {
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
         .endpoint_url(endpoint)
-        .http_client(podmutator::secrets::source::http_client())
+        .http_client(podmutator_aws::secretsmanager::http_client())
         .build();
     Client::from_conf(conf)
 }

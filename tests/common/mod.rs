@@ -12,24 +12,33 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
-use podmutator::config::Config;
 #[allow(unused_imports)]
 pub use podmutator::transport::http::{Front, Incoming};
-pub use podmutator::{App, Deps};
+use podmutator_core::config::Config;
+pub use podmutator_core::{App, Deps};
 use serde_json::{Value, json};
 
-/// The one way tests build the webhook: [`App::build`] with `deps`, behind the HTTP front
-/// `config.http` describes, as `podmutator serve` and the Lambda do.
-/// With `embedded.entrypointLookup` on and no registry client in `deps`, the one `serve` and the
-/// Lambda make (`podmutator::cli::entrypoint_source`).
-pub fn webhook(config: &Config, mut deps: Deps) -> Front {
-    if deps.entrypoints.is_none() {
-        let aws = podmutator::cli::shared_aws(config);
-        deps.entrypoints =
-            podmutator::cli::entrypoint_source(config, &aws).unwrap_or_else(|e| panic!("{e}"));
-    }
+/// The one way tests build the webhook, as `serve` and the Lambda do: the outside dependencies
+/// `config` reads and `deps` lacks ([`podmutator_aws::wiring::deps`]), [`App::build`], behind the
+/// HTTP front `config.http` describes. The AWS configuration they are made with reaches nothing
+/// (port 9 of 127.0.0.1, fixed credentials): a dependency a test did not give fails at once,
+/// and never reaches for the network.
+pub fn webhook(config: &Config, deps: Deps) -> Front {
+    let deps = podmutator_aws::wiring::deps(config, &unreachable_aws(), deps)
+        .unwrap_or_else(|e| panic!("{e}"));
     let app = App::build(config, deps).unwrap_or_else(|e| panic!("{e}"));
     Front::new(Arc::new(app), &config.http, None).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// An AWS configuration whose every call is refused on 127.0.0.1 ([`webhook`]).
+pub fn unreachable_aws() -> podmutator_aws::secretsmanager::SharedAws {
+    use aws_credential_types::Credentials;
+    podmutator_aws::secretsmanager::SharedAws::with_loader(
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
+            .endpoint_url("http://127.0.0.1:9"),
+    )
 }
 
 /// The exec wrapper binary (`crates/exec`), built up to date beside the `podmutator` binary the

@@ -6,6 +6,4 @@
 pub mod registry;
 pub mod resolve;
 pub mod secretsmanager;
-
-// The core's modules under the names the code here was written with.
-pub(crate) use podmutator_core::{config, image_ref};
+pub mod wiring;

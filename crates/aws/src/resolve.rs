@@ -17,9 +17,11 @@ use std::sync::Arc;
 use aws_sdk_secretsmanager::Client;
 use tokio::sync::Semaphore;
 
-use crate::secretsmanager::{
-    Api, BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError, ThrottleCounter,
+use podmutator_core::secrets::source::{
+    Api, BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError,
 };
+
+use crate::secretsmanager::ThrottleCounter;
 
 /// `DescribeSecret` calls this process has in flight at most, all admissions together. Above a
 /// pod's ids (`limits.maxSecretIdsPerAdmission` caps those): one admission still takes one

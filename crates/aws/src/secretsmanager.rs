@@ -21,9 +21,9 @@ use aws_smithy_types::config_bag::ConfigBag;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use podmutator_core::config::EmbeddedConfig;
-pub(crate) use podmutator_core::config::FetchStrategy;
-pub(crate) use podmutator_core::secrets::source::{
-    Api, BoxError, BoxFuture, Fetched, Lookup, MAX_BATCH, SecretRef, SecretSource, SecretValue,
+use podmutator_core::config::FetchStrategy;
+use podmutator_core::secrets::source::{
+    Api, BoxError, BoxFuture, Fetched, Lookup, MAX_BATCH, SecretSource, SecretValue,
     ServiceMessage, SourceError,
 };
 

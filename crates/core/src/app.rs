@@ -34,7 +34,7 @@ pub struct App {
     pub(crate) metrics: Option<Metrics>,
     /// What the probe port's `/metrics` reports; counted whether or not EMF lines are written.
     pub(crate) counters: Arc<Counters>,
-    /// [`Config::embedded_values_in_replies`]: the transport refuses such replies on public
+    /// [`EmbeddedReads::values`](crate::config::EmbeddedReads): the transport refuses such replies on public
     /// event sources.
     pub(crate) values_in_replies: bool,
     /// [`Deps::errors_in_replies`].
@@ -213,7 +213,7 @@ impl App {
             deadline: Duration::from_millis(config.embedded.deadline_ms),
             metrics,
             counters: Arc::new(Counters::new()),
-            values_in_replies: config.embedded_values_in_replies(),
+            values_in_replies: config.embedded_reads().values,
             errors_in_replies,
             max_reply_bytes: config.http.max_reply_bytes,
             max_objects: config.limits.max_objects_per_review,
@@ -221,7 +221,7 @@ impl App {
     }
 
     /// Whether a secrets reply can carry an Embedded value (see
-    /// [`Config::embedded_values_in_replies`]).
+    /// [`EmbeddedReads::values`](crate::config::EmbeddedReads)).
     pub fn values_in_replies(&self) -> bool {
         self.values_in_replies
     }

@@ -19,10 +19,6 @@ pub mod prometheus;
 pub mod registry;
 pub mod secrets;
 
-/// This build's version (the workspace's): in the start-up log line, in `/healthz` and in every
-/// metric line, since which release answered is the first question about any failure.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
 pub use admission::Reply;
 pub use app::{App, Deps};
 pub use config::Config;

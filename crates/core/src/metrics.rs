@@ -8,6 +8,10 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use crate::config::SecretManagerType;
+
+/// This build's version (the workspace's): in every metric line, the start-up log line and
+/// `/healthz`, since which release answered is the first question about any failure.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub use crate::config::metrics::MetricsConfig;
 
 /// What one admission did, in the terms the metrics report.
@@ -78,7 +82,7 @@ impl Metrics {
         out.field_str("Decision", f.decision);
         // A property, not a dimension: searchable in Logs Insights and shown beside every
         // metric's samples, without doubling the metric series at each release.
-        out.field_str("Version", crate::VERSION);
+        out.field_str("Version", VERSION);
         // (name, unit, value) of every metric, in the order the directive lists them.
         let fixed = [
             ("Admissions", "Count", 1),
@@ -181,7 +185,7 @@ impl Metrics {
             out.field_str(k, v);
         }
         out.field_str("Refusal", kind);
-        out.field_str("Version", crate::VERSION);
+        out.field_str("Version", VERSION);
         out.field_num("Refusals", count);
         out.0.push_str("\"_aws\":{\"Timestamp\":");
         let _ = write!(out.0, "{timestamp_ms}");

@@ -166,7 +166,11 @@ impl Counters {
             "gauge",
             "The release answering (always 1).",
         );
-        out.sample("podmutator_build_info", &[("version", crate::VERSION)], 1);
+        out.sample(
+            "podmutator_build_info",
+            &[("version", crate::metrics::VERSION)],
+            1,
+        );
 
         out.family(
             "podmutator_admissions_total",

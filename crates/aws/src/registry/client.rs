@@ -27,13 +27,12 @@ use tokio_rustls::rustls;
 use url::Url;
 
 use super::http::{Http, authority};
-use super::{BoxFuture, EntrypointSource, ImageCommand, ImageQuery};
-use crate::config::EntrypointLookupConfig;
-use crate::image_ref::ImageRef;
-pub use podmutator_core::registry::error::{
-    BASIC_HINT, BEARER_HINT, DOCKER_HUB_API, LookupError, MAX_BODY, MAX_REDIRECTS, api_authority,
-    known_platforms,
+use podmutator_core::config::EntrypointLookupConfig;
+use podmutator_core::image_ref::ImageRef;
+use podmutator_core::registry::error::{
+    BASIC_HINT, BEARER_HINT, LookupError, MAX_REDIRECTS, api_authority,
 };
+use podmutator_core::registry::{BoxFuture, EntrypointSource, ImageCommand, ImageQuery};
 
 /// Lookups this process has in flight at most, all admissions together.
 const MAX_IN_FLIGHT: usize = 8;
@@ -109,11 +108,11 @@ impl RegistryClient {
     }
 
     /// Reads ECR registries (`<account>.dkr.ecr.<region>.amazonaws.com`) with a token from
-    /// `ecr:GetAuthorizationToken`, signed with the credentials of the AWS configuration
-    /// `load` returns (called once, on the first ECR lookup).
+    /// `ecr:GetAuthorizationToken`, signed with `aws`'s credentials (loaded on the first ECR
+    /// lookup if nothing loaded them before).
     #[must_use]
-    pub fn with_ecr(mut self, load: super::ecr::LoadSdkConfig) -> Self {
-        self.ecr = Some(super::ecr::Ecr::new(load));
+    pub fn with_ecr(mut self, aws: crate::secretsmanager::SharedAws) -> Self {
+        self.ecr = Some(super::ecr::Ecr::new(aws));
         self
     }
 

@@ -3,7 +3,6 @@
 //! call is signed here with `aws-sigv4` instead of through `aws-sdk-ecr`, whose code would not
 //! fit the Lambda zip's size budget. A token is valid for 12 hours; it is reused for one.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_credential_types::provider::ProvideCredentials;
@@ -12,13 +11,9 @@ use hyper::{Method, StatusCode, header};
 use serde::Deserialize;
 use url::Url;
 
-use super::BoxFuture;
-use super::error::LookupError;
 use super::http::{Http, authority};
-
-/// Loads the AWS configuration whose credentials sign the call (the function's: Lambda's role,
-/// the environment, `AWS_ENDPOINT_URL` for an emulator).
-pub type LoadSdkConfig = Arc<dyn Fn() -> BoxFuture<'static, aws_config::SdkConfig> + Send + Sync>;
+use crate::secretsmanager::SharedAws;
+use podmutator_core::registry::error::LookupError;
 
 const TARGET: &str = "AmazonEC2ContainerRegistry_V20150921.GetAuthorizationToken";
 /// How long a token is reused (ECR's are valid for 12 hours).
@@ -40,18 +35,17 @@ pub fn ecr_host(registry: &str) -> Option<(&str, &str)> {
     (valid_account && valid_region).then_some((account, region))
 }
 
-/// ECR tokens, per registry, and the AWS configuration they are asked with.
+/// ECR tokens, per registry, and the AWS configuration whose credentials sign the call (the
+/// function's: Lambda's role, the environment, `AWS_ENDPOINT_URL` for an emulator).
 pub struct Ecr {
-    load: LoadSdkConfig,
-    sdk: tokio::sync::OnceCell<aws_config::SdkConfig>,
+    aws: SharedAws,
     tokens: moka::sync::Cache<String, String>,
 }
 
 impl Ecr {
-    pub fn new(load: LoadSdkConfig) -> Self {
+    pub fn new(aws: SharedAws) -> Self {
         Self {
-            load,
-            sdk: tokio::sync::OnceCell::new(),
+            aws,
             tokens: moka::sync::Cache::builder()
                 .max_capacity(64)
                 .time_to_live(TOKEN_REUSE)
@@ -75,7 +69,7 @@ impl Ecr {
             what: what.clone(),
             challenge: reason,
         };
-        let sdk = self.sdk.get_or_init(|| (self.load)()).await;
+        let sdk = self.aws.config().await;
         let provider = sdk
             .credentials_provider()
             .ok_or_else(|| fail("the function has no AWS credentials".into()))?;

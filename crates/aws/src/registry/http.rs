@@ -19,7 +19,7 @@ use hyper_util::client::legacy::connect::dns::Name;
 use tokio_rustls::rustls;
 use url::Url;
 
-use super::error::{LookupError, MAX_BODY};
+use podmutator_core::registry::error::{LookupError, MAX_BODY};
 
 /// Idle connections kept per host, and for how long: a lookup is a few requests to one host
 /// (manifest, config blob, maybe a token), then the answer is cached.

@@ -784,16 +784,35 @@ pub struct EmbeddedConfig {
     pub entrypoint_lookup: EntrypointLookupConfig,
 }
 
+/// What the webhook reads from outside for Embedded mode: the one decoding of
+/// `embedded.delivery` × `envVarDelivery` (and `entrypointLookup`), from which the outside
+/// dependencies are built and the transports' refusals decided.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EmbeddedReads {
+    /// Secret values (`GetSecretValue`): value delivery, or env vars by value in reference
+    /// delivery. Replies then carry values.
+    pub values: bool,
+    /// Names only (`DescribeSecret`): reference delivery.
+    pub names: bool,
+    /// Image commands from registries: `entrypointLookup` lists a registry.
+    pub images: bool,
+}
+
 impl Config {
-    /// Whether an admission reply can carry an Embedded secret's value: Embedded is enabled
-    /// and delivers by value (`embedded.delivery: value`, or `envVarDelivery: value` in
-    /// reference delivery). Such a webhook must not be served through a public endpoint.
-    pub fn embedded_values_in_replies(&self) -> bool {
-        self.webhook
+    /// What Embedded mode reads ([`EmbeddedReads`]); nothing when it is not enabled, but the
+    /// registry lookup, whose settings are checked at start whenever they are set.
+    pub fn embedded_reads(&self) -> EmbeddedReads {
+        let e = &self.embedded;
+        let on = self
+            .webhook
             .enabled_secret_managers()
-            .contains(&SecretManagerType::Embedded)
-            && (self.embedded.delivery == Delivery::Value
-                || self.embedded.env_var_delivery == EnvVarDelivery::Value)
+            .contains(&SecretManagerType::Embedded);
+        EmbeddedReads {
+            values: on
+                && (e.delivery == Delivery::Value || e.env_var_delivery == EnvVarDelivery::Value),
+            names: on && e.delivery == Delivery::Reference,
+            images: e.entrypoint_lookup.enabled(),
+        }
     }
 }
 
@@ -1415,7 +1434,7 @@ impl Config {
             h.path_token_secret_id.is_some(),
         ];
         match tokens.iter().filter(|set| **set).count() {
-            0 if h.path_token_disabled && self.embedded_values_in_replies() => warnings.push(
+            0 if h.path_token_disabled && self.embedded_reads().values => warnings.push(
                 "http.pathTokenDisabled is true and the Embedded manager delivers values: anyone who reaches the endpoint is served the secret values of any pod they describe (AWS Secrets Manager, with the webhook's role); set a path token, or embedded.delivery: reference, which serves names only"
                     .into(),
             ),

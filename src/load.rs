@@ -1,0 +1,133 @@
+//! The configuration, read from where the command line says (`--flyte-config`, `--config`,
+//! `--config-json` or their variables), with its warnings.
+
+use std::path::PathBuf;
+
+use podmutator_core::config::{
+    Config, ENV_CONFIG_FILE, ENV_CONFIG_INLINE, ENV_FLYTE_CONFIG_FILE, Loaded,
+};
+
+/// Why the configuration could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Config(#[from] podmutator_core::config::ConfigError),
+    #[error("invalid configuration: {flag}: cannot read {}", path.display())]
+    Read {
+        flag: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Which configuration sources came from the environment rather than the command line
+/// (`Cli::from_env`), so that errors name what the user set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FromEnv {
+    pub flyte: bool,
+    pub file: bool,
+    pub inline: bool,
+}
+
+/// Where the configuration comes from (`--flyte-config`, `--config`, `--config-json` or their
+/// variables), merged in that order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Source {
+    pub flyte: Option<PathBuf>,
+    pub file: Option<PathBuf>,
+    pub inline: Option<String>,
+    /// Which of them came from their variables: their errors name the variable.
+    pub from_env: FromEnv,
+}
+
+impl Source {
+    pub fn load(&self) -> Result<Loaded, LoadError> {
+        let name = |env: bool, var: &'static str, flag: &'static str| if env { var } else { flag };
+        let flyte = match self.flyte.as_deref() {
+            Some(path) => flyte_files(
+                path,
+                name(self.from_env.flyte, ENV_FLYTE_CONFIG_FILE, "--flyte-config"),
+            )?,
+            None => Vec::new(),
+        };
+        let flyte: Vec<(&str, &str)> = flyte
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
+        let file = read_file(
+            self.file.as_deref(),
+            name(self.from_env.file, ENV_CONFIG_FILE, "--config"),
+        )?;
+        let inline = name(self.from_env.inline, ENV_CONFIG_INLINE, "--config-json");
+        Ok(Config::load_with_flyte(
+            &flyte,
+            pair(&file),
+            self.inline.as_deref().map(|t| (inline, t)),
+        )?)
+    }
+}
+
+/// `--flyte-config`: one file, or a directory such as Flyte's mounted ConfigMap, whose
+/// `*.yaml`, `*.yml` and `*.json` files are read in name order, as Flyte reads
+/// `--config /etc/flyte/config/*.yaml`.
+fn flyte_files(
+    path: &std::path::Path,
+    flag: &'static str,
+) -> Result<Vec<(String, String)>, LoadError> {
+    if !path.is_dir() {
+        return Ok(read_file(Some(path), flag)?.into_iter().collect());
+    }
+    let unreadable = |source| LoadError::Read {
+        flag,
+        path: path.to_owned(),
+        source,
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(unreadable)? {
+        let p = entry.map_err(unreadable)?.path();
+        let ext = p.extension().and_then(|e| e.to_str()).unwrap_or_default();
+        // A mounted ConfigMap's files are links into `..data/`; `is_file` follows them.
+        if matches!(ext, "yaml" | "yml" | "json") && p.is_file() {
+            files.push(p);
+        }
+    }
+    files.sort();
+    let mut out = Vec::with_capacity(files.len());
+    for f in files {
+        out.extend(read_file(Some(&f), flag)?);
+    }
+    Ok(out)
+}
+
+fn pair(f: &Option<(String, String)>) -> Option<(&str, &str)> {
+    f.as_ref().map(|(p, t)| (p.as_str(), t.as_str()))
+}
+
+/// The file's path (as shown in errors) and text.
+fn read_file(
+    path: Option<&std::path::Path>,
+    flag: &'static str,
+) -> Result<Option<(String, String)>, LoadError> {
+    let Some(path) = path else { return Ok(None) };
+    let text = podmutator_core::config::read_file(path).map_err(|source| LoadError::Read {
+        flag,
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(Some((path.display().to_string(), text)))
+}
+
+/// The warnings as log lines (`serve`, `lambda`: the log is where an operator looks).
+pub fn log_warnings(loaded: &Loaded) {
+    for w in &loaded.warnings {
+        tracing::warn!(warning = %w, "configuration");
+    }
+}
+
+/// The warnings on stderr (`check-config`, `inject`: stdout is the answer).
+pub fn print_warnings(loaded: &Loaded) {
+    for w in &loaded.warnings {
+        eprintln!("podmutator: warning: configuration: {w}");
+    }
+}

@@ -1,0 +1,129 @@
+//! `podmutator serve`: the webhook over HTTPS (local and in the cluster), with the probe port
+//! when `webhook.metricsPort` is set. The configuration goes through the start-up gate
+//! ([`crate::startup`]) before any certificate is touched; on SIGTERM readiness fails at once
+//! while the webhook port answers for `http.drainSeconds`, then both stop and what is in flight
+//! finishes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use podmutator_core::config::Config;
+use podmutator_core::metrics::VERSION;
+
+use crate::startup::{self, StartError, Starter};
+use crate::transport::{probe, server, tls};
+
+/// Why `serve` stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error(
+        "podmutator serve will not write Embedded secret values into its replies (embedded.delivery: value, or envVarDelivery: value) to callers it cannot authenticate: any pod that reaches its port can send a review, and the path token is no secret from whoever creates pods (the API server quotes it in its errors). Set embedded.delivery: reference with envVarDelivery: exec, which serves names only; or, where the API server can present a client certificate (its admission configuration's kubeconfig: a self-managed control plane; EKS cannot), set http.clientCaFile to the CA that signs it (docs/deploy.md, \"Embedded values in the cluster\")"
+    )]
+    ValuesToUnauthenticated,
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error(transparent)]
+    Server(#[from] server::ServerError),
+}
+
+/// Serves until SIGTERM, then drains (above). `namespace` is the Service's, named in a
+/// generated certificate.
+pub fn run(config: &Config, namespace: &str) -> Result<(), ServeError> {
+    let w = &config.webhook;
+    let dir = std::path::PathBuf::from(w.cert_dir_expanded());
+    let addr = SocketAddr::from((config.http.listen_address, w.listen_port));
+    // Whoever reaches the port could otherwise be served secret values: in the cluster every
+    // pod can, and the path token is no secret from whoever creates pods.
+    let client_ca = config
+        .http
+        .client_ca_file
+        .as_deref()
+        .map(std::path::Path::new);
+    if config.embedded_reads().values && client_ca.is_none() {
+        return Err(ServeError::ValuesToUnauthenticated);
+    }
+    startup::runtime(true)?.block_on(async move {
+        // The gate first: a configuration `check-config` refuses touches no certificate.
+        let front = Arc::new(startup::front(config, Starter::Serve).await?);
+        let files = tls::ensure_certs(
+            &dir,
+            w.local_cert.unwrap_or(true),
+            &tls::serving_names(&w.service_name, namespace),
+        )?;
+        let tls = match client_ca {
+            Some(ca) => tls::tls_config_verifying(&files, ca)?,
+            None => tls::tls_config(&files)?,
+        };
+        let listener = server::bind(addr).await?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| server::ServerError::Listen { addr, source })?;
+        // Bound after the HTTPS port, so a ready probe port means the webhook's is listening.
+        let probe = match w.metrics_port {
+            Some(port) => {
+                let addr = SocketAddr::from((config.http.listen_address, port));
+                let listener = server::bind(addr).await?;
+                let local = listener
+                    .local_addr()
+                    .map_err(|source| server::ServerError::Listen { addr, source })?;
+                Some((listener, local))
+            }
+            None => None,
+        };
+        let mut fields = serde_json::json!({
+            "version": VERSION,
+            "addr": local.to_string(),
+            "cert_dir": dir.display().to_string(),
+            "certs_generated": files.generated,
+            "ca": files.ca.display().to_string(),
+            "mutators": front.app().chain().ids(),
+        });
+        if let Some((_, a)) = &probe {
+            fields["metrics_addr"] = a.to_string().into();
+        }
+        crate::logging::start_line("serving https", fields);
+        // On SIGTERM the pod is leaving its Service: readiness fails at once, while the webhook
+        // port keeps answering for http.drainSeconds, as long as the endpoint's removal takes to
+        // reach every API server; then both listeners stop and what is in flight finishes.
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let drain = std::time::Duration::from_secs(config.http.drain_seconds);
+        {
+            let draining = draining.clone();
+            tokio::spawn(async move {
+                server::shutdown_signal().await;
+                draining.store(true, std::sync::atomic::Ordering::SeqCst);
+                tracing::info!(
+                    drain_seconds = drain.as_secs(),
+                    "draining: readiness fails, the webhook port answers until the drain ends"
+                );
+                tokio::time::sleep(drain).await;
+                let _ = stop_tx.send(true);
+            });
+        }
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        if let Some((listener, _)) = probe {
+            let counters = front.app().counters().clone();
+            tokio::spawn(probe::serve(
+                counters,
+                draining,
+                listener,
+                stopped(stop_rx.clone()),
+            ));
+        }
+        server::serve(
+            front,
+            listener,
+            tls,
+            server::Limits::from_config(&config.http),
+            stopped(stop_rx),
+        )
+        .await?;
+        tracing::info!("shut down");
+        Ok(())
+    })
+}
