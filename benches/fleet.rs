@@ -471,7 +471,8 @@ async fn pod_fetch(
     ids: Vec<String>,
     strategy: podmutator_core::config::FetchStrategy,
 ) -> (f64, Result<(), bool>) {
-    use podmutator::pod::fetch::{FETCH_BUDGET, FetchItem, FetchPlan, fetch};
+    use podmutator::pod::fetch::fetch;
+    use podmutator_core::pod::plan::{FETCH_BUDGET, FetchItem, FetchPlan};
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let root = std::env::temp_dir().join(format!(
         "fleet-pod-{}-{}",
@@ -498,7 +499,7 @@ async fn pod_fetch(
     let result = fetch(&plan, client).await.map(|_| ()).map_err(|e| {
         matches!(
             e,
-            podmutator::pod::fetch::FetchError::Source(SourceError::Throttled { .. })
+            podmutator_core::pod::plan::FetchError::Source(SourceError::Throttled { .. })
         )
     });
     let _ = std::fs::remove_dir_all(&root);

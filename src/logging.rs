@@ -210,7 +210,11 @@ mod tests {
         // Only the named target, as with RUST_LOG.
         assert!(on("podmutator=debug", "podmutator::app", Level::DEBUG));
         // The core's lines are under `podmutator_core`: the crate's name covers them too.
-        assert!(on("podmutator=debug", "podmutator_core::secrets", Level::DEBUG));
+        assert!(on(
+            "podmutator=debug",
+            "podmutator_core::secrets",
+            Level::DEBUG
+        ));
         assert!(!on("podmutator=debug", "hyper", Level::ERROR));
         assert!(log_filter("podmutator=loud").is_err());
     }

@@ -3,6 +3,11 @@ data "aws_region" "current" {}
 data "aws_caller_identity" "current" {}
 
 locals {
+  # The range of each numeric setting the function reads, as the function checks it (generated
+  # from its code; tests/iac.rs holds the file to it): the variables that set one are validated
+  # against it, so that no value Terraform accepts makes the function refuse to start.
+  config_bounds = jsondecode(file("${path.module}/config-bounds.json"))
+
   use_alb = var.endpoint == "alb"
   use_api = var.endpoint == "http_api"
 

@@ -200,16 +200,29 @@ variable "embedded_deadline_ms" {
   default     = 2000
 
   validation {
-    condition     = var.embedded_deadline_ms >= 100
-    error_message = "embedded_deadline_ms must be at least 100."
+    condition = (
+      floor(var.embedded_deadline_ms) == var.embedded_deadline_ms
+      && var.embedded_deadline_ms >= local.config_bounds["embedded.deadlineMs"].minimum
+      && var.embedded_deadline_ms <= local.config_bounds["embedded.deadlineMs"].maximum
+    )
+    error_message = "embedded_deadline_ms must be a whole number from ${local.config_bounds["embedded.deadlineMs"].minimum} to ${local.config_bounds["embedded.deadlineMs"].maximum} (the function's embedded.deadlineMs)."
   }
 }
 
 
 variable "embedded_cache_ttl_seconds" {
-  description = "How long a warm function reuses a fetched secret value."
+  description = "How long a warm function reuses a fetched secret value; 0 turns the cache off."
   type        = number
   default     = 300
+
+  validation {
+    condition = (
+      floor(var.embedded_cache_ttl_seconds) == var.embedded_cache_ttl_seconds
+      && var.embedded_cache_ttl_seconds >= local.config_bounds["embedded.cacheTtlSeconds"].minimum
+      && var.embedded_cache_ttl_seconds <= local.config_bounds["embedded.cacheTtlSeconds"].maximum
+    )
+    error_message = "embedded_cache_ttl_seconds must be a whole number from ${local.config_bounds["embedded.cacheTtlSeconds"].minimum} to ${local.config_bounds["embedded.cacheTtlSeconds"].maximum} (the function's embedded.cacheTtlSeconds)."
+  }
 }
 
 
@@ -299,9 +312,19 @@ variable "allowed_usernames" {
 
 
 variable "max_body_bytes" {
-  description = "Largest AdmissionReview the function accepts. An ALB passes at most 1 MB to Lambda whatever this says."
+  description = "Largest AdmissionReview the function accepts, at most Lambda's 6 MiB payload. An ALB passes at most 1 MB to Lambda whatever this says."
   type        = number
   default     = 6291456
+
+  validation {
+    # The function's http.maxBodyBytes allows more (for serve); Lambda takes at most 6 MiB.
+    condition = (
+      floor(var.max_body_bytes) == var.max_body_bytes
+      && var.max_body_bytes >= local.config_bounds["http.maxBodyBytes"].minimum
+      && var.max_body_bytes <= min(6291456, local.config_bounds["http.maxBodyBytes"].maximum)
+    )
+    error_message = "max_body_bytes must be a whole number from ${local.config_bounds["http.maxBodyBytes"].minimum} to 6291456 (Lambda's payload limit; the function's http.maxBodyBytes)."
+  }
 }
 
 

@@ -293,7 +293,24 @@ fn expectations() -> Value {
         },
         "meshManagedLabel": config.mesh.managed_label,
         "meshManagedValue": podmutator_core::mutate::mesh::MANAGED,
+        "bounds": podmutator_core::config::bounds::to_json(),
     })
+}
+
+/// Terraform validates its variables against `terraform/config-bounds.json`: it must be the
+/// function's own bounds, as the function checks them.
+#[test]
+fn terraform_reads_the_functions_own_bounds() {
+    let path = root().join("terraform/config-bounds.json");
+    let file: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let want = podmutator_core::config::bounds::to_json();
+    assert_eq!(
+        file,
+        want,
+        "{} differs from the function's bounds; write it as:\n{}",
+        path.display(),
+        serde_json::to_string_pretty(&want).unwrap()
+    );
 }
 
 #[test]

@@ -15,8 +15,9 @@ use std::process::{Command, Output, Stdio};
 
 use common::aws::{CountingProxy, Moto, client, create_secret};
 use common::{exec_wrapper, temp_dir};
-use podmutator::pod::fetch::{FETCH_PLAN_ENV, FetchItem, FetchPlan, fetch, run_fetch};
+use podmutator::pod::fetch::{fetch, run_fetch};
 use podmutator_core::pod::exec::{EXEC_ENV_ENV, run_exec};
+use podmutator_core::pod::plan::{FETCH_PLAN_ENV, FetchItem, FetchPlan};
 
 const ROLE: &str = "PODMUTATOR_TEST_ROLE";
 const ARGV: &str = "PODMUTATOR_TEST_ARGV";

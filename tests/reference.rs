@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 
 use common::aws::{CountingProxy, Moto, client, create_secret};
 use common::*;
-use podmutator::pod::fetch::FETCH_PLAN_ENV;
 use podmutator_core::pod::exec::EXEC_ENV_ENV;
 use podmutator_core::pod::injector::{INIT_CONTAINER, INIT_ROOT, RUN_DIR, promised_files};
+use podmutator_core::pod::plan::FETCH_PLAN_ENV;
 use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use serde_json::{Value, json};
 

@@ -1494,6 +1494,68 @@ module "podmutator" {{
         combined(&refused)
     );
 
+    // Each number the function reads, at each end Terraform accepts (config-bounds.json, the
+    // function's own bounds; Lambda's 6 MiB for the body): the planned configuration starts the
+    // function (a registry lookup on, whose timeout follows the deadline). One past either end
+    // is refused at plan, naming the variable.
+    let bounds = podmutator_core::config::bounds::to_json();
+    let end = |key: &str, which: &str| bounds[key][which].as_u64().unwrap();
+    let numbers = |deadline: i64, ttl: i64, body: i64| {
+        format!(
+            "path_token_enabled = false\n  entrypoint_registries = [\"registry.example.com\"]\n  \
+             timeout_seconds = 30\n  lambda_timeout_seconds = 28\n  embedded_deadline_ms = {deadline}\n  \
+             embedded_cache_ttl_seconds = {ttl}\n  max_body_bytes = {body}"
+        )
+    };
+    let lowest = [
+        end("embedded.deadlineMs", "minimum"),
+        end("embedded.cacheTtlSeconds", "minimum"),
+        end("http.maxBodyBytes", "minimum"),
+    ];
+    let highest = [
+        end("embedded.deadlineMs", "maximum"),
+        end("embedded.cacheTtlSeconds", "maximum"),
+        6_291_456,
+    ];
+    for (name, [deadline, ttl, body]) in [("lowest", lowest), ("highest", highest)] {
+        let (out, dir) = plan(name, &numbers(deadline as i64, ttl as i64, body as i64));
+        assert!(out.status.success(), "{name}: {}", combined(&out));
+        let config = planned_config(&dir);
+        assert_eq!(
+            (
+                &config["embedded"]["deadlineMs"],
+                &config["embedded"]["cacheTtlSeconds"],
+                &config["http"]["maxBodyBytes"]
+            ),
+            (&deadline.into(), &ttl.into(), &body.into()),
+            "{config}"
+        );
+        let started = check_config(&config);
+        assert!(
+            started.status.success(),
+            "{name}: the function refuses what Terraform accepts: {}",
+            combined(&started)
+        );
+    }
+    for (name, [deadline, ttl, body]) in [
+        ("below", lowest.map(|n| n as i64 - 1)),
+        ("above", highest.map(|n| n as i64 + 1)),
+    ] {
+        let (out, _) = plan(name, &numbers(deadline, ttl, body));
+        let text = one_line(&out);
+        assert!(!out.status.success(), "{name}: planned: {text}");
+        for variable in [
+            "embedded_deadline_ms",
+            "embedded_cache_ttl_seconds",
+            "max_body_bytes",
+        ] {
+            assert!(
+                text.contains(&format!("{variable} must be a whole number from")),
+                "{name}: {variable} not named: {text}"
+            );
+        }
+    }
+
     // Lambda's 4 KB: 40 image rules (a registry per team) make a 6 KB environment.
     let rules: Vec<String> = (0..40)
         .map(|i| format!("{{ match = \"registry{i}.example.com/team/project\", replace = \"123456789012.dkr.ecr.{REGION}.amazonaws.com/mirror/registry{i}\" }}"))

@@ -175,7 +175,7 @@ pub enum CliError {
     #[error("cannot write the output")]
     Output(#[source] serde_json::Error),
     #[error("fetch failed")]
-    Fetch(#[source] crate::pod::fetch::FetchError),
+    Fetch(#[source] podmutator_core::pod::plan::FetchError),
     #[error("exec failed")]
     Exec(#[source] podmutator_core::pod::exec::ExecError),
 }
@@ -306,7 +306,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             match summary.copied {
                 Some(c) if c.wrapper => eprintln!(
                     "podmutator: copied the exec wrapper ({}, {} bytes)",
-                    crate::pod::fetch::EXEC_WRAPPER,
+                    podmutator_core::pod::plan::EXEC_WRAPPER,
                     c.bytes
                 ),
                 // Works (this binary answers `exec`), at many times the wrapper's size in the
@@ -314,7 +314,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 Some(c) => eprintln!(
                     "podmutator: copied this whole executable for exec ({} bytes): the image has no {} beside it, the small wrapper the Dockerfile installs",
                     c.bytes,
-                    crate::pod::fetch::EXEC_WRAPPER
+                    podmutator_core::pod::plan::EXEC_WRAPPER
                 ),
                 None => {}
             }

@@ -32,7 +32,7 @@ use podmutator_aws::secretsmanager::{AwsSource, aws_client};
 use podmutator_core::config::FetchStrategy;
 use podmutator_core::secrets::source::{Lookup, MAX_BATCH, SecretSource};
 
-pub use podmutator_core::pod::plan::*;
+use podmutator_core::pod::plan::*;
 
 /// Fetches every secret of `plan` through `client` in one round trip: `parallel`, one
 /// `GetSecretValue` per id, up to [`MAX_IN_FLIGHT`] at once; `batch` (or no strategy),

@@ -9,10 +9,10 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use super::common::*;
-use podmutator::pod::fetch::FETCH_PLAN_ENV;
 use podmutator_core::config::Config;
 use podmutator_core::mutate::Route;
 use podmutator_core::pod::injector::{INIT_CONTAINER, promised_files};
+use podmutator_core::pod::plan::FETCH_PLAN_ENV;
 use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use podmutator_core::secrets::source::{
     BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError,

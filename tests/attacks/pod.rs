@@ -7,8 +7,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::common::temp_dir;
-use podmutator::pod::fetch::{FetchItem, FetchPlan, write_files};
+use podmutator::pod::fetch::write_files;
 use podmutator_core::pod::exec::{EXEC_ENV_ENV, MAX_ENV_STRING};
+use podmutator_core::pod::plan::{FetchItem, FetchPlan};
 
 /// Runs `cmd` and waits at most `limit`; a process still running then is killed and the test
 /// fails: a read that never ends must not hang the suite. (A bound on a hang, not a claim

@@ -279,6 +279,14 @@ WORST_VALUES = {
 }
 
 
+# The Number parameters that reach PODMUTATOR_CONFIG, and the function's key each sets.
+CONFIG_NUMBERS = {
+    "EmbeddedDeadlineMs": "embedded.deadlineMs",
+    "EmbeddedCacheTtlSeconds": "embedded.cacheTtlSeconds",
+    "MaxBodyBytes": "http.maxBodyBytes",
+}
+
+
 def worst_case(template, base):
     """The parameters of the largest environment the template can render, and its size."""
     params = dict(base, **BUILDER_ON, **IMAGES_VARIANTS["all"])
@@ -595,6 +603,35 @@ def main():
         0 < worst_bytes <= 4096,
     )
     print(f"template.yaml: largest possible environment {worst_bytes} bytes of 4096", file=sys.stderr)
+
+    # --- every number the function reads, at each end CloudFormation accepts -----------------
+    # The function's own bounds (bounds.rs, as EXPECT_JSON's "bounds") contain each parameter's
+    # MinValue..MaxValue, and the configuration rendered at each end (every switch that adds a
+    # dependent setting on: a registry lookup, whose timeout follows the deadline) goes through
+    # the function's check-config in tests/iac.rs.
+    bounds = expect["bounds"]
+    numbers = sorted(
+        n for n in parameters_in(props["Environment"], template) if template["Parameters"][n]["Type"] == "Number"
+    )
+    c.eq("the numbers that reach the function", numbers, sorted(CONFIG_NUMBERS))
+    for name in numbers:
+        p = template["Parameters"][name]
+        key = CONFIG_NUMBERS.get(name)
+        b = bounds.get(key, {})
+        lo, hi = int(p.get("MinValue", -1)), int(p.get("MaxValue", 2**64))
+        c.true(
+            f"{name} ({lo}..{hi}) lies within the function's {key} ({b})",
+            b.get("minimum", 2**64) <= lo and hi <= b.get("maximum", 2**64 - 1),
+        )
+        for end in (lo, hi):
+            params = dict(base, EntrypointRegistries="registry.example.com", **{name: end})
+            ev = Evaluator(template, params)
+            tag = f"[{name}={end}]"
+            c.eq(f"{tag} every rule holds", failed_rules(template, ev), [])
+            config = json.loads(ev.value(props["Environment"]["Variables"]["PODMUTATOR_CONFIG"]))
+            section, leaf = key.split(".", 1)
+            c.eq(f"{tag} renders {key}", config.get(section, {}).get(leaf), end)
+            rendered.append({"tag": tag, "imageBuilder": False, "images": False, "config": config})
 
     # --- token rotation: [current, previous] for one deploy -----------------------------------
     previous = "fedcba9876543210" * 4

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::config::{Config, ConfigError, Delivery, SecretManagerType};
 use crate::metrics::{Metrics, Sink};
-use crate::mutate::{Chain, MUTATOR_IDS, Step, image, mesh};
+use crate::mutate::{Chain, Step, image, mesh};
 use crate::pod::injector::ReferenceInjector;
 use crate::prometheus::Counters;
 use crate::registry::EntrypointSource;
@@ -142,24 +142,6 @@ impl App {
             metrics,
             errors_in_replies,
         } = deps;
-        for id in config.mutators.keys() {
-            if !MUTATOR_IDS.contains(&id.as_str()) {
-                return Err(ConfigError::new(
-                    format!("mutators.{id}"),
-                    format!(
-                        "unknown mutator, expected one of {}",
-                        MUTATOR_IDS.join(", ")
-                    ),
-                ));
-            }
-        }
-        if config.mesh.enabled && config.secrets_selector.label == config.mesh.managed_label {
-            // Namespace injection writes that label; secrets are planned before it runs.
-            return Err(ConfigError::new(
-                "secretsSelector.label",
-                "must differ from mesh.managedLabel: the mesh label is written by the namespace-injection mutator, and the secrets selector must be the pod's own",
-            ));
-        }
         let secrets = SecretsMutator {
             // Secrets never reach the mesh gate: it runs before the app and needs none.
             skip_containers: mesh::skip_containers(&config.mesh),
@@ -302,29 +284,6 @@ mod tests {
     fn build(v: serde_json::Value) -> Result<App, ConfigError> {
         let config = Config::from_value(v).expect("loads").config;
         App::build(&config, Deps::offline())
-    }
-
-    #[test]
-    fn an_unknown_mutator_id_stops_the_build_naming_the_key() {
-        let err = build(json!({"mutators": {"secretz": {"required": true}}}))
-            .err()
-            .expect("refused");
-        assert_eq!(err.key, "mutators.secretz");
-        assert!(
-            err.message.contains("namespace-injection, secrets"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn the_secrets_selector_may_not_be_the_mesh_label() {
-        let err = build(json!({
-            "mesh": {"enabled": true, "managedLabel": "example.io/managed"},
-            "secretsSelector": {"label": "example.io/managed", "value": "true"}
-        }))
-        .err()
-        .expect("refused");
-        assert_eq!(err.key, "secretsSelector.label");
     }
 
     #[test]

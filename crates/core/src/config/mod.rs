@@ -12,10 +12,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+pub mod bounds;
+pub mod embedded;
 pub mod flyte;
+pub mod http;
 pub mod images;
 pub mod mesh;
 pub mod metrics;
+
+pub use embedded::*;
+pub use http::*;
 
 pub const ENV_CONFIG_FILE: &str = "PODMUTATOR_CONFIG_FILE";
 pub const ENV_CONFIG_INLINE: &str = "PODMUTATOR_CONFIG";
@@ -46,7 +52,9 @@ impl schemars::JsonSchema for KubernetesObject {
 /// into: every key, its type, default and description (the types' doc comments).
 #[cfg(feature = "schema")]
 pub fn json_schema() -> serde_json::Value {
-    serde_json::to_value(schemars::schema_for!(Config)).unwrap_or_default()
+    let mut schema = serde_json::to_value(schemars::schema_for!(Config)).unwrap_or_default();
+    bounds::publish(&mut schema);
+    schema
 }
 
 /// A configuration the process cannot start with. `key` is the dotted path of the culprit.
@@ -77,7 +85,7 @@ pub struct Config {
     /// Our HTTP front: body limit and the optional secret path token.
     pub http: HttpConfig,
     /// Per-mutator settings (Flyte's `MutatorConfig`), keyed by mutator id.
-    pub mutators: BTreeMap<String, MutatorConfig>,
+    pub mutators: BTreeMap<MutatorId, MutatorConfig>,
     /// Embedded mode: deadline, cache and scope binding.
     pub embedded: EmbeddedConfig,
     /// Mesh pod mutations (all off unless `mesh.enabled`).
@@ -612,328 +620,45 @@ impl Default for GlobalSecretsConfig {
     }
 }
 
-/// Default body limit: Lambda's synchronous payload limit (6 MB); an AdmissionReview for a Pod
-/// is bounded by etcd's object size (1.5 MiB) well below it.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
-
-/// Default reply limit of `serve` (and `inject`): Lambda's 6 MB, so a configuration answers the
-/// same pods on both.
-pub const DEFAULT_MAX_REPLY_BYTES: usize = 6 * 1024 * 1024;
-
-/// The largest `http.maxReplyBytes`: building a reply costs some tens of times its size in
-/// memory, and the in-cluster Deployment's limit is 256 MiB.
-pub const MAX_REPLY_BYTES_CEILING: usize = 6 * 1024 * 1024;
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+/// A mutator's id: the key of its `mutators.<id>` settings, declared in chain order. An unknown
+/// id is refused at load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct HttpConfig {
-    /// Address `podmutator serve` binds (with `webhook.listenPort`): all interfaces by default,
-    /// as a server behind a Kubernetes Service needs; `127.0.0.1` keeps a local run on loopback.
-    pub listen_address: std::net::IpAddr,
-    pub max_body_bytes: usize,
-    /// The largest reply `podmutator serve` and `inject` build; a review whose reply would be
-    /// larger is refused (413) from an estimate made before the patch is built. On Lambda the
-    /// path back's own limit applies instead (an ALB's 1 MB, Lambda's 6 MB).
-    pub max_reply_bytes: usize,
-    /// A literal path token (for local testing); every route then lives under `/<token>/`.
-    pub path_token: Option<String>,
-    /// The SHA-256 of the path token, as 64 hex digits: the function holds only this, so a
-    /// cold start reads nothing (what Terraform and SAM configure). A list accepts each of its
-    /// tokens (the current one and, during a rotation, the previous).
-    pub path_token_sha256: Option<TokenHashes>,
-    /// Secrets Manager id of the path token, read once at cold start (one network call before
-    /// the first answer; prefer `pathTokenSha256`).
-    pub path_token_secret_id: Option<String>,
-    /// Serving without any path token must be asked for: then anyone who reaches the endpoint
-    /// can send reviews (and, in Embedded value mode, read secrets). `podmutator serve` and the
-    /// Lambda refuse to start without a token unless this is true, and warn when it is.
-    pub path_token_disabled: bool,
-    /// `podmutator serve`: connections open at once. When full, one is closed to make room:
-    /// one that never sent a request, else the idlest, else the one whose body has arrived
-    /// least; never one whose request is wholly read and being answered.
-    pub max_connections: usize,
-    /// `podmutator serve`: connections open at once from one source address.
-    pub max_connections_per_source: usize,
-    /// `podmutator serve`: time from accept until the first request head, TLS handshake included.
-    pub first_request_timeout_seconds: u64,
-    /// `podmutator serve`: time for a request's body to arrive once its head has.
-    pub body_timeout_seconds: u64,
-    /// `podmutator serve`: on SIGTERM, how long readiness fails while the webhook port still
-    /// answers, before the listeners stop: the time the endpoint's removal takes to reach
-    /// every API server (kube-proxy, EndpointSlices). 0 stops at once.
-    pub drain_seconds: u64,
-    /// `podmutator serve`: how long a connection may stay open with no request in flight.
-    pub idle_timeout_seconds: u64,
-    /// `podmutator serve`: age at which a connection is closed gracefully (HTTP/2 GOAWAY).
-    pub max_connection_age_seconds: u64,
-    /// `podmutator serve`: a PEM file of the CA certificates whose client certificates the
-    /// webhook port requires: every caller must present one (the API server, through its
-    /// admission configuration's kubeconfig). What lets `serve` write Embedded values into
-    /// its replies; unset, it refuses value delivery at start.
-    pub client_ca_file: Option<String>,
+#[serde(rename_all = "kebab-case")]
+pub enum MutatorId {
+    NamespaceInjection,
+    Secrets,
+    Dns,
+    InitGate,
+    SocketCheck,
+    ImageBuilder,
+    ImageRules,
 }
 
-impl Default for HttpConfig {
-    fn default() -> Self {
-        Self {
-            listen_address: std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
-            path_token: None,
-            path_token_sha256: None,
-            path_token_secret_id: None,
-            path_token_disabled: false,
-            max_connections: 1024,
-            max_connections_per_source: 32,
-            first_request_timeout_seconds: 10,
-            body_timeout_seconds: 5,
-            drain_seconds: 10,
-            idle_timeout_seconds: 60,
-            max_connection_age_seconds: 600,
-            client_ca_file: None,
-        }
-    }
-}
+impl MutatorId {
+    /// Every id, in chain order.
+    pub const ALL: [Self; 7] = [
+        Self::NamespaceInjection,
+        Self::Secrets,
+        Self::Dns,
+        Self::InitGate,
+        Self::SocketCheck,
+        Self::ImageBuilder,
+        Self::ImageRules,
+    ];
 
-/// The SHA-256 of the empty string: the hash a missing or empty token file gives.
-pub const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-
-/// `http.pathTokenSha256`: one hash, or a list of them (current first, then previous).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(untagged)]
-pub enum TokenHashes {
-    One(String),
-    Many(Vec<String>),
-}
-
-/// At most this many path tokens are accepted at once: the current, the previous, and room
-/// for a rotation that overlaps another.
-pub const MAX_PATH_TOKEN_HASHES: usize = 4;
-
-impl TokenHashes {
-    pub fn as_slice(&self) -> &[String] {
+    /// The id as configuration keys, metrics and logs write it.
+    pub const fn as_str(self) -> &'static str {
         match self {
-            Self::One(h) => std::slice::from_ref(h),
-            Self::Many(hs) => hs,
+            Self::NamespaceInjection => "namespace-injection",
+            Self::Secrets => "secrets",
+            Self::Dns => "dns",
+            Self::InitGate => "init-gate",
+            Self::SocketCheck => "socket-check",
+            Self::ImageBuilder => "image-builder",
+            Self::ImageRules => "image-rules",
         }
     }
-}
-
-/// Our Embedded-mode settings (Flyte has none of these).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct EmbeddedConfig {
-    /// Budget for fetching every value an admission needs, all calls included.
-    pub deadline_ms: u64,
-    /// How long a fetched value is reused across warm invocations.
-    pub cache_ttl_seconds: u64,
-    /// How long "no such secret" is remembered; short, so a newly created secret shows up soon.
-    pub negative_cache_ttl_seconds: u64,
-    pub cache_max_entries: usize,
-    pub cache_max_bytes: usize,
-    /// Ids per BatchGetSecretValue call (the API's maximum is 20).
-    pub batch_size: usize,
-    /// Which Secrets Manager API fetches the ids a cache miss leaves.
-    pub fetch_strategy: FetchStrategy,
-    /// Secrets Manager calls this process has in flight at most, all admissions together, so
-    /// one instance cannot spend the account's request quota on its own.
-    pub max_calls_in_flight: usize,
-    /// Secrets Manager calls one admission has in flight at most, so one pod asking for many
-    /// secrets cannot take every slot of `max_calls_in_flight`.
-    pub max_calls_in_flight_per_admission: usize,
-    /// Largest value accepted; bigger ones are refused with a message naming the key.
-    pub max_value_bytes: usize,
-    /// The one organisation this webhook serves: a pod's `organization` label must equal it
-    /// to read any Embedded secret (403 `EmbeddedOrganizationMismatch` otherwise, nothing
-    /// fetched). With Embedded enabled and the scope binding on, either this or a
-    /// `{{ organization }}` in `namespace_template` must bind the organisation, or the
-    /// configuration is refused at start. Empty: not set.
-    pub organization: String,
-    /// The namespace a pod with labels organization/project/domain must be in to read that
-    /// scope's secrets. `{{ organization }}`, `{{ project }}` and `{{ domain }}` are replaced.
-    /// Empty turns the check off (then any pod creator can read any project's secrets). A
-    /// non-empty template must use `{{ domain }}`.
-    pub namespace_template: String,
-    /// The Flyte domains a namespace may end in. A namespace must have exactly one reading
-    /// (organization, project, domain) under the template with these domains, and it must be
-    /// the pod's labels: `ml-pre-prod` would otherwise be both `ml-pre`+`prod` and
-    /// `ml`+`pre-prod`.
-    pub domains: Vec<String>,
-    /// When non-empty, only these requesting users (`request.userInfo.username`) may get
-    /// Embedded secrets; an entry ending in `*` matches a prefix.
-    pub allowed_usernames: Vec<String>,
-    /// Where a secret's value travels: `value` (Flyte's Embedded manager: the webhook reads it
-    /// and writes it into the pod spec) or `reference` (the webhook resolves the name with
-    /// metadata calls only; an init container in the pod fetches the value with the pod's own
-    /// AWS identity).
-    pub delivery: Delivery,
-    /// In `reference` delivery, how ENV_VAR requests (and ANY requests that name an
-    /// `env_var`) are served: `exec` (the container's command is wrapped by `podmutator exec`,
-    /// which sets the variables from the init container's files) or `value` (Flyte's
-    /// behaviour: the webhook reads the value and writes it into the pod spec, so the function
-    /// needs `GetSecretValue` again).
-    pub env_var_delivery: EnvVarDelivery,
-    /// The podmutator image the `reference` init container runs (`podmutator fetch`); required
-    /// with `delivery: reference`. Pin it by digest.
-    pub fetcher_image: String,
-    /// In `reference` delivery with `envVarDelivery: exec`, where the ENTRYPOINT of a container
-    /// without `command` is read from: the image's config in its registry.
-    pub entrypoint_lookup: EntrypointLookupConfig,
-}
-
-/// What the webhook reads from outside for Embedded mode: the one decoding of
-/// `embedded.delivery` × `envVarDelivery` (and `entrypointLookup`), from which the outside
-/// dependencies are built and the transports' refusals decided.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EmbeddedReads {
-    /// Secret values (`GetSecretValue`): value delivery, or env vars by value in reference
-    /// delivery. Replies then carry values.
-    pub values: bool,
-    /// Names only (`DescribeSecret`): reference delivery.
-    pub names: bool,
-    /// Image commands from registries: `entrypointLookup` lists a registry.
-    pub images: bool,
-}
-
-impl Config {
-    /// What Embedded mode reads ([`EmbeddedReads`]); nothing when it is not enabled, but the
-    /// registry lookup, whose settings are checked at start whenever they are set.
-    pub fn embedded_reads(&self) -> EmbeddedReads {
-        let e = &self.embedded;
-        let on = self
-            .webhook
-            .enabled_secret_managers()
-            .contains(&SecretManagerType::Embedded);
-        EmbeddedReads {
-            values: on
-                && (e.delivery == Delivery::Value || e.env_var_delivery == EnvVarDelivery::Value),
-            names: on && e.delivery == Delivery::Reference,
-            images: e.entrypoint_lookup.enabled(),
-        }
-    }
-}
-
-/// Reading a container's ENTRYPOINT and CMD from its image's config in the registry
-/// (`embedded.entrypointLookup`), so that a container with only `args` can be wrapped.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct EntrypointLookupConfig {
-    /// The registry hosts (`host[:port]`, as in an image reference) the webhook may ask. Pod
-    /// creators choose image names, so any other host, however written, is never contacted.
-    /// Empty turns the lookup off: a container without `command` is refused.
-    pub registries: Vec<String>,
-    /// Budget of one image's lookup (every request of it), within `embedded.deadlineMs`.
-    pub timeout_ms: u64,
-    /// How long a tag's manifest digest is reused. What a digest names never changes, so its
-    /// ENTRYPOINT and CMD are kept until evicted.
-    pub tag_ttl_seconds: u64,
-    /// A PEM file of extra CA certificates trusted besides the system's (a private registry
-    /// with its own CA). Empty: the system's only.
-    pub ca_bundle_file: String,
-}
-
-impl Default for EntrypointLookupConfig {
-    fn default() -> Self {
-        Self {
-            registries: Vec::new(),
-            timeout_ms: 1500,
-            tag_ttl_seconds: 300,
-            ca_bundle_file: String::new(),
-        }
-    }
-}
-
-impl EntrypointLookupConfig {
-    /// Whether images may be looked up at all.
-    pub fn enabled(&self) -> bool {
-        !self.registries.is_empty()
-    }
-
-    /// Whether `registry` (normalised, as [`crate::image_ref::ImageRef::registry`]) is listed.
-    pub fn allows(&self, registry: &str) -> bool {
-        self.registries
-            .iter()
-            .any(|r| normalised_registry(r).as_deref() == Some(registry))
-    }
-}
-
-/// `entry` as an image reference names its registry (`index.docker.io` is `docker.io`), or
-/// `None` when it is not a registry host.
-fn normalised_registry(entry: &str) -> Option<String> {
-    let probe = format!("{entry}/probe");
-    let parsed = crate::image_ref::ImageRef::parse(&probe).ok()?;
-    let same = parsed.registry == entry
-        || (parsed.registry == crate::image_ref::DOCKER_HUB && entry == "index.docker.io");
-    same.then_some(parsed.registry)
-}
-
-/// How Embedded secrets reach the pod (`embedded.delivery`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "lowercase")]
-pub enum Delivery {
-    /// The webhook reads each value and writes it into the pod spec (Flyte's behaviour).
-    #[default]
-    Value,
-    /// The webhook resolves names only; the pod fetches the values with its own identity.
-    Reference,
-}
-
-/// How ENV_VAR requests are served in `reference` delivery (`embedded.envVarDelivery`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "lowercase")]
-pub enum EnvVarDelivery {
-    /// `podmutator exec` sets the variables in the container's process from the fetched files.
-    #[default]
-    Exec,
-    /// The value goes into the pod spec, as in `value` delivery.
-    Value,
-}
-
-impl Default for EmbeddedConfig {
-    fn default() -> Self {
-        Self {
-            deadline_ms: 2000,
-            cache_ttl_seconds: 300,
-            negative_cache_ttl_seconds: 10,
-            cache_max_entries: 10_000,
-            cache_max_bytes: 16 << 20,
-            batch_size: 20,
-            fetch_strategy: FetchStrategy::Parallel,
-            max_calls_in_flight: 16,
-            max_calls_in_flight_per_admission: 4,
-            max_value_bytes: 64 << 10,
-            organization: String::new(),
-            namespace_template: "{{ project }}-{{ domain }}".into(),
-            domains: default_domains(),
-            allowed_usernames: Vec::new(),
-            delivery: Delivery::Value,
-            env_var_delivery: EnvVarDelivery::Exec,
-            fetcher_image: String::new(),
-            entrypoint_lookup: EntrypointLookupConfig::default(),
-        }
-    }
-}
-
-/// How Embedded mode asks Secrets Manager for the ids a cache miss leaves.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "lowercase")]
-pub enum FetchStrategy {
-    /// `BatchGetSecretValue`, `batchSize` ids a call: fewest calls, but that API allows only
-    /// 100 requests per second per account and region, shared by every instance.
-    Batch,
-    /// One `GetSecretValue` per id (10,000 requests per second per account and region).
-    #[default]
-    Parallel,
-    /// `Batch` until this instance's first successful call (one connection while cold), then
-    /// `Parallel`.
-    Hybrid,
 }
 
 /// Flyte's `MutatorConfig`: a required mutator's failure denies the pod; an optional one's
@@ -1091,16 +816,24 @@ impl Config {
         let mut warnings = Vec::new();
         let skipped = flyte::decode(&mut v, &mut warnings);
         let read = read_keys(&v);
-        let config: Config = serde_path_to_error::deserialize(&v).map_err(|e| {
+        let mut config: Config = serde_path_to_error::deserialize(&v).map_err(|e| {
             let path = e.path().to_string();
-            let key = if path == "." {
-                "(root)".to_owned()
-            } else {
-                path
+            let inner = e.into_inner().to_string();
+            let key = match path.strip_suffix(".?") {
+                _ if path == "." => "(root)".to_owned(),
+                // A map key that is not one of its type's (a mutator id): name the key.
+                Some(map) => match inner.split('`').nth(1) {
+                    Some(name) if inner.starts_with("unknown variant") => format!("{map}.{name}"),
+                    _ => path,
+                },
+                None => path,
             };
-            let message = in_users_words(&e.into_inner().to_string(), &key);
+            let message = in_users_words(&inner, &key);
             ConfigError::new(key, message)
         })?;
+        config
+            .embedded
+            .follow_defaults(|key| read.iter().any(|k| k == key));
         warnings.extend(config.validate()?);
         Ok(Loaded {
             config,
@@ -1113,8 +846,60 @@ impl Config {
     /// Checks what types cannot express; returns the warnings worth logging.
     pub fn validate(&self) -> Result<Vec<String>, ConfigError> {
         let w = &self.webhook;
-        let mut warnings = Vec::new();
+        let mut warnings = w.validate()?;
+        let on = w
+            .enabled_secret_managers()
+            .contains(&SecretManagerType::Embedded);
+        warnings.extend(self.embedded.validate(on)?);
+        warnings.extend(self.http.validate(self.embedded_reads().values)?);
+        self.limits.validate()?;
+        check_global_env_prefix(&self.secrets.env_prefix)?;
+        warnings.extend(images::check_image_builder(
+            &w.image_builder_config,
+            &w.embedded_secret_manager_config.file_mount_init_container,
+        )?);
+        warnings.extend(self.images.validate()?);
+        if self.secrets.kind != "local" {
+            return Err(ConfigError::new(
+                "secrets.type",
+                format!(
+                    "only \"local\" (environment and files of this process) is supported, got {:?}",
+                    self.secrets.kind
+                ),
+            ));
+        }
+        warnings.extend(self.mesh.validate()?);
+        self.metrics.validate()?;
+        check_label(
+            "secretsSelector",
+            &self.secrets_selector.label,
+            &self.secrets_selector.value,
+        )?;
+        if self.mesh.enabled && self.secrets_selector.label == self.mesh.managed_label {
+            // Namespace injection writes that label; secrets are planned before it runs.
+            return Err(ConfigError::new(
+                "secretsSelector.label",
+                "must differ from mesh.managedLabel: the mesh label is written by the namespace-injection mutator, and the secrets selector must be the pod's own",
+            ));
+        }
+        Ok(warnings)
+    }
 
+    /// Whether a mutator's failure denies the pod; the default is in [`crate::mutate`].
+    pub fn mutator_required(&self, id: &str, default: bool) -> bool {
+        MutatorId::ALL
+            .into_iter()
+            .find(|m| m.as_str() == id)
+            .and_then(|m| self.mutators.get(&m))
+            .map_or(default, |m| m.required)
+    }
+}
+
+impl WebhookConfig {
+    /// The `webhook` section's checks; its warnings.
+    pub fn validate(&self) -> Result<Vec<String>, ConfigError> {
+        let w = self;
+        let mut warnings = Vec::new();
         if let Some(t) = w.secret_manager_type {
             if w.secret_manager_types.is_empty() {
                 warnings.push(format!(
@@ -1173,190 +958,18 @@ impl Config {
                 ));
             }
         }
-        let em = &self.embedded;
-        if em.deadline_ms == 0 || em.deadline_ms > 25_000 {
-            return Err(ConfigError::new(
-                "embedded.deadlineMs",
+        bounds::LISTEN_PORT.check(w.listen_port.into(), |b| {
+            format!("must be a port number between {} and {}", b.min, b.max)
+        })?;
+        if let Some(p) = w.metrics_port {
+            bounds::METRICS_PORT.check(p.into(), |b| {
                 format!(
-                    "{} ms: use 1..=25000, and keep it well below the webhook's timeoutSeconds (default 10 s)",
-                    em.deadline_ms
-                ),
-            ));
-        }
-        if em.batch_size == 0 || em.batch_size > 20 {
-            return Err(ConfigError::new(
-                "embedded.batchSize",
-                format!(
-                    "{}: BatchGetSecretValue takes 1 to 20 ids per call",
-                    em.batch_size
-                ),
-            ));
-        }
-        if em.max_calls_in_flight == 0 {
-            return Err(ConfigError::new(
-                "embedded.maxCallsInFlight",
-                "must be at least 1",
-            ));
-        }
-        if em.max_calls_in_flight_per_admission == 0
-            || em.max_calls_in_flight_per_admission > em.max_calls_in_flight
-        {
-            return Err(ConfigError::new(
-                "embedded.maxCallsInFlightPerAdmission",
-                format!(
-                    "{}: use 1 to embedded.maxCallsInFlight ({})",
-                    em.max_calls_in_flight_per_admission, em.max_calls_in_flight
-                ),
-            ));
-        }
-        if em.max_value_bytes == 0 {
-            return Err(ConfigError::new(
-                "embedded.maxValueBytes",
-                "must be positive",
-            ));
-        }
-        if em.delivery == Delivery::Reference
-            && (em.fetcher_image.is_empty() || em.fetcher_image.chars().any(char::is_whitespace))
-        {
-            return Err(ConfigError::new(
-                "embedded.fetcherImage",
-                "must name the podmutator image (e.g. <account>.dkr.ecr.<region>.amazonaws.com/podmutator@sha256:...) when embedded.delivery is reference: its init container runs `podmutator fetch` in each pod",
-            ));
-        }
-        let lookup = &em.entrypoint_lookup;
-        for (i, r) in lookup.registries.iter().enumerate() {
-            if normalised_registry(r).is_none() {
-                return Err(ConfigError::new(
-                    format!("embedded.entrypointLookup.registries[{i}]"),
-                    format!(
-                        "{r:?} is not a registry host: write it as in an image reference, host[:port] (e.g. public.ecr.aws, docker.io, 123456789012.dkr.ecr.us-east-1.amazonaws.com), without a scheme or path"
-                    ),
-                ));
-            }
-        }
-        if lookup.enabled() && (lookup.timeout_ms == 0 || lookup.timeout_ms >= em.deadline_ms) {
-            return Err(ConfigError::new(
-                "embedded.entrypointLookup.timeoutMs",
-                format!(
-                    "{} ms: use 1 to less than embedded.deadlineMs ({} ms), so that a slow registry is a denial naming the image, not a timed-out admission",
-                    lookup.timeout_ms, em.deadline_ms
-                ),
-            ));
-        }
-        if em.negative_cache_ttl_seconds > em.cache_ttl_seconds {
-            return Err(ConfigError::new(
-                "embedded.negativeCacheTtlSeconds",
-                "must not exceed embedded.cacheTtlSeconds",
-            ));
-        }
-        if let Err(e) = check_template(&em.namespace_template) {
-            return Err(ConfigError::new("embedded.namespaceTemplate", e));
-        }
-        if !em.namespace_template.is_empty() && !template_uses(&em.namespace_template, "domain") {
-            return Err(ConfigError::new(
-                "embedded.namespaceTemplate",
-                format!(
-                    "{:?} does not use {{{{ domain }}}}: every domain of a project would share one namespace and read each other's secrets; use e.g. \"{{{{ project }}}}-{{{{ domain }}}}\" (or \"\" to turn the binding off)",
-                    em.namespace_template
-                ),
-            ));
-        }
-        if !em.organization.is_empty()
-            && (!crate::k8s_names::is_label_value(&em.organization)
-                || em.organization.contains("__"))
-        {
-            return Err(ConfigError::new(
-                "embedded.organization",
-                format!(
-                    "{:?} is not an organisation a pod can be labelled with: use a Kubernetes label value (at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit) without \"__\", which separates the parts of a secret name",
-                    em.organization
-                ),
-            ));
-        }
-        // Both deliveries read ids scoped by the pod's `organization` label: unless something
-        // binds it, a pod in its own project's namespace may name any organisation's secrets.
-        if enabled.contains(&SecretManagerType::Embedded)
-            && !em.namespace_template.is_empty()
-            && em.organization.is_empty()
-            && !template_uses(&em.namespace_template, "organization")
-        {
-            return Err(ConfigError::new(
-                "embedded.organization",
-                format!(
-                    "is not set and embedded.namespaceTemplate {:?} does not use {{{{ organization }}}}: a pod labelled organization=<another org> in its own namespace would read that organisation's secrets; set embedded.organization to the organisation this cluster serves (the value of its pods' organization label, e.g. \"flyte\"), or put {{{{ organization }}}} in embedded.namespaceTemplate",
-                    em.namespace_template
-                ),
-            ));
-        }
-        let mut seen_domains = std::collections::HashSet::new();
-        for d in &em.domains {
-            if !crate::k8s_names::is_dns_label(d) || !seen_domains.insert(d.as_str()) {
-                return Err(ConfigError::new(
-                    "embedded.domains",
-                    format!(
-                        "{d:?}: each domain must be listed once and be part of a namespace name ({})",
-                        crate::k8s_names::DNS_LABEL_RULE
-                    ),
-                ));
-            }
-        }
-        if !em.namespace_template.is_empty() && em.domains.is_empty() {
-            return Err(ConfigError::new(
-                "embedded.domains",
-                "is empty while embedded.namespaceTemplate is set: no namespace could be read; list Flyte's domains (default development, staging, production)",
-            ));
-        }
-        let l = &self.limits;
-        if l.max_secret_requests_per_pod == 0 {
-            return Err(ConfigError::new(
-                "limits.maxSecretRequestsPerPod",
-                "must be positive (default 64)",
-            ));
-        }
-        if l.max_secret_ids_per_admission == 0 {
-            return Err(ConfigError::new(
-                "limits.maxSecretIdsPerAdmission",
-                "must be positive (default 200)",
-            ));
-        }
-        if !(64..=400_000).contains(&l.max_objects_per_review) {
-            return Err(ConfigError::new(
-                "limits.maxObjectsPerReview",
-                "must be from 64 to 400000 (default 100000): what a review may hold costs some 400 bytes of memory an object",
-            ));
-        }
-        check_global_env_prefix(&self.secrets.env_prefix)?;
-        if enabled.contains(&SecretManagerType::Embedded) && em.namespace_template.is_empty() {
-            warnings.push(
-                if em.organization.is_empty() {
-                    "embedded.namespaceTemplate is empty and embedded.organization is not set: any pod creator can read any organisation's and project's Embedded secrets by labelling a pod with them"
-                        .into()
-                } else {
-                    format!(
-                        "embedded.namespaceTemplate is empty: any pod creator can read any project's Embedded secrets of organisation {:?} by labelling a pod with that project",
-                        em.organization
-                    )
-                },
-            );
-        }
-        warnings.extend(images::check_image_builder(
-            &w.image_builder_config,
-            &w.embedded_secret_manager_config.file_mount_init_container,
-        )?);
-        warnings.extend(self.images.validate()?);
-        if w.listen_port == 0 {
-            return Err(ConfigError::new(
-                "webhook.listenPort",
-                "must be a port number between 1 and 65535",
-            ));
+                    "must be a port number between {} and {} (leave it unset for no metrics port)",
+                    b.min, b.max
+                )
+            })?;
         }
         match w.metrics_port {
-            Some(0) => {
-                return Err(ConfigError::new(
-                    "webhook.metricsPort",
-                    "must be a port number between 1 and 65535 (leave it unset for no metrics port)",
-                ));
-            }
             Some(p) if p == w.listen_port => {
                 return Err(ConfigError::new(
                     "webhook.metricsPort",
@@ -1373,136 +986,27 @@ impl Config {
                     .into(),
             );
         }
-        if self.secrets.kind != "local" {
-            return Err(ConfigError::new(
-                "secrets.type",
-                format!(
-                    "only \"local\" (environment and files of this process) is supported, got {:?}",
-                    self.secrets.kind
-                ),
-            ));
-        }
-        if self.http.max_body_bytes < 1024 {
-            return Err(ConfigError::new(
-                "http.maxBodyBytes",
-                format!(
-                    "{} bytes cannot hold an AdmissionReview; use at least 1024 (default {DEFAULT_MAX_BODY_BYTES})",
-                    self.http.max_body_bytes
-                ),
-            ));
-        }
-        if !(4096..=MAX_REPLY_BYTES_CEILING).contains(&self.http.max_reply_bytes) {
-            return Err(ConfigError::new(
-                "http.maxReplyBytes",
-                format!(
-                    "{} bytes: use from 4096 (an answer with a small patch) to {MAX_REPLY_BYTES_CEILING}, which a replica's memory can build (default {DEFAULT_MAX_REPLY_BYTES})",
-                    self.http.max_reply_bytes
-                ),
-            ));
-        }
-        let h = &self.http;
-        for (key, value) in [
-            ("http.maxConnections", h.max_connections as u64),
-            (
-                "http.maxConnectionsPerSource",
-                h.max_connections_per_source as u64,
-            ),
-            (
-                "http.firstRequestTimeoutSeconds",
-                h.first_request_timeout_seconds,
-            ),
-            ("http.bodyTimeoutSeconds", h.body_timeout_seconds),
-            ("http.idleTimeoutSeconds", h.idle_timeout_seconds),
-            ("http.maxConnectionAgeSeconds", h.max_connection_age_seconds),
-        ] {
-            if value == 0 {
-                return Err(ConfigError::new(
-                    key,
-                    "must be at least 1 (podmutator serve would accept no connection or close each at once)",
-                ));
-            }
-        }
-        if h.drain_seconds > 120 {
-            return Err(ConfigError::new(
-                "http.drainSeconds",
-                "must be at most 120 (default 10): the pod's terminationGracePeriodSeconds must cover it and the requests in flight",
-            ));
-        }
-        let tokens = [
-            h.path_token.is_some(),
-            h.path_token_sha256.is_some(),
-            h.path_token_secret_id.is_some(),
-        ];
-        match tokens.iter().filter(|set| **set).count() {
-            0 if h.path_token_disabled && self.embedded_reads().values => warnings.push(
-                "http.pathTokenDisabled is true and the Embedded manager delivers values: anyone who reaches the endpoint is served the secret values of any pod they describe (AWS Secrets Manager, with the webhook's role); set a path token, or embedded.delivery: reference, which serves names only"
-                    .into(),
-            ),
-            0 if h.path_token_disabled => warnings.push(
-                "http.pathTokenDisabled is true: every route answers without a path token, so anyone who reaches the endpoint can send reviews"
-                    .into(),
-            ),
-            0 => {}
-            1 if h.path_token_disabled => {
-                return Err(ConfigError::new(
-                    "http.pathTokenDisabled",
-                    "is true while a path token is configured; remove one of them",
-                ));
-            }
-            1 => {}
-            _ => {
-                return Err(ConfigError::new(
-                    "http.pathToken",
-                    "set one of http.pathToken, http.pathTokenSha256 and http.pathTokenSecretId, not several",
-                ));
-            }
-        }
-        if let Some(t) = &h.path_token {
-            check_path_token("http.pathToken", t)?;
-        }
-        if let Some(hashes) = &h.path_token_sha256 {
-            let hashes = hashes.as_slice();
-            if hashes.is_empty() || hashes.len() > MAX_PATH_TOKEN_HASHES {
-                return Err(ConfigError::new(
-                    "http.pathTokenSha256",
-                    format!(
-                        "takes one hash or a list of 1 to {MAX_PATH_TOKEN_HASHES} (the current token's first, then the previous one's during a rotation), got {}",
-                        hashes.len()
-                    ),
-                ));
-            }
-            for (i, hash) in hashes.iter().enumerate() {
-                let key = || match h.path_token_sha256 {
-                    Some(TokenHashes::Many(_)) => format!("http.pathTokenSha256[{i}]"),
-                    _ => "http.pathTokenSha256".to_owned(),
-                };
-                if !(hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit())) {
-                    return Err(ConfigError::new(
-                        key(),
-                        "must be the SHA-256 of the path token as 64 hex digits (`printf %s \"$TOKEN\" | sha256sum`)",
-                    ));
-                }
-                if hash.eq_ignore_ascii_case(EMPTY_SHA256) {
-                    return Err(ConfigError::new(
-                        key(),
-                        "is the SHA-256 of the empty string, which would admit a path with no token at all (`//mutate--v1-pod`): the token's file was missing or empty when it was hashed; hash the real token",
-                    ));
-                }
-            }
-        }
-        warnings.extend(self.mesh.validate()?);
-        self.metrics.validate()?;
-        check_label(
-            "secretsSelector",
-            &self.secrets_selector.label,
-            &self.secrets_selector.value,
-        )?;
         Ok(warnings)
     }
+}
 
-    /// Whether a mutator's failure denies the pod; the default is in [`crate::mutate`].
-    pub fn mutator_required(&self, id: &str, default: bool) -> bool {
-        self.mutators.get(id).map_or(default, |m| m.required)
+impl LimitsConfig {
+    /// The `limits` section's checks.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        bounds::MAX_SECRET_REQUESTS_PER_POD
+            .check(self.max_secret_requests_per_pod as u64, |_| {
+                "must be positive (default 64)".into()
+            })?;
+        bounds::MAX_SECRET_IDS_PER_ADMISSION
+            .check(self.max_secret_ids_per_admission as u64, |_| {
+                "must be positive (default 200)".into()
+            })?;
+        bounds::MAX_OBJECTS_PER_REVIEW.check(self.max_objects_per_review as u64, |b| {
+            format!(
+                "must be from {} to {} (default 100000): what a review may hold costs some 400 bytes of memory an object",
+                b.min, b.max
+            )
+        })
     }
 }
 
@@ -1586,29 +1090,6 @@ pub fn check_global_env_prefix(prefix: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// A path token must be one URL path segment that is hard to guess.
-pub fn check_path_token(key: &str, token: &str) -> Result<(), ConfigError> {
-    if token.len() < 32 {
-        return Err(ConfigError::new(
-            key,
-            format!(
-                "a path token must be at least 32 characters (got {}); generate one with `openssl rand -hex 32`",
-                token.len()
-            ),
-        ));
-    }
-    if !token
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
-        return Err(ConfigError::new(
-            key,
-            "a path token may contain only letters, digits, '-' and '_'",
-        ));
-    }
-    Ok(())
-}
-
 fn parse_document(text: &str) -> Result<Value, String> {
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') {
@@ -1673,6 +1154,27 @@ fn in_users_words(message: &str, key: &str) -> String {
             Some(near) => format!("unknown key `{unknown}`: did you mean `{near}`?"),
             None => format!(
                 "unknown key `{unknown}`: the keys here are {} (docs/configuration.md)",
+                known
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+    }
+    if let Some(rest) = message.strip_prefix("unknown variant `")
+        && let Some((unknown, expected)) = rest.split_once('`')
+    {
+        let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+        let what = if key.starts_with("mutators.") {
+            "mutator"
+        } else {
+            "value"
+        };
+        return match nearest(unknown, known.iter().copied()) {
+            Some(near) => format!("unknown {what} `{unknown}`: did you mean `{near}`?"),
+            None => format!(
+                "unknown {what} `{unknown}`: use one of {}",
                 known
                     .iter()
                     .map(|k| format!("`{k}`"))
@@ -1910,10 +1412,61 @@ mod tests {
     #[case::not_a_mapping(json!([1]), "(root)")]
     #[case::bad_selector_label(json!({"secretsSelector": {"label": "bad label"}}), "secretsSelector.label")]
     #[case::bad_selector_value(json!({"secretsSelector": {"value": "-x"}}), "secretsSelector.value")]
+    #[case::unknown_mutator(json!({"mutators": {"secretz": {"required": true}}}), "mutators.secretz")]
+    #[case::unknown_far_mutator(json!({"mutators": {"zzz": {}}}), "mutators.zzz")]
+    #[case::deadline_below_its_bound(json!({"embedded": {"deadlineMs": 99}}), "embedded.deadlineMs")]
+    #[case::cache_ttl_over_a_day(json!({"embedded": {"cacheTtlSeconds": 86401}}), "embedded.cacheTtlSeconds")]
+    #[case::body_over_64_mib(json!({"http": {"maxBodyBytes": 67108865}}), "http.maxBodyBytes")]
+    #[case::selector_is_the_mesh_label(json!({"mesh": {"enabled": true, "managedLabel": "example.io/managed"},
+        "secretsSelector": {"label": "example.io/managed", "value": "true"}}), "secretsSelector.label")]
     fn bad_config_names_the_key(#[case] v: Value, #[case] key: &str) {
         let err = load_json(v).unwrap_err();
         assert_eq!(err.key, key, "{err}");
+        if key == "mutators.secretz" {
+            assert_eq!(
+                err.message, "unknown mutator `secretz`: did you mean `secrets`?",
+                "{err}"
+            );
+        }
+        if key == "mutators.zzz" {
+            assert!(
+                err.message.contains("use one of `namespace-injection`"),
+                "{err}"
+            );
+        }
         assert!(err.to_string().contains(key));
+    }
+
+    /// A short cache or deadline never makes a default refused (the IaC passes only
+    /// `cacheTtlSeconds` and `deadlineMs`); a dependent value set explicitly is checked as given.
+    #[test]
+    fn defaults_that_depend_on_another_setting_follow_it_unless_set() {
+        let c = load_json(json!({"embedded": {"cacheTtlSeconds": 0}}))
+            .unwrap()
+            .config;
+        assert_eq!(c.embedded.negative_cache_ttl_seconds, 0);
+        let c = load_json(json!({"embedded": {"cacheTtlSeconds": 600}}))
+            .unwrap()
+            .config;
+        assert_eq!(c.embedded.negative_cache_ttl_seconds, 10);
+        let err =
+            load_json(json!({"embedded": {"cacheTtlSeconds": 5, "negativeCacheTtlSeconds": 10}}))
+                .unwrap_err();
+        assert_eq!(err.key, "embedded.negativeCacheTtlSeconds", "{err}");
+
+        let lookup = json!({"registries": ["registry.example"]});
+        let c = load_json(json!({"embedded": {"deadlineMs": 100, "entrypointLookup": lookup}}))
+            .unwrap()
+            .config;
+        assert_eq!(c.embedded.entrypoint_lookup.timeout_ms, 50);
+        let c = load_json(json!({"embedded": {"deadlineMs": 2000, "entrypointLookup": lookup}}))
+            .unwrap()
+            .config;
+        assert_eq!(c.embedded.entrypoint_lookup.timeout_ms, 1500);
+        let err = load_json(json!({"embedded": {"deadlineMs": 100,
+            "entrypointLookup": {"registries": ["registry.example"], "timeoutMs": 1500}}}))
+        .unwrap_err();
+        assert_eq!(err.key, "embedded.entrypointLookup.timeoutMs", "{err}");
     }
 
     #[test]

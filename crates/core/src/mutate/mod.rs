@@ -9,16 +9,16 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::config::SecretManagerType;
 use crate::error::Denial;
 
-/// Every mutator id, in chain order. Config keys under `mutators` must be one of these.
-pub const MUTATOR_IDS: &[&str] = &[
-    "namespace-injection",
-    "secrets",
-    "dns",
-    "init-gate",
-    "socket-check",
-    "image-builder",
-    "image-rules",
-];
+/// Every mutator id, in chain order ([`crate::config::MutatorId`]).
+pub const MUTATOR_IDS: [&str; 7] = {
+    let mut ids = [""; 7];
+    let mut i = 0;
+    while i < ids.len() {
+        ids[i] = crate::config::MutatorId::ALL[i].as_str();
+        i += 1;
+    }
+    ids
+};
 
 /// Which webhook entry (URL path) the review arrived by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,246 @@
+//! The range of every numeric setting that has one, in one table: each section's check reads
+//! its bounds here, `podmutator config-schema` publishes them (`minimum`, `maximum`), and the
+//! IaC tests hold Terraform's and SAM's variables inside them, so that no value the IaC accepts
+//! is refused at start. Bounds that depend on another setting (`maxCallsInFlightPerAdmission`
+//! at most `maxCallsInFlight`) are checked by the section on top.
+
+use super::ConfigError;
+
+/// A setting's allowed values, `min..=max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    /// The dotted key.
+    pub key: &'static str,
+    pub min: u64,
+    pub max: u64,
+}
+
+/// No upper bound.
+const ANY: u64 = u64::MAX;
+
+const fn bound(key: &'static str, min: u64, max: u64) -> Bound {
+    Bound { key, min, max }
+}
+
+/// Under 100 ms no Secrets Manager call completes from a cold function; over 25 s the API
+/// server (30 s at most) would time out before the function's own answer.
+pub const DEADLINE_MS: Bound = bound("embedded.deadlineMs", 100, 25_000);
+/// A day: a value cached longer would outlive any rotation runbook.
+pub const CACHE_TTL_SECONDS: Bound = bound("embedded.cacheTtlSeconds", 0, 86_400);
+pub const BATCH_SIZE: Bound = bound("embedded.batchSize", 1, 20);
+pub const MAX_CALLS_IN_FLIGHT: Bound = bound("embedded.maxCallsInFlight", 1, ANY);
+pub const MAX_CALLS_IN_FLIGHT_PER_ADMISSION: Bound =
+    bound("embedded.maxCallsInFlightPerAdmission", 1, ANY);
+pub const MAX_VALUE_BYTES: Bound = bound("embedded.maxValueBytes", 1, ANY);
+pub const LOOKUP_TIMEOUT_MS: Bound = bound("embedded.entrypointLookup.timeoutMs", 1, ANY);
+pub const MAX_SECRET_REQUESTS_PER_POD: Bound = bound("limits.maxSecretRequestsPerPod", 1, ANY);
+pub const MAX_SECRET_IDS_PER_ADMISSION: Bound = bound("limits.maxSecretIdsPerAdmission", 1, ANY);
+pub const MAX_OBJECTS_PER_REVIEW: Bound = bound("limits.maxObjectsPerReview", 64, 400_000);
+pub const LISTEN_PORT: Bound = bound("webhook.listenPort", 1, 65_535);
+pub const METRICS_PORT: Bound = bound("webhook.metricsPort", 1, 65_535);
+/// The API server sends at most a few MiB (etcd's object limit, twice for an update); Lambda
+/// takes at most 6 MiB.
+pub const MAX_BODY_BYTES: Bound = bound("http.maxBodyBytes", 1024, 64 * 1024 * 1024);
+/// Building a reply costs some tens of times its size in memory, and the in-cluster
+/// Deployment's limit is 256 MiB.
+pub const MAX_REPLY_BYTES: Bound = bound("http.maxReplyBytes", 4096, 6 * 1024 * 1024);
+pub const MAX_CONNECTIONS: Bound = bound("http.maxConnections", 1, ANY);
+pub const MAX_CONNECTIONS_PER_SOURCE: Bound = bound("http.maxConnectionsPerSource", 1, ANY);
+pub const FIRST_REQUEST_TIMEOUT_SECONDS: Bound = bound("http.firstRequestTimeoutSeconds", 1, ANY);
+pub const BODY_TIMEOUT_SECONDS: Bound = bound("http.bodyTimeoutSeconds", 1, ANY);
+pub const IDLE_TIMEOUT_SECONDS: Bound = bound("http.idleTimeoutSeconds", 1, ANY);
+pub const MAX_CONNECTION_AGE_SECONDS: Bound = bound("http.maxConnectionAgeSeconds", 1, ANY);
+pub const DRAIN_SECONDS: Bound = bound("http.drainSeconds", 0, 120);
+
+/// Every bound, for the schema and the IaC tests.
+pub const ALL: [Bound; 21] = [
+    DEADLINE_MS,
+    BATCH_SIZE,
+    MAX_CALLS_IN_FLIGHT,
+    MAX_CALLS_IN_FLIGHT_PER_ADMISSION,
+    MAX_VALUE_BYTES,
+    LOOKUP_TIMEOUT_MS,
+    MAX_SECRET_REQUESTS_PER_POD,
+    MAX_SECRET_IDS_PER_ADMISSION,
+    MAX_OBJECTS_PER_REVIEW,
+    LISTEN_PORT,
+    METRICS_PORT,
+    MAX_BODY_BYTES,
+    MAX_REPLY_BYTES,
+    MAX_CONNECTIONS,
+    MAX_CONNECTIONS_PER_SOURCE,
+    FIRST_REQUEST_TIMEOUT_SECONDS,
+    BODY_TIMEOUT_SECONDS,
+    IDLE_TIMEOUT_SECONDS,
+    MAX_CONNECTION_AGE_SECONDS,
+    DRAIN_SECONDS,
+    CACHE_TTL_SECONDS,
+];
+
+impl Bound {
+    pub const fn contains(&self, value: u64) -> bool {
+        self.min <= value && value <= self.max
+    }
+
+    /// `Ok` within the bound; else an error naming the key, with `why` (what the value is
+    /// and what to use).
+    pub fn check(&self, value: u64, why: impl FnOnce(&Self) -> String) -> Result<(), ConfigError> {
+        if self.contains(value) {
+            Ok(())
+        } else {
+            Err(ConfigError::new(self.key, why(self)))
+        }
+    }
+
+    /// The bound's upper end, or `None` when there is none.
+    pub const fn max(&self) -> Option<u64> {
+        if self.max == ANY {
+            None
+        } else {
+            Some(self.max)
+        }
+    }
+}
+
+/// Every bound as `{key: {"minimum": min, "maximum": max}}` (no `maximum` when there is none):
+/// `terraform/config-bounds.json`, which Terraform's variables are validated against.
+pub fn to_json() -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for b in ALL {
+        let mut range = serde_json::Map::new();
+        range.insert("minimum".into(), b.min.into());
+        if let Some(max) = b.max() {
+            range.insert("maximum".into(), max.into());
+        }
+        out.insert(b.key.into(), range.into());
+    }
+    out.into()
+}
+
+/// `schema` (the configuration's JSON Schema) with each bound's `minimum` and `maximum` on its
+/// key's property.
+pub fn publish(schema: &mut serde_json::Value) {
+    for b in ALL {
+        let Some(property) = property(schema, b.key) else {
+            continue;
+        };
+        property["minimum"] = b.min.into();
+        if let Some(max) = b.max() {
+            property["maximum"] = max.into();
+        }
+    }
+}
+
+/// The schema of `key`'s property: through each section's `properties`, following `$ref`s into
+/// `$defs`, and past `anyOf`'s `null` of an optional value.
+fn property<'a>(schema: &'a mut serde_json::Value, key: &str) -> Option<&'a mut serde_json::Value> {
+    let defs = schema.get("$defs").cloned().unwrap_or_default();
+    let mut path = Vec::new();
+    let mut at = &*schema;
+    for part in key.split('.') {
+        let mut node = at;
+        while let Some(name) = node.get("$ref").and_then(|r| r.as_str()) {
+            let name = name.rsplit('/').next()?;
+            path.push(format!("/$defs/{name}"));
+            node = defs.get(name)?;
+        }
+        node.get("properties")?.get(part)?;
+        path.push(format!("/properties/{part}"));
+        at = &node["properties"][part];
+    }
+    // The pointer into the document as stored: each `$ref` step restarts at `$defs`.
+    let start = path
+        .iter()
+        .rposition(|p| p.starts_with("/$defs/"))
+        .unwrap_or(0);
+    let pointer: String = path[start..].concat();
+    let node = schema.pointer_mut(&pointer)?;
+    Some(match node.get("anyOf") {
+        Some(_) => node
+            .get_mut("anyOf")?
+            .as_array_mut()?
+            .iter_mut()
+            .find(|s| s.get("type").and_then(|t| t.as_str()) != Some("null"))?,
+        None => node,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pointer(key: &str) -> String {
+        key.split('.').map(|k| format!("/{k}")).collect()
+    }
+
+    #[test]
+    fn every_bound_is_a_key_whose_default_is_within_it_and_whose_ends_load() {
+        let defaults = serde_json::to_value(crate::config::Config::default()).unwrap();
+        for b in ALL {
+            let default = defaults.pointer(&pointer(b.key));
+            assert!(default.is_some(), "{} is not a key", b.key);
+            if let Some(v) = default.and_then(|v| v.as_u64()) {
+                assert!(b.contains(v), "{}'s default {v} is outside {b:?}", b.key);
+            }
+        }
+        // Each end of each bound loads (the rest of the configuration left at its defaults but
+        // what a dependent bound needs), and one past it is refused naming the key.
+        let load = |key: &str, value: u64| {
+            let mut v = serde_json::json!({"embedded": {"maxCallsInFlightPerAdmission": 1}});
+            let mut at = &mut v;
+            for part in key.split('.') {
+                if at.get(part).is_none() {
+                    at[part] = serde_json::json!({});
+                }
+                at = &mut at[part];
+            }
+            *at = value.into();
+            if key == LOOKUP_TIMEOUT_MS.key {
+                v["embedded"]["deadlineMs"] = 25_000.into();
+                v["embedded"]["entrypointLookup"]["registries"] = serde_json::json!(["r.example"]);
+            }
+            if key == METRICS_PORT.key {
+                v["webhook"]["listenPort"] = 9443.into();
+            }
+            crate::config::Config::from_value(v)
+        };
+        for b in ALL {
+            let default = defaults.pointer(&pointer(b.key)).and_then(|v| v.as_u64());
+            let top = b.max().or(default).unwrap_or(b.min);
+            for ok in [b.min.max(u64::from(b.key == LOOKUP_TIMEOUT_MS.key)), top] {
+                if let Err(e) = load(b.key, ok) {
+                    panic!("{} = {ok} is refused: {e}", b.key);
+                }
+            }
+            let mut outside = vec![];
+            if b.min > 0 {
+                outside.push(b.min - 1);
+            }
+            if let Some(max) = b.max().filter(|m| *m < u64::from(u16::MAX)) {
+                outside.push(max + 1);
+            }
+            for bad in outside {
+                let e = load(b.key, bad).expect_err(&format!("{} = {bad} loads", b.key));
+                assert_eq!(e.key, b.key, "{e}");
+            }
+        }
+    }
+
+    #[cfg(feature = "schema")]
+    #[test]
+    fn the_schema_carries_every_bound() {
+        let schema = crate::config::json_schema();
+        let mut copy = schema.clone();
+        for b in ALL {
+            let p =
+                property(&mut copy, b.key).unwrap_or_else(|| panic!("{} not in the schema", b.key));
+            assert_eq!(p["minimum"], b.min, "{}", b.key);
+            assert_eq!(
+                p.get("maximum").and_then(|m| m.as_u64()),
+                b.max(),
+                "{}",
+                b.key
+            );
+        }
+    }
+}

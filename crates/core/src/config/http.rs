@@ -1,0 +1,245 @@
+//! `http`: podmutator's HTTP front (the path token, body and reply limits) and `serve`'s
+//! connection bounds.
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, bounds};
+
+/// Default body limit: Lambda's synchronous payload limit (6 MB); an AdmissionReview for a Pod
+/// is bounded by etcd's object size (1.5 MiB) well below it.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
+
+/// Default reply limit of `serve` (and `inject`): Lambda's 6 MB, so a configuration answers the
+/// same pods on both.
+pub const DEFAULT_MAX_REPLY_BYTES: usize = 6 * 1024 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct HttpConfig {
+    /// Address `podmutator serve` binds (with `webhook.listenPort`): all interfaces by default,
+    /// as a server behind a Kubernetes Service needs; `127.0.0.1` keeps a local run on loopback.
+    pub listen_address: std::net::IpAddr,
+    pub max_body_bytes: usize,
+    /// The largest reply `podmutator serve` and `inject` build; a review whose reply would be
+    /// larger is refused (413) from an estimate made before the patch is built. On Lambda the
+    /// path back's own limit applies instead (an ALB's 1 MB, Lambda's 6 MB).
+    pub max_reply_bytes: usize,
+    /// A literal path token (for local testing); every route then lives under `/<token>/`.
+    pub path_token: Option<String>,
+    /// The SHA-256 of the path token, as 64 hex digits: the function holds only this, so a
+    /// cold start reads nothing (what Terraform and SAM configure). A list accepts each of its
+    /// tokens (the current one and, during a rotation, the previous).
+    pub path_token_sha256: Option<TokenHashes>,
+    /// Secrets Manager id of the path token, read once at cold start (one network call before
+    /// the first answer; prefer `pathTokenSha256`).
+    pub path_token_secret_id: Option<String>,
+    /// Serving without any path token must be asked for: then anyone who reaches the endpoint
+    /// can send reviews (and, in Embedded value mode, read secrets). `podmutator serve` and the
+    /// Lambda refuse to start without a token unless this is true, and warn when it is.
+    pub path_token_disabled: bool,
+    /// `podmutator serve`: connections open at once. When full, one is closed to make room:
+    /// one that never sent a request, else the idlest, else the one whose body has arrived
+    /// least; never one whose request is wholly read and being answered.
+    pub max_connections: usize,
+    /// `podmutator serve`: connections open at once from one source address.
+    pub max_connections_per_source: usize,
+    /// `podmutator serve`: time from accept until the first request head, TLS handshake included.
+    pub first_request_timeout_seconds: u64,
+    /// `podmutator serve`: time for a request's body to arrive once its head has.
+    pub body_timeout_seconds: u64,
+    /// `podmutator serve`: on SIGTERM, how long readiness fails while the webhook port still
+    /// answers, before the listeners stop: the time the endpoint's removal takes to reach
+    /// every API server (kube-proxy, EndpointSlices). 0 stops at once.
+    pub drain_seconds: u64,
+    /// `podmutator serve`: how long a connection may stay open with no request in flight.
+    pub idle_timeout_seconds: u64,
+    /// `podmutator serve`: age at which a connection is closed gracefully (HTTP/2 GOAWAY).
+    pub max_connection_age_seconds: u64,
+    /// `podmutator serve`: a PEM file of the CA certificates whose client certificates the
+    /// webhook port requires: every caller must present one (the API server, through its
+    /// admission configuration's kubeconfig). What lets `serve` write Embedded values into
+    /// its replies; unset, it refuses value delivery at start.
+    pub client_ca_file: Option<String>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            listen_address: std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
+            path_token: None,
+            path_token_sha256: None,
+            path_token_secret_id: None,
+            path_token_disabled: false,
+            max_connections: 1024,
+            max_connections_per_source: 32,
+            first_request_timeout_seconds: 10,
+            body_timeout_seconds: 5,
+            drain_seconds: 10,
+            idle_timeout_seconds: 60,
+            max_connection_age_seconds: 600,
+            client_ca_file: None,
+        }
+    }
+}
+
+/// The SHA-256 of the empty string: the hash a missing or empty token file gives.
+pub const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+/// `http.pathTokenSha256`: one hash, or a list of them (current first, then previous).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(untagged)]
+pub enum TokenHashes {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// At most this many path tokens are accepted at once: the current, the previous, and room
+/// for a rotation that overlaps another.
+pub const MAX_PATH_TOKEN_HASHES: usize = 4;
+
+impl TokenHashes {
+    pub fn as_slice(&self) -> &[String] {
+        match self {
+            Self::One(h) => std::slice::from_ref(h),
+            Self::Many(hs) => hs,
+        }
+    }
+}
+
+impl HttpConfig {
+    /// The `http` section's checks (`values_in_replies`: replies can carry Embedded values,
+    /// [`super::EmbeddedReads::values`]); its warnings.
+    pub fn validate(&self, values_in_replies: bool) -> Result<Vec<String>, ConfigError> {
+        let h = self;
+        let mut warnings = Vec::new();
+        bounds::MAX_BODY_BYTES.check(h.max_body_bytes as u64, |b| {
+            format!(
+                "{} bytes: use {}..={} (default {DEFAULT_MAX_BODY_BYTES}); less cannot hold an AdmissionReview, and the API server never sends more",
+                h.max_body_bytes, b.min, b.max
+            )
+        })?;
+        bounds::MAX_REPLY_BYTES.check(h.max_reply_bytes as u64, |b| {
+            format!(
+                "{} bytes: use from {} (an answer with a small patch) to {}, which a replica's memory can build (default {DEFAULT_MAX_REPLY_BYTES})",
+                h.max_reply_bytes, b.min, b.max
+            )
+        })?;
+        for (bound, value) in [
+            (bounds::MAX_CONNECTIONS, h.max_connections as u64),
+            (
+                bounds::MAX_CONNECTIONS_PER_SOURCE,
+                h.max_connections_per_source as u64,
+            ),
+            (
+                bounds::FIRST_REQUEST_TIMEOUT_SECONDS,
+                h.first_request_timeout_seconds,
+            ),
+            (bounds::BODY_TIMEOUT_SECONDS, h.body_timeout_seconds),
+            (bounds::IDLE_TIMEOUT_SECONDS, h.idle_timeout_seconds),
+            (
+                bounds::MAX_CONNECTION_AGE_SECONDS,
+                h.max_connection_age_seconds,
+            ),
+        ] {
+            bound.check(value, |_| {
+                "must be at least 1 (podmutator serve would accept no connection or close each at once)".into()
+            })?;
+        }
+        bounds::DRAIN_SECONDS.check(h.drain_seconds, |b| {
+            format!(
+                "must be at most {} (default 10): the pod's terminationGracePeriodSeconds must cover it and the requests in flight",
+                b.max
+            )
+        })?;
+        let tokens = [
+            h.path_token.is_some(),
+            h.path_token_sha256.is_some(),
+            h.path_token_secret_id.is_some(),
+        ];
+        match tokens.iter().filter(|set| **set).count() {
+            0 if h.path_token_disabled && values_in_replies => warnings.push(
+                "http.pathTokenDisabled is true and the Embedded manager delivers values: anyone who reaches the endpoint is served the secret values of any pod they describe (AWS Secrets Manager, with the webhook's role); set a path token, or embedded.delivery: reference, which serves names only"
+                    .into(),
+            ),
+            0 if h.path_token_disabled => warnings.push(
+                "http.pathTokenDisabled is true: every route answers without a path token, so anyone who reaches the endpoint can send reviews"
+                    .into(),
+            ),
+            0 => {}
+            1 if h.path_token_disabled => {
+                return Err(ConfigError::new(
+                    "http.pathTokenDisabled",
+                    "is true while a path token is configured; remove one of them",
+                ));
+            }
+            1 => {}
+            _ => {
+                return Err(ConfigError::new(
+                    "http.pathToken",
+                    "set one of http.pathToken, http.pathTokenSha256 and http.pathTokenSecretId, not several",
+                ));
+            }
+        }
+        if let Some(t) = &h.path_token {
+            check_path_token("http.pathToken", t)?;
+        }
+        if let Some(hashes) = &h.path_token_sha256 {
+            let hashes = hashes.as_slice();
+            if hashes.is_empty() || hashes.len() > MAX_PATH_TOKEN_HASHES {
+                return Err(ConfigError::new(
+                    "http.pathTokenSha256",
+                    format!(
+                        "takes one hash or a list of 1 to {MAX_PATH_TOKEN_HASHES} (the current token's first, then the previous one's during a rotation), got {}",
+                        hashes.len()
+                    ),
+                ));
+            }
+            for (i, hash) in hashes.iter().enumerate() {
+                let key = || match h.path_token_sha256 {
+                    Some(TokenHashes::Many(_)) => format!("http.pathTokenSha256[{i}]"),
+                    _ => "http.pathTokenSha256".to_owned(),
+                };
+                if !(hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit())) {
+                    return Err(ConfigError::new(
+                        key(),
+                        "must be the SHA-256 of the path token as 64 hex digits (`printf %s \"$TOKEN\" | sha256sum`)",
+                    ));
+                }
+                if hash.eq_ignore_ascii_case(EMPTY_SHA256) {
+                    return Err(ConfigError::new(
+                        key(),
+                        "is the SHA-256 of the empty string, which would admit a path with no token at all (`//mutate--v1-pod`): the token's file was missing or empty when it was hashed; hash the real token",
+                    ));
+                }
+            }
+        }
+        Ok(warnings)
+    }
+}
+
+/// A path token must be one URL path segment that is hard to guess.
+pub fn check_path_token(key: &str, token: &str) -> Result<(), ConfigError> {
+    if token.len() < 32 {
+        return Err(ConfigError::new(
+            key,
+            format!(
+                "a path token must be at least 32 characters (got {}); generate one with `openssl rand -hex 32`",
+                token.len()
+            ),
+        ));
+    }
+    if !token
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(ConfigError::new(
+            key,
+            "a path token may contain only letters, digits, '-' and '_'",
+        ));
+    }
+    Ok(())
+}
