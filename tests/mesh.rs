@@ -433,7 +433,7 @@ async fn a_disabled_mesh_changes_nothing(#[case] path: &str) {
 }
 
 /// The chain as README "Mesh" states it, written out rather than read from `MUTATOR_IDS`
-/// (the constant `in_chain_order` sorts by): namespace injection first, because every later
+/// (the constant `Chain::from_config` builds in): namespace injection first, because every later
 /// mutator reads the managed label it adds; `secrets` before the gate, because the gate puts
 /// itself at index 0 after the fetcher init containers were appended, so it still runs first;
 /// `dns` in between; `socket-check` after the mesh, denying on the final mesh pod; then the

@@ -171,7 +171,7 @@ async fn the_lambda_runtime_at_trace_never_logs_the_path_token() {
 /// recipe fails without writing the hash.
 #[test]
 fn the_empty_strings_hash_never_opens_the_door() {
-    use podmutator_core::config::{EMPTY_SHA256, TokenHashes};
+    use podmutator_core::config::{EMPTY_SHA256, Sha256Hex, TokenHashes};
     assert_eq!(hex_sha256(""), EMPTY_SHA256);
     let config = format!(r#"{{"http": {{"pathTokenSha256": "{EMPTY_SHA256}"}}}}"#);
     let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
@@ -188,7 +188,7 @@ fn the_empty_strings_hash_never_opens_the_door() {
 
     // Past the gate (a front built straight from a configuration), no token still matches nothing.
     let mut c = podmutator_core::config::Config::default();
-    c.http.path_token_sha256 = Some(TokenHashes::One(EMPTY_SHA256.to_owned()));
+    c.http.path_token_sha256 = Some(TokenHashes::One(Sha256Hex::parse(EMPTY_SHA256).unwrap()));
     let front = podmutator::transport::http::Front::new(
         Arc::new(podmutator_core::App::build(&c, podmutator_core::Deps::offline()).unwrap()),
         &c.http,

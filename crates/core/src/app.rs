@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::config::{Config, ConfigError, Delivery, SecretManagerType};
 use crate::metrics::{Metrics, Sink};
-use crate::mutate::{Chain, Step, image, mesh};
+use crate::mutate::{Chain, mesh};
 use crate::pod::injector::ReferenceInjector;
 use crate::prometheus::Counters;
 use crate::registry::EntrypointSource;
@@ -19,7 +19,8 @@ use crate::secrets::{embedded, global, k8s, sidecar, vault};
 /// The webhook's core: the mutator chain and what it runs with. It answers review bodies
 /// ([`App::review`]); it knows nothing of HTTP, paths or tokens (see [`crate::transport`]).
 pub struct App {
-    /// The mutators in order; the `secrets` mutator's place is [`crate::mutate::Step::Secrets`].
+    /// The mutators in order ([`Chain::from_config`]); the `secrets` mutator's place is
+    /// [`crate::mutate::Step::Secrets`].
     pub(crate) chain: Chain,
     /// The `secrets` mutator: the admission plans with it, fetches, and hands the plan and its
     /// values to the chain for that place.
@@ -142,46 +143,19 @@ impl App {
             metrics,
             errors_in_replies,
         } = deps;
+        // Secrets never reach the mesh gate: it runs before the app and needs none.
+        let skip_containers = mesh::skip_containers(&config.mesh);
+        let injectors = injectors(config, global, &skip_containers)?;
         let secrets = SecretsMutator {
-            // Secrets never reach the mesh gate: it runs before the app and needs none.
-            skip_containers: mesh::skip_containers(&config.mesh),
+            skip_containers,
             selector: (
                 config.secrets_selector.label.clone(),
                 config.secrets_selector.value.clone(),
             ),
             limits: config.limits.clone(),
-            ..SecretsMutator::new(injectors(
-                config,
-                global,
-                &mesh::skip_containers(&config.mesh),
-            )?)
+            ..SecretsMutator::new(injectors)
         };
-        let mut chain = Chain::default();
-        let mut others: Vec<(Step, bool)> = vec![(Step::Secrets, true)];
-        if config.webhook.image_builder_config.enabled {
-            // Its denial is its point: a pod pulling another organisation's image is refused.
-            others.push((
-                Step::Mutator(Box::new(image::ImageBuilder::new(
-                    &config.webhook.image_builder_config,
-                    &config
-                        .webhook
-                        .embedded_secret_manager_config
-                        .file_mount_init_container,
-                ))),
-                true,
-            ));
-        }
-        if config.images.enabled {
-            // Never fails: a reference it cannot read is left alone with a warning.
-            others.push((
-                Step::Mutator(Box::new(image::ImageRules::new(&config.images))),
-                false,
-            ));
-        }
-        for (step, default_required) in mesh::in_chain_order(&config.mesh, others) {
-            let required = config.mutator_required(step.id(), default_required);
-            chain.push_step(step, required);
-        }
+        let chain = Chain::from_config(config);
         let metrics = match (config.metrics.enabled, metrics) {
             (true, Some(sink)) => Some(Metrics::new(config.metrics.clone(), sink)),
             _ => None,

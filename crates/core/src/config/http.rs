@@ -88,13 +88,80 @@ impl Default for HttpConfig {
 /// The SHA-256 of the empty string: the hash a missing or empty token file gives.
 pub const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
+/// What `http.pathTokenSha256` must hold.
+const HASH_FORMAT: &str =
+    "must be the SHA-256 of the path token as 64 hex digits (`printf %s \"$TOKEN\" | sha256sum`)";
+
+/// A SHA-256 digest, written as 64 hex digits and parsed as the configuration is read: nothing
+/// after the gate reads hex.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Sha256Hex(pub [u8; 32]);
+
+impl Sha256Hex {
+    /// 64 hex digits (either case), or `None`.
+    pub fn parse(hex_digits: &str) -> Option<Self> {
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(hex_digits, &mut out).ok()?;
+        Some(Self(out))
+    }
+}
+
+impl std::fmt::Debug for Sha256Hex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+impl Serialize for Sha256Hex {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Sha256Hex {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Self::parse(&text).ok_or_else(|| serde::de::Error::custom(HASH_FORMAT))
+    }
+}
+
 /// `http.pathTokenSha256`: one hash, or a list of them (current first, then previous).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum TokenHashes {
-    One(String),
-    Many(Vec<String>),
+    One(#[cfg_attr(feature = "schema", schemars(with = "String"))] Sha256Hex),
+    Many(#[cfg_attr(feature = "schema", schemars(with = "Vec<String>"))] Vec<Sha256Hex>),
+}
+
+/// A string or a list, each hash's error at its own key (`http.pathTokenSha256[1]`), which
+/// `untagged` would lose.
+impl<'de> Deserialize<'de> for TokenHashes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Hashes;
+        impl<'de> serde::de::Visitor<'de> for Hashes {
+            type Value = TokenHashes;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a SHA-256 as 64 hex digits, or a list of them")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<TokenHashes, E> {
+                Sha256Hex::parse(s)
+                    .map(TokenHashes::One)
+                    .ok_or_else(|| E::custom(HASH_FORMAT))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<TokenHashes, A::Error> {
+                let mut all = Vec::new();
+                while let Some(h) = seq.next_element()? {
+                    all.push(h);
+                }
+                Ok(TokenHashes::Many(all))
+            }
+        }
+        d.deserialize_any(Hashes)
+    }
 }
 
 /// At most this many path tokens are accepted at once: the current, the previous, and room
@@ -102,7 +169,7 @@ pub enum TokenHashes {
 pub const MAX_PATH_TOKEN_HASHES: usize = 4;
 
 impl TokenHashes {
-    pub fn as_slice(&self) -> &[String] {
+    pub fn as_slice(&self) -> &[Sha256Hex] {
         match self {
             Self::One(h) => std::slice::from_ref(h),
             Self::Many(hs) => hs,
@@ -203,13 +270,7 @@ impl HttpConfig {
                     Some(TokenHashes::Many(_)) => format!("http.pathTokenSha256[{i}]"),
                     _ => "http.pathTokenSha256".to_owned(),
                 };
-                if !(hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit())) {
-                    return Err(ConfigError::new(
-                        key(),
-                        "must be the SHA-256 of the path token as 64 hex digits (`printf %s \"$TOKEN\" | sha256sum`)",
-                    ));
-                }
-                if hash.eq_ignore_ascii_case(EMPTY_SHA256) {
+                if Some(*hash) == Sha256Hex::parse(EMPTY_SHA256) {
                     return Err(ConfigError::new(
                         key(),
                         "is the SHA-256 of the empty string, which would admit a path with no token at all (`//mutate--v1-pod`): the token's file was missing or empty when it was hashed; hash the real token",

@@ -886,12 +886,8 @@ impl Config {
     }
 
     /// Whether a mutator's failure denies the pod; the default is in [`crate::mutate`].
-    pub fn mutator_required(&self, id: &str, default: bool) -> bool {
-        MutatorId::ALL
-            .into_iter()
-            .find(|m| m.as_str() == id)
-            .and_then(|m| self.mutators.get(&m))
-            .map_or(default, |m| m.required)
+    pub fn mutator_required(&self, id: MutatorId, default: bool) -> bool {
+        self.mutators.get(&id).map_or(default, |m| m.required)
     }
 }
 
@@ -1414,6 +1410,10 @@ mod tests {
     #[case::bad_selector_value(json!({"secretsSelector": {"value": "-x"}}), "secretsSelector.value")]
     #[case::unknown_mutator(json!({"mutators": {"secretz": {"required": true}}}), "mutators.secretz")]
     #[case::unknown_far_mutator(json!({"mutators": {"zzz": {}}}), "mutators.zzz")]
+    #[case::token_hash_not_hex(json!({"http": {"pathTokenSha256": "not-a-hash"}}), "http.pathTokenSha256")]
+    #[case::token_hash_not_text(json!({"http": {"pathTokenSha256": 5}}), "http.pathTokenSha256")]
+    #[case::second_token_hash_short(json!({"http": {"pathTokenSha256": ["ab".repeat(32), "ab"]}}), "http.pathTokenSha256[1]")]
+    #[case::token_hash_of_nothing(json!({"http": {"pathTokenSha256": ["ab".repeat(32), EMPTY_SHA256]}}), "http.pathTokenSha256[1]")]
     #[case::deadline_below_its_bound(json!({"embedded": {"deadlineMs": 99}}), "embedded.deadlineMs")]
     #[case::cache_ttl_over_a_day(json!({"embedded": {"cacheTtlSeconds": 86401}}), "embedded.cacheTtlSeconds")]
     #[case::body_over_64_mib(json!({"http": {"maxBodyBytes": 67108865}}), "http.maxBodyBytes")]
@@ -1435,6 +1435,26 @@ mod tests {
             );
         }
         assert!(err.to_string().contains(key));
+    }
+
+    /// Token hashes are bytes from the moment they are read: any case in, lowercase out, and
+    /// what `check-config` prints loads back the same.
+    #[test]
+    fn token_hashes_are_parsed_as_they_are_read() {
+        let upper = "AB".repeat(32);
+        let c = load_json(json!({"http": {"pathTokenSha256": [upper, "cd".repeat(32)]}}))
+            .unwrap()
+            .config;
+        let hashes = c.http.path_token_sha256.as_ref().unwrap().as_slice();
+        assert_eq!(hashes[0].0, [0xab; 32]);
+        let printed = serde_json::to_value(&c).unwrap();
+        assert_eq!(
+            printed["http"]["pathTokenSha256"],
+            json!(["ab".repeat(32), "cd".repeat(32)])
+        );
+        assert_eq!(load_json(printed).unwrap().config, c);
+        let err = load_json(json!({"http": {"pathTokenSha256": "not-a-hash"}})).unwrap_err();
+        assert!(err.message.contains("64 hex digits"), "{err}");
     }
 
     /// A short cache or deadline never makes a default refused (the IaC passes only

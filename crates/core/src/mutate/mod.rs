@@ -6,7 +6,7 @@ pub mod pod;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::config::SecretManagerType;
+use crate::config::{Config, MutatorId, SecretManagerType};
 use crate::error::Denial;
 
 /// Every mutator id, in chain order ([`crate::config::MutatorId`]).
@@ -287,6 +287,54 @@ pub struct Applied {
 }
 
 impl Chain {
+    /// The chain `config` enables, in [`MutatorId::ALL`]'s order (the place of `secrets`
+    /// included), each member `required` as `mutators.<id>` says or by its default: the
+    /// refusals whose point is the refusal (`secrets`, `socket-check`, `image-builder`) are
+    /// required, the rest optional. Adding a mutator is a line here and its id there.
+    pub fn from_config(config: &Config) -> Self {
+        let m = &config.mesh;
+        let builder = &config.webhook.image_builder_config;
+        let mut chain = Self::default();
+        for id in MutatorId::ALL {
+            let (step, required): (Step, bool) = match id {
+                MutatorId::NamespaceInjection if m.enabled => (
+                    Step::Mutator(Box::new(mesh::namespace::NamespaceInjection::new(m))),
+                    false,
+                ),
+                MutatorId::Secrets => (Step::Secrets, true),
+                MutatorId::Dns if m.enabled && m.dns.enabled => (
+                    Step::Mutator(Box::new(mesh::dns::DnsOptions::new(m))),
+                    false,
+                ),
+                MutatorId::InitGate if m.enabled && m.gate.enabled => {
+                    (Step::Mutator(Box::new(mesh::gate::InitGate::new(m))), false)
+                }
+                MutatorId::SocketCheck if m.enabled && m.socket_check.enabled => (
+                    Step::Mutator(Box::new(mesh::socket_check::SocketCheck::new(m))),
+                    true,
+                ),
+                MutatorId::ImageBuilder if builder.enabled => (
+                    Step::Mutator(Box::new(image::ImageBuilder::new(
+                        builder,
+                        &config
+                            .webhook
+                            .embedded_secret_manager_config
+                            .file_mount_init_container,
+                    ))),
+                    true,
+                ),
+                // Never fails: a reference it cannot read is left alone with a warning.
+                MutatorId::ImageRules if config.images.enabled => (
+                    Step::Mutator(Box::new(image::ImageRules::new(&config.images))),
+                    false,
+                ),
+                _ => continue,
+            };
+            chain.push_step(step, config.mutator_required(id, required));
+        }
+        chain
+    }
+
     pub fn push(&mut self, mutator: Box<dyn PodMutator>, required: bool) {
         self.push_step(Step::Mutator(mutator), required);
     }
@@ -297,6 +345,14 @@ impl Chain {
 
     pub fn ids(&self) -> Vec<&'static str> {
         self.entries.iter().map(|e| e.step.id()).collect()
+    }
+
+    /// Each member's id and whether its failure denies the pod, in order.
+    pub fn members(&self) -> Vec<(&'static str, bool)> {
+        self.entries
+            .iter()
+            .map(|e| (e.step.id(), e.required))
+            .collect()
     }
 
     /// Runs every mutator in order on a pod CREATE, `secrets` in the [`Step::Secrets`] place
@@ -471,6 +527,81 @@ mod tests {
             vec!["podmutator: half-done skipped: it broke; fix the thing"]
         );
         assert_eq!(pod.metadata.name.as_deref(), Some("p"));
+    }
+
+    fn chain(v: serde_json::Value) -> Chain {
+        Chain::from_config(&Config::from_value(v).expect("loads").config)
+    }
+
+    fn mesh_with_gate() -> serde_json::Value {
+        serde_json::json!({"enabled": true,
+            "gate": {"enabled": true, "image": "registry.example/aether/agent:v1"}})
+    }
+
+    /// The intended chain, stated here rather than read from [`MutatorId::ALL`] (the order
+    /// [`Chain::from_config`] builds in), so reordering that constant fails this test:
+    /// - `namespace-injection` first: it adds the managed label, and every later mutator decides
+    ///   whether to act by reading that label;
+    /// - `secrets` before the gate: the secrets managers append fetcher init containers, and the
+    ///   gate inserts itself at index 0 afterwards, so the gate still runs first in the pod;
+    /// - `dns` after `secrets` and before the gate (neither reads the other's fields;
+    ///   docs/mesh.md documents this order);
+    /// - `socket-check` after the mesh: it denies on the final mesh pod, after the gate added
+    ///   its volume;
+    /// - `image-builder` after every container is in the pod (the secrets fetchers' and the
+    ///   gate's included), so its verification sees every image; it excludes the Embedded init
+    ///   container by name, as in Flyte;
+    /// - `image-rules` last: "applied after the Flyte mutator", so a rule never rewrites what
+    ///   the image builder is about to verify, and rewrites the gate's image too.
+    #[test]
+    fn the_chain_is_built_in_the_intended_order_with_each_default_required() {
+        let all = chain(serde_json::json!({
+            "mesh": mesh_with_gate(),
+            "webhook": {"imageBuilderConfig": {"enabled": true,
+                "hostnameReplacement": {"existing": "e.io", "replacement": "r.io"},
+                "labelSelector": {"matchLabels": {"image-builder": "true"}}}},
+            "images": {"enabled": true, "rules": [{"match": "docker.io", "replace": "r.io/hub"}]}
+        }));
+        assert_eq!(
+            all.members(),
+            [
+                ("namespace-injection", false),
+                ("secrets", true),
+                ("dns", false),
+                ("init-gate", false),
+                ("socket-check", true),
+                ("image-builder", true),
+                ("image-rules", false),
+            ]
+        );
+        // Config keys under `mutators` are the same ids, in the same order.
+        assert_eq!(MUTATOR_IDS.to_vec(), all.ids());
+        // `mutators.<id>.required` overrides the default either way.
+        let overridden = chain(serde_json::json!({"mesh": {"enabled": true},
+            "mutators": {"secrets": {"required": false}, "dns": {"required": true}}}));
+        assert_eq!(
+            overridden.members(),
+            [
+                ("namespace-injection", false),
+                ("secrets", false),
+                ("dns", true),
+                ("socket-check", true),
+            ]
+        );
+    }
+
+    #[rstest::rstest]
+    #[case::defaults(serde_json::json!({}), &["secrets"])]
+    #[case::dns_off(serde_json::json!({"mesh": {"enabled": true, "dns": {"enabled": false}}}), &["namespace-injection", "secrets", "socket-check"])]
+    #[case::gate_default_off(serde_json::json!({"mesh": {"enabled": true}}), &["namespace-injection", "secrets", "dns", "socket-check"])]
+    #[case::gate_on(serde_json::json!({"mesh": mesh_with_gate()}), &["namespace-injection", "secrets", "dns", "init-gate", "socket-check"])]
+    #[case::socket_check_off(serde_json::json!({"mesh": {"enabled": true, "socketCheck": {"enabled": false}}}), &["namespace-injection", "secrets", "dns"])]
+    #[case::mesh_off(serde_json::json!({"mesh": {"enabled": false, "gate": {"enabled": true, "image": "x"}}}), &["secrets"])]
+    fn switches_leave_mutators_out_without_moving_the_others(
+        #[case] v: serde_json::Value,
+        #[case] ids: &[&str],
+    ) {
+        assert_eq!(chain(v).ids(), ids);
     }
 
     #[test]

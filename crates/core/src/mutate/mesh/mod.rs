@@ -17,53 +17,6 @@ pub mod socket_check;
 use k8s_openapi::api::core::v1::Pod;
 
 pub use crate::config::mesh::{MANAGED, MeshConfig, OPTED_OUT};
-use crate::mutate::{PodMutator, Step};
-use dns::DnsOptions;
-use gate::InitGate;
-use namespace::NamespaceInjection;
-use socket_check::SocketCheck;
-
-/// The enabled mesh mutators in chain order (`namespace-injection`, `dns`, `init-gate`,
-/// `socket-check`), each with its default `required`. Empty when `mesh.enabled` is false.
-pub fn mesh_mutators(cfg: &MeshConfig) -> Vec<(Box<dyn PodMutator>, bool)> {
-    let mut out: Vec<(Box<dyn PodMutator>, bool)> = Vec::new();
-    if !cfg.enabled {
-        return out;
-    }
-    out.push((Box::new(NamespaceInjection::new(cfg)), false));
-    if cfg.dns.enabled {
-        out.push((Box::new(DnsOptions::new(cfg)), false));
-    }
-    if cfg.gate.enabled {
-        out.push((Box::new(InitGate::new(cfg)), false));
-    }
-    if cfg.socket_check.enabled {
-        // The one mesh rule that refuses: a pod that cannot get its socket is denied.
-        out.push((Box::new(SocketCheck::new(cfg)), true));
-    }
-    out
-}
-
-/// Every mutator of the chain in `MUTATOR_IDS` order: the enabled mesh mutators around
-/// `others` (`secrets` and the image mutators; namespace injection first, so a namespace-routed
-/// pod is managed before anything reads the label; the gate after secrets, so it is inserted
-/// first last and stays first).
-pub fn in_chain_order(cfg: &MeshConfig, others: Vec<(Step, bool)>) -> Vec<(Step, bool)> {
-    let mut all: Vec<(Step, bool)> = mesh_mutators(cfg)
-        .into_iter()
-        .map(|(m, required)| (Step::Mutator(m), required))
-        .collect();
-    all.extend(others);
-    let position = |id: &str| {
-        super::MUTATOR_IDS
-            .iter()
-            .position(|known| *known == id)
-            .unwrap_or(usize::MAX)
-    };
-    // Stable: mutators with the same position keep their order.
-    all.sort_by_key(|(m, _)| position(m.id()));
-    all
-}
 
 /// Init containers other mutators must leave alone (the secrets mutator's `skip_containers`).
 pub fn skip_containers(cfg: &MeshConfig) -> Vec<String> {
@@ -97,7 +50,6 @@ pub fn is_managed(pod: &Pod, managed_label: &str) -> bool {
 mod tests {
     use super::*;
     use crate::k8s_names::qualified_name_problem;
-    use crate::mutate::MUTATOR_IDS;
     use rstest::rstest;
     use serde::Deserialize;
     use serde_json::{Value, json};
@@ -122,7 +74,6 @@ mod tests {
         assert_eq!(c.gate.volume.driver, "csi.spiffe.io");
         assert_eq!(c.socket_check.annotation, "endpoint.aether.io/uds-socket");
         assert_eq!(c.validate(), Ok(vec![]));
-        assert!(mesh_mutators(&c).is_empty());
         assert!(skip_containers(&c).is_empty());
     }
 
@@ -215,112 +166,12 @@ mod tests {
     }
 
     #[test]
-    fn mutators_come_in_chain_order_and_only_the_socket_check_is_required() {
-        let c = parse(enabled_gate());
-        let got: Vec<_> = mesh_mutators(&c)
-            .iter()
-            .map(|(m, required)| (m.id(), *required))
-            .collect();
+    fn only_the_gate_is_skipped_by_the_other_mutators() {
         assert_eq!(
-            got,
-            [
-                ("namespace-injection", false),
-                ("dns", false),
-                ("init-gate", false),
-                ("socket-check", true)
-            ]
+            skip_containers(&parse(enabled_gate())),
+            ["aether-identity-ready"]
         );
-        assert_eq!(skip_containers(&c), ["aether-identity-ready"]);
-    }
-
-    #[rstest]
-    #[case::dns_off(json!({"enabled": true, "dns": {"enabled": false}}), &["namespace-injection", "socket-check"])]
-    #[case::gate_default_off(json!({"enabled": true}), &["namespace-injection", "dns", "socket-check"])]
-    #[case::socket_check_off(json!({"enabled": true, "socketCheck": {"enabled": false}}), &["namespace-injection", "dns"])]
-    #[case::mesh_off(json!({"enabled": false, "gate": {"enabled": true, "image": "x"}}), &[])]
-    fn switches_leave_mutators_out(#[case] v: Value, #[case] ids: &[&str]) {
-        let got: Vec<_> = mesh_mutators(&parse(v))
-            .iter()
-            .map(|(m, _)| m.id())
-            .collect();
-        assert_eq!(got, ids);
-    }
-
-    struct Named(&'static str);
-    impl PodMutator for Named {
-        fn id(&self) -> &'static str {
-            self.0
-        }
-        fn mutate(
-            &self,
-            _: &crate::mutate::PodCtx<'_>,
-            _: &mut Pod,
-        ) -> Result<crate::mutate::Effects, crate::mutate::Denied> {
-            Ok(crate::mutate::Effects::default())
-        }
-    }
-
-    /// The intended chain, stated here rather than read from `MUTATOR_IDS` (the constant
-    /// `in_chain_order` sorts by), so reordering that constant fails this test:
-    /// - `namespace-injection` first: it adds the managed label, and every later mutator decides
-    ///   whether to act by reading that label;
-    /// - `secrets` before the gate: the secrets managers append fetcher init containers, and the
-    ///   gate inserts itself at index 0 afterwards, so the gate still runs first in the pod;
-    /// - `dns` after `secrets` and before the gate (neither reads the other's fields;
-    ///   docs/mesh.md documents this order);
-    /// - `socket-check` after the mesh: it denies on the final mesh pod, after the gate added
-    ///   its volume;
-    /// - `image-builder` after every container is in the pod (the secrets fetchers' and the
-    ///   gate's included), so its verification sees every image; it excludes the Embedded init
-    ///   container by name, as in Flyte;
-    /// - `image-rules` last: "applied after the Flyte mutator", so a rule never rewrites what
-    ///   the image builder is about to verify, and rewrites the gate's image too.
-    const INTENDED_CHAIN: [&str; 7] = [
-        "namespace-injection",
-        "secrets",
-        "dns",
-        "init-gate",
-        "socket-check",
-        "image-builder",
-        "image-rules",
-    ];
-
-    fn others() -> Vec<(Step, bool)> {
-        vec![
-            (Step::Mutator(Box::new(Named("image-rules"))), false),
-            (Step::Secrets, true),
-            (Step::Mutator(Box::new(Named("image-builder"))), true),
-        ]
-    }
-
-    #[test]
-    fn secrets_sits_between_namespace_injection_and_dns() {
-        let all = in_chain_order(&parse(enabled_gate()), others());
-        let ids: Vec<_> = all.iter().map(|(m, _)| m.id()).collect();
-        assert_eq!(ids, INTENDED_CHAIN);
-        // Config keys under `mutators` are the same ids, in the same order.
-        assert_eq!(MUTATOR_IDS, INTENDED_CHAIN);
-        let required: Vec<_> = all.iter().map(|(_, r)| *r).collect();
-        assert_eq!(required, [false, true, false, false, true, true, false]);
-        let off = in_chain_order(&MeshConfig::default(), others());
-        let ids: Vec<_> = off.iter().map(|(m, _)| m.id()).collect();
-        assert_eq!(ids, ["secrets", "image-builder", "image-rules"]);
-        // Switches leave mutators out without moving the others.
-        let no_dns = parse(json!({"enabled": true, "dns": {"enabled": false}}));
-        let ids: Vec<_> = in_chain_order(&no_dns, others())
-            .iter()
-            .map(|(m, _)| m.id())
-            .collect();
-        assert_eq!(
-            ids,
-            [
-                "namespace-injection",
-                "secrets",
-                "socket-check",
-                "image-builder",
-                "image-rules"
-            ]
-        );
+        assert!(skip_containers(&parse(json!({"enabled": true}))).is_empty());
     }
 
     #[rstest]
