@@ -73,29 +73,7 @@ fn root() -> PathBuf {
 
 /// A pod CREATE review around `pod`, as the API server sends it.
 fn create_review(pod: &Value, namespace: &str) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": namespace,
-            "operation": "CREATE",
-            "userInfo": {
-                "username": "system:serviceaccount:flyte:flyte-executor",
-                "uid": "b6d3ae8e-2f4a-4a5e-9d0a-6c1b9f0f6a11",
-                "groups": ["system:serviceaccounts", "system:serviceaccounts:flyte", "system:authenticated"]
-            },
-            "object": pod,
-            "oldObject": null,
-            "dryRun": false,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
-        }
-    }))
-    .unwrap()
+    serde_json::to_vec(&podmutator_core::admission::create_review(pod, namespace)).unwrap()
 }
 
 fn secret(group: &str, version: &str, key: &str, mount: MountRequirement) -> Secret {

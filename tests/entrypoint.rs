@@ -17,36 +17,13 @@ use podmutator_core::mutate::Route;
 use podmutator_core::pod::exec::EXEC_ENV_ENV;
 use podmutator_core::pod::injector::{EXECUTABLE, RUN_DIR};
 use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator_core::secrets::source::{
-    BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError,
-};
+use podmutator_core::secrets::source::NameSource;
 use serde_json::{Value, json};
 
 const NS: &str = "flytesnacks-development";
 const REPO: &str = "flyteorg/flytekit";
 const ENTRYPOINT: [&str; 2] = ["/usr/bin/tini", "--"];
 const FLYTE_ARGS: [&str; 3] = ["pyflyte-execute", "--inputs", "s3://bucket/inputs.pb"];
-
-/// Every scope name exists (names only: reference delivery reads no value).
-struct AllExist;
-
-impl SecretSource for AllExist {
-    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
-        let values = ids
-            .iter()
-            .map(|id| {
-                let found = Lookup::Exists(SecretRef {
-                    name: id.clone(),
-                    arn: format!(
-                        "arn:aws:secretsmanager:us-east-1:123456789012:secret:{id}-AbCdEf"
-                    ),
-                });
-                (id.clone(), found)
-            })
-            .collect::<std::collections::BTreeMap<_, _>>();
-        Box::pin(async move { Ok(values.into()) })
-    }
-}
 
 fn config(registries: &[String], ca: &std::path::Path, extra: Value) -> Config {
     let mut lookup = json!({"registries": registries, "caBundleFile": ca, "timeoutMs": 1500});
@@ -72,7 +49,10 @@ fn config(registries: &[String], ca: &std::path::Path, extra: Value) -> Config {
 
 fn app(registry: &FakeRegistry, extra: Value) -> Front {
     let cfg = config(&[registry.host()], &registry.ca_file, extra);
-    webhook(&cfg, Deps::offline().with_resolver(Arc::new(AllExist)))
+    webhook(
+        &cfg,
+        Deps::offline().with_resolver(Arc::new(NameSource::all())),
+    )
 }
 
 /// A Flyte task pod: one ENV_VAR secret, a container with `args` only (when `args` is set).
@@ -384,7 +364,10 @@ async fn with_the_lookup_off_a_container_without_command_is_refused_as_before() 
     }))
     .unwrap()
     .config;
-    let app = webhook(&cfg, Deps::offline().with_resolver(Arc::new(AllExist)));
+    let app = webhook(
+        &cfg,
+        Deps::offline().with_resolver(Arc::new(NameSource::all())),
+    );
     let message = denied(&app, &task_pod("python:3.12", Some(&FLYTE_ARGS))).await;
     assert!(
         message.contains("embedded.entrypointLookup.registries is empty"),
@@ -456,7 +439,10 @@ async fn a_registry_that_fails_is_a_denial_naming_the_container_and_the_image() 
     let port = free_port();
     let down = format!("localhost:{port}");
     let cfg = config(std::slice::from_ref(&down), &registry.ca_file, json!({}));
-    let app = webhook(&cfg, Deps::offline().with_resolver(Arc::new(AllExist)));
+    let app = webhook(
+        &cfg,
+        Deps::offline().with_resolver(Arc::new(NameSource::all())),
+    );
     let image = format!("{down}/{REPO}:1");
     let message = denied(&app, &task_pod(&image, Some(&FLYTE_ARGS))).await;
     assert!(
@@ -480,7 +466,10 @@ async fn a_registry_with_an_untrusted_certificate_is_not_read() {
     }))
     .unwrap()
     .config;
-    let app = webhook(&cfg, Deps::offline().with_resolver(Arc::new(AllExist)));
+    let app = webhook(
+        &cfg,
+        Deps::offline().with_resolver(Arc::new(NameSource::all())),
+    );
     let image = format!("{}/{REPO}:1", registry.host());
     let message = denied(&app, &task_pod(&image, Some(&FLYTE_ARGS))).await;
     assert!(message.contains("TLS"), "{message}");
@@ -585,7 +574,7 @@ async fn an_ecr_image_is_read_with_a_token_from_get_authorization_token() {
     let app = webhook(
         &cfg,
         Deps::offline()
-            .with_resolver(Arc::new(AllExist))
+            .with_resolver(Arc::new(NameSource::all()))
             .with_entrypoints(Arc::new(client)),
     );
     let c = admitted(
@@ -620,7 +609,7 @@ async fn an_ecr_image_is_read_with_a_token_from_get_authorization_token() {
     let app = webhook(
         &cfg,
         Deps::offline()
-            .with_resolver(Arc::new(AllExist))
+            .with_resolver(Arc::new(NameSource::all()))
             .with_entrypoints(Arc::new(anonymous)),
     );
     let message = denied(

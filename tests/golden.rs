@@ -30,9 +30,7 @@ use podmutator_core::registry::error::LookupError;
 use podmutator_core::registry::{EntrypointSource, ImageCommand, ImageQuery};
 use podmutator_core::secrets::codec::{self, Secret};
 use podmutator_core::secrets::global::FileEnvSource;
-use podmutator_core::secrets::source::{
-    BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError, StaticSource,
-};
+use podmutator_core::secrets::source::{NameSource, StaticSource};
 use serde_json::{Value, json};
 
 fn fixtures() -> PathBuf {
@@ -127,8 +125,8 @@ fn app_for(case: &Case) -> Front {
             .fold(StaticSource::default(), |s, (id, v)| s.with(id, v));
         deps = deps
             .with_source(Arc::new(source))
-            .with_resolver(Arc::new(Names(
-                case.secret_values.keys().cloned().collect(),
+            .with_resolver(Arc::new(NameSource::only(
+                case.secret_values.keys().cloned(),
             )));
     }
     if !case.image_configs.is_empty() {
@@ -172,32 +170,6 @@ impl EntrypointSource for Images {
                 what: query.image.clone(),
             });
         Box::pin(async move { found })
-    }
-}
-
-/// Reference delivery's resolver: the ids of `secretValues` exist (name and ARN); no value is
-/// ever read from it.
-struct Names(BTreeSet<String>);
-
-impl SecretSource for Names {
-    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
-        let values = ids
-            .iter()
-            .map(|id| {
-                let lookup = if self.0.contains(id) {
-                    Lookup::Exists(SecretRef {
-                        name: id.clone(),
-                        arn: format!(
-                            "arn:aws:secretsmanager:us-east-1:123456789012:secret:{id}-AbCdEf"
-                        ),
-                    })
-                } else {
-                    Lookup::NotFound
-                };
-                (id.clone(), lookup)
-            })
-            .collect::<BTreeMap<_, _>>();
-        Box::pin(async move { Ok(values.into()) })
     }
 }
 

@@ -321,24 +321,11 @@ impl Injector {
         pod: Value,
         namespace: &str,
     ) -> Result<Outcome, InjectError> {
-        let mut review = json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "00000000-0000-0000-0000-000000000000",
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-                "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-                "namespace": namespace,
-                "operation": "CREATE",
-                "userInfo": {"username": "podmutator-inject"},
-                "object": pod,
-                "oldObject": null,
-                "dryRun": true,
-                "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
-            }
-        });
+        let mut review = podmutator_core::admission::create_review(&pod, namespace);
+        let request = &mut review["request"];
+        request["uid"] = json!("00000000-0000-0000-0000-000000000000");
+        request["userInfo"] = json!({"username": "podmutator-inject"});
+        request["dryRun"] = json!(true);
         if let Some(name) = pod["metadata"]["name"].as_str() {
             review["request"]["name"] = json!(name);
         }

@@ -10,9 +10,7 @@ use crate::common::*;
 use podmutator_core::config::Config;
 use podmutator_core::mutate::Route;
 use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator_core::secrets::source::{
-    BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError,
-};
+use podmutator_core::secrets::source::NameSource;
 use rstest::rstest;
 use serde_json::{Value, json};
 
@@ -334,27 +332,6 @@ const NS: &str = "flytesnacks-development";
 const REPO: &str = "flyteorg/flytekit";
 const ENTRYPOINT: [&str; 2] = ["/usr/bin/tini", "--"];
 
-/// Every scope name exists (reference delivery reads names, never values).
-struct AllExist;
-
-impl SecretSource for AllExist {
-    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
-        let values = ids
-            .iter()
-            .map(|id| {
-                let found = Lookup::Exists(SecretRef {
-                    name: id.clone(),
-                    arn: format!(
-                        "arn:aws:secretsmanager:us-east-1:123456789012:secret:{id}-AbCdEf"
-                    ),
-                });
-                (id.clone(), found)
-            })
-            .collect::<std::collections::BTreeMap<_, _>>();
-        Box::pin(async move { Ok(values.into()) })
-    }
-}
-
 fn lookup_config(registry: &FakeRegistry) -> Config {
     Config::from_value(json!({
         "webhook": {
@@ -439,7 +416,7 @@ async fn a_registry_body_quoted_by_the_parser_reaches_the_log_not_the_reply() {
     );
     let front = webhook(
         &lookup_config(&registry),
-        Deps::offline().with_resolver(Arc::new(AllExist)),
+        Deps::offline().with_resolver(Arc::new(NameSource::all())),
     );
     let image = format!("{}/{REPO}:1", registry.host());
     let body = serde_json::to_vec(&create_review(&task_pod(&image), NS)).unwrap();
@@ -493,7 +470,7 @@ async fn the_registry_token_goes_to_the_registry_host_only_not_to_its_realm_or_a
     let front = webhook(
         &cfg,
         Deps::offline()
-            .with_resolver(Arc::new(AllExist))
+            .with_resolver(Arc::new(NameSource::all()))
             .with_entrypoints(Arc::new(client)),
     );
     let image = format!("{}/{REPO}:1", registry.host());

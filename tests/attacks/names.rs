@@ -3,7 +3,7 @@
 //! admission path (`App::build` from a configuration, a review in, the reply's patch applied to
 //! the original pod by the `json-patch` crate).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -14,9 +14,7 @@ use podmutator_core::mutate::Route;
 use podmutator_core::pod::injector::{INIT_CONTAINER, promised_files};
 use podmutator_core::pod::plan::FETCH_PLAN_ENV;
 use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator_core::secrets::source::{
-    BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError,
-};
+use podmutator_core::secrets::source::NameSource;
 use serde_json::{Value, json};
 
 const NS: &str = "flytesnacks-development";
@@ -394,31 +392,6 @@ async fn a_k8s_group_that_leaves_the_secrets_dir_or_is_no_secret_name_is_refused
     }
 }
 
-/// Reference delivery's resolver: these ids exist (name and ARN); no value is read.
-struct Names(BTreeSet<String>);
-
-impl SecretSource for Names {
-    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
-        let values = ids
-            .iter()
-            .map(|id| {
-                let lookup = if self.0.contains(id) {
-                    Lookup::Exists(SecretRef {
-                        name: id.clone(),
-                        arn: format!(
-                            "arn:aws:secretsmanager:us-east-1:123456789012:secret:{id}-AbCdEf"
-                        ),
-                    })
-                } else {
-                    Lookup::NotFound
-                };
-                (id.clone(), lookup)
-            })
-            .collect::<BTreeMap<_, _>>();
-        Box::pin(async move { Ok(values.into()) })
-    }
-}
-
 const FETCHER_IMAGE: &str = "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000";
 const OURS: &str = "u__org__flyte__domain__development__project__flytesnacks__key__db";
 const THEIRS: &str = "u__org__payroll__domain__production__project__salaries__key__db";
@@ -430,7 +403,7 @@ fn reference_app() -> Front {
     );
     webhook(
         &cfg,
-        Deps::offline().with_resolver(Arc::new(Names([OURS.to_owned(), THEIRS.to_owned()].into()))),
+        Deps::offline().with_resolver(Arc::new(NameSource::only([OURS, THEIRS]))),
     )
 }
 

@@ -667,6 +667,30 @@ impl ReplyLimit {
     };
 }
 
+/// A pod CREATE review around `pod` in `namespace`, as the API server sends it, from Flyte's
+/// executor: the one review `inject`, the tests and the benches build (each changes what it
+/// needs: `inject` its requester and `dryRun`).
+pub fn create_review(pod: &serde_json::Value, namespace: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": API_VERSION_V1,
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "e911857d-c318-11e8-bbad-025000000001",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:flyte:flyte-executor", "groups": ["system:authenticated"]},
+            "object": pod,
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
+        }
+    })
+}
+
 /// The 413 for a reply over `limit`: `size` measured on the reply built, with its patch's
 /// size, or (`patch: None`) estimated before the patch was built. Not an internal error: the
 /// pod asks for more than the path back can carry, and a load balancer's 502 would report it

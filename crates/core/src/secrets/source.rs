@@ -252,6 +252,52 @@ impl StaticSource {
     }
 }
 
+/// Reference delivery's resolver, for tests: the ids it holds exist (a name and an ARN in
+/// us-east-1), or every id does ([`NameSource::all`]); no value is ever read from it.
+#[cfg(any(test, feature = "testing"))]
+#[derive(Debug, Default, Clone)]
+pub struct NameSource {
+    /// `None`: every id exists.
+    only: Option<std::collections::BTreeSet<String>>,
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl NameSource {
+    pub fn all() -> Self {
+        Self { only: None }
+    }
+
+    pub fn only<I: IntoIterator<Item = S>, S: Into<String>>(ids: I) -> Self {
+        Self {
+            only: Some(ids.into_iter().map(Into::into).collect()),
+        }
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl SecretSource for NameSource {
+    fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
+        let out = ids
+            .iter()
+            .map(|id| {
+                let exists = self.only.as_ref().is_none_or(|only| only.contains(id));
+                let lookup = if exists {
+                    Lookup::Exists(SecretRef {
+                        name: id.clone(),
+                        arn: format!(
+                            "arn:aws:secretsmanager:us-east-1:123456789012:secret:{id}-AbCdEf"
+                        ),
+                    })
+                } else {
+                    Lookup::NotFound
+                };
+                (id.clone(), lookup)
+            })
+            .collect::<BTreeMap<_, _>>();
+        Box::pin(async move { Ok(out.into()) })
+    }
+}
+
 #[cfg(any(test, feature = "testing"))]
 impl SecretSource for StaticSource {
     fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
