@@ -253,13 +253,12 @@ async fn ten_thousand_idle_connections_do_not_take_the_server_down() {
 
 #[test]
 fn the_binary_will_not_serve_without_a_path_token_unless_told_to() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let out = crate::common::bin()
         .arg("serve")
         .env(
             "PODMUTATOR_CONFIG",
             r#"{"http": {"listenAddress": "127.0.0.1"}}"#,
         )
-        .env_remove("AWS_LAMBDA_RUNTIME_API")
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -60,7 +60,7 @@ fn every_event_file_through_the_lambda_runtime_api() {
     wait_for_line(&mut watch, "starting Runtime server");
     let _watch = Guard(watch);
 
-    let function = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let function = crate::common::bin()
         .env(
             "AWS_LAMBDA_RUNTIME_API",
             format!("http://127.0.0.1:{port}/.rt"),

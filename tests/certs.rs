@@ -329,7 +329,7 @@ impl FakeApi {
     }
 
     async fn run_with_token(&self, token: &Path, flags: &[&str]) -> Output {
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        tokio::process::Command::from(crate::common::bin())
             .arg("certs")
             .arg("--api-server")
             .arg(format!("https://127.0.0.1:{}", self.port))
@@ -466,7 +466,7 @@ impl Serve {
             "http": {"listenAddress": "127.0.0.1", "drainSeconds": 0}
         });
         let (child, log) = common::spawn_serve(
-            std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+            crate::common::bin()
                 .args(["serve", "--config"])
                 .arg(common::root().join("deploy/kubernetes/base/config.yaml"))
                 .env("PODMUTATOR_CONFIG", overrides.to_string()),

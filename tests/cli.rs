@@ -25,11 +25,8 @@ fn read(name: &str) -> String {
 
 /// The binary with no configuration from this machine's environment.
 fn podmutator(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let mut child = crate::common::bin()
         .args(args)
-        .env_remove("PODMUTATOR_CONFIG_FILE")
-        .env_remove("PODMUTATOR_CONFIG")
-        .env_remove("AWS_LAMBDA_RUNTIME_API")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -478,7 +475,7 @@ async fn inject_in_reference_delivery_resolves_names_and_reads_no_value() {
         }
     })
     .to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let mut child = crate::common::bin()
         .args([
             "inject",
             "--embedded",
@@ -588,9 +585,8 @@ async fn inject_does_what_the_served_webhook_does() {
 #[test]
 fn lambda_outside_lambda_names_the_missing_variables_instead_of_panicking() {
     // `lambda_runtime` reads these at start and panics on a missing one.
-    let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let out = crate::common::bin()
         .arg("lambda")
-        .env_remove("PODMUTATOR_CONFIG_FILE")
         .env(
             "PODMUTATOR_CONFIG",
             r#"{"http": {"pathTokenDisabled": true}}"#,
@@ -619,11 +615,8 @@ fn lambda_outside_lambda_names_the_missing_variables_instead_of_panicking() {
 fn start_with(command: &str, config: &Value, dir: &std::path::Path) -> Output {
     let file = dir.join(format!("{command}.json"));
     std::fs::write(&file, config.to_string()).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_podmutator"));
+    let mut cmd = crate::common::bin();
     cmd.args([command, "--config", file.to_str().unwrap()])
-        .env_remove("PODMUTATOR_CONFIG_FILE")
-        .env_remove("PODMUTATOR_CONFIG")
-        .env_remove("AWS_LAMBDA_RUNTIME_API")
         .env("RUST_LOG", "error")
         .stdin(Stdio::null());
     if command == "lambda" {
@@ -981,13 +974,12 @@ fn a_misspelt_empty_or_span_rust_log_is_named_on_stderr_and_info_is_used() {
     ] {
         // `lambda` logs (check-config prints its warnings on stderr instead): it starts, logs
         // the configuration's warning, and stops at the Runtime API nothing serves.
-        let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        let out = crate::common::bin()
             .arg("lambda")
             .env("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9")
             .env("AWS_LAMBDA_FUNCTION_NAME", "podmutator")
             .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
             .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "512")
-            .env_remove("PODMUTATOR_CONFIG_FILE")
             .env(
                 "PODMUTATOR_CONFIG",
                 r#"{"http": {"pathTokenDisabled": true}}"#,
@@ -1051,7 +1043,7 @@ fn inject_embedded_in_value_delivery_prints_placeholders_warns_and_fetches_nothi
         "http": {"pathTokenDisabled": true}
     })
     .to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let mut child = crate::common::bin()
         .args([
             "inject",
             "--embedded",
@@ -1110,11 +1102,8 @@ fn the_flyte_config_file_variable_alone_loads_a_propeller_configuration() {
     let flyte = fixture("../flyte/propeller.yaml");
     let ours = json!({"http": {"pathToken": TOKEN}}).to_string();
     let check = |flyte_env: Option<&std::path::Path>| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_podmutator"));
+        let mut cmd = crate::common::bin();
         cmd.args(["check-config", "--config-json", &ours])
-            .env_remove("PODMUTATOR_CONFIG_FILE")
-            .env_remove("PODMUTATOR_CONFIG")
-            .env_remove("PODMUTATOR_FLYTE_CONFIG_FILE")
             .stdin(Stdio::null());
         if let Some(path) = flyte_env {
             cmd.env("PODMUTATOR_FLYTE_CONFIG_FILE", path);
@@ -1300,10 +1289,9 @@ fn configuration_errors_name_the_nearest_key_the_type_in_words_and_the_source_as
         "{}",
         text(&out.stderr)
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let out = crate::common::bin()
         .arg("check-config")
         .env("PODMUTATOR_CONFIG", "{nope")
-        .env_remove("PODMUTATOR_CONFIG_FILE")
         .output()
         .unwrap();
     assert!(
@@ -1391,7 +1379,7 @@ fn inject_names_missing_credentials_and_shows_awss_own_error() {
     let file = tmp.join("pod.json");
     std::fs::write(&file, pod.to_string()).unwrap();
     let run = |env: &[(&str, String)]| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_podmutator"));
+        let mut cmd = crate::common::bin();
         cmd.args([
             "inject",
             "--embedded",

@@ -216,7 +216,7 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
         "http": {"pathTokenSecretId": "podmutator/path-token", "listenAddress": "127.0.0.1", "drainSeconds": 0,
             "clientCaFile": client_ca_file}
     });
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let mut child = crate::common::bin()
         .arg("serve")
         .env("PODMUTATOR_CONFIG", cfg.to_string())
         .env("AWS_ENDPOINT_URL", proxy.url())
@@ -224,7 +224,6 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
         .env("AWS_SECRET_ACCESS_KEY", "testing")
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .env("RUST_LOG", "trace")
-        .env_remove("AWS_LAMBDA_RUNTIME_API")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -516,7 +516,7 @@ async fn the_wrapped_image_entrypoint_runs_under_podmutator_exec_with_the_variab
         .as_str()
         .unwrap()
         .replace(RUN_DIR, &run.display().to_string());
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let out = crate::common::bin()
         .args(&command[1..])
         .args(&args)
         .env_clear()

@@ -119,7 +119,7 @@ async fn no_secret_value_reaches_logs_metrics_or_error_messages() {
         "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 0,
             "clientCaFile": client_ca_file}
     });
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let mut child = crate::common::bin()
         .arg("serve")
         .env("PODMUTATOR_CONFIG", cfg.to_string())
         .env("FLYTE_SECRET_TEAM_TOKEN", GLOBAL)
@@ -128,7 +128,6 @@ async fn no_secret_value_reaches_logs_metrics_or_error_messages() {
         .env("AWS_SECRET_ACCESS_KEY", "testing")
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .env("RUST_LOG", "trace")
-        .env_remove("AWS_LAMBDA_RUNTIME_API")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

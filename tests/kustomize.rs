@@ -74,7 +74,7 @@ fn path_token_files(provided_ca: &std::path::Path) -> String {
     let component = provided_ca.join("../../components/path-token");
     let token = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     std::fs::write(component.join("path-token"), format!("{token}\n")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let out = crate::common::bin()
         .args([
             "webhook-config",
             "--service",
@@ -327,7 +327,7 @@ fn deployment_runs_restricted_and_highly_available() {
 #[test]
 fn config_passes_check_config_and_is_the_one_mounted() {
     let file = deploy_dir("base/config.yaml");
-    let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let out = crate::common::bin()
         .args(["check-config", "--config"])
         .arg(&file)
         .output()
@@ -530,11 +530,10 @@ async fn serve_answers_the_rendered_paths_with_the_rendered_ca() {
         "webhook": {"certDir": dir, "listenPort": port, "metricsPort": metrics_port},
         "http": {"listenAddress": "127.0.0.1", "drainSeconds": 0}
     });
-    let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let mut child = crate::common::bin()
         .args(["serve", "--config"])
         .arg(deploy_dir("base/config.yaml"))
         .env("PODMUTATOR_CONFIG", overrides.to_string())
-        .env_remove("AWS_LAMBDA_RUNTIME_API")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -722,7 +721,7 @@ async fn path_token_component_puts_every_path_under_the_token_and_serve_holds_on
     config["http"]["drainSeconds"] = json!(0);
 
     let (mut child, log) = common::spawn_serve(
-        Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        crate::common::bin()
             .args(["serve", "--config"])
             .arg(deploy_dir("base/config.yaml"))
             .env("PODMUTATOR_CONFIG", config.to_string()),

@@ -34,7 +34,7 @@ impl Serve {
             config["http"]["drainSeconds"] = json!(0);
         }
         let (child, log) = spawn_serve(
-            std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+            crate::common::bin()
                 .arg("serve")
                 .env("PODMUTATOR_CONFIG", config.to_string()),
         )

@@ -148,7 +148,7 @@ async fn ten_secrets_are_resolved_in_one_round_trip_and_the_pod_fetches_exactly_
         },
         "http": {"pathToken": TOKEN, "listenAddress": "127.0.0.1", "drainSeconds": 0}
     });
-    let mut server = Command::new(env!("CARGO_BIN_EXE_podmutator"));
+    let mut server = crate::common::bin();
     pod_env(&mut server, &proxy)
         .arg("serve")
         .env("PODMUTATOR_CONFIG", cfg.to_string())
@@ -220,7 +220,7 @@ async fn ten_secrets_are_resolved_in_one_round_trip_and_the_pod_fetches_exactly_
     let plan = env_of(init, FETCH_PLAN_ENV).replace(INIT_ROOT, &root_s);
     std::fs::create_dir_all(root.join("files")).unwrap();
     std::fs::create_dir_all(root.join("run")).unwrap();
-    let mut fetch = Command::new(env!("CARGO_BIN_EXE_podmutator"));
+    let mut fetch = crate::common::bin();
     pod_env(&mut fetch, &proxy)
         .arg("fetch")
         .env(FETCH_PLAN_ENV, &plan);
@@ -249,7 +249,7 @@ async fn ten_secrets_are_resolved_in_one_round_trip_and_the_pod_fetches_exactly_
             r#""fetchStrategy":"batch""#,
         )
         .replace(&root_s, &batch_s);
-    let mut fetch = Command::new(env!("CARGO_BIN_EXE_podmutator"));
+    let mut fetch = crate::common::bin();
     pod_env(&mut fetch, &proxy)
         .arg("fetch")
         .env(FETCH_PLAN_ENV, &batch_plan);

@@ -159,10 +159,9 @@ async fn the_binary_serves_and_stops_cleanly_on_sigterm() {
         "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
         "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 0}
     });
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let mut child = crate::common::bin()
         .arg("serve")
         .env("PODMUTATOR_CONFIG", config.to_string())
-        .env_remove("AWS_LAMBDA_RUNTIME_API")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -203,7 +202,7 @@ async fn the_binary_serves_and_stops_cleanly_on_sigterm() {
 
 #[tokio::test]
 async fn a_bad_config_stops_the_binary_with_the_key_named() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let out = crate::common::bin()
         .arg("serve")
         .env(
             "PODMUTATOR_CONFIG",
@@ -282,10 +281,9 @@ async fn reviews_sent_across_a_sigterm_are_all_answered_while_readiness_drains()
         "webhook": {"certDir": dir, "listenPort": port, "metricsPort": probe, "serviceName": "podmutator"},
         "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 8}
     });
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let mut child = crate::common::bin()
         .arg("serve")
         .env("PODMUTATOR_CONFIG", config.to_string())
-        .env_remove("AWS_LAMBDA_RUNTIME_API")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

@@ -10,12 +10,9 @@ use crate::common::temp_dir;
 /// Runs `check-config` with `args` and `env`; its exit status and stderr, or a failure if it
 /// is still running after a minute (it answers in milliseconds when it works).
 fn check_config(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_podmutator"));
+    let mut cmd = crate::common::bin();
     cmd.arg("check-config")
         .args(args)
-        .env_remove("PODMUTATOR_CONFIG_FILE")
-        .env_remove("PODMUTATOR_FLYTE_CONFIG_FILE")
-        .env_remove("PODMUTATOR_CONFIG")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     for (k, v) in env {

@@ -44,9 +44,8 @@ async fn serve(name: &str, webhook: Value, http: Value) -> Serve {
         }
     }
     let (child, _log) = spawn_serve(
-        std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        crate::common::bin()
             .arg("serve")
-            .env_remove("PODMUTATOR_CONFIG_FILE")
             .env("PODMUTATOR_CONFIG", config.to_string()),
     )
     .await;

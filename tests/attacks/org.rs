@@ -199,10 +199,9 @@ fn serve(config: &Value) -> (Option<i32>, String) {
     cfg["webhook"]["localCert"] = json!(true);
     cfg["webhook"]["listenPort"] = json!(free_port());
     cfg["http"] = json!({"listenAddress": "127.0.0.1", "pathTokenDisabled": true});
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let mut child = crate::common::bin()
         .arg("serve")
         .env("PODMUTATOR_CONFIG", cfg.to_string())
-        .env_remove("AWS_LAMBDA_RUNTIME_API")
         .env("AWS_REGION", "us-east-1")
         .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
         .env("AWS_ACCESS_KEY_ID", "test")

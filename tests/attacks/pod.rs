@@ -36,7 +36,7 @@ fn run_within(mut cmd: Command, limit: Duration) -> Output {
 /// `podmutator exec -- true` with a plan of one variable read from `file`.
 fn exec_with(file: &Path) -> Output {
     let plan = serde_json::json!({ "DB_PASSWORD": file });
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_podmutator"));
+    let mut cmd = crate::common::bin();
     cmd.args(["exec", "--", "true"])
         .env_clear()
         .env("PATH", "/usr/bin:/bin")

@@ -25,17 +25,14 @@ async fn a_burst_of_refusals_is_reported_in_full_when_its_window_ends() {
     let dir = temp_dir("attack-refusal-burst");
     let port = free_port();
     let (mut child, log) = spawn_serve(
-        std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"))
-            .arg("serve")
-            .env_remove("PODMUTATOR_CONFIG_FILE")
-            .env(
-                "PODMUTATOR_CONFIG",
-                json!({
-                    "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
-                    "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN}
-                })
-                .to_string(),
-            ),
+        crate::common::bin().arg("serve").env(
+            "PODMUTATOR_CONFIG",
+            json!({
+                "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
+                "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN}
+            })
+            .to_string(),
+        ),
     )
     .await;
     let ca = std::fs::read(dir.join("ca.crt")).unwrap();

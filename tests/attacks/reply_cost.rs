@@ -7,7 +7,7 @@
 //! review whose reply would not fit the path back is refused then. Peak memory of the real
 //! binary is measured (VmHWM) for the worst shapes.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -130,9 +130,8 @@ async fn the_worst_reviews_are_refused_before_their_reply_is_built_within_a_repl
         "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN}
     });
     let (mut child, _) = spawn_serve(
-        Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        crate::common::bin()
             .arg("serve")
-            .env_remove("PODMUTATOR_CONFIG_FILE")
             .env("PODMUTATOR_CONFIG", config.to_string()),
     )
     .await;
@@ -217,9 +216,8 @@ async fn the_worst_reviews_are_refused_before_their_reply_is_built_within_a_repl
     event["isBase64Encoded"] = json!(true);
     let seen = Arc::new(Mutex::new(Seen::default()));
     let api = runtime_api(event.to_string(), seen.clone()).await;
-    let mut lambda = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let mut lambda = crate::common::bin()
         .arg("lambda")
-        .env_remove("PODMUTATOR_CONFIG_FILE")
         .env(
             "PODMUTATOR_CONFIG",
             json!({"http": {"pathTokenDisabled": true}}).to_string(),

@@ -25,9 +25,8 @@ fn serve_command(config: &Value, dir: &std::path::Path, port: u16) -> std::proce
     config["webhook"]["certDir"] = json!(dir);
     config["webhook"]["listenPort"] = json!(port);
     config["webhook"]["serviceName"] = json!("podmutator");
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"));
+    let mut cmd = crate::common::bin();
     cmd.arg("serve")
-        .env_remove("PODMUTATOR_CONFIG_FILE")
         .env("PODMUTATOR_CONFIG", config.to_string())
         .env("AWS_ACCESS_KEY_ID", "testing")
         .env("AWS_SECRET_ACCESS_KEY", "testing")

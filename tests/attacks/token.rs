@@ -40,10 +40,8 @@ fn a_yaml_syntax_error_in_the_config_never_prints_the_path_token() {
         &["lambda", "--config", file],
     ];
     for args in commands {
-        let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        let out = crate::common::bin()
             .args(args)
-            .env_remove("PODMUTATOR_CONFIG")
-            .env_remove("PODMUTATOR_CONFIG_FILE")
             .env("RUST_LOG", "trace")
             // `lambda` checks the runtime's variables before it reads the configuration.
             .env("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9")
@@ -96,9 +94,8 @@ async fn the_lambda_runtime_at_trace_never_logs_the_path_token() {
     ] {
         seen.lock().unwrap().nexts = 0;
         seen.lock().unwrap().responses.clear();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        let mut child = crate::common::bin()
             .arg("lambda")
-            .env_remove("PODMUTATOR_CONFIG_FILE")
             .env("PODMUTATOR_CONFIG", config.to_string())
             .env("RUST_LOG", level)
             .env("AWS_LAMBDA_RUNTIME_API", format!("127.0.0.1:{port}"))
@@ -174,9 +171,8 @@ fn the_empty_strings_hash_never_opens_the_door() {
     use podmutator_core::config::{EMPTY_SHA256, Sha256Hex, TokenHashes};
     assert_eq!(hex_sha256(""), EMPTY_SHA256);
     let config = format!(r#"{{"http": {{"pathTokenSha256": "{EMPTY_SHA256}"}}}}"#);
-    let out = Command::new(env!("CARGO_BIN_EXE_podmutator"))
+    let out = crate::common::bin()
         .args(["check-config", "--config-json", &config])
-        .env_remove("PODMUTATOR_CONFIG_FILE")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));

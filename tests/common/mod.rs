@@ -390,6 +390,20 @@ pub async fn spawn_serve(
     (guard.0.take().expect("still held"), log)
 }
 
+/// The `podmutator` binary under test, as every test starts it: without the variables it
+/// reads from this process's environment (`PODMUTATOR_*`, and `AWS_LAMBDA_RUNTIME_API`, which
+/// would make it a Lambda), so that only what a test sets reaches it.
+pub fn bin() -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_podmutator"));
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("PODMUTATOR_") || name == "AWS_LAMBDA_RUNTIME_API" {
+            cmd.env_remove(name.as_ref());
+        }
+    }
+    cmd
+}
+
 /// Waits (30 s at most) until `buf` holds `needle` at least `count` times.
 pub async fn wait_for(buf: &Mutex<String>, needle: &str, count: usize) {
     for _ in 0..300 {
