@@ -15,7 +15,7 @@ use base64::Engine;
 use lambda_http::request::LambdaRequest;
 use podmutator::transport::http::{Front, Incoming};
 use podmutator::transport::lambda::{LambdaReply, handle};
-use podmutator_core::admission::Reply;
+use podmutator_core::admission::{Answer, Reply};
 use podmutator_core::config::Config;
 use podmutator_core::metrics::Sink;
 use podmutator_core::mutate::Route;
@@ -343,7 +343,9 @@ fn replace_lone_surrogates(text: &str) -> String {
 
 /// One review through `app`, checked against the request it answers. Returns the checked reply.
 fn review_once(app: &Front, route: Route, body: &[u8]) -> ReviewReply {
-    let Reply { status, body: out } = block_on(app.app().review(route, body));
+    let Answer {
+        status, body: out, ..
+    } = block_on(app.app().review(route, body));
     drain_metrics();
     no_secret_value(body, &out);
     let r = check_review_reply(status, &out);
@@ -383,7 +385,9 @@ fn review_once(app: &Front, route: Route, body: &[u8]) -> ReviewReply {
         let mut again = input.clone();
         again["request"]["object"] = pod;
         let again = serde_json::to_vec(&again).expect("serialise");
-        let Reply { status, body: out } = block_on(app.app().review(route, &again));
+        let Answer {
+            status, body: out, ..
+        } = block_on(app.app().review(route, &again));
         drain_metrics();
         let second = check_review_reply(status, &out);
         assert!(

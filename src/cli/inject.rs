@@ -8,7 +8,6 @@
 use std::io::Read;
 use std::path::PathBuf;
 
-use base64::Engine;
 use serde_json::{Value, json};
 
 use podmutator_core::app::{App, Deps};
@@ -99,12 +98,6 @@ pub enum InjectError {
     Config(#[from] ConfigError),
     #[error("failed to start the async runtime")]
     Runtime(#[source] std::io::Error),
-    #[error("{what}: the webhook's answer is not an admission review (HTTP {status}): {body}")]
-    BadReply {
-        what: String,
-        status: u16,
-        body: String,
-    },
     #[error("{what}: the webhook's patch does not apply")]
     Patch {
         what: String,
@@ -330,40 +323,24 @@ impl Injector {
             review["request"]["name"] = json!(name);
         }
         let body = serde_json::to_vec(&review).map_err(|e| InjectError::Output(e.into()))?;
-        let reply = self.app.review(self.route, &body).await;
-        let bad = || InjectError::BadReply {
-            what: what.to_owned(),
-            status: reply.status,
-            body: String::from_utf8_lossy(&reply.body).into_owned(),
-        };
-        let v: Value = serde_json::from_slice(&reply.body).map_err(|_| bad())?;
-        let response = v.get("response").ok_or_else(bad)?;
-        if response["allowed"] != Value::Bool(true) {
-            let message = response["status"]["message"]
-                .as_str()
-                .unwrap_or("denied")
-                .to_owned();
-            return Ok(Outcome::Denied {
-                message: format!(
-                    "admission webhook \"{}\" denied the request: {message}",
-                    webhook_name(self.route)
-                ),
-            });
-        }
-        let patch = match response["patch"].as_str() {
-            None => json!([]),
-            Some(b64) => {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(b64)
-                    .map_err(|e| InjectError::Patch {
-                        what: what.to_owned(),
-                        source: e.into(),
-                    })?;
-                serde_json::from_slice(&bytes).map_err(|e| InjectError::Patch {
-                    what: what.to_owned(),
-                    source: e.into(),
-                })?
+        let answer = self.app.review(self.route, &body).await;
+        let (patch, warnings) = match answer.outcome {
+            podmutator_core::admission::Outcome::Refused { message, .. } => {
+                return Ok(Outcome::Denied {
+                    message: format!(
+                        "admission webhook \"{}\" denied the request: {message}",
+                        webhook_name(self.route)
+                    ),
+                });
             }
+            podmutator_core::admission::Outcome::Allowed { patch, warnings } => (patch, warnings),
+        };
+        let patch: Value = match &patch {
+            None => json!([]),
+            Some(p) => serde_json::from_slice(p.as_json()).map_err(|e| InjectError::Patch {
+                what: what.to_owned(),
+                source: e.into(),
+            })?,
         };
         let ops: json_patch::Patch =
             serde_json::from_value(patch.clone()).map_err(|e| InjectError::Patch {
@@ -375,12 +352,6 @@ impl Injector {
             what: what.to_owned(),
             source: e.into(),
         })?;
-        let warnings = response["warnings"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|w| w.as_str().map(str::to_owned))
-            .collect();
         Ok(Outcome::Allowed {
             before: pod,
             after,

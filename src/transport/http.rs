@@ -8,7 +8,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use podmutator_core::admission::{API_VERSION_V1, Reply, error_reply};
+use podmutator_core::admission::{API_VERSION_V1, Answer, Reply};
 use podmutator_core::app::App;
 use podmutator_core::config::{ConfigError, HttpConfig, Sha256Hex, check_path_token};
 use podmutator_core::error::Error;
@@ -171,12 +171,12 @@ fn healthy() -> Reply {
     }
 }
 
-fn invalid(text: String) -> Reply {
-    error_reply(&Error::Invalid(text), "", API_VERSION_V1)
+fn invalid(text: String) -> Answer {
+    Answer::error(&Error::Invalid(text), "", API_VERSION_V1)
 }
 
 /// The 400 for a body over `http.maxBodyBytes`.
-pub fn body_too_large(limit: usize) -> Reply {
+pub fn body_too_large(limit: usize) -> Answer {
     invalid(format!(
         "body is over the {limit}-byte limit (http.maxBodyBytes); a Pod AdmissionReview is normally a few kilobytes"
     ))
@@ -368,7 +368,7 @@ impl Front {
     }
 
     /// The 400 for a body over the limit, recorded as a refusal.
-    pub fn body_too_large(&self, peer: Option<&str>, method: &str) -> Reply {
+    pub fn body_too_large(&self, peer: Option<&str>, method: &str) -> Answer {
         self.refused(Refusal::BodyTooLarge, peer, method, None);
         body_too_large(self.max_body_bytes)
     }
@@ -417,16 +417,19 @@ impl Front {
         });
         if !is_json {
             self.refused(Refusal::ContentType, peer, method, Some(path));
-            return Routed::Answer(invalid(format!(
-                "content-type must be application/json, got {}",
-                content_type.map_or_else(|| "none".to_owned(), |c| format!("{c:?}"))
-            )));
+            return Routed::Answer(
+                invalid(format!(
+                    "content-type must be application/json, got {}",
+                    content_type.map_or_else(|| "none".to_owned(), |c| format!("{c:?}"))
+                ))
+                .into(),
+            );
         }
         Routed::Review(route)
     }
 
     /// Admits a body that arrived by `route`, within the body limit.
-    pub async fn review(&self, route: Route, body: &[u8]) -> Reply {
+    pub async fn review(&self, route: Route, body: &[u8]) -> Answer {
         self.review_within(
             route,
             body,
@@ -441,7 +444,7 @@ impl Front {
         route: Route,
         body: &[u8],
         limit: podmutator_core::admission::ReplyLimit,
-    ) -> Reply {
+    ) -> Answer {
         if body.len() > self.max_body_bytes {
             return self.body_too_large(None, "POST");
         }
@@ -452,7 +455,7 @@ impl Front {
     pub async fn handle(&self, req: Incoming<'_>) -> Reply {
         match self.route(None, req.method, req.path, req.content_type) {
             Routed::Answer(reply) => reply,
-            Routed::Review(route) => self.review(route, req.body).await,
+            Routed::Review(route) => self.review(route, req.body).await.into(),
         }
     }
 }

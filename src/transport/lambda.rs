@@ -19,7 +19,7 @@ use lambda_http::request::LambdaRequest;
 use serde::Serialize;
 
 use super::http::{Front, Routed};
-use podmutator_core::admission::{Reply, error_reply};
+use podmutator_core::admission::{Answer, Reply};
 use podmutator_core::error::Error;
 use podmutator_core::mutate::Route;
 
@@ -74,13 +74,13 @@ fn public_values_refused(source: &'static str) -> Reply {
         refused = "embedded value delivery through a public endpoint",
         "lambda"
     );
-    error_reply(
+    Answer::error(
         &Error::Internal(format!(
             "this webhook writes Embedded secret values into its replies (embedded.delivery: value, or envVarDelivery: value) and will not answer through {source}, which is reachable from the internet while its path token appears in the API server's error messages; serve it through the internal ALB (Terraform endpoint = \"alb\", SAM EndpointType=alb), or set embedded.delivery: reference with envVarDelivery: exec"
         )),
         "",
         podmutator_core::admission::API_VERSION_V1,
-    )
+    ).into()
 }
 
 /// The largest response an ALB takes from a Lambda target: 1 MB, the whole JSON response
@@ -129,19 +129,15 @@ fn escaped_len(body: &[u8]) -> usize {
 /// and says why: the alternative is the load balancer's 502, which the API server reports as
 /// an opaque failure and `failurePolicy: Ignore` would turn into a pod created without what
 /// it asked for.
-fn fit(source: Source, reply: Reply) -> Reply {
+fn fit(source: Source, answer: Answer) -> Reply {
     let limit = source.response_limit();
-    let size = escaped_len(&reply.body) + ENVELOPE_BYTES;
+    let size = escaped_len(&answer.body) + ENVELOPE_BYTES;
     if size <= limit.bytes {
-        return reply;
+        return answer.into();
     }
-    // Our own answer: its uid and version are read back only on this rare path.
-    let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap_or_default();
-    let uid = v["response"]["uid"].as_str().unwrap_or_default();
-    let api_version = v["apiVersion"]
-        .as_str()
-        .unwrap_or(podmutator_core::admission::API_VERSION_V1);
-    let patch = v["response"]["patch"].as_str().map_or(0, str::len);
+    let (uid, api_version) = (answer.uid.as_str(), answer.api_version);
+    // As the reply carries it: base64.
+    let patch = answer.patch_bytes().div_ceil(3) * 4;
     tracing::error!(
         uid,
         response_bytes = size,
@@ -150,7 +146,7 @@ fn fit(source: Source, reply: Reply) -> Reply {
         "response over the limit of the path back"
     );
     let denial = podmutator_core::admission::reply_too_large(size as u64, Some(patch), limit);
-    error_reply(&Error::Denied(denial), uid, api_version)
+    Answer::error(&Error::Denied(denial), uid, api_version).into()
 }
 
 /// One event in, one response out. The refusals counted and not yet reported are reported
@@ -169,11 +165,12 @@ async fn handle_event(front: &Front, event: LambdaRequest) -> LambdaReply {
         // Only the features we compile in exist; this arm covers future variants of a
         // non-exhaustive enum.
         _ => {
-            let reply = error_reply(
+            let reply = Answer::error(
                 &Error::Invalid("unsupported Lambda event source".into()),
                 "",
                 podmutator_core::admission::API_VERSION_V1,
-            );
+            )
+            .into();
             LambdaReply::ApiGatewayV2(v2_response(reply))
         }
     }
@@ -201,13 +198,14 @@ fn body_bytes(body: Option<&str>, base64: bool) -> Result<std::borrow::Cow<'_, [
         .decode(body)
         .map(std::borrow::Cow::Owned)
         .map_err(|e| {
-            error_reply(
+            Answer::error(
                 &Error::Invalid(format!(
                     "the event's body is marked isBase64Encoded but is not valid base64: {e}"
                 )),
                 "",
                 podmutator_core::admission::API_VERSION_V1,
             )
+            .into()
         })
 }
 

@@ -158,7 +158,7 @@ async fn answer(
     // A Content-Length over the limit is refused from the head.
     let method = parts.method.as_str();
     if usize::try_from(body.size_hint().lower()).map_or(true, |n| n > max_body) {
-        return (front.body_too_large(peer, method), Some(body));
+        return (front.body_too_large(peer, method).into(), Some(body));
     }
     let read = async {
         let mut collected = Vec::new();
@@ -180,7 +180,7 @@ async fn answer(
         Ok(Ok(collected)) => collected,
         Ok(Err(over)) => {
             let unread = over.map(|()| body);
-            return (front.body_too_large(peer, method), unread);
+            return (front.body_too_large(peer, method).into(), unread);
         }
         Err(_) => return (body_timed_out(limits.body), None),
     };
@@ -195,7 +195,7 @@ async fn answer(
         );
     }
     match tokio::time::timeout(limits.request, front.review(route, &collected)).await {
-        Ok(reply) => (reply, None),
+        Ok(answer) => (answer.into(), None),
         Err(_) => (
             Reply {
                 status: 500,

@@ -23,11 +23,74 @@ use crate::secrets::{Plan, ResolvedSecrets};
 pub const API_VERSION_V1: &str = "admission.k8s.io/v1";
 pub const API_VERSION_V1BETA1: &str = "admission.k8s.io/v1beta1";
 
-/// An HTTP answer: status and a JSON body.
+/// An HTTP answer: status and a JSON body. Its body has one of two shapes: an AdmissionReview
+/// (every answer to a review, [`Answer`]), or `{"message"}` for a request that never became
+/// one (a wrong path, method or content type, a body too slow to arrive: 404, 405, 408), which
+/// the API server reports with the status alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
     pub status: u16,
     pub body: Vec<u8>,
+}
+
+/// The answer to one review, typed: its HTTP status, whose review it answers, how it ended,
+/// and the AdmissionReview written for it (`body`, whose length is what the path back
+/// carries). The one place an error becomes a reply is [`Answer::error`].
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    /// `request.uid`, echoed (empty when the review had none).
+    pub uid: String,
+    pub api_version: &'static str,
+    pub outcome: Outcome,
+    pub body: Vec<u8>,
+}
+
+/// How a review ended, as its response says.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// `allowed: true`, with the JSON Patch when the pod changed.
+    Allowed {
+        patch: Option<Patch>,
+        warnings: Vec<String>,
+    },
+    /// `allowed: false`: `status.code` and `status.message`.
+    Refused { code: u16, message: String },
+}
+
+impl Answer {
+    /// The answer for any error: a well-formed review with `allowed: false`, the HTTP status
+    /// from the error table in [`crate::error`].
+    pub fn error(err: &Error, uid: &str, api_version: &'static str) -> Self {
+        let Reply { status, body } = error_reply(err, uid, api_version);
+        Self {
+            status,
+            uid: uid.to_owned(),
+            api_version,
+            outcome: Outcome::Refused {
+                code: err.review_code(),
+                message: err.to_string(),
+            },
+            body,
+        }
+    }
+
+    /// The JSON Patch's size, before base64 (0 when there is none).
+    pub fn patch_bytes(&self) -> usize {
+        match &self.outcome {
+            Outcome::Allowed { patch: Some(p), .. } => p.as_json().len(),
+            _ => 0,
+        }
+    }
+}
+
+impl From<Answer> for Reply {
+    fn from(a: Answer) -> Self {
+        Reply {
+            status: a.status,
+            body: a.body,
+        }
+    }
 }
 
 /// Who and what a review was about, for the audit line (names, never values).
@@ -117,18 +180,42 @@ impl Admission {
             Err(err) => error_reply(err, uid, self.api_version),
         }
     }
+
+    /// The typed answer, around the `reply` written for it.
+    fn into_answer(self, reply: Reply) -> Answer {
+        let outcome = match self.verdict {
+            Ok(Verdict::NotOurs) => Outcome::Allowed {
+                patch: None,
+                warnings: Vec::new(),
+            },
+            Ok(Verdict::Ran {
+                patch, warnings, ..
+            }) => Outcome::Allowed { patch, warnings },
+            Err(err) => Outcome::Refused {
+                code: err.review_code(),
+                message: err.to_string(),
+            },
+        };
+        Answer {
+            status: reply.status,
+            uid: self.subject.uid,
+            api_version: self.api_version,
+            outcome,
+            body: reply.body,
+        }
+    }
 }
 
 impl App {
     /// Answers one AdmissionReview body that arrived by `route`. Never panics on bad input.
-    pub async fn review(&self, route: Route, body: &[u8]) -> Reply {
+    pub async fn review(&self, route: Route, body: &[u8]) -> Answer {
         self.review_within(route, body, ReplyLimit::CONFIGURED)
             .await
     }
 
     /// [`App::review`], refusing (413, `ResponseTooLarge`) a review whose reply would not fit
     /// `limit`, from an estimate made before the patch is built.
-    pub async fn review_within(&self, route: Route, body: &[u8], limit: ReplyLimit) -> Reply {
+    pub async fn review_within(&self, route: Route, body: &[u8], limit: ReplyLimit) -> Answer {
         let started = Instant::now();
         let limit = match limit.bytes {
             0 => ReplyLimit {
@@ -141,7 +228,7 @@ impl App {
         let admission = self.admit(route, body, limit).await;
         let reply = admission.reply();
         self.report(route, &admission, reply.status, started);
-        reply
+        admission.into_answer(reply)
     }
 
     /// The one report of an admission: the Prometheus counters, the EMF line and the audit
@@ -956,7 +1043,7 @@ fn allowed_reply(
 
 /// The reply for any error: a well-formed review with `allowed:false`, the HTTP status from the
 /// error table in [`crate::error`].
-pub fn error_reply(err: &Error, uid: &str, api_version: &str) -> Reply {
+fn error_reply(err: &Error, uid: &str, api_version: &str) -> Reply {
     let message = err.to_string();
     let code = err.review_code();
     let mut audit_annotations = BTreeMap::new();
