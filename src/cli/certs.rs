@@ -395,32 +395,29 @@ fn in_cluster_url(env: impl Fn(&str) -> Option<String>) -> Result<String, CertsE
 }
 
 /// (host, port) of `https://HOST[:PORT][/]`; an IPv6 host is written in brackets.
-fn parse_url(url: &str) -> Result<(String, u16), CertsError> {
-    let bad = |why: &str| err(format!("--api-server {url:?}: {why} (https://HOST[:PORT])"));
-    let rest = url
-        .strip_prefix("https://")
-        .ok_or_else(|| bad("only https is accepted"))?;
-    let rest = rest.strip_suffix('/').unwrap_or(rest);
-    if rest.contains('/') || rest.contains('@') {
+fn parse_url(text: &str) -> Result<(String, u16), CertsError> {
+    let bad = |why: &str| {
+        err(format!(
+            "--api-server {text:?}: {why} (https://HOST[:PORT])"
+        ))
+    };
+    let url = url::Url::parse(text).map_err(|e| bad(&e.to_string()))?;
+    if url.scheme() != "https" {
+        return Err(bad("only https is accepted"));
+    }
+    if url.path() != "/" || !url.username().is_empty() || url.password().is_some() {
         return Err(bad("no path or user info"));
     }
-    let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
-        let (host, after) = v6.split_once(']').ok_or_else(|| bad("unclosed ["))?;
-        (host, after.strip_prefix(':'))
-    } else {
-        match rest.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (rest, None),
-        }
-    };
-    if host.is_empty() {
-        return Err(bad("no host"));
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(bad("no query or fragment"));
     }
-    let port = match port {
-        Some(p) => p.parse().map_err(|_| bad("the port is not a number"))?,
-        None => 443,
+    let host = match url.host() {
+        // Without the brackets: the name the certificate is checked against.
+        Some(url::Host::Ipv6(address)) => address.to_string(),
+        Some(host) => host.to_string(),
+        None => return Err(bad("no host")),
     };
-    Ok((host.to_owned(), port))
+    Ok((host, url.port().unwrap_or(443)))
 }
 
 fn namespace(args: &CertsArgs) -> Result<String, CertsError> {
