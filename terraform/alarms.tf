@@ -15,7 +15,7 @@ locals {
         dimensions  = local.lambda_dimensions, threshold = 0
       }
       lambda-throttles = {
-        description = "The function hit its reserved concurrency: admissions were refused. Raise reserved_concurrent_executions."
+        description = "Lambda throttled the function: admissions were refused (429), and under failurePolicy Fail the pods were rejected. Unreserved (reserved_concurrent_executions = -1, the default): the account's unreserved pool ran out, taken by other functions of the account and region, or the burst outran Lambda's scaling rate; reserve concurrency for the function or raise the account's limit. Reserved: the reservation is too small; raise it within the account's limit (docs/scale.md, ClaimedAccountConcurrency)."
         namespace   = "AWS/Lambda", metric = "Throttles", statistic = "Sum", extended = null
         dimensions  = local.lambda_dimensions, threshold = 0
       }

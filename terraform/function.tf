@@ -176,8 +176,9 @@ resource "aws_lambda_function" "this" {
   # an alias move and provisioned concurrency can be attached to it.
   publish = true
 
-  # Sized from docs/scale.md's envelope (variables.tf): other functions cannot starve
-  # admissions, and beyond it Secrets Manager, not Lambda, is the limit.
+  # -1 by default: nothing reserved, so the install claims none of the account's regional
+  # limit and cannot make another install's apply fail. A reservation guarantees admissions
+  # against the account's other functions; docs/scale.md says how to size it.
   reserved_concurrent_executions = var.reserved_concurrent_executions
 
   environment {
@@ -198,9 +199,12 @@ resource "aws_lambda_function" "this" {
   lifecycle {
     # What Lambda stored is what the hash variable names: a zip that is not the one hashed (a
     # rebuild, a wrong path or S3 object) fails the apply here, before the `live` alias moves
-    # to the version holding it.
+    # to the version holding it. A plan that changes the code keeps the old code_sha256 (the
+    # AWS provider marks only `version` and what follows from it unknown), so the check waits
+    # for the version Lambda publishes: unknown while planned, the condition is checked once
+    # applied, against the code Lambda stored.
     postcondition {
-      condition     = self.code_sha256 == var.lambda_zip_base64sha256
+      condition     = self.code_sha256 == var.lambda_zip_base64sha256 || self.version == null
       error_message = "The uploaded code's SHA-256 (${self.code_sha256}) is not lambda_zip_base64sha256 (${var.lambda_zip_base64sha256}): the zip at lambda_zip_path (or lambda_s3_bucket/lambda_s3_key) is not the artefact whose hash was given. The `live` alias was not moved. Pass the hash of the zip you mean to deploy (scripts/lambda-artefact.sh), or the zip the hash belongs to, and apply again."
     }
     precondition {

@@ -1,5 +1,5 @@
 output "registration" {
-  description = "Everything modules/registration needs, as one object: base URL, path token (sensitive), mesh switch and label, timeoutSeconds, the image entries' selectors."
+  description = "Everything modules/registration needs, as one object: base URL, path token (sensitive), mesh switch and label, timeoutSeconds, the image entries' selectors, and whether alb_deletion_protection guards the install."
   sensitive   = true
   value = {
     url             = "https://${var.domain_name}"
@@ -12,6 +12,10 @@ output "registration" {
     images_enabled                = local.images_enabled
     images_pod_selector           = try(var.images_config.podSelector, null)
     images_namespace_selector     = try(var.images_config.namespaceSelector, null)
+
+    # alb_deletion_protection reaches the registration's own guard: it is deleted before
+    # anything here, so the refusal must come from there too (alb.tf, deletion_guard).
+    deletion_protection = local.use_alb && var.alb_deletion_protection
   }
 }
 
@@ -39,6 +43,11 @@ output "path_token_enabled" {
 output "path_token_secret_arn" {
   description = "Secrets Manager secret holding the path token (for operators and `podmutator webhook-config --path-token-file`); null without a token."
   value       = one(aws_secretsmanager_secret.path_token[*].arn)
+}
+
+output "path_token_version" {
+  description = "The path_token_version applied (recorded on the token's secret; a plan with a lower one is refused); null without a token. A rotation sets this plus one."
+  value       = var.path_token_enabled ? var.path_token_version : null
 }
 
 output "path_token_sha256" {

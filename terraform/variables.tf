@@ -98,13 +98,13 @@ variable "lambda_timeout_seconds" {
 
 
 variable "reserved_concurrent_executions" {
-  description = "Concurrency reserved for the function: other functions in the account cannot take it, and it caps the function. 300 is docs/scale.md's envelope: about 600 pods/s whose secrets are not cached (the account's GetSecretValue quota; a faster burst is throttled by Secrets Manager, not helped by more instances) at up to 0.5 s per cold admission, and the fleet simulation's peak of 250-300 instances there. Lambda keeps 100 of the account's limit unreserved, so the default needs a limit of 400 or more (1,000 by default); -1 reserves nothing (new accounts whose limit is 10 need that)."
+  description = "Concurrency reserved for the function out of the account's regional limit: other functions cannot take it, and it caps the function. -1 (default) reserves nothing: the function scales in the account's unreserved pool and claims none of the limit, so no other install or application fails to deploy for it. Reserve to guarantee admissions against the account's other functions: about the peak pods per second times 0.5 s (a cold admission), at most about 300 (docs/scale.md's envelope: beyond it Secrets Manager's quota, not Lambda, is the limit), and only what the account's limit leaves after every other reservation and provisioned concurrency and the 100 Lambda keeps unreserved (alarm on ClaimedAccountConcurrency, docs/scale.md). 0 is refused."
   type        = number
-  default     = 300
+  default     = -1
 
   validation {
-    condition     = var.reserved_concurrent_executions == -1 || var.reserved_concurrent_executions >= 1
-    error_message = "reserved_concurrent_executions must be -1 (none) or at least 1 (0 would stop every admission)."
+    condition     = var.reserved_concurrent_executions == -1 || (var.reserved_concurrent_executions >= 1 && floor(var.reserved_concurrent_executions) == var.reserved_concurrent_executions)
+    error_message = "reserved_concurrent_executions must be -1 (none, the default) or a whole number of at least 1 (0 would stop every admission)."
   }
 }
 
@@ -416,9 +416,14 @@ variable "path_token_enabled" {
 }
 
 variable "path_token_version" {
-  description = "Version of the path token: raising it draws a new token, stores it, and updates the function's hash and the registration's URL (rotation)."
+  description = "Version of the path token: raising it draws a new token, stores it, and updates the function's hash and the registration's URL (rotation). It only goes up: the applied version is recorded on the token's secret (tag podmutator:path-token-version) and a plan with a lower one is refused before anything changes, so keep it in terraform.tfvars rather than passing -var."
   type        = number
   default     = 1
+
+  validation {
+    condition     = var.path_token_version >= 1 && floor(var.path_token_version) == var.path_token_version
+    error_message = "path_token_version must be a whole number of at least 1."
+  }
 }
 
 variable "previous_path_token_sha256" {

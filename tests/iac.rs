@@ -373,9 +373,8 @@ fn terraform_and_sam_agree_with_the_functions_routes_and_deadlines() {
         );
         let out = run(
             &format!("{tag}: podmutator check-config"),
-            Command::new(env!("CARGO_BIN_EXE_podmutator"))
+            crate::common::bin()
                 .arg("check-config")
-                .env_remove("PODMUTATOR_CONFIG_FILE")
                 .env("PODMUTATOR_CONFIG", r["config"].to_string()),
         );
         assert!(
@@ -421,7 +420,7 @@ fn sam_registration_matches(tag: &str, command: &[Value], r: &Value, token_file:
         .collect();
     let out = run_ok(
         &format!("{tag}: WebhookConfigCommand"),
-        Command::new(env!("CARGO_BIN_EXE_podmutator")).args(&args),
+        crate::common::bin().args(&args),
     );
     let registered: Value = serde_saphyr::from_str(&String::from_utf8_lossy(&out.stdout))
         .unwrap_or_else(|e| panic!("{tag}: webhook-config printed no YAML: {e}"));

@@ -3,8 +3,11 @@
 //! ALB and HTTP API), with checks of what was created (tests/iac/check_moto_deploy.py, boto3);
 //! both examples applied, destroyed and applied again as a user would (the HTTP API's with its
 //! state in examples/backend-s3's bucket), with the registration drift check
-//! (scripts/registration-drift.sh) in between; plans that must be refused; a token rotation;
-//! `terraform validate` of what no test applies. Every apply's output must be free of warnings.
+//! (scripts/registration-drift.sh) in between, the ALB example's protected destroy refused
+//! before anything is deleted and its removal as docs/deploy.md writes it; the AWS module's own
+//! deletion guard; plans that must be refused; a token rotation by the runbook's commands, and
+//! a lower token version refused; `terraform validate` of what no test applies. Every apply's
+//! output must be free of warnings.
 //!
 //! Terraform is the machine's executable (`scripts/tools.sh path terraform-cli`; missing fails
 //! the test with a message, nothing skips). The AWS provider comes from the filesystem mirror
@@ -247,9 +250,53 @@ impl Terraform {
     }
 
     fn run(&self, dir: &Path, args: &[&str]) -> Output {
-        let mut cmd = Command::new(&self.bin);
-        cmd.args(args)
-            .current_dir(dir)
+        self.command(Path::new(&self.bin), dir)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("terraform {}: cannot start: {e}", args.join(" ")))
+    }
+
+    /// Runs `script` with `sh -eu` in `dir` as an operator types it (each command as written,
+    /// the first that fails failing it): `terraform` on PATH is this Terraform, with this
+    /// environment, and `terraform apply` / `destroy` approve themselves (TF_CLI_ARGS_*, in
+    /// place of the operator's "yes"). Its combined output goes to `log`.
+    fn shell(&self, dir: &Path, script: &str, log: &Path) -> Output {
+        let bin = dir.join(".operator-bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let link = bin.join("terraform");
+        if !link.exists() {
+            std::os::unix::fs::symlink(&self.bin, &link).unwrap();
+        }
+        let approve = "-auto-approve -input=false -no-color";
+        let out = self
+            .command(Path::new("sh"), dir)
+            .args(["-eu", "-c", script])
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin.display(),
+                    self.env
+                        .iter()
+                        .rfind(|(k, _)| k == "PATH")
+                        .map(|(_, v)| v.clone())
+                        .unwrap_or_else(|| std::env::var("PATH").unwrap_or_default())
+                ),
+            )
+            .env("TF_CLI_ARGS_apply", approve)
+            .env("TF_CLI_ARGS_destroy", approve)
+            .env("TF_CLI_ARGS_plan", "-input=false -no-color")
+            .env("TF_CLI_ARGS_output", "-no-color")
+            .output()
+            .expect("sh starts");
+        std::fs::write(log, combined(&out)).unwrap();
+        out
+    }
+
+    /// A command in `dir` with the environment every Terraform command here gets.
+    fn command(&self, program: &Path, dir: &Path) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.current_dir(dir)
             .env("TF_CLI_CONFIG_FILE", "/dev/null")
             .env("CHECKPOINT_DISABLE", "1")
             .env("TF_IN_AUTOMATION", "1")
@@ -262,8 +309,7 @@ impl Terraform {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        cmd.output()
-            .unwrap_or_else(|e| panic!("terraform {}: cannot start: {e}", args.join(" ")))
+        cmd
     }
 
     /// Runs and requires success; the combined output goes to `log` (if given) for the leak
@@ -728,6 +774,10 @@ fn terraform_against_moto_alb_http_api_eks_network_the_examples_and_a_rotation()
             "rotation",
             std::thread::spawn(rotates_the_path_token_keeping_the_previous_for_one_apply),
         ),
+        (
+            "protected",
+            std::thread::spawn(a_protected_install_refuses_destroy_before_deleting_anything),
+        ),
     ];
     let failed: Vec<&str> = runs
         .into_iter()
@@ -787,9 +837,13 @@ fn drift_check(manifest: &str, cluster: &str, env: &[(String, String)]) -> (i32,
 /// An example as a user runs it, against moto: `terraform apply`,
 /// `destroy` and `apply` again, which used to fail on the kept log groups
 /// (ResourceAlreadyExists). The example's own inputs are what is passed through (name,
-/// alb_deletion_protection, alarm_topic_arns, secrets_namespace_selector); the HTTP API's state
-/// lives in the S3 bucket and KMS key examples/backend-s3 makes. The registration drift check
-/// runs against the fake cluster: in sync, edited (a stale token, Ignore), and deleted.
+/// alb_deletion_protection, alarm_topic_arns, secrets_namespace_selector,
+/// reserved_concurrent_executions); the HTTP API's state lives in the S3 bucket and KMS key
+/// examples/backend-s3 makes. The registration drift check runs against the fake cluster: in
+/// sync, edited (a stale token, Ignore), and deleted. The ALB example keeps its deletion
+/// protection on (the default): a plain `terraform destroy` is refused before it deletes
+/// anything (item 9 of issue 38: it used to delete the registration, the function and the
+/// listener first), and the removal runs docs/deploy.md's commands as written.
 fn example_install_remove_reinstall(example: &str) {
     let t0 = Instant::now();
     let moto = Moto::start();
@@ -827,6 +881,7 @@ route53_zone_id         = "{zone}"
 lambda_zip_path         = "{zip}"
 lambda_zip_base64sha256 = "{hash}"
 alarm_topic_arns        = ["{topic}"]
+reserved_concurrent_executions = 7
 "#,
         zone = facts["zone_id"].as_str().unwrap(),
         zip = zip.display(),
@@ -834,7 +889,7 @@ alarm_topic_arns        = ["{topic}"]
     );
     if example == "alb" {
         tfvars += &format!(
-            "control_plane_security_group_id = \"{}\"\nalb_deletion_protection = false\n",
+            "control_plane_security_group_id = \"{}\"\n",
             facts["control_plane_security_group_id"].as_str().unwrap()
         );
         tf.init(&ex);
@@ -886,7 +941,7 @@ alarm_topic_arns        = ["{topic}"]
             ],
         );
     }
-    std::fs::write(ex.join("terraform.tfvars"), tfvars).unwrap();
+    std::fs::write(ex.join("terraform.tfvars"), &tfvars).unwrap();
 
     let apply = |log: &str| {
         let path = dir.join(log);
@@ -957,6 +1012,56 @@ alarm_topic_arns        = ["{topic}"]
     let manifest = outputs("outputs-1.json");
     check("applied", "outputs-1.json", "-", &[&applied]);
     let token = registered_token();
+
+    // The ALB example is protected by default: a plain destroy is refused by the registration's
+    // guard, destroyed first of all, before anything is deleted. Every resource is still in the
+    // state, the registration in the cluster as it was, and what moto holds passes the same
+    // checks as after the install.
+    let refused = dir.join("destroy-refused.log");
+    if example == "alb" {
+        let before = managed_resources(&tf, &ex);
+        assert!(
+            before.contains("module.registration.terraform_data.deletion_guard")
+                && before.contains("module.podmutator.terraform_data.deletion_guard[0]"),
+            "no deletion guards: {before:?}"
+        );
+        let registered = std::fs::read(kube.join("podmutator.json")).unwrap();
+        let out = tf.run(
+            &ex,
+            &["destroy", "-auto-approve", "-input=false", "-no-color"],
+        );
+        let text = combined(&out);
+        std::fs::write(&refused, &text).unwrap();
+        let line = words(&text);
+        assert!(
+            !out.status.success(),
+            "a protected install was destroyed:\n{text}"
+        );
+        assert!(
+            line.contains(PROTECTED)
+                && line.contains(LIFT_PROTECTION)
+                && line.contains("with module.registration.terraform_data.deletion_guard"),
+            "refused for another reason:\n{text}"
+        );
+        assert!(
+            !text.contains("Destruction complete"),
+            "the refused destroy deleted something:\n{text}"
+        );
+        let after = managed_resources(&tf, &ex);
+        assert!(
+            before.is_subset(&after),
+            "the refused destroy removed {:?} from the state",
+            before.difference(&after).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            std::fs::read(kube.join("podmutator.json")).unwrap(),
+            registered,
+            "the refused destroy changed the registration"
+        );
+        check("applied", "outputs-1.json", "-", &[&applied, &refused]);
+    } else {
+        std::fs::write(&refused, "").unwrap();
+    }
 
     // The drift check: in sync, then a stale token and failing open (someone's `kubectl edit`),
     // shown without either token; then the object deleted.
@@ -1049,28 +1154,51 @@ alarm_topic_arns        = ["{topic}"]
         std::fs::write(&restored, "").unwrap();
     }
 
-    // Remove (the ALB's deletion protection is off through the example's variable).
+    // Remove: the HTTP API's with `terraform destroy`; the ALB's as docs/deploy.md ("Removal
+    // and reinstall") writes it, the protection lifted in terraform.tfvars and applied first.
     let destroyed = dir.join("destroy.log");
-    tf.ok(
-        &ex,
-        &["destroy", "-auto-approve", "-input=false", "-no-color"],
-        Some(&destroyed),
-    );
+    if example == "alb" {
+        let script = deploy_doc_block("## Removal and reinstall");
+        let out = tf.shell(&ex, &script, &destroyed);
+        let text = combined(&out);
+        assert!(
+            out.status.success(),
+            "docs/deploy.md's removal failed:\n{script}\n{text}"
+        );
+        let warnings = unexpected_warnings(&text);
+        assert!(warnings.is_empty(), "the removal warns: {warnings:?}");
+        assert!(
+            text.contains("Destroy complete!"),
+            "the removal did not destroy:\n{text}"
+        );
+    } else {
+        tf.ok(
+            &ex,
+            &["destroy", "-auto-approve", "-input=false", "-no-color"],
+            Some(&destroyed),
+        );
+    }
     check(
         "destroyed",
         "outputs-1.json",
         "-",
-        &[&applied, &restored, &destroyed],
+        &[&applied, &refused, &restored, &destroyed],
+    );
+    assert!(
+        managed_resources(&tf, &ex).is_empty(),
+        "the destroy left resources in the state"
     );
 
-    // Reinstall under the same name, beside the kept log groups.
+    // Reinstall under the same name, beside the kept log groups (protected again: the
+    // removal's line in terraform.tfvars goes).
+    std::fs::write(ex.join("terraform.tfvars"), &tfvars).unwrap();
     let reapplied = apply("reapply.log");
     outputs("outputs-2.json");
     check(
         "reapplied",
         "outputs-2.json",
         dir.join("outputs-1.json").to_str().unwrap(),
-        &[&applied, &restored, &destroyed, &reapplied],
+        &[&applied, &refused, &restored, &destroyed, &reapplied],
     );
     eprintln!(
         "examples/{example}: apply, destroy, apply against moto in {:.1} s",
@@ -1111,6 +1239,47 @@ fn combined(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// Terraform's output as one line of words: its messages are wrapped at the terminal's width.
+fn words(text: &str) -> String {
+    text.split_whitespace()
+        .filter(|w| *w != "│")
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The first shell block of docs/deploy.md after `marker`, as an operator copies it.
+fn deploy_doc_block(marker: &str) -> String {
+    let doc = std::fs::read_to_string(root().join("docs/deploy.md")).unwrap();
+    let at = doc
+        .find(marker)
+        .unwrap_or_else(|| panic!("docs/deploy.md has no {marker:?}"));
+    let rest = &doc[at..];
+    let start = rest
+        .find("```sh\n")
+        .unwrap_or_else(|| panic!("no sh block after {marker:?} in docs/deploy.md"))
+        + "```sh\n".len();
+    let end = rest[start..].find("```").unwrap();
+    rest[start..start + end].to_owned()
+}
+
+/// The managed resources in a root module's state (`terraform state list`, data sources left
+/// out: a plan reads them again, and a refresh may add one).
+fn managed_resources(tf: &Terraform, dir: &Path) -> std::collections::BTreeSet<String> {
+    let out = tf.ok(dir, &["state", "list"], None);
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("data.") && !l.contains(".data."))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The refusal both deletion guards print (terraform/protection.tf and
+/// modules/registration), and how it says to lift the protection.
+const PROTECTED: &str =
+    "alb_deletion_protection is true: destroy refused before anything was deleted";
+const LIFT_PROTECTION: &str = "set alb_deletion_protection = false (terraform.tfvars), run terraform apply, then terraform destroy";
 
 /// `modules/eks-network` against an EKS cluster in moto whose VPC has what eksctl makes: a public
 /// and a private subnet in one zone, two private subnets in another. It must pick the private
@@ -1458,9 +1627,8 @@ module "podmutator" {{
             .unwrap()
         };
     let check_config = |config: &serde_json::Value| -> Output {
-        Command::new(env!("CARGO_BIN_EXE_podmutator"))
+        crate::common::bin()
             .arg("check-config")
-            .env_remove("PODMUTATOR_CONFIG_FILE")
             .env("PODMUTATOR_CONFIG", config.to_string())
             .stdin(Stdio::null())
             .output()
@@ -1757,10 +1925,168 @@ module "pods_elsewhere" {{
     );
 }
 
-/// A rotation as docs/deploy.md ("Rotating the path token") runs it. The apply
-/// that raises path_token_version with previous_path_token_sha256 leaves the function accepting
-/// `[new, previous]` and the registration on the new token; the next apply, without the
-/// previous hash, leaves `new` alone; a plan after that is empty. A scenario of the moto test.
+/// Item 9 of issue 38: `alb_deletion_protection` protects the install, not the ALB alone. The
+/// AWS module without the registration module (its own guard, terraform/protection.tf): with
+/// the protection on (the default), `terraform destroy` is refused before it deletes anything
+/// (every resource still in the state, the function and the ALB in moto); `-var` on the destroy
+/// alone does not lift it; an apply with it off does, and the destroy then removes everything.
+/// (moto does not enforce the ALB's own deletion protection: before the guard, this destroy
+/// succeeded.) A scenario of the moto test.
+fn a_protected_install_refuses_destroy_before_deleting_anything() {
+    let moto = Moto::start();
+    let scratch = Scratch::new("protected");
+    let dir = &scratch.0;
+    copy_iac(dir);
+    let hash = write_zip(&dir.join("bootstrap.zip"));
+    std::fs::write(
+        dir.join("main.tf"),
+        provider_block()
+            + &format!(
+                r#"
+variable "alb_deletion_protection" {{
+  type    = bool
+  default = true
+}}
+resource "aws_vpc" "cluster" {{
+  cidr_block = "10.0.0.0/16"
+}}
+resource "aws_subnet" "private" {{
+  count             = 2
+  vpc_id            = aws_vpc.cluster.id
+  cidr_block        = "10.0.${{count.index}}.0/24"
+  availability_zone = ["{REGION}a", "{REGION}b"][count.index]
+}}
+resource "aws_security_group" "control_plane" {{
+  name_prefix = "eks-control-plane-"
+  description = "Carried by the EKS control plane alone"
+  vpc_id      = aws_vpc.cluster.id
+}}
+resource "aws_acm_certificate" "elsewhere" {{
+  domain_name       = "podmutator.example.com"
+  validation_method = "DNS"
+}}
+module "podmutator" {{
+  source                          = "./terraform"
+  name                            = "pm-protected"
+  lambda_zip_path                 = "${{path.root}}/bootstrap.zip"
+  lambda_zip_base64sha256         = "{hash}"
+  domain_name                     = "podmutator.example.com"
+  create_certificate              = false
+  certificate_arn                 = aws_acm_certificate.elsewhere.arn
+  create_dns_record               = false
+  vpc_id                          = aws_vpc.cluster.id
+  subnet_ids                      = aws_subnet.private[*].id
+  control_plane_security_group_id = aws_security_group.control_plane.id
+  alarms_enabled                  = false
+  alb_deletion_protection         = var.alb_deletion_protection
+}}
+"#
+            ),
+    )
+    .unwrap();
+    let env = moto_env(&moto);
+    let tf = Terraform::new(env.clone());
+    tf.init(dir);
+    tf.ok(
+        dir,
+        &["apply", "-auto-approve", "-input=false", "-no-color"],
+        None,
+    );
+    // What moto holds: the function, and the ALB with its own protection on.
+    let in_moto = || -> serde_json::Value {
+        python_json(
+            &[
+                "-c",
+                "import boto3,json\nfrom botocore.exceptions import ClientError\ntry:\n    fn = boto3.client('lambda').get_function(FunctionName='pm-protected')['Configuration']['FunctionName']\nexcept ClientError:\n    fn = None\nelb = boto3.client('elbv2')\nlbs = [l['LoadBalancerArn'] for l in elb.describe_load_balancers()['LoadBalancers'] if l['LoadBalancerName'] == 'pm-protected']\nprotected = [a['Value'] for l in lbs for a in elb.describe_load_balancer_attributes(LoadBalancerArn=l)['Attributes'] if a['Key'] == 'deletion_protection.enabled']\nprint(json.dumps({'function': fn, 'alb_protection': protected}))",
+            ],
+            &env,
+        )
+    };
+    assert_eq!(
+        in_moto(),
+        serde_json::json!({"function": "pm-protected", "alb_protection": ["true"]})
+    );
+    let before = managed_resources(&tf, dir);
+    assert!(
+        before.contains("module.podmutator.terraform_data.deletion_guard[0]")
+            && before.contains("module.podmutator.aws_lambda_function.this")
+            && before.contains("module.podmutator.aws_lb.this[0]"),
+        "{before:?}"
+    );
+
+    // Refused, by the module's guard, before anything is deleted: also with the variable set
+    // false on the destroy alone (the guard reads the state, which only an apply changes).
+    for extra in [None, Some("-var=alb_deletion_protection=false")] {
+        let mut args = vec!["destroy", "-auto-approve", "-input=false", "-no-color"];
+        args.extend(extra);
+        let out = tf.run(dir, &args);
+        let text = combined(&out);
+        let line = words(&text);
+        assert!(
+            !out.status.success(),
+            "a protected install was destroyed ({extra:?}):\n{text}"
+        );
+        assert!(
+            line.contains(PROTECTED)
+                && line.contains(LIFT_PROTECTION)
+                && line.contains("with module.podmutator.terraform_data.deletion_guard[0]"),
+            "refused for another reason ({extra:?}):\n{text}"
+        );
+        assert!(
+            !text.contains("Destruction complete"),
+            "the refused destroy deleted something ({extra:?}):\n{text}"
+        );
+        let after = managed_resources(&tf, dir);
+        assert!(
+            before.is_subset(&after),
+            "the refused destroy ({extra:?}) removed {:?} from the state",
+            before.difference(&after).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            in_moto(),
+            serde_json::json!({"function": "pm-protected", "alb_protection": ["true"]}),
+            "the refused destroy ({extra:?}) deleted in AWS"
+        );
+    }
+
+    // Lifted by an apply; then the destroy removes everything.
+    tf.ok(
+        dir,
+        &[
+            "apply",
+            "-auto-approve",
+            "-input=false",
+            "-no-color",
+            "-var=alb_deletion_protection=false",
+        ],
+        None,
+    );
+    tf.ok(
+        dir,
+        &[
+            "destroy",
+            "-auto-approve",
+            "-input=false",
+            "-no-color",
+            "-var=alb_deletion_protection=false",
+        ],
+        None,
+    );
+    assert!(managed_resources(&tf, dir).is_empty());
+    assert_eq!(
+        in_moto(),
+        serde_json::json!({"function": null, "alb_protection": []})
+    );
+}
+
+/// A rotation as docs/deploy.md ("Rotating the path token") runs it: its commands, as written,
+/// editing terraform.tfvars. The apply that raises path_token_version with
+/// previous_path_token_sha256 leaves the function accepting `[new, previous]` and the
+/// registration on the new token; the next apply, without the previous hash, leaves `new`
+/// alone; a routine plan after that is empty. Then the version cannot go down (item 7 of issue
+/// 38): an apply with version 1, or terraform.tfvars without the version, is refused at plan
+/// time, and the token, the function and the registration stay as they were. A scenario of the
+/// moto test.
 fn rotates_the_path_token_keeping_the_previous_for_one_apply() {
     let moto = Moto::start();
     let scratch = Scratch::new("rotation");
@@ -1828,11 +2154,16 @@ module "registration" {{
   depends_on   = [module.podmutator]
 }}
 output "path_token_sha256" {{ value = module.podmutator.path_token_sha256 }}
+output "path_token_version" {{ value = module.podmutator.path_token_version }}
+output "path_token_secret_arn" {{ value = module.podmutator.path_token_secret_arn }}
 output "function_name" {{ value = module.podmutator.function_name }}
 "#
             ),
     )
     .unwrap();
+    // The root's variables live in terraform.tfvars, which the runbook edits.
+    let tfvars = dir.join("terraform.tfvars");
+    std::fs::write(&tfvars, format!("zip_hash = \"{hash}\"\n")).unwrap();
     let mut env = moto_env(&moto);
     env.push(("FAKE_KUBE_DIR".into(), kube.to_str().unwrap().into()));
     let tf = Terraform::new(env.clone());
@@ -1884,16 +2215,59 @@ output "function_name" {{ value = module.podmutator.function_name }}
             .collect()
     };
 
+    // The SHA-256 of the token Secrets Manager holds as current (the token stays in here).
+    let stored_hash = || -> String {
+        let mut cmd = Command::new(tool("python"));
+        cmd.args([
+            "-c",
+            "import boto3,hashlib,sys; print(hashlib.sha256(boto3.client('secretsmanager').get_secret_value(SecretId=sys.argv[1])['SecretString'].encode()).hexdigest())",
+        ])
+        .arg(output("path_token_secret_arn"))
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", combined(&out));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    // docs/deploy.md's commands, as written, with `terraform` on PATH.
+    let runbook = deploy_doc_block("**Terraform** does steps 1 and 2");
+    let (steps_1_2, step_3) = runbook.split_at(
+        runbook
+            .find("\n# verify")
+            .expect("the runbook marks where verification comes")
+            + 1,
+    );
+    let run_doc = |script: &str, log: &str| {
+        let out = tf.shell(dir, script, &dir.join(log));
+        let text = combined(&out);
+        assert!(
+            out.status.success(),
+            "docs/deploy.md's commands failed:\n{script}\n{text}"
+        );
+        let warnings = unexpected_warnings(&text);
+        assert!(warnings.is_empty(), "{script} warns: {warnings:?}");
+    };
+
     apply(&[]);
     let first = output("path_token_sha256");
+    assert_eq!(output("path_token_version"), "1");
     assert_eq!(live_http()["pathTokenSha256"], first.as_str());
     assert_eq!(registered_hashes(), [first.clone()].into());
+    assert_eq!(stored_hash(), first);
 
-    // Steps 1 and 2: the function accepts both, then the registration moves.
-    apply(&[
-        "-var=path_token_version=2",
-        &format!("-var=previous_path_token_sha256={first}"),
-    ]);
+    // Steps 1 and 2: the function accepts both, then the registration moves; the version and
+    // the previous hash are in terraform.tfvars.
+    run_doc(steps_1_2, "rotate.log");
+    let written = std::fs::read_to_string(&tfvars).unwrap();
+    assert!(
+        written.contains("path_token_version         = 2\n")
+            && written.contains(&format!("previous_path_token_sha256 = \"{first}\"\n")),
+        "the runbook did not write the rotation into terraform.tfvars:\n{written}"
+    );
+    assert_eq!(output("path_token_version"), "2");
     let second = output("path_token_sha256");
     assert_ne!(
         second, first,
@@ -1906,21 +2280,72 @@ output "function_name" {{ value = module.podmutator.function_name }}
     );
     assert_eq!(registered_hashes(), [second.clone()].into());
 
-    // Step 3: the previous token is dropped; nothing else changes.
-    apply(&["-var=path_token_version=2"]);
+    assert_eq!(stored_hash(), second);
+
+    // Step 3: the previous token is dropped; nothing else changes; the version stays.
+    run_doc(step_3, "drop-previous.log");
+    let written = std::fs::read_to_string(&tfvars).unwrap();
+    assert!(
+        written.contains("path_token_version         = 2\n")
+            && !written.contains("previous_path_token_sha256"),
+        "step 3 left terraform.tfvars as:\n{written}"
+    );
     assert_eq!(live_http()["pathTokenSha256"], second.as_str());
     assert_eq!(registered_hashes(), [second.clone()].into());
+    // A routine plan, without any -var, changes nothing.
     let plan = tf.run(
         dir,
-        &[
-            "plan",
-            "-input=false",
-            "-no-color",
-            "-detailed-exitcode",
-            "-var=path_token_version=2",
-        ],
+        &["plan", "-input=false", "-no-color", "-detailed-exitcode"],
     );
     assert_eq!(plan.status.code(), Some(0), "{}", combined(&plan));
+
+    // The version only goes up: an apply that would lower it (a forgotten tfvars line, an
+    // old copy, a -var from an old runbook) is refused at plan time, saying what to set, and
+    // nothing changes: the stored token, the function's hash, the registration.
+    let refusal = "path_token_version is 1, lower than 2, the version applied last";
+    let out = tf.run(
+        dir,
+        &[
+            "apply",
+            "-auto-approve",
+            "-input=false",
+            "-no-color",
+            "-var=path_token_version=1",
+        ],
+    );
+    let text = words(&combined(&out));
+    assert!(
+        !out.status.success(),
+        "version 1 after 2 was applied: {text}"
+    );
+    assert!(
+        text.contains(refusal) && text.contains("Set path_token_version = 2 in terraform.tfvars"),
+        "refused for another reason: {text}"
+    );
+    assert!(
+        !text.contains("Modifying...") && !text.contains("Creating..."),
+        "the refused apply changed something: {text}"
+    );
+    std::fs::write(
+        &tfvars,
+        written.replace("path_token_version         = 2\n", ""),
+    )
+    .unwrap();
+    let out = tf.run(dir, &["plan", "-input=false", "-no-color"]);
+    let text = words(&combined(&out));
+    assert!(
+        !out.status.success() && text.contains(refusal),
+        "terraform.tfvars without the version (the default, 1) was not refused: {text}"
+    );
+    std::fs::write(&tfvars, &written).unwrap();
+    assert_eq!(output("path_token_version"), "2");
+    assert_eq!(
+        stored_hash(),
+        second,
+        "the refused apply stored a new token"
+    );
+    assert_eq!(live_http()["pathTokenSha256"], second.as_str());
+    assert_eq!(registered_hashes(), [second.clone()].into());
 
     // A hash that is not the zip's (a rebuilt zip that was not copied, a wrong S3 key): the
     // upload happens, Lambda's own hash of it differs, and the apply fails before the alias
@@ -1951,7 +2376,6 @@ output "function_name" {{ value = module.podmutator.function_name }}
             "-auto-approve",
             "-input=false",
             "-no-color",
-            "-var=path_token_version=2",
             &format!("-var=zip_hash={other}"),
         ],
     );

@@ -7,8 +7,9 @@
 #   2. Here:                        cp terraform.tfvars.example terraform.tfvars  (and edit it)
 #   3.                              terraform init && terraform apply
 #
-# Remove it with `terraform apply -var alb_deletion_protection=false`, then `terraform destroy`;
-# the log groups stay (the audit trail) and a later apply installs again beside them. For the
+# Remove it with alb_deletion_protection = false in terraform.tfvars, `terraform apply`, then
+# `terraform destroy` (while protected, a destroy is refused before it deletes anything); the
+# log groups stay (the audit trail) and a later apply installs again beside them. For the
 # state, ../backend-s3 makes an encrypted S3 backend.
 #
 # Needs only the AWS provider; the registration is applied with kubectl and the deployer's own
@@ -80,7 +81,7 @@ variable "failure_policy" {
 }
 
 variable "alb_deletion_protection" {
-  description = "Protect the ALB from deletion; set false and apply before `terraform destroy`."
+  description = "Protect the install: while true, `terraform destroy` is refused before it deletes anything (docs/deploy.md, \"Removal and reinstall\"). Set false in terraform.tfvars and apply before `terraform destroy`."
   type        = bool
   default     = true
 }
@@ -104,7 +105,7 @@ variable "name" {
 }
 
 variable "path_token_version" {
-  description = "Raise to rotate the path token (docs/deploy.md, \"Rotating the path token\")."
+  description = "Raise to rotate the path token (docs/deploy.md, \"Rotating the path token\"); keep it in terraform.tfvars: a lower version than the one applied is refused."
   type        = number
   default     = 1
 }
@@ -113,6 +114,12 @@ variable "previous_path_token_sha256" {
   description = "During a rotation only: `terraform output -raw path_token_sha256` from before raising path_token_version; null again in the next apply."
   type        = string
   default     = null
+}
+
+variable "reserved_concurrent_executions" {
+  description = "Concurrency reserved for the function out of the account's regional limit; -1 (default) reserves nothing. Reserve only to guarantee admissions against the account's other functions, sized as docs/scale.md says (\"Reserved concurrency\"), and alarm on ClaimedAccountConcurrency."
+  type        = number
+  default     = -1
 }
 
 variable "alarm_topic_arns" {
@@ -169,9 +176,10 @@ module "podmutator" {
   alb_access_logs_bucket            = var.alb_access_logs_bucket
   alb_access_logs_record_path_token = var.alb_access_logs_record_path_token
 
-  path_token_version         = var.path_token_version
-  previous_path_token_sha256 = var.previous_path_token_sha256
-  alarm_topic_arns           = var.alarm_topic_arns
+  path_token_version             = var.path_token_version
+  previous_path_token_sha256     = var.previous_path_token_sha256
+  alarm_topic_arns               = var.alarm_topic_arns
+  reserved_concurrent_executions = var.reserved_concurrent_executions
 
   # Flyte's webhook section; Embedded reads u__org__flyte__... secrets from Secrets Manager.
   webhook_config = {
@@ -212,6 +220,11 @@ output "function_name" {
 
 output "log_group_name" {
   value = module.podmutator.log_group_name
+}
+
+output "path_token_version" {
+  description = "The path_token_version applied; a rotation sets this plus one."
+  value       = module.podmutator.path_token_version
 }
 
 output "path_token_sha256" {

@@ -70,6 +70,12 @@ variable "fetcher_image" {
   type        = string
 }
 
+variable "reserved_concurrent_executions" {
+  description = "Concurrency reserved for the function out of the account's regional limit; -1 (default) reserves nothing. Reserve only to guarantee admissions against the account's other functions, sized as docs/scale.md says (\"Reserved concurrency\"), and alarm on ClaimedAccountConcurrency."
+  type        = number
+  default     = -1
+}
+
 variable "alarm_topic_arns" {
   description = "SNS topics for the alarms."
   type        = list(string)
@@ -83,7 +89,7 @@ variable "name" {
 }
 
 variable "path_token_version" {
-  description = "Raise to rotate the path token (docs/deploy.md, \"Rotating the path token\")."
+  description = "Raise to rotate the path token (docs/deploy.md, \"Rotating the path token\"); keep it in terraform.tfvars: a lower version than the one applied is refused."
   type        = number
   default     = 1
 }
@@ -144,8 +150,9 @@ module "podmutator" {
   path_token_version         = var.path_token_version
   previous_path_token_sha256 = var.previous_path_token_sha256
 
-  alarm_topic_arns  = var.alarm_topic_arns
-  dashboard_enabled = true
+  alarm_topic_arns               = var.alarm_topic_arns
+  reserved_concurrent_executions = var.reserved_concurrent_executions
+  dashboard_enabled              = true
 }
 
 module "registration" {
@@ -178,6 +185,11 @@ output "dns_target_name" {
 
 output "log_group_name" {
   value = module.podmutator.log_group_name
+}
+
+output "path_token_version" {
+  description = "The path_token_version applied; a rotation sets this plus one."
+  value       = module.podmutator.path_token_version
 }
 
 output "path_token_sha256" {

@@ -66,7 +66,10 @@ def main():
         c.eq("secrets entry namespaceSelector", secrets["namespaceSelector"], want_ns)
         c.eq("secrets entry failurePolicy", secrets["failurePolicy"], "Fail")
 
-        conf = lam.get_function(FunctionName=name)["Configuration"]
+        fn = lam.get_function(FunctionName=name)
+        conf = fn["Configuration"]
+        # terraform.tfvars reserves 7: the example passes reserved_concurrent_executions through.
+        c.eq("reserved_concurrent_executions passed through", fn.get("Concurrency", {}).get("ReservedConcurrentExecutions"), 7)
         c.eq("the function logs to the log_group_name output", conf.get("LoggingConfig", {}).get("LogGroup"), out["log_group_name"])
         c.true("the log group's name has a generated suffix", out["log_group_name"].startswith(f"/aws/lambda/{name}-") and len(out["log_group_name"]) > len(f"/aws/lambda/{name}-"), out["log_group_name"])
         alarms = client("cloudwatch").describe_alarms(AlarmNamePrefix=f"{name}-")["MetricAlarms"]
@@ -76,7 +79,8 @@ def main():
             elb = client("elbv2")
             lb = elb.describe_load_balancers(Names=[name])["LoadBalancers"][0]
             attrs = {a["Key"]: a["Value"] for a in elb.describe_load_balancer_attributes(LoadBalancerArn=lb["LoadBalancerArn"])["Attributes"]}
-            c.eq("alb_deletion_protection passed through", attrs.get("deletion_protection.enabled"), "false")
+            # On by default (the test leaves the example's default): the removal lifts it.
+            c.eq("alb_deletion_protection on by default", attrs.get("deletion_protection.enabled"), "true")
             c.eq("the ALB is in the cluster's internal-elb subnets (eks-network)", sorted(z["SubnetId"] for z in lb["AvailabilityZones"]), sorted(facts["subnet_ids"]))
             sg = client("ec2").describe_security_groups(GroupIds=lb["SecurityGroups"])["SecurityGroups"][0]
             sources = [g["GroupId"] for p in sg["IpPermissions"] for g in p.get("UserIdGroupPairs", [])]

@@ -83,7 +83,7 @@ def main():
     c.eq("metrics namespace", config.get("metrics"), {"namespace": "podmutator"})
     c.eq("architecture", conf["Architectures"], ["arm64"])
     c.eq("log format", conf.get("LoggingConfig", {}).get("LogFormat"), "JSON")
-    c.eq("reserved concurrency (docs/scale.md's envelope)", f.get("Concurrency", {}).get("ReservedConcurrentExecutions"), 300)
+    c.eq("nothing reserved by default (the account's limit is not claimed)", f.get("Concurrency", {}).get("ReservedConcurrentExecutions"), None)
     c.eq("the code Lambda holds is the zip whose hash was given", conf["CodeSha256"], out["code_sha256"])
     alias = lam.get_alias(FunctionName=fn_name, Name="live")
     c.true("`live` alias points at a published version", alias["FunctionVersion"] not in ("$LATEST", ""), alias["FunctionVersion"])

@@ -353,7 +353,10 @@ def main():
     c.eq("runtime", props.get("Runtime"), "provided.al2023")
     c.eq("architectures", props.get("Architectures"), [{"Ref": "Architecture"}])
     c.eq("endpoint invokes the live alias (published versions)", props.get("AutoPublishAlias"), "live")
-    # Sized from docs/scale.md as Terraform's; -1 leaves the property out; 0 is refused.
+    # Nothing reserved by default, as Terraform (item 11 of issue 38: a default reservation
+    # claims the account's limit and fails other stacks): -1 leaves the property out; 0 is refused.
+    c.eq("ReservedConcurrency reserves nothing by default", base["ReservedConcurrency"], -1)
+    c.eq("by default the function has no reservation", Evaluator(template, base).value({"x": props.get("ReservedConcurrentExecutions")}).get("x", NO_VALUE), NO_VALUE)
     for reserved, want, refused in [(300, 300, []), (50, 50, []), (-1, NO_VALUE, []), (0, 0, ["ReservedConcurrencyNotZero"])]:
         ev = Evaluator(template, dict(base, ReservedConcurrency=reserved))
         got = ev.value({"x": props.get("ReservedConcurrentExecutions")}).get("x", NO_VALUE)
@@ -361,6 +364,9 @@ def main():
         c.eq(f"ReservedConcurrency {reserved}: rules refused", failed_rules(template, ev), refused)
     for name in ("ReservedConcurrency",):
         c.eq(f"{name} allows -1 (none)", template["Parameters"][name].get("MinValue"), -1)
+    throttles = template["Resources"]["LambdaThrottlesAlarm"]["Properties"]["AlarmDescription"]
+    c.true("the throttles alarm says what to do when nothing is reserved",
+           "ReservedConcurrency -1" in throttles and "ClaimedAccountConcurrency" in throttles and "hit its reserved concurrency" not in throttles, throttles)
     c.eq("path token on by default", base["PathTokenEnabled"], "true")
     for name, r in template["Resources"].items():
         if r["Type"] == "AWS::Logs::LogGroup":

@@ -247,10 +247,19 @@ def main():
     c.true("no file hash at plan time (filebase64sha256 / filesha256)", "filebase64sha256(" not in text and "filesha256(" not in text)
     c.eq("code hash from a variable", fn.get("source_code_hash"), "${var.lambda_zip_base64sha256}")
     c.eq("versions published", fn.get("publish"), True)
-    c.eq("reserved concurrency default is docs/scale.md's envelope", var.get("reserved_concurrent_executions"), 300)
+    # Item 11 of issue 38: a reservation claims the account's regional limit, so a default one
+    # made the fourth install in a region (or the first below a limit of 400) fail midway.
+    c.eq("reserved concurrency: nothing reserved by default (-1)", var.get("reserved_concurrent_executions"), -1)
+    c.eq("the function takes its reservation from the variable", fn.get("reserved_concurrent_executions"), "${var.reserved_concurrent_executions}")
+    reserved_checks = [v["condition"] for v in tf["variable"]["reserved_concurrent_executions"]["validation"]]
+    c.true("reserved_concurrent_executions: -1 (none) or at least 1, never 0",
+           any(v.startswith("${var.reserved_concurrent_executions == -1 || (var.reserved_concurrent_executions >= 1") for v in reserved_checks), str(reserved_checks))
+    throttles = tf["locals"]["alarms"]
+    c.true("the throttles alarm says what to do when nothing is reserved",
+           "reserved_concurrent_executions = -1" in throttles and "ClaimedAccountConcurrency" in throttles and "hit its reserved concurrency" not in throttles, throttles[:200])
     post = [p["condition"] for p in one(fn, "lifecycle").get("postcondition", [])]
     c.true("function postcondition: the uploaded code is the zip whose hash was given",
-           "${self.code_sha256 == var.lambda_zip_base64sha256}" in post, str(post))
+           "${self.code_sha256 == var.lambda_zip_base64sha256 || self.version == null}" in post, str(post))
     c.eq("role name is a prefix (unique per deployment)", "name" in res["aws_iam_role"]["function"], False)
     c.eq("role permissions boundary", res["aws_iam_role"]["function"].get("permissions_boundary"), "${var.permissions_boundary_arn}")
     for name, lg in res["aws_cloudwatch_log_group"].items():
@@ -378,6 +387,20 @@ def main():
     c.eq("integration invokes the live alias", res["aws_apigatewayv2_integration"]["function"].get("integration_uri"), "${aws_lambda_alias.live.invoke_arn}")
     c.eq("API throttling default burst", var.get("api_throttling_burst_limit"), 5000)
     c.eq("API throttling default rate", var.get("api_throttling_rate_limit"), 2000)
+    # Item 7 of issue 38: path_token_version only goes up. The applied version is a tag of the
+    # secret, read back at plan time by data sources that need no resource of the module, and a
+    # lower version is refused before the secret version (which draws a new token) changes.
+    c.eq("the token's secret records the applied version", res["aws_secretsmanager_secret"]["path_token"].get("tags"),
+         "${merge(var.tags, {(local.path_token_version_tag) = tostring(var.path_token_version)})}")
+    listed = tf["data"].get("aws_secretsmanager_secrets", {}).get("path_token", {})
+    c.eq("the recorded version is found by the secret's name prefix and tag",
+         sorted((f["name"], f["values"]) for f in listed.get("filter", [])), sorted([("name", ["${local.path_token_name_prefix}"]), ("tag-key", ["${local.path_token_version_tag}"])]))
+    c.true("the recorded version is read from live tags", "data.aws_secretsmanager_secrets.path_token[0].arns" in str(tf["data"].get("aws_secretsmanager_secret", {}).get("path_token_recorded", {}).get("for_each")))
+    version_pre = (one(res["aws_secretsmanager_secret_version"]["path_token"], "lifecycle") or {}).get("precondition", [])
+    c.true("a lower path_token_version is refused at plan time",
+           any(p["condition"] == "${var.path_token_version >= local.recorded_path_token_version}" and "terraform.tfvars" in p["error_message"] for p in version_pre), str(version_pre))
+    c.true("path_token_version is a whole number of at least 1",
+           any("var.path_token_version >= 1" in v["condition"] for v in tf["variable"]["path_token_version"].get("validation", [])))
     token = tf["ephemeral"]["aws_secretsmanager_random_password"]["path_token"]
     c.true("path token has at least 32 characters", token.get("password_length", 0) >= 32)
     c.eq("path token is letters and digits", (token.get("exclude_punctuation"), token.get("include_space")), (True, False))
@@ -416,14 +439,39 @@ def main():
            create and create[0].get("environment", {}).get("MANIFEST", "").startswith("${jsonencode(merge(local.applied,") and "self.id" in create[0]["environment"]["MANIFEST"],
            str(create and create[0].get("environment", {}).get("MANIFEST")))
     c.eq("registration replaced before destroy", one(data, "lifecycle").get("create_before_destroy"), True)
+
+    # --- item 9 of issue 38: a protected install's destroy fails before it deletes anything ----
+    def destroy_commands(body):
+        return [p["local-exec"] for p in body.get("provisioner", []) if "local-exec" in p and p["local-exec"].get("when") == "destroy"]
+
+    guard = res.get("terraform_data", {}).get("deletion_guard", {})
+    c.eq("the deletion guard exists with the ALB", guard.get("count"), "${local.use_alb ? 1 : 0}")
+    c.eq("the guard holds alb_deletion_protection in its state", guard.get("input"), "${var.alb_deletion_protection}")
+    cmds = destroy_commands(guard)
+    c.true("the guard's destroy fails while protected, and only then",
+           len(cmds) == 1 and cmds[0].get("command", "").startswith("${self.input ?") and "exit 1" in cmds[0]["command"] and cmds[0]["command"].endswith(': "exit 0"}'), str(cmds))
+    c.true("the guard's refusal says how to lift it",
+           cmds and "alb_deletion_protection = false" in cmds[0].get("environment", {}).get("MESSAGE", "") and "terraform apply" in cmds[0]["environment"]["MESSAGE"], str(cmds))
+    # Destroyed before everything else: it depends on every resource of the module.
+    managed = sorted(f"${{{t}.{n}}}" for t, by_name in res.items() for n in by_name if (t, n) != ("terraform_data", "deletion_guard"))
+    c.eq("the guard depends on every resource of the module", sorted(guard.get("depends_on", [])), managed)
+    c.eq("the registration output carries the protection to modules/registration",
+         tf["output"]["registration"]["value"].get("deletion_protection"), "${local.use_alb && var.alb_deletion_protection}")
+    rguard = reg["resource"]["terraform_data"].get("deletion_guard", {})
+    c.eq("the registration's guard reads the protection from the AWS module's output", rguard.get("input"), "${nonsensitive(var.registration.deletion_protection)}")
+    c.eq("the registration's guard depends on the registration (so it is destroyed first)", rguard.get("depends_on"), ["${terraform_data.registration}"])
+    rcmds = destroy_commands(rguard)
+    c.true("the registration's guard fails while protected, and only then",
+           len(rcmds) == 1 and rcmds[0].get("command", "").startswith("${self.input ?") and "exit 1" in rcmds[0]["command"], str(rcmds))
     c.true("no kubernetes_manifest resource anywhere (it prints the token in plans)", "resource \"kubernetes_manifest\"" not in text)
-    passed_through = ["name", "path_token_version", "previous_path_token_sha256", "alarm_topic_arns", "secret_org", "embedded_domains"]
+    passed_through = ["name", "path_token_version", "previous_path_token_sha256", "alarm_topic_arns", "secret_org", "embedded_domains", "reserved_concurrent_executions"]
     for ex, extra in (("alb", ["alb_deletion_protection", "alb_access_logs_bucket", "alb_access_logs_record_path_token"]), ("http-api", [])):
         exm = load_module(root / "examples" / ex)
         c.eq(f"examples/{ex} needs only the AWS provider", sorted(required_providers(exm)), ["aws"])
         c.eq(f"examples/{ex}: registration after the AWS module", exm["module"]["registration"].get("depends_on"), ["${module.podmutator}"])
         for v in passed_through + extra:
             c.eq(f"examples/{ex} passes {v} to the module", exm["module"]["podmutator"].get(v), f"${{var.{v}}}")
+        c.eq(f"examples/{ex}: nothing reserved by default, as the module", exm["variable"].get("reserved_concurrent_executions", {}).get("default"), -1)
         c.eq(f"examples/{ex} passes secrets_namespace_selector to the registration", exm["module"]["registration"].get("secrets_namespace_selector"), "${var.secrets_namespace_selector}")
         c.true(f"examples/{ex} outputs the registration for the drift check", exm["output"].get("registration_manifest", {}).get("sensitive") is True)
     # Provider 6.x is untested: every module and example allows 5.100 and later 5.x only.

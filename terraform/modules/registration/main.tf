@@ -157,3 +157,24 @@ resource "terraform_data" "registration" {
     create_before_destroy = true
   }
 }
+
+# The AWS module's alb_deletion_protection, here too: the registration depends on the AWS
+# module's outputs (and in the examples on the whole module), so a destroy deletes it before
+# anything of that module, guard included. This guard depends on the registration and is
+# therefore destroyed first of all; while the install is protected its destroy-time provisioner
+# fails, and nothing is deleted (../../protection.tf says why). The setting is read from the
+# state of this resource: lift it with alb_deletion_protection = false and an apply.
+resource "terraform_data" "deletion_guard" {
+  input = nonsensitive(var.registration.deletion_protection)
+
+  provisioner "local-exec" {
+    when        = destroy
+    interpreter = ["/bin/sh", "-c"]
+    command     = self.input ? "printf '%s\\n' \"$MESSAGE\" >&2; exit 1" : "exit 0"
+    environment = {
+      MESSAGE = "podmutator: alb_deletion_protection is true: destroy refused before anything was deleted (the registration, the function and the endpoint are all still in place). To remove this install, set alb_deletion_protection = false (terraform.tfvars), run terraform apply, then terraform destroy (docs/deploy.md, \"Removal and reinstall\")."
+    }
+  }
+
+  depends_on = [terraform_data.registration]
+}

@@ -1,5 +1,5 @@
 variable "registration" {
-  description = "The AWS module's `registration` output: url, path_token, mesh_enabled, mesh_label_key, timeout_seconds, image_builder_object_selector, images_enabled, images_pod_selector, images_namespace_selector."
+  description = "The AWS module's `registration` output: url, path_token, mesh_enabled, mesh_label_key, timeout_seconds, image_builder_object_selector, images_enabled, images_pod_selector, images_namespace_selector, deletion_protection (true: a destroy of the registration is refused, as the AWS module's alb_deletion_protection refuses its own)."
   type = object({
     url             = string
     path_token      = optional(string)
@@ -11,6 +11,8 @@ variable "registration" {
     images_enabled                = optional(bool, false)
     images_pod_selector           = optional(any)
     images_namespace_selector     = optional(any)
+
+    deletion_protection = optional(bool, false)
   })
   sensitive = true
 }
