@@ -1142,41 +1142,35 @@ fn quoted_line(text: &str, line: usize, column: usize) -> String {
 /// names the nearest known key rather than listing every one, and Rust's type names (`u16`)
 /// become what the key takes ("a port number from 1 to 65535").
 fn in_users_words(message: &str, key: &str) -> String {
-    if let Some(rest) = message.strip_prefix("unknown field `")
-        && let Some((unknown, expected)) = rest.split_once('`')
-    {
+    // serde's "unknown field `x`, expected one of `a`, `b`" and its "unknown variant" twin.
+    let unknown = |prefix: &str| {
+        let (unknown, expected) = message.strip_prefix(prefix)?.split_once('`')?;
         let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
-        return match nearest(unknown, known.iter().copied()) {
+        let listed = known
+            .iter()
+            .map(|k| format!("`{k}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Some((unknown, nearest(unknown, known.iter().copied()), listed))
+    };
+    if let Some((unknown, near, listed)) = unknown("unknown field `") {
+        return match near {
             Some(near) => format!("unknown key `{unknown}`: did you mean `{near}`?"),
             None => format!(
                 "unknown key `{unknown}`: the keys here are {} (docs/configuration.md)",
-                known
-                    .iter()
-                    .map(|k| format!("`{k}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                listed
             ),
         };
     }
-    if let Some(rest) = message.strip_prefix("unknown variant `")
-        && let Some((unknown, expected)) = rest.split_once('`')
-    {
-        let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    if let Some((unknown, near, listed)) = unknown("unknown variant `") {
         let what = if key.starts_with("mutators.") {
             "mutator"
         } else {
             "value"
         };
-        return match nearest(unknown, known.iter().copied()) {
+        return match near {
             Some(near) => format!("unknown {what} `{unknown}`: did you mean `{near}`?"),
-            None => format!(
-                "unknown {what} `{unknown}`: use one of {}",
-                known
-                    .iter()
-                    .map(|k| format!("`{k}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            None => format!("unknown {what} `{unknown}`: use one of {listed}"),
         };
     }
     let port = key.to_ascii_lowercase().ends_with("port");
