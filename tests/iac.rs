@@ -832,3 +832,88 @@ async fn path_token_script_stores_a_token_and_prints_its_hash_and_arn() {
     assert_eq!(hex::encode(sha2::Sha256::digest(token.as_bytes())), hash);
     assert!(!stdout.contains(&token) && !String::from_utf8_lossy(&out.stderr).contains(&token));
 }
+
+/// Issue 38, item 3: every SAM command of docs/deploy.md runs as written. The runbook told users
+/// to drop the previous token's hash with an empty `PreviousPathTokenSha256=`, which SAM CLI
+/// refuses as an argument and drops inside a quoted override string (the stack then keeps the
+/// old hash, and the old token stays valid); `--guided` cannot leave it empty. The template now
+/// takes `none`. `tests/iac/check_sam_runbook.py` reads each documented `sam` command and
+/// override span with SAM CLI's own parser and samconfig.toml (nothing dropped, every name a
+/// parameter, every value within its constraints), and runs each `sam deploy` through SAM's own
+/// change set code against a stand-in CloudFormation client that keeps previous values: the
+/// first deploys need no prompt (and, with `--guided`, deploy the same stack when answered as
+/// documented), the rotation and the removal run on the installed stack. Here: the function
+/// starts with every configuration the runbook deploys, and holds `[new, previous]`, then the
+/// new hash alone.
+#[test]
+fn every_sam_command_in_deploy_md_parses_with_sam_cli_and_deploys_what_it_says() {
+    let scratch = Scratch::new("sam-runbook");
+    let work = scratch.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let steps_file = scratch.path().join("steps.json");
+    let out = run_ok(
+        "tests/iac/check_sam_runbook.py",
+        Command::new(tool("python"))
+            .arg("tests/iac/check_sam_runbook.py")
+            .arg(root())
+            .arg(&work)
+            .arg(&steps_file),
+    );
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    let steps: Vec<Value> = serde_json::from_slice(&std::fs::read(&steps_file).unwrap()).unwrap();
+
+    for s in &steps {
+        let tag = format!("docs/deploy.md:{} ({})", s["line"], s["section"]);
+        let out = run(
+            &format!("{tag}: podmutator check-config"),
+            crate::common::bin()
+                .arg("check-config")
+                .env("PODMUTATOR_CONFIG", s["config"].to_string()),
+        );
+        assert!(
+            out.status.success(),
+            "{tag}: the function would refuse to start after `{}`:\n{}",
+            s["command"],
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let first: Vec<&Value> = steps
+        .iter()
+        .filter(|s| s["section"] == "Path B: SAM")
+        .collect();
+    for endpoint in ["alb", "http-api"] {
+        assert!(
+            first.iter().any(|s| s["changeSetType"] == "CREATE"
+                && s["parameters"]["EndpointType"] == endpoint
+                && !s["command"].as_str().unwrap().contains("--guided")),
+            "no first deploy without prompts for {endpoint}: {first:?}"
+        );
+    }
+    assert!(
+        first
+            .iter()
+            .any(|s| s["command"].as_str().unwrap().ends_with(" --guided")),
+        "the guided first deploy was not run"
+    );
+
+    let hashes: Vec<&Value> = steps
+        .iter()
+        .filter(|s| s["section"] == "Rotating the path token")
+        .map(|s| &s["config"]["http"]["pathTokenSha256"])
+        .collect();
+    let installed = &first[0]["config"]["http"]["pathTokenSha256"];
+    assert!(installed.is_string(), "{installed}");
+    assert_eq!(
+        hashes.len(),
+        2,
+        "the SAM rotation is two deploys: {hashes:?}"
+    );
+    let new = hashes[1];
+    assert!(new.is_string() && new != installed, "{hashes:?}");
+    assert_eq!(
+        hashes[0],
+        &json!([new, installed]),
+        "step 1 keeps the installed hash beside the new one"
+    );
+}

@@ -641,23 +641,27 @@ def main():
 
     # --- token rotation: [current, previous] for one deploy -----------------------------------
     previous = "fedcba9876543210" * 4
+    # "none" (the default) is no previous token; so is "", which stacks deployed before "none"
+    # existed hold (SAM CLI cannot pass an empty value, tests/iac/check_sam_runbook.py).
     for token_on, prev, want_http, want_failed in [
+        ("true", "none", {"pathTokenSha256": TOKEN_SHA256}, []),
         ("true", "", {"pathTokenSha256": TOKEN_SHA256}, []),
         ("true", previous, {"pathTokenSha256": [TOKEN_SHA256, previous]}, []),
+        ("false", "none", {"pathTokenDisabled": True}, []),
         ("false", "", {"pathTokenDisabled": True}, []),
         ("false", previous, {"pathTokenDisabled": True}, ["PreviousTokenNeedsCurrent"]),
         ("true", TOKEN_SHA256, {"pathTokenSha256": [TOKEN_SHA256, TOKEN_SHA256]}, ["PreviousTokenNeedsCurrent"]),
     ]:
         params = dict(base, PathTokenEnabled=token_on, PreviousPathTokenSha256=prev)
         ev = Evaluator(template, params)
-        tag = f"[token={token_on}, previous={'set' if prev else 'empty'}{', equal to current' if prev == TOKEN_SHA256 else ''}]"
+        tag = f"[token={token_on}, previous={'empty' if prev == '' else 'none' if prev == 'none' else 'set'}{', equal to current' if prev == TOKEN_SHA256 else ''}]"
         c.eq(f"{tag} rules refused", failed_rules(template, ev), want_failed)
         config = json.loads(ev.value(props["Environment"]["Variables"]["PODMUTATOR_CONFIG"]))
         c.eq(f"{tag} config http", config["http"], dict({"maxBodyBytes": base["MaxBodyBytes"]}, **want_http))
         if not want_failed:
             rendered.append({"tag": tag, "imageBuilder": False, "images": False, "config": config})
-    c.eq("previous token hash parameter is 64 lowercase hex digits or empty", template["Parameters"]["PreviousPathTokenSha256"].get("AllowedPattern"), "^([0-9a-f]{64})?$")
-    c.eq("previous token hash parameter defaults to empty", base["PreviousPathTokenSha256"], "")
+    c.eq("previous token hash parameter is 64 lowercase hex digits, none or empty", template["Parameters"]["PreviousPathTokenSha256"].get("AllowedPattern"), "^([0-9a-f]{64}|none)?$")
+    c.eq("previous token hash parameter defaults to none", base["PreviousPathTokenSha256"], "none")
 
     # --- a second stack in the account and region leaves the cache rules to the first ------
     rules_of = {}
