@@ -1,6 +1,6 @@
-# ECR pull-through caches and the images rules that send pods to them (docs/images.md). The
-# nodes pull from the cache with their own role; docs/deploy.md, "Image rewriting", lists the
-# permissions that needs.
+# The images rules that send pods to ECR pull-through caches (docs/images.md); the caches' rules
+# are the pull-through cache root's (below). The nodes pull from the cache with their own role;
+# docs/deploy.md, "Image rewriting", lists the permissions that needs.
 
 locals {
   # name -> the registry pods name, and the upstream ECR pulls from.
@@ -27,13 +27,32 @@ locals {
   images_enabled = length(local.image_rules) > 0
 }
 
-# Pull-through cache rules belong to the registry, i.e. to the account and region, and an
-# upstream's prefix can have only one: a second install in the same account and region (another
-# cluster) sets create_ecr_pull_through_cache_rules = false and rewrites to the first one's.
-resource "aws_ecr_pull_through_cache_rule" "upstream" {
-  for_each = var.create_ecr_pull_through_cache_rules ? local.pull_through : {}
+# The pull-through cache rules belong to the account and region's registry, not to an install:
+# every install there rewrites to the same ones, so they live in a root of their own
+# (modules/pull-through-cache, examples/pull-through-cache), applied before the first install
+# that rewrites to them and destroyed after the last. An install only reads the rule of each
+# upstream it rewrites to: its plan fails while one is missing (its pods' pulls would fail) or
+# caches another registry.
+data "aws_ecr_pull_through_cache_rule" "upstream" {
+  for_each = local.pull_through
 
   ecr_repository_prefix = "${var.ecr_pull_through_cache_prefix}${each.key}"
-  upstream_registry_url = each.value.upstream
-  credential_arn        = lookup(var.ecr_pull_through_cache_credential_arns, each.key, null)
+
+  lifecycle {
+    postcondition {
+      condition     = self.upstream_registry_url == each.value.upstream
+      error_message = "The ECR pull-through cache rule ${self.ecr_repository_prefix} caches ${self.upstream_registry_url}, not ${each.value.upstream}, which ecr_pull_through_cache_upstreams rewrites ${each.value.match} to: set ecr_pull_through_cache_prefix to the prefix of the pull-through cache root's rules (docs/deploy.md, \"Image rewriting\")."
+    }
+  }
+}
+
+# Installs made before the rules had their own root created them here. An apply now drops them
+# from this state and leaves them in the registry, for the pull-through cache root to adopt
+# (its adopt_existing_rules).
+removed {
+  from = aws_ecr_pull_through_cache_rule.upstream
+
+  lifecycle {
+    destroy = false
+  }
 }

@@ -20,9 +20,8 @@ output "registration" {
 }
 
 output "ecr_pull_through_cache_prefixes" {
-  description = "ECR repository prefix of each pull-through cache rule, by upstream (the nodes' pull permission must cover these repositories)."
-  # From the inputs, so that an install that leaves the rules to another one lists them too.
-  value = { for k in var.ecr_pull_through_cache_upstreams : k => "${var.ecr_pull_through_cache_prefix}${k}" }
+  description = "ECR repository prefix of each pull-through cache rule the images rules rewrite to, by upstream (the nodes' pull permission must cover these repositories)."
+  value       = { for k, rule in data.aws_ecr_pull_through_cache_rule.upstream : k => rule.ecr_repository_prefix }
 }
 
 output "webhook_base_url" {

@@ -63,6 +63,5 @@ resource "terraform_data" "deletion_guard" {
     aws_cloudwatch_metric_alarm.secrets_manager_throttles,
     aws_cloudwatch_metric_alarm.path_token_refusals,
     aws_cloudwatch_dashboard.this,
-    aws_ecr_pull_through_cache_rule.upstream,
   ]
 }

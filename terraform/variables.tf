@@ -615,7 +615,7 @@ variable "images_config" {
 }
 
 variable "ecr_pull_through_cache_upstreams" {
-  description = "Upstreams to create an ECR pull-through cache rule for, each with the matching images rule: any of docker-hub, quay, github, k8s, ecr-public. Empty creates none."
+  description = "Upstreams whose ECR pull-through cache the images rules rewrite to, in this order: any of docker-hub, quay, github, k8s, ecr-public. The rules themselves come from the pull-through cache root (modules/pull-through-cache, examples/pull-through-cache), applied first: the plan reads each and fails while one is missing. Empty rewrites to none."
   type        = list(string)
   default     = []
 
@@ -625,30 +625,13 @@ variable "ecr_pull_through_cache_upstreams" {
   }
 }
 
-variable "create_ecr_pull_through_cache_rules" {
-  description = "Create the pull-through cache rules of ecr_pull_through_cache_upstreams. They belong to the account and region's registry, one per prefix, so a second install there (another cluster) sets false and only gets the images rules that rewrite to the first install's caches (same upstreams and prefix)."
-  type        = bool
-  default     = true
-}
-
 variable "ecr_pull_through_cache_prefix" {
-  description = "Prepended to each upstream's name to form its ECR repository prefix (e.g. \"cache/\" gives cache/docker-hub)."
+  description = "The pull-through cache root's prefix: prepended to each upstream's name to form its ECR repository prefix (e.g. \"cache/\" gives cache/docker-hub)."
   type        = string
   default     = ""
 
   validation {
     condition     = can(regex("^([a-z0-9][a-z0-9._-]*/)?$", var.ecr_pull_through_cache_prefix))
     error_message = "ecr_pull_through_cache_prefix must be empty or lower-case letters, digits, '.', '_' or '-' ending in '/'."
-  }
-}
-
-variable "ecr_pull_through_cache_credential_arns" {
-  description = "Secrets Manager ARNs (secret names starting with ecr-pullthroughcache/) holding upstream credentials, by upstream; docker-hub and github need one."
-  type        = map(string)
-  default     = {}
-
-  validation {
-    condition     = alltrue([for u in ["docker-hub", "github"] : !contains(var.ecr_pull_through_cache_upstreams, u) || can(regex(":secret:ecr-pullthroughcache/", lookup(var.ecr_pull_through_cache_credential_arns, u, "")))])
-    error_message = "docker-hub and github pull-through caches need a credential: set ecr_pull_through_cache_credential_arns[\"docker-hub\"] / [\"github\"] to a secret named ecr-pullthroughcache/..."
   }
 }

@@ -833,6 +833,265 @@ async fn path_token_script_stores_a_token_and_prints_its_hash_and_arn() {
     assert!(!stdout.contains(&token) && !String::from_utf8_lossy(&out.stderr).contains(&token));
 }
 
+/// Runs `cmd` with `input` on its stdin.
+fn with_stdin(cmd: &mut Command, input: &str) -> Output {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Issue 38, item 12: fields another field manager adds to the registration survive `kubectl
+/// diff --server-side` and every apply (`-replace` included: server-side apply removes only its
+/// own manager's fields), so `scripts/registration-drift.sh` compares the live object, less what
+/// the API server writes, with the registration and names each foreign field. Against
+/// tests/iac/fake_kubectl.py, which merges applies by field manager as the API server does, with
+/// `podmutator webhook-config`'s YAML as the input (the SAM and GitOps path):
+/// - as applied (the server's own fields and defaults added), and with every field the script
+///   calls server-set written in by hand, the check exits 0;
+/// - an always-false `matchConditions` entry, a `namespaceSelector.matchLabels` key and a second
+///   webhook entry, each owned by another manager: exit 1, the field's path, value and manager
+///   listed; still there, and still reported, after the registration is applied again; gone
+///   after `kubectl replace` (docs/deploy.md), which the check then finds as registered;
+/// - a defaulted field at another value than its default is foreign too.
+///
+/// The path token is never in the output; the second entry's copy of the URL shows its hash.
+#[test]
+fn registration_drift_names_foreign_fields_and_ignores_what_the_api_server_writes() {
+    let dir = common::temp_dir("registration-drift");
+    let bin = common::fake_bin(&dir);
+    let kube = dir.join("kube");
+    std::fs::create_dir_all(&kube).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, "{}").unwrap();
+    let token = "DriftDriftDriftDriftDriftDriftDrift0123456789";
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, token).unwrap();
+    let rendered = run_ok(
+        "podmutator webhook-config",
+        common::bin()
+            .args(["webhook-config", "--url", "https://podmutator.example.com"])
+            .arg("--path-token-file")
+            .arg(&token_file)
+            .arg("--images"),
+    );
+    let rendered = String::from_utf8(rendered.stdout).unwrap();
+    // The same object as JSON.
+    let object = registration::mutating_webhook_configuration(&RegistrationOptions {
+        url: "https://podmutator.example.com".into(),
+        path_token: Some(token.into()),
+        images: true,
+        ..Default::default()
+    });
+    let secrets = "flyte-pod-webhook.flyte.org";
+    assert_eq!(object["webhooks"][0]["name"], secrets);
+    let live_file = kube.join("podmutator.json");
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let kubectl = |args: &[&str]| {
+        let out = with_stdin(
+            Command::new(bin.join("kubectl"))
+                .args(args)
+                .env("FAKE_KUBE_DIR", &kube)
+                .env("PATH", &path)
+                .env_remove("FAKE_KUBE_CLUSTER"),
+            &rendered,
+        );
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let apply = || {
+        kubectl(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager",
+            "podmutator-terraform",
+            "-f",
+            "-",
+        ])
+    };
+    let check = || -> (i32, String, String) {
+        let out = with_stdin(
+            Command::new(root().join("scripts/registration-drift.sh"))
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .env("FAKE_KUBE_DIR", &kube)
+                .env("PATH", &path)
+                .env_remove("FAKE_KUBE_CLUSTER"),
+            &rendered,
+        );
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        assert!(
+            !stdout.contains(token) && !stderr.contains(token),
+            "the drift check shows the path token"
+        );
+        (out.status.code().unwrap_or(-1), stdout, stderr)
+    };
+    let live = || -> Value { serde_json::from_slice(&std::fs::read(&live_file).unwrap()).unwrap() };
+    let in_sync = |when: &str| {
+        let (rc, stdout, stderr) = check();
+        assert_eq!(rc, 0, "{when}: not in sync:\n{stdout}{stderr}");
+        assert!(stderr.contains("is as registered"), "{when}: {stderr}");
+    };
+
+    // As applied: the fake server added uid, resourceVersion, generation, creationTimestamp,
+    // managedFields and the defaults it fills in.
+    apply();
+    let applied = live();
+    assert!(
+        applied["metadata"]["uid"].is_string()
+            && applied["metadata"]["managedFields"].is_array()
+            && applied["webhooks"][0]["matchPolicy"] == "Equivalent",
+        "the fake server wrote none of its fields: {applied}"
+    );
+    in_sync("as applied");
+
+    // The registration plus every field the script calls server-set, written by hand: a client-
+    // side `kubectl apply`'s annotation, two managers, the defaults at their default values.
+    let mut server_set = object.clone();
+    server_set["metadata"] = json!({
+        "name": "podmutator",
+        "uid": "5d2b0c4e-0000-4000-8000-000000000000",
+        "resourceVersion": "4711",
+        "generation": 3,
+        "creationTimestamp": "2026-01-01T00:00:00Z",
+        "selfLink": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/podmutator",
+        "annotations": {"kubectl.kubernetes.io/last-applied-configuration": object.to_string()},
+        "managedFields": [
+            {"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "admissionregistration.k8s.io/v1", "fieldsType": "FieldsV1", "fieldsV1": {"f:webhooks": {}}},
+            {"manager": "podmutator-terraform", "operation": "Apply", "apiVersion": "admissionregistration.k8s.io/v1", "fieldsType": "FieldsV1", "fieldsV1": {"f:webhooks": {}}}
+        ]
+    });
+    for w in server_set["webhooks"].as_array_mut().unwrap() {
+        for (k, v) in [
+            ("failurePolicy", json!("Fail")),
+            ("matchPolicy", json!("Equivalent")),
+            ("namespaceSelector", json!({})),
+            ("objectSelector", json!({})),
+            ("reinvocationPolicy", json!("Never")),
+            ("timeoutSeconds", json!(10)),
+        ] {
+            w.as_object_mut().unwrap().entry(k).or_insert(v);
+        }
+    }
+    std::fs::write(&live_file, server_set.to_string()).unwrap();
+    in_sync("with every server-set field");
+
+    // A default at another value is someone's setting.
+    let mut exact = server_set.clone();
+    exact["webhooks"][1]["matchPolicy"] = "Exact".into();
+    std::fs::write(&live_file, exact.to_string()).unwrap();
+    let (rc, stdout, _) = check();
+    assert_eq!(rc, 1, "{stdout}");
+    assert!(
+        stdout.contains(r#"webhooks[name=images.podmutator.io].matchPolicy = "Exact""#),
+        "{stdout}"
+    );
+
+    // Each kind of foreign field, added by another field manager to the registration as applied.
+    let shadow_hash = {
+        use sha2::Digest;
+        format!(
+            "<token sha256:{}…>",
+            &hex::encode(sha2::Sha256::digest(token.as_bytes()))[..12]
+        )
+    };
+    let item = |name: &str| format!("k:{}", json!({"name": name}));
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit, Value, &str); 3] = [
+        (
+            "an always-false matchConditions entry",
+            |o| {
+                o["webhooks"][0]["matchConditions"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"name": "paused", "expression": "false"}))
+            },
+            json!({"f:webhooks": {item(secrets): {"f:matchConditions": {item("paused"): {".": {}, "f:name": {}, "f:expression": {}}}}}}),
+            r#"webhooks[name=flyte-pod-webhook.flyte.org].matchConditions[name=paused] = {"name":"paused","expression":"false"} (field managers: policy-bot)"#,
+        ),
+        (
+            "a namespaceSelector.matchLabels key",
+            |o| o["webhooks"][0]["namespaceSelector"]["matchLabels"] = json!({"team": "pilot"}),
+            json!({"f:webhooks": {item(secrets): {"f:namespaceSelector": {"f:matchLabels": {"f:team": {}}}}}}),
+            r#"webhooks[name=flyte-pod-webhook.flyte.org].namespaceSelector.matchLabels.team = "pilot" (field managers: policy-bot)"#,
+        ),
+        (
+            "a second webhook entry",
+            |o| {
+                let mut shadow = o["webhooks"][0].clone();
+                shadow["name"] = "shadow.example.com".into();
+                shadow["failurePolicy"] = "Ignore".into();
+                o["webhooks"].as_array_mut().unwrap().push(shadow);
+            },
+            json!({"f:webhooks": {item("shadow.example.com"): {".": {}, "f:name": {}, "f:clientConfig": {"f:url": {}}}}}),
+            "webhooks[name=shadow.example.com] = {",
+        ),
+    ];
+    for (what, edit, owned, line) in cases {
+        std::fs::remove_file(&live_file).unwrap();
+        apply();
+        let mut edited = live();
+        edit(&mut edited);
+        edited["metadata"]["managedFields"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"manager": "policy-bot", "operation": "Apply", "apiVersion": "admissionregistration.k8s.io/v1", "fieldsType": "FieldsV1", "fieldsV1": owned}));
+        std::fs::write(&live_file, edited.to_string()).unwrap();
+        let reported = |when: &str| {
+            let (rc, stdout, stderr) = check();
+            assert_eq!(rc, 1, "{what} {when}: not reported:\n{stdout}{stderr}");
+            assert!(
+                stdout.contains("Foreign fields: in the cluster, not in the registration")
+                    && stdout.lines().any(|l| l.trim_start().starts_with(line)),
+                "{what} {when}: not named ({line}):\n{stdout}"
+            );
+            assert!(
+                stderr.contains("holds foreign fields") && stderr.contains("kubectl replace -f -"),
+                "{what} {when}: {stderr}"
+            );
+            stdout
+        };
+        let stdout = reported("");
+        if what == "a second webhook entry" {
+            assert!(
+                stdout.contains(&format!(
+                    "https://podmutator.example.com/{shadow_hash}/mutate--v1-pod"
+                )) && stdout.contains("(field managers: policy-bot)"),
+                "the copied URL is not shown by its hash: {stdout}"
+            );
+        }
+        // Applied again, as `terraform apply -replace` does: the field stays, and so does the
+        // report.
+        apply();
+        assert_ne!(
+            live(),
+            applied,
+            "{what}: the apply removed the foreign field"
+        );
+        reported("after another apply");
+        // Replaced with the registration, as docs/deploy.md says: gone.
+        kubectl(&["replace", "-f", "-"]);
+        in_sync(&format!("{what}, replaced"));
+    }
+}
+
 /// Issue 38, item 3: every SAM command of docs/deploy.md runs as written. The runbook told users
 /// to drop the previous token's hash with an empty `PreviousPathTokenSha256=`, which SAM CLI
 /// refuses as an argument and drops inside a quoted override string (the stack then keeps the

@@ -834,6 +834,95 @@ fn drift_check(manifest: &str, cluster: &str, env: &[(String, String)]) -> (i32,
     )
 }
 
+/// Item 12 of issue 38, in an example's install: a `matchConditions` entry that is always false,
+/// added by another field manager, is named by the drift check; `terraform apply -replace`
+/// (server-side apply, which keeps other managers' fields) leaves it, and the check still names
+/// it; docs/deploy.md's `kubectl replace` (in "Registration drift") removes it, and the check
+/// finds the registration as registered. The commands' output is appended to `log`, which the
+/// leak check reads.
+fn foreign_fields_outlive_replace(
+    tf: &Terraform,
+    ex: &Path,
+    manifest: &str,
+    cluster: &str,
+    env: &[(String, String)],
+    token: &str,
+    log: &Path,
+) {
+    let path = ex.join("../../kube/podmutator.json");
+    let mut live: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    live["webhooks"][0]["matchConditions"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "paused", "expression": "false"}));
+    let item = |name: &str| format!("k:{}", serde_json::json!({ "name": name }));
+    live["metadata"]["managedFields"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "manager": "policy-bot", "operation": "Apply", "apiVersion": "admissionregistration.k8s.io/v1", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:webhooks": {item("flyte-pod-webhook.flyte.org"): {"f:matchConditions": {item("paused"): {".": {}, "f:name": {}, "f:expression": {}}}}}}
+        }));
+    std::fs::write(&path, live.to_string()).unwrap();
+    let foreign = r#"webhooks[name=flyte-pod-webhook.flyte.org].matchConditions[name=paused] = {"name":"paused","expression":"false"} (field managers: policy-bot)"#;
+    let reported = |manifest: &str, when: &str| {
+        let (rc, stdout, stderr) = drift_check(manifest, cluster, env);
+        assert!(
+            !stdout.contains(token) && !stderr.contains(token),
+            "the drift check shows the path token"
+        );
+        assert_eq!(rc, 1, "{when}: not reported:\n{stdout}{stderr}");
+        assert!(
+            stdout.lines().any(|l| l.trim_start() == foreign),
+            "{when}: not named:\n{stdout}"
+        );
+    };
+    reported(manifest, "added");
+    let replaced = tf.ok(
+        ex,
+        &[
+            "apply",
+            "-auto-approve",
+            "-input=false",
+            "-no-color",
+            "-refresh=false",
+            "-replace=module.registration.terraform_data.registration",
+        ],
+        None,
+    );
+    assert!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("\"paused\""),
+        "-replace removed a field another manager owns (a server-side apply keeps it)"
+    );
+    // The replaced instance marks the object with its own ID: the manifest as applied now.
+    let manifest = String::from_utf8(
+        tf.ok(ex, &["output", "-json", "registration_manifest"], None)
+            .stdout,
+    )
+    .unwrap();
+    reported(&manifest, "after -replace");
+    let script = deploy_doc_block("**Foreign fields** stay through any apply").replace(
+        "--name flyte --region eu-west-1",
+        &format!("--name {cluster} --region {REGION}"),
+    );
+    let scratch_log = log.with_extension("foreign.log");
+    let out = tf.shell(ex, &script, &scratch_log);
+    assert!(
+        out.status.success(),
+        "docs/deploy.md's replace failed:\n{script}\n{}",
+        combined(&out)
+    );
+    let (rc, stdout, stderr) = drift_check(&manifest, cluster, env);
+    assert_eq!(rc, 0, "not replaced: {stdout}{stderr}");
+    let mut text = std::fs::read_to_string(log).unwrap();
+    text += &combined(&replaced);
+    text += &std::fs::read_to_string(&scratch_log).unwrap();
+    std::fs::write(log, text).unwrap();
+}
+
 /// An example as a user runs it, against moto: `terraform apply`,
 /// `destroy` and `apply` again, which used to fail on the kept log groups
 /// (ResourceAlreadyExists). The example's own inputs are what is passed through (name,
@@ -1150,6 +1239,7 @@ reserved_concurrent_executions = 7
         let manifest = outputs("outputs-1.json");
         let (rc, stdout, stderr) = drift_check(&manifest, &cluster, &env);
         assert_eq!(rc, 0, "not restored: {stdout}{stderr}");
+        foreign_fields_outlive_replace(&tf, &ex, &manifest, &cluster, &env, &token, &restored);
     } else {
         std::fs::write(&restored, "").unwrap();
     }
@@ -1564,6 +1654,191 @@ module "podmutator" {{
     assert!(!text.contains(refusal), "{text}");
 }
 
+/// Item 13 of issue 38: the ECR pull-through cache rules belong to the account and region's
+/// registry, and the install that made them used to delete them with its destroy while other
+/// installs still rewrote their pods to them. Now they are examples/pull-through-cache's, applied
+/// as its header says, which also adopts a rule an install made before (`adopt_existing_rules`,
+/// then a plan without it is empty). Two installs reference the rules; destroying one leaves
+/// them, and the other's plan is empty. Removed in the wrong order (the root before the last
+/// install), the install's plan fails on the missing rule, and `terraform destroy
+/// -refresh=false` still removes it, as docs/deploy.md says.
+#[test]
+fn pull_through_cache_rules_outlive_the_installs_that_rewrite_to_them() {
+    let t0 = Instant::now();
+    let moto = Moto::start();
+    let scratch = Scratch::new("pull-through-cache");
+    let dir = &scratch.0;
+    copy_iac(dir);
+    let env = moto_env(&moto);
+    let tf = Terraform::new(env.clone());
+    let boto3 = |code: &str, args: &[&str]| -> String {
+        let mut cmd = Command::new(tool("python"));
+        cmd.args(["-c", &format!("import boto3,json,sys\n{code}")])
+            .args(args)
+            .env("AWS_CONFIG_FILE", "/dev/null")
+            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", combined(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // prefix -> upstream, as ECR holds them.
+    let rules = || -> serde_json::Value {
+        serde_json::from_str(&boto3(
+            "print(json.dumps({r['ecrRepositoryPrefix']: r['upstreamRegistryUrl'] for r in boto3.client('ecr').describe_pull_through_cache_rules()['pullThroughCacheRules']}))",
+            &[],
+        ))
+        .unwrap()
+    };
+    let apply = |at: &Path| {
+        tf.ok(
+            at,
+            &["apply", "-auto-approve", "-input=false", "-no-color"],
+            None,
+        );
+    };
+    let plan_is_empty = |at: &Path, what: &str| {
+        let out = tf.run(
+            at,
+            &["plan", "-input=false", "-no-color", "-detailed-exitcode"],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{what}: the plan is not empty (0 = no changes, 2 = changes):\n{}",
+            combined(&out)
+        );
+    };
+
+    // A rule an install made before the rules had their own root.
+    boto3(
+        "boto3.client('ecr').create_pull_through_cache_rule(ecrRepositoryPrefix='cache/quay', upstreamRegistryUrl='quay.io')",
+        &[],
+    );
+    // The cache root first: its terraform.tfvars.example, edited.
+    let cache = dir.join("examples/pull-through-cache");
+    let example = std::fs::read_to_string(cache.join("terraform.tfvars.example")).unwrap();
+    assert!(example.contains("upstreams = [") && example.contains("# adopt_existing_rules = ["));
+    let tfvars =
+        format!("region = \"{REGION}\"\nupstreams = [\"quay\", \"k8s\"]\nprefix = \"cache/\"\n");
+    std::fs::write(
+        cache.join("terraform.tfvars"),
+        format!("{tfvars}adopt_existing_rules = [\"quay\"]\n"),
+    )
+    .unwrap();
+    tf.init(&cache);
+    apply(&cache);
+    let made = serde_json::json!({"cache/quay": "quay.io", "cache/k8s": "registry.k8s.io"});
+    assert_eq!(rules(), made);
+    std::fs::write(cache.join("terraform.tfvars"), &tfvars).unwrap();
+    plan_is_empty(&cache, "the cache root after adopting");
+
+    // Two installs (two clusters of the account and region), each rewriting to both caches.
+    let hash = write_zip(&dir.join("bootstrap.zip"));
+    let install = |name: &str| -> PathBuf {
+        let at = dir.join(format!("install-{name}"));
+        std::fs::create_dir_all(&at).unwrap();
+        std::fs::write(
+            at.join("main.tf"),
+            provider_block()
+                + &format!(
+                    r#"
+resource "aws_acm_certificate" "elsewhere" {{
+  domain_name       = "{name}.podmutator.example.com"
+  validation_method = "DNS"
+}}
+module "podmutator" {{
+  source                           = "../terraform"
+  name                             = "pm-cache-{name}"
+  endpoint                         = "http_api"
+  lambda_zip_path                  = "${{path.root}}/../bootstrap.zip"
+  lambda_zip_base64sha256          = "{hash}"
+  domain_name                      = "{name}.podmutator.example.com"
+  create_certificate               = false
+  certificate_arn                  = aws_acm_certificate.elsewhere.arn
+  create_dns_record                = false
+  embedded_delivery                = "reference"
+  fetcher_image                    = "{FETCHER_IMAGE}"
+  alarms_enabled                   = false
+  ecr_pull_through_cache_upstreams = ["quay", "k8s"]
+  ecr_pull_through_cache_prefix    = "cache/"
+}}
+output "function_name" {{ value = module.podmutator.function_name }}
+"#
+                ),
+        )
+        .unwrap();
+        tf.init(&at);
+        apply(&at);
+        at
+    };
+    let (a, b) = (install("a"), install("b"));
+    let registry = format!("123456789012.dkr.ecr.{REGION}.amazonaws.com");
+    for at in [&a, &b] {
+        let function =
+            String::from_utf8(tf.ok(at, &["output", "-raw", "function_name"], None).stdout)
+                .unwrap();
+        let images: serde_json::Value = serde_json::from_str(&boto3(
+            "c=boto3.client('lambda').get_function_configuration(FunctionName=sys.argv[1], Qualifier='live'); print(json.dumps(json.loads(c['Environment']['Variables']['PODMUTATOR_CONFIG'])['images']['rules']))",
+            &[&function],
+        ))
+        .unwrap();
+        assert_eq!(
+            images,
+            serde_json::json!([
+                {"match": "quay.io", "replace": format!("{registry}/cache/quay")},
+                {"match": "registry.k8s.io", "replace": format!("{registry}/cache/k8s")}
+            ]),
+            "{function} does not rewrite to the caches"
+        );
+    }
+    assert_eq!(rules(), made, "an install changed the rules");
+
+    // Destroying one install leaves the rules to the other, whose plan stays empty.
+    tf.ok(
+        &a,
+        &["destroy", "-auto-approve", "-input=false", "-no-color"],
+        None,
+    );
+    assert!(managed_resources(&tf, &a).is_empty());
+    assert_eq!(rules(), made, "destroying an install removed the caches");
+    plan_is_empty(&b, "the other install");
+    plan_is_empty(&cache, "the cache root");
+
+    // The root removed before the last install: that install's plan fails on the missing rule
+    // (its pods would pull from a cache that is gone); its destroy without a refresh works.
+    tf.ok(
+        &cache,
+        &["destroy", "-auto-approve", "-input=false", "-no-color"],
+        None,
+    );
+    assert_eq!(rules(), serde_json::json!({}));
+    let out = tf.run(&b, &["plan", "-input=false", "-no-color"]);
+    let text = words(&combined(&out));
+    assert!(
+        !out.status.success() && text.contains("reading ECR Pull Through Cache Rule (cache/"),
+        "an install plans against caches that are gone: {text}"
+    );
+    tf.ok(
+        &b,
+        &[
+            "destroy",
+            "-auto-approve",
+            "-input=false",
+            "-no-color",
+            "-refresh=false",
+        ],
+        None,
+    );
+    assert!(managed_resources(&tf, &b).is_empty());
+    eprintln!(
+        "pull-through cache root and two installs against moto in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
 /// What a plan settles before anything is created. Without a token the function is told so
 /// (`http.pathTokenDisabled`), and the binary's start-up gate accepts the planned environment,
 /// which it refuses without that key; an environment over Lambda's 4 KB is refused with its
@@ -1790,19 +2065,47 @@ module "podmutator" {{
     );
     assert!(out.status.success(), "previous: {}", combined(&out));
 
-    // A second install in the account and region leaves the pull-through cache rules to the
-    // first: none planned, the images rule still rewriting to the cache (the partition's DNS
-    // suffix, not a hard-coded one, in its host).
-    let (out, dir) = plan(
-        "second-install-caches",
-        // The token off, so that the whole configuration is known at plan time.
-        "ecr_pull_through_cache_upstreams = [\"quay\"]\n  create_ecr_pull_through_cache_rules = false\n  path_token_enabled = false",
+    // The pull-through cache rules are their own root's (item 13 of issue 38): an install
+    // plans none and reads the rule of each upstream it rewrites to. While that rule is
+    // missing, the plan fails on it; once it exists (made here through moto's API, as
+    // examples/pull-through-cache would), the images rule rewrites to the cache (the
+    // partition's DNS suffix, not a hard-coded one, in its host). A rule under that prefix
+    // that caches another registry is refused.
+    let make_rule = |prefix: &str, upstream: &str| {
+        let mut cmd = Command::new(tool("python"));
+        cmd.args([
+            "-c",
+            "import boto3,sys; boto3.client('ecr').create_pull_through_cache_rule(ecrRepositoryPrefix=sys.argv[1], upstreamRegistryUrl=sys.argv[2])",
+            prefix,
+            upstream,
+        ])
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
+        for (k, v) in moto_env(&moto) {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", combined(&out));
+    };
+    // The token off, so that the whole configuration is known at plan time.
+    let caches = |upstream: &str| {
+        format!(
+            "ecr_pull_through_cache_upstreams = [\"{upstream}\"]\n  ecr_pull_through_cache_prefix = \"cache/\"\n  path_token_enabled = false"
+        )
+    };
+    let (out, _) = plan("caches-missing", &caches("quay"));
+    let text = words(&combined(&out));
+    assert!(
+        !out.status.success() && text.contains("reading ECR Pull Through Cache Rule (cache/quay)"),
+        "an install rewrites to a cache that does not exist: {text}"
     );
+    make_rule("cache/quay", "quay.io");
+    let (out, dir) = plan("caches", &caches("quay"));
     assert!(out.status.success(), "{}", combined(&out));
     let config = planned_config(&dir);
     assert_eq!(
         config["images"]["rules"],
-        serde_json::json!([{"match": "quay.io", "replace": format!("123456789012.dkr.ecr.{REGION}.amazonaws.com/quay")}]),
+        serde_json::json!([{"match": "quay.io", "replace": format!("123456789012.dkr.ecr.{REGION}.amazonaws.com/cache/quay")}]),
         "{config}"
     );
     let show: serde_json::Value =
@@ -1814,7 +2117,17 @@ module "podmutator" {{
             .unwrap()
             .iter()
             .any(|r| r["type"] == "aws_ecr_pull_through_cache_rule"),
-        "a cache rule is planned although another install owns them"
+        "an install plans a cache rule"
+    );
+    make_rule("cache/k8s", "quay.io");
+    let (out, _) = plan("caches-other-registry", &caches("k8s"));
+    let text = words(&combined(&out));
+    assert!(
+        !out.status.success()
+            && text.contains(
+                "The ECR pull-through cache rule cache/k8s caches quay.io, not registry.k8s.io"
+            ),
+        "a cache of another registry was accepted: {text}"
     );
 
     // The task pods' roles: named per cluster (two clusters have the same namespaces), cut to

@@ -672,7 +672,8 @@ def main():
         c.eq(f"[cache rules created={create}] pull-through cache rules", len(made), len(PULL_THROUGH) if create == "true" else 0)
         rules_of[create] = json.loads(ev.value(props["Environment"]["Variables"]["PODMUTATOR_CONFIG"]))["images"]["rules"]
     c.eq("the images rules do not depend on who created the cache rules", rules_of["false"], rules_of["true"])
-    c.eq("cache rules created by default, as Terraform's create_ecr_pull_through_cache_rules", (base["EcrPullThroughCacheCreateRules"], tf_defaults.get("create_ecr_pull_through_cache_rules")), ("true", True))
+    # Terraform leaves the rules to their own root (modules/pull-through-cache); a stack makes them.
+    c.eq("cache rules created by default", base["EcrPullThroughCacheCreateRules"], "true")
 
     # --- the policy follows the delivery ------------------------------------------------------
     org_arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:u__org__flyte__*"

@@ -416,8 +416,24 @@ def main():
     c.eq("ACM validates by DNS", res["aws_acm_certificate"]["this"].get("validation_method"), "DNS")
     c.eq("Certificate Transparency logging from a variable", one(res["aws_acm_certificate"]["this"], "options").get("certificate_transparency_logging_preference"), "${var.certificate_transparency_logging_preference}")
     c.eq("Certificate Transparency logging on by default", var.get("certificate_transparency_logging_preference"), "ENABLED")
-    c.eq("pull-through cache rules behind their switch", res["aws_ecr_pull_through_cache_rule"]["upstream"].get("for_each"), "${var.create_ecr_pull_through_cache_rules ? local.pull_through : {}}")
-    c.eq("pull-through cache rules created by default", var.get("create_ecr_pull_through_cache_rules"), True)
+    # --- item 13 of issue 38: the pull-through cache rules are their own root's, not an install's ---
+    c.true("the AWS module creates no pull-through cache rule", "aws_ecr_pull_through_cache_rule" not in res, str(sorted(res)))
+    ptc_data = tf["data"].get("aws_ecr_pull_through_cache_rule", {}).get("upstream", {})
+    c.eq("the AWS module reads the rule of each upstream it rewrites to", (ptc_data.get("for_each"), ptc_data.get("ecr_repository_prefix")),
+         ("${local.pull_through}", "${var.ecr_pull_through_cache_prefix}${each.key}"))
+    c.true("... and refuses a rule that caches another registry",
+           any(p.get("condition") == "${self.upstream_registry_url == each.value.upstream}" for p in one(ptc_data, "lifecycle").get("postcondition", [])), str(ptc_data))
+    c.true("rules the AWS module made before are dropped from its state, never deleted",
+           re.search(r'removed\s*\{\s*from\s*=\s*aws_ecr_pull_through_cache_rule\.upstream\s*lifecycle\s*\{\s*destroy\s*=\s*false', (root / "terraform" / "images.tf").read_text()) is not None)
+    ptc = load_module(root / "terraform" / "modules" / "pull-through-cache")
+    c.eq("modules/pull-through-cache caches the upstreams the AWS module rewrites to", ptc["locals"].get("upstreams"), tf["locals"]["pull_through_upstreams"])
+    c.eq("modules/pull-through-cache: one rule per upstream", ptc["resource"]["aws_ecr_pull_through_cache_rule"]["upstream"].get("for_each"), "${toset(var.upstreams)}")
+    for v in ("upstreams", "prefix", "credential_arns"):
+        c.true(f"modules/pull-through-cache validates {v} as the AWS module did", bool(ptc["variable"][v].get("validation")))
+    ptc_ex = load_module(root / "examples" / "pull-through-cache")
+    c.eq("examples/pull-through-cache needs only the AWS provider", sorted(required_providers(ptc_ex)), ["aws"])
+    for v in ("upstreams", "prefix", "credential_arns"):
+        c.eq(f"examples/pull-through-cache passes {v} to the module", ptc_ex["module"]["pull_through_cache"].get(v), f"${{var.{v}}}")
 
     # --- registration wiring: the root feeds the renderer what `webhook-config` takes ---------
     mod = tf["module"]["webhook_config"]
@@ -495,7 +511,7 @@ def main():
     # --- docs/deploy.md documents every variable and output --------------------------------
     docs = (root / "docs" / "deploy.md").read_text(encoding="utf-8")
     pod_identity = load_module(root / "terraform" / "modules" / "pod-identity")
-    for mod_name, mod in [("terraform", tf), ("registration", reg), ("eks-network", net), ("pod-identity", pod_identity)]:
+    for mod_name, mod in [("terraform", tf), ("registration", reg), ("eks-network", net), ("pod-identity", pod_identity), ("pull-through-cache", ptc)]:
         for kind in ("variable", "output"):
             for name in mod[kind]:
                 c.true(f"docs/deploy.md documents {mod_name} {kind} {name}", f"`{name}`" in docs)

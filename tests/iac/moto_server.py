@@ -28,7 +28,11 @@ neutral here, as it is in AWS for the tests' requests.
 And moto refuses to create a Route 53 record set identical to one created and deleted before
 (a reinstall's alias record) whenever another record follows it in the zone: its existence
 check lists the zone from that name on rather than looking for the name. The check here looks
-for the name and type. Everything else is moto as released.
+for the name and type.
+And moto has no ECR pull-through cache rules: CreatePullThroughCacheRule,
+DescribePullThroughCacheRules and DeletePullThroughCacheRule keep them in memory, by account,
+region and repository prefix, with the service's errors for a prefix taken or unknown.
+Everything else is moto as released.
 """
 
 import hashlib
@@ -148,6 +152,62 @@ def _recreate_after_delete(self, zoneid, change_list):
 
 
 route53.Route53Backend.change_resource_record_sets = _recreate_after_delete
+
+from datetime import datetime, timezone  # noqa: E402
+
+from moto.core.exceptions import ServiceException  # noqa: E402
+from moto.core.responses import ActionResult  # noqa: E402
+from moto.ecr.responses import ECRResponse  # noqa: E402
+
+# ECR pull-through cache rules, by (account, region) and repository prefix.
+_pull_through_rules = {}
+
+
+class _RuleNotFound(ServiceException):
+    code = "PullThroughCacheRuleNotFoundException"
+
+
+class _RuleExists(ServiceException):
+    code = "PullThroughCacheRuleAlreadyExistsException"
+
+
+def _rules(self):
+    return _pull_through_rules.setdefault((self.current_account, self.region), {})
+
+
+def _create_pull_through_cache_rule(self):
+    prefix = self._get_param("ecrRepositoryPrefix")
+    if prefix in _rules(self):
+        raise _RuleExists(f"A pull through cache rule with prefix '{prefix}' already exists in the registry with id '{self.current_account}'")
+    rule = {"ecrRepositoryPrefix": prefix, "upstreamRegistryUrl": self._get_param("upstreamRegistryUrl"),
+            "createdAt": datetime.now(timezone.utc), "registryId": self.current_account}
+    for key in ("credentialArn", "customRoleArn", "upstreamRepositoryPrefix"):
+        if self._get_param(key):
+            rule[key] = self._get_param(key)
+    _rules(self)[prefix] = rule
+    return ActionResult(rule)
+
+
+def _describe_pull_through_cache_rules(self):
+    prefixes = self._get_param("ecrRepositoryPrefixes")
+    rules = _rules(self)
+    missing = [p for p in prefixes or [] if p not in rules]
+    if missing:
+        raise _RuleNotFound(f"The pull through cache rule with prefix '{missing[0]}' does not exist in the registry with id '{self.current_account}'")
+    return ActionResult({"pullThroughCacheRules": [r for p, r in rules.items() if not prefixes or p in prefixes]})
+
+
+def _delete_pull_through_cache_rule(self):
+    prefix = self._get_param("ecrRepositoryPrefix")
+    rule = _rules(self).pop(prefix, None)
+    if rule is None:
+        raise _RuleNotFound(f"The pull through cache rule with prefix '{prefix}' does not exist in the registry with id '{self.current_account}'")
+    return ActionResult(rule)
+
+
+ECRResponse.create_pull_through_cache_rule = _create_pull_through_cache_rule
+ECRResponse.describe_pull_through_cache_rules = _describe_pull_through_cache_rules
+ECRResponse.delete_pull_through_cache_rule = _delete_pull_through_cache_rule
 
 from moto.server import main  # noqa: E402
 
