@@ -8,6 +8,8 @@
 #   dist/podmutator-exec-<version>-linux-arm64     the exec wrapper beside it in the image
 #                                                  (what fetch copies into pods), arm64
 #   dist/podmutator-exec-<version>-linux-x86_64    the same for x86_64
+#   dist/podmutator-<version>-image                with --image: the in-cluster image pushed,
+#                                                  by digest (REPOSITORY@sha256:...)
 #   dist/SHA256SUMS                                `sha256sum -c SHA256SUMS` checks them
 #
 # <version> is Cargo.toml's. The zips are `cargo lambda build --release --locked
@@ -27,6 +29,12 @@
 #                                         podmutator-exec}/bootstrap (static-ness and the
 #                                         wrapper's size are pod-image.sh's checks)
 #   --out DIR                             write to DIR instead of dist/
+#   --image REPOSITORY                    also build the Dockerfile's image for every arch of
+#                                         ARCHES and push it as REPOSITORY:<version> (docker
+#                                         buildx, logged in already), then record the digest
+#                                         the push made, which the in-cluster install pins
+#                                         (docs/deploy.md), and print its `kustomize edit set
+#                                         image` line. REPOSITORY has no tag and no digest.
 #   ARCHES="arm64 x86_64"                 the architectures (default both)
 #
 # Builds land in $CARGO_TARGET_DIR (default target/), which is also --from's default.
@@ -47,6 +55,7 @@ dry_run=false
 from=
 from_given=false
 out=$ROOT/dist
+image=
 while (($#)); do
 	case $1 in
 	--dry-run) dry_run=true ;;
@@ -59,6 +68,11 @@ while (($#)); do
 	--out)
 		[[ $# -ge 2 ]] || fail "--out needs a directory"
 		out=$2
+		shift
+		;;
+	--image)
+		[[ $# -ge 2 ]] || fail "--image needs a repository (<registry>/podmutator)"
+		image=$2
 		shift
 		;;
 	-h | --help)
@@ -87,6 +101,18 @@ for arch in $ARCHES; do
 	esac
 done
 
+# A repository to push to: no scheme, no whitespace, no digest, and no tag (a ':' after the last
+# '/' is one; before it, a registry's port).
+if [[ -n $image ]]; then
+	[[ $image =~ ^[a-z0-9][a-z0-9._/:-]*[a-z0-9]$ && $image != *//* && ${image##*/} != *:* ]] ||
+		fail "--image takes a repository without a tag or digest, e.g. registry.example.com/team/podmutator: '$image'"
+fi
+platform_of() { [[ $1 == arm64 ]] && echo linux/arm64 || echo linux/amd64; }
+platforms=
+for arch in $ARCHES; do
+	platforms=${platforms:+$platforms,}$(platform_of "$arch")
+done
+
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 from=${from:-$TARGET_DIR}
 
@@ -94,6 +120,12 @@ lambda_name() { echo "podmutator-$version-lambda-$1.zip"; }
 pod_name() { echo "podmutator-$version-linux-$1"; }
 exec_name() { echo "podmutator-exec-$version-linux-$1"; }
 lambda_flag() { [[ $1 == arm64 ]] && echo --arm64 || echo --x86-64; }
+image_name() { echo "podmutator-$version-image"; }
+# The image's build: the Dockerfile at the root, every platform, pushed; buildx writes the digest
+# the registry got (for several platforms, the index's) into the metadata file.
+image_build() {
+	image_cmd=(docker buildx build --platform "$platforms" --tag "$image:$version" --push --metadata-file "$1" "$ROOT")
+}
 
 if $dry_run; then
 	echo "version $version"
@@ -103,11 +135,16 @@ if $dry_run; then
 		done
 		echo "build: ARCHES=\"$ARCHES\" scripts/pod-image.sh"
 	fi
+	if [[ -n $image ]]; then
+		image_build "<metadata file>"
+		echo "build: ${image_cmd[*]}"
+	fi
 	for arch in $ARCHES; do
 		echo "artefact: $out/$(lambda_name "$arch")"
 		echo "artefact: $out/$(pod_name "$arch")"
 		echo "artefact: $out/$(exec_name "$arch")"
 	done
+	[[ -z $image ]] || echo "artefact: $out/$(image_name)"
 	echo "artefact: $out/SHA256SUMS"
 	exit 0
 fi
@@ -186,6 +223,22 @@ for arch in $ARCHES; do
 	names+=("$(lambda_name "$arch")" "$(pod_name "$arch")" "$(exec_name "$arch")")
 done
 
+# The in-cluster image, last: it is pushed, so only once every artefact has passed. Its digest is
+# what the registry answered the push with; nothing here pulls it back.
+digest=
+if [[ -n $image ]]; then
+	need docker "the in-cluster image (--image): docker with buildx, logged in to the registry"
+	image_build "$work/image.json"
+	echo "== the in-cluster image: ${image_cmd[*]}" >&2
+	"${image_cmd[@]}" >&2 || fail "docker buildx build of $image:$version failed"
+	[[ -f $work/image.json ]] || fail "docker buildx wrote no metadata file: the pushed image's digest is unknown"
+	digest=$(grep -o '"containerimage\.digest"[[:space:]]*:[[:space:]]*"sha256:[0-9a-f]\{64\}"' "$work/image.json" |
+		grep -o 'sha256:[0-9a-f]\{64\}' | head -n 1) || true
+	[[ -n $digest ]] || fail "docker buildx's metadata holds no containerimage.digest: the pushed image's digest is unknown"
+	echo "$image@$digest" >"$work/$(image_name)"
+	names+=("$(image_name)")
+fi
+
 # Everything checked. The directory holds one release, which SHA256SUMS describes exactly:
 # earlier artefacts (any version) go first.
 rm -f "$out"/podmutator-* "$out/SHA256SUMS"
@@ -203,3 +256,7 @@ for arch in $ARCHES; do
 	echo "Terraform, architecture = \"$arch\": lambda_zip_path = \"$out/$(lambda_name "$arch")\""
 	echo "  $(scripts/lambda-artefact.sh "$out/$(lambda_name "$arch")")"
 done
+if [[ -n $digest ]]; then
+	echo "In-cluster image: $image@$digest; the install's first step pins it (docs/deploy.md):"
+	echo "  cd deploy/kubernetes/base && kustomize edit set image podmutator=$image@$digest"
+fi

@@ -2,10 +2,13 @@
 //! `kubectl kustomize` (kubectl is part of the machine image: missing is an error), every
 //! built-in object passes `kubernetes-validate --strict`, the cert-manager objects carry what
 //! cert-manager requires, and the registration is the renderer's, pointing at the Service and
-//! the paths `serve` answers. `PODMUTATOR_BLESS=1 cargo test --test integration kustomize::`
-//! rewrites `deploy/kubernetes/base/registration.yaml` from the renderer; review the diff.
+//! the paths `serve` answers. Nothing renders until the image is pinned by digest, and the
+//! registration renders apart from the webhook (`registration/<overlay>`), so the renders here
+//! are of a copy of the tree with the install's image step done. `PODMUTATOR_BLESS=1 cargo test
+//! --test integration kustomize::` rewrites `deploy/kubernetes/registration/base/registration.yaml`
+//! from the renderer; review the diff.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use podmutator::registration::{
@@ -28,25 +31,94 @@ fn deploy_dir(rel: &str) -> PathBuf {
     common::root().join("deploy/kubernetes").join(rel)
 }
 
-/// `kubectl kustomize` of `deploy/kubernetes/<rel>`, parsed into its objects. `provided-ca`
-/// is rendered from a copy of the tree holding a certificate made for the test, as an
-/// operator's files would sit there.
+/// What an install applies from `deploy/kubernetes/<rel>` (the base or an overlay), parsed into
+/// its objects: its own render and its registration's (`registration/base` for the base,
+/// `registration/<overlay>` for an overlay that has one). Rendered from a copy of the tree with
+/// the image pinned as the install's first step pins it, a certificate made for the test in
+/// `provided-ca` and, for `path-token`, the component's files, as an operator's would sit there.
 fn render(rel: &str) -> Vec<Value> {
-    if rel == "overlays/provided-ca" {
-        let (dir, _) = provided_ca_copy();
-        return render_dir(rel, &dir);
-    }
+    let (dir, _) = provided_ca_copy();
     if rel == "overlays/path-token" {
-        let (dir, _) = provided_ca_copy();
         path_token_files(&dir);
-        return render_dir(rel, &dir.join("../path-token"));
     }
-    render_dir(rel, &deploy_dir(rel))
+    render_install(&dir.join("../.."), rel)
 }
 
-/// A copy of `deploy/kubernetes` with `tls.crt`, `tls.key` and `ca.crt` in `provided-ca`;
-/// returns that overlay's directory and the CA's PEM.
+/// [`render`] in the tree whose `deploy/kubernetes` is `kube`.
+fn render_install(kube: &Path, rel: &str) -> Vec<Value> {
+    let mut docs = render_dir(rel, &kube.join(rel));
+    let registration = registration_of(rel);
+    if kube.join(&registration).is_dir() {
+        docs.extend(render_dir(&registration, &kube.join(&registration)));
+    }
+    docs
+}
+
+/// Where the registration of the base or an overlay renders.
+fn registration_of(rel: &str) -> String {
+    match rel.strip_prefix("overlays/") {
+        Some(overlay) => format!("registration/{overlay}"),
+        None => format!("registration/{rel}"),
+    }
+}
+
+/// The install's first step as docs/deploy.md writes it, `kustomize edit set image
+/// podmutator=<registry>/podmutator@sha256:<digest>`, with the placeholders filled: the image
+/// it pins, and the `images:` entry `kustomize edit set image` writes for it (the name, then
+/// `newName` and `digest` from `<newName>@<digest>`). kustomize itself is not installed here.
+fn documented_image_step() -> (String, String) {
+    let deploy = std::fs::read_to_string(common::root().join("docs/deploy.md")).unwrap();
+    let line = deploy
+        .lines()
+        .find(|l| l.contains("kustomize edit set image podmutator=<registry>/"))
+        .expect("docs/deploy.md shows the install's `kustomize edit set image` step");
+    let command = line
+        .strip_prefix("cd deploy/kubernetes/base && ")
+        .expect("the step runs in deploy/kubernetes/base");
+    let arg = command
+        .strip_prefix("kustomize edit set image ")
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .replace("<registry>", "registry.example.com/team")
+        .replace("<digest>", &"a1b2c3d4e5f60789".repeat(4));
+    let (name, image) = arg.split_once('=').unwrap();
+    let (new_name, digest) = image.split_once('@').unwrap();
+    assert_eq!(name, "podmutator");
+    assert!(
+        regex::Regex::new("^sha256:[0-9a-f]{64}$")
+            .unwrap()
+            .is_match(digest),
+        "{digest}"
+    );
+    let entry = format!("images:\n- digest: {digest}\n  name: {name}\n  newName: {new_name}\n");
+    (image.to_owned(), entry)
+}
+
+/// Appends `entry` (an `images:` list) to the copied base's kustomization.yaml, which holds
+/// none as committed.
+fn set_base_images(kube: &Path, entry: &str) {
+    let file = kube.join("base/kustomization.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        !text.lines().any(|l| l.starts_with("images:")),
+        "the committed base pins no image"
+    );
+    std::fs::write(&file, format!("{text}{entry}")).unwrap();
+}
+
+/// A copy of `deploy/kubernetes`, the image pinned as the install's first step does, with
+/// `tls.crt`, `tls.key` and `ca.crt` in `provided-ca`; returns that overlay's directory and
+/// the CA's PEM.
 fn provided_ca_copy() -> (PathBuf, Vec<u8>) {
+    let (dir, ca) = unpinned_copy();
+    set_base_images(&dir.join("../.."), &documented_image_step().1);
+    (dir, ca)
+}
+
+/// [`provided_ca_copy`] without the image: the tree as committed, and the certificate files.
+fn unpinned_copy() -> (PathBuf, Vec<u8>) {
     let root = common::temp_dir("kustomize-provided-ca");
     let status = Command::new("cp")
         .arg("-r")
@@ -120,6 +192,39 @@ fn render_dir(rel: &str, dir: &std::path::Path) -> Vec<Value> {
     docs
 }
 
+/// A container's `env` as the kubelet sets it: in each `value`, `$(NAME)` is the value of the
+/// variable `NAME` defined above it, `$$` a literal `$`, and a reference to no such variable
+/// stays as written. Literal values only: the objects here use no `valueFrom`.
+fn kubelet_env(container: &Value) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for e in container["env"].as_array().into_iter().flatten() {
+        let name = e["name"].as_str().unwrap().to_owned();
+        let mut rest = e["value"].as_str().expect("a literal value (no valueFrom)");
+        let mut value = String::new();
+        while let Some(i) = rest.find('$') {
+            value.push_str(&rest[..i]);
+            let after = &rest[i + 1..];
+            if let Some(tail) = after.strip_prefix('$') {
+                value.push('$');
+                rest = tail;
+            } else if let (true, Some(end)) = (after.starts_with('('), after.find(')')) {
+                let var = &after[1..end];
+                match out.iter().rev().find(|(k, _)| k == var) {
+                    Some((_, v)) => value.push_str(v),
+                    None => value.push_str(&rest[i..i + end + 2]),
+                }
+                rest = &after[end + 1..];
+            } else {
+                value.push('$');
+                rest = after;
+            }
+        }
+        value.push_str(rest);
+        out.push((name, value));
+    }
+    out
+}
+
 fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
     docs.iter()
         .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
@@ -140,7 +245,7 @@ fn rendered_registration() -> String {
 
 #[test]
 fn committed_registration_is_the_renderers() {
-    let path = deploy_dir("base/registration.yaml");
+    let path = deploy_dir("registration/base/registration.yaml");
     let want = rendered_registration();
     if std::env::var_os("PODMUTATOR_BLESS").is_some() {
         std::fs::write(&path, &want).unwrap();
@@ -490,7 +595,7 @@ fn cert_manager_objects_have_what_cert_manager_requires() {
 fn provided_ca_is_the_registrations_ca_bundle() {
     use base64::Engine;
     let (dir, ca) = provided_ca_copy();
-    let docs = render_dir("overlays/provided-ca", &dir);
+    let docs = render_install(&dir.join("../.."), "overlays/provided-ca");
     let secret = find(&docs, "Secret", "podmutator-tls");
     assert_eq!(secret["type"], "kubernetes.io/tls");
     for key in ["tls.crt", "tls.key", "ca.crt"] {
@@ -521,7 +626,7 @@ async fn serve_answers_the_rendered_paths_with_the_rendered_ca() {
     use base64::Engine;
     use std::io::BufRead;
     let (dir, _) = provided_ca_copy();
-    let docs = render_dir("overlays/provided-ca", &dir);
+    let docs = render_install(&dir.join("../.."), "overlays/provided-ca");
     let registration = find(&docs, "MutatingWebhookConfiguration", "podmutator");
     let port = common::free_port();
     // Only where it listens and reads its certificate differ from the committed file.
@@ -633,12 +738,13 @@ async fn path_token_component_puts_every_path_under_the_token_and_serve_holds_on
     use sha2::Digest as _;
     let (dir, ca) = provided_ca_copy();
     let token = path_token_files(&dir);
-    // The component over provided-ca, as an operator's overlay would combine them.
+    // The component over provided-ca and its registration, in one render: what an operator's
+    // two overlays apply, the first without the registration, the second with it alone.
     let overlay = dir.join("../with-token");
     std::fs::create_dir_all(&overlay).unwrap();
     std::fs::write(
         overlay.join("kustomization.yaml"),
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../provided-ca\ncomponents:\n  - ../../components/path-token\n",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../provided-ca\n  - ../../registration/provided-ca\ncomponents:\n  - ../../components/path-token\n",
     )
     .unwrap();
     let docs = render_dir("overlays/with-token", &overlay);
@@ -691,30 +797,18 @@ async fn path_token_component_puts_every_path_under_the_token_and_serve_holds_on
             .contains(token.as_str()),
         "the token outside the registration's paths"
     );
-    let env: Vec<(String, String)> = c["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["name"].as_str().unwrap().to_owned(),
-                e["value"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
-    let hash = &env
-        .iter()
-        .find(|(k, _)| k == "PATH_TOKEN_SHA256")
-        .unwrap()
-        .1;
-    assert_eq!(*hash, hex::encode(sha2::Sha256::digest(token.as_bytes())));
-    let inline = env
-        .iter()
-        .find(|(k, _)| k == "PODMUTATOR_CONFIG")
-        .unwrap()
-        .1
-        .replace("$(PATH_TOKEN_SHA256)", hash);
-    let mut config: Value = serde_json::from_str(&inline).unwrap();
+    let env = kubelet_env(c);
+    let var = |name: &str| {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no {name} in the Deployment's env"))
+    };
+    let hash = var("PATH_TOKEN_SHA256");
+    assert_eq!(hash, hex::encode(sha2::Sha256::digest(token.as_bytes())));
+    let mut config: Value = serde_json::from_str(&var("PODMUTATOR_CONFIG")).unwrap();
+    // No rotation under way: the previous hash is the current one.
+    assert_eq!(config["http"]["pathTokenSha256"], json!([hash, hash]));
     let (port, metrics_port) = (common::free_port(), common::free_port());
     config["webhook"] = json!({"certDir": dir, "listenPort": port, "metricsPort": metrics_port});
     config["http"]["listenAddress"] = json!("127.0.0.1");
@@ -1222,4 +1316,566 @@ fn network_policies_admit_what_each_pod_needs_and_nothing_else() {
         "from",
         &flow("10.0.3.4", Some("monitoring"), "metrics", "TCP")
     ));
+}
+
+/// `kubectl kustomize` of `dir`, which must fail: its error output.
+fn render_error(dir: &Path) -> String {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .expect("kubectl (1.32+, with kustomize) is required on PATH");
+    assert!(
+        !out.status.success(),
+        "kubectl kustomize {} rendered",
+        dir.display()
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Every install directory: each overlay and each registration.
+fn install_dirs(kube: &Path) -> Vec<String> {
+    let mut dirs = Vec::new();
+    for parent in ["overlays", "registration"] {
+        for e in std::fs::read_dir(kube.join(parent)).unwrap() {
+            let e = e.unwrap();
+            if e.path().join("kustomization.yaml").is_file() {
+                dirs.push(format!("{parent}/{}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    dirs.sort();
+    dirs
+}
+
+/// Issue 38: every overlay rendered `podmutator:latest`, an image nobody publishes, so an install
+/// that followed the table ran into ImagePullBackOff behind a live `Fail` registration. Now the
+/// tree as committed renders nothing an install would apply (the base's replacement reads the
+/// digest back from the placeholder image, which has none), nor does an image pinned by tag
+/// only; docs/deploy.md's `kustomize edit set image` step makes every overlay render, and every
+/// container of ours then runs exactly that digest.
+#[test]
+fn nothing_renders_until_the_image_is_pinned_by_digest() {
+    let (dir, _) = unpinned_copy();
+    path_token_files(&dir);
+    let kube = dir.join("../..");
+    let dirs = install_dirs(&kube);
+    assert!(dirs.len() >= OVERLAYS.len() + 3, "{dirs:?}");
+    let placeholder = "podmutator:unset-pin-it-by-digest-see-docs-deploy-md";
+    // Unpinned: whatever runs our image fails to render (the base's check is in its render),
+    // naming the placeholder; a registration alone holds no image and renders.
+    let unpinned: Vec<(String, Option<String>)> = dirs
+        .iter()
+        .chain(std::iter::once(&"base".to_owned()))
+        .map(|rel| {
+            let out = Command::new("kubectl")
+                .arg("kustomize")
+                .arg(kube.join(rel))
+                .output()
+                .expect("kubectl (1.32+, with kustomize) is required on PATH");
+            let err =
+                (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).into_owned());
+            (rel.clone(), err)
+        })
+        .collect();
+    for (rel, err) in &unpinned {
+        if let Some(err) = err {
+            assert!(
+                err.contains(&format!(
+                    "options.index 1 is out of bounds for value {placeholder}"
+                )),
+                "{rel}: {err}"
+            );
+        }
+    }
+
+    // Pinned by tag only: refused the same way, naming what was given.
+    let (tagged, _) = unpinned_copy();
+    let tagged = tagged.join("../..");
+    set_base_images(
+        &tagged,
+        "images:\n- name: podmutator\n  newName: registry.example.com/team/podmutator\n  newTag: \"1.0\"\n",
+    );
+    let err = render_error(&tagged.join("overlays/cert-manager"));
+    assert!(
+        err.contains("out of bounds for value registry.example.com/team/podmutator:1.0"),
+        "{err}"
+    );
+
+    // The documented step: everything renders, every container of ours on the digest; what
+    // holds one, and every overlay, failed above.
+    let (image, entry) = documented_image_step();
+    set_base_images(&kube, &entry);
+    for (rel, err) in &unpinned {
+        let docs = render_dir(rel, &kube.join(rel));
+        let runs_ours = docs
+            .iter()
+            .any(|d| matches!(d["kind"].as_str(), Some("Deployment" | "Job" | "CronJob")));
+        assert!(
+            err.is_some() || !runs_ours,
+            "{rel}: rendered unpinned, with our image to run"
+        );
+        assert!(
+            err.is_some() || rel.starts_with("registration/"),
+            "{rel}: rendered unpinned"
+        );
+        for d in &docs {
+            let pod = match d["kind"].as_str().unwrap() {
+                "Deployment" | "Job" => &d["spec"]["template"]["spec"],
+                "CronJob" => &d["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+                _ => continue,
+            };
+            for c in pod["containers"].as_array().unwrap() {
+                assert_eq!(
+                    c["image"], image,
+                    "{rel}: {} {}",
+                    d["kind"], d["metadata"]["name"]
+                );
+            }
+        }
+    }
+}
+
+/// Issue 38: the registration went live with the rest of an overlay, before any replica could
+/// answer, so under `Fail` it refused every pod it matched until the Deployment was available
+/// (for ever, with an image that cannot be pulled). Now each overlay renders without it and
+/// `registration/<overlay>` renders it alone, with what the overlay adds; docs/deploy.md's
+/// install table applies the webhook, waits for the rollout, then applies the registration.
+/// `self-managed-ca` is the exception the table names: its Job writes into the registration
+/// before it issues the certificate the Deployment waits for.
+#[test]
+fn the_registration_is_rendered_apart_and_applied_after_the_deployment() {
+    use base64::Engine;
+    let (dir, ca) = provided_ca_copy();
+    let token = path_token_files(&dir);
+    let kube = dir.join("../..");
+    let base = render_dir("registration/base", &kube.join("registration/base"));
+    assert_eq!(base.len(), 1);
+    let base = find(&base, "MutatingWebhookConfiguration", "podmutator");
+    let names = |r: &Value| -> Vec<Value> {
+        r["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["name"].clone())
+            .collect()
+    };
+
+    let deploy = std::fs::read_to_string(common::root().join("docs/deploy.md")).unwrap();
+    let header = "| overlay | before | 1. the webhook | 2. wait | 3. the registration |";
+    let table = &deploy[deploy
+        .find(header)
+        .expect("docs/deploy.md has the install table")..];
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+        .collect();
+    let mut listed: Vec<&str> = rows.iter().map(|r| r[0].trim_matches('`')).collect();
+    listed.sort();
+    let mut overlays = OVERLAYS.to_vec();
+    overlays.sort();
+    assert_eq!(listed, overlays, "the table has a row per overlay");
+    let wait = "`kubectl -n podmutator rollout status deployment/podmutator --timeout=5m`";
+    for row in &rows {
+        let overlay = row[0].trim_matches('`');
+        assert_eq!(row.len(), 5, "{overlay}: {row:?}");
+        let workload = format!("overlays/{overlay}");
+        assert!(
+            row[2].starts_with(&format!("`kubectl apply -k deploy/kubernetes/{workload}`")),
+            "{overlay}: {}",
+            row[2]
+        );
+        assert!(row[3].contains(wait), "{overlay}: {}", row[3]);
+        let docs = render_dir(&workload, &kube.join(&workload));
+        let registration = registration_of(&workload);
+        if overlay == "self-managed-ca" {
+            // The exception: the registration is applied with the rest, and none is left for 3.
+            assert_eq!(row[4], "none: applied in 1", "{overlay}");
+            assert!(row[2].contains("the registration included"), "{overlay}");
+            assert!(!kube.join(&registration).exists(), "{overlay}");
+            find(&docs, "MutatingWebhookConfiguration", "podmutator");
+            continue;
+        }
+        assert_eq!(
+            row[4],
+            format!("`kubectl apply -k deploy/kubernetes/{registration}`"),
+            "{overlay}"
+        );
+        assert!(
+            !docs
+                .iter()
+                .any(|d| d["kind"] == "MutatingWebhookConfiguration"),
+            "{workload} renders a registration"
+        );
+        find(&docs, "Deployment", "podmutator");
+        let alone = render_dir(&registration, &kube.join(&registration));
+        let kinds: Vec<&Value> = alone.iter().map(|d| &d["kind"]).collect();
+        assert_eq!(kinds, ["MutatingWebhookConfiguration"], "{registration}");
+        let r = &alone[0];
+        assert_eq!(r["metadata"]["name"], "podmutator");
+        assert_eq!(names(r), names(base), "{registration}");
+        // What each overlay adds to the registration, and nothing of the rest.
+        let inject = &r["metadata"]["annotations"]["cert-manager.io/inject-ca-from"];
+        let bundles: Vec<String> = r["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| {
+                w["clientConfig"]["caBundle"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .replace(['\n', '\r'], "")
+            })
+            .collect();
+        let under_token = r["webhooks"].as_array().unwrap().iter().all(|w| {
+            w["clientConfig"]["service"]["path"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("/{token}/"))
+        });
+        match overlay {
+            "cert-manager" | "path-token" => {
+                assert_eq!(inject, "podmutator/podmutator-serving", "{registration}");
+                assert!(bundles.iter().all(String::is_empty), "{registration}");
+            }
+            "provided-ca" => {
+                assert!(inject.is_null(), "{registration}");
+                let want = base64::engine::general_purpose::STANDARD.encode(&ca);
+                assert!(bundles.iter().all(|b| *b == want), "{registration}");
+            }
+            other => panic!("an overlay this test does not know: {other}"),
+        }
+        assert_eq!(under_token, overlay == "path-token", "{registration}");
+    }
+}
+
+/// A stand-in `kubectl`, in a new directory beside a `podmutator` (the test build), to put first
+/// on PATH: each call adds its arguments as a line to `<log>/calls`; `apply -k DIR` also writes
+/// what that applies, the real `kubectl kustomize DIR`, to `<log>/<n>.yaml`, n the call's
+/// number from 0. Returns (the directory, the log).
+fn stand_in_kubectl() -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let real = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("kubectl"))
+        .find(|p| p.is_file())
+        .expect("kubectl (1.32+, with kustomize) is required on PATH");
+    let bin = common::temp_dir("kustomize-stand-in-bin");
+    let log = common::temp_dir("kustomize-stand-in-log");
+    std::fs::write(log.join("calls"), "").unwrap();
+    let script = format!(
+        "#!/bin/sh\nn=$(($(wc -l < '{log}/calls')))\necho \"$*\" >> '{log}/calls'\n\
+         if [ \"$1\" = apply ] && [ \"$2\" = -k ]; then exec '{real}' kustomize \"$3\" > '{log}/'$n.yaml; fi\n",
+        log = log.display(),
+        real = real.display()
+    );
+    std::fs::write(bin.join("kubectl"), script).unwrap();
+    std::fs::set_permissions(bin.join("kubectl"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_podmutator"), bin.join("podmutator")).unwrap();
+    (bin, log)
+}
+
+/// One `serve` replica, killed when dropped (a failed assertion leaves none running).
+struct Replica {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A kubectl call the stand-in recorded, with the render of an `apply -k`.
+type Call = (String, Option<Vec<Value>>);
+
+/// The webhook's apply of the rotation: `overlays/path-token`, without the registration; its
+/// Deployment's configuration as the kubelet hands it to `serve`.
+fn rotation_workload(call: &Call, what: &str) -> Value {
+    assert!(
+        call.0.starts_with("apply -k ") && call.0.ends_with("overlays/path-token"),
+        "{what}: {}",
+        call.0
+    );
+    let docs = call.1.as_ref().unwrap();
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["kind"] == "MutatingWebhookConfiguration"),
+        "{what}: the webhook's apply holds the registration"
+    );
+    let d = find(docs, "Deployment", "podmutator");
+    let env = kubelet_env(&d["spec"]["template"]["spec"]["containers"][0]);
+    let inline = &env
+        .iter()
+        .find(|(k, _)| k == "PODMUTATOR_CONFIG")
+        .unwrap()
+        .1;
+    serde_json::from_str(inline).unwrap()
+}
+
+/// The registration's apply of the rotation: `registration/path-token`, that object alone; its
+/// webhooks' names and paths.
+fn rotation_registration(call: &Call, what: &str) -> Vec<(String, String)> {
+    assert!(
+        call.0.starts_with("apply -k ") && call.0.ends_with("registration/path-token"),
+        "{what}: {}",
+        call.0
+    );
+    let docs = call.1.as_ref().unwrap();
+    assert_eq!(docs.len(), 1, "{what}: the registration's apply holds more");
+    docs[0]["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["name"].as_str().unwrap().to_owned(),
+                w["clientConfig"]["service"]["path"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The SHA-256 of the one token every path of a registration is under.
+fn token_hash(paths: &[(String, String)]) -> String {
+    use sha2::Digest as _;
+    let tokens: std::collections::BTreeSet<&str> = paths
+        .iter()
+        .map(|(_, p)| p.trim_start_matches('/').split('/').next().unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 1, "one token in every path");
+    hex::encode(sha2::Sha256::digest(tokens.first().unwrap().as_bytes()))
+}
+
+/// What the rotation's replicas share: their certificate's directory and CA, and the review.
+struct Rotation {
+    certs: PathBuf,
+    ca: Vec<u8>,
+    review: Vec<u8>,
+}
+
+impl Rotation {
+    /// A replica running `config` (a rendered Deployment's), on ports of its own.
+    async fn start(&self, config: &Value) -> Replica {
+        let mut config = config.clone();
+        let (port, metrics_port) = (common::free_port(), common::free_port());
+        config["webhook"] =
+            json!({"certDir": self.certs, "listenPort": port, "metricsPort": metrics_port});
+        config["http"]["listenAddress"] = json!("127.0.0.1");
+        config["http"]["drainSeconds"] = json!(0);
+        let (child, _) = common::spawn_serve(
+            crate::common::bin()
+                .args(["serve", "--config"])
+                .arg(deploy_dir("base/config.yaml"))
+                .env("PODMUTATOR_CONFIG", config.to_string()),
+        )
+        .await;
+        Replica { child, port }
+    }
+
+    /// Every path of `paths` answered `want` (200 with `allowed: true`, or 404) by each replica,
+    /// named by the hashes it holds. Failures name the webhook, never the path.
+    async fn check(
+        &self,
+        step: &str,
+        replicas: &[(&str, &Replica)],
+        paths: &[(String, String)],
+        want: u16,
+    ) {
+        let host = format!("podmutator.{NAMESPACE}.svc");
+        for (state, replica) in replicas {
+            for (webhook, path) in paths {
+                let (status, body) = common::https_request(
+                    replica.port,
+                    &self.ca,
+                    &host,
+                    "POST",
+                    &format!("{path}?timeout=10s"),
+                    Some("application/json"),
+                    &self.review,
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{step}: {webhook}: TLS to the replica: {e}"));
+                assert_eq!(
+                    status, want,
+                    "{step}: {webhook} on the replica holding {state}"
+                );
+                if want == 200 {
+                    assert_eq!(
+                        common::response(&body)["allowed"],
+                        true,
+                        "{step}: {webhook} on the replica holding {state}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Issue 38: rotating the in-cluster path token (one `kubectl apply -k` that moved the
+/// registration and the Deployment at once) refused pods for a rollout, the registration calling
+/// with the new token while old replicas answered it 404. docs/deploy.md's path-token install
+/// and its three rotation steps, run as written with the test build as `podmutator` and a
+/// stand-in `kubectl` that renders each `apply -k`; each rendered Deployment's configuration
+/// (`PODMUTATOR_CONFIG` as the kubelet expands it) starts a real `serve`. At every step, every
+/// replica state of that step answers 200 to every path of the registration applied by then;
+/// after the last step the old token gets 404. No path (it holds a token) is ever printed.
+#[tokio::test]
+async fn path_token_rotation_in_three_applies_never_refuses_a_review() {
+    let (dir, _) = provided_ca_copy();
+    let root = dir.join("../../../..");
+    let component = dir.join("../../components/path-token");
+    let (bin, log) = stand_in_kubectl();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let deploy = std::fs::read_to_string(common::root().join("docs/deploy.md")).unwrap();
+    let block = |start: &str| -> String {
+        let at = deploy
+            .find(start)
+            .unwrap_or_else(|| panic!("docs/deploy.md has a block starting {start:?}"));
+        let text = &deploy[at + "```sh\n".len()..];
+        text[..text.find("```").unwrap()].to_owned()
+    };
+    let install = block("```sh\ncd deploy/kubernetes/components/path-token\nopenssl rand");
+    let rotation = block("```sh\n# 1. ");
+    let mut steps: Vec<String> = Vec::new();
+    for line in rotation.lines() {
+        if ["# 1. ", "# 2. ", "# 3. "]
+            .iter()
+            .any(|p| line.starts_with(p))
+        {
+            steps.push(String::new());
+        }
+        let step = steps.last_mut().expect("the block starts with step 1");
+        step.push_str(line);
+        step.push('\n');
+    }
+    assert_eq!(steps.len(), 3, "three steps");
+
+    // Runs `commands` with `sh -e` where the docs run them; returns the kubectl calls made.
+    let mut seen = 0;
+    let mut run = |what: &str, commands: &str, cwd: &Path| -> Vec<Call> {
+        let mut sh = Command::new("sh");
+        sh.args(["-ec", commands])
+            .current_dir(cwd)
+            .env("PATH", &path);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("PODMUTATOR_") {
+                sh.env_remove(name);
+            }
+        }
+        let out = sh.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{what} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let calls = std::fs::read_to_string(log.join("calls")).unwrap();
+        let calls: Vec<String> = calls.lines().map(str::to_owned).collect();
+        let new = (seen..calls.len())
+            .map(|n| {
+                let render = std::fs::read_to_string(log.join(format!("{n}.yaml")))
+                    .ok()
+                    .map(|y| serde_saphyr::from_multiple::<Value>(&y).unwrap());
+                (calls[n].clone(), render)
+            })
+            .collect();
+        seen = calls.len();
+        new
+    };
+    let wait = "-n podmutator rollout status deployment/podmutator --timeout=5m";
+
+    let certs = common::temp_dir("kustomize-rotation-certs");
+    let files = podmutator::transport::tls::ensure_certs(
+        &certs,
+        true,
+        &[format!("podmutator.{NAMESPACE}.svc")],
+    )
+    .unwrap();
+    let rotation = Rotation {
+        ca: std::fs::read(&files.ca).unwrap(),
+        certs,
+        review: std::fs::read(
+            common::root().join("tests/fixtures/reviews/flyte-task-k8s-env.json"),
+        )
+        .unwrap(),
+    };
+
+    // The install: the webhook, the wait, then the registration.
+    let calls = run("the path-token install", &install, &root);
+    let commands: Vec<&str> = calls.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(commands.len(), 3, "{commands:?}");
+    assert_eq!(commands[1], wait, "the install waits for the rollout");
+    let c0 = rotation_workload(&calls[0], "install");
+    let r0 = rotation_registration(&calls[2], "install");
+    let h0 = token_hash(&r0);
+    assert_eq!(c0["http"]["pathTokenSha256"], json!([h0, h0]));
+    let old = rotation.start(&c0).await;
+    rotation
+        .check("installed", &[("[old, old]", &old)], &r0, 200)
+        .await;
+
+    // 1. The webhook accepts both tokens; the registration keeps the old one.
+    let calls = run("step 1", &steps[0], &component);
+    assert_eq!(calls.len(), 2, "step 1 applies the webhook and waits");
+    assert_eq!(calls[1].0, wait, "step 1 waits for the rollout");
+    let c1 = rotation_workload(&calls[0], "step 1");
+    let h1 = c1["http"]["pathTokenSha256"][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(h1, h0, "step 1 made a new token");
+    assert_eq!(c1["http"]["pathTokenSha256"], json!([h1, h0]));
+    let both = rotation.start(&c1).await;
+    rotation
+        .check(
+            "step 1, rolling out",
+            &[("[old, old]", &old), ("[new, old]", &both)],
+            &r0,
+            200,
+        )
+        .await;
+    drop(old);
+
+    // 2. The registration moves to the new token; while every API server catches up, either
+    // registration calls.
+    let calls = run("step 2", &steps[1], &component);
+    assert_eq!(calls.len(), 1, "step 2 applies the registration alone");
+    let r1 = rotation_registration(&calls[0], "step 2");
+    assert_eq!(token_hash(&r1), h1, "the registration holds the new token");
+    for paths in [&r0, &r1] {
+        rotation
+            .check("step 2", &[("[new, old]", &both)], paths, 200)
+            .await;
+    }
+
+    // 3. The old hash goes.
+    let calls = run("step 3", &steps[2], &component);
+    assert_eq!(calls.len(), 2, "step 3 applies the webhook and waits");
+    assert_eq!(calls[1].0, wait, "step 3 waits for the rollout");
+    let c2 = rotation_workload(&calls[0], "step 3");
+    assert_eq!(c2["http"]["pathTokenSha256"], json!([h1, h1]));
+    let new = rotation.start(&c2).await;
+    rotation
+        .check(
+            "step 3, rolling out",
+            &[("[new, old]", &both), ("[new, new]", &new)],
+            &r1,
+            200,
+        )
+        .await;
+    drop(both);
+    rotation
+        .check("after step 3", &[("[new, new]", &new)], &r0, 404)
+        .await;
 }

@@ -3,7 +3,8 @@
 //! builds already made; here the `podmutator` this test run built stands in for the x86_64
 //! builds (a real zip, made by `zip`, of a real binary that answers `--version`), and its checks
 //! must refuse what a release must not ship. The builds themselves are `cargo lambda build`
-//! (covered by `sam-build-check.sh` and `bench-size.sh`) and `scripts/pod-image.sh`.
+//! (covered by `sam-build-check.sh` and `bench-size.sh`) and `scripts/pod-image.sh`; `--image`'s
+//! build and push run against a stand-in `docker`.
 
 use crate::common;
 
@@ -302,4 +303,193 @@ fn an_unknown_architecture_is_refused_before_anything_runs() {
         "{}",
         text(&out)
     );
+}
+
+/// A stand-in `docker` for `--image`: records its arguments (one a line) beside itself and, as
+/// buildx does after a push, writes the metadata file with `metadata` (`{}` leaves the digest
+/// out); `fail` makes the build fail. Returns the directory to put first on PATH.
+fn stand_in_docker(metadata: &str, fail: bool) -> PathBuf {
+    let bin = temp_dir("release-docker");
+    let script = format!(
+        "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$(dirname \"$0\")/args\"\n{}\
+         while [ $# -gt 0 ]; do\n  if [ \"$1\" = --metadata-file ]; then printf '%s' '{metadata}' > \"$2\"; fi\n  shift\ndone\n",
+        if fail {
+            "echo 'ERROR: failed to push' >&2\nexit 1\n"
+        } else {
+            ""
+        }
+    );
+    let path = bin.join("docker");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+fn release_with_docker(args: &[&str], docker: &Path) -> Output {
+    let path = format!(
+        "{}:{}",
+        docker.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    Command::new(root().join("scripts/release.sh"))
+        .args(args)
+        .env("ARCHES", "x86_64")
+        .env("PATH", path)
+        .output()
+        .expect("scripts/release.sh runs")
+}
+
+/// Issue 38: no image was published, so the in-cluster install ran `podmutator:latest`, which
+/// nobody can pull. `--image` builds the Dockerfile for the release's architectures, pushes it
+/// tagged with the version, and records the digest buildx reports for the push (the artefact
+/// `podmutator-<version>-image`, in SHA256SUMS) with the install's `kustomize edit set image`
+/// line. Docker runs no build here (no daemon, no registry): a stand-in answers as buildx does,
+/// so what is checked is the command given and what is made of its answer.
+#[test]
+fn an_image_release_records_the_pushed_digest_and_prints_the_pinned_install_step() {
+    let digest = format!("sha256:{}", sha256_hex(b"the image index"));
+    // buildx's metadata file, as it writes it after `--push` (indented JSON).
+    let metadata = format!(
+        "{{\n  \"buildx.build.ref\": \"builder/builder0/x\",\n  \"containerimage.descriptor\": {{\"digest\": \"sha256:{}\"}},\n  \"containerimage.digest\": \"{digest}\",\n  \"image.name\": \"registry.example.com/team/podmutator:{VERSION}\"\n}}",
+        sha256_hex(b"another descriptor")
+    );
+    let docker = stand_in_docker(&metadata, false);
+    let from = builds(&["x86_64"], None);
+    let out_dir = temp_dir("release-image");
+    let repository = "registry.example.com/team/podmutator";
+    let out = release_with_docker(
+        &[
+            "--from",
+            from.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+            "--image",
+            repository,
+        ],
+        &docker,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let args = std::fs::read_to_string(docker.join("args")).unwrap();
+    let args: Vec<&str> = args.lines().collect();
+    let metadata_file = args
+        .iter()
+        .position(|a| *a == "--metadata-file")
+        .map(|i| args[i + 1])
+        .expect("buildx is asked for its metadata file");
+    assert_eq!(
+        args,
+        [
+            "buildx",
+            "build",
+            "--platform",
+            "linux/amd64",
+            "--tag",
+            &format!("{repository}:{VERSION}"),
+            "--push",
+            "--metadata-file",
+            metadata_file,
+            root().to_str().unwrap(),
+        ],
+        "{}",
+        text(&out)
+    );
+    let name = format!("podmutator-{VERSION}-image");
+    let pinned = format!("{repository}@{digest}");
+    assert_eq!(
+        std::fs::read_to_string(out_dir.join(&name)).unwrap(),
+        format!("{pinned}\n")
+    );
+    let sums = std::fs::read_to_string(out_dir.join("SHA256SUMS")).unwrap();
+    assert!(
+        sums.lines().any(|l| l.ends_with(&format!("  {name}"))),
+        "{sums}"
+    );
+    let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+    assert!(
+        stdout.contains(&format!(
+            "cd deploy/kubernetes/base && kustomize edit set image podmutator={pinned}\n"
+        )),
+        "{}",
+        text(&out)
+    );
+
+    // The dry run names the build and the artefact.
+    let out = release(
+        &[
+            "--dry-run",
+            "--out",
+            out_dir.to_str().unwrap(),
+            "--image",
+            repository,
+        ],
+        "arm64 x86_64",
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+    assert!(
+        stdout.contains(&format!(
+            "build: docker buildx build --platform linux/arm64,linux/amd64 --tag {repository}:{VERSION} --push --metadata-file "
+        )),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        stdout.contains(&format!("artefact: {}\n", out_dir.join(&name).display())),
+        "{}",
+        text(&out)
+    );
+}
+
+/// What would leave the install without a digest to pin is refused and leaves no release: a
+/// repository given with a tag or a digest (the digest is the push's), a failed build or push,
+/// and buildx metadata without `containerimage.digest`.
+#[rstest]
+#[case::a_tag(
+    "registry.example.com/podmutator:1.0",
+    "{}",
+    false,
+    "without a tag or digest"
+)]
+#[case::a_digest(
+    "registry.example.com/podmutator@sha256:0123",
+    "{}",
+    false,
+    "without a tag or digest"
+)]
+#[case::a_failed_push(
+    "registry.example.com:5000/podmutator",
+    "{}",
+    true,
+    "docker buildx build of registry.example.com:5000/podmutator:"
+)]
+#[case::no_digest_in_the_metadata(
+    "registry.example.com/podmutator",
+    "{\"image.name\": \"registry.example.com/podmutator\"}",
+    false,
+    "holds no containerimage.digest"
+)]
+fn an_image_release_without_a_digest_to_pin_is_refused(
+    #[case] repository: &str,
+    #[case] metadata: &str,
+    #[case] fail: bool,
+    #[case] message: &str,
+) {
+    let docker = stand_in_docker(metadata, fail);
+    let from = builds(&["x86_64"], None);
+    let out_dir = temp_dir("release-image-refused");
+    let out = release_with_docker(
+        &[
+            "--from",
+            from.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+            "--image",
+            repository,
+        ],
+        &docker,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(message), "{}", text(&out));
+    assert!(names_in(&out_dir).is_empty(), "{:?}", names_in(&out_dir));
 }
