@@ -207,6 +207,14 @@ resource "aws_lambda_function" "this" {
       condition     = self.code_sha256 == var.lambda_zip_base64sha256 || self.version == null
       error_message = "The uploaded code's SHA-256 (${self.code_sha256}) is not lambda_zip_base64sha256 (${var.lambda_zip_base64sha256}): the zip at lambda_zip_path (or lambda_s3_bucket/lambda_s3_key) is not the artefact whose hash was given. The `live` alias was not moved. Pass the hash of the zip you mean to deploy (scripts/lambda-artefact.sh), or the zip the hash belongs to, and apply again."
     }
+    # The same check before anything is uploaded, where the zip is on this machine: a zip that
+    # is not the hashed one is refused at plan. (Once uploaded, Lambda's $LATEST would hold code
+    # whose hash the state records as the one given, and no later plan would upload again.)
+    # Without a file at the path (a machine that has only the state) nothing is read.
+    precondition {
+      condition     = try(filebase64sha256(var.lambda_zip_path), var.lambda_zip_base64sha256) == var.lambda_zip_base64sha256
+      error_message = "The zip at lambda_zip_path (${coalesce(var.lambda_zip_path, "-")}) has the base64 SHA-256 ${try(filebase64sha256(var.lambda_zip_path), "-")}, not lambda_zip_base64sha256 (${var.lambda_zip_base64sha256}): it is not the artefact whose hash was given. Nothing was uploaded and the `live` alias was not moved. Put the artefact the hash names at the path (a rollback: the previous release's zip), or pass this zip's hash to deploy it (scripts/lambda-artefact.sh); to apply without redeploying code, point lambda_zip_path at a path with no file."
+    }
     precondition {
       condition     = var.lambda_timeout_seconds < module.webhook_config.min_timeout_seconds
       error_message = "lambda_timeout_seconds must be below the webhooks' timeoutSeconds, or the API server gives up before the function can answer."
@@ -231,13 +239,17 @@ resource "aws_lambda_function" "this" {
   #checkov:skip=CKV_AWS_50:One structured log line and EMF metrics per admission cover tracing needs; X-Ray would add xray:Put* on "*" to the role.
 }
 
-# The endpoint invokes this alias. Rolling back is `aws lambda update-alias --function-version`
+# The endpoint invokes this alias; it moves to a new version only after that version answered
+# pre-traffic.tf's canned review. Rolling back is `aws lambda update-alias --function-version`
 # (or an apply of the previous artefact); provisioned concurrency attaches here.
 resource "aws_lambda_alias" "live" {
   name             = "live"
   description      = "What the endpoint invokes"
   function_name    = aws_lambda_function.this.function_name
   function_version = aws_lambda_function.this.version
+
+  # Only once the new version has answered the canned review (pre-traffic.tf).
+  depends_on = [aws_lambda_invocation.pre_traffic]
 }
 
 resource "aws_lambda_provisioned_concurrency_config" "live" {

@@ -35,6 +35,7 @@ resource "terraform_data" "deletion_guard" {
     aws_iam_role_policy.function,
     aws_lambda_function.this,
     aws_lambda_alias.live,
+    aws_lambda_invocation.pre_traffic,
     aws_lambda_provisioned_concurrency_config.live,
     aws_secretsmanager_secret.path_token,
     aws_secretsmanager_secret_version.path_token,

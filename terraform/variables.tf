@@ -119,6 +119,12 @@ variable "provisioned_concurrency" {
   }
 }
 
+variable "pre_traffic_check" {
+  description = "Invoke each newly published version with a canned AdmissionReview before the `live` alias moves to it (pre-traffic.tf); a wrong answer stops the apply with the previous version live. The deployer needs lambda:InvokeFunction on the function. false skips the check."
+  type        = bool
+  default     = true
+}
+
 variable "iam_role_path" {
   description = "Path of the function's IAM role."
   type        = string

@@ -267,11 +267,6 @@ fn the_binary_will_not_serve_without_a_path_token_unless_told_to() {
     assert!(stderr.contains("http.pathTokenDisabled"), "{stderr}");
 }
 
-fn hex_sha256(s: &str) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(s.as_bytes()))
-}
-
 // ---- What one request may cost, and whose secrets a pod may get ----
 
 mod secrets_attacks {

@@ -290,3 +290,33 @@ async fn an_answer_over_lambdas_six_megabytes_is_a_denial_that_fits_and_says_why
     assert!(size > LAMBDA_RESPONSE_LIMIT, "{size}");
     assert!(resp.get("patch").is_none());
 }
+
+/// The event Terraform's pre-traffic check sends each new version before the `live` alias moves
+/// (terraform/pre-traffic-event.json, the token put in its path as pre-traffic.tf does) gets
+/// what the check's postcondition requires from the real handler: status 200, the review's uid
+/// and `allowed: true`. And through the wrong token it gets the 404 the check reports.
+#[tokio::test]
+async fn the_pre_traffic_event_is_answered_allowed_by_the_real_handler() {
+    let template =
+        std::fs::read_to_string(root().join("terraform/pre-traffic-event.json")).unwrap();
+    let token = "k3H9pre7traffic0check4token2example8value1";
+    let config = Config::from_value(json!({"http": {"pathTokenSha256": hex_sha256(token)}}))
+        .unwrap()
+        .config;
+    let app = webhook(&config, Deps::offline());
+    let event: Value =
+        serde_json::from_str(&template.replace("/PATH_TOKEN/", &format!("/{token}/"))).unwrap();
+    let uid = review_of(&event)["request"]["uid"].clone();
+    assert_eq!(uid, "podmutator-pre-traffic-check");
+    let (_, wire) = invoke(&app, &event).await;
+    assert_eq!(wire["statusCode"], 200, "{wire}");
+    let body: Value = serde_json::from_str(wire["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body["response"]["uid"], uid, "{body}");
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+
+    let wrong: Value =
+        serde_json::from_str(&template.replace("/PATH_TOKEN/", "/another-token-entirely-0000000/"))
+            .unwrap();
+    let (_, wire) = invoke(&app, &wrong).await;
+    assert_eq!(wire["statusCode"], 404, "{wire}");
+}

@@ -19,12 +19,12 @@
 
 use crate::common;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
 
+use common::aws::Moto;
 use common::{root, tool};
 
 const REGION: &str = "us-east-1";
@@ -328,10 +328,11 @@ impl Terraform {
         }
         assert!(
             out.status.success(),
-            "terraform {} in {} failed ({}):\n{text}",
+            "terraform {} in {} failed ({}):\n{}\n-- the whole output:\n{text}",
             args.join(" "),
             dir.display(),
-            out.status
+            out.status,
+            error_blocks(&text)
         );
         // What `terraform validate` would report (a deprecated attribute, say) is printed by
         // every command that evaluates the configuration: none may warn. (`init` warns that a
@@ -366,59 +367,23 @@ impl Terraform {
     }
 }
 
-/// moto's server on a free 127.0.0.1 port, stopped when dropped.
-struct Moto {
-    child: Child,
-    url: String,
-}
-
-impl Moto {
-    fn start() -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(tool("python"))
-            .arg(root().join("tests/iac/moto_server.py"))
-            .arg(port.to_string())
-            .env("MOTO_ACM_VALIDATION_WAIT", "0")
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("moto_server.py starts");
-        let mut moto = Self {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-                let _ = s.write_all(b"GET /moto-api/ HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-                let mut buf = [0u8; 12];
-                if s.read_exact(&mut buf).is_ok() && buf.starts_with(b"HTTP/1.") {
-                    return moto;
-                }
-            }
-            if let Ok(Some(status)) = moto.child.try_wait() {
-                panic!("moto_server.py exited early ({status})");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "moto did not answer on {}",
-                moto.url
-            );
-            std::thread::sleep(Duration::from_millis(100));
+/// Terraform's error boxes (from each `Error:` line to the box's closing `╵`), put first in a
+/// failure's message: a CI log keeps a long message's head and tail, and the plan comes first.
+fn error_blocks(text: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for line in text.lines() {
+        inside |= line.contains("Error:");
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+            inside = !line.starts_with('╵');
         }
     }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    if out.is_empty() {
+        "(no Error: line)".into()
+    } else {
+        out
     }
 }
 
@@ -549,14 +514,28 @@ fn create_zone(env: &[(String, String)]) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
-/// A zip with a `bootstrap` in it: moto stores the code without running it.
-fn write_zip(path: &Path) -> String {
-    write_zip_with(path, "#!/bin/sh\n")
+/// A release that passes the module's pre-traffic check: moto_server.py runs `bootstrap` with
+/// the event on stdin, and this one answers the canned review as podmutator would (allowed, the
+/// check's uid), whatever `tag` (a comment, to tell releases apart) says.
+fn release(tag: &str) -> String {
+    format!(
+        r#"#!/bin/sh
+# {tag}
+cat >/dev/null
+printf '%s' '{{"statusCode":200,"isBase64Encoded":false,"headers":{{"content-type":"application/json"}},"body":"{{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"response\":{{\"uid\":\"podmutator-pre-traffic-check\",\"allowed\":true}}}}"}}'
+"#
+    )
 }
 
-/// A zip whose `bootstrap` is `body`; returns its base64 SHA-256.
+/// A zip holding `release("A")`; returns its base64 SHA-256.
+fn write_zip(path: &Path) -> String {
+    write_zip_with(path, &release("A"))
+}
+
+/// A zip whose `bootstrap` is `body` (with a fixed date, so the same body makes the same zip);
+/// returns its base64 SHA-256.
 fn write_zip_with(path: &Path, body: &str) -> String {
-    let script = "import base64,hashlib,sys,zipfile\nz=zipfile.ZipFile(sys.argv[1],'w')\nz.writestr('bootstrap',sys.argv[2])\nz.close()\nprint(base64.b64encode(hashlib.sha256(open(sys.argv[1],'rb').read()).digest()).decode())";
+    let script = "import base64,hashlib,sys,zipfile\nz=zipfile.ZipFile(sys.argv[1],'w')\nz.writestr(zipfile.ZipInfo('bootstrap',(1980,1,1,0,0,0)),sys.argv[2])\nz.close()\nprint(base64.b64encode(hashlib.sha256(open(sys.argv[1],'rb').read()).digest()).decode())";
     let out = Command::new(tool("python"))
         .args(["-c", script])
         .arg(path)
@@ -755,30 +734,32 @@ fn apply_and_destroy(endpoint: &str) {
 #[test]
 fn terraform_against_moto_alb_http_api_eks_network_the_examples_and_a_rotation() {
     let t0 = Instant::now();
-    let runs: Vec<(&str, std::thread::JoinHandle<()>)> = vec![
-        ("alb", std::thread::spawn(|| apply_and_destroy("alb"))),
-        (
-            "http_api",
-            std::thread::spawn(|| apply_and_destroy("http_api")),
-        ),
-        ("eks-network", std::thread::spawn(eks_network_scenario)),
-        (
-            "examples/alb",
-            std::thread::spawn(|| example_install_remove_reinstall("alb")),
-        ),
-        (
-            "examples/http-api",
-            std::thread::spawn(|| example_install_remove_reinstall("http-api")),
-        ),
+    let scenarios: [(&str, fn()); 7] = [
+        ("alb", || apply_and_destroy("alb")),
+        ("http_api", || apply_and_destroy("http_api")),
+        ("eks-network", eks_network_scenario),
+        ("examples/alb", || example_install_remove_reinstall("alb")),
+        ("examples/http-api", || {
+            example_install_remove_reinstall("http-api")
+        }),
         (
             "rotation",
-            std::thread::spawn(rotates_the_path_token_keeping_the_previous_for_one_apply),
+            rotates_the_path_token_keeping_the_previous_for_one_apply,
         ),
         (
             "protected",
-            std::thread::spawn(a_protected_install_refuses_destroy_before_deleting_anything),
+            a_protected_install_refuses_destroy_before_deleting_anything,
         ),
     ];
+    // MOTO_SCENARIO=rotation (say) runs only the scenarios whose name contains it, while one
+    // is being worked on; CI sets nothing.
+    let only = std::env::var("MOTO_SCENARIO").unwrap_or_default();
+    let runs: Vec<_> = scenarios
+        .into_iter()
+        .filter(|(name, _)| name.contains(only.as_str()))
+        .map(|(name, f)| (name, std::thread::spawn(f)))
+        .collect();
+    assert!(!runs.is_empty(), "MOTO_SCENARIO={only} names no scenario");
     let failed: Vec<&str> = runs
         .into_iter()
         .filter_map(|(name, h)| h.join().is_err().then_some(name))
@@ -1018,7 +999,7 @@ reserved_concurrent_executions = 7
             ex.join("moto.s3.tfbackend"),
             format!(
                 "endpoints = {{\n  s3  = \"{url}\"\n  sts = \"{url}\"\n}}\nuse_path_style = true\n",
-                url = moto.url
+                url = moto.url()
             ),
         )
         .unwrap();
@@ -1311,7 +1292,7 @@ provider "aws" {{
 
 fn moto_env(moto: &Moto) -> Vec<(String, String)> {
     [
-        ("AWS_ENDPOINT_URL", moto.url.as_str()),
+        ("AWS_ENDPOINT_URL", moto.url().as_str()),
         ("AWS_ACCESS_KEY_ID", "testing"),
         ("AWS_SECRET_ACCESS_KEY", "testing"),
         ("AWS_REGION", REGION),
@@ -2436,9 +2417,11 @@ variable "previous_path_token_sha256" {{
   type    = string
   default = null
 }}
-variable "zip_hash" {{
-  type    = string
-  default = "{hash}"
+variable "lambda_zip_path" {{
+  type = string
+}}
+variable "lambda_zip_base64sha256" {{
+  type = string
 }}
 resource "aws_acm_certificate" "elsewhere" {{
   domain_name       = "podmutator.example.com"
@@ -2448,8 +2431,8 @@ module "podmutator" {{
   source                     = "./terraform"
   name                       = "pm-rotation"
   endpoint                   = "http_api"
-  lambda_zip_path            = "${{path.root}}/bootstrap.zip"
-  lambda_zip_base64sha256    = var.zip_hash
+  lambda_zip_path            = var.lambda_zip_path
+  lambda_zip_base64sha256    = var.lambda_zip_base64sha256
   domain_name                = "podmutator.example.com"
   create_certificate         = false
   certificate_arn            = aws_acm_certificate.elsewhere.arn
@@ -2476,7 +2459,13 @@ output "function_name" {{ value = module.podmutator.function_name }}
     .unwrap();
     // The root's variables live in terraform.tfvars, which the runbook edits.
     let tfvars = dir.join("terraform.tfvars");
-    std::fs::write(&tfvars, format!("zip_hash = \"{hash}\"\n")).unwrap();
+    std::fs::write(
+        &tfvars,
+        format!(
+            "lambda_zip_path         = \"./bootstrap.zip\"\nlambda_zip_base64sha256 = \"{hash}\"\n"
+        ),
+    )
+    .unwrap();
     let mut env = moto_env(&moto);
     env.push(("FAKE_KUBE_DIR".into(), kube.to_str().unwrap().into()));
     let tf = Terraform::new(env.clone());
@@ -2660,14 +2649,14 @@ output "function_name" {{ value = module.podmutator.function_name }}
     assert_eq!(live_http()["pathTokenSha256"], second.as_str());
     assert_eq!(registered_hashes(), [second.clone()].into());
 
-    // A hash that is not the zip's (a rebuilt zip that was not copied, a wrong S3 key): the
-    // upload happens, Lambda's own hash of it differs, and the apply fails before the alias
-    // moves; the endpoint keeps serving the version it served.
-    let live_version = || -> String {
+    // Releases (item 1 of issue 38), as docs/deploy.md's "Upgrade" and "Roll back a release"
+    // run them: a new zip at the same path with its hash in terraform.tfvars. What the `live`
+    // alias serves is read back from moto: its version and that version's code hash.
+    let live = || -> (String, String) {
         let mut cmd = Command::new(tool("python"));
         cmd.args([
             "-c",
-            "import boto3,sys; print(boto3.client('lambda').get_alias(FunctionName=sys.argv[1], Name='live')['FunctionVersion'])",
+            "import boto3,sys; l=boto3.client('lambda'); v=l.get_alias(FunctionName=sys.argv[1], Name='live')['FunctionVersion']; print(v, l.get_function_configuration(FunctionName=sys.argv[1], Qualifier=v)['CodeSha256'])",
         ])
         .arg(output("function_name"))
         .env("AWS_CONFIG_FILE", "/dev/null")
@@ -2677,31 +2666,103 @@ output "function_name" {{ value = module.podmutator.function_name }}
         }
         let out = cmd.output().unwrap();
         assert!(out.status.success(), "{}", combined(&out));
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        let text = String::from_utf8(out.stdout).unwrap();
+        let (version, code) = text.trim().split_once(' ').unwrap();
+        (version.to_owned(), code.to_owned())
     };
-    let before = live_version();
-    let other = write_zip_with(&dir.join("other.zip"), "#!/bin/sh\nexit 1\n");
-    assert_ne!(other, hash);
+    // A hash written into terraform.tfvars by hand (the runbook computes it from the zip).
+    let set_hash = |hash: &str| {
+        let text = std::fs::read_to_string(&tfvars).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("lambda_zip_base64sha256"))
+            .unwrap();
+        std::fs::write(
+            &tfvars,
+            text.replace(line, &format!("lambda_zip_base64sha256 = \"{hash}\"")),
+        )
+        .unwrap();
+    };
+    let release_runbook = deploy_doc_block("**Upgrade or roll back**");
+    let zip = dir.join("bootstrap.zip");
+    let (v1, code) = live();
+    assert_eq!(code, hash);
+
+    // Upgrade: zip B at the path, then docs/deploy.md's commands. The alias moves to the
+    // version holding B.
+    let b = write_zip_with(&zip, &release("B"));
+    assert_ne!(b, hash);
+    run_doc(&release_runbook, "upgrade.log");
+    let (v2, code) = live();
+    assert_eq!(code, b, "the upgrade left the alias on other code");
+    assert!(v2.parse::<u32>().unwrap() > v1.parse::<u32>().unwrap());
+
+    // A rollback whose zip was not put back: A's hash, B at the path. Refused at plan, before
+    // anything is uploaded; the alias stays on B's version.
+    set_hash(&hash);
     let out = tf.run(
         dir,
-        &[
-            "apply",
-            "-auto-approve",
-            "-input=false",
-            "-no-color",
-            &format!("-var=zip_hash={other}"),
-        ],
+        &["apply", "-auto-approve", "-input=false", "-no-color"],
     );
-    let text = combined(&out).replace('\n', " ").replace("│ ", "");
+    let text = words(&combined(&out));
     assert!(
         !out.status.success(),
         "a zip that is not the hashed one was deployed: {text}"
     );
     assert!(
         text.contains(&format!(
-            "The uploaded code's SHA-256 ({hash}) is not lambda_zip_base64sha256 ({other})"
-        )),
+            "has the base64 SHA-256 {b}, not lambda_zip_base64sha256 ({hash}): it is not the artefact whose hash was given. Nothing was uploaded"
+        )) && !text.contains("Modifying..."),
         "refused for another reason: {text}"
     );
-    assert_eq!(live_version(), before, "the alias moved to the wrong code");
+    assert_eq!(
+        live(),
+        (v2.clone(), b.clone()),
+        "the alias moved to unverified code"
+    );
+
+    // The rollback done right: zip A back at the path, then the same commands.
+    assert_eq!(write_zip(&zip), hash);
+    run_doc(&release_runbook, "rollback.log");
+    let (v3, code) = live();
+    assert_eq!(code, hash, "the rollback left the alias on other code");
+    assert!(v3.parse::<u32>().unwrap() > v2.parse::<u32>().unwrap());
+
+    // Releases that fail the pre-traffic check (item 2): one that does not start, one that
+    // answers 404 (as a build expecting another path token would). Each is published, invoked
+    // once, and the apply stops with the alias where it was.
+    for (body, says) in [
+        (
+            "#!/bin/sh\nexit 1\n",
+            "Runtime exited with error: exit status 1",
+        ),
+        (
+            "#!/bin/sh\ncat >/dev/null\nprintf '%s' '{\"statusCode\":404,\"isBase64Encoded\":false,\"body\":\"{\\\"message\\\":\\\"no such path\\\"}\"}'\n",
+            "it answered status 404: no such path. The `live` alias was not moved",
+        ),
+    ] {
+        set_hash(&write_zip_with(&zip, body));
+        let out = tf.run(
+            dir,
+            &["apply", "-auto-approve", "-input=false", "-no-color"],
+        );
+        let text = words(&combined(&out));
+        assert!(!out.status.success(), "a failing release went live: {text}");
+        assert!(text.contains(says), "refused for another reason: {text}");
+        assert_eq!(
+            live(),
+            (v3.clone(), hash.clone()),
+            "a failing release went live"
+        );
+    }
+    set_hash(&write_zip(&zip));
+    apply(&[]);
+    let (v4, code) = live();
+    assert_eq!(code, hash);
+    assert!(v4.parse::<u32>().unwrap() > v3.parse::<u32>().unwrap());
+    let plan = tf.run(
+        dir,
+        &["plan", "-input=false", "-no-color", "-detailed-exitcode"],
+    );
+    assert_eq!(plan.status.code(), Some(0), "{}", combined(&plan));
 }

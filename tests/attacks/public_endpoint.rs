@@ -30,11 +30,6 @@ const PUBLIC: [(&str, &str); 3] = [
 ];
 const ALB: &str = "events/alb-mutate.json";
 
-fn hex_sha256(s: &str) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(s.as_bytes()))
-}
-
 fn config(embedded: Value) -> Config {
     let mut e = embedded;
     e["organization"] = json!("flyte");

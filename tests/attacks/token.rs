@@ -7,14 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::common::runtime_api::{Seen, runtime_api};
-use super::common::{root, temp_dir};
+use super::common::{hex_sha256, root, temp_dir};
 
 const TOKEN: &str = "leaky-token-6f1c2a9e0b7d4c3a8e5f1d2c3b4a5968";
-
-fn hex_sha256(s: &str) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(s.as_bytes()))
-}
 
 /// A configuration file whose YAML breaks on the token's own line: a renderer that quotes the
 /// lines around an error quotes the token.

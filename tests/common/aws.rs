@@ -2,16 +2,16 @@
 //! counting proxy in front of it so tests can assert how many calls the webhook made.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_sdk_secretsmanager::Client;
 use aws_sdk_secretsmanager::config::{BehaviorVersion, Credentials, Region};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{free_port, tool};
+use super::tool;
 
 pub struct Moto {
     child: Child,
@@ -26,27 +26,28 @@ impl Drop for Moto {
 }
 
 impl Moto {
+    /// moto's server with the stubs in tests/iac/moto_server.py. It picks its own port and
+    /// announces it once it listens, so the wait is on that line (no port chosen beforehand
+    /// that another process could take, no deadline a loaded machine could miss).
     pub fn start() -> Self {
-        let port = free_port();
-        let child = Command::new(tool("moto_server"))
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
+        let mut child = Command::new(tool("python"))
+            .arg(super::root().join("tests/iac/moto_server.py"))
+            .env("MOTO_ACM_VALIDATION_WAIT", "0")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .expect("moto_server starts");
-        let moto = Moto { child, port };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-                let _ = s.write_all(b"GET /moto-api/ HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-                let mut buf = [0u8; 12];
-                if s.read_exact(&mut buf).is_ok() && buf.starts_with(b"HTTP/1.") {
-                    return moto;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("moto_server did not answer on 127.0.0.1:{port} within 30s");
+            .expect("moto_server.py starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let Ok(port) = line.trim().parse() else {
+            let status = child.wait().unwrap();
+            panic!("moto_server.py announced no port ({status}); run it by hand to see why");
+        };
+        Moto { child, port }
     }
 
     pub fn url(&self) -> String {

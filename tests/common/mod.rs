@@ -265,6 +265,12 @@ fn stale_temp_dirs_are_removed_and_live_ones_kept() {
 }
 
 /// A TCP port that was free a moment ago on 127.0.0.1.
+/// The lowercase hex SHA-256 of `s`: how configurations name a path token.
+pub fn hex_sha256(s: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(s.as_bytes()))
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

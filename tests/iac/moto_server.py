@@ -1,6 +1,10 @@
 """moto's server on 127.0.0.1 for tests/terraform_apply.rs, with the stubs moto needs here.
 
-Usage: python moto_server.py PORT
+Usage: python moto_server.py
+
+It listens on a port of 127.0.0.1 the system picks, and prints that port, alone on the first
+line of its standard output, once it accepts connections: a test reads the line rather than
+probing a port chosen beforehand, which another process may have taken meanwhile.
 
 Stubs, and only these: moto's API Gateway v2 domain names come back without three attributes
 that the real service fills in and the Terraform AWS provider reads:
@@ -29,6 +33,10 @@ And moto refuses to create a Route 53 record set identical to one created and de
 (a reinstall's alias record) whenever another record follows it in the zone: its existence
 check lists the zone from that name on rather than looking for the name. The check here looks
 for the name and type.
+And moto runs a function's code in Docker, which is not here: Invoke runs the zip's `bootstrap`
+as a program instead, with the event as JSON on its standard input; its standard output is the
+function's answer, and a non-zero exit a function error with Lambda's Runtime.ExitError payload. The tests' zips hold shell scripts that
+answer as they mean the version to (modules' pre-traffic checks invoke them).
 And moto has no ECR pull-through cache rules: CreatePullThroughCacheRule,
 DescribePullThroughCacheRules and DeletePullThroughCacheRule keep them in memory, by account,
 region and repository prefix, with the service's errors for a prefix taken or unknown.
@@ -36,7 +44,13 @@ Everything else is moto as released.
 """
 
 import hashlib
+import io
+import json
+import os
+import subprocess
 import sys
+import tempfile
+import zipfile
 
 from moto.apigatewayv2 import models as apigwv2
 
@@ -86,6 +100,21 @@ def _update_keeping_logging(self, updates):
     return _update_configuration(self, updates)
 
 
+def _run_bootstrap(self, event=None):
+    with tempfile.TemporaryDirectory() as d:
+        with zipfile.ZipFile(io.BytesIO(self.code_bytes)) as z:
+            z.extractall(d)
+        bootstrap = os.path.join(d, "bootstrap")
+        os.chmod(bootstrap, 0o755)
+        done = subprocess.run([bootstrap], input=json.dumps(event or {}).encode(), capture_output=True)
+    if done.returncode != 0:
+        # What Lambda answers for a runtime that exits before it answers.
+        error = {"errorType": "Runtime.ExitError", "errorMessage": f"Runtime exited with error: exit status {done.returncode}"}
+        return json.dumps(error), True, done.stderr.decode()
+    return done.stdout.decode(), False, done.stderr.decode()
+
+
+awslambda.LambdaFunction._invoke_lambda = _run_bootstrap
 awslambda.LambdaFunction.__init__ = _init_keeping_logging
 awslambda.LambdaFunction.get_configuration = _configuration_with_logging
 awslambda.LambdaFunction.update_configuration = _update_keeping_logging
@@ -209,6 +238,22 @@ ECRResponse.create_pull_through_cache_rule = _create_pull_through_cache_rule
 ECRResponse.describe_pull_through_cache_rules = _describe_pull_through_cache_rules
 ECRResponse.delete_pull_through_cache_rule = _delete_pull_through_cache_rule
 
-from moto.server import main  # noqa: E402
+from werkzeug.serving import make_server  # noqa: E402
 
-sys.exit(main(["-H", "127.0.0.1", "-p", sys.argv[1]]))
+from moto.moto_server.werkzeug_app import (  # noqa: E402
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
+
+# What moto's own `moto_server` runs, on a listening socket made before the port is announced.
+app = DomainDispatcherApplication(create_backend_app)
+app.debug = True
+server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
+os.environ["MOTO_PORT"] = str(server.port)
+print(server.port, flush=True)
+# Nothing more on that pipe: the test stops reading after the port.
+devnull = os.open(os.devnull, os.O_WRONLY)
+os.dup2(devnull, 1)
+sys.stdout = open(1, "w")
+server.serve_forever()
