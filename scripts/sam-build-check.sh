@@ -69,3 +69,17 @@ for absent in "Serve HTTPS on webhook.listenPort" "Run the webhook offline over 
 	fi
 done
 echo "sam-build-check: the bootstrap is the Lambda build (no serve, inject or webhook-config)" >&2
+# The pre-traffic hook (PreTrafficCheck) goes through SAM's python builder, which copies its
+# CodeUri as it is: it has no requirements to download, so the build needs no network.
+hook=$BUILD_DIR/PreTrafficHook
+for f in hook.py pre-traffic-event.json; do
+	cmp -s "$hook/$f" deploy/sam/pre-traffic-hook/$f || {
+		echo "sam-build-check: $hook/$f is not deploy/sam/pre-traffic-hook/$f" >&2
+		exit 1
+	}
+done
+cmp -s "$hook/pre-traffic-event.json" terraform/pre-traffic-event.json || {
+	echo "sam-build-check: the hook's event is not terraform/pre-traffic-event.json" >&2
+	exit 1
+}
+echo "sam-build-check: the pre-traffic hook is built with Terraform's canned event" >&2

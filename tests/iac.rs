@@ -1176,3 +1176,176 @@ fn every_sam_command_in_deploy_md_parses_with_sam_cli_and_deploys_what_it_says()
         "step 1 keeps the installed hash beside the new one"
     );
 }
+
+/// Issue 38, item 2, for SAM: before CodeDeploy moves the `live` alias, template.yaml's
+/// pre-traffic hook (`deploy/sam/pre-traffic-hook/hook.py`) invokes the new version with
+/// Terraform's canned review and reports Succeeded only for status 200, the review's uid and
+/// `allowed: true`. `tests/iac/check_pre_traffic_hook.py` runs the hook's handler as Lambda would,
+/// against moto (the token in Secrets Manager, the function and a published version) with each
+/// case's stand-in answering for the version (moto runs no function code) and botocore's Stubber
+/// for CodeDeploy (moto has no lifecycle hooks), which takes exactly one report. Each case: the
+/// status reported, the reason the hook logs (naming the status, the function error, the
+/// `allowed` value, the uid or the secret), and the invocations: the published version itself,
+/// through the token (or without one, with the token off), none when the token cannot be read.
+/// The token is in none of the output, even when a version echoes the path back.
+#[test]
+fn the_sam_pre_traffic_hook_reports_succeeded_only_for_a_version_that_answers_allowed() {
+    let hook_event = root().join("deploy/sam/pre-traffic-hook/pre-traffic-event.json");
+    assert_eq!(
+        std::fs::read(&hook_event).unwrap(),
+        std::fs::read(root().join("terraform/pre-traffic-event.json")).unwrap(),
+        "{} must be terraform/pre-traffic-event.json byte for byte: both checks send one review",
+        hook_event.display()
+    );
+    let scratch = Scratch::new("pre-traffic-hook");
+    let token = "PreTraffic0Hook1Token2Never3Shown4abcdefghijkl";
+    let token_file = scratch.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let results_file = scratch.path().join("results.json");
+    let out = run_ok(
+        "tests/iac/check_pre_traffic_hook.py",
+        Command::new(tool("python"))
+            .arg("tests/iac/check_pre_traffic_hook.py")
+            .arg(root())
+            .arg(&token_file)
+            .arg(&results_file),
+    );
+    let results = std::fs::read_to_string(&results_file).unwrap();
+    for (what, text) in [
+        ("stdout", String::from_utf8_lossy(&out.stdout).into_owned()),
+        ("stderr", String::from_utf8_lossy(&out.stderr).into_owned()),
+        ("results", results.clone()),
+    ] {
+        assert!(
+            !text.contains(token),
+            "the path token is in the hook's {what}"
+        );
+    }
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    let results: Vec<Value> = serde_json::from_str(&results).unwrap();
+
+    // (case, status reported, what the reason names, paths the version was sent)
+    let want: &[(&str, &str, &[&str], &[&str])] = &[
+        (
+            "answers-allowed",
+            "Succeeded",
+            &["status 200", "allowed: true"],
+            &["token"],
+        ),
+        (
+            "answers-allowed-base64",
+            "Succeeded",
+            &["status 200"],
+            &["token"],
+        ),
+        (
+            "accepts-another-token",
+            "Failed",
+            &["status 404", "not found"],
+            &["token"],
+        ),
+        (
+            "function-error",
+            "Failed",
+            &["FunctionError", "Runtime.ExitError", "exit status 1"],
+            &["token"],
+        ),
+        (
+            "answers-allowed-false",
+            "Failed",
+            &[
+                "status 200",
+                "allowed: false",
+                "refused by the version under test",
+            ],
+            &["token"],
+        ),
+        (
+            "answers-another-uid",
+            "Failed",
+            &["uid 'someone-else'"],
+            &["token"],
+        ),
+        (
+            "echoes-the-path",
+            "Failed",
+            &["status 500", "/<path token>/"],
+            &["token"],
+        ),
+        ("token-off", "Succeeded", &["status 200"], &["no token"]),
+        (
+            "token-on-without-secret-arn",
+            "Failed",
+            &["PathTokenSecretArn is empty"],
+            &[],
+        ),
+        (
+            "secret-missing",
+            "Failed",
+            &["GetSecretValue", "ResourceNotFoundException"],
+            &[],
+        ),
+        (
+            "secret-not-a-token",
+            "Failed",
+            &["does not hold a path token"],
+            &[],
+        ),
+    ];
+    assert_eq!(
+        results
+            .iter()
+            .map(|r| r["case"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        want.iter().map(|w| w.0).collect::<Vec<_>>()
+    );
+    for (r, (case, status, names, paths)) in results.iter().zip(want) {
+        assert!(r.get("error").is_none(), "{case}: {}", r["error"]);
+        assert_eq!(
+            r["reported"],
+            json!([status]),
+            "{case}: reported to CodeDeploy"
+        );
+        assert_eq!(r["returned"]["status"], *status, "{case}: {r}");
+        let reason = r["returned"]["reason"].as_str().unwrap();
+        for name in *names {
+            assert!(
+                reason.contains(name),
+                "{case}: the reason names {name:?}: {reason}"
+            );
+        }
+        if *status == "Failed" {
+            assert!(
+                reason.contains("the live alias stays on the version it names"),
+                "{case}: {reason}"
+            );
+        }
+        let level = if *status == "Succeeded" {
+            "INFO"
+        } else {
+            "ERROR"
+        };
+        assert_eq!(
+            r["logs"],
+            json!([format!("{level} pre-traffic check {status}: {reason}")]),
+            "{case}: the hook logs its outcome once"
+        );
+        let invocations = r["invocations"].as_array().unwrap();
+        assert_eq!(
+            invocations
+                .iter()
+                .map(|i| i["path"].as_str().unwrap())
+                .collect::<Vec<_>>(),
+            paths.to_vec(),
+            "{case}: {invocations:?}"
+        );
+        for i in invocations {
+            assert_eq!(i["function"], "podmutator", "{case}");
+            assert_eq!(
+                i["version"], r["published"],
+                "{case}: the published version itself"
+            );
+            assert_eq!(i["uid"], "podmutator-pre-traffic-check", "{case}");
+        }
+    }
+}

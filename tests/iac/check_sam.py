@@ -10,6 +10,7 @@ tests/iac.rs to load with the function's own configuration code. Run by tests/ia
 python of .venv (scripts/tools.sh path python), which has cfn-lint.
 """
 
+import importlib.util
 import itertools
 import json
 import pathlib
@@ -91,6 +92,8 @@ IMAGES_VARIANTS = {
 }
 
 TOKEN_SHA256 = "0123456789abcdef" * 4
+# The token's secret, as scripts/path-token.sh prints it (the pre-traffic hook reads it).
+TOKEN_SECRET_ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:podmutator-path-token-AbCdEf"
 
 
 def is_wildcard(v):
@@ -326,7 +329,7 @@ def main():
     base = defaults(template)
     base.update({"DomainName": "podmutator.example.com", "HostedZoneId": "Z0000000000000", "VpcId": "vpc-0123abcd",
                  "SubnetIds": ["subnet-0123abcd", "subnet-4567abcd"], "ControlPlaneSecurityGroupId": "sg-0123abcd",
-                 "PathTokenSha256": TOKEN_SHA256})
+                 "PathTokenSha256": TOKEN_SHA256, "PathTokenSecretArn": TOKEN_SECRET_ARN})
     healthz = expect["routes"]["healthz"]
     want_hooks = expected_webhooks(expect)
 
@@ -750,6 +753,102 @@ def main():
     c.true("no Secrets Manager secret in the stack holds a token", not any(v["Type"] == "AWS::SecretsManager::Secret" for v in r.values()))
     c.eq("certificate validated by DNS", r["Certificate"]["Properties"]["ValidationMethod"], "DNS")
     c.eq("secrets webhook name is Flyte's", list(want_hooks)[0], registration["webhooks"][0]["name"])
+
+    # --- releases: CodeDeploy moves the alias after the pre-traffic hook ----------------------
+    # SAM adds the CodeDeploy application and deployment group; the hook, its role and the role
+    # CodeDeploy acts with are the template's. tests/iac.rs runs the hook's code itself.
+    c.eq("pre-traffic check on by default, as Terraform's pre_traffic_check",
+         (base["PreTrafficCheck"], tf_defaults.get("pre_traffic_check")), ("true", True))
+    pref = props.get("DeploymentPreference", {})
+    c.eq("CodeDeploy moves the live alias at once", pref.get("Type"), "AllAtOnce")
+    c.eq("CodeDeploy acts with the stack's own role, not SAM's AWSCodeDeployRoleForLambda",
+         pref.get("Role"), {"Fn::GetAtt": ["CodeDeployRole", "Arn"]})
+    c.true("no alarm stops a release (the errors alarm counts the live version's errors too)", "Alarms" not in pref, str(pref))
+    c.eq("only a pre-traffic hook", sorted(pref.get("Hooks", {})), ["PreTraffic"])
+    hook = r["PreTrafficHook"]
+    hp = hook["Properties"]
+    for name in ("PreTrafficHook", "PreTrafficHookRole", "PreTrafficHookLogGroup"):
+        c.eq(f"{name} exists only with the check on", r[name].get("Condition"), "PreTrafficCheckOn")
+    c.eq("the output naming the hook's log group exists with it",
+         (template["Outputs"]["PreTrafficLogGroupName"].get("Condition"), template["Outputs"]["PreTrafficLogGroupName"]["Value"]),
+         ("PreTrafficCheckOn", {"Ref": "PreTrafficHookLogGroup"}))
+    code_dir = root / hp["CodeUri"]
+    module, function = hp["Handler"].rsplit(".", 1)
+    source_file = code_dir / f"{module}.py"
+    c.true(f"the hook's handler {hp['Handler']} is in its CodeUri", source_file.is_file(), str(source_file))
+    # SAM's python builder copies a directory without a requirements file as it is, offline.
+    c.eq("the hook's CodeUri holds its code and event only (no requirements to download at build)",
+         sorted(p.name for p in code_dir.iterdir() if p.name != "__pycache__"), sorted([source_file.name, "pre-traffic-event.json"]))
+    c.eq("the hook sends Terraform's canned event, byte for byte",
+         (code_dir / "pre-traffic-event.json").read_bytes(), (root / "terraform" / "pre-traffic-event.json").read_bytes())
+    c.true("a Python runtime (its boto3 is all the hook needs)", hp["Runtime"].startswith("python3."), hp["Runtime"])
+    spec = importlib.util.spec_from_file_location("pre_traffic_hook", source_file)
+    hook_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook_module)
+    c.true(f"{source_file.name} defines {function}", callable(getattr(hook_module, function, None)))
+    hook_env = hp["Environment"]["Variables"]
+    c.eq("the hook checks the version this deploy publishes, with the stack's token settings", hook_env, {
+        "PODMUTATOR_VERSION_ARN": {"Ref": "Function.Version"},
+        "PODMUTATOR_PATH_TOKEN_ENABLED": {"Ref": "PathTokenEnabled"},
+        "PODMUTATOR_PATH_TOKEN_SECRET_ARN": {"Ref": "PathTokenSecretArn"},
+    })
+    source = source_file.read_text(encoding="utf-8")
+    c.true("the hook reads each variable it is given", all(f'"{k}"' in source for k in hook_env))
+    cfg = hook_module.CONFIG
+    call = cfg.connect_timeout + cfg.read_timeout
+    attempts = cfg.retries["max_attempts"]
+    c.true(f"the hook's timeout ({hp['Timeout']} s) exceeds its three calls' worst case ({3 * attempts} x {call} s), so it always reports",
+           hp["Timeout"] > 3 * attempts * call)
+    c.true("the hook waits longer for the version than the function can run",
+           cfg.read_timeout > int(template["Parameters"]["LambdaTimeoutSeconds"]["MaxValue"]))
+    c.eq("the hook's log group", hp.get("LoggingConfig", {}).get("LogGroup"), {"Ref": "PreTrafficHookLogGroup"})
+    for check_on, token_on, secret, refused in [
+        ("true", "true", TOKEN_SECRET_ARN, []),
+        ("true", "true", "", ["PreTrafficCheckNeedsTokenSecret"]),
+        ("true", "false", "", []),
+        ("false", "true", "", []),
+        ("false", "true", TOKEN_SECRET_ARN, []),
+    ]:
+        ev = Evaluator(template, dict(base, PreTrafficCheck=check_on, PathTokenEnabled=token_on, PathTokenSecretArn=secret))
+        tag = f"[check={check_on}, token={token_on}, secret={'set' if secret else 'empty'}]"
+        c.eq(f"{tag} rules refused", failed_rules(template, ev), refused)
+        if refused:
+            continue
+        c.eq(f"{tag} the pre-traffic hook", ev.value(pref["Hooks"]), {"PreTraffic": "<PreTrafficHook>"} if check_on == "true" else {})
+        deploy_role = ev.value(r["CodeDeployRole"]["Properties"])
+        c.eq(f"{tag} CodeDeploy's role is assumed by CodeDeploy of this account", deploy_role["AssumeRolePolicyDocument"]["Statement"], [{
+            "Effect": "Allow", "Principal": {"Service": "codedeploy.amazonaws.com"}, "Action": "sts:AssumeRole",
+            "Condition": {"StringEquals": {"aws:SourceAccount": PSEUDO["AWS::AccountId"]}}}])
+        deploy_stmts = {s["Sid"]: s for p in deploy_role["Policies"] for s in p["PolicyDocument"]["Statement"]}
+        c.eq(f"{tag} CodeDeploy moves this function's live alias only", (sorted(deploy_stmts["MoveTheLiveAlias"]["Action"]), deploy_stmts["MoveTheLiveAlias"]["Resource"]),
+             (["lambda:GetAlias", "lambda:GetProvisionedConcurrencyConfig", "lambda:UpdateAlias"], ["<Function>", "<Function.Arn>:live"]))
+        c.eq(f"{tag} CodeDeploy's statements", sorted(deploy_stmts), ["MoveTheLiveAlias"] + (["RunThePreTrafficHook"] if check_on == "true" else []))
+        if check_on != "true":
+            c.true(f"{tag} no hook", not ev.exists("PreTrafficHook"))
+            continue
+        name = ev.value(hp["FunctionName"])
+        c.true(f"{tag} the hook's name ({name}) is this stack's and fits Lambda's 64 characters",
+               re.fullmatch(r"podmutator-pre-traffic-[0-9a-f]{8}", name) is not None and len(name) <= 64, name)
+        c.eq(f"{tag} CodeDeploy invokes this stack's hook only", (deploy_stmts["RunThePreTrafficHook"]["Action"], deploy_stmts["RunThePreTrafficHook"]["Resource"]),
+             ("lambda:InvokeFunction", f"arn:aws:lambda:eu-west-1:123456789012:function:{name}"))
+        hook_role = ev.value(r["PreTrafficHookRole"]["Properties"])
+        c.eq(f"{tag} the hook's role is assumed by Lambda of this account", hook_role["AssumeRolePolicyDocument"]["Statement"], [{
+            "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole",
+            "Condition": {"StringEquals": {"aws:SourceAccount": PSEUDO["AWS::AccountId"]}}}])
+        stmts = [s for p in hook_role["Policies"] for s in p["PolicyDocument"]["Statement"]]
+        got = {s["Sid"]: (s["Action"], s["Resource"]) for s in stmts}
+        want = {
+            "WriteOwnLogs": (["logs:CreateLogStream", "logs:PutLogEvents"], "<PreTrafficHookLogGroup>"),
+            "InvokeTheFunctionsVersions": ("lambda:InvokeFunction", "<Function.Arn>:*"),
+            "ReportToThisDeploymentGroup": (
+                "codedeploy:PutLifecycleEventHookExecutionStatus",
+                "arn:aws:codedeploy:eu-west-1:123456789012:deploymentgroup:<ServerlessDeploymentApplication>/<FunctionDeploymentGroup>",
+            ),
+        }
+        if token_on == "true":
+            want["ReadThePathToken"] = ("secretsmanager:GetSecretValue", TOKEN_SECRET_ARN)
+        c.eq(f"{tag} the hook invokes the function's versions, reads the token's secret (with the token on) and reports to this deployment group, nothing else", got, want)
+        c.true(f"{tag} every hook statement allows", all(s["Effect"] == "Allow" and not s.get("Condition") for s in stmts))
 
     # --- docs/deploy.md documents every parameter and output -------------------------------
     docs = (root / "docs" / "deploy.md").read_text(encoding="utf-8")
