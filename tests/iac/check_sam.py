@@ -414,7 +414,8 @@ def main():
         domains = ["development", "production", "ml-sandbox"] if users else []
         repositories = ECR_REPOSITORIES if users else []
         # ... and a staged rollout's secrets namespace selector and a mesh label of its own.
-        secrets_selector = '{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"In","values":["flytesnacks-development"]}]}' if users else ""
+        # "none" is how a deploy drops a selector given before (SAM CLI cannot send "").
+        secrets_selector = '{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"In","values":["flytesnacks-development"]}]}' if users else ("none" if token_on == "true" else "")
         label_key = "example.org/meshed" if users and mesh == "true" else base["MeshLabelKey"]
         params = dict(base, EndpointType=endpoint, MeshEnabled=mesh, AllowedUsernames=users, EmbeddedDomains=domains, EntrypointRegistries=registries, EntrypointEcrRepositoryArns=repositories, PathTokenEnabled=token_on, SecretsNamespaceSelector=secrets_selector, MeshLabelKey=label_key)
         if endpoint == "http-api":
@@ -446,10 +447,10 @@ def main():
         c.eq(f"{tag} WebhookConfigCommand --mesh iff MeshEnabled", "--mesh" in flags, mesh == "true")
         c.eq(f"{tag} WebhookConfigCommand --images iff an images rule", "--images" in flags, images_on)
         c.eq(f"{tag} WebhookConfigCommand --image-builder-selector iff the builder", "--image-builder-selector" in flags, builder)
-        c.eq(f"{tag} WebhookConfigCommand --secrets-namespace-selector iff SecretsNamespaceSelector", "--secrets-namespace-selector" in flags, bool(secrets_selector))
-        if secrets_selector:
+        c.eq(f"{tag} WebhookConfigCommand --secrets-namespace-selector iff SecretsNamespaceSelector", "--secrets-namespace-selector" in flags, secrets_selector not in ("", "none"))
+        if secrets_selector not in ("", "none"):
             c.eq(f"{tag} WebhookConfigCommand passes the selector as one argument", flags[flags.index("--secrets-namespace-selector") + 1], secrets_selector)
-        rendered.append({"tag": tag, "imageBuilder": builder, "images": images_on, "config": config, "webhookConfig": command[1:], "routes": routes, "secretsNamespaceSelector": json.loads(secrets_selector) if secrets_selector else None})
+        rendered.append({"tag": tag, "imageBuilder": builder, "images": images_on, "config": config, "webhookConfig": command[1:], "routes": routes, "secretsNamespaceSelector": json.loads(secrets_selector) if secrets_selector not in ("", "none") else None})
         c.eq(
             f"{tag} config entrypointLookup",
             config["embedded"].get("entrypointLookup"),

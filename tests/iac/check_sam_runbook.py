@@ -372,6 +372,28 @@ def main():
         else:
             sequences.setdefault(section, []).append((line, text, args, overrides))
 
+    # docs/migration.md's staged rollout gives SAM overrides too: each must reach CloudFormation
+    # as written (an empty value is dropped by SAM CLI) and be one the template accepts.
+    migration = (root / "docs" / "migration.md").read_text(encoding="utf-8")
+    spans = documented_commands(migration)
+    c.true("docs/migration.md gives SAM overrides (the staged rollout)", len(spans) >= 2, str(spans))
+    for section, line, kind, text in spans:
+        where = f"docs/migration.md:{line} ({section})"
+        args = shlex.split(text)
+        if kind == "overrides":
+            args = ["sam", "deploy", "--parameter-overrides", *args]
+        name, ctx = parse(args[1:])
+        if name != "deploy":
+            continue
+        overrides = dict(ctx.params.get("parameter_overrides") or {})
+        c.eq(f"{where}: SAM CLI reads every override written (none dropped)", sorted(overrides), sorted(override_keys(args[2:])))
+        for k, v in overrides.items():
+            c.true(f"{where}: {k} is a template parameter", k in params)
+            c.true(f"{where}: {k} has a value (SAM CLI cannot send an empty one)", v != "")
+            if k in params:
+                for problem in constraint_problems(k, v, params[k]):
+                    c.true(f"{where}: CloudFormation accepts {k}", False, problem)
+
     # --- first deploys ---------------------------------------------------------------------
     c.true("docs/deploy.md's Path B has a first deploy for each endpoint",
            sorted({o.get("EndpointType") for _, _, _, o in first_deploys}) == ["alb", "http-api"],
