@@ -44,16 +44,14 @@ use std::time::{Duration, SystemTime};
 
 use base64::Engine;
 use criterion::Criterion;
-use podmutator_aws::secretsmanager::{CachePolicy, CachingSource};
 use podmutator_core::config::Config;
 use podmutator_core::metrics::Sink;
 use podmutator_core::mutate::Route;
 use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator_core::secrets::source::StaticSource;
 use podmutator_core::{App, Deps};
 use serde_json::{Value, json};
 
-use pods::{NS, SCOPE, secret, task_pod, three_k8s, twenty_mixed};
+use pods::{NS, embedded_first, secret, task_pod, three_k8s, twenty_mixed};
 
 /// One benchmark case: an app, a route and a review body.
 struct Case {
@@ -161,34 +159,8 @@ fn cases() -> Vec<Case> {
         mutated: true,
     });
 
-    let embedded = config(json!({"webhook": {
-        "secretManagerTypes": ["Embedded", "AWS", "Vault", "K8s"],
-        "embeddedSecretManagerConfig": {"type": "AWS"}
-    }, "embedded": {"organization": "flyte"}}));
-    let mut source = StaticSource::default();
-    let (org, project, domain) = SCOPE;
-    // ENV_VAR secrets only: an Embedded FILE secret beside an AWS fetcher is refused (both
-    // want a volume at /etc/flyte/secrets).
-    for key in [
-        "env-key-0",
-        "env-key-1",
-        "env-key-2",
-        "env-key-3",
-        "env-key-4",
-        "token",
-    ] {
-        let id = format!("u__org__{org}__domain__{domain}__project__{project}__key__{key}");
-        source = source.with(&id, "fake-bench-value-0123456789abcdef");
-    }
-    let cached = CachingSource::new(
-        source,
-        CachePolicy {
-            ttl: Duration::from_secs(3600),
-            negative_ttl: Duration::from_secs(3600),
-            max_entries: 10_000,
-            max_bytes: 16 << 20,
-        },
-    );
+    let (embedded, cached) = embedded_first();
+    let embedded = config(embedded);
     out.push(Case {
         name: "c_task_20_embedded",
         what: "c with Embedded first: 6 env values from a warm cache, 14 fall through",

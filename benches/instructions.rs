@@ -25,7 +25,6 @@ mod pods;
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use base64::Engine;
 use lambda_http::request::LambdaRequest;
@@ -33,14 +32,12 @@ use podmutator::transport::http::{
     Front, PATH_IMAGE_BUILDER, PATH_IMAGES, PATH_MANAGED_POD, PATH_SECRETS,
 };
 use podmutator::transport::lambda::handle;
-use podmutator_aws::secretsmanager::{CachePolicy, CachingSource};
 use podmutator_core::config::Config;
 use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
-use podmutator_core::secrets::source::StaticSource;
 use podmutator_core::{App, Deps};
 use serde_json::{Value, json};
 
-use pods::{NS, SCOPE, secret, task_pod, three_k8s, twenty_mixed};
+use pods::{NS, embedded_first, secret, task_pod, three_k8s, twenty_mixed};
 
 const SELECTOR: &str = "inject-flyte-secrets";
 
@@ -199,32 +196,8 @@ fn build(name: &str, twin: bool) -> Built {
             )
         }
         "c_task_20_embedded" => {
-            let embedded = config(json!({"webhook": {
-                "secretManagerTypes": ["Embedded", "AWS", "Vault", "K8s"],
-                "embeddedSecretManagerConfig": {"type": "AWS"}
-            }, "embedded": {"organization": "flyte"}}));
-            let mut source = StaticSource::default();
-            let (org, project, domain) = SCOPE;
-            for key in [
-                "env-key-0",
-                "env-key-1",
-                "env-key-2",
-                "env-key-3",
-                "env-key-4",
-                "token",
-            ] {
-                let id = format!("u__org__{org}__domain__{domain}__project__{project}__key__{key}");
-                source = source.with(&id, "fake-bench-value-0123456789abcdef");
-            }
-            let cached = CachingSource::new(
-                source,
-                CachePolicy {
-                    ttl: Duration::from_secs(3600),
-                    negative_ttl: Duration::from_secs(3600),
-                    max_entries: 10_000,
-                    max_bytes: 16 << 20,
-                },
-            );
+            let (embedded, cached) = embedded_first();
+            let embedded = config(embedded);
             plain(
                 front(&embedded, Deps::offline().with_source(Arc::new(cached))),
                 PATH_SECRETS,

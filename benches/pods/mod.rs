@@ -1,7 +1,11 @@
 //! The Flyte task pods and secret lists benches/admission.rs and benches/instructions.rs both
 //! measure, in one place so that both measure the same reviews.
 
+use std::time::Duration;
+
+use podmutator_aws::secretsmanager::{CachePolicy, CachingSource};
 use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
+use podmutator_core::secrets::source::StaticSource;
 use serde_json::{Value, json};
 
 pub const NS: &str = "flytesnacks-development";
@@ -107,4 +111,37 @@ pub fn twenty_mixed() -> Vec<Secret> {
     out.push(secret("app-api", "", "token", MountRequirement::EnvVar));
     assert_eq!(out.len(), 20);
     out
+}
+
+/// Case c with Embedded first: the configuration, and a cache already holding the six ENV_VAR
+/// values of `twenty_mixed` under their Embedded names (the 14 FILE secrets fall through: an
+/// Embedded FILE secret beside an AWS fetcher is refused, both want /etc/flyte/secrets).
+pub fn embedded_first() -> (Value, CachingSource<StaticSource>) {
+    let config = json!({"webhook": {
+        "secretManagerTypes": ["Embedded", "AWS", "Vault", "K8s"],
+        "embeddedSecretManagerConfig": {"type": "AWS"}
+    }, "embedded": {"organization": "flyte"}});
+    let mut source = StaticSource::default();
+    let (org, project, domain) = SCOPE;
+    for key in [
+        "env-key-0",
+        "env-key-1",
+        "env-key-2",
+        "env-key-3",
+        "env-key-4",
+        "token",
+    ] {
+        let id = format!("u__org__{org}__domain__{domain}__project__{project}__key__{key}");
+        source = source.with(&id, "fake-bench-value-0123456789abcdef");
+    }
+    let cached = CachingSource::new(
+        source,
+        CachePolicy {
+            ttl: Duration::from_secs(3600),
+            negative_ttl: Duration::from_secs(3600),
+            max_entries: 10_000,
+            max_bytes: 16 << 20,
+        },
+    );
+    (config, cached)
 }
