@@ -499,19 +499,29 @@ output "code_sha256" {{ value = "{zip_b64sha256}" }}
     )
 }
 
-/// A public hosted zone for example.com, made through moto's API.
-fn create_zone(env: &[(String, String)]) -> String {
+/// Runs `code` (Python, with boto3, hashlib, json, sys and time imported; `args` in sys.argv)
+/// against moto through `env`, never a real account's files; its stdout, trimmed.
+fn boto3(env: &[(String, String)], code: &str, args: &[&str]) -> String {
     let mut cmd = Command::new(tool("python"));
-    cmd.args([
-        "-c",
-        "import boto3,time; print(boto3.client('route53').create_hosted_zone(Name='example.com', CallerReference=str(time.time()))['HostedZone']['Id'].split('/')[-1])",
-    ]);
+    cmd.args(["-c", &format!("import boto3,hashlib,json,sys,time\n{code}")])
+        .args(args)
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
     for (k, v) in env {
         cmd.env(k, v);
     }
     let out = cmd.output().unwrap();
     assert!(out.status.success(), "{}", combined(&out));
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A public hosted zone for example.com, made through moto's API.
+fn create_zone(env: &[(String, String)]) -> String {
+    boto3(
+        env,
+        "print(boto3.client('route53').create_hosted_zone(Name='example.com', CallerReference=str(time.time()))['HostedZone']['Id'].split('/')[-1])",
+        &[],
+    )
 }
 
 /// A release that passes the module's pre-traffic check: moto_server.py runs `bootstrap` with
@@ -1652,19 +1662,7 @@ fn pull_through_cache_rules_outlive_the_installs_that_rewrite_to_them() {
     copy_iac(dir);
     let env = moto_env(&moto);
     let tf = Terraform::new(env.clone());
-    let boto3 = |code: &str, args: &[&str]| -> String {
-        let mut cmd = Command::new(tool("python"));
-        cmd.args(["-c", &format!("import boto3,json,sys\n{code}")])
-            .args(args)
-            .env("AWS_CONFIG_FILE", "/dev/null")
-            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
-        for (k, v) in &env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        assert!(out.status.success(), "{}", combined(&out));
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let boto3 = |code: &str, args: &[&str]| boto3(&env, code, args);
     // prefix -> upstream, as ECR holds them.
     let rules = || -> serde_json::Value {
         serde_json::from_str(&boto3(
@@ -2053,20 +2051,11 @@ module "podmutator" {{
     // partition's DNS suffix, not a hard-coded one, in its host). A rule under that prefix
     // that caches another registry is refused.
     let make_rule = |prefix: &str, upstream: &str| {
-        let mut cmd = Command::new(tool("python"));
-        cmd.args([
-            "-c",
-            "import boto3,sys; boto3.client('ecr').create_pull_through_cache_rule(ecrRepositoryPrefix=sys.argv[1], upstreamRegistryUrl=sys.argv[2])",
-            prefix,
-            upstream,
-        ])
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
-        for (k, v) in moto_env(&moto) {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        assert!(out.status.success(), "{}", combined(&out));
+        boto3(
+            &moto_env(&moto),
+            "boto3.client('ecr').create_pull_through_cache_rule(ecrRepositoryPrefix=sys.argv[1], upstreamRegistryUrl=sys.argv[2])",
+            &[prefix, upstream],
+        );
     };
     // The token off, so that the whole configuration is known at plan time.
     let caches = |upstream: &str| {
@@ -2481,20 +2470,12 @@ output "function_name" {{ value = module.podmutator.function_name }}
     };
     // What the `live` alias serves: the function's http section, read back from moto.
     let live_http = || -> serde_json::Value {
-        let mut cmd = Command::new(tool("python"));
-        cmd.args([
-            "-c",
-            "import boto3,json,sys; c=boto3.client('lambda').get_function_configuration(FunctionName=sys.argv[1], Qualifier='live'); print(json.dumps(json.loads(c['Environment']['Variables']['PODMUTATOR_CONFIG'])['http']))",
-        ])
-        .arg(output("function_name"))
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
-        for (k, v) in &env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        assert!(out.status.success(), "{}", combined(&out));
-        serde_json::from_slice(&out.stdout).unwrap()
+        serde_json::from_str(&boto3(
+            &env,
+            "c=boto3.client('lambda').get_function_configuration(FunctionName=sys.argv[1], Qualifier='live'); print(json.dumps(json.loads(c['Environment']['Variables']['PODMUTATOR_CONFIG'])['http']))",
+            &[&output("function_name")],
+        ))
+        .unwrap()
     };
     // The hashes of the tokens in the registration's URLs (the tokens themselves stay in here).
     let registered_hashes = || -> std::collections::BTreeSet<String> {
@@ -2519,20 +2500,11 @@ output "function_name" {{ value = module.podmutator.function_name }}
 
     // The SHA-256 of the token Secrets Manager holds as current (the token stays in here).
     let stored_hash = || -> String {
-        let mut cmd = Command::new(tool("python"));
-        cmd.args([
-            "-c",
-            "import boto3,hashlib,sys; print(hashlib.sha256(boto3.client('secretsmanager').get_secret_value(SecretId=sys.argv[1])['SecretString'].encode()).hexdigest())",
-        ])
-        .arg(output("path_token_secret_arn"))
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
-        for (k, v) in &env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        assert!(out.status.success(), "{}", combined(&out));
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        boto3(
+            &env,
+            "print(hashlib.sha256(boto3.client('secretsmanager').get_secret_value(SecretId=sys.argv[1])['SecretString'].encode()).hexdigest())",
+            &[&output("path_token_secret_arn")],
+        )
     };
     // docs/deploy.md's commands, as written, with `terraform` on PATH.
     let runbook = deploy_doc_block("**Terraform** does steps 1 and 2");
@@ -2653,21 +2625,12 @@ output "function_name" {{ value = module.podmutator.function_name }}
     // run them: a new zip at the same path with its hash in terraform.tfvars. What the `live`
     // alias serves is read back from moto: its version and that version's code hash.
     let live = || -> (String, String) {
-        let mut cmd = Command::new(tool("python"));
-        cmd.args([
-            "-c",
-            "import boto3,sys; l=boto3.client('lambda'); v=l.get_alias(FunctionName=sys.argv[1], Name='live')['FunctionVersion']; print(v, l.get_function_configuration(FunctionName=sys.argv[1], Qualifier=v)['CodeSha256'])",
-        ])
-        .arg(output("function_name"))
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
-        for (k, v) in &env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        assert!(out.status.success(), "{}", combined(&out));
-        let text = String::from_utf8(out.stdout).unwrap();
-        let (version, code) = text.trim().split_once(' ').unwrap();
+        let text = boto3(
+            &env,
+            "l=boto3.client('lambda'); v=l.get_alias(FunctionName=sys.argv[1], Name='live')['FunctionVersion']; print(v, l.get_function_configuration(FunctionName=sys.argv[1], Qualifier=v)['CodeSha256'])",
+            &[&output("function_name")],
+        );
+        let (version, code) = text.split_once(' ').unwrap();
         (version.to_owned(), code.to_owned())
     };
     // A hash written into terraform.tfvars by hand (the runbook computes it from the zip).
