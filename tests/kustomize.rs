@@ -1882,3 +1882,159 @@ async fn path_token_rotation_in_three_applies_never_refuses_a_review() {
         .check("after step 3", &[("[new, new]", &new)], &r0, 404)
         .await;
 }
+
+/// Issue 38: turning the in-cluster path token on (from a plain install) refused pods for a
+/// rollout, since `serve` answered token paths or plain ones, never both. docs/deploy.md's
+/// "Turning the token on" block, run as written as the rotation's test runs its block: before,
+/// the replicas serve plain paths; at every step every replica state answers 200 to every path
+/// of the registration applied by then; after the last, a plain path gets 404.
+#[tokio::test]
+async fn turning_the_path_token_on_in_three_applies_never_refuses_a_review() {
+    let (dir, _) = provided_ca_copy();
+    let component = dir.join("../../components/path-token");
+    let (bin, log) = stand_in_kubectl();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let deploy = std::fs::read_to_string(common::root().join("docs/deploy.md")).unwrap();
+    let at = deploy
+        .find("```sh\n# 0. ")
+        .expect("docs/deploy.md has the turning-on block");
+    let text = &deploy[at + "```sh\n".len()..];
+    let block = &text[..text.find("```").unwrap()];
+    let mut steps: Vec<String> = Vec::new();
+    for line in block.lines() {
+        if ["# 0. ", "# 1. ", "# 2. ", "# 3. "]
+            .iter()
+            .any(|p| line.starts_with(p))
+        {
+            steps.push(String::new());
+        }
+        let step = steps.last_mut().expect("the block starts with step 0");
+        step.push_str(line);
+        step.push('\n');
+    }
+    assert_eq!(steps.len(), 4, "a preparation and three steps");
+
+    let mut seen = 0;
+    let mut run = |what: &str, commands: &str| -> Vec<Call> {
+        let mut sh = Command::new("sh");
+        sh.args(["-ec", commands])
+            .current_dir(&component)
+            .env("PATH", &path);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("PODMUTATOR_") {
+                sh.env_remove(name);
+            }
+        }
+        let out = sh.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{what} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let calls = std::fs::read_to_string(log.join("calls")).unwrap_or_default();
+        let calls: Vec<String> = calls.lines().map(str::to_owned).collect();
+        let new = (seen..calls.len())
+            .map(|n| {
+                let render = std::fs::read_to_string(log.join(format!("{n}.yaml")))
+                    .ok()
+                    .map(|y| serde_saphyr::from_multiple::<Value>(&y).unwrap());
+                (calls[n].clone(), render)
+            })
+            .collect();
+        seen = calls.len();
+        new
+    };
+    let wait = "-n podmutator rollout status deployment/podmutator --timeout=5m";
+
+    let certs = common::temp_dir("kustomize-turn-on-certs");
+    let files = podmutator::transport::tls::ensure_certs(
+        &certs,
+        true,
+        &[format!("podmutator.{NAMESPACE}.svc")],
+    )
+    .unwrap();
+    let replicas = Rotation {
+        ca: std::fs::read(&files.ca).unwrap(),
+        certs,
+        review: std::fs::read(
+            common::root().join("tests/fixtures/reviews/flyte-task-k8s-env.json"),
+        )
+        .unwrap(),
+    };
+
+    // Before: the base's configuration, plain paths only.
+    let plain = replicas.start(&json!({"http": {}})).await;
+
+    // 0. Files only: nothing is applied.
+    assert!(
+        run("step 0", &steps[0]).is_empty(),
+        "step 0 applies nothing"
+    );
+
+    // 1. The webhook answers both; the registration keeps the plain paths.
+    let calls = run("step 1", &steps[1]);
+    assert_eq!(calls.len(), 2, "step 1 applies the webhook and waits");
+    assert_eq!(calls[1].0, wait, "step 1 waits for the rollout");
+    let c1 = rotation_workload(&calls[0], "step 1");
+    assert_eq!(c1["http"]["acceptPlainPaths"], true);
+    let switching = replicas.start(&c1).await;
+
+    // 2. The registration moves to the token.
+    let calls = run("step 2", &steps[2]);
+    assert_eq!(calls.len(), 1, "step 2 applies the registration alone");
+    let tokened = rotation_registration(&calls[0], "step 2");
+    let h = token_hash(&tokened);
+    assert_eq!(c1["http"]["pathTokenSha256"], json!([h, h]));
+    // The registration before: the same entries, each path without its token.
+    let plain_paths: Vec<(String, String)> = tokened
+        .iter()
+        .map(|(w, p)| {
+            let rest = p.trim_start_matches('/');
+            (w.clone(), rest[rest.find('/').unwrap()..].to_owned())
+        })
+        .collect();
+    replicas
+        .check(
+            "step 1, rolling out",
+            &[("plain paths", &plain), ("both", &switching)],
+            &plain_paths,
+            200,
+        )
+        .await;
+    drop(plain);
+    for paths in [&plain_paths, &tokened] {
+        replicas
+            .check("step 2", &[("both", &switching)], paths, 200)
+            .await;
+    }
+
+    // 3. The plain paths go.
+    let calls = run("step 3", &steps[3]);
+    assert_eq!(calls.len(), 2, "step 3 applies the webhook and waits");
+    assert_eq!(calls[1].0, wait, "step 3 waits for the rollout");
+    let c2 = rotation_workload(&calls[0], "step 3");
+    assert_eq!(c2["http"]["acceptPlainPaths"], false);
+    assert_eq!(c2["http"]["pathTokenSha256"], json!([h, h]));
+    let token_only = replicas.start(&c2).await;
+    replicas
+        .check(
+            "step 3, rolling out",
+            &[("both", &switching), ("the token", &token_only)],
+            &tokened,
+            200,
+        )
+        .await;
+    drop(switching);
+    replicas
+        .check(
+            "after step 3",
+            &[("the token", &token_only)],
+            &plain_paths,
+            404,
+        )
+        .await;
+}

@@ -148,6 +148,9 @@ pub struct Front {
     max_body_bytes: usize,
     /// Every token accepted (empty: none asked for). More than one during a rotation.
     tokens: Vec<TokenHash>,
+    /// `http.acceptPlainPaths`: the plain paths answered too, while a registration switches
+    /// to the token.
+    accept_plain: bool,
     refusals: RefusalLog,
 }
 
@@ -216,6 +219,7 @@ impl Front {
             app,
             max_body_bytes: http.max_body_bytes,
             tokens,
+            accept_plain: http.accept_plain_paths,
             refusals: RefusalLog::default(),
         })
     }
@@ -233,11 +237,21 @@ impl Front {
         !self.tokens.is_empty()
     }
 
-    /// Strips the path token, if one is configured; `None` means "not found".
+    /// Strips the path token, if one is configured; `None` means "not found". With
+    /// `http.acceptPlainPaths`, a path the token does not open is taken as it is.
     fn route_path<'a>(&self, path: &'a str) -> Option<&'a str> {
         if self.tokens.is_empty() {
             return Some(path);
         }
+        let tail = self.token_tail(path);
+        if tail.is_none() && self.accept_plain {
+            return Some(path);
+        }
+        tail
+    }
+
+    /// What follows the path's first segment when that segment is an accepted token.
+    fn token_tail<'a>(&self, path: &'a str) -> Option<&'a str> {
         let rest = path.strip_prefix('/')?;
         let (given, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         // No token is no token, whatever hash was configured (the gate refuses the empty
@@ -503,6 +517,37 @@ mod tests {
         assert_eq!(front.route_path("/mutate--v1-pod"), None);
         assert_eq!(front.route_path("/t0k3nX/mutate--v1-pod"), None);
         assert_eq!(front.route_path("/t0k3n"), Some(""));
+    }
+
+    #[test]
+    fn plain_paths_are_answered_beside_the_token_only_while_asked_for() {
+        let token = "t0k3n".repeat(8);
+        let http = |accept_plain_paths| HttpConfig {
+            path_token: Some(token.clone()),
+            accept_plain_paths,
+            ..HttpConfig::default()
+        };
+        let app = Arc::new(App::build(&Config::default(), Deps::offline()).unwrap());
+        let switching = Front::new(app.clone(), &http(true), None).unwrap();
+        let tokened = format!("/{token}/mutate--v1-pod");
+        assert_eq!(switching.route_path(&tokened), Some("/mutate--v1-pod"));
+        assert_eq!(
+            switching.route_path("/mutate--v1-pod"),
+            Some("/mutate--v1-pod")
+        );
+        // A wrong token is not stripped: what follows it is no route.
+        assert_eq!(
+            switching.route_path("/wrong/mutate--v1-pod"),
+            Some("/wrong/mutate--v1-pod")
+        );
+        let Routed::Answer(reply) = switching.route(None, "POST", "/wrong/mutate--v1-pod", None)
+        else {
+            panic!("a wrong token's path is answered from the head");
+        };
+        assert_eq!(reply.status, 404);
+        let after = Front::new(app, &http(false), None).unwrap();
+        assert_eq!(after.route_path(&tokened), Some("/mutate--v1-pod"));
+        assert_eq!(after.route_path("/mutate--v1-pod"), None);
     }
 
     #[test]

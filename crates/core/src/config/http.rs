@@ -38,6 +38,10 @@ pub struct HttpConfig {
     /// can send reviews (and, in Embedded value mode, read secrets). `podmutator serve` and the
     /// Lambda refuse to start without a token unless this is true, and warn when it is.
     pub path_token_disabled: bool,
+    /// While a registration switches from plain paths to a path token: the plain paths are
+    /// answered beside the token's, so replicas that hold the token and a registration that
+    /// does not yet agree. Needs a path token; the token keeps no one out while this is true.
+    pub accept_plain_paths: bool,
     /// `podmutator serve`: connections open at once. When full, one is closed to make room:
     /// one that never sent a request, else the idlest, else the one whose body has arrived
     /// least; never one whose request is wholly read and being answered.
@@ -73,6 +77,7 @@ impl Default for HttpConfig {
             path_token_sha256: None,
             path_token_secret_id: None,
             path_token_disabled: false,
+            accept_plain_paths: false,
             max_connections: 1024,
             max_connections_per_source: 32,
             first_request_timeout_seconds: 10,
@@ -243,6 +248,10 @@ impl HttpConfig {
                     "is true while a path token is configured; remove one of them",
                 ));
             }
+            1 if h.accept_plain_paths => warnings.push(
+                "http.acceptPlainPaths is true: the plain paths are answered beside the path token's, so the token keeps no one out; set it back to false once every registration calls with the token (docs/deploy.md, \"Turning the token on\")"
+                    .into(),
+            ),
             1 => {}
             _ => {
                 return Err(ConfigError::new(
@@ -250,6 +259,12 @@ impl HttpConfig {
                     "set one of http.pathToken, http.pathTokenSha256 and http.pathTokenSecretId, not several",
                 ));
             }
+        }
+        if h.accept_plain_paths && tokens.iter().all(|set| !set) {
+            return Err(ConfigError::new(
+                "http.acceptPlainPaths",
+                "is true with no path token to switch to: it answers the plain paths beside a token's while a registration moves to the token; set http.pathTokenSha256 (or http.pathToken, http.pathTokenSecretId) too, or remove it",
+            ));
         }
         if let Some(t) = &h.path_token {
             check_path_token("http.pathToken", t)?;

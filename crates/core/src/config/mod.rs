@@ -1408,6 +1408,7 @@ mod tests {
     #[case::token_hash_not_text(json!({"http": {"pathTokenSha256": 5}}), "http.pathTokenSha256")]
     #[case::second_token_hash_short(json!({"http": {"pathTokenSha256": ["ab".repeat(32), "ab"]}}), "http.pathTokenSha256[1]")]
     #[case::token_hash_of_nothing(json!({"http": {"pathTokenSha256": ["ab".repeat(32), EMPTY_SHA256]}}), "http.pathTokenSha256[1]")]
+    #[case::plain_paths_without_a_token(json!({"http": {"pathTokenDisabled": true, "acceptPlainPaths": true}}), "http.acceptPlainPaths")]
     #[case::deadline_below_its_bound(json!({"embedded": {"deadlineMs": 99}}), "embedded.deadlineMs")]
     #[case::cache_ttl_over_a_day(json!({"embedded": {"cacheTtlSeconds": 86401}}), "embedded.cacheTtlSeconds")]
     #[case::body_over_64_mib(json!({"http": {"maxBodyBytes": 67108865}}), "http.maxBodyBytes")]
@@ -1515,6 +1516,8 @@ mod tests {
     #[case::values_without_a_token(json!({"http": {"pathTokenDisabled": true}, "embedded": {"organization": "o"},
         "webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS"}}}),
         "anyone who reaches the endpoint is served the secret values")]
+    #[case::plain_paths_beside_a_token(json!({"http": {"pathTokenSha256": "ab".repeat(32), "acceptPlainPaths": true}}),
+        "the token keeps no one out")]
     fn deprecated_or_redundant_keys_load_with_a_warning(#[case] v: Value, #[case] warning: &str) {
         let loaded = load_json(v).unwrap();
         assert!(
