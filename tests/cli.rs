@@ -5,7 +5,7 @@
 use crate::common;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use common::{apply, assert_valid_pods, create_review, patch_of, response, root};
@@ -1533,10 +1533,9 @@ fn check_config_changed_prints_what_differs_from_the_defaults_and_what_was_skipp
 }
 
 /// Every example the help prints (`Example:` / `Examples:` in any command's help) and every
-/// command of docs/cli.md (but the two that need a server or a cluster: `serve`, which the
-/// README's quickstart runs, and `certs`, which tests/certs.rs runs against an API server) runs
-/// as written, in a scratch directory holding the files they name, with `podmutator` on PATH and
-/// a `kubectl` that accepts what it is piped or given and prints a Deployment, or a Flyte
+/// command of docs/cli.md and docs/images.md ([`doc_commands`]) runs as
+/// written, in a scratch directory holding the files they name, with `podmutator` on PATH and a
+/// `kubectl` that accepts what it is piped or given and prints a Deployment, or a Flyte
 /// ConfigMap, for `get`.
 #[test]
 fn every_help_and_cli_md_example_runs_as_written() {
@@ -1610,10 +1609,28 @@ fn every_help_and_cli_md_example_runs_as_written() {
         }
     }
     assert!(examples.len() >= 4, "{examples:?}");
-    let cli_md = std::fs::read_to_string(root().join("docs/cli.md")).unwrap();
-    let mut in_sh = false;
-    let mut current = String::new();
-    for line in cli_md.lines() {
+    let from_cli_md = doc_commands("docs/cli.md");
+    assert!(from_cli_md.len() >= 10, "{from_cli_md:?}");
+    examples.extend(from_cli_md);
+    examples.extend(doc_commands("docs/images.md"));
+    assert!(
+        examples
+            .iter()
+            .any(|e| e.contains("--image-builder-selector")),
+        "images.md's registering command is run"
+    );
+    for example in &examples {
+        run_example(example, &dir, &bin);
+    }
+}
+
+/// The commands of `doc`'s `sh` blocks, continuation lines joined, comments left out, but the
+/// two that need a server or a cluster: `serve` (the README's quickstart runs it) and `certs`
+/// (tests/certs.rs runs it against an API server).
+fn doc_commands(doc: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(root().join(doc)).unwrap();
+    let (mut in_sh, mut current, mut commands) = (false, String::new(), Vec::new());
+    for line in text.lines() {
         if line.trim() == "```sh" {
             in_sh = true;
             continue;
@@ -1633,27 +1650,30 @@ fn every_help_and_cli_md_example_runs_as_written() {
         }
         let command = std::mem::take(&mut current);
         if !command.starts_with("podmutator serve") && !command.starts_with("podmutator certs") {
-            examples.push(command);
+            commands.push(command);
         }
     }
-    assert!(examples.len() >= 14, "{examples:?}");
-    for example in &examples {
-        let out = Command::new("bash")
-            .args(["-euo", "pipefail", "-c", example])
-            .current_dir(&dir)
-            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
-            .env_remove("PODMUTATOR_CONFIG")
-            .env_remove("PODMUTATOR_CONFIG_FILE")
-            .env_remove("AWS_LAMBDA_RUNTIME_API")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{example}: {}{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-    }
+    commands
+}
+
+/// Runs `example` with bash (`-euo pipefail`) in `dir`, `bin` (podmutator and the stand-in
+/// kubectl) first on PATH, no configuration from this process; it must succeed.
+fn run_example(example: &str, dir: &Path, bin: &Path) {
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", example])
+        .current_dir(dir)
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env_remove("PODMUTATOR_CONFIG")
+        .env_remove("PODMUTATOR_CONFIG_FILE")
+        .env_remove("AWS_LAMBDA_RUNTIME_API")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{example}: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
 }
 
 /// Every dotted key path of a JSON Schema's `properties`, `$ref`s into `$defs` followed and

@@ -5,10 +5,13 @@
 //! A full server closes a connection to make room for a new one: one of the source that holds
 //! the most connections (so that many sockets from a few pods cannot push out the one or two a
 //! kubelet or an API server holds), and of that source's, in this order: one that never sent a
-//! request head (longest open first), one idle between requests (idle longest first), then one
-//! whose request is still arriving (least of its body read first). Only a connection with a
-//! request wholly read and being answered is never chosen: a slow body holds its slot no better
-//! than an idle socket does.
+//! request head in the [`YOUNG`] it had to (longest open first), one idle between requests (idle
+//! longest first), one whose request is still arriving (least of its body read first), then one
+//! just accepted that has not sent its request yet (longest open first: a kubelet's probe sends
+//! its request within a millisecond of connecting, and is not pushed out by the keep-alive
+//! sockets held around it). Only a connection with a request wholly read and being answered,
+//! until its answer is written ([`Answering`]), is never chosen: a slow body holds its slot no
+//! better than an idle socket does.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -18,6 +21,10 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+/// How long a new connection has to send its first request head before it is closed, when room
+/// is needed, ahead of idle ones.
+pub const YOUNG: Duration = Duration::from_secs(1);
 
 /// Requests in flight (head parsed, answer not yet sent) in the low bits of a slot's state,
 /// requests being answered (body read) from [`ANSWERING_ONE`], and [`SHED`] once the registry
@@ -101,7 +108,8 @@ impl Slot {
         let since = |at: Instant| at.elapsed().as_nanos();
         let (class, order) = match (self.in_flight(), self.served()) {
             // Longest open (or idle) first: the larger the age, the earlier.
-            (0, false) => (0, u128::MAX - since(self.accepted)),
+            (0, false) if self.accepted.elapsed() >= YOUNG => (0, u128::MAX - since(self.accepted)),
+            (0, false) => (3, u128::MAX - since(self.accepted)),
             (0, true) => (1, u128::MAX - since(self.idle_since())),
             // A request still arriving: the least read first.
             _ => (2, u128::from(self.body_read.load(Ordering::Relaxed))),
@@ -159,6 +167,42 @@ impl Drop for InFlight {
         let done = 1 + if self.answering { ANSWERING_ONE } else { 0 };
         slot.state.fetch_sub(done, Ordering::AcqRel);
         slot.request_ended.notify_one();
+    }
+}
+
+/// A response body that keeps its request in flight, and so its connection from being closed to
+/// make room, until the connection has taken the last of it.
+pub struct Answering {
+    body: http_body_util::Full<hyper::body::Bytes>,
+    _in_flight: InFlight,
+}
+
+impl Answering {
+    pub fn new(body: hyper::body::Bytes, in_flight: InFlight) -> Self {
+        Self {
+            body: http_body_util::Full::new(body),
+            _in_flight: in_flight,
+        }
+    }
+}
+
+impl hyper::body::Body for Answering {
+    type Data = hyper::body::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -338,7 +382,7 @@ mod tests {
         let idle = open(&r, ip(4));
         drop(idle.begin());
         // Full: the idle one goes first, then the body with less read, then the other. (Each
-        // newcomer answers at once, so that it is not the next one chosen.)
+        // newcomer answers at once, so that it is not chosen.)
         let fifth = open(&r, ip(5));
         let mut fifth_answering = fifth.begin();
         assert!(fifth_answering.answering());
@@ -351,6 +395,24 @@ mod tests {
         // The connection answering is never chosen.
         assert!(answering.state.load(Ordering::Relaxed) & SHED == 0);
         drop((a, more, less, fifth_answering));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_just_accepted_is_closed_after_idle_ones_and_silent_ones_past_their_time()
+    {
+        let shed = |s: &Slot| s.state.load(Ordering::Relaxed) & SHED != 0;
+        let r = Registry::new("test", 3, 3);
+        let silent = open(&r, ip(1));
+        tokio::time::advance(YOUNG).await;
+        let idle = open(&r, ip(2));
+        drop(idle.begin());
+        // A probe's connection, accepted a moment ago, its request not read yet.
+        let probe = open(&r, ip(3));
+        assert!(matches!(r.admit(ip(4)), Admit::Open(_)));
+        assert!(shed(&silent), "silent past its time: first");
+        assert!(matches!(r.admit(ip(5)), Admit::Open(_)));
+        assert!(shed(&idle), "idle: next");
+        assert!(!shed(&probe), "just accepted: kept while others can go");
     }
 
     #[tokio::test]

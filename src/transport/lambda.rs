@@ -100,11 +100,13 @@ impl Source {
         match self {
             Source::Alb => podmutator_core::admission::ReplyLimit {
                 bytes: ALB_RESPONSE_LIMIT,
+                reserve: ENVELOPE_BYTES,
                 by: "an ALB puts on a Lambda function's response",
                 instead: "API Gateway or a Function URL (6 MB, reference delivery only) or `podmutator serve` in the cluster",
             },
             Source::Public(_) => podmutator_core::admission::ReplyLimit {
                 bytes: LAMBDA_RESPONSE_LIMIT,
+                reserve: ENVELOPE_BYTES,
                 by: "Lambda puts on a function's response",
                 instead: "",
             },
@@ -238,12 +240,8 @@ async fn dispatch(
     }
     // The estimate refuses what cannot fit before it is built; `fit` measures what was built.
     let limit = source.response_limit();
-    let within = podmutator_core::admission::ReplyLimit {
-        bytes: limit.bytes - ENVELOPE_BYTES,
-        ..limit
-    };
     match body_bytes(body, base64) {
-        Ok(bytes) => fit(source, front.review_within(route, &bytes, within).await),
+        Ok(bytes) => fit(source, front.review_within(route, &bytes, limit).await),
         Err(reply) => reply,
     }
 }

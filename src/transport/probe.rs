@@ -13,13 +13,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
-use super::conns::{Admit, Registry};
+use super::conns::{Admit, Answering, Registry};
 use podmutator_core::prometheus::Counters;
 
 /// Connections open at once: a kubelet and a scraper or two need a handful.
@@ -128,17 +127,14 @@ pub async fn serve(
                 let draining = draining.load(std::sync::atomic::Ordering::SeqCst);
                 let (status, content_type, body) =
                     answer(&counters, draining, req.method().as_str(), req.uri().path());
-                let mut resp = Response::new(Full::new(Bytes::from(body)));
+                let mut resp = Response::new(Answering::new(Bytes::from(body), in_flight));
                 *resp.status_mut() = hyper::StatusCode::from_u16(status)
                     .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
                 resp.headers_mut().insert(
                     hyper::header::CONTENT_TYPE,
                     hyper::header::HeaderValue::from_static(content_type),
                 );
-                async move {
-                    drop(in_flight);
-                    Ok::<_, std::convert::Infallible>(resp)
-                }
+                async move { Ok::<_, std::convert::Infallible>(resp) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())

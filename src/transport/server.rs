@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::{Body, Bytes, Incoming as HyperBody};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 
-use super::conns::{Admit, InFlight, Registry, Release, Slot};
+use super::conns::{Admit, Answering, InFlight, Registry, Release, Slot};
 use super::http::{Front, Routed};
 use super::tls::TlsError;
 use podmutator_core::admission::Reply;
@@ -248,12 +248,12 @@ async fn respond(
     peer: SocketAddr,
     mut in_flight: InFlight,
     req: Request<HyperBody>,
-) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+) -> Result<Response<Answering>, std::convert::Infallible> {
     let http1 = req.version() <= hyper::Version::HTTP_11;
     let peer = peer.to_string();
     let (reply, unread) = answer(&front, &peer, &limits, &mut in_flight, req).await;
-    drop(in_flight);
-    let mut resp = Response::new(Full::new(Bytes::from(reply.body)));
+    // In flight until the connection has taken the answer: never closed to make room meanwhile.
+    let mut resp = Response::new(Answering::new(Bytes::from(reply.body), in_flight));
     *resp.status_mut() = hyper::StatusCode::from_u16(reply.status)
         .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
     resp.headers_mut().insert(

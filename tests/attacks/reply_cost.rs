@@ -9,7 +9,7 @@
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use podmutator_core::secrets::codec::{MountRequirement, Secret, encode_annotations};
 use serde_json::{Value, json};
@@ -46,6 +46,41 @@ fn worst_review(containers: usize, mount: MountRequirement) -> Vec<u8> {
         "flytesnacks-development",
     );
     serde_json::to_vec(&review).unwrap()
+}
+
+/// A review of `containers` containers and 64 ENV_VAR requests with the shortest names: the
+/// estimate made before the patch is built is under the limit, the patch built is over it (each
+/// container's 64 env vars, about 90 bytes each with their references).
+fn short_names_review(containers: usize) -> Vec<u8> {
+    let secrets: Vec<Secret> = (0..64)
+        .map(|i| Secret {
+            group: format!("g{i:02}"),
+            key: format!("k{i:02}"),
+            mount_requirement: MountRequirement::EnvVar,
+            ..Default::default()
+        })
+        .collect();
+    let containers: Vec<Value> = (0..containers)
+        .map(|i| json!({"name": format!("c{i:06}"), "image": "b"}))
+        .collect();
+    let review = create_review(
+        &json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "wide", "labels": {"inject-flyte-secrets": "true"},
+                "annotations": encode_annotations(&secrets).unwrap()},
+            "spec": {"containers": containers}}),
+        "flytesnacks-development",
+    );
+    serde_json::to_vec(&review).unwrap()
+}
+
+/// A child process killed when dropped: a failed assertion leaves no server running.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// The containers of a review of at most `bytes` ([`worst_review`]'s take 30 bytes each).
@@ -122,19 +157,22 @@ fn assert_refused(reply: &Value, reason: &str, says: &[&str]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_worst_reviews_are_refused_before_their_reply_is_built_within_a_replicas_memory() {
+async fn the_worst_reviews_are_refused_within_a_replicas_memory() {
     let dir = temp_dir("attack-reply-cost");
     let port = free_port();
     let config = json!({
         "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator", "secretManagerTypes": ["K8s"]},
-        "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN}
+        // The 6 MB review is sent from a machine that may be loaded: the body deadline (another
+        // test's subject) must not be what answers it.
+        "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN, "bodyTimeoutSeconds": 300}
     });
-    let (mut child, _) = spawn_serve(
+    let (child, _) = spawn_serve(
         crate::common::bin()
             .arg("serve")
             .env("PODMUTATOR_CONFIG", config.to_string()),
     )
     .await;
+    let child = Killed(child);
     let ca = std::fs::read(dir.join("ca.crt")).unwrap();
     let mut peaks = Vec::new();
     // Within the object limit, a reply that would be far over http.maxReplyBytes (11,500
@@ -175,8 +213,23 @@ async fn the_worst_reviews_are_refused_before_their_reply_is_built_within_a_repl
             reply["response"]["uid"], "e911857d-c318-11e8-bbad-025000000001",
             "answers this review"
         );
-        peaks.push((review.len(), containers, mount, peak_rss(child.id())));
+        peaks.push((review.len(), containers, mount, peak_rss(child.0.id())));
     }
+    // Under the estimate, over the limit once built: measured on the reply built, and refused
+    // with the same 413 (the patch is some 11 MB against http.maxReplyBytes' 6 MB).
+    let review = short_names_review(1_360);
+    let reply = review_through(port, &ca, &review).await;
+    assert_refused(
+        &reply,
+        "ResponseTooLarge",
+        &["a JSON Patch of", "http.maxReplyBytes"],
+    );
+    peaks.push((
+        review.len(),
+        1_360,
+        MountRequirement::EnvVar,
+        peak_rss(child.0.id()),
+    ));
     // The heaviest pods within the limit are admitted, and mutated, within the same memory:
     // 5,500 volumes (each a 3 KB type, with its emptyDir), then 90,000 env vars in one container.
     for (volumes, env) in [(5_500, 0), (0, 90_000)] {
@@ -192,11 +245,10 @@ async fn the_worst_reviews_are_refused_before_their_reply_is_built_within_a_repl
             review.len(),
             volumes.max(env),
             MountRequirement::EnvVar,
-            peak_rss(child.id()),
+            peak_rss(child.0.id()),
         ));
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     eprintln!("serve, peak RSS after each review (cumulative): {peaks:?}");
     for (len, containers, mount, peak) in &peaks {
         assert!(
@@ -205,56 +257,91 @@ async fn the_worst_reviews_are_refused_before_their_reply_is_built_within_a_repl
         );
     }
 
-    // The Lambda loop: 11,500 containers × 64 requests through an ALB event (base64, as an ALB
-    // sends it), refused against the ALB's 1 MB.
-    let review = worst_review(11_500, MountRequirement::EnvVar);
-    let mut event: Value =
-        serde_json::from_slice(&std::fs::read(root().join("events/alb-mutate.json")).unwrap())
-            .unwrap();
+    // The Lambda loop, one instance per review: 11,500 containers × 64 requests through an ALB
+    // event (refused against the ALB's 1 MB before it is built); through an HTTP API event
+    // (Lambda's 6 MB), the short names' patch (refused once built) and the heaviest pod that is
+    // admitted (90,000 env vars in one container).
+    let cases = [
+        (
+            "events/alb-mutate.json",
+            worst_review(11_500, MountRequirement::EnvVar),
+            Some(&["estimated before its patch was built", "an ALB"][..]),
+        ),
+        (
+            "events/apigw-http-mutate.json",
+            short_names_review(1_360),
+            Some(&["a JSON Patch of", "Lambda puts on a function's response"][..]),
+        ),
+        (
+            "events/apigw-http-mutate.json",
+            heavy_but_admitted(0, 90_000),
+            None,
+        ),
+    ];
+    for (event_file, review, refused) in cases {
+        let (answer, peak) = through_the_lambda_loop(event_file, &review).await;
+        match refused {
+            Some(says) => assert_refused(&answer, "ResponseTooLarge", says),
+            None => assert_eq!(
+                answer["response"]["allowed"], true,
+                "{}",
+                answer["response"]["status"]
+            ),
+        }
+        eprintln!(
+            "lambda, {event_file}, a {}-byte review: peak RSS {peak}",
+            review.len()
+        );
+        assert!(
+            peak < BUDGET,
+            "lambda: a {}-byte review through {event_file} took the peak to {peak} bytes",
+            review.len()
+        );
+    }
+}
+
+/// `review` as the body of the Lambda event in `event_file` (base64), answered by a fresh
+/// `podmutator lambda` through a loopback Runtime API: the admission's answer and the
+/// instance's peak RSS once it has answered.
+async fn through_the_lambda_loop(event_file: &str, review: &[u8]) -> (Value, u64) {
     use base64::Engine;
-    event["body"] = json!(base64::engine::general_purpose::STANDARD.encode(&review));
+    let mut event: Value =
+        serde_json::from_slice(&std::fs::read(root().join(event_file)).unwrap()).unwrap();
+    event["body"] = json!(base64::engine::general_purpose::STANDARD.encode(review));
     event["isBase64Encoded"] = json!(true);
     let seen = Arc::new(Mutex::new(Seen::default()));
     let api = runtime_api(event.to_string(), seen.clone()).await;
-    let mut lambda = crate::common::bin()
-        .arg("lambda")
-        .env(
-            "PODMUTATOR_CONFIG",
-            json!({"http": {"pathTokenDisabled": true}}).to_string(),
-        )
-        .env("AWS_LAMBDA_RUNTIME_API", format!("127.0.0.1:{api}"))
-        .env("AWS_LAMBDA_FUNCTION_NAME", "podmutator")
-        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-        .env("AWS_REGION", "us-east-1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let end = Instant::now() + Duration::from_secs(120);
+    let mut lambda = Killed(
+        crate::common::bin()
+            .arg("lambda")
+            .env(
+                "PODMUTATOR_CONFIG",
+                json!({"http": {"pathTokenDisabled": true}}).to_string(),
+            )
+            .env("AWS_LAMBDA_RUNTIME_API", format!("127.0.0.1:{api}"))
+            .env("AWS_LAMBDA_FUNCTION_NAME", "podmutator")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+            .env("AWS_REGION", "us-east-1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Until the response is posted (or the instance exits, which fails below).
     while seen.lock().unwrap().responses.is_empty() {
         assert!(
-            Instant::now() < end && lambda.try_wait().unwrap().is_none(),
-            "no response: {:?}",
+            lambda.0.try_wait().unwrap().is_none(),
+            "the instance exited without a response: {:?}",
             seen.lock().unwrap().errors
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let peak = peak_rss(lambda.id());
-    let _ = lambda.kill();
-    let _ = lambda.wait();
+    let peak = peak_rss(lambda.0.id());
+    drop(lambda);
     let reply: Value = serde_json::from_str(&seen.lock().unwrap().responses[0]).unwrap();
     assert_eq!(reply["statusCode"], 200);
     let answer: Value = serde_json::from_str(reply["body"].as_str().unwrap()).unwrap();
-    assert_refused(
-        &answer,
-        "ResponseTooLarge",
-        &["estimated before its patch was built", "an ALB"],
-    );
-    eprintln!("lambda, peak RSS: {peak}");
-    assert!(
-        peak < BUDGET,
-        "lambda: the review took the peak to {peak} bytes"
-    );
+    (answer, peak)
 }

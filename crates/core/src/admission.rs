@@ -214,19 +214,32 @@ impl App {
     }
 
     /// [`App::review`], refusing (413, `ResponseTooLarge`) a review whose reply would not fit
-    /// `limit`, from an estimate made before the patch is built.
+    /// `limit`: from an estimate made before the patch is built, then on the reply built (the
+    /// estimate is a floor: values, and what each item costs in the patch, are known only then).
     pub async fn review_within(&self, route: Route, body: &[u8], limit: ReplyLimit) -> Answer {
         let started = Instant::now();
         let limit = match limit.bytes {
             0 => ReplyLimit {
                 bytes: self.max_reply_bytes,
+                reserve: 0,
                 by: "http.maxReplyBytes puts on the webhook's replies",
                 instead: "",
             },
             _ => limit,
         };
-        let admission = self.admit(route, body, limit).await;
-        let reply = admission.reply();
+        let mut admission = self.admit(route, body, limit).await;
+        let mut reply = admission.reply();
+        let room = limit.bytes.saturating_sub(limit.reserve);
+        if reply.body.len() > room {
+            let patch = match &admission.verdict {
+                Ok(Verdict::Ran { patch: Some(p), .. }) => p.as_json().len().div_ceil(3) * 4,
+                _ => 0,
+            };
+            let size = (reply.body.len() + limit.reserve) as u64;
+            let denial = reply_too_large(size, Some(patch), limit);
+            admission.verdict = Err(Error::Denied(denial));
+            reply = admission.reply();
+        }
         self.report(route, &admission, reply.status, started);
         admission.into_answer(reply)
     }
@@ -370,7 +383,7 @@ impl App {
                 s.containers.len() + s.init_containers.as_ref().map_or(0, Vec::len)
             });
             let estimate = plan.reply_estimate(&self.secrets.injectors, containers);
-            if estimate > limit.bytes as u64 {
+            if estimate > limit.bytes.saturating_sub(limit.reserve) as u64 {
                 let denial = reply_too_large(estimate, None, limit);
                 return Admission::early(subject, api_version, Err(Error::Denied(denial)));
             }
@@ -738,6 +751,9 @@ fn credentials_hint(detail: &str) -> &'static str {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplyLimit {
     pub bytes: usize,
+    /// Of `bytes`, what the transport wraps around the reply (a Lambda response's envelope):
+    /// the reply itself gets the rest.
+    pub reserve: usize,
     /// What puts the limit on what, for the message ("an ALB puts on a Lambda function's
     /// response").
     pub by: &'static str,
@@ -749,6 +765,7 @@ impl ReplyLimit {
     /// `http.maxReplyBytes`, the app's own ([`App::review`]).
     pub const CONFIGURED: ReplyLimit = ReplyLimit {
         bytes: 0,
+        reserve: 0,
         by: "",
         instead: "",
     };
@@ -893,7 +910,7 @@ fn parse(body: &[u8], route: Route) -> Result<Parsed, Error> {
                 if is_pod && admits(route, &req.operation, req.sub_resource.as_deref()) {
                     return Err(Error::Invalid(format!(
                         "request.object is not a valid Pod: {}",
-                        located::<AdmissionReview<Pod>>(body, typed_err)
+                        located(body, &typed_err)
                     )));
                 }
                 Ok(Parsed::Other {
@@ -906,7 +923,7 @@ fn parse(body: &[u8], route: Route) -> Result<Parsed, Error> {
             // Deployment's bad labels, nesting too deep), not what makes it no Pod.
             Err(untyped_err) => Err(Error::Invalid(format!(
                 "body is not a valid AdmissionReview: {}",
-                located::<AdmissionReview<DynamicObject>>(body, untyped_err)
+                located(body, &untyped_err)
             ))),
         },
     }
@@ -925,13 +942,183 @@ fn utf8(body: &[u8]) -> Result<(), Error> {
     })
 }
 
-/// The serde error with the JSON path where it happened (computed only on the error path).
-fn located<T: serde::de::DeserializeOwned>(body: &[u8], fallback: serde_json::Error) -> String {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    match serde_path_to_error::deserialize::<_, T>(&mut de) {
-        Err(e) if e.path().to_string() != "." => format!("{} (at {})", e.inner(), e.path()),
-        _ => fallback.to_string(),
+/// The serde error with the JSON path of what it is about, `(at request.object.spec.containers[0])`
+/// (computed only on the error path). The path is read off the body's bytes up to where
+/// serde_json stopped ([`json_path_at`]), not by parsing the body again through a path-tracking
+/// deserialiser: that would build a second copy of every Kubernetes type's deserialiser into the
+/// binary (a fifth of the Lambda build's code) for the error path alone.
+fn located(body: &[u8], err: &serde_json::Error) -> String {
+    let message = err.to_string();
+    // A syntax error's position counts the byte serde_json looked at and refused: the path is
+    // where that byte is.
+    let column = match err.classify() {
+        serde_json::error::Category::Syntax => err.column().saturating_sub(1),
+        _ => err.column(),
+    };
+    // A list read as something else is refused as soon as its `[` is read: the error is about
+    // the list, not about an element (which, unless it is a list itself, would have been read).
+    let about_list = message.starts_with("invalid type: sequence");
+    match json_path_at(body, err.line(), column, about_list) {
+        Some(path) if !path.is_empty() => format!("{message} (at {path})"),
+        _ => message,
     }
+}
+
+/// The JSON path (`a.b[0].c`, keys unescaped) of the place at `line`/`column` of `body` where
+/// serde_json stopped (its position: `column` bytes into `line`, 1-based), `None` where there is
+/// no position. serde_json places an error after the value it is about (a struct's, such as a
+/// missing field, after its closing brace), or before one it would not read: either way that
+/// value is the path's last step. Inside an object between values (a key seen twice), the path
+/// ends at the object.
+fn json_path_at(body: &[u8], line: usize, column: usize, about_list: bool) -> Option<String> {
+    if line == 0 {
+        return None;
+    }
+    let start = if line == 1 {
+        0
+    } else {
+        memchr_nth_newline(body, line - 1)? + 1
+    };
+    let at = (start + column).min(body.len());
+    #[derive(Clone, Copy, PartialEq)]
+    enum In {
+        /// An object: expecting a key, in it, or after it (before `:`).
+        Key,
+        /// An object: after `:`, its value not started.
+        Colon,
+        /// A list: expecting an element.
+        Element,
+        /// A value begun (a scalar or string being read) or read.
+        Value,
+    }
+    // Per open container: whether it is a list, its state, its current key (byte range) or
+    // element index.
+    struct Frame {
+        list: bool,
+        state: In,
+        key: (usize, usize),
+        index: usize,
+    }
+    let mut stack: Vec<Frame> = Vec::new();
+    let (mut in_string, mut escaped, mut string_start) = (false, false, 0usize);
+    // The last byte read outside a string that is not blank.
+    let mut last = 0u8;
+    for (i, &b) in body[..at].iter().enumerate() {
+        if !in_string && !b.is_ascii_whitespace() {
+            last = b;
+        }
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+                if let Some(f) = stack.last_mut()
+                    && !f.list
+                    && f.state == In::Key
+                {
+                    f.key = (string_start, i);
+                }
+            }
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = true;
+                string_start = i + 1;
+                if let Some(f) = stack.last_mut()
+                    && f.state != In::Key
+                {
+                    f.state = In::Value;
+                }
+            }
+            b'{' | b'[' => {
+                if let Some(f) = stack.last_mut() {
+                    f.state = In::Value;
+                }
+                stack.push(Frame {
+                    list: b == b'[',
+                    state: if b == b'[' { In::Element } else { In::Key },
+                    key: (0, 0),
+                    index: 0,
+                });
+            }
+            b'}' | b']' => {
+                stack.pop();
+            }
+            b':' => {
+                if let Some(f) = stack.last_mut() {
+                    f.state = In::Colon;
+                }
+            }
+            b',' => {
+                if let Some(f) = stack.last_mut() {
+                    if f.list {
+                        f.index += 1;
+                        f.state = In::Element;
+                    } else {
+                        f.state = In::Key;
+                    }
+                }
+            }
+            b' ' | b'\n' | b'\r' | b'\t' => {}
+            _ => {
+                if let Some(f) = stack.last_mut() {
+                    f.state = In::Value;
+                }
+            }
+        }
+    }
+    // What serde_json looks at next: a value about to be read there is in the path.
+    let next = body[at..]
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .copied();
+    // In a list, anything but its end is read as an element.
+    let starts_value = next.is_some_and(|b| b != b']');
+    let list_refused = about_list && last == b'[' && next != Some(b'[');
+    let mut path = String::new();
+    let innermost = stack.len().saturating_sub(1);
+    for (n, f) in stack.iter().enumerate() {
+        let included = n < innermost
+            || in_string && f.state == In::Value
+            || match f.state {
+                In::Key => false,
+                In::Colon => true,
+                In::Element => starts_value && !(f.index == 0 && list_refused),
+                In::Value => true,
+            };
+        if !included {
+            break;
+        }
+        if f.list {
+            path.push_str(&format!("[{}]", f.index));
+        } else {
+            if !path.is_empty() {
+                path.push('.');
+            }
+            let raw = &body[f.key.0..f.key.1];
+            match raw.contains(&b'\\') {
+                false => path.push_str(&String::from_utf8_lossy(raw)),
+                true => {
+                    let quoted = &body[f.key.0 - 1..=f.key.1];
+                    let key: String = serde_json::from_slice(quoted).unwrap_or_default();
+                    path.push_str(&key);
+                }
+            }
+        }
+    }
+    Some(path)
+}
+
+/// The index of the `n`th newline of `body` (1-based).
+fn memchr_nth_newline(body: &[u8], n: usize) -> Option<usize> {
+    body.iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(n - 1)
+        .map(|(i, _)| i)
 }
 
 /// The one reply type: every answer, allowed or not, is this, written once by
@@ -1086,6 +1273,161 @@ fn standard_reason(code: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The path [`located`] reads off the bytes is the one a parse tracking it
+    /// (serde_path_to_error, which the error path used to run) gives, for every error a review
+    /// can have: each value of three reviews replaced by a value of every JSON type, or removed,
+    /// written compact and pretty (errors on later lines), a key twice, and the bodies cut short
+    /// or with a stray byte (syntax errors), for the Pod parse and the any-object parse.
+    #[test]
+    fn error_paths_read_off_the_bytes_are_the_ones_a_tracking_parse_gives() {
+        fn tracked<T: serde::de::DeserializeOwned>(body: &[u8], err: &serde_json::Error) -> String {
+            let mut de = serde_json::Deserializer::from_slice(body);
+            match serde_path_to_error::deserialize::<_, T>(&mut de) {
+                Err(e) if e.path().to_string() != "." => format!("{} (at {})", e.inner(), e.path()),
+                _ => err.to_string(),
+            }
+        }
+        // The same path, or one that goes on from it to the value the error is about (a
+        // Kubernetes type that checks a field once the whole object is read reports the object;
+        // the bytes show which of its values it was).
+        fn agree(ours: &str, tracked: &str, body: &[u8]) {
+            let body = &body[..body.len().min(400)];
+            // `?` alone: the tracking parse lost its place (a key being read at the top, or in an
+            // object it had buffered); the bytes still say where.
+            if tracked.ends_with(" (at ?)") {
+                assert!(
+                    ours.starts_with(tracked.trim_end_matches(" (at ?)")),
+                    "{ours}"
+                );
+                return;
+            }
+            let (Some(o), Some(t)) = (ours.split_once(" (at "), tracked.split_once(" (at ")) else {
+                assert_eq!(ours, tracked, "{}", String::from_utf8_lossy(body));
+                return;
+            };
+            assert_eq!(o.0, t.0);
+            let (o, t) = (o.1.trim_end_matches(')'), t.1.trim_end_matches(')'));
+            // `?`: a key being read, which the tracking parse cannot name; the path is its object.
+            let t = t.trim_end_matches('?').trim_end_matches('.');
+            assert!(
+                o == t || o.starts_with(&format!("{t}.")) || o.starts_with(&format!("{t}[")),
+                "ours {o:?}, tracked {t:?}: {}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        fn check(body: &[u8], checked: &mut usize) {
+            if let Err(e) = serde_json::from_slice::<AdmissionReview<Pod>>(body) {
+                *checked += 1;
+                agree(
+                    &located(body, &e),
+                    &tracked::<AdmissionReview<Pod>>(body, &e),
+                    body,
+                );
+            }
+            if let Err(e) = serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
+                *checked += 1;
+                agree(
+                    &located(body, &e),
+                    &tracked::<AdmissionReview<DynamicObject>>(body, &e),
+                    body,
+                );
+            }
+        }
+        fn pointers(v: &serde_json::Value, at: String, out: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    for (k, child) in m {
+                        let p = format!("{at}/{}", k.replace('~', "~0").replace('/', "~1"));
+                        out.push(p.clone());
+                        pointers(child, p, out);
+                    }
+                }
+                serde_json::Value::Array(a) => {
+                    for (i, child) in a.iter().enumerate() {
+                        let p = format!("{at}/{i}");
+                        out.push(p.clone());
+                        pointers(child, p, out);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
+        let read = |p: &str| -> serde_json::Value {
+            serde_json::from_slice(&std::fs::read(format!("{fixtures}/{p}")).unwrap()).unwrap()
+        };
+        let maximal = create_review(&read("kubernetes-api/k8s-v1.33.0-core.v1.Pod.json"), "ns");
+        let bases = [
+            read("bad-input/base-review.json"),
+            read("reviews/flyte-task-k8s-env.json"),
+            maximal,
+        ];
+        let replacements = [
+            serde_json::json!(5),
+            serde_json::json!(-1.5),
+            serde_json::json!("x"),
+            serde_json::json!(true),
+            serde_json::json!(null),
+            serde_json::json!([]),
+            serde_json::json!([1]),
+            serde_json::json!({}),
+            serde_json::json!({"a": 1}),
+        ];
+        let mut checked = 0;
+        for (n, base) in bases.iter().enumerate() {
+            let mut all = Vec::new();
+            pointers(base, String::new(), &mut all);
+            // Every value of the small reviews; of the maximal pod's, one in thirty-one.
+            for (i, p) in all.iter().enumerate() {
+                if n == 2 && i % 31 != 0 {
+                    continue;
+                }
+                let mut variants: Vec<serde_json::Value> = replacements
+                    .iter()
+                    .map(|r| {
+                        let mut v = base.clone();
+                        *v.pointer_mut(p).unwrap() = r.clone();
+                        v
+                    })
+                    .collect();
+                let (parent, last) = p.split_at(p.rfind('/').unwrap());
+                let mut removed = base.clone();
+                match removed.pointer_mut(parent).unwrap() {
+                    serde_json::Value::Object(m) => {
+                        m.shift_remove(&last[1..].replace("~1", "/").replace("~0", "~"));
+                    }
+                    serde_json::Value::Array(a) => {
+                        a.remove(last[1..].parse::<usize>().unwrap());
+                    }
+                    _ => {}
+                }
+                variants.push(removed);
+                for v in &variants {
+                    check(&serde_json::to_vec(v).unwrap(), &mut checked);
+                    check(&serde_json::to_vec_pretty(v).unwrap(), &mut checked);
+                }
+            }
+            // A key twice, and the body cut short or with a stray byte every so often.
+            let body = serde_json::to_vec(base).unwrap();
+            let text = String::from_utf8(body.clone()).unwrap();
+            for key in ["\"uid\":", "\"name\":", "\"containers\":", "\"image\":"] {
+                if let Some(at) = text.find(key) {
+                    let twice = format!("{}{key}\"dup\",{}", &text[..at], &text[at..]);
+                    check(twice.as_bytes(), &mut checked);
+                }
+            }
+            for at in (1..body.len()).step_by(if n == 2 { 401 } else { 37 }) {
+                check(&body[..at], &mut checked);
+                for stray in [b'x', b'}', b']', b',', b'"'] {
+                    let mut bad = body.clone();
+                    bad.insert(at, stray);
+                    check(&bad, &mut checked);
+                }
+            }
+        }
+        assert!(checked > 4_000, "{checked} errors compared");
+    }
 
     #[test]
     fn objects_are_counted_outside_strings_with_containers_and_volumes_heavy() {
