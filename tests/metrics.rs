@@ -374,3 +374,33 @@ async fn a_body_over_the_limit_is_logged_and_counted_as_a_refusal() {
         .collect();
     assert_eq!(refusals, [("BodyTooLarge", 1)]);
 }
+
+/// The `Refusals` metric of a window that ends with refusals pending (issue 36, hole 6): the
+/// first of a burst is sent at once, the rest when the window is flushed (serve's timer, or the
+/// end of a Lambda invocation), so the metric's sum is the burst, not its first request.
+#[tokio::test]
+async fn a_flushed_window_sends_the_rest_of_its_burst_to_the_refusals_metric() {
+    let token = "refusal-test-token-0123456789abcdefghijk";
+    let (front, lines) = app(json!({"http": {"pathToken": token}}));
+    for _ in 0..5 {
+        let podmutator::transport::http::Routed::Answer(reply) =
+            front.route(Some("10.0.0.9:4000"), "POST", "/wrong/mutate--v1-pod", None)
+        else {
+            panic!("a wrong token is answered from the head");
+        };
+        assert_eq!(reply.status, 404);
+    }
+    let sent = |lines: &Arc<Mutex<Vec<String>>>| -> Vec<u64> {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| check_emf(l))
+            .filter(|v| v["Refusal"] == "PathToken")
+            .map(|v| v["Refusals"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(sent(&lines), [1], "the first at once, the rest pending");
+    front.flush_refusals(true);
+    assert_eq!(sent(&lines), [1, 4], "the rest when the window is flushed");
+}

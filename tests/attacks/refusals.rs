@@ -70,9 +70,48 @@ async fn a_burst_of_refusals_is_reported_in_full_when_its_window_ends() {
 }
 
 /// Lambda: each refused invocation's count is reported before the invocation ends (an instance
-/// is frozen or recycled after any of them), with the source address the ALB reports.
+/// is frozen or recycled after any of them), with the source address the ALB reports, and the
+/// one API Gateway (REST and HTTP APIs) and a Function URL report in their request context.
 #[tokio::test]
 async fn every_refused_lambda_invocation_is_reported_before_it_ends_with_its_source() {
+    for (file, pointer, source) in [
+        (
+            "events/apigw-rest-mutate.json",
+            "/requestContext/identity/sourceIp",
+            "192.0.2.44",
+        ),
+        (
+            "events/apigw-http-mutate.json",
+            "/requestContext/http/sourceIp",
+            "192.0.2.45",
+        ),
+        (
+            "events/function-url-mutate.json",
+            "/requestContext/http/sourceIp",
+            "192.0.2.46",
+        ),
+    ] {
+        let mut event = read_json(&root().join(file));
+        *event.pointer_mut(pointer).unwrap() = json!(source);
+        let path = if event.get("rawPath").is_some() {
+            "/rawPath"
+        } else {
+            "/path"
+        };
+        *event.pointer_mut(path).unwrap() =
+            json!("/wrong-token-0123456789abcdefghijklmnopq/mutate--v1-pod");
+        refused_three_times_reported_with(event, source).await;
+    }
+    let mut event = read_json(&root().join("events/alb-mutate.json"));
+    event["path"] = json!("/wrong-token-0123456789abcdefghijklmnopq/mutate--v1-pod");
+    event["headers"]["x-forwarded-for"] = json!("198.51.100.7, 10.0.3.21");
+    // The address the ALB accepted the connection from: the last of X-Forwarded-For.
+    refused_three_times_reported_with(event, "10.0.3.21").await;
+}
+
+/// `event` (a wrong token's path) invoked three times: three refusals reported, each line naming
+/// `peer`.
+async fn refused_three_times_reported_with(event: Value, peer: &str) {
     let front = webhook(
         &super::config(json!({"http": {"pathToken": TOKEN}})),
         podmutator_core::Deps::offline(),
@@ -83,9 +122,6 @@ async fn every_refused_lambda_invocation_is_reported_before_it_ends_with_its_sou
         move || writer.clone(),
         podmutator::logging::log_filter("info").unwrap(),
     ));
-    let mut event = read_json(&root().join("events/alb-mutate.json"));
-    event["path"] = json!("/wrong-token-0123456789abcdefghijklmnopq/mutate--v1-pod");
-    event["headers"]["x-forwarded-for"] = json!("198.51.100.7, 10.0.3.21");
     for _ in 0..3 {
         let req: lambda_http::request::LambdaRequest =
             serde_json::from_value(event.clone()).unwrap();
@@ -100,6 +136,6 @@ async fn every_refused_lambda_invocation_is_reported_before_it_ends_with_its_sou
         "every refusal reported within its invocation: {logged}"
     );
     for l in &lines {
-        assert_eq!(l["peer"], "10.0.3.21", "the address the ALB accepted: {l}");
+        assert_eq!(l["peer"], peer, "{l}");
     }
 }
