@@ -495,9 +495,10 @@ pub fn tls_config_reloading(
         None => builder.with_no_client_auth(),
         Some(path) => {
             let bad = |m: String| certs_err(path, format!("http.clientCaFile: {m}"));
-            let pem = std::fs::read(path).map_err(|e| bad(format!("cannot read: {e}")))?;
+            let pem = podmutator_core::config::read_file(path)
+                .map_err(|e| bad(format!("cannot read: {e}")))?;
             let mut roots = rustls::RootCertStore::empty();
-            for cert in rustls_pemfile::certs(&mut &pem[..]) {
+            for cert in rustls_pemfile::certs(&mut pem.as_bytes()) {
                 let cert = cert.map_err(|e| bad(format!("not PEM: {e}")))?;
                 roots
                     .add(cert)
@@ -715,5 +716,18 @@ mod tests {
         listed.sort();
         assert_eq!(listed, [CA_CERT, TLS_CERT, TLS_KEY]);
         std::fs::remove_dir_all(&parent).unwrap();
+    }
+
+    /// `http.clientCaFile` is read like every file a configuration names: a device or a FIFO is
+    /// refused unread.
+    #[test]
+    fn a_client_ca_file_that_is_no_regular_file_is_refused_unread() {
+        let dir = std::env::temp_dir().join(format!("podmutator-client-ca-{}", std::process::id()));
+        let files = ensure_certs(&dir, true, &["localhost".to_owned()]).unwrap();
+        let err = tls_config_verifying(&files, Path::new("/dev/zero"))
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

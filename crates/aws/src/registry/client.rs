@@ -68,9 +68,10 @@ impl RegistryClient {
     pub fn new(config: &EntrypointLookupConfig) -> Result<Self, BuildError> {
         let mut extra_roots = Vec::new();
         if !config.ca_bundle_file.is_empty() {
-            let pem = std::fs::read(&config.ca_bundle_file)
+            // A regular file of at most 4 MiB, as every file a configuration names.
+            let pem = podmutator_core::config::read_file(config.ca_bundle_file.as_ref())
                 .map_err(|e| BuildError(format!("cannot read {}: {e}", config.ca_bundle_file)))?;
-            for cert in rustls_pemfile::certs(&mut &pem[..]) {
+            for cert in rustls_pemfile::certs(&mut pem.as_bytes()) {
                 extra_roots.push(cert.map_err(|e| {
                     BuildError(format!("{} is not PEM: {e}", config.ca_bundle_file))
                 })?);
@@ -804,5 +805,18 @@ mod tests {
         .err()
         .expect("refused");
         assert!(err.0.contains("/nonexistent/ca.pem"), "{err}");
+    }
+
+    /// Read like every file a configuration names: a device or a FIFO is refused unread.
+    #[test]
+    fn a_ca_bundle_that_is_no_regular_file_is_refused_unread() {
+        let err = RegistryClient::new(&EntrypointLookupConfig {
+            registries: vec!["r.example".into()],
+            ca_bundle_file: "/dev/zero".into(),
+            ..Default::default()
+        })
+        .err()
+        .expect("refused");
+        assert!(err.0.contains("not a regular file"), "{err}");
     }
 }
