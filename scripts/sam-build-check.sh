@@ -55,14 +55,16 @@ echo "sam-build-check: $bootstrap is an arm64 executable of $(stat -c %s "$boots
 # The zip's binary is the Lambda build (Cargo.toml's [package.metadata.lambda.build]: no default
 # features): it has the runtime loop and not `serve` or the operator's tools. Their help texts
 # are in the binary exactly when their commands are.
-for present in "Run the AWS Lambda runtime loop" "In a pod (reference delivery): fetch"; do
+# `podmutator version` says which build it is; only this build's answer is in the binary.
+for present in "Run the AWS Lambda runtime loop" "In a pod (reference delivery): fetch" \
+	"Lambda (the runtime loop, check-config and the pod side"; do
 	grep -qaF "$present" "$bootstrap" || {
 		echo "sam-build-check: $bootstrap lacks \"$present\": not a podmutator build" >&2
 		exit 1
 	}
 done
 for absent in "Serve HTTPS on webhook.listenPort" "Run the webhook offline over manifests" \
-	"Print the MutatingWebhookConfiguration"; do
+	"Print the MutatingWebhookConfiguration" "full (serve and the operator's tools)"; do
 	if grep -qaF "$absent" "$bootstrap"; then
 		echo "sam-build-check: $bootstrap holds \"$absent\": the Lambda build must leave out serve and the tools" >&2
 		exit 1

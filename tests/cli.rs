@@ -252,6 +252,46 @@ fn inject_says_when_it_found_nothing_to_mutate() {
     assert_eq!(text(&out.stderr), "", "pods were changed: nothing to say");
 }
 
+/// `inject --diff` colours its hunks only on a terminal, and not when `NO_COLOR` is set (run
+/// under `script`, which gives the binary a pseudo-terminal as its standard output).
+#[test]
+fn inject_diff_is_coloured_on_a_terminal_unless_no_color_is_set() {
+    let input = fixture("manifests.yaml");
+    let command = format!(
+        "{} inject -f {} --diff",
+        env!("CARGO_BIN_EXE_podmutator"),
+        input.display()
+    );
+    let under_a_terminal = |no_color: Option<&str>| -> String {
+        let mut script = Command::new("script");
+        script
+            .args(["-qec", &command, "/dev/null"])
+            .stdin(Stdio::null())
+            .env_remove("PODMUTATOR_CONFIG")
+            .env_remove("PODMUTATOR_CONFIG_FILE")
+            .env_remove("NO_COLOR");
+        if let Some(v) = no_color {
+            script.env("NO_COLOR", v);
+        }
+        let out = script.output().expect("script (util-linux) is required");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let coloured = under_a_terminal(None);
+    assert!(
+        coloured.contains("\x1b[32m+") && coloured.contains("\x1b[0m"),
+        "{coloured}"
+    );
+    for no_color in ["1", "yes"] {
+        let plain = under_a_terminal(Some(no_color));
+        assert!(!plain.contains('\x1b'), "NO_COLOR={no_color}: {plain}");
+        assert!(plain.contains("\n+"), "{plain}");
+    }
+    // Piped (not a terminal): plain, as the golden diff shows.
+    let piped = podmutator(&["inject", "-f", input.to_str().unwrap(), "--diff"], None);
+    assert!(!text(&piped.stdout).contains('\x1b'));
+}
+
 #[test]
 fn a_usage_error_names_the_flag_and_exits_non_zero() {
     let out = podmutator(
@@ -1533,7 +1573,7 @@ fn check_config_changed_prints_what_differs_from_the_defaults_and_what_was_skipp
 }
 
 /// Every example the help prints (`Example:` / `Examples:` in any command's help) and every
-/// command of docs/cli.md and docs/images.md ([`doc_commands`]) runs as
+/// command of docs/cli.md, docs/images.md and docs/migration.md ([`doc_commands`]) runs as
 /// written, in a scratch directory holding the files they name, with `podmutator` on PATH and a
 /// `kubectl` that accepts what it is piped or given and prints a Deployment, or a Flyte
 /// ConfigMap, for `get`.
@@ -1622,6 +1662,43 @@ fn every_help_and_cli_md_example_runs_as_written() {
     for example in &examples {
         run_example(example, &dir, &bin);
     }
+
+    // docs/migration.md, in a directory of its own: its podmutator.yaml as the doc writes it,
+    // the path token it reads (`path-token`; `token`, as deploy.md's Path B names it), and a
+    // task pod whose annotation is one secret-annotations prints.
+    let migration = common::temp_dir("migration-examples");
+    let doc = std::fs::read_to_string(root().join("docs/migration.md")).unwrap();
+    let config = doc
+        .split("```yaml\n")
+        .find(|b| b.starts_with("# podmutator.yaml"))
+        .and_then(|b| b.split("```").next())
+        .expect("migration.md writes podmutator.yaml in a yaml block");
+    std::fs::write(migration.join("podmutator.yaml"), config).unwrap();
+    for token in ["path-token", "token"] {
+        std::fs::copy(dir.join(token), migration.join(token)).unwrap();
+    }
+    std::fs::write(
+        migration.join("task-pod.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: task\n  labels: {inject-flyte-secrets: \"true\"}\n  annotations: {flyte.secrets/s0: m4zg54lqhiqce4ltmvzc11lomzxsectlmv3tuibcovzwk3s6onswg3tfoqrau2lpovxhix2smvyxk1lsmvwwk2tuhiqektswl4lecuqk}\nspec:\n  containers: [{name: task, image: python}]\n",
+    )
+    .unwrap();
+    let commands = doc_commands("docs/migration.md");
+    assert!(
+        commands.len() >= 5
+            && commands
+                .iter()
+                .any(|c| c.contains("check-config --changed"))
+            && commands.iter().any(|c| c.contains("inject ")),
+        "{commands:?}"
+    );
+    for command in &commands {
+        run_example(command, &migration, &bin);
+    }
+    let shipped = std::fs::read_to_string(migration.join("podmutator.json")).unwrap();
+    assert!(
+        shipped.contains("_FSEC_") && shipped.contains("pathTokenSha256"),
+        "check-config --changed wrote what differs: {shipped}"
+    );
 }
 
 /// The commands of `doc`'s `sh` blocks, continuation lines joined, comments left out, but the
@@ -1657,12 +1734,15 @@ fn doc_commands(doc: &str) -> Vec<String> {
 }
 
 /// Runs `example` with bash (`-euo pipefail`) in `dir`, `bin` (podmutator and the stand-in
-/// kubectl) first on PATH, no configuration from this process; it must succeed.
+/// kubectl) first on PATH, `url` set as deploy.md's Path B sets it, no configuration from this
+/// process; it must succeed.
 fn run_example(example: &str, dir: &Path, bin: &Path) {
     let out = Command::new("bash")
         .args(["-euo", "pipefail", "-c", example])
         .current_dir(dir)
         .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        // The endpoint deploy.md's Path B sets before the commands that register it.
+        .env("url", "https://podmutator.example.internal")
         .env_remove("PODMUTATOR_CONFIG")
         .env_remove("PODMUTATOR_CONFIG_FILE")
         .env_remove("AWS_LAMBDA_RUNTIME_API")
