@@ -1349,3 +1349,36 @@ fn the_sam_pre_traffic_hook_reports_succeeded_only_for_a_version_that_answers_al
         }
     }
 }
+
+/// Issue 38, item 13, for SAM: the pull-through cache rules belong to the account and region's
+/// registry, and other stacks rewrite to them; deleting the stack that made them (or switching a
+/// cache off in it) must not take them away. Every rule of template.yaml is retained.
+#[test]
+fn sam_keeps_its_pull_through_cache_rules_when_its_stack_goes() {
+    let text = std::fs::read_to_string(root().join("template.yaml")).unwrap();
+    let resources = &text[text.find("\nResources:\n").unwrap()..];
+    // Each resource: its two-space-indented name, then its lines up to the next one.
+    let mut blocks: Vec<(String, Vec<&str>)> = Vec::new();
+    for line in resources.lines().skip(2) {
+        let header = line
+            .strip_prefix("  ")
+            .filter(|l| l.starts_with(|c: char| c.is_ascii_uppercase()) && l.ends_with(':'));
+        match (header, blocks.last_mut()) {
+            (Some(name), _) => blocks.push((name.to_owned(), Vec::new())),
+            (None, Some((_, lines))) => lines.push(line.trim()),
+            (None, None) => {}
+        }
+    }
+    let rules: Vec<_> = blocks
+        .iter()
+        .filter(|(_, lines)| lines.contains(&"Type: AWS::ECR::PullThroughCacheRule"))
+        .collect();
+    assert_eq!(rules.len(), 5, "one rule per upstream");
+    for (name, lines) in rules {
+        assert!(
+            lines.contains(&"DeletionPolicy: Retain")
+                && lines.contains(&"UpdateReplacePolicy: Retain"),
+            "{name} is not retained"
+        );
+    }
+}
