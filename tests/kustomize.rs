@@ -1657,6 +1657,98 @@ fn token_hash(paths: &[(String, String)]) -> String {
     hex::encode(sha2::Sha256::digest(tokens.first().unwrap().as_bytes()))
 }
 
+/// The `sh` block of docs/deploy.md that starts with `start`, cut into its steps: a step begins
+/// at each line starting with one of `markers`.
+fn deploy_steps(start: &str, markers: &[&str]) -> Vec<String> {
+    let deploy = std::fs::read_to_string(common::root().join("docs/deploy.md")).unwrap();
+    let at = deploy
+        .find(start)
+        .unwrap_or_else(|| panic!("docs/deploy.md has a block starting {start:?}"));
+    let text = &deploy[at + "```sh\n".len()..];
+    let block = &text[..text.find("```").unwrap()];
+    let mut steps: Vec<String> = Vec::new();
+    for line in block.lines() {
+        if markers.iter().any(|p| line.starts_with(p)) || steps.is_empty() {
+            steps.push(String::new());
+        }
+        let step = steps.last_mut().unwrap();
+        step.push_str(line);
+        step.push('\n');
+    }
+    steps
+}
+
+/// Runs documented commands with `sh -e`, the stand-in `kubectl` and the test build as
+/// `podmutator` first on PATH, no `PODMUTATOR_*` of this process; each run returns the kubectl
+/// calls it made, with what each `apply -k` rendered.
+struct DocRunner {
+    path: String,
+    log: PathBuf,
+    seen: usize,
+}
+
+impl DocRunner {
+    fn new() -> Self {
+        let (bin, log) = stand_in_kubectl();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        Self { path, log, seen: 0 }
+    }
+
+    fn run(&mut self, what: &str, commands: &str, cwd: &Path) -> Vec<Call> {
+        let mut sh = Command::new("sh");
+        sh.args(["-ec", commands])
+            .current_dir(cwd)
+            .env("PATH", &self.path);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("PODMUTATOR_") {
+                sh.env_remove(name);
+            }
+        }
+        let out = sh.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{what} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let calls = std::fs::read_to_string(self.log.join("calls")).unwrap_or_default();
+        let calls: Vec<String> = calls.lines().map(str::to_owned).collect();
+        let new = (self.seen..calls.len())
+            .map(|n| {
+                let render = std::fs::read_to_string(self.log.join(format!("{n}.yaml")))
+                    .ok()
+                    .map(|y| serde_saphyr::from_multiple::<Value>(&y).unwrap());
+                (calls[n].clone(), render)
+            })
+            .collect();
+        self.seen = calls.len();
+        new
+    }
+}
+
+/// What a replica of a rollout test answers with: its certificate's directory and CA, the
+/// review. A new replica runs [`Rotation::start`].
+fn rollout_replicas(what: &str) -> Rotation {
+    let certs = common::temp_dir(what);
+    let files = podmutator::transport::tls::ensure_certs(
+        &certs,
+        true,
+        &[format!("podmutator.{NAMESPACE}.svc")],
+    )
+    .unwrap();
+    Rotation {
+        ca: std::fs::read(&files.ca).unwrap(),
+        certs,
+        review: std::fs::read(
+            common::root().join("tests/fixtures/reviews/flyte-task-k8s-env.json"),
+        )
+        .unwrap(),
+    }
+}
+
 /// What the rotation's replicas share: their certificate's directory and CA, and the review.
 struct Rotation {
     certs: PathBuf,
@@ -1735,87 +1827,19 @@ async fn path_token_rotation_in_three_applies_never_refuses_a_review() {
     let (dir, _) = provided_ca_copy();
     let root = dir.join("../../../..");
     let component = dir.join("../../components/path-token");
-    let (bin, log) = stand_in_kubectl();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let deploy = std::fs::read_to_string(common::root().join("docs/deploy.md")).unwrap();
-    let block = |start: &str| -> String {
-        let at = deploy
-            .find(start)
-            .unwrap_or_else(|| panic!("docs/deploy.md has a block starting {start:?}"));
-        let text = &deploy[at + "```sh\n".len()..];
-        text[..text.find("```").unwrap()].to_owned()
-    };
-    let install = block("```sh\ncd deploy/kubernetes/components/path-token\nopenssl rand");
-    let rotation = block("```sh\n# 1. ");
-    let mut steps: Vec<String> = Vec::new();
-    for line in rotation.lines() {
-        if ["# 1. ", "# 2. ", "# 3. "]
-            .iter()
-            .any(|p| line.starts_with(p))
-        {
-            steps.push(String::new());
-        }
-        let step = steps.last_mut().expect("the block starts with step 1");
-        step.push_str(line);
-        step.push('\n');
-    }
-    assert_eq!(steps.len(), 3, "three steps");
-
-    // Runs `commands` with `sh -e` where the docs run them; returns the kubectl calls made.
-    let mut seen = 0;
-    let mut run = |what: &str, commands: &str, cwd: &Path| -> Vec<Call> {
-        let mut sh = Command::new("sh");
-        sh.args(["-ec", commands])
-            .current_dir(cwd)
-            .env("PATH", &path);
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("PODMUTATOR_") {
-                sh.env_remove(name);
-            }
-        }
-        let out = sh.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{what} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let calls = std::fs::read_to_string(log.join("calls")).unwrap();
-        let calls: Vec<String> = calls.lines().map(str::to_owned).collect();
-        let new = (seen..calls.len())
-            .map(|n| {
-                let render = std::fs::read_to_string(log.join(format!("{n}.yaml")))
-                    .ok()
-                    .map(|y| serde_saphyr::from_multiple::<Value>(&y).unwrap());
-                (calls[n].clone(), render)
-            })
-            .collect();
-        seen = calls.len();
-        new
-    };
-    let wait = "-n podmutator rollout status deployment/podmutator --timeout=5m";
-
-    let certs = common::temp_dir("kustomize-rotation-certs");
-    let files = podmutator::transport::tls::ensure_certs(
-        &certs,
-        true,
-        &[format!("podmutator.{NAMESPACE}.svc")],
+    let mut docs = DocRunner::new();
+    let install = deploy_steps(
+        "```sh\ncd deploy/kubernetes/components/path-token\nopenssl rand",
+        &[],
     )
-    .unwrap();
-    let rotation = Rotation {
-        ca: std::fs::read(&files.ca).unwrap(),
-        certs,
-        review: std::fs::read(
-            common::root().join("tests/fixtures/reviews/flyte-task-k8s-env.json"),
-        )
-        .unwrap(),
-    };
+    .concat();
+    let steps = deploy_steps("```sh\n# 1. ", &["# 1. ", "# 2. ", "# 3. "]);
+    assert_eq!(steps.len(), 3, "three steps");
+    let wait = "-n podmutator rollout status deployment/podmutator --timeout=5m";
+    let rotation = rollout_replicas("kustomize-rotation-certs");
 
     // The install: the webhook, the wait, then the registration.
-    let calls = run("the path-token install", &install, &root);
+    let calls = docs.run("the path-token install", &install, &root);
     let commands: Vec<&str> = calls.iter().map(|(c, _)| c.as_str()).collect();
     assert_eq!(commands.len(), 3, "{commands:?}");
     assert_eq!(commands[1], wait, "the install waits for the rollout");
@@ -1829,7 +1853,7 @@ async fn path_token_rotation_in_three_applies_never_refuses_a_review() {
         .await;
 
     // 1. The webhook accepts both tokens; the registration keeps the old one.
-    let calls = run("step 1", &steps[0], &component);
+    let calls = docs.run("step 1", &steps[0], &component);
     assert_eq!(calls.len(), 2, "step 1 applies the webhook and waits");
     assert_eq!(calls[1].0, wait, "step 1 waits for the rollout");
     let c1 = rotation_workload(&calls[0], "step 1");
@@ -1852,7 +1876,7 @@ async fn path_token_rotation_in_three_applies_never_refuses_a_review() {
 
     // 2. The registration moves to the new token; while every API server catches up, either
     // registration calls.
-    let calls = run("step 2", &steps[1], &component);
+    let calls = docs.run("step 2", &steps[1], &component);
     assert_eq!(calls.len(), 1, "step 2 applies the registration alone");
     let r1 = rotation_registration(&calls[0], "step 2");
     assert_eq!(token_hash(&r1), h1, "the registration holds the new token");
@@ -1863,7 +1887,7 @@ async fn path_token_rotation_in_three_applies_never_refuses_a_review() {
     }
 
     // 3. The old hash goes.
-    let calls = run("step 3", &steps[2], &component);
+    let calls = docs.run("step 3", &steps[2], &component);
     assert_eq!(calls.len(), 2, "step 3 applies the webhook and waits");
     assert_eq!(calls[1].0, wait, "step 3 waits for the rollout");
     let c2 = rotation_workload(&calls[0], "step 3");
@@ -1892,91 +1916,23 @@ async fn path_token_rotation_in_three_applies_never_refuses_a_review() {
 async fn turning_the_path_token_on_in_three_applies_never_refuses_a_review() {
     let (dir, _) = provided_ca_copy();
     let component = dir.join("../../components/path-token");
-    let (bin, log) = stand_in_kubectl();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let deploy = std::fs::read_to_string(common::root().join("docs/deploy.md")).unwrap();
-    let at = deploy
-        .find("```sh\n# 0. ")
-        .expect("docs/deploy.md has the turning-on block");
-    let text = &deploy[at + "```sh\n".len()..];
-    let block = &text[..text.find("```").unwrap()];
-    let mut steps: Vec<String> = Vec::new();
-    for line in block.lines() {
-        if ["# 0. ", "# 1. ", "# 2. ", "# 3. "]
-            .iter()
-            .any(|p| line.starts_with(p))
-        {
-            steps.push(String::new());
-        }
-        let step = steps.last_mut().expect("the block starts with step 0");
-        step.push_str(line);
-        step.push('\n');
-    }
+    let mut docs = DocRunner::new();
+    let steps = deploy_steps("```sh\n# 0. ", &["# 0. ", "# 1. ", "# 2. ", "# 3. "]);
     assert_eq!(steps.len(), 4, "a preparation and three steps");
-
-    let mut seen = 0;
-    let mut run = |what: &str, commands: &str| -> Vec<Call> {
-        let mut sh = Command::new("sh");
-        sh.args(["-ec", commands])
-            .current_dir(&component)
-            .env("PATH", &path);
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("PODMUTATOR_") {
-                sh.env_remove(name);
-            }
-        }
-        let out = sh.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{what} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let calls = std::fs::read_to_string(log.join("calls")).unwrap_or_default();
-        let calls: Vec<String> = calls.lines().map(str::to_owned).collect();
-        let new = (seen..calls.len())
-            .map(|n| {
-                let render = std::fs::read_to_string(log.join(format!("{n}.yaml")))
-                    .ok()
-                    .map(|y| serde_saphyr::from_multiple::<Value>(&y).unwrap());
-                (calls[n].clone(), render)
-            })
-            .collect();
-        seen = calls.len();
-        new
-    };
     let wait = "-n podmutator rollout status deployment/podmutator --timeout=5m";
-
-    let certs = common::temp_dir("kustomize-turn-on-certs");
-    let files = podmutator::transport::tls::ensure_certs(
-        &certs,
-        true,
-        &[format!("podmutator.{NAMESPACE}.svc")],
-    )
-    .unwrap();
-    let replicas = Rotation {
-        ca: std::fs::read(&files.ca).unwrap(),
-        certs,
-        review: std::fs::read(
-            common::root().join("tests/fixtures/reviews/flyte-task-k8s-env.json"),
-        )
-        .unwrap(),
-    };
+    let replicas = rollout_replicas("kustomize-turn-on-certs");
 
     // Before: the base's configuration, plain paths only.
     let plain = replicas.start(&json!({"http": {}})).await;
 
     // 0. Files only: nothing is applied.
     assert!(
-        run("step 0", &steps[0]).is_empty(),
+        docs.run("step 0", &steps[0], &component).is_empty(),
         "step 0 applies nothing"
     );
 
     // 1. The webhook answers both; the registration keeps the plain paths.
-    let calls = run("step 1", &steps[1]);
+    let calls = docs.run("step 1", &steps[1], &component);
     assert_eq!(calls.len(), 2, "step 1 applies the webhook and waits");
     assert_eq!(calls[1].0, wait, "step 1 waits for the rollout");
     let c1 = rotation_workload(&calls[0], "step 1");
@@ -1984,7 +1940,7 @@ async fn turning_the_path_token_on_in_three_applies_never_refuses_a_review() {
     let switching = replicas.start(&c1).await;
 
     // 2. The registration moves to the token.
-    let calls = run("step 2", &steps[2]);
+    let calls = docs.run("step 2", &steps[2], &component);
     assert_eq!(calls.len(), 1, "step 2 applies the registration alone");
     let tokened = rotation_registration(&calls[0], "step 2");
     let h = token_hash(&tokened);
@@ -2013,7 +1969,7 @@ async fn turning_the_path_token_on_in_three_applies_never_refuses_a_review() {
     }
 
     // 3. The plain paths go.
-    let calls = run("step 3", &steps[3]);
+    let calls = docs.run("step 3", &steps[3], &component);
     assert_eq!(calls.len(), 2, "step 3 applies the webhook and waits");
     assert_eq!(calls[1].0, wait, "step 3 waits for the rollout");
     let c2 = rotation_workload(&calls[0], "step 3");

@@ -724,9 +724,7 @@ mod tests {
     fn a_client_ca_file_that_is_no_regular_file_is_refused_unread() {
         let dir = std::env::temp_dir().join(format!("podmutator-client-ca-{}", std::process::id()));
         let files = ensure_certs(&dir, true, &["localhost".to_owned()]).unwrap();
-        let err = tls_config_verifying(&files, Path::new("/dev/zero"))
-            .err()
-            .expect("refused");
+        let err = tls_config_verifying(&files, Path::new("/dev/zero")).expect_err("refused");
         assert!(err.to_string().contains("not a regular file"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

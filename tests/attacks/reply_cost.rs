@@ -24,13 +24,13 @@ use crate::common::*;
 /// the release build) over the worst reviews one after another, fragmentation included.
 const BUDGET: u64 = 192 << 20;
 
-/// A CREATE review of `containers` one-line containers and 64 requests (the per-pod cap)
-/// with long valid names, of `mount`.
-fn worst_review(containers: usize, mount: MountRequirement) -> Vec<u8> {
+/// A CREATE review of `containers` one-line containers and 64 requests (the per-pod cap) of
+/// `mount`, each group and key name `pad` characters longer than the shortest (`g00`, `k00`).
+fn wide_review(containers: usize, mount: MountRequirement, pad: usize) -> Vec<u8> {
     let secrets: Vec<Secret> = (0..64)
         .map(|i| Secret {
-            group: format!("g{i:02}{}", "a".repeat(60)),
-            key: format!("k{i:02}{}", "b".repeat(60)),
+            group: format!("g{i:02}{}", "a".repeat(pad)),
+            key: format!("k{i:02}{}", "b".repeat(pad)),
             mount_requirement: mount,
             ..Default::default()
         })
@@ -48,29 +48,16 @@ fn worst_review(containers: usize, mount: MountRequirement) -> Vec<u8> {
     serde_json::to_vec(&review).unwrap()
 }
 
-/// A review of `containers` containers and 64 ENV_VAR requests with the shortest names: the
-/// estimate made before the patch is built is under the limit, the patch built is over it (each
-/// container's 64 env vars, about 90 bytes each with their references).
+/// [`wide_review`] with long valid names (63 characters).
+fn worst_review(containers: usize, mount: MountRequirement) -> Vec<u8> {
+    wide_review(containers, mount, 60)
+}
+
+/// [`wide_review`] of ENV_VAR requests with the shortest names: the estimate made before the
+/// patch is built is under the limit, the patch built is over it (each container's 64 env vars,
+/// about 90 bytes each with their references).
 fn short_names_review(containers: usize) -> Vec<u8> {
-    let secrets: Vec<Secret> = (0..64)
-        .map(|i| Secret {
-            group: format!("g{i:02}"),
-            key: format!("k{i:02}"),
-            mount_requirement: MountRequirement::EnvVar,
-            ..Default::default()
-        })
-        .collect();
-    let containers: Vec<Value> = (0..containers)
-        .map(|i| json!({"name": format!("c{i:06}"), "image": "b"}))
-        .collect();
-    let review = create_review(
-        &json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "wide", "labels": {"inject-flyte-secrets": "true"},
-                "annotations": encode_annotations(&secrets).unwrap()},
-            "spec": {"containers": containers}}),
-        "flytesnacks-development",
-    );
-    serde_json::to_vec(&review).unwrap()
+    wide_review(containers, MountRequirement::EnvVar, 0)
 }
 
 /// A child process killed when dropped: a failed assertion leaves no server running.
