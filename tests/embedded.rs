@@ -477,7 +477,9 @@ impl SecretSource for Broken {
     "throttled by AWS Secrets Manager while fetching secret u__org__flyte__domain__development__project__flytesnacks__key__k"
 )]
 #[case::past_the_deadline(
-    Broken(Some(Duration::from_secs(5))),
+    // Far longer than any stall of a loaded machine: answered before it ends, the admission was
+    // cut by its deadline.
+    Broken(Some(Duration::from_secs(120))),
     "deadline of 500 ms (embedded.deadlineMs) passed while fetching secret u__org__flyte__domain__development__project__flytesnacks__key__k"
 )]
 #[tokio::test]
@@ -493,7 +495,11 @@ async fn backend_trouble_is_an_internal_error_so_failure_policy_decides(
         NS,
     )
     .await;
-    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(status, 500);
     assert_eq!(resp["allowed"], false);
     let msg = resp["status"]["message"].as_str().unwrap();

@@ -25,8 +25,10 @@ const REPO: &str = "flyteorg/flytekit";
 const ENTRYPOINT: [&str; 2] = ["/usr/bin/tini", "--"];
 const FLYTE_ARGS: [&str; 3] = ["pyflyte-execute", "--inputs", "s3://bucket/inputs.pb"];
 
+/// The lookup's and the admission's deadlines are far beyond what a loaded machine takes: only
+/// the tests about a timeout set a short one (`extra`).
 fn config(registries: &[String], ca: &std::path::Path, extra: Value) -> Config {
-    let mut lookup = json!({"registries": registries, "caBundleFile": ca, "timeoutMs": 1500});
+    let mut lookup = json!({"registries": registries, "caBundleFile": ca, "timeoutMs": 20000});
     for (k, v) in extra.as_object().unwrap() {
         lookup[k] = v.clone();
     }
@@ -39,7 +41,7 @@ fn config(registries: &[String], ca: &std::path::Path, extra: Value) -> Config {
             "organization": "flyte",
             "delivery": "reference",
             "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000",
-            "deadlineMs": 2500,
+            "deadlineMs": 25000,
             "entrypointLookup": lookup
         }
     }))
@@ -411,7 +413,7 @@ async fn a_registry_that_fails_is_a_denial_naming_the_container_and_the_image() 
         let registry = FakeRegistry::start(&images, faults).await;
         // A short timeout where the timeout is the point; elsewhere one a loaded machine's
         // stalls cannot reach, so the fault itself is what answers.
-        let timeout = if name == "slow" { 300 } else { 2000 };
+        let timeout = if name == "slow" { 300 } else { 20000 };
         let app = app(&registry, json!({"timeoutMs": timeout}));
         let image = format!("{}/{REPO}:1", registry.host());
         let started = Instant::now();

@@ -1344,6 +1344,61 @@ fn deploy_doc_block(marker: &str) -> String {
     rest[start..start + end].to_owned()
 }
 
+/// docs/troubleshooting.md's AWS commands, as written, in the Terraform root `dir` of an install
+/// whose token hash is `hash` (the stand-in `aws` answers through boto3 from moto): the log tail
+/// shows an admission line put into `log_group`, and the two hashes the comparison prints are the
+/// function's and the stored token's, equal.
+fn troubleshooting_commands_run_as_written(
+    tf: &Terraform,
+    dir: &Path,
+    env: &[(String, String)],
+    log_group: &str,
+    hash: &str,
+) {
+    let doc = std::fs::read_to_string(root().join("docs/troubleshooting.md")).unwrap();
+    let block = |marker: &str| -> String {
+        let at = doc
+            .find(marker)
+            .unwrap_or_else(|| panic!("docs/troubleshooting.md has no {marker:?}"));
+        let text = &doc[at + "```sh\n".len()..];
+        text[..text.find("```").unwrap()].to_owned()
+    };
+    boto3(
+        env,
+        "l = boto3.client('logs')\nl.create_log_stream(logGroupName=sys.argv[1], logStreamName='s')\nl.put_log_events(logGroupName=sys.argv[1], logStreamName='s', logEvents=[{'timestamp': int(time.time() * 1000), 'message': '{\"level\":\"INFO\",\"message\":\"admission\",\"decision\":\"mutated\"}'}])",
+        &[log_group],
+    );
+    // The stand-in `aws` (tests/iac/fake_aws.py) first on PATH, before any real CLI.
+    let fake = common::fake_bin(&dir.join("troubleshooting"));
+    let run = |script: &str, log: &str| -> String {
+        let script = format!("PATH='{}':\"$PATH\"\n{script}", fake.display());
+        let out = tf.shell(dir, &script, &dir.join(log));
+        assert!(
+            out.status.success(),
+            "docs/troubleshooting.md's commands failed:\n{script}\n{}",
+            combined(&out)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let tail = run(
+        &block("```sh\n# the log group: terraform output -raw log_group_name"),
+        "troubleshooting-tail.log",
+    );
+    assert!(
+        tail.contains(r#""message":"admission","decision":"mutated""#),
+        "{tail}"
+    );
+    let compared = run(
+        &block("```sh\n# in the Terraform root (SAM"),
+        "troubleshooting-hashes.log",
+    );
+    let hashes: Vec<&str> = compared
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap_or_default())
+        .collect();
+    assert_eq!(hashes, [hash, hash], "{compared}");
+}
+
 /// The managed resources in a root module's state (`terraform state list`, data sources left
 /// out: a plan reads them again, and a refresh may add one).
 fn managed_resources(tf: &Terraform, dir: &Path) -> std::collections::BTreeSet<String> {
@@ -2442,6 +2497,7 @@ output "path_token_sha256" {{ value = module.podmutator.path_token_sha256 }}
 output "path_token_version" {{ value = module.podmutator.path_token_version }}
 output "path_token_secret_arn" {{ value = module.podmutator.path_token_secret_arn }}
 output "function_name" {{ value = module.podmutator.function_name }}
+output "log_group_name" {{ value = module.podmutator.log_group_name }}
 "#
             ),
     )
@@ -2531,6 +2587,7 @@ output "function_name" {{ value = module.podmutator.function_name }}
     assert_eq!(live_http()["pathTokenSha256"], first.as_str());
     assert_eq!(registered_hashes(), [first.clone()].into());
     assert_eq!(stored_hash(), first);
+    troubleshooting_commands_run_as_written(&tf, dir, &env, &output("log_group_name"), &first);
 
     // Steps 1 and 2: the function accepts both, then the registration moves; the version and
     // the previous hash are in terraform.tfvars.

@@ -342,8 +342,9 @@ fn lookup_config(registry: &FakeRegistry) -> Config {
             "organization": "flyte",
             "delivery": "reference",
             "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000",
-            "deadlineMs": 2500,
-            "entrypointLookup": {"registries": [registry.host()], "caBundleFile": registry.ca_file, "timeoutMs": 1500}
+            // Far beyond what a loaded machine takes: the attacks here are not about time.
+            "deadlineMs": 25000,
+            "entrypointLookup": {"registries": [registry.host()], "caBundleFile": registry.ca_file, "timeoutMs": 20000}
         }
     }))
     .unwrap()

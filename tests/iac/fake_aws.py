@@ -1,6 +1,9 @@
-"""A stand-in for the AWS CLI in the tests, for the calls the project's scripts make, each through
-boto3 against moto (AWS_ENDPOINT_URL): `aws secretsmanager create-secret` (scripts/path-token.sh)
-and `aws eks update-kubeconfig --name N [--region R] --kubeconfig FILE` (modules/registration,
+"""A stand-in for the AWS CLI in the tests, for the calls the project's scripts and docs make,
+each through boto3 against moto (AWS_ENDPOINT_URL): `aws secretsmanager create-secret`
+(scripts/path-token.sh); docs/troubleshooting.md's `aws lambda get-function-configuration`,
+`aws secretsmanager get-secret-value` (with `--query` as JMESPath and `--output text`, as the CLI
+reads them) and `aws logs tail GROUP --since 15m --format short`; and
+`aws eks update-kubeconfig --name N [--region R] --kubeconfig FILE` (modules/registration,
 scripts/registration-drift.sh). It describes the cluster through boto3 (moto, at AWS_ENDPOINT_URL), so an
 unknown cluster or region fails as with the real CLI, and writes a kubeconfig naming it (JSON,
 which kubectl reads as YAML) for tests/iac/fake_kubectl.py to check.
@@ -14,6 +17,60 @@ import boto3
 from botocore.exceptions import ClientError
 
 args = sys.argv[1:]
+
+
+def fail(e, operation):
+    sys.exit(f"An error occurred ({e.response['Error']['Code']}) when calling the {operation} operation: {e.response['Error']['Message']}")
+
+
+def queried(result, opts):
+    """`--query` applied (JMESPath, as the CLI does) and printed as `--output text` prints a
+    string."""
+    import jmespath
+
+    if opts.get("--output") != "text":
+        sys.exit(f"fake aws: only --output text, got {opts}")
+    value = jmespath.search(opts["--query"], result) if "--query" in opts else result
+    print(value if isinstance(value, str) else json.dumps(value))
+
+
+if args[:2] in (["lambda", "get-function-configuration"], ["secretsmanager", "get-secret-value"]):
+    opts = dict(zip(args[2::2], args[3::2]))
+    allowed = {"--function-name", "--qualifier", "--secret-id", "--query", "--output"}
+    if len(args) % 2 or not set(opts) <= allowed:
+        sys.exit(f"fake aws: unexpected arguments {args}")
+    try:
+        if args[0] == "lambda":
+            kwargs = {"FunctionName": opts["--function-name"]}
+            if "--qualifier" in opts:
+                kwargs["Qualifier"] = opts["--qualifier"]
+            result = boto3.client("lambda").get_function_configuration(**kwargs)
+        else:
+            result = boto3.client("secretsmanager").get_secret_value(SecretId=opts["--secret-id"])
+    except ClientError as e:
+        fail(e, "GetFunctionConfiguration" if args[0] == "lambda" else "GetSecretValue")
+    queried(result, opts)
+    sys.exit(0)
+if args[:2] == ["logs", "tail"]:
+    # `logs tail GROUP --since 15m --format short`: each event's time and message, as the CLI's
+    # short format prints them.
+    import datetime
+    import time
+
+    group, opts = args[2], dict(zip(args[3::2], args[4::2]))
+    if len(args) % 2 == 0 or sorted(opts) != ["--format", "--since"] or opts["--format"] != "short":
+        sys.exit(f"fake aws: unexpected arguments {args}")
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    since = int(opts["--since"][:-1]) * units[opts["--since"][-1]]
+    try:
+        events = boto3.client("logs").filter_log_events(
+            logGroupName=group, startTime=int((time.time() - since) * 1000))["events"]
+    except ClientError as e:
+        fail(e, "FilterLogEvents")
+    for e in events:
+        at = datetime.datetime.fromtimestamp(e["timestamp"] / 1000, datetime.timezone.utc)
+        print(f"{at.strftime('%Y-%m-%dT%H:%M:%S')} {e['message']}")
+    sys.exit(0)
 if args[:2] == ["secretsmanager", "create-secret"]:
     # scripts/path-token.sh: `create-secret --name N --description D --secret-string file://F
     # --query ARN --output text`, printing the ARN as the real CLI does.
