@@ -15,7 +15,8 @@ that sends a review (its text names /mutate--v1-pod or `cargo lambda invoke`) mu
 answer that admits the pod (`"allowed": true`, as JSON or inside a Lambda reply's body), the
 decoded patch (`"op": "add"`) or, for the health check, `"ok"`. `scripts/test.sh` is not run again here: CI's first step is exactly that.
 
-Usage: scripts/doc-commands.py [DOC...]   (default: README.md docs/development.md)
+Usage: scripts/doc-commands.py [DOC[@N]...]   (default: README.md docs/development.md)
+       DOC@N runs only the N-th ```sh block of DOC (from 1), e.g. docs/performance.md@1.
 Run from a clone's root; CI (.ci/run) runs it after the tests, on its clean clone.
 """
 
@@ -125,7 +126,11 @@ run_command() {
 	# In this shell, not a subshell: an `export` holds for the commands after it.
 	eval "$cmd" >"$out_file"
 	out=$(<"$out_file")
-	printf '%s\n' "$out"
+	# A long output (a profile's listing) is shown by its head.
+	head -n 60 "$out_file"
+	local lines
+	lines=$(wc -l <"$out_file")
+	((lines <= 60)) || echo "... ($lines lines)"
 	case $kind in
 	review)
 		# An admitted review as JSON, or inside a Lambda reply's body; the decoded patch; the
@@ -140,10 +145,21 @@ run_command() {
 """
 
 
+def selected(doc):
+    """The blocks of `DOC` or, for `DOC@N`, its N-th block alone."""
+    path, _, n = doc.partition("@")
+    found = blocks(path)
+    if not n:
+        return found
+    if not n.isdigit() or not 1 <= int(n) <= len(found):
+        sys.exit(f"doc-commands: {path} has {len(found)} sh blocks; no block {n!r}")
+    return [found[int(n) - 1]]
+
+
 def script_for(docs):
     parts = [PRELUDE]
     n = 0
-    for doc, line, commands in ((d, l, c) for d in docs for l, c in blocks(d)):
+    for doc, line, commands in ((d, l, c) for d in docs for l, c in selected(d)):
         for cmd in commands:
             parts.append("echo " + shlex.quote(f"== {doc}, the block at line {line}") + " >&2")
             if cmd in NOT_AGAIN:
@@ -164,7 +180,7 @@ def script_for(docs):
 def main(argv):
     docs = argv[1:] or DOCS
     for doc in docs:
-        if not blocks(doc):
+        if not selected(doc):
             print(f"doc-commands: {doc} has no sh block", file=sys.stderr)
             return 1
     env = dict(os.environ, ROOT=ROOT, START_LIMIT_S=str(START_LIMIT_S))

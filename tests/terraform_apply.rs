@@ -1399,6 +1399,62 @@ fn troubleshooting_commands_run_as_written(
     assert_eq!(hashes, [hash, hash], "{compared}");
 }
 
+/// docs/scale.md's alarm on the account's claimed concurrency, its commands as written, against
+/// moto (moto_server.py answers GetAccountSettings with a new account's limit, 1,000): the alarm
+/// the doc makes exists, at 80% of that limit, on the metric, statistic and action it names.
+#[test]
+fn scale_md_concurrency_alarm_commands_run_as_written() {
+    let doc = std::fs::read_to_string(root().join("docs/scale.md")).unwrap();
+    let marker = "```sh\ntopic=";
+    let at = doc
+        .find(marker)
+        .expect("docs/scale.md has the alarm's block");
+    let block = &doc[at + "```sh\n".len()..];
+    let block = &block[..block.find("```").unwrap()];
+    let moto = Moto::start();
+    let env = moto_env(&moto);
+    let fake = common::fake_bin(&common::temp_dir("scale-alarm"));
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", block])
+        .env(
+            "PATH",
+            format!("{}:{}", fake.display(), std::env::var("PATH").unwrap()),
+        )
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "docs/scale.md's alarm commands failed:\n{block}\n{}",
+        combined(&out)
+    );
+    let alarms = boto3(
+        &env,
+        "keys = ('AlarmName', 'Namespace', 'MetricName', 'Statistic', 'Period', 'EvaluationPeriods', 'DatapointsToAlarm', 'Threshold', 'ComparisonOperator', 'TreatMissingData', 'AlarmActions')\n\
+         print(json.dumps([{k: a.get(k) for k in keys} for a in boto3.client('cloudwatch').describe_alarms()['MetricAlarms']]))",
+        &[],
+    );
+    let alarms: serde_json::Value = serde_json::from_str(&alarms).unwrap();
+    assert_eq!(
+        alarms,
+        serde_json::json!([{
+            "AlarmName": "lambda-claimed-account-concurrency",
+            "Namespace": "AWS/Lambda",
+            "MetricName": "ClaimedAccountConcurrency",
+            "Statistic": "Maximum",
+            "Period": 60,
+            "EvaluationPeriods": 5,
+            "DatapointsToAlarm": 2,
+            "Threshold": 800.0,
+            "ComparisonOperator": "GreaterThanThreshold",
+            "TreatMissingData": "notBreaching",
+            "AlarmActions": ["arn:aws:sns:eu-west-1:123456789012:alerts"],
+        }])
+    );
+}
+
 /// The managed resources in a root module's state (`terraform state list`, data sources left
 /// out: a plan reads them again, and a refresh may add one).
 fn managed_resources(tf: &Terraform, dir: &Path) -> std::collections::BTreeSet<String> {

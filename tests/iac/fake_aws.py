@@ -1,6 +1,7 @@
 """A stand-in for the AWS CLI in the tests, for the calls the project's scripts and docs make,
 each through boto3 against moto (AWS_ENDPOINT_URL): `aws secretsmanager create-secret`
-(scripts/path-token.sh); docs/troubleshooting.md's `aws lambda get-function-configuration`,
+(scripts/path-token.sh); docs/scale.md's `aws lambda get-account-settings` (with `--query` and
+`--output text`) and `aws cloudwatch put-metric-alarm`; docs/troubleshooting.md's `aws lambda get-function-configuration`,
 `aws secretsmanager get-secret-value` (with `--query` as JMESPath and `--output text`, as the CLI
 reads them) and `aws logs tail GROUP --since 15m --format short`; and
 `aws eks update-kubeconfig --name N [--region R] --kubeconfig FILE` (modules/registration,
@@ -50,6 +51,35 @@ if args[:2] in (["lambda", "get-function-configuration"], ["secretsmanager", "ge
     except ClientError as e:
         fail(e, "GetFunctionConfiguration" if args[0] == "lambda" else "GetSecretValue")
     queried(result, opts)
+    sys.exit(0)
+if args[:2] == ["lambda", "get-account-settings"]:
+    opts = dict(zip(args[2::2], args[3::2]))
+    if len(args) % 2 or not set(opts) <= {"--query", "--output"}:
+        sys.exit(f"fake aws: unexpected arguments {args}")
+    try:
+        result = boto3.client("lambda").get_account_settings()
+    except ClientError as e:
+        fail(e, "GetAccountSettings")
+    result.pop("ResponseMetadata", None)
+    queried(result, opts)
+    sys.exit(0)
+if args[:2] == ["cloudwatch", "put-metric-alarm"]:
+    # Each `--some-option VALUE` as boto3's SomeOption, typed as the CLI types it; the alarm
+    # actions a list of one.
+    opts = dict(zip(args[2::2], args[3::2]))
+    numbers = {"--period": int, "--evaluation-periods": int, "--datapoints-to-alarm": int, "--threshold": float}
+    strings = {"--alarm-name", "--alarm-description", "--namespace", "--metric-name", "--statistic",
+               "--comparison-operator", "--treat-missing-data"}
+    if len(args) % 2 or not set(opts) <= strings | set(numbers) | {"--alarm-actions"}:
+        sys.exit(f"fake aws: unexpected arguments {args}")
+    kwargs = {}
+    for flag, value in opts.items():
+        key = "".join(w.capitalize() for w in flag[2:].split("-"))
+        kwargs[key] = [value] if flag == "--alarm-actions" else numbers.get(flag, str)(value)
+    try:
+        boto3.client("cloudwatch").put_metric_alarm(**kwargs)
+    except ClientError as e:
+        fail(e, "PutMetricAlarm")
     sys.exit(0)
 if args[:2] == ["logs", "tail"]:
     # `logs tail GROUP --since 15m --format short`: each event's time and message, as the CLI's

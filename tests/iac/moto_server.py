@@ -40,6 +40,9 @@ answer as they mean the version to (modules' pre-traffic checks invoke them).
 And moto has no ECR pull-through cache rules: CreatePullThroughCacheRule,
 DescribePullThroughCacheRules and DeletePullThroughCacheRule keep them in memory, by account,
 region and repository prefix, with the service's errors for a prefix taken or unknown.
+And moto has no Lambda GetAccountSettings (docs/scale.md's alarm reads the account's concurrency
+limit from it): it answers with a new account's limits, 1,000 concurrent executions, less what
+the account's functions reserve.
 Everything else is moto as released.
 """
 
@@ -237,6 +240,28 @@ def _delete_pull_through_cache_rule(self):
 ECRResponse.create_pull_through_cache_rule = _create_pull_through_cache_rule
 ECRResponse.describe_pull_through_cache_rules = _describe_pull_through_cache_rules
 ECRResponse.delete_pull_through_cache_rule = _delete_pull_through_cache_rule
+
+
+def _account_settings(request, full_url, headers):
+    import re
+
+    from moto.awslambda.models import lambda_backends
+    from moto.core import DEFAULT_ACCOUNT_ID
+
+    # The region of the request's signature (Credential=KEY/DATE/REGION/lambda/aws4_request).
+    region = re.search(r"Credential=[^/]+/[^/]+/([^/]+)/", headers.get("Authorization", "")).group(1)
+    reserved = sum(f.reserved_concurrency or 0
+                   for f in lambda_backends[DEFAULT_ACCOUNT_ID][region].list_functions())
+    return 200, {}, json.dumps({
+        "AccountLimit": {"TotalCodeSize": 80530636800, "CodeSizeUnzipped": 262144000, "CodeSizeZipped": 52428800,
+                         "ConcurrentExecutions": 1000, "UnreservedConcurrentExecutions": 1000 - reserved},
+        "AccountUsage": {"TotalCodeSize": 0, "FunctionCount": 0},
+    })
+
+
+from moto.awslambda import urls as _lambda_urls  # noqa: E402
+
+_lambda_urls.url_paths[r"{0}/(?P<api_version>[^/]+)/account-settings/?$"] = _account_settings
 
 from werkzeug.serving import make_server  # noqa: E402
 

@@ -314,12 +314,15 @@ impl App {
         }
     }
 
+    /// The request stays in its box, the pod and the one before an UPDATE inside it until the
+    /// chain runs: what this future holds across the fetch's await is a pointer, not the 5 KB
+    /// request, and every future above it (the transports') moves what it holds.
     async fn admit(&self, route: Route, body: &[u8], limit: ReplyLimit) -> Admission {
         if let Some(too_many) = self.too_many_objects(body) {
             return too_many;
         }
-        let (req, api_version) = match parse(body, route) {
-            Ok(Parsed::Pod(req, v)) => (*req, v),
+        let (mut req, api_version) = match parse(body, route) {
+            Ok(Parsed::Pod(req, v)) => (req, v),
             Ok(Parsed::Other {
                 uid,
                 api_version,
@@ -340,35 +343,25 @@ impl App {
             return Admission::early(subject, api_version, Ok(Verdict::NotOurs));
         }
         let update = req.operation == Operation::Update;
-        let (pod, old) = match (req.object, req.old_object, update) {
-            (Some(pod), _, false) => (pod, None),
-            (Some(pod), Some(old), true) => (pod, Some(old)),
-            (_, _, false) => {
-                let e = Error::Invalid(
-                    "review of a pod CREATE has no request.object; only pod CREATE reviews are mutated"
-                        .into(),
-                );
-                return Admission::early(subject, api_version, Err(e));
-            }
-            (_, _, true) => {
-                let e = Error::Invalid(
-                    "review of a pod UPDATE needs both request.object and request.oldObject, as the API server sends them"
-                        .into(),
-                );
-                return Admission::early(subject, api_version, Err(e));
-            }
-        };
+        let req = &mut *req;
         let ctx = PodCtx {
             namespace: &subject.namespace,
             route,
             username: req.user_info.username.as_deref().unwrap_or_default(),
             groups: req.user_info.groups.as_deref().unwrap_or_default(),
             dry_run: req.dry_run,
-            old: old.as_ref(),
+            old: req.old_object.as_ref().filter(|_| update),
         };
         let (fetched, ran) = if update {
             // Only the mutators that check updates, with the pod before the update beside it.
             // Nothing is fetched: an UPDATE gets no secrets.
+            let (Some(pod), Some(_)) = (req.object.take(), ctx.old) else {
+                let e = Error::Invalid(
+                    "review of a pod UPDATE needs both request.object and request.oldObject, as the API server sends them"
+                        .into(),
+                );
+                return Admission::early(subject, api_version, Err(e));
+            };
             (
                 Fetched::default(),
                 run(&ctx, pod, |ctx, original, pod| {
@@ -376,7 +369,14 @@ impl App {
                 }),
             )
         } else {
-            let plan = self.secrets.plan(&ctx, &pod);
+            let Some(pod) = req.object.as_ref() else {
+                let e = Error::Invalid(
+                    "review of a pod CREATE has no request.object; only pod CREATE reviews are mutated"
+                        .into(),
+                );
+                return Admission::early(subject, api_version, Err(e));
+            };
+            let plan = self.secrets.plan(&ctx, pod);
             // Before any fetch or injection: a reply that cannot be sent is not built.
             let spec = pod.spec.as_ref();
             let containers = spec.map_or(0, |s| {
@@ -394,6 +394,7 @@ impl App {
                     plan: &plan,
                     resolved: &resolved,
                 };
+                let pod = req.object.take().unwrap_or_default();
                 run(&ctx, pod, |ctx, original, pod| {
                     self.chain.apply(ctx, original, pod, Some(&secrets))
                 })
