@@ -1014,7 +1014,7 @@ async fn durations_that_would_renew_at_every_run_are_refused_before_any_request(
     assert!(api.take_requests().is_empty());
 }
 
-/// Issue 36: `certs` copied whatever `previous-ca.crt` held into every caBundle, and the API
+/// `certs` copied whatever `previous-ca.crt` held into every caBundle, and the API
 /// server trusts whatever a caBundle holds. A leaf certificate, a chain, or text that is no
 /// certificate in that key is now dropped at the next run, with the reason, and the bundle holds
 /// the current CA alone; a `ca.crt` that is not a CA certificate stops the run.

@@ -775,62 +775,68 @@ fn terraform_rejects_a_path_token_the_function_would_reject() {
     assert!(text.contains("path_token must be at least 32"), "{text}");
 }
 
-/// Issue 38, item 3: `scripts/path-token.sh` exited 141 every time (`tr ... | head -c 48` under
-/// `pipefail`: `head` closes the pipe, `tr` dies of SIGPIPE) and no test ran it. Run as the SAM
-/// runbook runs it, against moto through the stand-in `aws`: it exits 0, prints the two stack
-/// parameters, and the secret it stored is 48 letters and digits whose SHA-256 is the one
-/// printed; the token itself is never printed.
+/// `scripts/path-token.sh` (it once exited 141 every time: `tr ... | head -c 48` under
+/// `pipefail`), as the SAM runbook runs it, against moto through the stand-in `aws`: with a name
+/// and with none (the default, `podmutator-path-token-<UTC time>`), it exits 0, prints the two
+/// stack parameters, and the secret it stored, under that name, is 48 letters and digits whose
+/// SHA-256 is the one printed; the token itself is never printed.
 #[tokio::test]
 async fn path_token_script_stores_a_token_and_prints_its_hash_and_arn() {
     let moto = common::aws::Moto::start();
     let dir = common::temp_dir("path-token-script");
     let bin = common::fake_bin(&dir);
-    let out = Command::new(root().join("scripts/path-token.sh"))
-        .arg("podmutator-path-token-test")
-        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
-        .env("AWS_ENDPOINT_URL", moto.url())
-        .env("AWS_ACCESS_KEY_ID", "testing")
-        .env("AWS_SECRET_ACCESS_KEY", "testing")
-        .env("AWS_DEFAULT_REGION", "us-east-1")
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = stdout.trim();
-    let (hash, arn) = line
-        .strip_prefix("PathTokenSha256=")
-        .and_then(|r| r.split_once(" PathTokenSecretArn="))
-        .unwrap_or_else(|| panic!("{line}"));
-    assert!(
-        hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()),
-        "{hash}"
-    );
-    assert!(
-        arn.starts_with("arn:aws:secretsmanager:us-east-1:"),
-        "{arn}"
-    );
     let client = common::aws::client(&moto.url()).await;
-    let token = client
-        .get_secret_value()
-        .secret_id(arn)
-        .send()
-        .await
-        .unwrap()
-        .secret_string()
-        .unwrap()
-        .to_owned();
-    assert_eq!(token.len(), 48);
-    assert!(token.bytes().all(|b| b.is_ascii_alphanumeric()));
-    use sha2::Digest;
-    assert_eq!(hex::encode(sha2::Sha256::digest(token.as_bytes())), hash);
-    assert!(!stdout.contains(&token) && !String::from_utf8_lossy(&out.stderr).contains(&token));
+    let default_name = regex::Regex::new("^podmutator-path-token-[0-9]{14}$").unwrap();
+    for name in [Some("podmutator-path-token-test"), None] {
+        let out = Command::new(root().join("scripts/path-token.sh"))
+            .args(name)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("AWS_ENDPOINT_URL", moto.url())
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .env("AWS_CONFIG_FILE", "/dev/null")
+            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name:?}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let line = stdout.trim();
+        let (hash, arn) = line
+            .strip_prefix("PathTokenSha256=")
+            .and_then(|r| r.split_once(" PathTokenSecretArn="))
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(
+            hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{hash}"
+        );
+        assert!(
+            arn.starts_with("arn:aws:secretsmanager:us-east-1:"),
+            "{arn}"
+        );
+        let secret = client
+            .get_secret_value()
+            .secret_id(arn)
+            .send()
+            .await
+            .unwrap();
+        let stored = secret.name().unwrap();
+        match name {
+            Some(name) => assert_eq!(stored, name),
+            None => assert!(default_name.is_match(stored), "{stored}"),
+        }
+        let token = secret.secret_string().unwrap();
+        assert_eq!(token.len(), 48);
+        assert!(token.bytes().all(|b| b.is_ascii_alphanumeric()));
+        use sha2::Digest;
+        assert_eq!(hex::encode(sha2::Sha256::digest(token.as_bytes())), hash);
+        assert!(!stdout.contains(token) && !String::from_utf8_lossy(&out.stderr).contains(token));
+    }
 }
 
 /// Runs `cmd` with `input` on its stdin.
@@ -851,7 +857,7 @@ fn with_stdin(cmd: &mut Command, input: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
-/// Issue 38, item 12: fields another field manager adds to the registration survive `kubectl
+/// Fields another field manager adds to the registration survive `kubectl
 /// diff --server-side` and every apply (`-replace` included: server-side apply removes only its
 /// own manager's fields), so `scripts/registration-drift.sh` compares the live object, less what
 /// the API server writes, with the registration and names each foreign field. Against
@@ -1092,7 +1098,7 @@ fn registration_drift_names_foreign_fields_and_ignores_what_the_api_server_write
     }
 }
 
-/// Issue 38, item 3: every SAM command of docs/deploy.md runs as written. The runbook told users
+/// Every SAM command of docs/deploy.md runs as written. The runbook told users
 /// to drop the previous token's hash with an empty `PreviousPathTokenSha256=`, which SAM CLI
 /// refuses as an argument and drops inside a quoted override string (the stack then keeps the
 /// old hash, and the old token stays valid); `--guided` cannot leave it empty. The template now
@@ -1177,7 +1183,7 @@ fn every_sam_command_in_deploy_md_parses_with_sam_cli_and_deploys_what_it_says()
     );
 }
 
-/// Issue 38, item 2, for SAM: before CodeDeploy moves the `live` alias, template.yaml's
+/// For SAM: before CodeDeploy moves the `live` alias, template.yaml's
 /// pre-traffic hook (`deploy/sam/pre-traffic-hook/hook.py`) invokes the new version with
 /// Terraform's canned review and reports Succeeded only for status 200, the review's uid and
 /// `allowed: true`. `tests/iac/check_pre_traffic_hook.py` runs the hook's handler as Lambda would,
@@ -1350,7 +1356,7 @@ fn the_sam_pre_traffic_hook_reports_succeeded_only_for_a_version_that_answers_al
     }
 }
 
-/// Issue 38, item 13, for SAM: the pull-through cache rules belong to the account and region's
+/// For SAM: the pull-through cache rules belong to the account and region's
 /// registry, and other stacks rewrite to them; deleting the stack that made them (or switching a
 /// cache off in it) must not take them away. Every rule of template.yaml is retained.
 #[test]

@@ -1169,7 +1169,7 @@ fn admits(rules: &Value, peers: &str, flow: &Flow) -> bool {
     })
 }
 
-/// Issue 36: the probe port was open to every namespace, the webhook's egress blocked the EKS
+/// The probe port was open to every namespace, the webhook's egress blocked the EKS
 /// Pod Identity agent (so in-cluster Embedded with Pod Identity had no credentials), and the
 /// certs pods had no policy. The rendered policies, read as the API defines them: the probe
 /// port admits the monitoring namespace (configurable) and no other; the webhook reaches DNS,
@@ -1351,7 +1351,7 @@ fn install_dirs(kube: &Path) -> Vec<String> {
     dirs
 }
 
-/// Issue 38: every overlay rendered `podmutator:latest`, an image nobody publishes, so an install
+/// Every overlay rendered `podmutator:latest`, an image nobody publishes, so an install
 /// that followed the table ran into ImagePullBackOff behind a live `Fail` registration. Now the
 /// tree as committed renders nothing an install would apply (the base's replacement reads the
 /// digest back from the placeholder image, which has none), nor does an image pinned by tag
@@ -1439,7 +1439,7 @@ fn nothing_renders_until_the_image_is_pinned_by_digest() {
     }
 }
 
-/// Issue 38: the registration went live with the rest of an overlay, before any replica could
+/// The registration went live with the rest of an overlay, before any replica could
 /// answer, so under `Fail` it refused every pod it matched until the Deployment was available
 /// (for ever, with an image that cannot be pulled). Now each overlay renders without it and
 /// `registration/<overlay>` renders it alone, with what the overlay adds; docs/deploy.md's
@@ -1814,7 +1814,7 @@ impl Rotation {
     }
 }
 
-/// Issue 38: rotating the in-cluster path token (one `kubectl apply -k` that moved the
+/// Rotating the in-cluster path token (one `kubectl apply -k` that moved the
 /// registration and the Deployment at once) refused pods for a rollout, the registration calling
 /// with the new token while old replicas answered it 404. docs/deploy.md's path-token install
 /// and its three rotation steps, run as written with the test build as `podmutator` and a
@@ -1907,7 +1907,7 @@ async fn path_token_rotation_in_three_applies_never_refuses_a_review() {
         .await;
 }
 
-/// Issue 38: turning the in-cluster path token on (from a plain install) refused pods for a
+/// Turning the in-cluster path token on (from a plain install) refused pods for a
 /// rollout, since `serve` answered token paths or plain ones, never both. docs/deploy.md's
 /// "Turning the token on" block, run as written as the rotation's test runs its block: before,
 /// the replicas serve plain paths; at every step every replica state answers 200 to every path

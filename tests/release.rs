@@ -339,7 +339,7 @@ fn release_with_docker(args: &[&str], docker: &Path) -> Output {
         .expect("scripts/release.sh runs")
 }
 
-/// Issue 38: no image was published, so the in-cluster install ran `podmutator:latest`, which
+/// No image was published, so the in-cluster install ran `podmutator:latest`, which
 /// nobody can pull. `--image` builds the Dockerfile for the release's architectures, pushes it
 /// tagged with the version, and records the digest buildx reports for the push (the artefact
 /// `podmutator-<version>-image`, in SHA256SUMS) with the install's `kustomize edit set image`

@@ -266,7 +266,68 @@ fn a_path_token_hash_list_names_the_bad_entry() {
     assert!(err.message.contains("1 to 4"), "{}", err.message);
 }
 
-/// Issue 38, item 6: on SIGTERM (a rollout, a node drain) `serve` closed its listener at once,
+/// A review in flight when the drain ends and the listeners stop: its head and half its body
+/// sent before the SIGTERM, the rest only once the webhook port refuses new connections (the
+/// listener is gone). It is answered, allowed, before `serve` exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_in_flight_when_the_listeners_stop_is_answered() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = temp_dir("drain-in-flight");
+    let port = free_port();
+    let config = json!({
+        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
+        "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 1,
+                 "bodyTimeoutSeconds": 300}
+    });
+    let mut child = crate::common::bin()
+        .arg("serve")
+        .env("PODMUTATOR_CONFIG", config.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = lines(&mut child);
+    wait_for(&rx, "serving https");
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    let body = review_bytes();
+    let (first, rest) = body.split_at(body.len() / 2);
+    let mut tls = crate::common::tls_connect(port, &ca).await.unwrap();
+    let head = format!(
+        "POST /mutate--v1-pod HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(first).await.unwrap();
+    tls.flush().await.unwrap();
+
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    wait_for(
+        &rx,
+        "draining: readiness fails, the webhook port answers until the drain ends",
+    );
+    // The drain's end: the listener is dropped, a new connection is refused (waited for).
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_ok()
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tls.write_all(rest).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut raw = Vec::new();
+    tls.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    assert_eq!(response(&raw[split + 4..])["allowed"], true, "{text}");
+    wait_for(&rx, "shut down");
+    assert!(child.wait().unwrap().success());
+}
+
+/// On SIGTERM (a rollout, a node drain) `serve` closed its listener at once,
 /// so the API server's calls that reached the pod before its endpoint was removed everywhere
 /// were refused. Now readiness fails at once and the webhook port answers through
 /// `http.drainSeconds`: reviews sent across the SIGTERM, until readiness has said 503 for a

@@ -754,7 +754,7 @@ fn terraform_against_moto_alb_http_api_eks_network_the_examples_and_a_rotation()
         }),
         (
             "rotation",
-            rotates_the_path_token_keeping_the_previous_for_one_apply,
+            rotates_the_path_token_then_releases_and_rolls_back,
         ),
         (
             "protected",
@@ -2481,7 +2481,7 @@ module "podmutator" {{
 /// 38): an apply with version 1, or terraform.tfvars without the version, is refused at plan
 /// time, and the token, the function and the registration stay as they were. A scenario of the
 /// moto test.
-fn rotates_the_path_token_keeping_the_previous_for_one_apply() {
+fn rotates_the_path_token_then_releases_and_rolls_back() {
     let moto = Moto::start();
     let scratch = Scratch::new("rotation");
     let dir = &scratch.0;
@@ -2734,9 +2734,9 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
     assert_eq!(live_http()["pathTokenSha256"], second.as_str());
     assert_eq!(registered_hashes(), [second.clone()].into());
 
-    // Releases (item 1 of issue 38), as docs/deploy.md's "Upgrade" and "Roll back a release"
-    // run them: a new zip at the same path with its hash in terraform.tfvars. What the `live`
-    // alias serves is read back from moto: its version and that version's code hash.
+    // Releases, as docs/deploy.md's "Upgrade or roll back" runs them: a new zip at the same path
+    // with its hash in terraform.tfvars. What the `live` alias serves is read back from moto:
+    // its version and that version's code hash.
     let live = || -> (String, String) {
         let text = boto3(
             &env,
@@ -2804,7 +2804,7 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
     assert_eq!(code, hash, "the rollback left the alias on other code");
     assert!(v3.parse::<u32>().unwrap() > v2.parse::<u32>().unwrap());
 
-    // Releases that fail the pre-traffic check (item 2): one that does not start, one that
+    // Releases that fail the pre-traffic check: one that does not start, one that
     // answers 404 (as a build expecting another path token would). Each is published, invoked
     // once, and the apply stops with the alias where it was.
     for (body, says) in [
