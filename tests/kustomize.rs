@@ -1554,10 +1554,10 @@ fn the_registration_is_rendered_apart_and_applied_after_the_deployment() {
     }
 }
 
-/// A stand-in `kubectl`, in a new directory beside a `podmutator` (the test build), to put first
-/// on PATH: each call adds its arguments as a line to `<log>/calls`; `apply -k DIR` also writes
-/// what that applies, the real `kubectl kustomize DIR`, to `<log>/<n>.yaml`, n the call's
-/// number from 0. Returns (the directory, the log).
+/// A stand-in `kubectl` and `kustomize`, in a new directory beside a `podmutator` (the test
+/// build), to put first on PATH: each kubectl call adds its arguments as a line to
+/// `<log>/calls`; `apply -k DIR` also writes what that applies, the real `kubectl kustomize
+/// DIR`, to `<log>/<n>.yaml`, n the call's number from 0. Returns (the directory, the log).
 fn stand_in_kubectl() -> (PathBuf, PathBuf) {
     use std::os::unix::fs::PermissionsExt;
     let real = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
@@ -1575,6 +1575,18 @@ fn stand_in_kubectl() -> (PathBuf, PathBuf) {
     );
     std::fs::write(bin.join("kubectl"), script).unwrap();
     std::fs::set_permissions(bin.join("kubectl"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // kustomize itself is not installed here: its pinning step (tests/iac/fake_kustomize.py).
+    let script = format!(
+        "#!/bin/sh\nexec '{}' '{}' \"$@\"\n",
+        common::tool("python"),
+        common::root().join("tests/iac/fake_kustomize.py").display()
+    );
+    std::fs::write(bin.join("kustomize"), script).unwrap();
+    std::fs::set_permissions(
+        bin.join("kustomize"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_podmutator"), bin.join("podmutator")).unwrap();
     (bin, log)
 }
@@ -1993,4 +2005,104 @@ async fn turning_the_path_token_on_in_three_applies_never_refuses_a_review() {
             404,
         )
         .await;
+}
+
+/// docs/deploy.md's in-cluster day two, each block run as written (the placeholders filled) in a
+/// copy of the tree, with the stand-in `kubectl` and `kustomize`: an upgrade and a rollback pin
+/// their digest in the base and apply the webhook alone (its Deployment running that digest, no
+/// registration), then wait for the rollout; the incident's undo waits too; the removal deletes
+/// the registration before the rest; a reinstall applies the webhook, waits, and applies the
+/// registration, alone, last.
+#[test]
+fn in_cluster_upgrade_rollback_removal_and_reinstall_run_as_written() {
+    let (dir, _) = unpinned_copy();
+    let root = dir.join("../../../..");
+    let mut docs = DocRunner::new();
+    let block = |start: &str| deploy_steps(&format!("```sh\n{start}"), &[]).concat();
+    let release = block(
+        "cd deploy/kubernetes/base && kustomize edit set image podmutator=<registry>/podmutator@sha256:<digest> && cd -\nkubectl apply -k deploy/kubernetes/overlays/cert-manager\n",
+    );
+    let wait = "-n podmutator rollout status deployment/podmutator --timeout=5m";
+    let overlay = "apply -k deploy/kubernetes/overlays/cert-manager";
+    let image_of = |call: &Call| -> String {
+        let docs = call.1.as_ref().unwrap();
+        assert!(
+            !docs
+                .iter()
+                .any(|d| d["kind"] == "MutatingWebhookConfiguration"),
+            "the webhook's apply holds the registration"
+        );
+        let d = find(docs, "Deployment", "podmutator");
+        d["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (previous, next) = ("0a".repeat(32), "1b".repeat(32));
+    for (what, digest) in [
+        ("the first pin", &previous),
+        ("the upgrade", &next),
+        ("the rollback", &previous),
+    ] {
+        let commands = release
+            .replace("<registry>", "registry.example.com/team")
+            .replace("<digest>", digest);
+        let calls = docs.run(what, &commands, &root);
+        let names: Vec<&str> = calls.iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(names, [overlay, wait], "{what}");
+        assert_eq!(
+            image_of(&calls[0]),
+            format!("registry.example.com/team/podmutator@sha256:{digest}"),
+            "{what}"
+        );
+    }
+
+    let calls = docs.run(
+        "the incident's undo",
+        &block("kubectl -n podmutator rollout undo"),
+        &root,
+    );
+    let names: Vec<&str> = calls.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(
+        names,
+        ["-n podmutator rollout undo deployment/podmutator", wait]
+    );
+
+    let calls = docs.run(
+        "the removal",
+        &block("kubectl delete mutatingwebhookconfiguration podmutator\n"),
+        &root,
+    );
+    let names: Vec<&str> = calls.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "delete mutatingwebhookconfiguration podmutator",
+            "delete -k deploy/kubernetes/overlays/cert-manager --ignore-not-found"
+        ],
+        "the registration goes first"
+    );
+
+    let calls = docs.run(
+        "the reinstall",
+        &block(&format!("kubectl {overlay}\nkubectl {wait}\n")),
+        &root,
+    );
+    let names: Vec<&str> = calls.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            overlay,
+            wait,
+            "apply -k deploy/kubernetes/registration/cert-manager"
+        ]
+    );
+    assert_eq!(
+        image_of(&calls[0]),
+        format!("registry.example.com/team/podmutator@sha256:{previous}"),
+        "the reinstall runs the pinned image"
+    );
+    let registration = calls[2].1.as_ref().unwrap();
+    let kinds: Vec<&Value> = registration.iter().map(|d| &d["kind"]).collect();
+    assert_eq!(kinds, ["MutatingWebhookConfiguration"]);
 }
