@@ -2518,7 +2518,16 @@ variable "previous_path_token_sha256" {{
   default = null
 }}
 variable "lambda_zip_path" {{
-  type = string
+  type    = string
+  default = null
+}}
+variable "lambda_s3_bucket" {{
+  type    = string
+  default = null
+}}
+variable "lambda_s3_key" {{
+  type    = string
+  default = null
 }}
 variable "lambda_zip_base64sha256" {{
   type = string
@@ -2532,6 +2541,8 @@ module "podmutator" {{
   name                       = "pm-rotation"
   endpoint                   = "http_api"
   lambda_zip_path            = var.lambda_zip_path
+  lambda_s3_bucket           = var.lambda_s3_bucket
+  lambda_s3_key              = var.lambda_s3_key
   lambda_zip_base64sha256    = var.lambda_zip_base64sha256
   domain_name                = "podmutator.example.com"
   create_certificate         = false
@@ -2841,4 +2852,50 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
         &["plan", "-input=false", "-no-color", "-detailed-exitcode"],
     );
     assert_eq!(plan.status.code(), Some(0), "{}", combined(&plan));
+
+    // The S3 route (`lambda_s3_bucket`/`lambda_s3_key`): no file to hash at plan, so the check
+    // after the upload is the only one. A release from S3 with its hash goes live; one whose
+    // hash is not the object's is uploaded and published, then refused by the code hash
+    // postcondition, the alias left where it was.
+    let c = write_zip_with(&dir.join("c.zip"), &release("C"));
+    let d = write_zip_with(&dir.join("d.zip"), &release("D"));
+    boto3(
+        &env,
+        "s3 = boto3.client('s3'); s3.create_bucket(Bucket='pm-releases')\nfor k in sys.argv[1:]: s3.upload_file(k, 'pm-releases', k.rsplit('/', 1)[-1])",
+        &[
+            dir.join("c.zip").to_str().unwrap(),
+            dir.join("d.zip").to_str().unwrap(),
+        ],
+    );
+    let from_s3 = |key: &str, hash: &str| {
+        std::fs::write(
+            &tfvars,
+            format!(
+                "lambda_s3_bucket        = \"pm-releases\"\nlambda_s3_key           = \"{key}\"\nlambda_zip_base64sha256 = \"{hash}\"\npath_token_version      = 2\n"
+            ),
+        )
+        .unwrap();
+    };
+    from_s3("c.zip", &c);
+    apply(&[]);
+    let (v5, code) = live();
+    assert_eq!(code, c, "the release from S3 is not live");
+    assert!(v5.parse::<u32>().unwrap() > v4.parse::<u32>().unwrap());
+    from_s3("d.zip", &c);
+    let out = tf.run(
+        dir,
+        &["apply", "-auto-approve", "-input=false", "-no-color"],
+    );
+    let text = words(&combined(&out));
+    assert!(
+        !out.status.success(),
+        "an S3 object that is not the hashed one went live: {text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "The uploaded code's SHA-256 ({d}) is not lambda_zip_base64sha256 ({c})"
+        )) && text.contains("The `live` alias was not moved"),
+        "refused for another reason: {text}"
+    );
+    assert_eq!(live(), (v5, c), "the alias moved to unverified code");
 }
