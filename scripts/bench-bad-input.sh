@@ -13,5 +13,10 @@
 #   BAD_INPUT_ONLY=huge/ scripts/bench-bad-input.sh     # one category (substring of <category>/<name>)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-exec cargo test --release --locked --test integration -- \
+# shellcheck source=scripts/bench/quick.sh
+. scripts/bench/quick.sh
+# A smoke run (BENCH_QUICK=1): the test build, every case answered, the budgets not checked.
+release=(--release)
+bench_quick && release=()
+exec cargo test "${release[@]}" --locked --test integration -- \
 	--ignored --exact bad_input::release_timings --test-threads=1 --nocapture

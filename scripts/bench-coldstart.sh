@@ -14,9 +14,10 @@
 #
 # Then the production configuration: Embedded first (Secrets Manager, us-east-1), then K8s, the
 # path token held as its SHA-256 (`http.pathTokenSha256`, the event's path carries the token),
-# metrics and logs on. Its event is the same review with the pod's organization/project/domain
-# labels removed, so Embedded declines the secret and nothing is fetched: what is timed is the
-# cold start, not a Secrets Manager round trip. One more start runs under
+# metrics and logs on. Its event is the internal ALB's (PROD_EVENT, default
+# events/alb-mutate.json: a function serving Embedded values refuses API Gateway's), the review
+# with the pod's organization/project/domain labels removed, so Embedded declines the secret and
+# nothing is fetched: what is timed is the cold start, not a Secrets Manager round trip. One more start runs under
 # `strace -f -e trace=connect`, which counts the network connections the process opens before its
 # first answer (the runtime API's loopback port excepted); target 0. With BIN_BEFORE, the
 # same production run for that binary too, back to back (e.g. one that builds the AWS client at
@@ -26,6 +27,9 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=scripts/bench/quick.sh
+. scripts/bench/quick.sh
+bench_quick && : "${STARTS:=2}" "${WARM:=2}"
 
 STARTS=${STARTS:-20}
 WARM=${WARM:-50}
@@ -34,9 +38,9 @@ TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 PYTHON=${PYTHON:-python3}
 
 if [[ -z ${BIN:-} ]]; then
-	echo "== cargo build --release --locked --bin podmutator (target dir $TARGET_DIR)" >&2
-	cargo build --release --locked --bin podmutator >&2
-	BIN=$TARGET_DIR/release/podmutator
+	echo "== cargo build --profile $BENCH_PROFILE --locked --bin podmutator (target dir $TARGET_DIR)" >&2
+	cargo build --profile "$BENCH_PROFILE" --locked --bin podmutator >&2
+	BIN=$TARGET_DIR/$BENCH_PROFILE_DIR/podmutator
 fi
 [[ -x $BIN ]] || {
 	echo "bench-coldstart: $BIN is not an executable" >&2
@@ -74,17 +78,24 @@ trap 'rm -rf "$TMP"' EXIT
 # A fixed, obviously fake token of the production length (`openssl rand -hex 32`).
 TOKEN=0000000000000000000000000000000000000000000000000000000000bench0
 TOKEN_SHA256=$(printf %s "$TOKEN" | sha256sum | cut -d' ' -f1)
-"$PYTHON" - "$EVENT" "$TMP/event.json" "$TOKEN" <<'PY'
-import json, sys
+# The production event comes through the internal ALB (the default endpoint): a function that
+# writes Embedded values into its replies refuses API Gateway's events.
+"$PYTHON" - "${PROD_EVENT:-events/alb-mutate.json}" "$TMP/event.json" "$TOKEN" <<'PY'
+import base64, json, sys
 event = json.load(open(sys.argv[1]))
 token = sys.argv[3]
-event["rawPath"] = "/" + token + event["rawPath"]
-event["requestContext"]["http"]["path"] = event["rawPath"]
-review = json.loads(event["body"])
+if "rawPath" in event:
+    event["rawPath"] = "/" + token + event["rawPath"]
+    event["requestContext"]["http"]["path"] = event["rawPath"]
+else:
+    event["path"] = "/" + token + event["path"]
+encoded = event.get("isBase64Encoded")
+review = json.loads(base64.b64decode(event["body"]) if encoded else event["body"])
 labels = review["request"]["object"]["metadata"]["labels"]
 for k in ("organization", "project", "domain"):
     labels.pop(k, None)
-event["body"] = json.dumps(review)
+body = json.dumps(review)
+event["body"] = base64.b64encode(body.encode()).decode() if encoded else body
 json.dump(event, open(sys.argv[2], "w"))
 PY
 PROD_CONFIG="{\"webhook\": {\"secretManagerTypes\": [\"Embedded\", \"K8s\"], \"embeddedSecretManagerConfig\": {\"type\": \"AWS\", \"awsConfig\": {\"region\": \"us-east-1\"}}}, \"embedded\": {\"organization\": \"flyte\"}, \"http\": {\"pathTokenSha256\": \"$TOKEN_SHA256\"}}"

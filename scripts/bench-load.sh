@@ -25,6 +25,9 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=scripts/bench/quick.sh
+. scripts/bench/quick.sh
+bench_quick && : "${DURATION:=1}" "${CONNECTIONS:=4}" "${TOTAL:=200}"
 
 DURATION=${DURATION:-60}
 CONNECTIONS=${CONNECTIONS:-64}
@@ -44,9 +47,9 @@ if ! command -v wrk >/dev/null 2>&1; then
 		die "wrk is missing and could not be installed (apt-get install wrk)"
 fi
 if [[ -z ${BIN:-} ]]; then
-	echo "== cargo build --release --locked --bin podmutator (target dir $TARGET_DIR)" >&2
-	cargo build --release --locked --bin podmutator >&2
-	BIN=$TARGET_DIR/release/podmutator
+	echo "== cargo build --profile $BENCH_PROFILE --locked --bin podmutator (target dir $TARGET_DIR)" >&2
+	cargo build --profile "$BENCH_PROFILE" --locked --bin podmutator >&2
+	BIN=$TARGET_DIR/$BENCH_PROFILE_DIR/podmutator
 fi
 [[ -x $BIN ]] || die "$BIN is not an executable"
 

@@ -12,10 +12,21 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 export CARGO_TARGET_DIR=$TARGET_DIR
+# shellcheck source=scripts/bench/quick.sh
+. scripts/bench/quick.sh
+# A smoke run (BENCH_QUICK=1): `cargo bench`'s own build of the bench, the curves written to a
+# temporary directory rather than over docs/.
+profile=release
+OUT_DIR=$ROOT/docs
+if bench_quick; then
+	profile=bench
+	OUT_DIR=$(mktemp -d)
+	trap 'rm -rf "$OUT_DIR"' EXIT
+fi
 
 if [[ -z ${BENCH:-} ]]; then
-	echo "== cargo build --release --locked --bench admission (target dir $TARGET_DIR)" >&2
-	BENCH=$(cargo build --release --locked --bench admission --message-format=json-render-diagnostics |
+	echo "== cargo build --profile $profile --locked --bench admission (target dir $TARGET_DIR)" >&2
+	BENCH=$(cargo build --profile "$profile" --locked --bench admission --message-format=json-render-diagnostics |
 		python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -27,8 +38,8 @@ fi
 	exit 1
 }
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-ADMISSION_SCALING=1 "$BENCH" --bench >"$ROOT/docs/scaling.csv"
+ADMISSION_SCALING=1 "$BENCH" --bench >"$OUT_DIR/scaling.csv"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-column -s, -t <"$ROOT/docs/scaling.csv"
-python3 scripts/bench/plot_scaling.py "$ROOT/docs/scaling.csv" "$ROOT/docs/scaling.svg"
-echo "wrote docs/scaling.csv and docs/scaling.svg"
+column -s, -t <"$OUT_DIR/scaling.csv"
+python3 scripts/bench/plot_scaling.py "$OUT_DIR/scaling.csv" "$OUT_DIR/scaling.svg"
+echo "wrote $OUT_DIR/scaling.csv and $OUT_DIR/scaling.svg"

@@ -13,8 +13,13 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=scripts/bench/quick.sh
+. scripts/bench/quick.sh
 
 COMBOS=${COMBOS:-3:x86_64 3:arm64 s:x86_64 s:arm64}
+# A smoke run: the first combination, in the dev profile.
+release=--release
+bench_quick && COMBOS=${COMBOS%% *} && release=
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 OUT=$TARGET_DIR/lambda-size
 LIMIT=5000000
@@ -35,9 +40,9 @@ for combo in $COMBOS; do
 	rm -rf "$dir"
 	flag=--x86-64
 	[[ $arch == arm64 ]] && flag=--arm64
-	echo "== opt-level=$opt $arch: cargo lambda build --release --locked --output-format zip $flag" >&2
+	echo "== opt-level=$opt $arch: cargo lambda build ${release:---profile dev} --locked --output-format zip $flag" >&2
 	t0=$SECONDS
-	if ! CARGO_PROFILE_RELEASE_OPT_LEVEL=$opt cargo lambda build --release --locked \
+	if ! CARGO_PROFILE_RELEASE_OPT_LEVEL=$opt cargo lambda build $release --locked \
 		--output-format zip "$flag" --bin podmutator --lambda-dir "$dir" >&2; then
 		echo "bench-size: FAILED: build opt-level=$opt $arch" >&2
 		exit 1

@@ -14,6 +14,9 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=scripts/bench/quick.sh
+. scripts/bench/quick.sh
+bench_quick && : "${ROUNDS:=1}" "${WARMUP:=0}"
 ROUNDS=${ROUNDS:-21}
 WARMUP=${WARMUP:-3}
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
@@ -23,9 +26,9 @@ die() {
 	exit 1
 }
 if [[ -z ${BIN:-} ]]; then
-	echo "== cargo build --release --locked --bin podmutator (target dir $TARGET_DIR)" >&2
-	cargo build --release --locked --bin podmutator >&2
-	BIN=$TARGET_DIR/release/podmutator
+	echo "== cargo build --profile $BENCH_PROFILE --locked --bin podmutator (target dir $TARGET_DIR)" >&2
+	cargo build --profile "$BENCH_PROFILE" --locked --bin podmutator >&2
+	BIN=$TARGET_DIR/$BENCH_PROFILE_DIR/podmutator
 fi
 [[ -x $BIN ]] || die "$BIN is not an executable"
 

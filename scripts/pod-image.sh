@@ -25,9 +25,18 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=scripts/bench/quick.sh
+. scripts/bench/quick.sh
 
 ARCHES=${ARCHES:-x86_64 arm64}
 EXEC_MAX_BYTES=${EXEC_MAX_BYTES:-1048576}
+# A smoke run: the first architecture, in the dev profile, whose binaries are not sized.
+release=--release
+if bench_quick; then
+	ARCHES=${ARCHES%% *}
+	release=
+	EXEC_MAX_BYTES=$((1 << 30))
+fi
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 OUT=$TARGET_DIR/pod-image
 PATH="$(scripts/tools.sh path bin):$PATH"
@@ -52,9 +61,9 @@ for arch in $ARCHES; do
 	fi
 	dir=$OUT/$arch
 	rm -rf "$dir"
-	echo "== $arch: cargo lambda build --release --locked --features podmutator/serve,podmutator/tools --target $target --bin podmutator --bin podmutator-exec" >&2
+	echo "== $arch: cargo lambda build ${release:---profile dev} --locked --features podmutator/serve,podmutator/tools --target $target --bin podmutator --bin podmutator-exec" >&2
 	t0=$SECONDS
-	cargo lambda build --release --locked --features podmutator/serve,podmutator/tools --target "$target" --bin podmutator --bin podmutator-exec \
+	cargo lambda build $release --locked --features podmutator/serve,podmutator/tools --target "$target" --bin podmutator --bin podmutator-exec \
 		--lambda-dir "$dir" >&2 || fail "build for $target"
 	for name in podmutator podmutator-exec; do
 		bin=$dir/$name/bootstrap

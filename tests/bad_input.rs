@@ -1091,7 +1091,10 @@ async fn every_bad_input_gets_its_status_and_message_without_a_panic_in_linear_w
 #[tokio::test]
 #[ignore = "release timings: scripts/bench-bad-input.sh"]
 async fn release_timings() {
-    if cfg!(debug_assertions) {
+    // BENCH_QUICK=1 (scripts/bench/quick.sh): the script's smoke run in the test build, every
+    // case answered and reported, no budget checked.
+    let quick = std::env::var_os("BENCH_QUICK").is_some_and(|v| v == "1");
+    if cfg!(debug_assertions) && !quick {
         panic!("timings are only meaningful in release: run scripts/bench-bad-input.sh");
     }
     let mut apps = BTreeMap::new();
@@ -1116,6 +1119,10 @@ async fn release_timings() {
     println!("bad-input timings, release, best of 3 (total {total:?}); slowest:");
     for (t, budget, id) in timings.iter().rev().take(10) {
         println!("  {t:>12.3?}  (budget {budget:?})  {id}");
+    }
+    if quick {
+        println!("BENCH_QUICK=1: a smoke run, the budgets not checked");
+        return;
     }
     assert!(over.is_empty(), "over budget:\n{}", over.join("\n"));
 }
