@@ -232,11 +232,6 @@ impl Front {
         self.max_body_bytes
     }
 
-    /// Whether every route sits behind a path token.
-    pub fn has_token(&self) -> bool {
-        !self.tokens.is_empty()
-    }
-
     /// Strips the path token, if one is configured; `None` means "not found". With
     /// `http.acceptPlainPaths`, a path the token does not open is taken as it is.
     fn route_path<'a>(&self, path: &'a str) -> Option<&'a str> {

@@ -743,28 +743,6 @@ impl Loaded {
 }
 
 impl Config {
-    /// Reads `PODMUTATOR_CONFIG_FILE` and `PODMUTATOR_CONFIG`; neither set gives the defaults.
-    pub fn load_from_env() -> Result<Loaded, ConfigError> {
-        let file = match std::env::var_os(ENV_CONFIG_FILE) {
-            Some(path) => {
-                let path = std::path::PathBuf::from(path);
-                let text = read_file(&path).map_err(|e| {
-                    ConfigError::new(
-                        ENV_CONFIG_FILE,
-                        format!("cannot read {}: {e}", path.display()),
-                    )
-                })?;
-                Some((path.display().to_string(), text))
-            }
-            None => None,
-        };
-        let inline = std::env::var(ENV_CONFIG_INLINE).ok();
-        Self::load(
-            file.as_ref().map(|(p, t)| (p.as_str(), t.as_str())),
-            inline.as_deref(),
-        )
-    }
-
     /// Parses `file` (JSON, or YAML when it is not JSON) and `inline` (JSON, merged over the file
     /// key by key; `PODMUTATOR_CONFIG`), then validates.
     pub fn load(file: Option<(&str, &str)>, inline: Option<&str>) -> Result<Loaded, ConfigError> {
