@@ -776,10 +776,10 @@ fn terraform_rejects_a_path_token_the_function_would_reject() {
 }
 
 /// `scripts/path-token.sh` (it once exited 141 every time: `tr ... | head -c 48` under
-/// `pipefail`), as the SAM runbook runs it, against moto through the stand-in `aws`: with a name
-/// and with none (the default, `podmutator-path-token-<UTC time>`), it exits 0, prints the two
-/// stack parameters, and the secret it stored, under that name, is 48 letters and digits whose
-/// SHA-256 is the one printed; the token itself is never printed.
+/// `pipefail`), against moto through the stand-in `aws`: with a name, and with none as
+/// docs/deploy.md's Path B runs it (the default name, `podmutator-path-token-<UTC time>`), it
+/// exits 0, prints the two stack parameters, and the secret it stored, under that name, is 48
+/// letters and digits whose SHA-256 is the one printed; the token itself is never printed.
 #[tokio::test]
 async fn path_token_script_stores_a_token_and_prints_its_hash_and_arn() {
     let moto = common::aws::Moto::start();
@@ -787,9 +787,28 @@ async fn path_token_script_stores_a_token_and_prints_its_hash_and_arn() {
     let bin = common::fake_bin(&dir);
     let client = common::aws::client(&moto.url()).await;
     let default_name = regex::Regex::new("^podmutator-path-token-[0-9]{14}$").unwrap();
+    // Without a name, the command as docs/deploy.md's Path B writes it.
+    let deploy = std::fs::read_to_string(root().join("docs/deploy.md")).unwrap();
+    let documented = deploy
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("scripts/path-token.sh "))
+        .expect("docs/deploy.md runs scripts/path-token.sh")
+        .to_owned();
     for name in [Some("podmutator-path-token-test"), None] {
-        let out = Command::new(root().join("scripts/path-token.sh"))
-            .args(name)
+        let mut cmd = match name {
+            Some(name) => {
+                let mut cmd = Command::new(root().join("scripts/path-token.sh"));
+                cmd.arg(name);
+                cmd
+            }
+            None => {
+                let mut cmd = Command::new("sh");
+                cmd.args(["-c", &documented]).current_dir(root());
+                cmd
+            }
+        };
+        let out = cmd
             .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
             .env("AWS_ENDPOINT_URL", moto.url())
             .env("AWS_ACCESS_KEY_ID", "testing")

@@ -1089,6 +1089,46 @@ reserved_concurrent_executions = 7
 
     // Install.
     let applied = apply("apply.log");
+
+    // Failing open and back, by docs/deploy.md's commands as written (terraform.tfvars edited,
+    // so that the next routine apply keeps it): the registration's every webhook, then a
+    // routine plan that changes nothing, then the default again.
+    if example == "http-api" {
+        let policies = || -> Vec<String> {
+            let reg: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(kube.join("podmutator.json")).unwrap())
+                    .unwrap();
+            reg["webhooks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| w["failurePolicy"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert!(policies().iter().all(|p| p == "Fail"), "{:?}", policies());
+        for (marker, log, want) in [
+            ("**Fail open**", "fail-open.log", "Ignore"),
+            (
+                "from any machine with the state, without the zip. **Restore**",
+                "restore.log",
+                "Fail",
+            ),
+        ] {
+            let out = tf.shell(&ex, &deploy_doc_block(marker), &dir.join(log));
+            assert!(out.status.success(), "{marker}: {}", combined(&out));
+            let now = policies();
+            assert!(
+                !now.is_empty() && now.iter().all(|p| p == want),
+                "{marker}: {now:?}"
+            );
+            let plan = tf.run(
+                &ex,
+                &["plan", "-input=false", "-no-color", "-detailed-exitcode"],
+            );
+            assert_eq!(plan.status.code(), Some(0), "{marker}: {}", combined(&plan));
+        }
+    }
+
     let manifest = outputs("outputs-1.json");
     check("applied", "outputs-1.json", "-", &[&applied]);
     let token = registered_token();
