@@ -2811,6 +2811,16 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
         .unwrap();
     };
     let release_runbook = deploy_doc_block("**Upgrade or roll back**");
+    // An apply that must fail; its output as one line of words.
+    let refused_apply = |what: &str| -> String {
+        let out = tf.run(
+            dir,
+            &["apply", "-auto-approve", "-input=false", "-no-color"],
+        );
+        let text = words(&combined(&out));
+        assert!(!out.status.success(), "{what}: {text}");
+        text
+    };
     let zip = dir.join("bootstrap.zip");
     let (v1, code) = live();
     assert_eq!(code, hash);
@@ -2827,15 +2837,7 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
     // A rollback whose zip was not put back: A's hash, B at the path. Refused at plan, before
     // anything is uploaded; the alias stays on B's version.
     set_hash(&hash);
-    let out = tf.run(
-        dir,
-        &["apply", "-auto-approve", "-input=false", "-no-color"],
-    );
-    let text = words(&combined(&out));
-    assert!(
-        !out.status.success(),
-        "a zip that is not the hashed one was deployed: {text}"
-    );
+    let text = refused_apply("a zip that is not the hashed one was deployed");
     assert!(
         text.contains(&format!(
             "has the base64 SHA-256 {b}, not lambda_zip_base64sha256 ({hash}): it is not the artefact whose hash was given. Nothing was uploaded"
@@ -2869,12 +2871,7 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
         ),
     ] {
         set_hash(&write_zip_with(&zip, body));
-        let out = tf.run(
-            dir,
-            &["apply", "-auto-approve", "-input=false", "-no-color"],
-        );
-        let text = words(&combined(&out));
-        assert!(!out.status.success(), "a failing release went live: {text}");
+        let text = refused_apply("a failing release went live");
         assert!(text.contains(says), "refused for another reason: {text}");
         assert_eq!(
             live(),
@@ -2922,15 +2919,7 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
     assert_eq!(code, c, "the release from S3 is not live");
     assert!(v5.parse::<u32>().unwrap() > v4.parse::<u32>().unwrap());
     from_s3("d.zip", &c);
-    let out = tf.run(
-        dir,
-        &["apply", "-auto-approve", "-input=false", "-no-color"],
-    );
-    let text = words(&combined(&out));
-    assert!(
-        !out.status.success(),
-        "an S3 object that is not the hashed one went live: {text}"
-    );
+    let text = refused_apply("an S3 object that is not the hashed one went live");
     assert!(
         text.contains(&format!(
             "The uploaded code's SHA-256 ({d}) is not lambda_zip_base64sha256 ({c})"
