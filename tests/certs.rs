@@ -1067,3 +1067,107 @@ async fn a_previous_ca_that_is_not_one_ca_certificate_never_reaches_the_ca_bundl
     );
     assert_eq!(ca_bundle(&api.registration()), ca, "nothing was written");
 }
+
+/// docs/cli.md's `certs` and `serve` commands, as written, each where it is meant to run.
+/// `certs` in a pod's environment: the API server from `KUBERNETES_SERVICE_HOST`/`_PORT` and
+/// the namespace from the file beside the token, as in a pod; only the token's and the CA's
+/// paths, which a test cannot write under /var/run, come from their variables. It creates both
+/// Secrets and sets the caBundle. `serve --config config/local.yaml` in a copy of the project's
+/// demo config: its port moved to a free one (`PODMUTATOR_CONFIG`, merged over the file), it
+/// answers the README's review of a Flyte task pod with the secret injected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_md_certs_and_serve_run_as_written() {
+    let commands = crate::cli::doc_sh_commands("docs/cli.md");
+    let pick = |prefix: &str| {
+        let found: Vec<&String> = commands.iter().filter(|c| c.starts_with(prefix)).collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "one {prefix:?} command in docs/cli.md: {commands:?}"
+        );
+        found[0].clone()
+    };
+    let (certs, serve) = (pick("podmutator certs"), pick("podmutator serve"));
+    let bin = common::temp_dir("cli-md-bin");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_podmutator"), bin.join("podmutator")).unwrap();
+    let bash = |command: &str, dir: &Path| {
+        let mut cmd = std::process::Command::new("bash");
+        cmd.args(["-euo", "pipefail", "-c", &format!("exec {command}")])
+            .current_dir(dir)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()));
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if name.starts_with("PODMUTATOR_")
+                || name.starts_with("KUBERNETES_")
+                || name == "POD_NAMESPACE"
+                || name == "AWS_LAMBDA_RUNTIME_API"
+            {
+                cmd.env_remove(name.as_ref());
+            }
+        }
+        cmd
+    };
+
+    let api = FakeApi::start().await;
+    std::fs::write(api.dir.join("namespace"), NS).unwrap();
+    let out = tokio::process::Command::from({
+        let mut cmd = bash(&certs, &api.dir);
+        cmd.env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+            .env("KUBERNETES_SERVICE_PORT", api.port.to_string())
+            .env("PODMUTATOR_API_TOKEN_FILE", api.dir.join("token"))
+            .env("PODMUTATOR_API_CA_FILE", api.dir.join("api-ca.crt"));
+        cmd
+    })
+    .output()
+    .await
+    .unwrap();
+    assert_ok(&out);
+    assert_no_keys(&api, &out);
+    let ca = data(&api.secret(CA_SECRET), "ca.crt");
+    assert_eq!(data(&api.secret(TLS_SECRET), "ca.crt"), ca);
+    assert_eq!(
+        ca_bundle(&api.registration()),
+        ca,
+        "every caBundle is the CA"
+    );
+
+    let demo = common::temp_dir("cli-md-serve");
+    std::fs::create_dir_all(demo.join("config")).unwrap();
+    std::fs::copy(
+        common::root().join("config/local.yaml"),
+        demo.join("config/local.yaml"),
+    )
+    .unwrap();
+    let port = common::free_port();
+    let (child, log) = common::spawn_serve(bash(&serve, &demo).env(
+        "PODMUTATOR_CONFIG",
+        json!({"webhook": {"listenPort": port}, "http": {"drainSeconds": 0}}).to_string(),
+    ))
+    .await;
+    // Stopped (SIGTERM) when dropped.
+    let serving = Serve { child, port, log };
+    let review =
+        std::fs::read(common::root().join("tests/fixtures/reviews/flyte-task-k8s-env.json"))
+            .unwrap();
+    let (status, body) = common::https_request(
+        serving.port,
+        &std::fs::read(demo.join(".certs/ca.crt")).unwrap(),
+        "localhost",
+        "POST",
+        "/mutate--v1-pod",
+        Some("application/json"),
+        &review,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let response = common::response(&body);
+    assert_eq!(response["allowed"], true, "{response}");
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(response["patch"].as_str().expect("a patch"))
+        .unwrap();
+    assert!(
+        String::from_utf8(patch).unwrap().contains("_UNION_"),
+        "the secret is injected under config/local.yaml's prefix"
+    );
+}

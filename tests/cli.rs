@@ -1701,10 +1701,17 @@ fn every_help_and_cli_md_example_runs_as_written() {
     );
 }
 
-/// The commands of `doc`'s `sh` blocks, continuation lines joined, comments left out, but the
-/// two that need a server or a cluster: `serve` (the README's quickstart runs it) and `certs`
-/// (tests/certs.rs runs it against an API server).
+/// The commands of `doc`'s `sh` blocks ([`doc_sh_commands`]) but the two that need a server or
+/// a cluster, `serve` and `certs`: `certs::cli_md_certs_and_serve_run_as_written` runs those.
 fn doc_commands(doc: &str) -> Vec<String> {
+    doc_sh_commands(doc)
+        .into_iter()
+        .filter(|c| !c.starts_with("podmutator serve") && !c.starts_with("podmutator certs"))
+        .collect()
+}
+
+/// The commands of `doc`'s `sh` blocks, continuation lines joined, comments left out.
+pub(crate) fn doc_sh_commands(doc: &str) -> Vec<String> {
     let text = std::fs::read_to_string(root().join(doc)).unwrap();
     let (mut in_sh, mut current, mut commands) = (false, String::new(), Vec::new());
     for line in text.lines() {
@@ -1725,10 +1732,7 @@ fn doc_commands(doc: &str) -> Vec<String> {
             current.push(' ');
             continue;
         }
-        let command = std::mem::take(&mut current);
-        if !command.starts_with("podmutator serve") && !command.starts_with("podmutator certs") {
-            commands.push(command);
-        }
+        commands.push(std::mem::take(&mut current));
     }
     commands
 }
