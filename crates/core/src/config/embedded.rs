@@ -274,106 +274,82 @@ impl EmbeddedConfig {
             )
         })?;
         bounds::MAX_VALUE_BYTES.check(em.max_value_bytes as u64, |_| "must be positive".into())?;
-        if em.delivery == Delivery::Reference
-            && (em.fetcher_image.is_empty() || em.fetcher_image.chars().any(char::is_whitespace))
-        {
-            return Err(ConfigError::new(
-                "embedded.fetcherImage",
-                "must name the podmutator image (e.g. <account>.dkr.ecr.<region>.amazonaws.com/podmutator@sha256:...) when embedded.delivery is reference: its init container runs `podmutator fetch` in each pod",
-            ));
-        }
+        ensure!(
+            em.delivery != Delivery::Reference
+                || !(em.fetcher_image.is_empty()
+                    || em.fetcher_image.chars().any(char::is_whitespace)),
+            "embedded.fetcherImage",
+            "must name the podmutator image (e.g. <account>.dkr.ecr.<region>.amazonaws.com/podmutator@sha256:...) when embedded.delivery is reference: its init container runs `podmutator fetch` in each pod"
+        );
         let lookup = &em.entrypoint_lookup;
         for (i, r) in lookup.registries.iter().enumerate() {
-            if normalised_registry(r).is_none() {
-                return Err(ConfigError::new(
-                    format!("embedded.entrypointLookup.registries[{i}]"),
-                    format!(
-                        "{r:?} is not a registry host: write it as in an image reference, host[:port] (e.g. public.ecr.aws, docker.io, 123456789012.dkr.ecr.us-east-1.amazonaws.com), without a scheme or path"
-                    ),
-                ));
-            }
+            ensure!(
+                normalised_registry(r).is_some(),
+                format!("embedded.entrypointLookup.registries[{i}]"),
+                "{r:?} is not a registry host: write it as in an image reference, host[:port] (e.g. public.ecr.aws, docker.io, 123456789012.dkr.ecr.us-east-1.amazonaws.com), without a scheme or path"
+            );
         }
-        if lookup.enabled()
-            && (!bounds::LOOKUP_TIMEOUT_MS.contains(lookup.timeout_ms)
-                || lookup.timeout_ms >= em.deadline_ms)
-        {
-            return Err(ConfigError::new(
-                "embedded.entrypointLookup.timeoutMs",
-                format!(
-                    "{} ms: use 1 to less than embedded.deadlineMs ({} ms), so that a slow registry is a denial naming the image, not a timed-out admission",
-                    lookup.timeout_ms, em.deadline_ms
-                ),
-            ));
-        }
+        ensure!(
+            !lookup.enabled()
+                || (bounds::LOOKUP_TIMEOUT_MS.contains(lookup.timeout_ms)
+                    && lookup.timeout_ms < em.deadline_ms),
+            "embedded.entrypointLookup.timeoutMs",
+            "{} ms: use 1 to less than embedded.deadlineMs ({} ms), so that a slow registry is a denial naming the image, not a timed-out admission",
+            lookup.timeout_ms,
+            em.deadline_ms
+        );
         bounds::CACHE_TTL_SECONDS.check(em.cache_ttl_seconds, |b| {
             format!(
                 "{} s: use {}..={} (0 turns the cache off)",
                 em.cache_ttl_seconds, b.min, b.max
             )
         })?;
-        if em.negative_cache_ttl_seconds > em.cache_ttl_seconds {
-            return Err(ConfigError::new(
-                "embedded.negativeCacheTtlSeconds",
-                "must not exceed embedded.cacheTtlSeconds",
-            ));
-        }
+        ensure!(
+            em.negative_cache_ttl_seconds <= em.cache_ttl_seconds,
+            "embedded.negativeCacheTtlSeconds",
+            "must not exceed embedded.cacheTtlSeconds"
+        );
         if let Err(e) = check_template(&em.namespace_template) {
             return Err(ConfigError::new("embedded.namespaceTemplate", e));
         }
-        if !em.namespace_template.is_empty() && !template_uses(&em.namespace_template, "domain") {
-            return Err(ConfigError::new(
-                "embedded.namespaceTemplate",
-                format!(
-                    "{:?} does not use {{{{ domain }}}}: every domain of a project would share one namespace and read each other's secrets; use e.g. \"{{{{ project }}}}-{{{{ domain }}}}\" (or \"\" to turn the binding off)",
-                    em.namespace_template
-                ),
-            ));
-        }
-        if !em.organization.is_empty()
-            && (!crate::k8s_names::is_label_value(&em.organization)
-                || em.organization.contains("__"))
-        {
-            return Err(ConfigError::new(
-                "embedded.organization",
-                format!(
-                    "{:?} is not an organisation a pod can be labelled with: use a Kubernetes label value (at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit) without \"__\", which separates the parts of a secret name",
-                    em.organization
-                ),
-            ));
-        }
+        ensure!(
+            em.namespace_template.is_empty() || template_uses(&em.namespace_template, "domain"),
+            "embedded.namespaceTemplate",
+            "{:?} does not use {{{{ domain }}}}: every domain of a project would share one namespace and read each other's secrets; use e.g. \"{{{{ project }}}}-{{{{ domain }}}}\" (or \"\" to turn the binding off)",
+            em.namespace_template
+        );
+        ensure!(
+            em.organization.is_empty()
+                || (crate::k8s_names::is_label_value(&em.organization)
+                    && !em.organization.contains("__")),
+            "embedded.organization",
+            "{:?} is not an organisation a pod can be labelled with: use a Kubernetes label value (at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit) without \"__\", which separates the parts of a secret name",
+            em.organization
+        );
         // Both deliveries read ids scoped by the pod's `organization` label: unless something
         // binds it, a pod in its own project's namespace may name any organisation's secrets.
-        if on
-            && !em.namespace_template.is_empty()
-            && em.organization.is_empty()
-            && !template_uses(&em.namespace_template, "organization")
-        {
-            return Err(ConfigError::new(
-                "embedded.organization",
-                format!(
-                    "is not set and embedded.namespaceTemplate {:?} does not use {{{{ organization }}}}: a pod labelled organization=<another org> in its own namespace would read that organisation's secrets; set embedded.organization to the organisation this cluster serves (the value of its pods' organization label, e.g. \"flyte\"), or put {{{{ organization }}}} in embedded.namespaceTemplate",
-                    em.namespace_template
-                ),
-            ));
-        }
+        ensure!(
+            !on || em.namespace_template.is_empty()
+                || !em.organization.is_empty()
+                || template_uses(&em.namespace_template, "organization"),
+            "embedded.organization",
+            "is not set and embedded.namespaceTemplate {:?} does not use {{{{ organization }}}}: a pod labelled organization=<another org> in its own namespace would read that organisation's secrets; set embedded.organization to the organisation this cluster serves (the value of its pods' organization label, e.g. \"flyte\"), or put {{{{ organization }}}} in embedded.namespaceTemplate",
+            em.namespace_template
+        );
         let mut seen_domains = std::collections::HashSet::new();
         for d in &em.domains {
-            if !crate::k8s_names::is_dns_label(d) || !seen_domains.insert(d.as_str()) {
-                return Err(ConfigError::new(
-                    "embedded.domains",
-                    format!(
-                        "{d:?}: each domain must be listed once and be part of a namespace name ({})",
-                        crate::k8s_names::DNS_LABEL_RULE
-                    ),
-                ));
-            }
-        }
-        if !em.namespace_template.is_empty() && em.domains.is_empty() {
-            return Err(ConfigError::new(
+            ensure!(
+                crate::k8s_names::is_dns_label(d) && seen_domains.insert(d.as_str()),
                 "embedded.domains",
-                "is empty while embedded.namespaceTemplate is set: no namespace could be read; list Flyte's domains (default development, staging, production)",
-            ));
+                "{d:?}: each domain must be listed once and be part of a namespace name ({})",
+                crate::k8s_names::DNS_LABEL_RULE
+            );
         }
+        ensure!(
+            em.namespace_template.is_empty() || !em.domains.is_empty(),
+            "embedded.domains",
+            "is empty while embedded.namespaceTemplate is set: no namespace could be read; list Flyte's domains (default development, staging, production)"
+        );
         if on && em.namespace_template.is_empty() {
             warnings.push(
                 if em.organization.is_empty() {

@@ -260,37 +260,32 @@ impl HttpConfig {
                 ));
             }
         }
-        if h.accept_plain_paths && tokens.iter().all(|set| !set) {
-            return Err(ConfigError::new(
-                "http.acceptPlainPaths",
-                "is true with no path token to switch to: it answers the plain paths beside a token's while a registration moves to the token; set http.pathTokenSha256 (or http.pathToken, http.pathTokenSecretId) too, or remove it",
-            ));
-        }
+        ensure!(
+            !h.accept_plain_paths || !tokens.iter().all(|set| !set),
+            "http.acceptPlainPaths",
+            "is true with no path token to switch to: it answers the plain paths beside a token's while a registration moves to the token; set http.pathTokenSha256 (or http.pathToken, http.pathTokenSecretId) too, or remove it"
+        );
         if let Some(t) = &h.path_token {
             check_path_token("http.pathToken", t)?;
         }
         if let Some(hashes) = &h.path_token_sha256 {
             let hashes = hashes.as_slice();
-            if hashes.is_empty() || hashes.len() > MAX_PATH_TOKEN_HASHES {
-                return Err(ConfigError::new(
-                    "http.pathTokenSha256",
-                    format!(
-                        "takes one hash or a list of 1 to {MAX_PATH_TOKEN_HASHES} (the current token's first, then the previous one's during a rotation), got {}",
-                        hashes.len()
-                    ),
-                ));
-            }
+            ensure!(
+                !hashes.is_empty() && hashes.len() <= MAX_PATH_TOKEN_HASHES,
+                "http.pathTokenSha256",
+                "takes one hash or a list of 1 to {MAX_PATH_TOKEN_HASHES} (the current token's first, then the previous one's during a rotation), got {}",
+                hashes.len()
+            );
             for (i, hash) in hashes.iter().enumerate() {
                 let key = || match h.path_token_sha256 {
                     Some(TokenHashes::Many(_)) => format!("http.pathTokenSha256[{i}]"),
                     _ => "http.pathTokenSha256".to_owned(),
                 };
-                if Some(*hash) == Sha256Hex::parse(EMPTY_SHA256) {
-                    return Err(ConfigError::new(
-                        key(),
-                        "is the SHA-256 of the empty string, which would admit a path with no token at all (`//mutate--v1-pod`): the token's file was missing or empty when it was hashed; hash the real token",
-                    ));
-                }
+                ensure!(
+                    Some(*hash) != Sha256Hex::parse(EMPTY_SHA256),
+                    key(),
+                    "is the SHA-256 of the empty string, which would admit a path with no token at all (`//mutate--v1-pod`): the token's file was missing or empty when it was hashed; hash the real token"
+                );
             }
         }
         Ok(warnings)
@@ -299,23 +294,18 @@ impl HttpConfig {
 
 /// A path token must be one URL path segment that is hard to guess.
 pub fn check_path_token(key: &str, token: &str) -> Result<(), ConfigError> {
-    if token.len() < 32 {
-        return Err(ConfigError::new(
-            key,
-            format!(
-                "a path token must be at least 32 characters (got {}); generate one with `openssl rand -hex 32`",
-                token.len()
-            ),
-        ));
-    }
-    if !token
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
-        return Err(ConfigError::new(
-            key,
-            "a path token may contain only letters, digits, '-' and '_'",
-        ));
-    }
+    ensure!(
+        token.len() >= 32,
+        key,
+        "a path token must be at least 32 characters (got {}); generate one with `openssl rand -hex 32`",
+        token.len()
+    );
+    ensure!(
+        token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+        key,
+        "a path token may contain only letters, digits, '-' and '_'"
+    );
     Ok(())
 }

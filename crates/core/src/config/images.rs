@@ -226,30 +226,24 @@ pub fn check_image_builder(
     let h = &c.hostname_replacement;
     for (name, v) in [("existing", &h.existing), ("replacement", &h.replacement)] {
         let key = format!("{K}.{name}");
-        if v.is_empty() {
-            return Err(ConfigError::new(
-                key,
-                "is required when webhook.imageBuilderConfig.enabled is true: the registry host (and optional path) whose images are rewritten / the one they are rewritten to",
-            ));
-        }
-        if v.contains("://") || v.ends_with('/') || v.chars().any(char::is_whitespace) {
-            return Err(ConfigError::new(
-                key,
-                format!(
-                    "{v:?} must be a registry host with an optional path, without scheme, spaces or trailing '/'"
-                ),
-            ));
-        }
+        ensure!(
+            !v.is_empty(),
+            key,
+            "is required when webhook.imageBuilderConfig.enabled is true: the registry host (and optional path) whose images are rewritten / the one they are rewritten to"
+        );
+        ensure!(
+            !v.contains("://") && !v.ends_with('/') && !v.chars().any(char::is_whitespace),
+            key,
+            "{v:?} must be a registry host with an optional path, without scheme, spaces or trailing '/'"
+        );
     }
-    if under(&h.replacement, &h.existing) || under(&h.existing, &h.replacement) {
-        return Err(ConfigError::new(
-            format!("{K}.replacement"),
-            format!(
-                "{:?} and existing {:?} must not contain each other: a rewritten image would be rewritten again",
-                h.replacement, h.existing
-            ),
-        ));
-    }
+    ensure!(
+        !under(&h.replacement, &h.existing) && !under(&h.existing, &h.replacement),
+        format!("{K}.replacement"),
+        "{:?} and existing {:?} must not contain each other: a rewritten image would be rewritten again",
+        h.replacement,
+        h.existing
+    );
     match &c.label_selector {
         Some(s) => check_label_selector("webhook.imageBuilderConfig.labelSelector", s)?,
         None => warnings.push(

@@ -249,15 +249,12 @@ impl MeshConfig {
     fn validate_dns(&self) -> Result<(), ConfigError> {
         let d = &self.dns;
         let domain = self.mesh_domain.trim_end_matches('.');
-        if !domain.is_empty() && !is_dns_subdomain(domain) {
-            return Err(ConfigError::new(
-                "mesh.meshDomain",
-                format!(
-                    "{:?} is not a DNS domain (lowercase labels of letters, digits and '-', joined by '.')",
-                    self.mesh_domain
-                ),
-            ));
-        }
+        ensure!(
+            domain.is_empty() || is_dns_subdomain(domain),
+            "mesh.meshDomain",
+            "{:?} is not a DNS domain (lowercase labels of letters, digits and '-', joined by '.')",
+            self.mesh_domain
+        );
         match d.ndots {
             Some(n) if n > MAX_NDOTS => {
                 return Err(ConfigError::new(
@@ -282,95 +279,78 @@ impl MeshConfig {
             }
             _ => {}
         }
-        if !(1..=MAX_TIMEOUT).contains(&d.timeout) {
-            return Err(ConfigError::new(
-                "mesh.dns.timeout",
-                format!(
-                    "{} is outside 1..={MAX_TIMEOUT} seconds (the resolver clamps larger values; 1 is right for a node-local resolver)",
-                    d.timeout
-                ),
-            ));
-        }
-        if !(1..=MAX_ATTEMPTS).contains(&d.attempts) {
-            return Err(ConfigError::new(
-                "mesh.dns.attempts",
-                format!("{} is outside 1..={MAX_ATTEMPTS}", d.attempts),
-            ));
-        }
+        ensure!(
+            (1..=MAX_TIMEOUT).contains(&d.timeout),
+            "mesh.dns.timeout",
+            "{} is outside 1..={MAX_TIMEOUT} seconds (the resolver clamps larger values; 1 is right for a node-local resolver)",
+            d.timeout
+        );
+        ensure!(
+            (1..=MAX_ATTEMPTS).contains(&d.attempts),
+            "mesh.dns.attempts",
+            "{} is outside 1..={MAX_ATTEMPTS}",
+            d.attempts
+        );
         Ok(())
     }
 
     fn validate_gate(&self, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
         let g = &self.gate;
         let v = &g.volume;
-        if !is_dns_label(&g.name) {
-            return Err(ConfigError::new(
-                "mesh.gate.name",
-                format!("{:?} is not a container name: {DNS_LABEL_RULE}", g.name),
-            ));
-        }
-        if g.enabled && g.image.trim().is_empty() {
-            return Err(ConfigError::new(
-                "mesh.gate.image",
-                "must be set when mesh.gate.enabled is true (the image that runs the gate command, e.g. the mesh agent image)",
-            ));
-        }
-        if g.image.chars().any(char::is_whitespace) {
-            return Err(ConfigError::new(
-                "mesh.gate.image",
-                format!("{:?} contains whitespace", g.image),
-            ));
-        }
-        if !["Always", "IfNotPresent", "Never"].contains(&g.image_pull_policy.as_str()) {
-            return Err(ConfigError::new(
-                "mesh.gate.imagePullPolicy",
-                format!(
-                    "{:?} is not one of Always, IfNotPresent, Never",
-                    g.image_pull_policy
-                ),
-            ));
-        }
-        if g.command.is_empty() || g.command.iter().any(|c| c.is_empty()) {
-            return Err(ConfigError::new(
-                "mesh.gate.command",
-                format!(
-                    "must be a non-empty list of non-empty strings (default [{DEFAULT_GATE_COMMAND:?}])"
-                ),
-            ));
-        }
-        if !is_dns_label(&v.name) {
-            return Err(ConfigError::new(
-                "mesh.gate.volume.name",
-                format!("{:?} is not a volume name: {DNS_LABEL_RULE}", v.name),
-            ));
-        }
-        if !is_dns_subdomain(&v.driver) {
-            return Err(ConfigError::new(
-                "mesh.gate.volume.driver",
-                format!(
-                    "{:?} is not a CSI driver name (a DNS subdomain such as {DEFAULT_GATE_DRIVER})",
-                    v.driver
-                ),
-            ));
-        }
-        if v.driver == self.socket_check.carrier_driver {
-            return Err(ConfigError::new(
-                "mesh.gate.volume.driver",
-                format!(
-                    "{:?} is also mesh.socketCheck.carrierDriver: the socket check would count the gate's volume as a second socket carrier",
-                    v.driver
-                ),
-            ));
-        }
+        ensure!(
+            is_dns_label(&g.name),
+            "mesh.gate.name",
+            "{:?} is not a container name: {DNS_LABEL_RULE}",
+            g.name
+        );
+        ensure!(
+            !g.enabled || !g.image.trim().is_empty(),
+            "mesh.gate.image",
+            "must be set when mesh.gate.enabled is true (the image that runs the gate command, e.g. the mesh agent image)"
+        );
+        ensure!(
+            !g.image.chars().any(char::is_whitespace),
+            "mesh.gate.image",
+            "{:?} contains whitespace",
+            g.image
+        );
+        ensure!(
+            ["Always", "IfNotPresent", "Never"].contains(&g.image_pull_policy.as_str()),
+            "mesh.gate.imagePullPolicy",
+            "{:?} is not one of Always, IfNotPresent, Never",
+            g.image_pull_policy
+        );
+        ensure!(
+            !g.command.is_empty() && g.command.iter().all(|c| !c.is_empty()),
+            "mesh.gate.command",
+            "must be a non-empty list of non-empty strings (default [{DEFAULT_GATE_COMMAND:?}])"
+        );
+        ensure!(
+            is_dns_label(&v.name),
+            "mesh.gate.volume.name",
+            "{:?} is not a volume name: {DNS_LABEL_RULE}",
+            v.name
+        );
+        ensure!(
+            is_dns_subdomain(&v.driver),
+            "mesh.gate.volume.driver",
+            "{:?} is not a CSI driver name (a DNS subdomain such as {DEFAULT_GATE_DRIVER})",
+            v.driver
+        );
+        ensure!(
+            v.driver != self.socket_check.carrier_driver,
+            "mesh.gate.volume.driver",
+            "{:?} is also mesh.socketCheck.carrierDriver: the socket check would count the gate's volume as a second socket carrier",
+            v.driver
+        );
         if let Some(problem) = absolute_path_problem(&v.mount_path) {
             return Err(ConfigError::new("mesh.gate.volume.mountPath", problem));
         }
-        if v.mount_path == "/" {
-            return Err(ConfigError::new(
-                "mesh.gate.volume.mountPath",
-                "must not be \"/\": the volume would hide the gate image's own files",
-            ));
-        }
+        ensure!(
+            v.mount_path != "/",
+            "mesh.gate.volume.mountPath",
+            "must not be \"/\": the volume would hide the gate image's own files"
+        );
         if !v.read_only {
             warnings.push(format!(
                 "mesh.gate.volume.readOnly is false: the gate only reads the socket, and {DEFAULT_GATE_DRIVER} refuses writable volumes"
@@ -380,37 +360,27 @@ impl MeshConfig {
             return Err(ConfigError::new("mesh.gate.socketPath", problem));
         }
         let dir = v.mount_path.trim_end_matches('/');
-        if !g
-            .socket_path
-            .strip_prefix(dir)
-            .is_some_and(|rest| rest.len() > 1 && rest.starts_with('/'))
-        {
-            return Err(ConfigError::new(
-                "mesh.gate.socketPath",
-                format!(
-                    "{:?} is not under mesh.gate.volume.mountPath {:?}, the only place the socket appears in the gate container",
-                    g.socket_path, v.mount_path
-                ),
-            ));
-        }
-        if g.socket_path.len() > SUN_PATH_MAX {
-            return Err(ConfigError::new(
-                "mesh.gate.socketPath",
-                format!(
-                    "is {} bytes, over the AF_UNIX limit of {SUN_PATH_MAX}",
-                    g.socket_path.len()
-                ),
-            ));
-        }
-        if g.timeout_seconds > MAX_GATE_TIMEOUT_SECONDS {
-            return Err(ConfigError::new(
-                "mesh.gate.timeoutSeconds",
-                format!(
-                    "{} is over {MAX_GATE_TIMEOUT_SECONDS}: use 0 to wait forever (fail closed) or a bound of at most an hour",
-                    g.timeout_seconds
-                ),
-            ));
-        }
+        ensure!(
+            g.socket_path
+                .strip_prefix(dir)
+                .is_some_and(|rest| rest.len() > 1 && rest.starts_with('/')),
+            "mesh.gate.socketPath",
+            "{:?} is not under mesh.gate.volume.mountPath {:?}, the only place the socket appears in the gate container",
+            g.socket_path,
+            v.mount_path
+        );
+        ensure!(
+            g.socket_path.len() <= SUN_PATH_MAX,
+            "mesh.gate.socketPath",
+            "is {} bytes, over the AF_UNIX limit of {SUN_PATH_MAX}",
+            g.socket_path.len()
+        );
+        ensure!(
+            g.timeout_seconds <= MAX_GATE_TIMEOUT_SECONDS,
+            "mesh.gate.timeoutSeconds",
+            "{} is over {MAX_GATE_TIMEOUT_SECONDS}: use 0 to wait forever (fail closed) or a bound of at most an hour",
+            g.timeout_seconds
+        );
         if let Some(problem) = qualified_name_problem(&g.opt_out_annotation) {
             return Err(ConfigError::new("mesh.gate.optOutAnnotation", problem));
         }

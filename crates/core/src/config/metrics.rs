@@ -55,35 +55,30 @@ fn is_own_name(k: &str) -> bool {
 
 impl MetricsConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.namespace.is_empty()
-            || self.namespace.len() > 255
-            || self.namespace.starts_with(':')
-        {
-            return Err(ConfigError::new(
-                "metrics.namespace",
-                "must be 1 to 255 characters and must not start with ':'",
-            ));
-        }
+        ensure!(
+            !self.namespace.is_empty()
+                && self.namespace.len() <= 255
+                && !self.namespace.starts_with(':'),
+            "metrics.namespace",
+            "must be 1 to 255 characters and must not start with ':'"
+        );
         // CloudWatch allows 30 dimensions per metric; we use up to two of our own.
-        if self.dimensions.len() > 28 {
-            return Err(ConfigError::new(
-                "metrics.dimensions",
-                "at most 28 fixed dimensions (CloudWatch allows 30 per metric)",
-            ));
-        }
+        ensure!(
+            self.dimensions.len() <= 28,
+            "metrics.dimensions",
+            "at most 28 fixed dimensions (CloudWatch allows 30 per metric)"
+        );
         for (k, v) in &self.dimensions {
-            if is_own_name(k) {
-                return Err(ConfigError::new(
-                    format!("metrics.dimensions.{k}"),
-                    "is set by podmutator itself; choose another name",
-                ));
-            }
-            if k.is_empty() || k.len() > 255 || v.is_empty() || v.len() > 1024 {
-                return Err(ConfigError::new(
-                    format!("metrics.dimensions.{k}"),
-                    "names must be 1-255 characters and values 1-1024",
-                ));
-            }
+            ensure!(
+                !is_own_name(k),
+                format!("metrics.dimensions.{k}"),
+                "is set by podmutator itself; choose another name"
+            );
+            ensure!(
+                !k.is_empty() && k.len() <= 255 && !v.is_empty() && v.len() <= 1024,
+                format!("metrics.dimensions.{k}"),
+                "names must be 1-255 characters and values 1-1024"
+            );
         }
         Ok(())
     }

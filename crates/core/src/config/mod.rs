@@ -12,6 +12,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+/// Returns a [`ConfigError`] for `key` from the enclosing function unless `cond` holds:
+/// `ensure!(cond, key, "format", args...)`.
+macro_rules! ensure {
+    ($cond:expr, $key:expr, $($message:tt)+) => {
+        if !$cond {
+            return Err($crate::config::ConfigError::new($key, format!($($message)+)));
+        }
+    };
+}
+
 pub mod bounds;
 pub mod embedded;
 pub mod flyte;
@@ -786,9 +796,7 @@ impl Config {
     }
 
     pub fn from_value(mut v: Value) -> Result<Loaded, ConfigError> {
-        if !v.is_object() {
-            return Err(ConfigError::new("(root)", "expected a mapping of sections"));
-        }
+        ensure!(v.is_object(), "(root)", "expected a mapping of sections");
         // Flyte's sections are read as Flyte reads them (`null` is unset, quoted numbers, key
         // case); ours keep `null` where it means "none" (mesh.gate.securityContext).
         let mut warnings = Vec::new();
@@ -837,15 +845,12 @@ impl Config {
             &w.embedded_secret_manager_config.file_mount_init_container,
         )?);
         warnings.extend(self.images.validate()?);
-        if self.secrets.kind != "local" {
-            return Err(ConfigError::new(
-                "secrets.type",
-                format!(
-                    "only \"local\" (environment and files of this process) is supported, got {:?}",
-                    self.secrets.kind
-                ),
-            ));
-        }
+        ensure!(
+            self.secrets.kind == "local",
+            "secrets.type",
+            "only \"local\" (environment and files of this process) is supported, got {:?}",
+            self.secrets.kind
+        );
         warnings.extend(self.mesh.validate()?);
         self.metrics.validate()?;
         check_label(
@@ -910,27 +915,22 @@ impl WebhookConfig {
         let enabled = w.enabled_secret_managers();
         if enabled.contains(&SecretManagerType::Embedded) {
             let e = &w.embedded_secret_manager_config;
-            if e.kind != EmbeddedType::AWS {
-                return Err(ConfigError::new(
-                    "webhook.embeddedSecretManagerConfig.type",
-                    format!(
-                        "podmutator's Embedded manager fetches from AWS Secrets Manager only; set it to AWS (got {:?}) or remove Embedded from webhook.secretManagerTypes",
-                        e.kind
-                    ),
-                ));
-            }
-            if e.image_pull_secrets.enabled {
-                return Err(ConfigError::new(
-                    "webhook.embeddedSecretManagerConfig.imagePullSecrets.enabled",
-                    "copying image-pull Secrets needs write access to the cluster, which this webhook does not have by design; set it to false",
-                ));
-            }
-            if e.file_mount_init_container.container_name.is_empty() {
-                return Err(ConfigError::new(
-                    "webhook.embeddedSecretManagerConfig.fileMountInitContainer.containerName",
-                    "must not be empty",
-                ));
-            }
+            ensure!(
+                e.kind == EmbeddedType::AWS,
+                "webhook.embeddedSecretManagerConfig.type",
+                "podmutator's Embedded manager fetches from AWS Secrets Manager only; set it to AWS (got {:?}) or remove Embedded from webhook.secretManagerTypes",
+                e.kind
+            );
+            ensure!(
+                !e.image_pull_secrets.enabled,
+                "webhook.embeddedSecretManagerConfig.imagePullSecrets.enabled",
+                "copying image-pull Secrets needs write access to the cluster, which this webhook does not have by design; set it to false"
+            );
+            ensure!(
+                !e.file_mount_init_container.container_name.is_empty(),
+                "webhook.embeddedSecretManagerConfig.fileMountInitContainer.containerName",
+                "must not be empty"
+            );
         }
         bounds::LISTEN_PORT.check(w.listen_port.into(), |b| {
             format!("must be a port number between {} and {}", b.min, b.max)
@@ -986,18 +986,16 @@ impl LimitsConfig {
 
 /// A Kubernetes label key and value, as the API server checks them.
 pub fn check_label(key: &str, label: &str, value: &str) -> Result<(), ConfigError> {
-    if !crate::k8s_names::is_qualified_name(label) {
-        return Err(ConfigError::new(
-            format!("{key}.label"),
-            format!("{label:?} is not a valid Kubernetes label key"),
-        ));
-    }
-    if !crate::k8s_names::is_label_value(value) {
-        return Err(ConfigError::new(
-            format!("{key}.value"),
-            format!("{value:?} is not a valid Kubernetes label value"),
-        ));
-    }
+    ensure!(
+        crate::k8s_names::is_qualified_name(label),
+        format!("{key}.label"),
+        "{label:?} is not a valid Kubernetes label key"
+    );
+    ensure!(
+        crate::k8s_names::is_label_value(value),
+        format!("{key}.value"),
+        "{value:?} is not a valid Kubernetes label value"
+    );
     Ok(())
 }
 
@@ -1044,12 +1042,11 @@ pub fn template_uses(t: &str, name: &str) -> bool {
 /// variables (or is matched by one of their prefixes, like `A` or the empty string) would
 /// serve them to any selected pod.
 pub fn check_global_env_prefix(prefix: &str) -> Result<(), ConfigError> {
-    if prefix.is_empty() {
-        return Err(ConfigError::new(
-            "secrets.env-prefix",
-            "is empty: the Global manager would serve every variable of this process (its AWS credentials included) to pods; use Flyte's default FLYTE_SECRET_",
-        ));
-    }
+    ensure!(
+        !prefix.is_empty(),
+        "secrets.env-prefix",
+        "is empty: the Global manager would serve every variable of this process (its AWS credentials included) to pods; use Flyte's default FLYTE_SECRET_"
+    );
     if let Some(p) = PROTECTED_ENV_PREFIXES
         .iter()
         .find(|p| p.starts_with(prefix) || prefix.starts_with(*p))
