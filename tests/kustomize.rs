@@ -2011,8 +2011,8 @@ async fn turning_the_path_token_on_in_three_applies_never_refuses_a_review() {
 /// copy of the tree, with the stand-in `kubectl` and `kustomize`: an upgrade and a rollback pin
 /// their digest in the base and apply the webhook alone (its Deployment running that digest, no
 /// registration), then wait for the rollout; the incident's undo waits too; the removal deletes
-/// the registration before the rest; a reinstall applies the webhook, waits, and applies the
-/// registration, alone, last.
+/// the registration before the rest (with self-managed-ca, the CronJob too); a reinstall
+/// applies the webhook, waits, and applies the registration, alone, last.
 #[test]
 fn in_cluster_upgrade_rollback_removal_and_reinstall_run_as_written() {
     let (dir, _) = unpinned_copy();
@@ -2082,6 +2082,38 @@ fn in_cluster_upgrade_rollback_removal_and_reinstall_run_as_written() {
         ],
         "the registration goes first"
     );
+
+    // overlays/self-managed-ca's removal: the registration and the CronJob that would set its
+    // caBundle again, then the rest, whose rendering holds that CronJob, the cluster-scoped RBAC
+    // `delete -k` is said to remove and (this overlay holds it) the registration already gone.
+    let calls = docs.run(
+        "the self-managed-ca removal",
+        &block(
+            "kubectl delete mutatingwebhookconfiguration podmutator\nkubectl -n podmutator delete cronjob podmutator-certs",
+        ),
+        &root,
+    );
+    let names: Vec<&str> = calls.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "delete mutatingwebhookconfiguration podmutator",
+            "-n podmutator delete cronjob podmutator-certs --ignore-not-found",
+            "delete -k deploy/kubernetes/overlays/self-managed-ca --ignore-not-found"
+        ],
+        "the registration and the CronJob go first"
+    );
+    let rest = render_dir(
+        "overlays/self-managed-ca",
+        &root.join("deploy/kubernetes/overlays/self-managed-ca"),
+    );
+    assert_eq!(
+        find(&rest, "CronJob", "podmutator-certs")["metadata"]["namespace"],
+        NAMESPACE
+    );
+    for kind in ["ClusterRole", "ClusterRoleBinding"] {
+        find(&rest, kind, "podmutator-certs");
+    }
 
     let calls = docs.run(
         "the reinstall",
