@@ -944,11 +944,15 @@ fn example_install_remove_reinstall(example: &str) {
             std::env::var("PATH").unwrap_or_default()
         ),
     ));
-    let facts = python_json(&["moto_cluster.py", &cluster], &env);
-    std::fs::write(dir.join("facts.json"), facts.to_string()).unwrap();
+    let mut facts = python_json(&["moto_cluster.py", &cluster], &env);
     let zip = dir.join("bootstrap.zip");
     let hash = write_zip(&zip);
     let tf = Terraform::new(env.clone());
+    if example == "alb" {
+        facts["control_plane_security_group_id"] =
+            control_plane_group_as_written(&tf, dir, &cluster, &facts).into();
+    }
+    std::fs::write(dir.join("facts.json"), facts.to_string()).unwrap();
     let ex = dir.join("examples").join(example);
     let name = format!("pm-ex-{}", example.replace("http-api", "api"));
 
@@ -1367,6 +1371,54 @@ fn words(text: &str) -> String {
         .filter(|w| *w != "│")
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// docs/deploy.md's "A security group for the control plane alone", as written, for `cluster`
+/// (`CLUSTER`), through the stand-in `aws` against moto: the group is created in the cluster's
+/// VPC and added to the cluster, which keeps its subnets. Returns the group's ID.
+fn control_plane_group_as_written(
+    tf: &Terraform,
+    dir: &Path,
+    cluster: &str,
+    facts: &serde_json::Value,
+) -> String {
+    let fake = common::fake_bin(&dir.join("security-group"));
+    let script = format!(
+        "PATH='{}':\"$PATH\"\nCLUSTER='{cluster}'\n{}",
+        fake.display(),
+        deploy_doc_block("## A security group for the control plane alone")
+    );
+    let out = tf.shell(dir, &script, &dir.join("security-group.log"));
+    assert!(
+        out.status.success(),
+        "docs/deploy.md's security group commands failed:\n{script}\n{}",
+        combined(&out)
+    );
+    let vpc: serde_json::Value = serde_json::from_str(&boto3(
+        &tf.env,
+        "print(json.dumps(boto3.client('eks').describe_cluster(name=sys.argv[1])['cluster']['resourcesVpcConfig']))",
+        &[cluster],
+    ))
+    .unwrap();
+    let groups = vpc["securityGroupIds"].as_array().unwrap();
+    assert_eq!(groups.len(), 1, "{vpc}");
+    assert_eq!(
+        vpc["subnetIds"], facts["subnet_ids"],
+        "the cluster keeps its subnets: {vpc}"
+    );
+    let group = groups[0].as_str().unwrap().to_owned();
+    let described: serde_json::Value = serde_json::from_str(&boto3(
+        &tf.env,
+        "print(json.dumps(boto3.client('ec2').describe_security_groups(GroupIds=[sys.argv[1]])['SecurityGroups'][0]))",
+        &[&group],
+    ))
+    .unwrap();
+    assert_eq!(
+        described["GroupName"],
+        format!("{cluster}-control-plane-webhooks")
+    );
+    assert_eq!(described["VpcId"], facts["vpc_id"]);
+    group
 }
 
 /// The first shell block of docs/deploy.md after `marker`, as an operator copies it.

@@ -3,7 +3,9 @@ each through boto3 against moto (AWS_ENDPOINT_URL): `aws secretsmanager create-s
 (scripts/path-token.sh); docs/scale.md's `aws lambda get-account-settings` (with `--query` and
 `--output text`) and `aws cloudwatch put-metric-alarm`; docs/troubleshooting.md's `aws lambda get-function-configuration`,
 `aws secretsmanager get-secret-value` (with `--query` as JMESPath and `--output text`, as the CLI
-reads them) and `aws logs tail GROUP --since 15m --format short`; and
+reads them) and `aws logs tail GROUP --since 15m --format short`; docs/deploy.md's control plane
+security group (`eks describe-cluster`, `ec2 create-security-group`, `eks update-cluster-config`,
+`ec2 describe-network-interfaces`); and
 `aws eks update-kubeconfig --name N [--region R] --kubeconfig FILE` (modules/registration,
 scripts/registration-drift.sh). It describes the cluster through boto3 (moto, at AWS_ENDPOINT_URL), so an
 unknown cluster or region fails as with the real CLI, and writes a kubeconfig naming it (JSON,
@@ -100,6 +102,52 @@ if args[:2] == ["logs", "tail"]:
     for e in events:
         at = datetime.datetime.fromtimestamp(e["timestamp"] / 1000, datetime.timezone.utc)
         print(f"{at.strftime('%Y-%m-%dT%H:%M:%S')} {e['message']}")
+    sys.exit(0)
+if args[:2] in (["eks", "describe-cluster"], ["ec2", "create-security-group"],
+                ["eks", "update-cluster-config"], ["ec2", "describe-network-interfaces"]):
+    # docs/deploy.md's "A security group for the control plane alone": `eks describe-cluster
+    # --name N --query Q --output text`, `ec2 create-security-group --vpc-id V --group-name G
+    # --description D --query GroupId --output text`, `eks update-cluster-config --name N
+    # --resources-vpc-config securityGroupIds=SG[,SG...]` (the CLI's shorthand; it prints the
+    # update as JSON) and `ec2 describe-network-interfaces --filters Name=group-id,Values=SG
+    # --query Q` (JSON, the CLI's default output).
+    opts = dict(zip(args[2::2], args[3::2]))
+    allowed = {
+        "describe-cluster": {"--name", "--query", "--output"},
+        "create-security-group": {"--vpc-id", "--group-name", "--description", "--query", "--output"},
+        "update-cluster-config": {"--name", "--resources-vpc-config"},
+        "describe-network-interfaces": {"--filters", "--query"},
+    }[args[1]]
+    if len(args) % 2 or not set(opts) <= allowed:
+        sys.exit(f"fake aws: unexpected arguments {args}")
+    try:
+        if args[1] == "describe-cluster":
+            result = boto3.client("eks").describe_cluster(name=opts["--name"])
+        elif args[1] == "create-security-group":
+            result = boto3.client("ec2").create_security_group(
+                VpcId=opts["--vpc-id"], GroupName=opts["--group-name"], Description=opts["--description"])
+        elif args[1] == "update-cluster-config":
+            key, _, value = opts["--resources-vpc-config"].partition("=")
+            if key != "securityGroupIds" or not value:
+                sys.exit(f"fake aws: unexpected --resources-vpc-config {opts['--resources-vpc-config']}")
+            result = boto3.client("eks").update_cluster_config(
+                name=opts["--name"], resourcesVpcConfig={"securityGroupIds": value.split(",")})
+        else:
+            name, _, values = opts["--filters"].partition(",")
+            if name != "Name=group-id" or not values.startswith("Values="):
+                sys.exit(f"fake aws: unexpected --filters {opts['--filters']}")
+            result = boto3.client("ec2").describe_network_interfaces(
+                Filters=[{"Name": "group-id", "Values": values[len("Values="):].split(",")}])
+    except ClientError as e:
+        fail(e, "".join(w.capitalize() for w in args[1].split("-")))
+    result.pop("ResponseMetadata", None)
+    if "--output" in opts:
+        queried(result, opts)
+    else:
+        import jmespath
+
+        value = jmespath.search(opts["--query"], result) if "--query" in opts else result
+        print(json.dumps(value, indent=4, default=str))
     sys.exit(0)
 if args[:2] == ["secretsmanager", "create-secret"]:
     # scripts/path-token.sh: `create-secret --name N --description D --secret-string file://F

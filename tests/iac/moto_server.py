@@ -20,7 +20,9 @@ references a group loses it, and the provider then plans to set it again on ever
 description of the referenced-group pair is reported.
 And moto's EKS clusters echo resourcesVpcConfig as sent: the service adds the VPC ID and the
 cluster security group it creates, which modules/eks-network reads. The VPC is taken from the
-first subnet and a cluster security group is created in it, as EKS does.
+first subnet and a cluster security group is created in it, as EKS does. And UpdateClusterConfig
+replaces the whole resourcesVpcConfig in moto, where EKS replaces only the fields it names
+(docs/deploy.md adds the control plane's security group with it): merged here.
 And moto's Lambda functions drop LoggingConfig (log format, log group, levels): GetFunction
 returns none, so every plan would show the module's logging_config as a change. It is kept from
 CreateFunction / UpdateFunctionConfiguration and returned.
@@ -150,6 +152,20 @@ def _cluster_with_vpc(self, name, role_arn, resources_vpc_config, account_id, re
 
 
 eks.Cluster.__init__ = _cluster_with_vpc
+
+_update_cluster_config = eks.EKSBackend.update_cluster_config
+
+
+def _update_cluster_config_merged(self, name, resources_vpc_config, *args, **kwargs):
+    # EKS replaces only the fields an UpdateClusterConfig names (docs/deploy.md adds a security
+    # group this way); moto replaces the whole resourcesVpcConfig, losing the subnets and VPC.
+    cluster = self.clusters.get(name)
+    if cluster and resources_vpc_config:
+        resources_vpc_config = {**cluster.resources_vpc_config, **resources_vpc_config}
+    return _update_cluster_config(self, name, resources_vpc_config, *args, **kwargs)
+
+
+eks.EKSBackend.update_cluster_config = _update_cluster_config_merged
 
 from moto.iam import access_control  # noqa: E402
 
