@@ -144,13 +144,6 @@ impl Default for LimitsConfig {
 /// `secrets.env-prefix` that matches any of them would hand them to pods.
 pub const PROTECTED_ENV_PREFIXES: [&str; 4] = ["AWS_", "PODMUTATOR_", "_HANDLER", "LAMBDA_"];
 
-/// Flyte's default domains (`domains` in flyteadmin's configuration).
-pub fn default_domains() -> Vec<String> {
-    ["development", "staging", "production"]
-        .map(String::from)
-        .to_vec()
-}
-
 /// Flyte's label that asks for secret injection (`secretsSelector`'s default).
 pub const DEFAULT_SECRETS_LABEL: &str = "inject-flyte-secrets";
 pub const DEFAULT_SECRETS_LABEL_VALUE: &str = "true";

@@ -33,16 +33,6 @@ pub struct ImageQuery {
     pub arch: Option<String>,
 }
 
-impl ImageQuery {
-    /// The query for a container running `image` in a pod with `spec`.
-    pub fn new(image: &str, spec: &PodSpec) -> Self {
-        Self {
-            image: image.to_owned(),
-            arch: pinned_arch(spec),
-        }
-    }
-}
-
 /// The architecture `spec` pins with `nodeSelector`, or else with a required node affinity
 /// whose every term names the same one value (`kubernetes.io/arch In [x]`).
 pub fn pinned_arch(spec: &PodSpec) -> Option<String> {
@@ -106,14 +96,6 @@ impl Entrypoints {
 
     pub fn get(&self, query: &ImageQuery) -> Option<&Result<ImageCommand, String>> {
         self.found.get(query)
-    }
-
-    pub fn len(&self) -> usize {
-        self.found.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.found.is_empty()
     }
 }
 

@@ -59,13 +59,6 @@ pub static NOTHING_RESOLVED: ResolvedSecrets = ResolvedSecrets {
 };
 
 impl ResolvedSecrets {
-    pub fn new(values: BTreeMap<String, Lookup>) -> Self {
-        Self {
-            values,
-            entrypoints: Entrypoints::new(),
-        }
-    }
-
     /// Adds `more`; where both answer an id, a value read beats a bare existence, and any
     /// answer beats none.
     pub fn merge(&mut self, more: BTreeMap<String, Lookup>) {
@@ -82,14 +75,6 @@ impl ResolvedSecrets {
 
     pub fn get(&self, id: &str) -> Option<&Lookup> {
         self.values.get(id)
-    }
-
-    pub fn len(&self) -> usize {
-        self.values.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
     }
 }
 
