@@ -21,19 +21,12 @@ pub const MESH_LABEL_KEY_PLACEHOLDER: &str = "@MESH_LABEL_KEY@";
 /// Kubernetes caps `timeoutSeconds` at 30.
 pub const MAX_TIMEOUT_SECONDS: u32 = 30;
 
-/// `failurePolicy` of every registered webhook.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailurePolicy {
-    Fail,
-    Ignore,
-}
-
-impl FailurePolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailurePolicy::Fail => "Fail",
-            FailurePolicy::Ignore => "Ignore",
-        }
+podmutator_core::named_enum! {
+    /// `failurePolicy` of every registered webhook.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum FailurePolicy as as_str {
+        Fail = "Fail",
+        Ignore = "Ignore",
     }
 }
 
@@ -429,11 +422,10 @@ fn check_ca_bundle(pem: &[u8]) -> Result<(), InvalidValue> {
 
 /// `--failure-policy`: exactly `Fail` or `Ignore`, as the API server spells them.
 pub fn parse_failure_policy(s: &str) -> Result<FailurePolicy, InvalidValue> {
-    match s {
-        "Fail" => Ok(FailurePolicy::Fail),
-        "Ignore" => Ok(FailurePolicy::Ignore),
-        other => Err(InvalidValue::FailurePolicy(other.to_owned())),
-    }
+    FailurePolicy::ALL
+        .into_iter()
+        .find(|p| p.as_str() == s)
+        .ok_or_else(|| InvalidValue::FailurePolicy(s.to_owned()))
 }
 
 /// `--mesh-label-key`: a Kubernetes qualified name.

@@ -111,16 +111,10 @@ pub enum InjectError {
 }
 
 fn parse_route(s: &str) -> Result<Route, UnknownRoute> {
-    [
-        Route::Secrets,
-        Route::ManagedPod,
-        Route::ManagedNamespace,
-        Route::ImageBuilder,
-        Route::Images,
-    ]
-    .into_iter()
-    .find(|r| r.as_str() == s)
-    .ok_or_else(|| UnknownRoute(s.to_owned()))
+    Route::ALL
+        .into_iter()
+        .find(|r| r.as_str() == s)
+        .ok_or_else(|| UnknownRoute(s.to_owned()))
 }
 
 #[derive(Debug, thiserror::Error)]

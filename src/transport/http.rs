@@ -67,45 +67,25 @@ impl TokenHash {
     }
 }
 
-/// Why a request was answered from its head, before the app saw it: the refusals a token
-/// mismatch after a rotation, a wrong registration or a scanner produce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// No path token, or not one of the accepted ones (404).
-    PathToken,
-    /// The token matched, the path did not (404).
-    NotFound,
-    /// A route asked with the wrong method (405).
-    Method,
-    /// A review that is not `application/json` (400).
-    ContentType,
-    /// A body over `http.maxBodyBytes` (400).
-    BodyTooLarge,
-    /// `serve`: a TLS handshake that failed, most often a client (the API server) that does not
-    /// trust the serving certificate's CA.
-    TlsHandshake,
-}
-
-impl Refusal {
-    const ALL: [Refusal; 6] = [
-        Refusal::PathToken,
-        Refusal::NotFound,
-        Refusal::Method,
-        Refusal::ContentType,
-        Refusal::BodyTooLarge,
-        Refusal::TlsHandshake,
-    ];
-
-    /// The log field's value and the metric's `Refusal` dimension.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Refusal::PathToken => "PathToken",
-            Refusal::NotFound => "NotFound",
-            Refusal::Method => "Method",
-            Refusal::ContentType => "ContentType",
-            Refusal::BodyTooLarge => "BodyTooLarge",
-            Refusal::TlsHandshake => "TlsHandshake",
-        }
+podmutator_core::named_enum! {
+    /// Why a request was answered from its head, before the app saw it: the refusals a token
+    /// mismatch after a rotation, a wrong registration or a scanner produce. Its name is the log
+    /// field's value and the metric's `Refusal` dimension.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Refusal as as_str {
+        /// No path token, or not one of the accepted ones (404).
+        PathToken = "PathToken",
+        /// The token matched, the path did not (404).
+        NotFound = "NotFound",
+        /// A route asked with the wrong method (405).
+        Method = "Method",
+        /// A review that is not `application/json` (400).
+        ContentType = "ContentType",
+        /// A body over `http.maxBodyBytes` (400).
+        BodyTooLarge = "BodyTooLarge",
+        /// `serve`: a TLS handshake that failed, most often a client (the API server) that does
+        /// not trust the serving certificate's CA.
+        TlsHandshake = "TlsHandshake",
     }
 }
 

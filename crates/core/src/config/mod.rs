@@ -4,7 +4,6 @@
 //! type or a contradictory setting stops the process with a message naming the key.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -165,46 +164,19 @@ impl Default for SecretsSelector {
     }
 }
 
-/// Flyte's `secretManagerTypes` values. JSON accepts the names in any case (as Flyte v2's enumer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub enum SecretManagerType {
-    Global,
-    K8s,
-    AWS,
-    GCP,
-    Vault,
-    Embedded,
-    Azure,
-}
-
-impl SecretManagerType {
-    pub const ALL: [SecretManagerType; 7] = [
-        Self::Global,
-        Self::K8s,
-        Self::AWS,
-        Self::GCP,
-        Self::Vault,
-        Self::Embedded,
-        Self::Azure,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Global => "Global",
-            Self::K8s => "K8s",
-            Self::AWS => "AWS",
-            Self::GCP => "GCP",
-            Self::Vault => "Vault",
-            Self::Embedded => "Embedded",
-            Self::Azure => "Azure",
-        }
-    }
-}
-
-impl fmt::Display for SecretManagerType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+crate::named_enum! {
+    /// Flyte's `secretManagerTypes` values, in Flyte's order (a number is a position). JSON
+    /// accepts the names in any case (as Flyte v2's enumer).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+    #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+    pub enum SecretManagerType as as_str {
+        Global = "Global",
+        K8s = "K8s",
+        AWS = "AWS",
+        GCP = "GCP",
+        Vault = "Vault",
+        Embedded = "Embedded",
+        Azure = "Azure",
     }
 }
 
@@ -623,44 +595,20 @@ impl Default for GlobalSecretsConfig {
     }
 }
 
-/// A mutator's id: the key of its `mutators.<id>` settings, declared in chain order. An unknown
-/// id is refused at load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "kebab-case")]
-pub enum MutatorId {
-    NamespaceInjection,
-    Secrets,
-    Dns,
-    InitGate,
-    SocketCheck,
-    ImageBuilder,
-    ImageRules,
-}
-
-impl MutatorId {
-    /// Every id, in chain order.
-    pub const ALL: [Self; 7] = [
-        Self::NamespaceInjection,
-        Self::Secrets,
-        Self::Dns,
-        Self::InitGate,
-        Self::SocketCheck,
-        Self::ImageBuilder,
-        Self::ImageRules,
-    ];
-
-    /// The id as configuration keys, metrics and logs write it.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::NamespaceInjection => "namespace-injection",
-            Self::Secrets => "secrets",
-            Self::Dns => "dns",
-            Self::InitGate => "init-gate",
-            Self::SocketCheck => "socket-check",
-            Self::ImageBuilder => "image-builder",
-            Self::ImageRules => "image-rules",
-        }
+crate::named_enum! {
+    /// A mutator's id: the key of its `mutators.<id>` settings (its name as configuration keys,
+    /// metrics and logs write it), declared in chain order. An unknown id is refused at load.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+    #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+    #[serde(rename_all = "kebab-case")]
+    pub enum MutatorId as as_str {
+        NamespaceInjection = "namespace-injection",
+        Secrets = "secrets",
+        Dns = "dns",
+        InitGate = "init-gate",
+        SocketCheck = "socket-check",
+        ImageBuilder = "image-builder",
+        ImageRules = "image-rules",
     }
 }
 

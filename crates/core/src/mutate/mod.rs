@@ -20,32 +20,22 @@ pub const MUTATOR_IDS: [&str; 7] = {
     ids
 };
 
-/// Which webhook entry (URL path) the review arrived by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    /// `/mutate--v1-pod`: Flyte's secrets entry (`objectSelector inject-flyte-secrets=true`).
-    Secrets,
-    /// `/mutate/managed-pod`: the mesh entry matching managed pods by label.
-    ManagedPod,
-    /// `/mutate/managed-namespace`: the mesh entry matching pods in managed namespaces.
-    ManagedNamespace,
-    /// `/mutate--v1-pod/image-builder`: the Union fork's image-builder entry (its own
-    /// `labelSelector`).
-    ImageBuilder,
-    /// `/mutate/images`: the registry rewrite rules' entry (`images.podSelector`,
-    /// `images.namespaceSelector`).
-    Images,
-}
-
-impl Route {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Route::Secrets => "secrets",
-            Route::ManagedPod => "managed-pod",
-            Route::ManagedNamespace => "managed-namespace",
-            Route::ImageBuilder => "image-builder",
-            Route::Images => "images",
-        }
+crate::named_enum! {
+    /// Which webhook entry (URL path) the review arrived by.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Route as as_str {
+        /// `/mutate--v1-pod`: Flyte's secrets entry (`objectSelector inject-flyte-secrets=true`).
+        Secrets = "secrets",
+        /// `/mutate/managed-pod`: the mesh entry matching managed pods by label.
+        ManagedPod = "managed-pod",
+        /// `/mutate/managed-namespace`: the mesh entry matching pods in managed namespaces.
+        ManagedNamespace = "managed-namespace",
+        /// `/mutate--v1-pod/image-builder`: the Union fork's image-builder entry (its own
+        /// `labelSelector`).
+        ImageBuilder = "image-builder",
+        /// `/mutate/images`: the registry rewrite rules' entry (`images.podSelector`,
+        /// `images.namespaceSelector`).
+        Images = "images",
     }
 }
 
@@ -101,52 +91,24 @@ impl From<Denial> for Denied {
     }
 }
 
-/// What the image mutators count. The first seven are the Union fork's image-builder metrics
-/// (`attempts`, `failures`, `replacements{version,type}`, `v1_container_validation_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ImageCount {
-    Attempts,
-    Failures,
-    ReplacedPublicUnversioned,
-    ReplacedPublicV1,
-    ReplacedOrgUnversioned,
-    ReplacedOrgV1,
-    ValidationAttempts,
-    ValidationFailures,
-    /// Images rewritten by `images.rules`.
-    RuleRewrites,
-    /// Images `images.rules` left alone because they do not parse.
-    Unparsed,
-}
-
-impl ImageCount {
-    pub const ALL: [ImageCount; 10] = [
-        ImageCount::Attempts,
-        ImageCount::Failures,
-        ImageCount::ReplacedPublicUnversioned,
-        ImageCount::ReplacedPublicV1,
-        ImageCount::ReplacedOrgUnversioned,
-        ImageCount::ReplacedOrgV1,
-        ImageCount::ValidationAttempts,
-        ImageCount::ValidationFailures,
-        ImageCount::RuleRewrites,
-        ImageCount::Unparsed,
-    ];
-
-    /// The EMF metric name.
-    pub fn metric(self) -> &'static str {
-        match self {
-            ImageCount::Attempts => "ImageBuilderAttempts",
-            ImageCount::Failures => "ImageBuilderFailures",
-            ImageCount::ReplacedPublicUnversioned => "ImageBuilderReplacements_public_none",
-            ImageCount::ReplacedPublicV1 => "ImageBuilderReplacements_public_v1",
-            ImageCount::ReplacedOrgUnversioned => "ImageBuilderReplacements_org_none",
-            ImageCount::ReplacedOrgV1 => "ImageBuilderReplacements_org_v1",
-            ImageCount::ValidationAttempts => "ImageBuilderV1ContainerValidationAttempts",
-            ImageCount::ValidationFailures => "ImageBuilderV1ContainerValidationFailures",
-            ImageCount::RuleRewrites => "ImageRuleRewrites",
-            ImageCount::Unparsed => "ImageRuleUnparsed",
-        }
+crate::named_enum! {
+    /// What the image mutators count, by EMF metric name. The first eight are the Union fork's
+    /// image-builder metrics (`attempts`, `failures`, `replacements{version,type}`,
+    /// `v1_container_validation_*`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum ImageCount as metric {
+        Attempts = "ImageBuilderAttempts",
+        Failures = "ImageBuilderFailures",
+        ReplacedPublicUnversioned = "ImageBuilderReplacements_public_none",
+        ReplacedPublicV1 = "ImageBuilderReplacements_public_v1",
+        ReplacedOrgUnversioned = "ImageBuilderReplacements_org_none",
+        ReplacedOrgV1 = "ImageBuilderReplacements_org_v1",
+        ValidationAttempts = "ImageBuilderV1ContainerValidationAttempts",
+        ValidationFailures = "ImageBuilderV1ContainerValidationFailures",
+        /// Images rewritten by `images.rules`.
+        RuleRewrites = "ImageRuleRewrites",
+        /// Images `images.rules` left alone because they do not parse.
+        Unparsed = "ImageRuleUnparsed",
     }
 }
 
