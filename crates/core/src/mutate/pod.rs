@@ -3,7 +3,9 @@
 
 use std::collections::HashSet;
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, EnvVar, PodSpec, Volume, VolumeMount,
+};
 
 /// Every container and init container (never ephemeral ones), except init containers named in
 /// `skip` (those other mutators own, such as the mesh gate). An app container is never skipped,
@@ -73,6 +75,35 @@ pub fn add_volume(volumes: &mut Option<Vec<Volume>>, v: Volume) {
     let list = volumes.get_or_insert_with(Vec::new);
     if !list.iter().any(|x| x.name == v.name) {
         list.push(v);
+    }
+}
+
+/// An in-memory `emptyDir` volume named `name`.
+pub fn memory_volume(name: impl Into<String>) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A mount of the volume `name` at `path`.
+pub fn mount(name: impl Into<String>, path: impl Into<String>) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        ..Default::default()
+    }
+}
+
+/// A read-only mount of the volume `name` at `path`.
+pub fn ro_mount(name: impl Into<String>, path: impl Into<String>) -> VolumeMount {
+    VolumeMount {
+        read_only: Some(true),
+        ..mount(name, path)
     }
 }
 

@@ -27,10 +27,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, Pod, PodSpec, ResourceRequirements, SecurityContext, Volume,
-    VolumeMount,
-};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements, SecurityContext};
 
 use super::exec::{EXEC_ENV_ENV, ExecPlan};
 use super::plan::{FETCH_PLAN_ENV, FetchItem, FetchPlan};
@@ -40,13 +37,13 @@ use crate::config::{
 use crate::error::Denial;
 use crate::image_ref::ImageRef;
 use crate::mutate::PodCtx;
-use crate::mutate::pod::{add_volume, env_value};
+use crate::mutate::pod::{add_mounts, add_volume, env_value, memory_volume, mount, ro_mount};
 use crate::registry::{ImageQuery, pinned_arch};
 use crate::secrets::codec::{MountRequirement, Secret};
 use crate::secrets::embedded::{EmbeddedInjector, cascade, is_safe_file_key, scope};
 use crate::secrets::{
-    Accept, ENV_DEFAULT_DIR, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Edits, Refusal, SECRETS_DIR,
-    SecretInjector, SecretRequest, check_env_name,
+    Accept, ENV_ENV_PREFIX, Edits, Refusal, SECRETS_DIR, SecretInjector, SecretRequest,
+    check_env_name,
 };
 
 /// The fetcher's init container.
@@ -325,25 +322,16 @@ impl ReferenceInjector {
             }
             None => plan.secrets.push(item),
         }
-        let mut mounts = vec![(FILES_VOLUME, INIT_FILES)];
+        let mut mounts = vec![mount(FILES_VOLUME, INIT_FILES)];
         if exec {
             plan.copy_executable_to = Some(PathBuf::from(format!("{INIT_RUN}/bin/podmutator")));
-            mounts.push((RUN_VOLUME, INIT_RUN));
+            mounts.push(mount(RUN_VOLUME, INIT_RUN));
         }
         let json = plan
             .to_json()
             .map_err(|e| Refusal::Conflict(e.to_string()))?;
         set_env(&mut container, FETCH_PLAN_ENV, json);
-        for (name, path) in mounts {
-            let list = container.volume_mounts.get_or_insert_with(Vec::new);
-            if !list.iter().any(|m| m.name == name) {
-                list.push(VolumeMount {
-                    name: name.into(),
-                    mount_path: path.into(),
-                    ..Default::default()
-                });
-            }
-        }
+        add_mounts(&mut container.volume_mounts, &mounts);
         Ok(container)
     }
 
@@ -392,17 +380,6 @@ impl ReferenceInjector {
             .rposition(|c| self.skip.contains(&c.name))
             .map_or(0, |i| i + 1);
         inits.insert(at, fetcher);
-    }
-}
-
-fn memory_volume(name: &str) -> Volume {
-    Volume {
-        name: name.into(),
-        empty_dir: Some(EmptyDirVolumeSource {
-            medium: Some("Memory".into()),
-            ..Default::default()
-        }),
-        ..Default::default()
     }
 }
 
@@ -517,22 +494,12 @@ impl SecretInjector for ReferenceInjector {
                 let spec = pod.spec.get_or_insert_with(Default::default);
                 self.put_fetcher(spec, fetcher, edits);
                 add_volume(&mut spec.volumes, memory_volume(FILES_VOLUME));
-                edits.mount(VolumeMount {
-                    name: FILES_VOLUME.into(),
-                    read_only: Some(true),
-                    mount_path: SECRETS_DIR.into(),
-                    ..Default::default()
-                });
-                if req.secret.mount_requirement == MountRequirement::File
-                    && !req.secret.env_var.is_empty()
-                {
-                    edits.env(env_value(
-                        &req.secret.env_var,
-                        &format!("{SECRETS_DIR}/{rel}"),
-                    ));
-                }
-                edits.env(env_value(ENV_FILE_PREFIX, ""));
-                edits.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
+                edits.mount(ro_mount(FILES_VOLUME, SECRETS_DIR));
+                let env_var = match req.secret.mount_requirement {
+                    MountRequirement::File => req.secret.env_var.as_str(),
+                    _ => "",
+                };
+                edits.file_secret(env_var, &format!("{SECRETS_DIR}/{rel}"));
             }
             Route::Exec(var) => {
                 let item = FetchItem {
@@ -568,15 +535,7 @@ impl SecretInjector for ReferenceInjector {
                         }
                     }
                     set_env(c, EXEC_ENV_ENV, json);
-                    let mounts = c.volume_mounts.get_or_insert_with(Vec::new);
-                    if !mounts.iter().any(|m| m.name == RUN_VOLUME) {
-                        mounts.push(VolumeMount {
-                            name: RUN_VOLUME.into(),
-                            read_only: Some(true),
-                            mount_path: RUN_DIR.into(),
-                            ..Default::default()
-                        });
-                    }
+                    add_mounts(&mut c.volume_mounts, &[ro_mount(RUN_VOLUME, RUN_DIR)]);
                 }
                 self.put_fetcher(spec, fetcher, edits);
                 add_volume(&mut spec.volumes, memory_volume(RUN_VOLUME));

@@ -6,8 +6,8 @@ use std::collections::{BTreeSet, HashMap};
 use k8s_openapi::api::core::v1::{EnvVar, Pod, VolumeMount};
 
 use super::k8s::SecretVolumes;
-use super::{NOTHING_RESOLVED, ResolvedSecrets};
-use crate::mutate::pod::{add_mounts, containers_mut, names_of, put_env_first_named};
+use super::{ENV_DEFAULT_DIR, ENV_FILE_PREFIX, NOTHING_RESOLVED, ResolvedSecrets, SECRETS_DIR};
+use crate::mutate::pod::{add_mounts, containers_mut, env_value, names_of, put_env_first_named};
 
 /// Environment variables and mounts that every (init) container receives, in request order,
 /// and the secret values fetched for this admission (what a fetching manager injects from).
@@ -97,6 +97,16 @@ impl<'a> Edits<'a> {
     /// Adds `m` unless a mount of that volume is already planned. Two different volumes at one
     /// path (say an AWS fetcher's and an Embedded file volume, both at `/etc/flyte/secrets`) would
     /// make the API server reject the pod: that is a conflict, reported after all requests ran.
+    /// The ending every file secret shares: `env_var`, if set, pointing at `path`; then Flyte's
+    /// two variables that say where secret files are (no prefix, in [`SECRETS_DIR`]).
+    pub fn file_secret(&mut self, env_var: &str, path: &str) {
+        if !env_var.is_empty() {
+            self.env(env_value(env_var, path));
+        }
+        self.env(env_value(ENV_FILE_PREFIX, ""));
+        self.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
+    }
+
     pub fn mount(&mut self, m: VolumeMount) {
         if self.mount_names.contains_key(&m.name) {
             return;

@@ -2,22 +2,17 @@
 //! before the chain ran, see [`super::source`]) and writes it into the pod.
 
 use base64::Engine;
-use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, Pod, Volume, VolumeMount,
-};
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 
 use super::ResolvedSecrets;
 use super::codec::MountRequirement;
 use super::refusal::Refusal;
 use super::source::Lookup;
-use super::{
-    Accept, ENV_DEFAULT_DIR, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Edits, SECRETS_DIR, SecretInjector,
-    SecretRequest,
-};
+use super::{Accept, ENV_ENV_PREFIX, Edits, SECRETS_DIR, SecretInjector, SecretRequest};
 use crate::config::{EmbeddedConfig, FileMountInitContainer, SecretManagerType};
 use crate::error::Denial;
 use crate::mutate::PodCtx;
-use crate::mutate::pod::{add_volume, env_value};
+use crate::mutate::pod::{add_volume, env_value, memory_volume, mount, ro_mount};
 
 pub const LABEL_ORGANIZATION: &str = "organization";
 pub const LABEL_PROJECT: &str = "project";
@@ -384,11 +379,7 @@ impl EmbeddedInjector {
                     image: Some(self.file_init.image.clone()),
                     command: Some(vec!["sh".into(), "-c".into(), FILE_SCRIPT.into()]),
                     resources: Some(self.file_init.resources.clone()),
-                    volume_mounts: Some(vec![VolumeMount {
-                        name: VOLUME.into(),
-                        mount_path: SECRETS_DIR.into(),
-                        ..Default::default()
-                    }]),
+                    volume_mounts: Some(vec![mount(VOLUME, SECRETS_DIR)]),
                     ..Default::default()
                 });
                 inits.len() - 1
@@ -415,17 +406,7 @@ impl EmbeddedInjector {
             .collect();
         lines.push(&line);
         *text = lines.concat();
-        add_volume(
-            &mut spec.volumes,
-            Volume {
-                name: VOLUME.into(),
-                empty_dir: Some(EmptyDirVolumeSource {
-                    medium: Some("Memory".into()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-        );
+        add_volume(&mut spec.volumes, memory_volume(VOLUME));
     }
 }
 
@@ -501,22 +482,10 @@ impl SecretInjector for EmbeddedInjector {
             }
             MountRequirement::File => {
                 self.add_file(pod, key, bytes);
-                edits.mount(VolumeMount {
-                    name: VOLUME.into(),
-                    read_only: Some(true),
-                    mount_path: SECRETS_DIR.into(),
-                    ..Default::default()
-                });
-                if !req.secret.env_var.is_empty() {
-                    // The file keeps the key's case (Flyte pointed the variable at a lower-cased
-                    // path that does not exist for mixed-case keys).
-                    edits.env(env_value(
-                        &req.secret.env_var,
-                        &format!("{SECRETS_DIR}/{key}"),
-                    ));
-                }
-                edits.env(env_value(ENV_FILE_PREFIX, ""));
-                edits.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
+                edits.mount(ro_mount(VOLUME, SECRETS_DIR));
+                // The file keeps the key's case (Flyte pointed the variable at a lower-cased path
+                // that does not exist for mixed-case keys).
+                edits.file_secret(&req.secret.env_var, &format!("{SECRETS_DIR}/{key}"));
             }
             MountRequirement::Unknown(n) => {
                 return Err(Refusal::UnknownMount(n));

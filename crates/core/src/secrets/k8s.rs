@@ -4,20 +4,16 @@ use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::{
     EnvVar, EnvVarSource, KeyToPath, Pod, SecretKeySelector, SecretVolumeSource, Volume,
-    VolumeMount,
 };
 use md5::{Digest, Md5};
 use sha2::Sha256;
 
 use super::codec::{MountRequirement, encode_base32};
 use super::refusal::Refusal;
-use super::{
-    Accept, ENV_DEFAULT_DIR, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Edits, SECRETS_DIR, SecretInjector,
-    SecretRequest,
-};
+use super::{Accept, ENV_ENV_PREFIX, Edits, SECRETS_DIR, SecretInjector, SecretRequest};
 use crate::config::SecretManagerType;
 use crate::mutate::PodCtx;
-use crate::mutate::pod::env_value;
+use crate::mutate::pod::{env_value, ro_mount};
 
 /// Injects a Kubernetes Secret (name = group, or md5(key) when the group is empty, as Flyte v2's
 /// secret service names them):
@@ -106,17 +102,8 @@ impl SecretInjector for K8sInjector {
                     &s.key,
                     &file,
                 )?;
-                edits.mount(VolumeMount {
-                    name: volume,
-                    read_only: Some(true),
-                    mount_path: dir.clone(),
-                    ..Default::default()
-                });
-                if !s.env_var.is_empty() {
-                    edits.env(env_value(&s.env_var, &format!("{dir}/{file}")));
-                }
-                edits.env(env_value(ENV_FILE_PREFIX, ""));
-                edits.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
+                edits.mount(ro_mount(volume, dir.clone()));
+                edits.file_secret(&s.env_var, &format!("{dir}/{file}"));
             }
             MountRequirement::Unknown(n) => {
                 return Err(Refusal::UnknownMount(n));

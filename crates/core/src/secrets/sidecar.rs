@@ -2,20 +2,18 @@
 //! from the cloud provider into a shared in-memory volume, before the pod's containers start.
 
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, Pod, ResourceRequirements, Volume, VolumeMount,
+    Container, EnvVar, Pod, ResourceRequirements, Volume, VolumeMount,
 };
 
 use super::codec::{MountRequirement, Secret};
 use super::refusal::Refusal;
 use super::vault::identity_digest;
-use super::{
-    Accept, ENV_DEFAULT_DIR, ENV_FILE_PREFIX, Edits, SECRETS_DIR, SecretInjector, SecretRequest,
-};
+use super::{Accept, Edits, SECRETS_DIR, SecretInjector, SecretRequest};
 use crate::config::{
     AWS_SIDECAR_IMAGE, AZURE_SIDECAR_IMAGE, GCP_SIDECAR_IMAGE, SecretManagerType, SidecarConfig,
 };
 use crate::mutate::PodCtx;
-use crate::mutate::pod::{add_volume, env_value};
+use crate::mutate::pod::{add_volume, env_value, memory_volume, mount, ro_mount};
 
 /// AWS's fetcher image reads `SECRET_ARN` and writes under `/tmp` + `SECRET_FILENAME`.
 pub const ENV_SECRET_ARN: &str = "SECRET_ARN";
@@ -327,28 +325,15 @@ impl SidecarInjector {
         let shared = Shared {
             fetcher: Container {
                 image: Some(image.clone()),
-                volume_mounts: Some(vec![VolumeMount {
-                    name: provider.volume_name(),
-                    mount_path: provider.fetcher_mount_path().into(),
-                    ..Default::default()
-                }]),
+                volume_mounts: Some(vec![mount(
+                    provider.volume_name(),
+                    provider.fetcher_mount_path(),
+                )]),
                 resources: Some(resources.clone()),
                 ..Default::default()
             },
-            volume: Volume {
-                name: provider.volume_name(),
-                empty_dir: Some(EmptyDirVolumeSource {
-                    medium: Some("Memory".into()),
-                    size_limit: None,
-                }),
-                ..Default::default()
-            },
-            mount: VolumeMount {
-                name: provider.volume_name(),
-                read_only: Some(true),
-                mount_path: SECRETS_DIR.into(),
-                ..Default::default()
-            },
+            volume: memory_volume(provider.volume_name()),
+            mount: ro_mount(provider.volume_name(), SECRETS_DIR),
         };
         Self {
             provider,
@@ -438,11 +423,7 @@ impl SecretInjector for SidecarInjector {
             add_volume(&mut spec.volumes, self.shared.volume.clone());
         }
         edits.mount(self.shared.mount.clone());
-        if !s.env_var.is_empty() {
-            edits.env(env_value(&s.env_var, &fetch.file));
-        }
-        edits.env(env_value(ENV_FILE_PREFIX, ""));
-        edits.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
+        edits.file_secret(&s.env_var, &fetch.file);
         Ok(())
     }
 }
@@ -485,7 +466,7 @@ mod tests {
     use super::*;
     use crate::config::equal_resources;
     use crate::mutate::Route;
-    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodSpec};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use proptest::prelude::*;
     use rstest::rstest;

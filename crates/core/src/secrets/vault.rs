@@ -8,12 +8,9 @@ use sha2::{Digest, Sha256};
 
 use super::codec::{MountRequirement, Secret};
 use super::refusal::Refusal;
-use super::{
-    Accept, ENV_DEFAULT_DIR, ENV_FILE_PREFIX, Edits, SECRETS_DIR, SecretInjector, SecretRequest,
-};
+use super::{Accept, Edits, SECRETS_DIR, SecretInjector, SecretRequest};
 use crate::config::{KvVersion, SecretManagerType, VaultConfig};
 use crate::mutate::PodCtx;
-use crate::mutate::pod::env_value;
 
 /// Prefix of every annotation the Vault Agent Injector reads.
 pub const VAULT_ANNOTATION_PREFIX: &str = "vault.hashicorp.com/";
@@ -161,8 +158,7 @@ impl SecretInjector for VaultInjector {
             annotations.entry(k).or_insert(v);
         }
 
-        edits.env(env_value(ENV_FILE_PREFIX, ""));
-        edits.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
+        edits.file_secret("", "");
         Ok(())
     }
 }
@@ -253,6 +249,7 @@ pub(crate) fn identity_digest(domain: &str, fields: &[&str]) -> [u8; 32] {
 mod tests {
     use super::*;
     use crate::mutate::Route;
+    use crate::mutate::pod::env_value;
     use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use proptest::prelude::*;
