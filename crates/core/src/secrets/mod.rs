@@ -28,7 +28,7 @@ use crate::config::SecretManagerType;
 use crate::error::Denial;
 use crate::mutate::PodCtx;
 use crate::registry::{Entrypoints, ImageQuery};
-use codec::{MountRequirement, Secret};
+use codec::MountRequirement;
 pub use edits::Edits;
 pub use plan::Plan;
 pub use refusal::Refusal;
@@ -102,12 +102,7 @@ pub fn check_env_name(name: &str) -> Result<(), Refusal> {
 }
 
 /// One decoded `flyte.secrets/s<N>` annotation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SecretRequest {
-    pub index: u32,
-    pub annotation: String,
-    pub secret: Secret,
-}
+pub use codec::SecretAnnotation as SecretRequest;
 
 impl SecretRequest {
     /// Names the request without any value: annotation, group, key and mount requirement.
@@ -240,14 +235,7 @@ impl SecretsMutator {
                 ),
             )
         })?;
-        Ok(decoded
-            .into_iter()
-            .map(|d| SecretRequest {
-                index: d.index,
-                annotation: d.annotation,
-                secret: d.secret,
-            })
-            .collect())
+        Ok(decoded)
     }
 }
 
@@ -269,6 +257,7 @@ impl SecretsMutator {
 pub(crate) mod testing {
     use super::*;
     use crate::mutate::Route;
+    use codec::Secret;
     use k8s_openapi::api::core::v1::Container;
 
     /// A pod with one container `container1`, like Flyte's injector tests.
@@ -358,6 +347,7 @@ mod tests {
     use super::testing::*;
     use super::*;
     use crate::config::SidecarConfig;
+    use codec::Secret;
     use crate::secrets::sidecar::{Provider, SidecarInjector};
 
     fn run(injectors: Vec<Box<dyn SecretInjector>>, secrets: &[Secret]) -> Result<Pod, Denial> {

@@ -70,8 +70,14 @@ pub fn is_aws_name(s: &str) -> bool {
     }) && s.split('/').all(|p| !matches!(p, "." | ".."))
 }
 
-fn check(field: &'static str, value: &str, ok: bool, rule: &'static str) -> Result<(), Refusal> {
-    if ok {
+/// `value` of `field` if `valid` accepts it, else the refusal naming `rule`.
+fn check(
+    field: &'static str,
+    value: &str,
+    valid: fn(&str) -> bool,
+    rule: &'static str,
+) -> Result<(), Refusal> {
+    if valid(value) {
         return Ok(());
     }
     Err(Refusal::BadSecretName {
@@ -85,8 +91,8 @@ fn check(field: &'static str, value: &str, ok: bool, rule: &'static str) -> Resu
 /// template and into `agent-inject-file` (`<group>/<key>` below `/etc/flyte/secrets`). The
 /// group_version only selects the engine and is written nowhere.
 pub fn vault(s: &Secret) -> Result<(), Refusal> {
-    check("group", &s.group, is_flyte_path(&s.group), FLYTE_PATH_RULE)?;
-    check("key", &s.key, is_flyte_path(&s.key), FLYTE_PATH_RULE)
+    check("group", &s.group, is_flyte_path, FLYTE_PATH_RULE)?;
+    check("key", &s.key, is_flyte_path, FLYTE_PATH_RULE)
 }
 
 /// K8s: a non-empty group is the Secret's name (and, lower-cased, the mount path's last part);
@@ -94,14 +100,9 @@ pub fn vault(s: &Secret) -> Result<(), Refusal> {
 /// Secret `md5hex(key)`. The group_version only goes into the volume name's base32.
 pub fn k8s(s: &Secret) -> Result<(), Refusal> {
     if !s.group.is_empty() {
-        check(
-            "group",
-            &s.group,
-            is_dns_subdomain(&s.group),
-            K8S_SECRET_NAME_RULE,
-        )?;
+        check("group", &s.group, is_dns_subdomain, K8S_SECRET_NAME_RULE)?;
     }
-    check("key", &s.key, is_config_map_key(&s.key), K8S_KEY_RULE)
+    check("key", &s.key, is_config_map_key, K8S_KEY_RULE)
 }
 
 /// The rule of a K8s group.
@@ -113,11 +114,11 @@ pub const K8S_SECRET_NAME_RULE: &str = concat!(
 /// GCP: group and group_version are words of the fetcher's script and parts of the file path;
 /// the key is not used.
 pub fn gcp(s: &Secret) -> Result<(), Refusal> {
-    check("group", &s.group, is_shell_path(&s.group), SHELL_PATH_RULE)?;
+    check("group", &s.group, is_shell_path, SHELL_PATH_RULE)?;
     check(
         "group_version",
         &s.group_version,
-        is_shell_word(&s.group_version),
+        is_shell_word,
         SHELL_WORD_RULE,
     )
 }
@@ -125,14 +126,14 @@ pub fn gcp(s: &Secret) -> Result<(), Refusal> {
 /// Azure: the group is the secret URI (its last part the file's name), the optional
 /// group_version the version; both are in the fetcher's script. The key is not used.
 pub fn azure(s: &Secret) -> Result<(), Refusal> {
-    check("group", &s.group, is_azure_uri(&s.group), AZURE_URI_RULE)?;
+    check("group", &s.group, is_azure_uri, AZURE_URI_RULE)?;
     if s.group_version.is_empty() {
         return Ok(());
     }
     check(
         "group_version",
         &s.group_version,
-        is_shell_word(&s.group_version),
+        is_shell_word,
         SHELL_WORD_RULE,
     )
 }
@@ -140,8 +141,8 @@ pub fn azure(s: &Secret) -> Result<(), Refusal> {
 /// AWS: group (the ARN) and key (the secret's name) reach the fetcher as env vars, and make
 /// its file name.
 pub fn aws(s: &Secret) -> Result<(), Refusal> {
-    check("group", &s.group, is_aws_name(&s.group), AWS_NAME_RULE)?;
-    check("key", &s.key, is_aws_name(&s.key), AWS_NAME_RULE)
+    check("group", &s.group, is_aws_name, AWS_NAME_RULE)?;
+    check("key", &s.key, is_aws_name, AWS_NAME_RULE)
 }
 
 #[cfg(test)]
