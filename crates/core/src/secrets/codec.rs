@@ -253,36 +253,21 @@ pub fn decode_base32(s: &str) -> Result<Vec<u8>, CodecError> {
     Ok(out)
 }
 
-/// The five fields of `flyteidl.core.Secret`, in field-number order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Field {
-    Group,
-    GroupVersion,
-    Key,
-    MountRequirement,
-    EnvVar,
+crate::named_enum! {
+    /// The five fields of `flyteidl.core.Secret`, in field-number order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Field as name {
+        Group = "group",
+        GroupVersion = "group_version",
+        Key = "key",
+        MountRequirement = "mount_requirement",
+        EnvVar = "env_var",
+    }
 }
 
 impl Field {
-    const fn name(self) -> &'static str {
-        match self {
-            Field::Group => "group",
-            Field::GroupVersion => "group_version",
-            Field::Key => "key",
-            Field::MountRequirement => "mount_requirement",
-            Field::EnvVar => "env_var",
-        }
-    }
-
     fn from_name(name: &[u8]) -> Option<Self> {
-        match name {
-            b"group" => Some(Field::Group),
-            b"group_version" => Some(Field::GroupVersion),
-            b"key" => Some(Field::Key),
-            b"mount_requirement" => Some(Field::MountRequirement),
-            b"env_var" => Some(Field::EnvVar),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|f| f.name().as_bytes() == name)
     }
 }
 

@@ -347,8 +347,8 @@ mod tests {
     use super::testing::*;
     use super::*;
     use crate::config::SidecarConfig;
-    use codec::Secret;
     use crate::secrets::sidecar::{Provider, SidecarInjector};
+    use codec::Secret;
 
     fn run(injectors: Vec<Box<dyn SecretInjector>>, secrets: &[Secret]) -> Result<Pod, Denial> {
         admit(injectors, secrets, mk_pod())
