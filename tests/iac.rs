@@ -1200,6 +1200,103 @@ fn every_sam_command_in_deploy_md_parses_with_sam_cli_and_deploys_what_it_says()
         &json!([new, installed]),
         "step 1 keeps the installed hash beside the new one"
     );
+
+    let alb = first
+        .iter()
+        .find(|s| s["parameters"]["EndpointType"] == "alb")
+        .unwrap();
+    sam_registration_runs_as_written(alb);
+}
+
+/// docs/deploy.md's Path B step 4, the registration, as written, on the outputs of `step` (a
+/// first deploy): the stack in moto with those outputs, its PathTokenSecretArn naming the token's
+/// secret there; the stand-in `aws` and `kubectl` (tests/iac/fake_aws.py, fake_kubectl.py) and
+/// this build as `podmutator` on PATH. The registration applied points every webhook at the
+/// stack's domain through the token; the token is in none of the output and its file is gone.
+fn sam_registration_runs_as_written(step: &Value) {
+    let moto = common::aws::Moto::start();
+    let scratch = Scratch::new("sam-register");
+    let dir = scratch.path();
+    let token = "SamRegister0Token1Never2Printed3abcdefghijk";
+    let env = [
+        ("AWS_ENDPOINT_URL", moto.url()),
+        ("AWS_ACCESS_KEY_ID", "testing".into()),
+        ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+        ("AWS_REGION", "eu-west-1".into()),
+        ("AWS_DEFAULT_REGION", "eu-west-1".into()),
+        ("AWS_CONFIG_FILE", "/dev/null".into()),
+        ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null".into()),
+    ];
+    // The token's secret, as scripts/path-token.sh makes it, and the stack naming it.
+    let mut outputs = step["outputs"].clone();
+    let domain = step["parameters"]["DomainName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let stack = r#"
+import boto3, json, sys
+outputs = json.loads(sys.argv[2])
+outputs["PathTokenSecretArn"] = boto3.client("secretsmanager").create_secret(
+    Name="podmutator-path-token", SecretString=sys.argv[1])["ARN"]
+template = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+            "Outputs": {k: {"Value": v} for k, v in outputs.items() if isinstance(v, str)}}
+boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody=json.dumps(template))
+"#;
+    outputs["PathTokenSecretArn"] = json!("");
+    run_ok(
+        "the SAM stack in moto",
+        Command::new(tool("python"))
+            .args(["-c", stack, token, &outputs.to_string()])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
+    );
+    let bin = common::fake_bin(dir);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_podmutator"), bin.join("podmutator")).unwrap();
+    let kube = dir.join("kube");
+    std::fs::create_dir_all(&kube).unwrap();
+    let doc = std::fs::read_to_string(root().join("docs/deploy.md")).unwrap();
+    let at = doc.find("4. **Register**").expect("Path B's step 4");
+    let block = &doc[at..];
+    let block = &block[block.find("```sh\n").unwrap() + "```sh\n".len()..];
+    let block = &block[..block.find("```").unwrap()];
+    let block: String = block
+        .lines()
+        .map(|l| format!("{}\n", l.trim_start()))
+        .collect();
+    let out = run_ok(
+        "docs/deploy.md's SAM registration",
+        Command::new("bash")
+            .args(["-euo", "pipefail", "-c", &block])
+            .current_dir(dir)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("FAKE_KUBE_DIR", &kube)
+            .env_remove("PODMUTATOR_CONFIG")
+            .env_remove("PODMUTATOR_CONFIG_FILE"),
+    );
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!printed.contains(token), "the token was printed: {printed}");
+    assert!(
+        printed.contains("podmutator webhook-config --url https://")
+            && printed.contains(" created"),
+        "{printed}"
+    );
+    assert!(!dir.join("token").exists(), "the token's file is removed");
+    let applied: Value =
+        serde_json::from_slice(&std::fs::read(kube.join("podmutator.json")).unwrap()).unwrap();
+    let webhooks = applied["webhooks"].as_array().unwrap();
+    assert!(!webhooks.is_empty());
+    for w in webhooks {
+        let url = w["clientConfig"]["url"].as_str().unwrap();
+        assert!(
+            url.starts_with(&format!("https://{domain}/{token}/")),
+            "{} is not through the token",
+            w["name"]
+        );
+    }
 }
 
 /// For SAM: before CodeDeploy moves the `live` alias, template.yaml's

@@ -30,8 +30,9 @@ with tests/iac/check_sam.py's evaluator:
   first leaves the function with [new hash, the hash deployed before] and its last with the new
   one alone; the removal's lifts the ALB's deletion protection and changes nothing else.
 
-Every step is written to STEPS_OUT_JSON (section, line, command, resolved parameters, config), for
-tests/iac.rs to start the function's `check-config` on each config. Run by tests/iac.rs with the
+Every step is written to STEPS_OUT_JSON (section, line, command, resolved parameters, config; and
+for a first deploy the stack's Outputs), for tests/iac.rs to start the function's `check-config` on
+each config and to run the registration step on a first deploy's outputs. Run by tests/iac.rs with the
 python of .venv (scripts/tools.sh path python), which has SAM CLI and cfn-lint.
 """
 
@@ -298,6 +299,14 @@ def rendered(template, values):
     return failed_rules(template, ev), config, attrs
 
 
+def outputs(template, values):
+    """The stack's Outputs for `values`, as describe-stacks lists them (an output whose
+    Condition does not hold is not there; a resource's attribute is a placeholder)."""
+    ev = Evaluator(template, typed(template, values))
+    return {name: ev.value(o["Value"]) for name, o in template["Outputs"].items()
+            if "Condition" not in o or ev.condition(o["Condition"])}
+
+
 def guided_answers(params, overrides):
     """What docs/deploy.md tells the reader to answer `--guided`'s prompts: Enter (the command
     line's value or the template's default), except the NoEcho hashes, which SAM asks for with
@@ -407,7 +416,8 @@ def main():
         c.eq(f"{where}: every Rule holds", refused, [])
         c.eq(f"{where}: the function holds the token's hash alone", config["http"].get("pathTokenSha256"), HASH)
         c.eq(f"{where}: the secret's ARN is recorded", values["PathTokenSecretArn"], ARN)
-        steps.append({"section": INSTALL_SECTION, "line": line, "command": text, "changeSetType": kind, "parameters": values, "config": config})
+        steps.append({"section": INSTALL_SECTION, "line": line, "command": text, "changeSetType": kind, "parameters": values, "config": config,
+                      "outputs": outputs(template, values)})
         if install is None and values["EndpointType"] == "alb":
             install = values
             c.eq(f"{where}: the ALB is protected from deletion", attrs.get("deletion_protection.enabled"), "true")

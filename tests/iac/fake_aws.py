@@ -5,7 +5,7 @@ each through boto3 against moto (AWS_ENDPOINT_URL): `aws secretsmanager create-s
 `aws secretsmanager get-secret-value` (with `--query` as JMESPath and `--output text`, as the CLI
 reads them) and `aws logs tail GROUP --since 15m --format short`; docs/deploy.md's control plane
 security group (`eks describe-cluster`, `ec2 create-security-group`, `eks update-cluster-config`,
-`ec2 describe-network-interfaces`); and
+`ec2 describe-network-interfaces`); its SAM registration (`cloudformation describe-stacks`); and
 `aws eks update-kubeconfig --name N [--region R] --kubeconfig FILE` (modules/registration,
 scripts/registration-drift.sh). It describes the cluster through boto3 (moto, at AWS_ENDPOINT_URL), so an
 unknown cluster or region fails as with the real CLI, and writes a kubeconfig naming it (JSON,
@@ -53,6 +53,25 @@ if args[:2] in (["lambda", "get-function-configuration"], ["secretsmanager", "ge
     except ClientError as e:
         fail(e, "GetFunctionConfiguration" if args[0] == "lambda" else "GetSecretValue")
     queried(result, opts)
+    sys.exit(0)
+if args[:2] == ["cloudformation", "describe-stacks"]:
+    # docs/deploy.md's SAM registration: `describe-stacks --stack-name N --query
+    # "Stacks[0].Outputs[?OutputKey=='K'].OutputValue" --output text`; a list of strings is
+    # printed as the CLI's text output prints one, tab-separated.
+    opts = dict(zip(args[2::2], args[3::2]))
+    if len(args) % 2 or not set(opts) <= {"--stack-name", "--query", "--output"}:
+        sys.exit(f"fake aws: unexpected arguments {args}")
+    try:
+        result = boto3.client("cloudformation").describe_stacks(StackName=opts["--stack-name"])
+    except ClientError as e:
+        fail(e, "DescribeStacks")
+    import jmespath
+
+    value = jmespath.search(opts["--query"], result) if "--query" in opts else result
+    if opts.get("--output") == "text" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        print("\t".join(value))
+    else:
+        queried(result, opts)
     sys.exit(0)
 if args[:2] == ["lambda", "get-account-settings"]:
     opts = dict(zip(args[2::2], args[3::2]))

@@ -1,7 +1,8 @@
 """A stand-in for kubectl in tests/terraform_apply.rs and tests/iac.rs: keeps
 MutatingWebhookConfigurations as JSON files in $FAKE_KUBE_DIR, and understands exactly the calls
 modules/registration makes (server-side apply from stdin, get of the revision annotation,
-delete), those scripts/registration-drift.sh makes (create --dry-run=client -o json, get -f -
+delete), a client-side `apply -f -` that creates (docs/deploy.md's SAM registration), those
+scripts/registration-drift.sh makes (create --dry-run=client -o json, get -f -
 -o json --show-managed-fields, diff --server-side), and the `replace -f -` docs/deploy.md
 restores foreign fields with. Anything else is an error, so a change in their commands shows up
 here. A leading `--kubeconfig FILE` stands for KUBECONFIG.
@@ -253,7 +254,21 @@ def expect(want):
         sys.exit(f"fake kubectl: unexpected arguments {args} (expected {want})")
 
 
-if args[:1] == ["apply"]:
+if args == ["apply", "-f", "-"]:
+    # docs/deploy.md's SAM registration, `... | kubectl apply -f -`: a client-side apply, which
+    # creates the object with the last-applied annotation. Over an existing object (a three-way
+    # merge) it is not emulated: an error here.
+    obj = yaml.safe_load(sys.stdin.read())
+    if obj.get("kind") != "MutatingWebhookConfiguration":
+        sys.exit(f"fake kubectl: apply of a {obj.get('kind')!r}")
+    path = store / f"{obj['metadata']['name']}.json"
+    if path.exists():
+        sys.exit("fake kubectl: a client-side apply over an existing object is not emulated")
+    last = json.dumps(obj, separators=(",", ":"))
+    obj["metadata"].setdefault("annotations", {})["kubectl.kubernetes.io/last-applied-configuration"] = last
+    save(as_server_writes(obj, None, True))
+    print(f"mutatingwebhookconfiguration.admissionregistration.k8s.io/{obj['metadata']['name']} created")
+elif args[:1] == ["apply"]:
     expect(["apply", "--server-side", "--force-conflicts", "--field-manager", "podmutator-terraform", "-f", "-"])
     obj = from_stdin()
     save(server_side_apply(stored(obj["metadata"]["name"]), obj, args[4]))
