@@ -1213,6 +1213,8 @@ fn every_sam_command_in_deploy_md_parses_with_sam_cli_and_deploys_what_it_says()
 /// secret there; the stand-in `aws` and `kubectl` (tests/iac/fake_aws.py, fake_kubectl.py) and
 /// this build as `podmutator` on PATH. The registration applied points every webhook at the
 /// stack's domain through the token; the token is in none of the output and its file is gone.
+/// Then the SAM upgrade section's tail of the pre-traffic hook's log group (the stack's output
+/// `PreTrafficLogGroupName`) shows the line a failed check logged.
 fn sam_registration_runs_as_written(step: &Value) {
     let moto = common::aws::Moto::start();
     let scratch = Scratch::new("sam-register");
@@ -1234,10 +1236,18 @@ fn sam_registration_runs_as_written(step: &Value) {
         .unwrap()
         .to_owned();
     let stack = r#"
-import boto3, json, sys
+import boto3, json, sys, time
 outputs = json.loads(sys.argv[2])
 outputs["PathTokenSecretArn"] = boto3.client("secretsmanager").create_secret(
     Name="podmutator-path-token", SecretString=sys.argv[1])["ARN"]
+# The hook's log group, named as CloudFormation names it, with a failed check's line.
+group = outputs["PreTrafficLogGroupName"] = "podmutator-PreTrafficHookLogGroup-7Q2XKZ4N1ABC"
+logs = boto3.client("logs")
+logs.create_log_group(logGroupName=group)
+logs.create_log_stream(logGroupName=group, logStreamName="hook")
+logs.put_log_events(logGroupName=group, logStreamName="hook", logEvents=[{
+    "timestamp": int(time.time() * 1000),
+    "message": "pre-traffic check: Failed: the new version answered status 404 (the token was refused)"}])
 template = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
             "Outputs": {k: {"Value": v} for k, v in outputs.items() if isinstance(v, str)}}
 boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody=json.dumps(template))
@@ -1285,6 +1295,26 @@ boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody
         "{printed}"
     );
     assert!(!dir.join("token").exists(), "the token's file is removed");
+    // The upgrade section's look at a failed pre-traffic check, on the same stack.
+    let at = doc
+        .find("CodeDeploy's status carries no message")
+        .expect("the SAM upgrade section");
+    let tail = &doc[at..];
+    let tail = &tail[tail.find("```sh\n").unwrap() + "```sh\n".len()..];
+    let tail = &tail[..tail.find("```").unwrap()];
+    let out = run_ok(
+        "docs/deploy.md's pre-traffic log tail",
+        Command::new("bash")
+            .args(["-euo", "pipefail", "-c", tail])
+            .current_dir(dir)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display())),
+    );
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("pre-traffic check: Failed: the new version answered status 404"),
+        "{shown}"
+    );
     let applied: Value =
         serde_json::from_slice(&std::fs::read(kube.join("podmutator.json")).unwrap()).unwrap();
     let webhooks = applied["webhooks"].as_array().unwrap();

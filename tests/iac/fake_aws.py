@@ -3,7 +3,7 @@ each through boto3 against moto (AWS_ENDPOINT_URL): `aws secretsmanager create-s
 (scripts/path-token.sh); docs/scale.md's `aws lambda get-account-settings` (with `--query` and
 `--output text`) and `aws cloudwatch put-metric-alarm`; docs/troubleshooting.md's `aws lambda get-function-configuration`,
 `aws secretsmanager get-secret-value` (with `--query` as JMESPath and `--output text`, as the CLI
-reads them) and `aws logs tail GROUP --since 15m --format short`; docs/deploy.md's control plane
+reads them) and `aws logs tail GROUP --since 15m [--format short]`; docs/deploy.md's control plane
 security group (`eks describe-cluster`, `ec2 create-security-group`, `eks update-cluster-config`,
 `ec2 describe-network-interfaces`); its SAM registration (`cloudformation describe-stacks`); and
 `aws eks update-kubeconfig --name N [--region R] --kubeconfig FILE` (modules/registration,
@@ -103,13 +103,14 @@ if args[:2] == ["cloudwatch", "put-metric-alarm"]:
         fail(e, "PutMetricAlarm")
     sys.exit(0)
 if args[:2] == ["logs", "tail"]:
-    # `logs tail GROUP --since 15m --format short`: each event's time and message, as the CLI's
-    # short format prints them.
+    # `logs tail GROUP --since 15m [--format short]`: each event's time and message, as the
+    # CLI's short format prints them; without --format, its detailed format (time, stream,
+    # message).
     import datetime
     import time
 
     group, opts = args[2], dict(zip(args[3::2], args[4::2]))
-    if len(args) % 2 == 0 or sorted(opts) != ["--format", "--since"] or opts["--format"] != "short":
+    if len(args) % 2 == 0 or sorted(opts) not in (["--format", "--since"], ["--since"]) or opts.get("--format", "short") != "short":
         sys.exit(f"fake aws: unexpected arguments {args}")
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     since = int(opts["--since"][:-1]) * units[opts["--since"][-1]]
@@ -120,7 +121,10 @@ if args[:2] == ["logs", "tail"]:
         fail(e, "FilterLogEvents")
     for e in events:
         at = datetime.datetime.fromtimestamp(e["timestamp"] / 1000, datetime.timezone.utc)
-        print(f"{at.strftime('%Y-%m-%dT%H:%M:%S')} {e['message']}")
+        if "--format" in opts:
+            print(f"{at.strftime('%Y-%m-%dT%H:%M:%S')} {e['message']}")
+        else:
+            print(f"{at.isoformat()} {e['logStreamName']} {e['message']}")
     sys.exit(0)
 if args[:2] in (["eks", "describe-cluster"], ["ec2", "create-security-group"],
                 ["eks", "update-cluster-config"], ["ec2", "describe-network-interfaces"]):
