@@ -1214,7 +1214,8 @@ fn every_sam_command_in_deploy_md_parses_with_sam_cli_and_deploys_what_it_says()
 /// this build as `podmutator` on PATH. The registration applied points every webhook at the
 /// stack's domain through the token; the token is in none of the output and its file is gone.
 /// Then the SAM upgrade section's tail of the pre-traffic hook's log group (the stack's output
-/// `PreTrafficLogGroupName`) shows the line a failed check logged.
+/// `PreTrafficLogGroupName`) shows the line a failed check logged; then the SAM removal deletes
+/// the registration, lifts the protection and deletes the stack (SAM CLI's `sam delete`).
 fn sam_registration_runs_as_written(step: &Value) {
     let moto = common::aws::Moto::start();
     let scratch = Scratch::new("sam-register");
@@ -1327,6 +1328,78 @@ boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody
             w["name"]
         );
     }
+
+    // The SAM removal, as written, answering `sam delete`'s question: the registration goes
+    // first, then the deploy that lifts the ALB's protection (SAM CLI's reading of it is
+    // checked above; a stand-in here, which records it), then SAM CLI's own `sam delete`
+    // against moto, with the repository's samconfig.toml.
+    let at = doc
+        .find("**SAM**, in the directory of `samconfig.toml`")
+        .expect("the SAM removal");
+    let removal = &doc[at..];
+    let removal = &removal[removal.find("```sh\n").unwrap() + "```sh\n".len()..];
+    let removal = &removal[..removal.find("```").unwrap()];
+    std::fs::copy(root().join("samconfig.toml"), dir.join("samconfig.toml")).unwrap();
+    let real_sam = PathBuf::from(tool("python")).with_file_name("sam");
+    let calls = dir.join("sam-calls");
+    std::fs::write(
+        bin.join("sam"),
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$1\" in\n  delete) exec '{}' \"$@\" ;;\n  deploy) exit 0 ;;\n  *) exit 3 ;;\nesac\n",
+            calls.display(),
+            real_sam.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        bin.join("sam"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let mut sh = Command::new("bash");
+    sh.args(["-euo", "pipefail", "-c", removal])
+        .current_dir(dir)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("FAKE_KUBE_DIR", &kube)
+        .env("SAM_CLI_TELEMETRY", "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = sh.spawn().unwrap();
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"y\n").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the SAM removal failed: {said}");
+    assert!(said.contains("Deleted successfully"), "{said}");
+    assert!(
+        !kube.join("podmutator.json").exists(),
+        "the registration is deleted"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&calls).unwrap(),
+        "deploy --parameter-overrides AlbDeletionProtection=false\ndelete\n"
+    );
+    let gone = run(
+        "describe-stacks after the removal",
+        Command::new(tool("python"))
+            .args([
+                "-c",
+                "import boto3; boto3.client('cloudformation').describe_stacks(StackName='podmutator')",
+            ])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
+    );
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("does not exist"),
+        "the stack is deleted"
+    );
 }
 
 /// For SAM: before CodeDeploy moves the `live` alias, template.yaml's
