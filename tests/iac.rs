@@ -1208,12 +1208,82 @@ fn every_sam_command_in_deploy_md_parses_with_sam_cli_and_deploys_what_it_says()
     sam_registration_runs_as_written(alb);
 }
 
+/// docs/deploy.md's SAM rotation, as an operator runs it with `out` from Path B's step 4
+/// (`register`): the commands up to `scripts/path-token.sh` as written, then the deploys with the
+/// placeholders filled from what those printed (the hash deployed so far, the new secret's hash
+/// and ARN), through a stand-in `sam` that records them. The hash read back is the one the stack
+/// deployed; step 1 names the new secret and keeps that hash as the previous one; step 3 drops
+/// it. The new token is printed nowhere.
+fn sam_rotation_runs_as_written(
+    doc: &str,
+    register: &str,
+    dir: &Path,
+    bin: &Path,
+    env: &[(&str, String)],
+    step: &Value,
+) {
+    let at = doc
+        .find("**SAM** deploys each step, in the directory of `samconfig.toml`")
+        .expect("the SAM rotation");
+    let block = &doc[at..];
+    let block = &block[block.find("```sh\n").unwrap() + "```sh\n".len()..];
+    let block = &block[..block.find("```").unwrap()];
+    let out_fn: String = register
+        .lines()
+        .take_while(|l| !l.starts_with('('))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(out_fn.starts_with("out() {"), "{out_fn}");
+    let cut = block
+        .find("scripts/path-token.sh")
+        .map(|i| i + block[i..].find('\n').unwrap() + 1)
+        .unwrap();
+    let (read, deploys) = block.split_at(cut);
+    let _ = std::fs::remove_file(dir.join("scripts"));
+    std::os::unix::fs::symlink(root().join("scripts"), dir.join("scripts")).unwrap();
+    let sh = |script: &str| {
+        run_ok(
+            "docs/deploy.md's SAM rotation",
+            Command::new("bash")
+                .args(["-euo", "pipefail", "-c", &format!("{out_fn}{script}")])
+                .current_dir(dir)
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+                .env("PATH", format!("{}:/usr/bin:/bin", bin.display())),
+        )
+    };
+    let printed = String::from_utf8(sh(read).stdout).unwrap();
+    let lines: Vec<&str> = printed.lines().collect();
+    let installed = step["config"]["http"]["pathTokenSha256"].as_str().unwrap();
+    assert_eq!(lines.len(), 2, "{printed}");
+    assert_eq!(lines[0], installed, "the hash deployed so far");
+    let new: std::collections::BTreeMap<&str, &str> = lines[1]
+        .split(' ')
+        .map(|kv| kv.split_once('=').unwrap())
+        .collect();
+    let (hash, arn) = (new["PathTokenSha256"], new["PathTokenSecretArn"]);
+    assert!(hash.len() == 64 && hash != installed, "{printed}");
+    let calls = dir.join("sam-calls");
+    let _ = std::fs::remove_file(&calls);
+    sh(&deploys
+        .replace("<new hash>", hash)
+        .replace("<new arn>", arn)
+        .replace("<the hash deployed so far>", lines[0]));
+    assert_eq!(
+        std::fs::read_to_string(&calls).unwrap(),
+        format!(
+            "deploy --parameter-overrides PathTokenSha256={hash} PathTokenSecretArn={arn} PreviousPathTokenSha256={installed}\n\
+             deploy --parameter-overrides PreviousPathTokenSha256=none\n"
+        )
+    );
+}
+
 /// docs/deploy.md's Path B step 4, the registration, as written, on the outputs of `step` (a
 /// first deploy): the stack in moto with those outputs, its PathTokenSecretArn naming the token's
 /// secret there; the stand-in `aws` and `kubectl` (tests/iac/fake_aws.py, fake_kubectl.py) and
 /// this build as `podmutator` on PATH. The registration applied points every webhook at the
 /// stack's domain through the token; the token is in none of the output and its file is gone.
-/// Then the SAM upgrade section's tail of the pre-traffic hook's log group (the stack's output
+/// Then the SAM rotation ([`sam_rotation_runs_as_written`]) on the function the stack made; then
+/// the SAM upgrade section's tail of the pre-traffic hook's log group (the stack's output
 /// `PreTrafficLogGroupName`) shows the line a failed check logged; then the SAM removal deletes
 /// the registration, lifts the protection and deletes the stack (SAM CLI's `sam delete`).
 fn sam_registration_runs_as_written(step: &Value) {
@@ -1236,9 +1306,20 @@ fn sam_registration_runs_as_written(step: &Value) {
         .as_str()
         .unwrap()
         .to_owned();
-    let stack = r#"
-import boto3, json, sys, time
+    let stack = r##"
+import boto3, io, json, sys, time, zipfile
 outputs = json.loads(sys.argv[2])
+# The function, its configuration as deployed, published behind the alias `live`.
+role = boto3.client("iam").create_role(RoleName="podmutator-fn", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+code = io.BytesIO()
+with zipfile.ZipFile(code, "w") as z:
+    z.writestr("bootstrap", "#!/bin/sh\n")
+lam = boto3.client("lambda")
+name = outputs["FunctionName"] = "podmutator-Function-5JQ9W2R8XYZA"
+lam.create_function(FunctionName=name, Runtime="provided.al2023", Role=role, Handler="bootstrap",
+                    Code={"ZipFile": code.getvalue()},
+                    Environment={"Variables": {"PODMUTATOR_CONFIG": sys.argv[3]}})
+lam.create_alias(FunctionName=name, Name="live", FunctionVersion=lam.publish_version(FunctionName=name)["Version"])
 outputs["PathTokenSecretArn"] = boto3.client("secretsmanager").create_secret(
     Name="podmutator-path-token", SecretString=sys.argv[1])["ARN"]
 # The hook's log group, named as CloudFormation names it, with a failed check's line.
@@ -1252,16 +1333,41 @@ logs.put_log_events(logGroupName=group, logStreamName="hook", logEvents=[{
 template = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
             "Outputs": {k: {"Value": v} for k, v in outputs.items() if isinstance(v, str)}}
 boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody=json.dumps(template))
-"#;
+"##;
     outputs["PathTokenSecretArn"] = json!("");
     run_ok(
         "the SAM stack in moto",
         Command::new(tool("python"))
-            .args(["-c", stack, token, &outputs.to_string()])
+            .args([
+                "-c",
+                stack,
+                token,
+                &outputs.to_string(),
+                &step["config"].to_string(),
+            ])
             .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
     );
     let bin = common::fake_bin(dir);
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_podmutator"), bin.join("podmutator")).unwrap();
+    // `sam`: SAM CLI's own `delete`; a deploy (whose reading by SAM CLI is checked above) is
+    // recorded.
+    std::fs::copy(root().join("samconfig.toml"), dir.join("samconfig.toml")).unwrap();
+    let real_sam = PathBuf::from(tool("python")).with_file_name("sam");
+    let calls = dir.join("sam-calls");
+    std::fs::write(
+        bin.join("sam"),
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$1\" in\n  delete) exec '{}' \"$@\" ;;\n  deploy) exit 0 ;;\n  *) exit 3 ;;\nesac\n",
+            calls.display(),
+            real_sam.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        bin.join("sam"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let kube = dir.join("kube");
     std::fs::create_dir_all(&kube).unwrap();
     let doc = std::fs::read_to_string(root().join("docs/deploy.md")).unwrap();
@@ -1318,6 +1424,7 @@ boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody
     );
     let applied: Value =
         serde_json::from_slice(&std::fs::read(kube.join("podmutator.json")).unwrap()).unwrap();
+    sam_rotation_runs_as_written(&doc, &block, dir, &bin, &env, step);
     let webhooks = applied["webhooks"].as_array().unwrap();
     assert!(!webhooks.is_empty());
     for w in webhooks {
@@ -1339,23 +1446,7 @@ boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody
     let removal = &doc[at..];
     let removal = &removal[removal.find("```sh\n").unwrap() + "```sh\n".len()..];
     let removal = &removal[..removal.find("```").unwrap()];
-    std::fs::copy(root().join("samconfig.toml"), dir.join("samconfig.toml")).unwrap();
-    let real_sam = PathBuf::from(tool("python")).with_file_name("sam");
-    let calls = dir.join("sam-calls");
-    std::fs::write(
-        bin.join("sam"),
-        format!(
-            "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$1\" in\n  delete) exec '{}' \"$@\" ;;\n  deploy) exit 0 ;;\n  *) exit 3 ;;\nesac\n",
-            calls.display(),
-            real_sam.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        bin.join("sam"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let _ = std::fs::remove_file(&calls);
     let mut sh = Command::new("bash");
     sh.args(["-euo", "pipefail", "-c", removal])
         .current_dir(dir)
