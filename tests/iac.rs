@@ -1284,8 +1284,10 @@ fn sam_rotation_runs_as_written(
 /// stack's domain through the token; the token is in none of the output and its file is gone.
 /// Then the SAM rotation ([`sam_rotation_runs_as_written`]) on the function the stack made; then
 /// the SAM upgrade section's tail of the pre-traffic hook's log group (the stack's output
-/// `PreTrafficLogGroupName`) shows the line a failed check logged; then the SAM removal deletes
-/// the registration, lifts the protection and deletes the stack (SAM CLI's `sam delete`).
+/// `PreTrafficLogGroupName`) shows the line a failed check logged. The stack is protected as step
+/// 3 ends (termination protection): a plain `sam delete` is refused with the stack and the
+/// registration in place; the SAM removal deletes the registration, lifts both protections and
+/// deletes the stack (SAM CLI's `sam delete`).
 fn sam_registration_runs_as_written(step: &Value) {
     let moto = common::aws::Moto::start();
     let scratch = Scratch::new("sam-register");
@@ -1371,6 +1373,40 @@ boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody
     let kube = dir.join("kube");
     std::fs::create_dir_all(&kube).unwrap();
     let doc = std::fs::read_to_string(root().join("docs/deploy.md")).unwrap();
+    // A script run as an operator types it, answering `sam delete`'s question: success and what
+    // it said.
+    let answered = |script: &str| -> (bool, String) {
+        let mut sh = Command::new("bash");
+        sh.args(["-euo", "pipefail", "-c", script])
+            .current_dir(dir)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("FAKE_KUBE_DIR", &kube)
+            .env("SAM_CLI_TELEMETRY", "0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = sh.spawn().unwrap();
+        {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(b"y\n").unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), said)
+    };
+    // Path B's step 3 ends by protecting the stack.
+    let protect = doc
+        .lines()
+        .find(|l| l.contains("update-termination-protection --enable-termination-protection"))
+        .expect("Path B's step 3 protects the stack")
+        .trim();
+    let (ok, said) = answered(protect);
+    assert!(ok, "{protect}: {said}");
     let at = doc.find("4. **Register**").expect("Path B's step 4");
     let block = &doc[at..];
     let block = &block[block.find("```sh\n").unwrap() + "```sh\n".len()..];
@@ -1438,37 +1474,42 @@ boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody
 
     // The SAM removal, as written, answering `sam delete`'s question: the registration goes
     // first, then the deploy that lifts the ALB's protection (SAM CLI's reading of it is
-    // checked above; a stand-in here, which records it), then SAM CLI's own `sam delete`
-    // against moto, with the repository's samconfig.toml.
+    // checked above; a stand-in here, which records it) and the stack's termination
+    // protection, then SAM CLI's own `sam delete` against moto, with the repository's
+    // samconfig.toml.
     let at = doc
         .find("**SAM**, in the directory of `samconfig.toml`")
         .expect("the SAM removal");
     let removal = &doc[at..];
     let removal = &removal[removal.find("```sh\n").unwrap() + "```sh\n".len()..];
     let removal = &removal[..removal.find("```").unwrap()];
-    let _ = std::fs::remove_file(&calls);
-    let mut sh = Command::new("bash");
-    sh.args(["-euo", "pipefail", "-c", removal])
-        .current_dir(dir)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
-        .env("FAKE_KUBE_DIR", &kube)
-        .env("SAM_CLI_TELEMETRY", "0")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = sh.spawn().unwrap();
-    {
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(b"y\n").unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let describe = |what: &str| {
+        run(
+            what,
+            Command::new(tool("python"))
+                .args([
+                    "-c",
+                    "import boto3; boto3.client('cloudformation').describe_stacks(StackName='podmutator')",
+                ])
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
+        )
+    };
+    // A plain `sam delete` of the protected stack: refused, nothing deleted.
+    let (ok, said) = answered("sam delete");
+    assert!(!ok, "a protected stack was deleted: {said}");
+    assert!(
+        said.contains("cannot be deleted while TerminationProtection is enabled"),
+        "{said}"
     );
-    assert!(out.status.success(), "the SAM removal failed: {said}");
+    assert!(
+        describe("the stack after a refused delete")
+            .status
+            .success()
+    );
+    assert!(kube.join("podmutator.json").exists());
+    let _ = std::fs::remove_file(&calls);
+    let (ok, said) = answered(removal);
+    assert!(ok, "the SAM removal failed: {said}");
     assert!(said.contains("Deleted successfully"), "{said}");
     assert!(
         !kube.join("podmutator.json").exists(),
@@ -1478,15 +1519,7 @@ boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody
         std::fs::read_to_string(&calls).unwrap(),
         "deploy --parameter-overrides AlbDeletionProtection=false\ndelete\n"
     );
-    let gone = run(
-        "describe-stacks after the removal",
-        Command::new(tool("python"))
-            .args([
-                "-c",
-                "import boto3; boto3.client('cloudformation').describe_stacks(StackName='podmutator')",
-            ])
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
-    );
+    let gone = describe("describe-stacks after the removal");
     assert!(
         String::from_utf8_lossy(&gone.stderr).contains("does not exist"),
         "the stack is deleted"

@@ -5,7 +5,8 @@ each through boto3 against moto (AWS_ENDPOINT_URL): `aws secretsmanager create-s
 `aws secretsmanager get-secret-value` (with `--query` as JMESPath and `--output text`, as the CLI
 reads them) and `aws logs tail GROUP --since 15m [--format short]`; docs/deploy.md's control plane
 security group (`eks describe-cluster`, `ec2 create-security-group`, `eks update-cluster-config`,
-`ec2 describe-network-interfaces`); its SAM registration (`cloudformation describe-stacks`); and
+`ec2 describe-network-interfaces`); its SAM registration (`cloudformation describe-stacks`) and the stack's termination protection
+(`cloudformation update-termination-protection`); and
 `aws eks update-kubeconfig --name N [--region R] --kubeconfig FILE` (modules/registration,
 scripts/registration-drift.sh). It describes the cluster through boto3 (moto, at AWS_ENDPOINT_URL), so an
 unknown cluster or region fails as with the real CLI, and writes a kubeconfig naming it (JSON,
@@ -53,6 +54,21 @@ if args[:2] in (["lambda", "get-function-configuration"], ["secretsmanager", "ge
     except ClientError as e:
         fail(e, "GetFunctionConfiguration" if args[0] == "lambda" else "GetSecretValue")
     queried(result, opts)
+    sys.exit(0)
+if args[:2] == ["cloudformation", "update-termination-protection"]:
+    # docs/deploy.md's SAM stack: `update-termination-protection --[no-]enable-termination-protection
+    # --stack-name N`, printing the stack's ID as the CLI does (JSON).
+    rest = args[2:]
+    flags = [a for a in rest if a in ("--enable-termination-protection", "--no-enable-termination-protection")]
+    opts = dict(zip(*[iter([a for a in rest if a not in flags])] * 2))
+    if len(flags) != 1 or sorted(opts) != ["--stack-name"] or len(rest) != 3:
+        sys.exit(f"fake aws: unexpected arguments {args}")
+    try:
+        result = boto3.client("cloudformation").update_termination_protection(
+            StackName=opts["--stack-name"], EnableTerminationProtection=flags[0] == "--enable-termination-protection")
+    except ClientError as e:
+        fail(e, "UpdateTerminationProtection")
+    print(json.dumps({"StackId": result["StackId"]}, indent=4))
     sys.exit(0)
 if args[:2] == ["cloudformation", "describe-stacks"]:
     # docs/deploy.md's SAM registration: `describe-stacks --stack-name N --query

@@ -45,6 +45,9 @@ region and repository prefix, with the service's errors for a prefix taken or un
 And moto has no Lambda GetAccountSettings (docs/scale.md's alarm reads the account's concurrency
 limit from it): it answers with a new account's limits, 1,000 concurrent executions, less what
 the account's functions reserve.
+And moto keeps a stack's termination protection but has no UpdateTerminationProtection and
+deletes a protected stack: the call sets it, and DeleteStack refuses a protected stack with the
+service's ValidationError (docs/deploy.md protects the SAM stack this way).
 Everything else is moto as released.
 """
 
@@ -278,6 +281,32 @@ def _account_settings(request, full_url, headers):
 from moto.awslambda import urls as _lambda_urls  # noqa: E402
 
 _lambda_urls.url_paths[r"{0}/(?P<api_version>[^/]+)/account-settings/?$"] = _account_settings
+
+from moto.cloudformation import models as _cfn  # noqa: E402
+from moto.cloudformation import responses as _cfn_responses  # noqa: E402
+from moto.cloudformation.exceptions import ValidationError as _CfnValidationError  # noqa: E402
+from moto.core.responses import ActionResult  # noqa: E402
+
+
+def _update_termination_protection(self):
+    stack = self.cloudformation_backend.get_stack(self._get_param("StackName"))
+    stack.enable_termination_protection = str(self._get_param("EnableTerminationProtection")).lower() == "true"
+    return ActionResult({"StackId": stack.stack_id})
+
+
+_cfn_responses.CloudFormationResponse.update_termination_protection = _update_termination_protection
+_delete_stack = _cfn.CloudFormationBackend.delete_stack
+
+
+def _delete_stack_unless_protected(self, name_or_stack_id):
+    for stack in self.stacks.values():
+        if name_or_stack_id in (stack.stack_id, stack.name) and stack.enable_termination_protection:
+            raise _CfnValidationError(
+                message=f"Stack [{stack.name}] cannot be deleted while TerminationProtection is enabled")
+    return _delete_stack(self, name_or_stack_id)
+
+
+_cfn.CloudFormationBackend.delete_stack = _delete_stack_unless_protected
 
 from werkzeug.serving import make_server  # noqa: E402
 
