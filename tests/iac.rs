@@ -1460,6 +1460,40 @@ boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody
     );
     let applied: Value =
         serde_json::from_slice(&std::fs::read(kube.join("podmutator.json")).unwrap()).unwrap();
+    // The drift check as "Registration drift" writes it for SAM, with `out` from step 4: in
+    // sync right after the registration.
+    let drift = doc
+        .find("# SAM or GitOps: the same command that registered it")
+        .expect("the SAM drift check");
+    let drift = &doc[drift..];
+    let drift = &drift[..drift.find("```").unwrap()];
+    let out_fn: String = block
+        .lines()
+        .take_while(|l| !l.starts_with('('))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::create_dir_all(dir.join(".kube")).unwrap();
+    std::fs::write(dir.join(".kube/config"), "{}").unwrap();
+    let _ = std::fs::remove_file(dir.join("scripts"));
+    std::os::unix::fs::symlink(root().join("scripts"), dir.join("scripts")).unwrap();
+    let out = run(
+        "docs/deploy.md's SAM drift check",
+        Command::new("bash")
+            .args(["-euo", "pipefail", "-c", &format!("{out_fn}{drift}")])
+            .current_dir(dir)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("HOME", dir)
+            .env("FAKE_KUBE_DIR", &kube),
+    );
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the SAM drift check: {said}");
+    assert!(!said.contains(token), "the token was printed: {said}");
+    assert!(!dir.join("token").exists(), "the token's file is removed");
     sam_rotation_runs_as_written(&doc, &block, dir, &bin, &env, step);
     let webhooks = applied["webhooks"].as_array().unwrap();
     assert!(!webhooks.is_empty());
