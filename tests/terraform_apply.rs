@@ -1136,6 +1136,29 @@ reserved_concurrent_executions = 7
     let manifest = outputs("outputs-1.json");
     check("applied", "outputs-1.json", "-", &[&applied]);
     let token = registered_token();
+    // The drift check as "Registration drift" writes it for Terraform, in the example's
+    // directory (its example cluster and region are this install's): in sync.
+    let line = deploy_doc_block("The check needs `kubectl`")
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace(
+            "--eks-cluster flyte --region eu-west-1",
+            &format!("--eks-cluster {cluster} --region {REGION}"),
+        );
+    let _ = std::os::unix::fs::symlink(root().join("scripts"), dir.join("scripts"));
+    let out = tf.shell(&ex, &line, &dir.join("drift-as-written.log"));
+    assert!(
+        !combined(&out).contains(&token),
+        "the drift check as written shows the path token"
+    );
+    assert!(
+        out.status.success() && combined(&out).contains("is as registered"),
+        "{line}: {}",
+        combined(&out)
+    );
 
     // The ALB example is protected by default: a plain destroy is refused by the registration's
     // guard, destroyed first of all, before anything is deleted. Every resource is still in the
