@@ -1208,6 +1208,27 @@ fn every_sam_command_in_deploy_md_parses_with_sam_cli_and_deploys_what_it_says()
     sam_registration_runs_as_written(alb);
 }
 
+/// The first ```sh block of `doc` after `marker`.
+fn sh_block_after<'d>(doc: &'d str, marker: &str) -> &'d str {
+    let at = doc
+        .find(marker)
+        .unwrap_or_else(|| panic!("docs/deploy.md has no {marker:?}"));
+    let block = &doc[at..];
+    let block = &block[block.find("```sh\n").expect("an sh block") + "```sh\n".len()..];
+    &block[..block.find("```").unwrap()]
+}
+
+/// The `out` function Path B's step 4 (`register`) defines, which the later SAM commands use.
+fn out_function(register: &str) -> String {
+    let out: String = register
+        .lines()
+        .take_while(|l| !l.starts_with('('))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(out.starts_with("out() {"), "{out}");
+    out
+}
+
 /// docs/deploy.md's SAM rotation, as an operator runs it with `out` from Path B's step 4
 /// (`register`): the commands up to `scripts/path-token.sh` as written, then the deploys with the
 /// placeholders filled from what those printed (the hash deployed so far, the new secret's hash
@@ -1222,25 +1243,16 @@ fn sam_rotation_runs_as_written(
     env: &[(&str, String)],
     step: &Value,
 ) {
-    let at = doc
-        .find("**SAM** deploys each step, in the directory of `samconfig.toml`")
-        .expect("the SAM rotation");
-    let block = &doc[at..];
-    let block = &block[block.find("```sh\n").unwrap() + "```sh\n".len()..];
-    let block = &block[..block.find("```").unwrap()];
-    let out_fn: String = register
-        .lines()
-        .take_while(|l| !l.starts_with('('))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    assert!(out_fn.starts_with("out() {"), "{out_fn}");
+    let block = sh_block_after(
+        doc,
+        "**SAM** deploys each step, in the directory of `samconfig.toml`",
+    );
+    let out_fn = out_function(register);
     let cut = block
         .find("scripts/path-token.sh")
         .map(|i| i + block[i..].find('\n').unwrap() + 1)
         .unwrap();
     let (read, deploys) = block.split_at(cut);
-    let _ = std::fs::remove_file(dir.join("scripts"));
-    std::os::unix::fs::symlink(root().join("scripts"), dir.join("scripts")).unwrap();
     let sh = |script: &str| {
         run_ok(
             "docs/deploy.md's SAM rotation",
@@ -1372,6 +1384,10 @@ boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody
     .unwrap();
     let kube = dir.join("kube");
     std::fs::create_dir_all(&kube).unwrap();
+    // The repository's scripts, and a kubeconfig for the drift check's `--kubeconfig`.
+    std::os::unix::fs::symlink(root().join("scripts"), dir.join("scripts")).unwrap();
+    std::fs::create_dir_all(dir.join(".kube")).unwrap();
+    std::fs::write(dir.join(".kube/config"), "{}").unwrap();
     let doc = std::fs::read_to_string(root().join("docs/deploy.md")).unwrap();
     // A script run as an operator types it, answering `sam delete`'s question: success and what
     // it said.
@@ -1382,7 +1398,10 @@ boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
             .env("FAKE_KUBE_DIR", &kube)
+            .env("HOME", dir)
             .env("SAM_CLI_TELEMETRY", "0")
+            .env_remove("PODMUTATOR_CONFIG")
+            .env_remove("PODMUTATOR_CONFIG_FILE")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -1407,30 +1426,12 @@ boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody
         .trim();
     let (ok, said) = answered(protect);
     assert!(ok, "{protect}: {said}");
-    let at = doc.find("4. **Register**").expect("Path B's step 4");
-    let block = &doc[at..];
-    let block = &block[block.find("```sh\n").unwrap() + "```sh\n".len()..];
-    let block = &block[..block.find("```").unwrap()];
-    let block: String = block
+    let block: String = sh_block_after(&doc, "4. **Register**")
         .lines()
         .map(|l| format!("{}\n", l.trim_start()))
         .collect();
-    let out = run_ok(
-        "docs/deploy.md's SAM registration",
-        Command::new("bash")
-            .args(["-euo", "pipefail", "-c", &block])
-            .current_dir(dir)
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
-            .env("FAKE_KUBE_DIR", &kube)
-            .env_remove("PODMUTATOR_CONFIG")
-            .env_remove("PODMUTATOR_CONFIG_FILE"),
-    );
-    let printed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, printed) = answered(&block);
+    assert!(ok, "docs/deploy.md's SAM registration: {printed}");
     assert!(!printed.contains(token), "the token was printed: {printed}");
     assert!(
         printed.contains("podmutator webhook-config --url https://")
@@ -1439,24 +1440,13 @@ boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody
     );
     assert!(!dir.join("token").exists(), "the token's file is removed");
     // The upgrade section's look at a failed pre-traffic check, on the same stack.
-    let at = doc
-        .find("CodeDeploy's status carries no message")
-        .expect("the SAM upgrade section");
-    let tail = &doc[at..];
-    let tail = &tail[tail.find("```sh\n").unwrap() + "```sh\n".len()..];
-    let tail = &tail[..tail.find("```").unwrap()];
-    let out = run_ok(
-        "docs/deploy.md's pre-traffic log tail",
-        Command::new("bash")
-            .args(["-euo", "pipefail", "-c", tail])
-            .current_dir(dir)
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .env("PATH", format!("{}:/usr/bin:/bin", bin.display())),
-    );
-    let shown = String::from_utf8_lossy(&out.stdout);
+    let (ok, shown) = answered(sh_block_after(
+        &doc,
+        "CodeDeploy's status carries no message",
+    ));
     assert!(
-        shown.contains("pre-traffic check: Failed: the new version answered status 404"),
-        "{shown}"
+        ok && shown.contains("pre-traffic check: Failed: the new version answered status 404"),
+        "docs/deploy.md's pre-traffic log tail: {shown}"
     );
     let applied: Value =
         serde_json::from_slice(&std::fs::read(kube.join("podmutator.json")).unwrap()).unwrap();
@@ -1467,31 +1457,8 @@ boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody
         .expect("the SAM drift check");
     let drift = &doc[drift..];
     let drift = &drift[..drift.find("```").unwrap()];
-    let out_fn: String = block
-        .lines()
-        .take_while(|l| !l.starts_with('('))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    std::fs::create_dir_all(dir.join(".kube")).unwrap();
-    std::fs::write(dir.join(".kube/config"), "{}").unwrap();
-    let _ = std::fs::remove_file(dir.join("scripts"));
-    std::os::unix::fs::symlink(root().join("scripts"), dir.join("scripts")).unwrap();
-    let out = run(
-        "docs/deploy.md's SAM drift check",
-        Command::new("bash")
-            .args(["-euo", "pipefail", "-c", &format!("{out_fn}{drift}")])
-            .current_dir(dir)
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
-            .env("HOME", dir)
-            .env("FAKE_KUBE_DIR", &kube),
-    );
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "the SAM drift check: {said}");
+    let (ok, said) = answered(&format!("{}{drift}", out_function(&block)));
+    assert!(ok, "the SAM drift check: {said}");
     assert!(!said.contains(token), "the token was printed: {said}");
     assert!(!dir.join("token").exists(), "the token's file is removed");
     sam_rotation_runs_as_written(&doc, &block, dir, &bin, &env, step);
@@ -1511,12 +1478,7 @@ boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody
     // checked above; a stand-in here, which records it) and the stack's termination
     // protection, then SAM CLI's own `sam delete` against moto, with the repository's
     // samconfig.toml.
-    let at = doc
-        .find("**SAM**, in the directory of `samconfig.toml`")
-        .expect("the SAM removal");
-    let removal = &doc[at..];
-    let removal = &removal[removal.find("```sh\n").unwrap() + "```sh\n".len()..];
-    let removal = &removal[..removal.find("```").unwrap()];
+    let removal = sh_block_after(&doc, "**SAM**, in the directory of `samconfig.toml`");
     let describe = |what: &str| {
         run(
             what,
