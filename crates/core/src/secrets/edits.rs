@@ -94,9 +94,6 @@ impl<'a> Edits<'a> {
         }
     }
 
-    /// Adds `m` unless a mount of that volume is already planned. Two different volumes at one
-    /// path (say an AWS fetcher's and an Embedded file volume, both at `/etc/flyte/secrets`) would
-    /// make the API server reject the pod: that is a conflict, reported after all requests ran.
     /// The ending every file secret shares: `env_var`, if set, pointing at `path`; then Flyte's
     /// two variables that say where secret files are (no prefix, in [`SECRETS_DIR`]).
     pub fn file_secret(&mut self, env_var: &str, path: &str) {
@@ -107,6 +104,9 @@ impl<'a> Edits<'a> {
         self.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
     }
 
+    /// Adds `m` unless a mount of that volume is already planned. Two different volumes at one
+    /// path (say an AWS fetcher's and an Embedded file volume, both at `/etc/flyte/secrets`) would
+    /// make the API server reject the pod: that is a conflict, reported after all requests ran.
     pub fn mount(&mut self, m: VolumeMount) {
         if self.mount_names.contains_key(&m.name) {
             return;
