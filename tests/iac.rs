@@ -1234,7 +1234,7 @@ fn out_function(register: &str) -> String {
 /// placeholders filled from what those printed (the hash deployed so far, the new secret's hash
 /// and ARN), through a stand-in `sam` that records them. The hash read back is the one the stack
 /// deployed; step 1 names the new secret and keeps that hash as the previous one; step 3 drops
-/// it. The new token is printed nowhere.
+/// it.
 fn sam_rotation_runs_as_written(
     doc: &str,
     register: &str,
@@ -1294,12 +1294,13 @@ fn sam_rotation_runs_as_written(
 /// secret there; the stand-in `aws` and `kubectl` (tests/iac/fake_aws.py, fake_kubectl.py) and
 /// this build as `podmutator` on PATH. The registration applied points every webhook at the
 /// stack's domain through the token; the token is in none of the output and its file is gone.
-/// Then the SAM rotation ([`sam_rotation_runs_as_written`]) on the function the stack made; then
-/// the SAM upgrade section's tail of the pre-traffic hook's log group (the stack's output
-/// `PreTrafficLogGroupName`) shows the line a failed check logged. The stack is protected as step
-/// 3 ends (termination protection): a plain `sam delete` is refused with the stack and the
-/// registration in place; the SAM removal deletes the registration, lifts both protections and
-/// deletes the stack (SAM CLI's `sam delete`).
+/// The stack was protected first, as step 3 ends (termination protection). Then, on the same
+/// stack: the SAM upgrade section's tail of the pre-traffic hook's log group (the output
+/// `PreTrafficLogGroupName`) shows the line a failed check logged; the SAM drift check finds the
+/// registration in sync; the SAM rotation ([`sam_rotation_runs_as_written`]) runs on the function
+/// the stack made; a plain `sam delete` is refused with the stack and the registration in place;
+/// the SAM removal deletes the registration, lifts both protections and deletes the stack (SAM
+/// CLI's `sam delete`).
 fn sam_registration_runs_as_written(step: &Value) {
     let moto = common::aws::Moto::start();
     let scratch = Scratch::new("sam-register");

@@ -28,14 +28,23 @@ def fail(e, operation):
 
 
 def queried(result, opts):
-    """`--query` applied (JMESPath, as the CLI does) and printed as `--output text` prints a
-    string."""
+    """`--query` applied (JMESPath, as the CLI does) and printed as the CLI prints it: with
+    `--output text` a string as it is and a list of strings tab-separated; without `--output`,
+    JSON (the CLI's default)."""
     import jmespath
 
-    if opts.get("--output") != "text":
-        sys.exit(f"fake aws: only --output text, got {opts}")
     value = jmespath.search(opts["--query"], result) if "--query" in opts else result
-    print(value if isinstance(value, str) else json.dumps(value))
+    output = opts.get("--output", "json")
+    if output == "json":
+        print(json.dumps(value, indent=4, default=str))
+    elif output != "text":
+        sys.exit(f"fake aws: only --output text or json, got {opts}")
+    elif isinstance(value, str):
+        print(value)
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        print("\t".join(value))
+    else:
+        print(json.dumps(value))
 
 
 if args[:2] in (["lambda", "get-function-configuration"], ["secretsmanager", "get-secret-value"]):
@@ -72,8 +81,7 @@ if args[:2] == ["cloudformation", "update-termination-protection"]:
     sys.exit(0)
 if args[:2] == ["cloudformation", "describe-stacks"]:
     # docs/deploy.md's SAM registration: `describe-stacks --stack-name N --query
-    # "Stacks[0].Outputs[?OutputKey=='K'].OutputValue" --output text`; a list of strings is
-    # printed as the CLI's text output prints one, tab-separated.
+    # "Stacks[0].Outputs[?OutputKey=='K'].OutputValue" --output text`.
     opts = dict(zip(args[2::2], args[3::2]))
     if len(args) % 2 or not set(opts) <= {"--stack-name", "--query", "--output"}:
         sys.exit(f"fake aws: unexpected arguments {args}")
@@ -81,13 +89,7 @@ if args[:2] == ["cloudformation", "describe-stacks"]:
         result = boto3.client("cloudformation").describe_stacks(StackName=opts["--stack-name"])
     except ClientError as e:
         fail(e, "DescribeStacks")
-    import jmespath
-
-    value = jmespath.search(opts["--query"], result) if "--query" in opts else result
-    if opts.get("--output") == "text" and isinstance(value, list) and all(isinstance(v, str) for v in value):
-        print("\t".join(value))
-    else:
-        queried(result, opts)
+    queried(result, opts)
     sys.exit(0)
 if args[:2] == ["lambda", "get-account-settings"]:
     opts = dict(zip(args[2::2], args[3::2]))
@@ -180,13 +182,7 @@ if args[:2] in (["eks", "describe-cluster"], ["ec2", "create-security-group"],
     except ClientError as e:
         fail(e, "".join(w.capitalize() for w in args[1].split("-")))
     result.pop("ResponseMetadata", None)
-    if "--output" in opts:
-        queried(result, opts)
-    else:
-        import jmespath
-
-        value = jmespath.search(opts["--query"], result) if "--query" in opts else result
-        print(json.dumps(value, indent=4, default=str))
+    queried(result, opts)
     sys.exit(0)
 if args[:2] == ["secretsmanager", "create-secret"]:
     # scripts/path-token.sh: `create-secret --name N --description D --secret-string file://F

@@ -261,7 +261,7 @@ impl HttpConfig {
             }
         }
         ensure!(
-            !h.accept_plain_paths || !tokens.iter().all(|set| !set),
+            !h.accept_plain_paths || tokens.contains(&true),
             "http.acceptPlainPaths",
             "is true with no path token to switch to: it answers the plain paths beside a token's while a registration moves to the token; set http.pathTokenSha256 (or http.pathToken, http.pathTokenSecretId) too, or remove it"
         );
