@@ -1126,7 +1126,8 @@ fn registration_drift_names_foreign_fields_and_ignores_what_the_api_server_write
 /// parameter, every value within its constraints), and runs each `sam deploy` through SAM's own
 /// change set code against a stand-in CloudFormation client that keeps previous values: the
 /// first deploys need no prompt (and, with `--guided`, deploy the same stack when answered as
-/// documented), the rotation and the removal run on the installed stack. Here: the function
+/// documented), the rotation and the removal run on the installed stack, and the reinstall
+/// names nothing the deleted stack retained. Here: the function
 /// starts with every configuration the runbook deploys, and holds `[new, previous]`, then the
 /// new hash alone.
 #[test]

@@ -1,13 +1,13 @@
 //! Terraform for real: `terraform apply`, `plan` (must be empty) and `destroy` of the AWS module
 //! plus the registration module against moto's server on 127.0.0.1, once per endpoint (internal
 //! ALB and HTTP API), with checks of what was created (tests/iac/check_moto_deploy.py, boto3);
-//! both examples applied, destroyed and applied again as a user would (the HTTP API's with its
-//! state in examples/backend-s3's bucket), with the registration drift check
-//! (scripts/registration-drift.sh) in between, the ALB example's protected destroy refused
-//! before anything is deleted and its removal as docs/deploy.md writes it; the AWS module's own
-//! deletion guard; plans that must be refused; a token rotation by the runbook's commands, and
-//! a lower token version refused; `terraform validate` of what no test applies. Every apply's
-//! output must be free of warnings.
+//! both examples applied, destroyed and applied again as a user would (the ALB's with its
+//! state in examples/backend-s3's bucket, set up as docs/deploy.md writes it), with the
+//! registration drift check (scripts/registration-drift.sh) in between, the ALB example's
+//! protected destroy refused before anything is deleted and its removal as docs/deploy.md writes
+//! it; the AWS module's own deletion guard; plans that must be refused; a token rotation by the
+//! runbook's commands, and a lower token version refused; `terraform validate` of what no test
+//! applies. Every apply's output must be free of warnings.
 //!
 //! Terraform is the machine's executable (`scripts/tools.sh path terraform-cli`; missing fails
 //! the test with a message, nothing skips). The AWS provider comes from the filesystem mirror
@@ -914,16 +914,16 @@ fn foreign_fields_outlive_replace(
     std::fs::write(log, text).unwrap();
 }
 
-/// An example as a user runs it, against moto: `terraform apply`,
-/// `destroy` and `apply` again, which used to fail on the kept log groups
-/// (ResourceAlreadyExists). The example's own inputs are what is passed through (name,
-/// alb_deletion_protection, alarm_topic_arns, secrets_namespace_selector,
-/// reserved_concurrent_executions); the HTTP API's state lives in the S3 bucket and KMS key
-/// examples/backend-s3 makes. The registration drift check runs against the fake cluster: in
-/// sync, edited (a stale token, Ignore), and deleted. The ALB example keeps its deletion
-/// protection on (the default): a plain `terraform destroy` is refused before it deletes
-/// anything (item 9 of issue 38: it used to delete the registration, the function and the
-/// listener first), and the removal runs docs/deploy.md's commands as written.
+/// An example as a user runs it, against moto: `terraform apply`, `destroy` and `apply` again,
+/// which used to fail on the kept log groups (ResourceAlreadyExists). The example's own inputs
+/// are what is passed through (name, alb_deletion_protection, alarm_topic_arns,
+/// secrets_namespace_selector, reserved_concurrent_executions); the ALB example's state lives in
+/// the S3 bucket and KMS key examples/backend-s3 makes, set up by docs/deploy.md's commands as
+/// written. The registration drift check runs against the fake cluster: in sync, edited (a
+/// stale token, Ignore), and deleted. The ALB example keeps its deletion protection on (the
+/// default): a plain `terraform destroy` is refused before it deletes anything (it used to
+/// delete the registration, the function and the listener first), and the removal runs
+/// docs/deploy.md's commands as written.
 fn example_install_remove_reinstall(example: &str) {
     let t0 = Instant::now();
     let moto = Moto::start();
@@ -976,54 +976,12 @@ reserved_concurrent_executions = 7
             "control_plane_security_group_id = \"{}\"\n",
             facts["control_plane_security_group_id"].as_str().unwrap()
         );
-        tf.init(&ex);
+        backend_as_written(&tf, &moto, dir, &ex);
     } else {
         tfvars += &format!(
             "fetcher_image = \"{FETCHER_IMAGE}\"\nsecrets_namespace_selector = {{ matchLabels = {{ \"podmutator-pilot\" = \"true\" }} }}\n"
         );
-        // examples/backend-s3 as its header says: bucket and key first, then the backend.
-        let backend = dir.join("examples/backend-s3");
-        std::fs::write(
-            backend.join("terraform.tfvars"),
-            format!("region = \"{REGION}\"\nstate_key = \"podmutator/http-api.tfstate\"\n"),
-        )
-        .unwrap();
-        tf.init(&backend);
-        tf.ok(
-            &backend,
-            &["apply", "-auto-approve", "-input=false", "-no-color"],
-            None,
-        );
-        let hcl = tf.ok(&backend, &["output", "-raw", "backend_hcl"], None);
-        std::fs::write(ex.join("backend.hcl"), &hcl.stdout).unwrap();
-        let outs: serde_json::Value =
-            serde_json::from_slice(&tf.ok(&backend, &["output", "-json"], None).stdout).unwrap();
-        std::fs::write(
-            dir.join("backend.json"),
-            serde_json::json!({
-                "bucket": outs["bucket"]["value"],
-                "kms_key_arn": outs["kms_key_arn"]["value"],
-            })
-            .to_string(),
-        )
-        .unwrap();
-        std::fs::copy(backend.join("backend.tf.example"), ex.join("backend.tf")).unwrap();
-        // Where this test's S3 is: moto, by path.
-        std::fs::write(
-            ex.join("moto.s3.tfbackend"),
-            format!(
-                "endpoints = {{\n  s3  = \"{url}\"\n  sts = \"{url}\"\n}}\nuse_path_style = true\n",
-                url = moto.url()
-            ),
-        )
-        .unwrap();
-        tf.init_with(
-            &ex,
-            &[
-                "-backend-config=backend.hcl",
-                "-backend-config=moto.s3.tfbackend",
-            ],
-        );
+        tf.init(&ex);
     }
     std::fs::write(ex.join("terraform.tfvars"), &tfvars).unwrap();
 
@@ -1206,6 +1164,31 @@ reserved_concurrent_executions = 7
             "the refused destroy changed the registration"
         );
         check("applied", "outputs-1.json", "-", &[&applied, &refused]);
+        // The destroy took the outputs out of the state; docs/deploy.md's refresh-only apply,
+        // as written, puts them back, the drift check's manifest among them.
+        let no_outputs = tf.ok(&ex, &["output", "-json", "-no-color"], None);
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&no_outputs.stdout).unwrap(),
+            serde_json::json!({}),
+            "a refused destroy kept the outputs: the docs say otherwise"
+        );
+        let restore = deploy_doc_block("**After a refused destroy, the outputs are gone");
+        let out = tf.shell(&ex, &restore, &dir.join("refresh-only.log"));
+        assert!(
+            out.status.success(),
+            "{restore} failed:\n{}",
+            combined(&out)
+        );
+        assert_eq!(
+            outputs("outputs-restored.json"),
+            manifest,
+            "the refresh-only apply restored another manifest"
+        );
+        assert_eq!(
+            std::fs::read(kube.join("podmutator.json")).unwrap(),
+            registered,
+            "the refresh-only apply changed the registration"
+        );
     } else {
         std::fs::write(&refused, "").unwrap();
     }
@@ -1394,6 +1377,55 @@ fn words(text: &str) -> String {
         .filter(|w| *w != "│")
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// docs/deploy.md's state backend block (Path A, step 2), as written, in examples/alb: the bucket
+/// and KMS key made by examples/backend-s3 (local state), its `backend_hcl`, `backend.tf.example`
+/// copied, and the ALB example initialised on that backend. What an operator's machine has and
+/// this one lacks is added by `TF_CLI_ARGS_init` alone: the provider's source, and where this
+/// test's S3 is (moto, by path, which only a backend configuration file can say; the backend-s3
+/// root has no backend and ignores it). The bucket and key go to backend.json, where
+/// check_example.py reads the state object's encryption.
+fn backend_as_written(tf: &Terraform, moto: &Moto, dir: &Path, ex: &Path) {
+    let moto_backend = dir.join("moto.s3.tfbackend");
+    std::fs::write(
+        &moto_backend,
+        format!(
+            "endpoints = {{\n  s3  = \"{url}\"\n  sts = \"{url}\"\n}}\nuse_path_style = true\n",
+            url = moto.url()
+        ),
+    )
+    .unwrap();
+    let script = format!(
+        "export TF_CLI_ARGS_init='-input=false -no-color {} -backend-config={}'\n{}",
+        tf.provider_args.join(" "),
+        moto_backend.display(),
+        deploy_doc_block("**The state holds the path token**")
+    );
+    let out = tf.shell(ex, &script, &dir.join("backend.log"));
+    assert!(
+        out.status.success(),
+        "docs/deploy.md's state backend commands failed:\n{script}\n{}",
+        combined(&out)
+    );
+    assert!(
+        std::fs::read_to_string(ex.join(".terraform/terraform.tfstate"))
+            .unwrap()
+            .contains("\"type\": \"s3\""),
+        "examples/alb is initialised on the S3 backend"
+    );
+    let backend = dir.join("examples/backend-s3");
+    let outs: serde_json::Value =
+        serde_json::from_slice(&tf.ok(&backend, &["output", "-json"], None).stdout).unwrap();
+    std::fs::write(
+        dir.join("backend.json"),
+        serde_json::json!({
+            "bucket": outs["bucket"]["value"],
+            "kms_key_arn": outs["kms_key_arn"]["value"],
+        })
+        .to_string(),
+    )
+    .unwrap();
 }
 
 /// docs/deploy.md's "A security group for the control plane alone", as written, for `cluster`

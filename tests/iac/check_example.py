@@ -85,11 +85,12 @@ def main():
             sg = client("ec2").describe_security_groups(GroupIds=lb["SecurityGroups"])["SecurityGroups"][0]
             sources = [g["GroupId"] for p in sg["IpPermissions"] for g in p.get("UserIdGroupPairs", [])]
             c.eq("ALB ingress from the control plane's group only", sources, [facts["control_plane_security_group_id"]])
-        else:
-            # The state lives in examples/backend-s3's bucket, encrypted with its key.
+            # The state lives in examples/backend-s3's bucket (docs/deploy.md's key for the ALB
+            # example), encrypted with its key.
             backend = json.loads((kube.parent / "backend.json").read_text())
-            head = client("s3").head_object(Bucket=backend["bucket"], Key="podmutator/http-api.tfstate")
+            head = client("s3").head_object(Bucket=backend["bucket"], Key="podmutator/alb.tfstate")
             c.eq("the state is encrypted with the backend's KMS key", (head.get("ServerSideEncryption"), head.get("SSEKMSKeyId")), ("aws:kms", backend["kms_key_arn"]))
+        else:
             c.eq("dashboard", [d["DashboardName"] for d in client("cloudwatch").list_dashboards()["DashboardEntries"]], [name])
 
     groups = [g["logGroupName"] for g in client("logs").describe_log_groups(logGroupNamePrefix=f"/aws/lambda/{name}-")["logGroups"]]

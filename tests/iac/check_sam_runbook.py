@@ -28,7 +28,10 @@ with tests/iac/check_sam.py's evaluator:
   deploys the same stack, and its PreviousPathTokenSha256 prompt refuses an empty answer;
 - the deploys of every other section run in order on the installed ALB stack: the rotation's
   first leaves the function with [new hash, the hash deployed before] and its last with the new
-  one alone; the removal's lifts the ALB's deletion protection and changes nothing else.
+  one alone; the removal's lifts the ALB's deletion protection and changes nothing else;
+- the reinstall (Path B's first deploy again, with the override the removal section writes)
+  names nothing the deleted stack retained (its log groups, its cache rules) and rewrites images
+  as the deleted stack did.
 
 Every step is written to STEPS_OUT_JSON (section, line, command, resolved parameters, config; and
 for a first deploy the stack's Outputs), for tests/iac.rs to start the function's `check-config` on
@@ -57,7 +60,7 @@ from samcli.yamlhelper import yaml_parse
 
 from cfnlint.decode import decode_str
 
-from check_sam import Evaluator, failed_rules
+from check_sam import IMAGES_VARIANTS, Evaluator, failed_rules
 from common import Checks
 
 HASH = "0123456789abcdef" * 4
@@ -292,7 +295,7 @@ def typed(template, values):
 
 def rendered(template, values):
     ev = Evaluator(template, typed(template, values))
-    config = json.loads(ev.value(template["Resources"]["Function"]["Properties"]["Environment"]["Variables"]["PODMUTATOR_CONFIG"]))
+    config = function_config(template, ev)
     attrs = {}
     if ev.exists("LoadBalancer"):
         attrs = {a["Key"]: a["Value"] for a in ev.value(template["Resources"]["LoadBalancer"]["Properties"]["LoadBalancerAttributes"])}
@@ -305,6 +308,33 @@ def outputs(template, values):
     ev = Evaluator(template, typed(template, values))
     return {name: ev.value(o["Value"]) for name, o in template["Outputs"].items()
             if "Condition" not in o or ev.condition(o["Condition"])}
+
+
+# The property that names a resource of each type the template retains; without it
+# CloudFormation generates a name, which no later stack repeats.
+NAME_PROPERTY = {
+    "AWS::Logs::LogGroup": "LogGroupName",
+    "AWS::ECR::PullThroughCacheRule": "EcrRepositoryPrefix",
+}
+
+
+def named(template, ev, retained=False):
+    """(type, name) of each resource the stack names itself (retained: only those it keeps
+    when deleted). A retained resource of a type NAME_PROPERTY does not list is an error."""
+    out = set()
+    for k, r in template["Resources"].items():
+        if retained and r.get("DeletionPolicy") != "Retain":
+            continue
+        if retained and r["Type"] not in NAME_PROPERTY:
+            raise SystemExit(f"{k}: a retained {r['Type']}: add the property that names it to NAME_PROPERTY")
+        prop = NAME_PROPERTY.get(r["Type"])
+        if prop and ev.exists(k) and prop in r.get("Properties", {}):
+            out.add((r["Type"], ev.value(r["Properties"][prop])))
+    return out
+
+
+def function_config(template, ev):
+    return json.loads(ev.value(template["Resources"]["Function"]["Properties"]["Environment"]["Variables"]["PODMUTATOR_CONFIG"]))
 
 
 def guided_answers(params, overrides):
@@ -347,6 +377,7 @@ def main():
     install = None  # the first ALB deploy's stack
     sequences = {}  # section -> [(line, command, args, overrides)]
     first_deploys = []
+    reinstall = []  # the reinstall's overrides, written inline in the removal section
 
     for section, line, kind, text in found:
         where = f"docs/deploy.md:{line} ({section})"
@@ -372,6 +403,8 @@ def main():
                 for problem in constraint_problems(k, v, params[k]):
                     c.true(f"{where}: CloudFormation accepts {k}", False, problem)
         if kind == "overrides":
+            if section == REMOVAL_SECTION:
+                reinstall.append((where, overrides))
             continue
         c.eq(f"{where}: samconfig.toml is read (stack name)", ctx.params.get("stack_name"), STACK_NAME)
         c.eq(f"{where}: samconfig.toml is read (the built template)", ctx.params.get("template_file"), str(built))
@@ -478,6 +511,27 @@ def main():
             c.eq(f"{section}: the ALB's deletion protection is lifted", attrs.get("deletion_protection.enabled"), "false")
             c.eq(f"{section}: nothing else changes",
                  {k: v for k, v in stack.items() if v != install[k]}, {"AlbDeletionProtection": "false"})
+
+    # --- a reinstall after `sam delete` ----------------------------------------------------
+    # Path B's first deploy again, in an account that keeps what the deleted stack retained
+    # (DeletionPolicy: Retain). The deleted stack made every cache rule; the new one, with the
+    # override the section writes, must name nothing still there and rewrite images as the
+    # deleted one did. Without the override it would collide: the check can fail.
+    c.eq(f"'{REMOVAL_SECTION}' writes the reinstall's override", [o for _, o in reinstall],
+         [{"EcrPullThroughCacheCreateRules": "false"}])
+    deleted = dict(typed(template, install), **IMAGES_VARIANTS["all"])
+    kept = named(template, Evaluator(template, deleted), retained=True)
+    c.true("the deleted stack kept the cache rules under their names", len(kept) >= 5, str(sorted(kept)))
+    images = function_config(template, Evaluator(template, deleted))["images"]
+    for where, o in reinstall:
+        again = Evaluator(template, dict(deleted, **o))
+        c.eq(f"{where}: every Rule holds on the reinstall", failed_rules(template, again), [])
+        c.eq(f"{where}: the reinstall names nothing the deleted stack kept",
+             sorted(named(template, again) & kept), [])
+        c.eq(f"{where}: the reinstall rewrites images as the deleted stack did",
+             function_config(template, again)["images"], images)
+    c.eq("without the override, the reinstall would collide with every kept cache rule",
+         named(template, Evaluator(template, deleted)) & kept, kept)
 
     with open(sys.argv[3], "w", encoding="utf-8") as f:
         json.dump(steps, f)
