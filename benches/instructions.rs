@@ -330,6 +330,22 @@ fn check(name: &str, wire: &[u8], mutated: bool) {
     );
 }
 
+/// A `/proc/self/status` figure in KiB (0 where there is none).
+fn status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Resets the peak resident set size to the current one and returns it, in KiB.
+fn reset_peak_rss_kib() -> u64 {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    status_kib("VmRSS:")
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // `cargo bench` and `cargo test --benches` pass `--bench`: nothing to count there.
@@ -357,13 +373,17 @@ fn main() {
         .unwrap();
     let case = build(name, twin);
     let run = || {
+        // What the first review adds to the resident set at its peak: the high-water mark is
+        // reset (`5` into clear_refs) after the case is built, so set-up's own peak is not it.
+        let start = reset_peak_rss_kib();
         let first = invoke(&rt, &case.front, &case.event);
+        let peak = status_kib("VmHWM:").saturating_sub(start);
         check(&args[0], &first, case.mutated);
         for _ in 0..n {
             black_box(invoke(&rt, &case.front, black_box(&case.event)));
         }
         eprintln!(
-            "{}: {} reviews, event {} B, reply {} B",
+            "{}: {} reviews, event {} B, reply {} B, peak RSS +{peak} KiB",
             args[0],
             n,
             case.event.len(),

@@ -5,8 +5,8 @@
 # `transport::lambda::handle`, the reply's bytes). Each case runs under
 # `valgrind --tool=callgrind` for N and 2N reviews; the difference over N is the count per
 # review, start-up excluded. Prints a table: instructions per review, the twin's, their ratio,
-# memcpy's share, wall-clock per review for scale (native runs; not with --check), and the
-# issue's targets met or missed. Counts do not depend on the machine's load.
+# memcpy's share, wall-clock per review for scale and each review's peak memory (native runs;
+# not with --check), and the targets met or missed. Counts do not depend on the machine's load.
 #
 #   scripts/bench-instructions.sh                   # builds the harness, measures every case
 #   scripts/bench-instructions.sh --check           # fails when a case's ratio, or its or its

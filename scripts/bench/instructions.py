@@ -6,7 +6,9 @@ passes it as --bin). For every case and its twin (the same review with the selec
 removed) the harness runs under `valgrind --tool=callgrind` for N and 2N reviews; the difference
 divided by N is the marginal count per review, start-up excluded. memcpy's share is the same
 difference taken over the functions named memcpy/memmove (callgrind_annotate, exclusive counts).
-Wall-clock per review (native runs, same marginal method) is printed for scale, never checked.
+Wall-clock per review (native runs, same marginal method) is printed for scale, never checked,
+and so is each review's peak memory: what the first review of a native run adds to the resident
+set at its peak (VmHWM after it, the mark reset after set-up, minus VmRSS before it).
 
   --check           compare with the baseline; exit 1 when a case's ratio, or its or its twin's
                     instructions per review, is more than --tolerance (10%) above it
@@ -113,6 +115,16 @@ def wall_us(binary, case, n):
     return max(best(2 * k) - best(k), 0.0) / k * 1e6
 
 
+def peak_kib(binary, case):
+    """What one review adds to the resident set at its peak (KiB), native: the harness resets
+    the high-water mark after set-up and reads VmHWM after the first review."""
+    proc = subprocess.run([binary, case, "0"], check=True, capture_output=True, text=True)
+    m = re.search(r"peak RSS \+(\d+) KiB", proc.stderr)
+    if not m:
+        sys.exit(f"bench-instructions: FAILED: no peak RSS from {case}: {proc.stderr[-2000:]}")
+    return int(m.group(1))
+
+
 def measure(binary, cases, out_dir, wall):
     rows = {}
     for case in cases:
@@ -121,6 +133,7 @@ def measure(binary, cases, out_dir, wall):
         row = {"instructions": round(per), "memcpy_share": round(share, 4)}
         if wall:
             row["wall_us"] = round(wall_us(binary, case, n), 1)
+            row["peak_kib"] = peak_kib(binary, case)
         if case not in NO_TWIN:
             tper, tshare, _ = marginal(binary, f"{case}:twin", n, out_dir)
             row["twin"] = round(tper)
@@ -128,6 +141,7 @@ def measure(binary, cases, out_dir, wall):
             row["ratio"] = round(per / tper, 3)
             if wall:
                 row["twin_wall_us"] = round(wall_us(binary, f"{case}:twin", n), 1)
+                row["twin_peak_kib"] = peak_kib(binary, f"{case}:twin")
         rows[case] = row
         print(f"  {case}: {row} ({out.name})", file=sys.stderr, flush=True)
     return rows
@@ -156,8 +170,8 @@ def table(rows):
     head = "| case | instructions / review | twin | ratio | memcpy (case / twin) |"
     rule = "|---|---:|---:|---:|---:|"
     if wall:
-        head += " µs / review (case / twin) |"
-        rule += "---:|"
+        head += " µs / review (case / twin) | peak RSS + KiB (case / twin) |"
+        rule += "---:|---:|"
     print(head + " targets |")
     print(rule + "---|")
     for case, r in rows.items():
@@ -171,7 +185,10 @@ def table(rows):
             w = f"{r.get('wall_us', 0):,.1f}"
             if "twin_wall_us" in r:
                 w += f" / {r['twin_wall_us']:,.1f}"
-            line += f" {w} |"
+            peak = f"{r.get('peak_kib', 0):,}"
+            if "twin_peak_kib" in r:
+                peak += f" / {r['twin_peak_kib']:,}"
+            line += f" {w} | {peak} |"
         print(line + f" {verdicts(case, r)} |")
 
 

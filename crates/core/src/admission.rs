@@ -362,9 +362,10 @@ impl App {
                 );
                 return Admission::early(subject, api_version, Err(e));
             };
+            let applies = self.chain.applies(&ctx, &pod, None, true);
             (
                 Fetched::default(),
-                run(&ctx, pod, |ctx, original, pod| {
+                run(&ctx, pod, applies, |ctx, original, pod| {
                     self.chain.apply_update(ctx, original, pod)
                 }),
             )
@@ -395,7 +396,8 @@ impl App {
                     resolved: &resolved,
                 };
                 let pod = req.object.take().unwrap_or_default();
-                run(&ctx, pod, |ctx, original, pod| {
+                let applies = self.chain.applies(&ctx, &pod, Some(&secrets), false);
+                run(&ctx, pod, applies, |ctx, original, pod| {
                     self.chain.apply(ctx, original, pod, Some(&secrets))
                 })
             });
@@ -535,12 +537,23 @@ enum Ran {
     Failed(Error),
 }
 
-/// The chain (`chain`: CREATE or UPDATE) on `pod`, then the patch from the pod as it came in.
+/// The chain (`chain`: CREATE or UPDATE) on `pod`, then the patch from the pod as it came in;
+/// where no member `applies` ([`crate::mutate::Chain::applies`]), the pod allowed as it came,
+/// without the copy of it that the patch would be diffed against.
 fn run(
     ctx: &PodCtx<'_>,
     mut pod: Pod,
+    applies: bool,
     chain: impl FnOnce(&PodCtx<'_>, &Pod, &mut Pod) -> Result<Applied, Denied>,
 ) -> Result<(Verdict, Effects), Ran> {
+    if !applies {
+        let verdict = Verdict::Ran {
+            changed: Vec::new(),
+            patch: None,
+            warnings: Vec::new(),
+        };
+        return Ok((verdict, Effects::default()));
+    }
     let original = pod.clone();
     let Applied {
         changed,

@@ -203,6 +203,13 @@ pub trait PodMutator: Send + Sync {
     fn checks_updates(&self) -> bool {
         false
     }
+    /// Whether it may change or refuse `pod` here. `false` lets the chain pass it by, and an
+    /// admission whose chain passes every member by allows the pod without copying it (the
+    /// copy the patch is diffed against). The default, `true`, is always right; a mutator that
+    /// can tell cheaply and for certain that it would do nothing says so.
+    fn applies(&self, _ctx: &PodCtx<'_>, _pod: &Pod) -> bool {
+        true
+    }
 }
 
 /// The id of the `secrets` mutator, whose place in the chain is [`Step::Secrets`].
@@ -343,6 +350,39 @@ impl Chain {
         self.run(ctx, original, pod, None, true)
     }
 
+    /// Whether a member that runs on this operation (`update`: a pod UPDATE) may change or
+    /// refuse `pod` ([`PodMutator::applies`]). When none may, the admission allows the pod as it
+    /// came, without running the chain or copying the pod.
+    pub fn applies(
+        &self,
+        ctx: &PodCtx<'_>,
+        pod: &Pod,
+        secrets: Option<&dyn PodMutator>,
+        update: bool,
+    ) -> bool {
+        self.members_for(secrets, update)
+            .any(|(_, _, m)| m.applies(ctx, pod))
+    }
+
+    /// Each member that runs on this operation: its place, entry and mutator.
+    fn members_for<'a>(
+        &'a self,
+        secrets: Option<&'a dyn PodMutator>,
+        update: bool,
+    ) -> impl Iterator<Item = (usize, &'a Entry, &'a dyn PodMutator)> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter_map(move |(i, entry)| {
+                let mutator = match (&entry.step, secrets) {
+                    (Step::Mutator(m), _) => m.as_ref(),
+                    (Step::Secrets, Some(m)) => m,
+                    (Step::Secrets, None) => return None,
+                };
+                (!update || mutator.checks_updates()).then_some((i, entry, mutator))
+            })
+    }
+
     fn run(
         &self,
         ctx: &PodCtx<'_>,
@@ -353,13 +393,8 @@ impl Chain {
     ) -> Result<Applied, Denied> {
         let mut applied = Applied::default();
         let mut previous = std::borrow::Cow::Borrowed(original);
-        for (i, entry) in self.entries.iter().enumerate() {
-            let mutator = match (&entry.step, secrets) {
-                (Step::Mutator(m), _) => m.as_ref(),
-                (Step::Secrets, Some(m)) => m,
-                (Step::Secrets, None) => continue,
-            };
-            if update && !mutator.checks_updates() {
+        for (i, entry, mutator) in self.members_for(secrets, update) {
+            if !mutator.applies(ctx, pod) {
                 continue;
             }
             let id = entry.step.id();
@@ -463,6 +498,41 @@ mod tests {
     fn apply(chain: &Chain, pod: &mut Pod) -> Result<Applied, Denied> {
         let original = pod.clone();
         chain.apply(&PodCtx::test(Route::Secrets), &original, pod, None)
+    }
+
+    /// A member that says it does not apply is passed by, not run; with no other member, the
+    /// chain says so too, and the admission needs no copy of the pod.
+    #[test]
+    fn a_member_that_does_not_apply_is_passed_by() {
+        struct Never;
+        impl PodMutator for Never {
+            fn id(&self) -> &'static str {
+                "never"
+            }
+            fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
+                pod.metadata.name = Some("changed".into());
+                Ok(Effects::default())
+            }
+            fn applies(&self, _: &PodCtx<'_>, _: &Pod) -> bool {
+                false
+            }
+        }
+        let ctx = PodCtx::test(Route::Secrets);
+        let mut chain = Chain::default();
+        chain.push(Box::new(Never), true);
+        let mut pod = mk_pod();
+        assert!(!chain.applies(&ctx, &pod, None, false));
+        assert_eq!(apply(&chain, &mut pod).unwrap(), Applied::default());
+        assert_eq!(pod, mk_pod());
+
+        chain.push(Box::new(Label("x")), false);
+        assert!(chain.applies(&ctx, &pod, None, false));
+        assert!(
+            !chain.applies(&ctx, &pod, None, true),
+            "no member checks updates"
+        );
+        assert_eq!(apply(&chain, &mut pod).unwrap().changed, ["x"]);
+        assert_eq!(pod.metadata.name, mk_pod().metadata.name);
     }
 
     #[test]

@@ -379,6 +379,39 @@ mod tests {
         assert_eq!(pod, before);
     }
 
+    /// The secrets member applies where its plan holds something: to a pod that asks for a
+    /// secret (injected or refused), not to one without the label or one that asks for none.
+    #[test]
+    fn applies_only_where_the_plan_holds_something() {
+        use crate::mutate::PodMutator;
+        let m = SecretsMutator::new(vec![Box::new(crate::secrets::k8s::K8sInjector {
+            env_prefix: "_UNION_".into(),
+        })]);
+        let ctx = PodCtx::test(crate::mutate::Route::Secrets);
+        let resolved = ResolvedSecrets::default();
+        let applies = |pod: &Pod| {
+            let plan = m.plan(&ctx, pod);
+            plan::Planned {
+                mutator: &m,
+                plan: &plan,
+                resolved: &resolved,
+            }
+            .applies(&ctx, pod)
+        };
+        let mut asks = flyte_test_pod();
+        asks.metadata.annotations = Some(
+            codec::encode_annotations(&[secret("g", "k", MountRequirement::Any, "")]).unwrap(),
+        );
+        assert!(applies(&asks));
+        assert!(applies(&flyte_test_pod()), "refused, so it applies");
+        let mut no_label = asks.clone();
+        no_label.metadata.labels = None;
+        assert!(!applies(&no_label));
+        let mut asks_none = asks.clone();
+        asks_none.metadata.annotations = None;
+        assert!(!applies(&asks_none));
+    }
+
     #[test]
     fn first_fail_denies_and_leaves_the_pod_unchanged() {
         let global = crate::secrets::global::GlobalInjector {

@@ -335,4 +335,9 @@ impl PodMutator for Planned<'_> {
     fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
         Ok(self.mutator.apply(self.plan, self.resolved, ctx, pod)?)
     }
+
+    /// Not on a pod it does not select, nor one that asks for no secret: its plan is empty.
+    fn applies(&self, _: &PodCtx<'_>, _: &Pod) -> bool {
+        !matches!(&self.plan.outcome, Outcome::Requests(planned) if planned.is_empty())
+    }
 }

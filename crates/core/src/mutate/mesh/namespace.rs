@@ -40,8 +40,12 @@ impl PodMutator for NamespaceInjection {
         "namespace-injection"
     }
 
+    fn applies(&self, ctx: &PodCtx<'_>, _: &Pod) -> bool {
+        ctx.route == Route::ManagedNamespace
+    }
+
     fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
-        if ctx.route != Route::ManagedNamespace {
+        if !self.applies(ctx, pod) {
             return Ok(Effects::default());
         }
         let labels = &mut pod.metadata.labels;
