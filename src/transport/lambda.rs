@@ -24,8 +24,7 @@ use podmutator_core::error::Error;
 use podmutator_core::mutate::Route;
 
 /// The response, in the shape of the event's source.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 pub enum LambdaReply {
     ApiGatewayV1(ApiGatewayProxyResponse),
     ApiGatewayV2(ApiGatewayV2httpResponse),
@@ -49,6 +48,127 @@ impl LambdaReply {
         };
         body.map_or(&[][..], |b| b.as_ref())
     }
+}
+
+/// Written as the event types write themselves, but for the body: nearly all of a large reply,
+/// it is escaped here eight bytes at a time ([`escape_into`]) instead of by serde_json a byte at
+/// a time after a second UTF-8 check. The envelope without its body comes from the event
+/// type's own serialisation, the body goes in before its closing brace, and the whole is
+/// handed to the runtime as one raw JSON value.
+impl Serialize for LambdaReply {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error as _;
+        let (head, body) = match self {
+            Self::ApiGatewayV1(r) => {
+                let mut h = ApiGatewayProxyResponse::default();
+                h.status_code = r.status_code;
+                h.headers = r.headers.clone();
+                h.multi_value_headers = r.multi_value_headers.clone();
+                h.is_base64_encoded = r.is_base64_encoded;
+                (serde_json::to_string(&h), r.body.as_ref())
+            }
+            Self::ApiGatewayV2(r) => {
+                let mut h = ApiGatewayV2httpResponse::default();
+                h.status_code = r.status_code;
+                h.headers = r.headers.clone();
+                h.multi_value_headers = r.multi_value_headers.clone();
+                h.is_base64_encoded = r.is_base64_encoded;
+                h.cookies = r.cookies.clone();
+                (serde_json::to_string(&h), r.body.as_ref())
+            }
+            Self::Alb(r) => {
+                let mut h = AlbTargetGroupResponse::default();
+                h.status_code = r.status_code;
+                h.status_description = r.status_description.clone();
+                h.headers = r.headers.clone();
+                h.multi_value_headers = r.multi_value_headers.clone();
+                h.is_base64_encoded = r.is_base64_encoded;
+                (serde_json::to_string(&h), r.body.as_ref())
+            }
+        };
+        let mut out = head.map_err(S::Error::custom)?;
+        if let Some(body) = body {
+            let Some('}') = out.pop() else {
+                return Err(S::Error::custom(
+                    "the response envelope is not a JSON object",
+                ));
+            };
+            out.push_str(",\"body\":");
+            match body {
+                Body::Text(text) => escape_into(&mut out, text),
+                other => out.push_str(&serde_json::to_string(other).map_err(S::Error::custom)?),
+            }
+            out.push('}');
+        }
+        serde_json::value::RawValue::from_string(out)
+            .map_err(S::Error::custom)?
+            .serialize(serializer)
+    }
+}
+
+/// The index of the first byte from `i` on that a JSON string escapes (`"`, `\`, or a control
+/// character), or the length: eight bytes a step. In each word, the lowest byte flagged by
+/// "has a zero byte" (of the word XOR each quote) or "has a byte below 0x20" is exact; the
+/// tricks' false positives lie only above a true one.
+fn next_escape(bytes: &[u8], mut i: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = |w: u64, n: u8| w.wrapping_sub(ONES * u64::from(n)) & !w & HIGH;
+    while let Some(word) = bytes.get(i..i + 8) {
+        let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+        let hits = below(w ^ (ONES * u64::from(b'"')), 1)
+            | below(w ^ (ONES * u64::from(b'\\')), 1)
+            | below(w, 0x20);
+        if hits != 0 {
+            return i + (hits.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    let rest = &bytes[i..];
+    i + rest
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .unwrap_or(rest.len())
+}
+
+/// What serde_json writes for a byte a JSON string escapes.
+fn escape_of(b: u8) -> Option<&'static str> {
+    Some(match b {
+        b'"' => "\\\"",
+        b'\\' => "\\\\",
+        b'\n' => "\\n",
+        b'\r' => "\\r",
+        b'\t' => "\\t",
+        0x08 => "\\b",
+        0x0c => "\\f",
+        _ => return None,
+    })
+}
+
+/// `text` as a JSON string, byte for byte what serde_json writes. Every byte escaped is ASCII,
+/// so each run between two of them is whole characters.
+fn escape_into(out: &mut String, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(text.len() + 2);
+    out.push('"');
+    let mut start = 0;
+    loop {
+        let at = next_escape(text.as_bytes(), start);
+        out.push_str(&text[start..at]);
+        let Some(&b) = text.as_bytes().get(at) else {
+            break;
+        };
+        match escape_of(b) {
+            Some(escaped) => out.push_str(escaped),
+            None => {
+                out.push_str("\\u00");
+                out.push(char::from(HEX[usize::from(b >> 4)]));
+                out.push(char::from(HEX[usize::from(b & 0xf)]));
+            }
+        }
+        start = at + 1;
+    }
+    out.push('"');
 }
 
 /// Where an event came from, as far as its shape tells.
@@ -114,17 +234,15 @@ impl Source {
     }
 }
 
-/// The size of `body` once written as a JSON string in the response envelope.
+/// The size of `body` once written as a JSON string in the response envelope (quotes aside).
 fn escaped_len(body: &[u8]) -> usize {
-    body.len()
-        + body
-            .iter()
-            .map(|&b| match b {
-                b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
-                0..=0x1f => 5,
-                _ => 0,
-            })
-            .sum::<usize>()
+    let (mut len, mut i) = (body.len(), 0);
+    loop {
+        i = next_escape(body, i);
+        let Some(&b) = body.get(i) else { return len };
+        len += escape_of(b).map_or(5, |e| e.len() - 1);
+        i += 1;
+    }
 }
 
 /// `reply`, or, when it would not fit through `source`'s response limit, a denial that fits
@@ -406,4 +524,94 @@ pub async fn run(front: std::sync::Arc<Front>) -> Result<(), lambda_http::Error>
         },
     ))
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Every byte a string can hold at every place in an eight-byte word, and in the tail.
+    fn tricky() -> Vec<String> {
+        let mut out = vec![String::new(), "é\u{2028}😀".into(), "\u{7f}".into()];
+        for b in (0u8..0x80).chain([0xe9]) {
+            let c = char::from(b).to_string();
+            for at in 0..20 {
+                out.push(format!("{}{c}{}", "A".repeat(at), "b".repeat(19 - at)));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn escapes_as_serde_json_does() {
+        for text in tricky() {
+            let mut ours = String::new();
+            escape_into(&mut ours, &text);
+            let theirs = serde_json::to_string(&text).unwrap();
+            assert_eq!(ours, theirs, "{text:?}");
+            assert_eq!(escaped_len(text.as_bytes()) + 2, theirs.len(), "{text:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn escapes_any_string_as_serde_json_does(text in "\\PC*|[\\x00-\\x7f]{0,64}") {
+            let mut ours = String::new();
+            escape_into(&mut ours, &text);
+            let theirs = serde_json::to_string(&text).unwrap();
+            prop_assert_eq!(escaped_len(text.as_bytes()) + 2, theirs.len());
+            prop_assert_eq!(ours, theirs);
+        }
+    }
+
+    /// The written response is the event type's own serialisation, field for field, whatever
+    /// the body: the event types' derive stays the reference.
+    #[test]
+    fn each_response_is_written_as_its_event_type_writes_it() {
+        let bodies = || {
+            let mut out: Vec<Option<Body>> = vec![None, Some(Body::Empty)];
+            out.push(Some(Body::Binary(vec![0, 1, 2, 255])));
+            out.extend(tricky().into_iter().map(|t| Some(Body::Text(t))));
+            out
+        };
+        for body in bodies() {
+            let mut v1 = ApiGatewayProxyResponse::default();
+            v1.status_code = 200;
+            v1.headers = json_headers();
+            v1.body = body.clone();
+            let mut v2 = ApiGatewayV2httpResponse::default();
+            v2.status_code = 400;
+            v2.headers = json_headers();
+            v2.cookies = vec!["a=b".into()];
+            v2.body = body.clone();
+            let mut alb = AlbTargetGroupResponse::default();
+            alb.status_code = 404;
+            alb.status_description = Some(status_description(404));
+            alb.headers = json_headers();
+            alb.body = body.clone();
+            let mut multi = AlbTargetGroupResponse::default();
+            multi.status_code = 500;
+            multi.multi_value_headers = json_headers();
+            multi.is_base64_encoded = true;
+            multi.body = body;
+            let want = [
+                serde_json::to_value(&v1).unwrap(),
+                serde_json::to_value(&v2).unwrap(),
+                serde_json::to_value(&alb).unwrap(),
+                serde_json::to_value(&multi).unwrap(),
+            ];
+            let got = [
+                LambdaReply::ApiGatewayV1(v1),
+                LambdaReply::ApiGatewayV2(v2),
+                LambdaReply::Alb(alb),
+                LambdaReply::Alb(multi),
+            ]
+            .map(|r| {
+                serde_json::from_slice::<serde_json::Value>(&serde_json::to_vec(&r).unwrap())
+                    .unwrap()
+            });
+            assert_eq!(got, want);
+        }
+    }
 }
