@@ -2008,7 +2008,8 @@ async fn turning_the_path_token_on_in_three_applies_never_refuses_a_review() {
 }
 
 /// docs/deploy.md's in-cluster day two, each block run as written (the placeholders filled) in a
-/// copy of the tree, with the stand-in `kubectl` and `kustomize`: an upgrade and a rollback pin
+/// copy of the tree, with the stand-in `kubectl` and `kustomize`: the install's pin writes the
+/// base's `images:` and applies nothing; an upgrade and a rollback pin
 /// their digest in the base and apply the webhook alone (its Deployment running that digest, no
 /// registration), then wait for the rollout; the incident's undo waits too; the removal deletes
 /// the registration before the rest (with self-managed-ca, the CronJob too); a reinstall
@@ -2039,6 +2040,25 @@ fn in_cluster_upgrade_rollback_removal_and_reinstall_run_as_written() {
             .to_owned()
     };
     let (previous, next) = ("0a".repeat(32), "1b".repeat(32));
+    // The install's pin (its own block, the same line alone) pins the base and applies nothing.
+    let install = block(
+        "cd deploy/kubernetes/base && kustomize edit set image podmutator=<registry>/podmutator@sha256:<digest> && cd -\n```",
+    );
+    let calls = docs.run(
+        "the install's pin",
+        &install
+            .replace("<registry>", "registry.example.com/team")
+            .replace("<digest>", &previous),
+        &root,
+    );
+    assert!(calls.is_empty(), "the install's pin applied {calls:?}");
+    let base =
+        std::fs::read_to_string(root.join("deploy/kubernetes/base/kustomization.yaml")).unwrap();
+    assert!(
+        base.contains(&format!("sha256:{previous}"))
+            && base.contains("newName: registry.example.com/team/podmutator"),
+        "the install's pin is not in the base:\n{base}"
+    );
     for (what, digest) in [
         ("the first pin", &previous),
         ("the upgrade", &next),
