@@ -1184,6 +1184,24 @@ reserved_concurrent_executions = 7
             manifest,
             "the refresh-only apply restored another manifest"
         );
+        let read = |f: &str| -> serde_json::Value {
+            serde_json::from_slice(&std::fs::read(dir.join(f)).unwrap()).unwrap()
+        };
+        assert_eq!(
+            read("outputs-restored.json"),
+            read("outputs-1.json"),
+            "the refresh-only apply restored other outputs"
+        );
+        let plan = tf.run(
+            &ex,
+            &["plan", "-detailed-exitcode", "-input=false", "-no-color"],
+        );
+        assert_eq!(
+            plan.status.code(),
+            Some(0),
+            "after the refresh-only apply, a plan is not empty:\n{}",
+            combined(&plan)
+        );
         assert_eq!(
             std::fs::read(kube.join("podmutator.json")).unwrap(),
             registered,
@@ -1407,6 +1425,19 @@ fn backend_as_written(tf: &Terraform, moto: &Moto, dir: &Path, ex: &Path) {
         out.status.success(),
         "docs/deploy.md's state backend commands failed:\n{script}\n{}",
         combined(&out)
+    );
+    // The apply's own output (between init's last line and its summary) warns of nothing.
+    let text = combined(&out);
+    let apply = text
+        .split("Terraform has been successfully initialized!")
+        .nth(1)
+        .and_then(|t| t.split("Apply complete!").next())
+        .expect("the block's output holds backend-s3's init and apply");
+    let warnings = unexpected_warnings(apply);
+    assert!(
+        warnings.is_empty(),
+        "examples/backend-s3's apply warns:\n{}",
+        warnings.join("\n")
     );
     assert!(
         std::fs::read_to_string(ex.join(".terraform/terraform.tfstate"))

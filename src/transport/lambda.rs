@@ -26,92 +26,83 @@ use podmutator_core::mutate::Route;
 /// The response, in the shape of the event's source.
 #[derive(Debug)]
 pub enum LambdaReply {
-    ApiGatewayV1(ApiGatewayProxyResponse),
-    ApiGatewayV2(ApiGatewayV2httpResponse),
-    Alb(AlbTargetGroupResponse),
+    ApiGatewayV1(Envelope<ApiGatewayProxyResponse>),
+    ApiGatewayV2(Envelope<ApiGatewayV2httpResponse>),
+    Alb(Envelope<AlbTargetGroupResponse>),
+}
+
+/// A response of the event's type, kept without its body (`head.body` is `None`), and the body
+/// beside it: the head is written by its own derive, every field of it, and the body, nearly all
+/// of a large reply, apart ([`LambdaReply`]'s `Serialize`).
+#[derive(Debug)]
+pub struct Envelope<R> {
+    head: R,
+    body: Body,
+}
+
+impl<R> Envelope<R> {
+    fn new(head: R, body: Body) -> Self {
+        Self { head, body }
+    }
 }
 
 impl LambdaReply {
     pub fn status(&self) -> i64 {
         match self {
-            Self::ApiGatewayV1(r) => r.status_code,
-            Self::ApiGatewayV2(r) => r.status_code,
-            Self::Alb(r) => r.status_code,
+            Self::ApiGatewayV1(r) => r.head.status_code,
+            Self::ApiGatewayV2(r) => r.head.status_code,
+            Self::Alb(r) => r.head.status_code,
         }
     }
 
     pub fn body(&self) -> &[u8] {
-        let body = match self {
+        match self {
             Self::ApiGatewayV1(r) => r.body.as_ref(),
             Self::ApiGatewayV2(r) => r.body.as_ref(),
             Self::Alb(r) => r.body.as_ref(),
-        };
-        body.map_or(&[][..], |b| b.as_ref())
+        }
     }
 }
 
-/// Written as the event types write themselves, but for the body: nearly all of a large reply,
-/// it is escaped here eight bytes at a time ([`escape_into`]) instead of by serde_json a byte at
-/// a time after a second UTF-8 check. The envelope without its body comes from the event
-/// type's own serialisation, the body goes in before its closing brace, and the whole is
-/// handed to the runtime as one raw JSON value.
+/// Written as the event types write themselves, but for a long body: nearly all of a large
+/// reply, it is escaped here eight bytes at a time ([`escape_into`]) instead of by serde_json a
+/// byte at a time after a second UTF-8 check. The head comes from the event type's own
+/// serialisation, the body goes in before its closing brace (last, where the derive writes it
+/// before `isBase64Encoded`), and the whole is handed to the runtime as one raw JSON value. A
+/// short body (most replies: an allow without a patch, a small one) costs less written by the
+/// derive, the head copied with it.
 impl Serialize for LambdaReply {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::Error as _;
-        // A short body (most replies: an allow without a patch, a small one) costs less written
-        // directly than the envelope made apart and checked.
-        if self.body().len() < RAW_FROM {
-            return match self {
-                Self::ApiGatewayV1(r) => r.serialize(serializer),
-                Self::ApiGatewayV2(r) => r.serialize(serializer),
-                Self::Alb(r) => r.serialize(serializer),
-            };
-        }
-        let (head, body) = match self {
-            Self::ApiGatewayV1(r) => {
-                let mut h = ApiGatewayProxyResponse::default();
-                h.status_code = r.status_code;
-                h.headers = r.headers.clone();
-                h.multi_value_headers = r.multi_value_headers.clone();
-                h.is_base64_encoded = r.is_base64_encoded;
-                (serde_json::to_string(&h), r.body.as_ref())
+        fn write<R: Clone + Serialize, S: serde::Serializer>(
+            r: &Envelope<R>,
+            slot: impl FnOnce(&mut R) -> &mut Option<Body>,
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            if r.body.as_ref().len() < RAW_FROM {
+                let mut whole = r.head.clone();
+                *slot(&mut whole) = Some(r.body.clone());
+                return whole.serialize(serializer);
             }
-            Self::ApiGatewayV2(r) => {
-                let mut h = ApiGatewayV2httpResponse::default();
-                h.status_code = r.status_code;
-                h.headers = r.headers.clone();
-                h.multi_value_headers = r.multi_value_headers.clone();
-                h.is_base64_encoded = r.is_base64_encoded;
-                h.cookies = r.cookies.clone();
-                (serde_json::to_string(&h), r.body.as_ref())
-            }
-            Self::Alb(r) => {
-                let mut h = AlbTargetGroupResponse::default();
-                h.status_code = r.status_code;
-                h.status_description = r.status_description.clone();
-                h.headers = r.headers.clone();
-                h.multi_value_headers = r.multi_value_headers.clone();
-                h.is_base64_encoded = r.is_base64_encoded;
-                (serde_json::to_string(&h), r.body.as_ref())
-            }
-        };
-        let mut out = head.map_err(S::Error::custom)?;
-        if let Some(body) = body {
+            let mut out = serde_json::to_string(&r.head).map_err(S::Error::custom)?;
             let Some('}') = out.pop() else {
-                return Err(S::Error::custom(
-                    "the response envelope is not a JSON object",
-                ));
+                return Err(S::Error::custom("the response's head is not a JSON object"));
             };
             out.push_str(",\"body\":");
-            match body {
+            match &r.body {
                 Body::Text(text) => escape_into(&mut out, text),
                 other => out.push_str(&serde_json::to_string(other).map_err(S::Error::custom)?),
             }
             out.push('}');
+            serde_json::value::RawValue::from_string(out)
+                .map_err(S::Error::custom)?
+                .serialize(serializer)
         }
-        serde_json::value::RawValue::from_string(out)
-            .map_err(S::Error::custom)?
-            .serialize(serializer)
+        match self {
+            Self::ApiGatewayV1(r) => write(r, |h| &mut h.body, serializer),
+            Self::ApiGatewayV2(r) => write(r, |h| &mut h.body, serializer),
+            Self::Alb(r) => write(r, |h| &mut h.body, serializer),
+        }
     }
 }
 
@@ -382,7 +373,7 @@ fn json_headers() -> HeaderMap {
     h
 }
 
-async fn rest(front: &Front, req: ApiGatewayProxyRequest) -> ApiGatewayProxyResponse {
+async fn rest(front: &Front, req: ApiGatewayProxyRequest) -> Envelope<ApiGatewayProxyResponse> {
     // REST APIs report the resource path without the stage.
     let path = req.path.as_deref().unwrap_or("/");
     let reply = dispatch(
@@ -399,11 +390,13 @@ async fn rest(front: &Front, req: ApiGatewayProxyRequest) -> ApiGatewayProxyResp
     let mut out = ApiGatewayProxyResponse::default();
     out.status_code = i64::from(reply.status);
     out.headers = json_headers();
-    out.body = Some(text(reply.body));
-    out
+    Envelope::new(out, text(reply.body))
 }
 
-async fn http_api(front: &Front, req: ApiGatewayV2httpRequest) -> ApiGatewayV2httpResponse {
+async fn http_api(
+    front: &Front,
+    req: ApiGatewayV2httpRequest,
+) -> Envelope<ApiGatewayV2httpResponse> {
     // HTTP APIs put a named stage in front of the raw path; `$default` has none.
     let raw = req.raw_path.as_deref().unwrap_or("/");
     let path = match req.request_context.stage.as_deref() {
@@ -439,15 +432,14 @@ async fn http_api(front: &Front, req: ApiGatewayV2httpRequest) -> ApiGatewayV2ht
     v2_response(reply)
 }
 
-fn v2_response(reply: Reply) -> ApiGatewayV2httpResponse {
+fn v2_response(reply: Reply) -> Envelope<ApiGatewayV2httpResponse> {
     let mut out = ApiGatewayV2httpResponse::default();
     out.status_code = i64::from(reply.status);
     out.headers = json_headers();
-    out.body = Some(text(reply.body));
-    out
+    Envelope::new(out, text(reply.body))
 }
 
-async fn alb(front: &Front, req: AlbTargetGroupRequest) -> AlbTargetGroupResponse {
+async fn alb(front: &Front, req: AlbTargetGroupRequest) -> Envelope<AlbTargetGroupResponse> {
     // With multi-value headers enabled on the target group, ALB sends and expects
     // `multiValueHeaders` only.
     let multi = !req.multi_value_headers.is_empty();
@@ -483,8 +475,7 @@ async fn alb(front: &Front, req: AlbTargetGroupRequest) -> AlbTargetGroupRespons
     } else {
         out.headers = json_headers();
     }
-    out.body = Some(text(reply.body));
-    out
+    Envelope::new(out, text(reply.body))
 }
 
 /// ALB wants "200 OK"-style descriptions.
@@ -582,51 +573,51 @@ mod tests {
     }
 
     /// The written response is the event type's own serialisation, field for field, whatever
-    /// the body: the event types' derive stays the reference.
+    /// the body, short or long: the event types' derive stays the reference.
     #[test]
     fn each_response_is_written_as_its_event_type_writes_it() {
-        let bodies = || {
-            let mut out: Vec<Option<Body>> = vec![None, Some(Body::Empty)];
-            out.push(Some(Body::Binary(vec![0, 1, 2, 255])));
-            out.push(Some(Body::Binary(vec![0xfe; RAW_FROM * 2])));
-            out.extend(tricky().into_iter().map(|t| Some(Body::Text(t))));
-            out
-        };
-        for body in bodies() {
+        let mut bodies = vec![
+            Body::Empty,
+            Body::Binary(vec![0, 1, 2, 255]),
+            Body::Binary(vec![0xfe; RAW_FROM * 2]),
+        ];
+        bodies.extend(tricky().into_iter().map(Body::Text));
+        for body in bodies {
             let mut v1 = ApiGatewayProxyResponse::default();
             v1.status_code = 200;
             v1.headers = json_headers();
-            v1.body = body.clone();
             let mut v2 = ApiGatewayV2httpResponse::default();
             v2.status_code = 400;
             v2.headers = json_headers();
             v2.cookies = vec!["a=b".into()];
-            v2.body = body.clone();
             let mut alb = AlbTargetGroupResponse::default();
             alb.status_code = 404;
             alb.status_description = Some(status_description(404));
             alb.headers = json_headers();
-            alb.body = body.clone();
             let mut multi = AlbTargetGroupResponse::default();
             multi.status_code = 500;
             multi.multi_value_headers = json_headers();
             multi.is_base64_encoded = true;
-            multi.body = body;
+            let whole = |mut r: serde_json::Value| {
+                r["body"] = serde_json::to_value(&body).unwrap();
+                r
+            };
             let want = [
-                serde_json::to_value(&v1).unwrap(),
-                serde_json::to_value(&v2).unwrap(),
-                serde_json::to_value(&alb).unwrap(),
-                serde_json::to_value(&multi).unwrap(),
+                whole(serde_json::to_value(&v1).unwrap()),
+                whole(serde_json::to_value(&v2).unwrap()),
+                whole(serde_json::to_value(&alb).unwrap()),
+                whole(serde_json::to_value(&multi).unwrap()),
             ];
             let got = [
-                LambdaReply::ApiGatewayV1(v1),
-                LambdaReply::ApiGatewayV2(v2),
-                LambdaReply::Alb(alb),
-                LambdaReply::Alb(multi),
+                LambdaReply::ApiGatewayV1(Envelope::new(v1, body.clone())),
+                LambdaReply::ApiGatewayV2(Envelope::new(v2, body.clone())),
+                LambdaReply::Alb(Envelope::new(alb, body.clone())),
+                LambdaReply::Alb(Envelope::new(multi, body.clone())),
             ]
             .map(|r| {
-                serde_json::from_slice::<serde_json::Value>(&serde_json::to_vec(&r).unwrap())
-                    .unwrap()
+                let wire = String::from_utf8(serde_json::to_vec(&r).unwrap()).unwrap();
+                assert_eq!(wire.matches("\"body\":").count(), 1, "{wire}");
+                serde_json::from_str::<serde_json::Value>(&wire).unwrap()
             });
             assert_eq!(got, want);
         }
