@@ -775,6 +775,129 @@ fn terraform_rejects_a_path_token_the_function_would_reject() {
     assert!(text.contains("path_token must be at least 32"), "{text}");
 }
 
+/// docs/deploy.md's fetcher image publish block, as written (its placeholders filled: moto's
+/// account, the region, the crate's version), with the stand-in `aws` against moto and a stand-in
+/// `docker` (tests/iac/fake_docker.py) whose push puts an image index into moto's ECR: the
+/// repository is made immutable and scanned on push, `docker login` gets the registry's own
+/// password, the build is for both platforms, tagged in that repository and pushed from the
+/// repository's root, and the last command prints the digest the registry holds for the tag,
+/// the one `fetcherImage` pins. No image is built: no Docker engine or registry is reachable
+/// here (what the build makes is `scripts/pod-image.sh`'s, run in CI).
+#[tokio::test]
+async fn the_fetcher_image_publish_block_runs_as_written() {
+    let moto = common::aws::Moto::start();
+    let dir = common::temp_dir("ecr-publish");
+    let bin = common::fake_bin(&dir);
+    let docker = bin.join("docker");
+    std::fs::write(
+        &docker,
+        format!(
+            "#!/bin/sh\nexec '{}' '{}' \"$@\"\n",
+            tool("python"),
+            root().join("tests/iac/fake_docker.py").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&docker, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let log = dir.join("docker-calls.jsonl");
+    let deploy = std::fs::read_to_string(root().join("docs/deploy.md")).unwrap();
+    let at = deploy
+        .find("Publish it to ECR and pin the digest")
+        .expect("docs/deploy.md publishes the fetcher image");
+    let rest = &deploy[at..];
+    let start = rest.find("```sh\n").unwrap() + "```sh\n".len();
+    let block = &rest[start..start + rest[start..].find("```").unwrap()];
+    let (account, region, version) = ("123456789012", "us-east-1", env!("CARGO_PKG_VERSION"));
+    let script = block
+        .replace("<account>", account)
+        .replace("<region>", region)
+        .replace("<version>", version);
+    assert!(
+        script
+            .lines()
+            .all(|l| !l.split(" #").next().unwrap().contains('<')),
+        "a placeholder left:\n{script}"
+    );
+    let out = Command::new("sh")
+        .args(["-ec", &script])
+        .current_dir(root())
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("FAKE_DOCKER_LOG", &log)
+        .env("AWS_ENDPOINT_URL", moto.url())
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_DEFAULT_REGION", region)
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{script}\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let ecr = |code: &str| -> Value {
+        serde_json::from_str(&boto3_json(&moto.url(), region, code)).unwrap()
+    };
+    let repo =
+        ecr("r = c.describe_repositories(repositoryNames=['podmutator'])['repositories'][0]");
+    assert_eq!(repo["imageTagMutability"], "IMMUTABLE", "{repo}");
+    assert_eq!(
+        repo["imageScanningConfiguration"]["scanOnPush"], true,
+        "{repo}"
+    );
+    let registry = format!("{account}.dkr.ecr.{region}.amazonaws.com");
+    let password = ecr(
+        "import base64\nr = base64.b64decode(c.get_authorization_token()['authorizationData'][0]['authorizationToken']).decode().partition(':')[2]",
+    );
+    use sha2::Digest;
+    let calls: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            json!({
+                "login": registry,
+                "password_sha256": hex::encode(sha2::Sha256::digest(password.as_str().unwrap())),
+            }),
+            json!({
+                "build": format!("{registry}/podmutator:{version}"),
+                "registry": registry,
+                "platforms": ["linux/amd64", "linux/arm64"],
+            }),
+        ]
+    );
+    let image = ecr(&format!(
+        "r = c.describe_images(repositoryName='podmutator', imageIds=[{{'imageTag': '{version}'}}])['imageDetails'][0]['imageDigest']"
+    ));
+    let last = stdout.trim().lines().last().unwrap_or_default();
+    let printed: Value = serde_json::from_str(last).expect("the digest, as JSON, last");
+    assert_eq!(printed, image, "the block prints the pushed tag's digest");
+    assert!(image.as_str().unwrap().starts_with("sha256:"), "{image}");
+}
+
+/// Runs `code` (Python, `c` an ECR client on moto; it sets `r`) and returns `r` as JSON.
+fn boto3_json(url: &str, region: &str, code: &str) -> String {
+    let program = format!(
+        "import boto3, json\nc = boto3.client('ecr', endpoint_url={url:?}, region_name={region:?}, aws_access_key_id='testing', aws_secret_access_key='testing')\n{code}\nprint(json.dumps(r, default=str))"
+    );
+    let out = Command::new(tool("python"))
+        .args(["-c", &program])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{program}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// `scripts/path-token.sh` (it once exited 141 every time: `tr ... | head -c 48` under
 /// `pipefail`), against moto through the stand-in `aws`: with a name, and with none as
 /// docs/deploy.md's Path B runs it (the default name, `podmutator-path-token-<UTC time>`), it

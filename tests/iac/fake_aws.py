@@ -6,7 +6,8 @@ each through boto3 against moto (AWS_ENDPOINT_URL): `aws secretsmanager create-s
 reads them) and `aws logs tail GROUP --since 15m [--format short]`; docs/deploy.md's control plane
 security group (`eks describe-cluster`, `ec2 create-security-group`, `eks update-cluster-config`,
 `ec2 describe-network-interfaces`); its SAM registration (`cloudformation describe-stacks`) and the stack's termination protection
-(`cloudformation update-termination-protection`); and
+(`cloudformation update-termination-protection`); its fetcher image's ECR repository
+(`ecr create-repository`, `ecr get-login-password`, `ecr describe-images`); and
 `aws eks update-kubeconfig --name N [--region R] --kubeconfig FILE` (modules/registration,
 scripts/registration-drift.sh). It describes the cluster through boto3 (moto, at AWS_ENDPOINT_URL), so an
 unknown cluster or region fails as with the real CLI, and writes a kubeconfig naming it (JSON,
@@ -89,6 +90,45 @@ if args[:2] == ["cloudformation", "describe-stacks"]:
         result = boto3.client("cloudformation").describe_stacks(StackName=opts["--stack-name"])
     except ClientError as e:
         fail(e, "DescribeStacks")
+    queried(result, opts)
+    sys.exit(0)
+if args[:2] in (["ecr", "create-repository"], ["ecr", "get-login-password"], ["ecr", "describe-images"]):
+    # docs/deploy.md's fetcher image: `ecr create-repository --repository-name N
+    # --image-tag-mutability M --image-scanning-configuration scanOnPush=B` (printing the
+    # repository as JSON), `ecr get-login-password` (the password alone, as the CLI prints it)
+    # and `ecr describe-images --repository-name N --image-ids imageTag=T --query Q`.
+    import base64
+
+    opts = dict(zip(args[2::2], args[3::2]))
+    allowed = {
+        "create-repository": {"--repository-name", "--image-tag-mutability", "--image-scanning-configuration"},
+        "get-login-password": set(),
+        "describe-images": {"--repository-name", "--image-ids", "--query", "--output"},
+    }[args[1]]
+    if len(args) % 2 or not set(opts) <= allowed:
+        sys.exit(f"fake aws: unexpected arguments {args}")
+    ecr = boto3.client("ecr")
+    try:
+        if args[1] == "create-repository":
+            key, _, scan = opts.get("--image-scanning-configuration", "scanOnPush=false").partition("=")
+            if key != "scanOnPush" or scan not in ("true", "false"):
+                sys.exit(f"fake aws: unexpected --image-scanning-configuration {opts}")
+            result = ecr.create_repository(
+                repositoryName=opts["--repository-name"],
+                imageTagMutability=opts.get("--image-tag-mutability", "MUTABLE"),
+                imageScanningConfiguration={"scanOnPush": scan == "true"})
+        elif args[1] == "get-login-password":
+            token = ecr.get_authorization_token()["authorizationData"][0]["authorizationToken"]
+            print(base64.b64decode(token).decode().partition(":")[2])
+            sys.exit(0)
+        else:
+            key, _, tag = opts["--image-ids"].partition("=")
+            if key != "imageTag":
+                sys.exit(f"fake aws: unexpected --image-ids {opts['--image-ids']}")
+            result = ecr.describe_images(repositoryName=opts["--repository-name"], imageIds=[{"imageTag": tag}])
+    except ClientError as e:
+        fail(e, "".join(w.capitalize() for w in args[1].split("-")))
+    result.pop("ResponseMetadata", None)
     queried(result, opts)
     sys.exit(0)
 if args[:2] == ["lambda", "get-account-settings"]:
