@@ -788,17 +788,7 @@ async fn the_fetcher_image_publish_block_runs_as_written() {
     let moto = common::aws::Moto::start();
     let dir = common::temp_dir("ecr-publish");
     let bin = common::fake_bin(&dir);
-    let docker = bin.join("docker");
-    std::fs::write(
-        &docker,
-        format!(
-            "#!/bin/sh\nexec '{}' '{}' \"$@\"\n",
-            tool("python"),
-            root().join("tests/iac/fake_docker.py").display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&docker, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    common::stand_in(&bin, "docker", "fake_docker.py");
     let log = dir.join("docker-calls.jsonl");
     let deploy = std::fs::read_to_string(root().join("docs/deploy.md")).unwrap();
     let at = deploy
@@ -808,6 +798,7 @@ async fn the_fetcher_image_publish_block_runs_as_written() {
     let start = rest.find("```sh\n").unwrap() + "```sh\n".len();
     let block = &rest[start..start + rest[start..].find("```").unwrap()];
     let (account, region, version) = ("123456789012", "us-east-1", env!("CARGO_PKG_VERSION"));
+    let env = moto.env(region);
     let script = block
         .replace("<account>", account)
         .replace("<region>", region)
@@ -823,10 +814,7 @@ async fn the_fetcher_image_publish_block_runs_as_written() {
         .current_dir(root())
         .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
         .env("FAKE_DOCKER_LOG", &log)
-        .env("AWS_ENDPOINT_URL", moto.url())
-        .env("AWS_ACCESS_KEY_ID", "testing")
-        .env("AWS_SECRET_ACCESS_KEY", "testing")
-        .env("AWS_DEFAULT_REGION", region)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("AWS_CONFIG_FILE", "/dev/null")
         .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
         .output()
@@ -839,7 +827,8 @@ async fn the_fetcher_image_publish_block_runs_as_written() {
     );
 
     let ecr = |code: &str| -> Value {
-        serde_json::from_str(&boto3_json(&moto.url(), region, code)).unwrap()
+        let code = format!("c = boto3.client('ecr')\n{code}\nprint(json.dumps(r, default=str))");
+        serde_json::from_str(&common::aws::boto3(&env, &code, &[])).unwrap()
     };
     let repo =
         ecr("r = c.describe_repositories(repositoryNames=['podmutator'])['repositories'][0]");
@@ -881,23 +870,6 @@ async fn the_fetcher_image_publish_block_runs_as_written() {
     assert!(image.as_str().unwrap().starts_with("sha256:"), "{image}");
 }
 
-/// Runs `code` (Python, `c` an ECR client on moto; it sets `r`) and returns `r` as JSON.
-fn boto3_json(url: &str, region: &str, code: &str) -> String {
-    let program = format!(
-        "import boto3, json\nc = boto3.client('ecr', endpoint_url={url:?}, region_name={region:?}, aws_access_key_id='testing', aws_secret_access_key='testing')\n{code}\nprint(json.dumps(r, default=str))"
-    );
-    let out = Command::new(tool("python"))
-        .args(["-c", &program])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{program}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// `scripts/path-token.sh` (it once exited 141 every time: `tr ... | head -c 48` under
 /// `pipefail`), against moto through the stand-in `aws`: with a name, and with none as
 /// docs/deploy.md's Path B runs it (the default name, `podmutator-path-token-<UTC time>`), it
@@ -933,10 +905,7 @@ async fn path_token_script_stores_a_token_and_prints_its_hash_and_arn() {
         };
         let out = cmd
             .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
-            .env("AWS_ENDPOINT_URL", moto.url())
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .envs(moto.env("us-east-1"))
             .env("AWS_CONFIG_FILE", "/dev/null")
             .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
             .output()

@@ -1576,17 +1576,7 @@ fn stand_in_kubectl() -> (PathBuf, PathBuf) {
     std::fs::write(bin.join("kubectl"), script).unwrap();
     std::fs::set_permissions(bin.join("kubectl"), std::fs::Permissions::from_mode(0o755)).unwrap();
     // kustomize itself is not installed here: its pinning step (tests/iac/fake_kustomize.py).
-    let script = format!(
-        "#!/bin/sh\nexec '{}' '{}' \"$@\"\n",
-        common::tool("python"),
-        common::root().join("tests/iac/fake_kustomize.py").display()
-    );
-    std::fs::write(bin.join("kustomize"), script).unwrap();
-    std::fs::set_permissions(
-        bin.join("kustomize"),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
+    common::stand_in(&bin, "kustomize", "fake_kustomize.py");
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_podmutator"), bin.join("podmutator")).unwrap();
     (bin, log)
 }

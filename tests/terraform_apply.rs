@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
-use common::aws::Moto;
+use common::aws::{Moto, boto3};
 use common::{root, tool};
 
 const REGION: &str = "us-east-1";
@@ -499,22 +499,6 @@ output "code_sha256" {{ value = "{zip_b64sha256}" }}
     )
 }
 
-/// Runs `code` (Python, with boto3, hashlib, json, sys and time imported; `args` in sys.argv)
-/// against moto through `env`, never a real account's files; its stdout, trimmed.
-fn boto3(env: &[(String, String)], code: &str, args: &[&str]) -> String {
-    let mut cmd = Command::new(tool("python"));
-    cmd.args(["-c", &format!("import boto3,hashlib,json,sys,time\n{code}")])
-        .args(args)
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{}", combined(&out));
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
 /// A public hosted zone for example.com, made through moto's API.
 fn create_zone(env: &[(String, String)]) -> String {
     boto3(
@@ -588,24 +572,10 @@ fn apply_and_destroy(endpoint: &str) {
     copy_iac(dir);
     let kube = dir.join("kube");
     std::fs::create_dir_all(&kube).unwrap();
-    let kubectl = dir.join("kubectl");
-    std::fs::write(
-        &kubectl,
-        format!(
-            "#!/bin/sh\nexec '{}' '{}' \"$@\"\n",
-            tool("python"),
-            root().join("tests/iac/fake_kubectl.py").display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        &kubectl,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    common::stand_in(dir, "kubectl", "fake_kubectl.py");
     let zip = dir.join("bootstrap.zip");
     let hash = write_zip(&zip);
-    let mut env = moto_env(&moto);
+    let mut env = moto.env(REGION);
     env.push(("FAKE_KUBE_DIR".into(), kube.to_str().unwrap().into()));
     let zone_id = if endpoint == "alb" {
         String::new()
@@ -933,7 +903,7 @@ fn example_install_remove_reinstall(example: &str) {
     let kube = dir.join("kube");
     std::fs::create_dir_all(&kube).unwrap();
     let cluster = format!("flyte-{example}");
-    let mut env = moto_env(&moto);
+    let mut env = moto.env(REGION);
     env.push(("FAKE_KUBE_DIR".into(), kube.to_str().unwrap().into()));
     env.push(("FAKE_KUBE_CLUSTER".into(), cluster.clone()));
     env.push((
@@ -1368,19 +1338,6 @@ provider "aws" {{
     )
 }
 
-fn moto_env(moto: &Moto) -> Vec<(String, String)> {
-    [
-        ("AWS_ENDPOINT_URL", moto.url().as_str()),
-        ("AWS_ACCESS_KEY_ID", "testing"),
-        ("AWS_SECRET_ACCESS_KEY", "testing"),
-        ("AWS_REGION", REGION),
-        ("AWS_DEFAULT_REGION", REGION),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
-}
-
 fn combined(out: &Output) -> String {
     format!(
         "{}{}",
@@ -1590,7 +1547,7 @@ fn scale_md_concurrency_alarm_commands_run_as_written() {
     let block = &doc[at + "```sh\n".len()..];
     let block = &block[..block.find("```").unwrap()];
     let moto = Moto::start();
-    let env = moto_env(&moto);
+    let env = moto.env(REGION);
     let fake = common::fake_bin(&common::temp_dir("scale-alarm"));
     let out = Command::new("bash")
         .args(["-euo", "pipefail", "-c", block])
@@ -1660,7 +1617,7 @@ fn eks_network_scenario() {
     let moto = Moto::start();
     let scratch = Scratch::new("eks-network");
     copy_iac(&scratch.0);
-    let tf = Terraform::new(moto_env(&moto));
+    let tf = Terraform::new(moto.env(REGION));
 
     // 1. The cluster side, as eksctl leaves it.
     let cluster = scratch.0.join("cluster");
@@ -1879,7 +1836,7 @@ fn terraform_refuses_value_delivery_behind_the_http_api() {
     let moto = Moto::start();
     let scratch = Scratch::new("public-value");
     copy_iac(&scratch.0);
-    let tf = Terraform::new(moto_env(&moto));
+    let tf = Terraform::new(moto.env(REGION));
     let plan = |name: &str, delivery: &str| -> Output {
         let dir = scratch.0.join(name);
         std::fs::create_dir_all(&dir).unwrap();
@@ -1949,7 +1906,7 @@ fn pull_through_cache_rules_outlive_the_installs_that_rewrite_to_them() {
     let scratch = Scratch::new("pull-through-cache");
     let dir = &scratch.0;
     copy_iac(dir);
-    let env = moto_env(&moto);
+    let env = moto.env(REGION);
     let tf = Terraform::new(env.clone());
     let boto3 = |code: &str, args: &[&str]| boto3(&env, code, args);
     // prefix -> upstream, as ECR holds them.
@@ -2117,7 +2074,7 @@ fn terraform_plans_refuse_what_lambda_or_the_function_would_refuse() {
     let moto = Moto::start();
     let scratch = Scratch::new("plan-checks");
     copy_iac(&scratch.0);
-    let tf = Terraform::new(moto_env(&moto));
+    let tf = Terraform::new(moto.env(REGION));
     let plan = |name: &str, inputs: &str| -> (Output, PathBuf) {
         let dir = scratch.0.join(name);
         std::fs::create_dir_all(&dir).unwrap();
@@ -2341,7 +2298,7 @@ module "podmutator" {{
     // that caches another registry is refused.
     let make_rule = |prefix: &str, upstream: &str| {
         boto3(
-            &moto_env(&moto),
+            &moto.env(REGION),
             "boto3.client('ecr').create_pull_through_cache_rule(ecrRepositoryPrefix=sys.argv[1], upstreamRegistryUrl=sys.argv[2])",
             &[prefix, upstream],
         );
@@ -2556,7 +2513,7 @@ module "podmutator" {{
             ),
     )
     .unwrap();
-    let env = moto_env(&moto);
+    let env = moto.env(REGION);
     let tf = Terraform::new(env.clone());
     tf.init(dir);
     tf.ok(
@@ -2666,21 +2623,7 @@ fn rotates_the_path_token_then_releases_and_rolls_back() {
     copy_iac(dir);
     let kube = dir.join("kube");
     std::fs::create_dir_all(&kube).unwrap();
-    let kubectl = dir.join("kubectl");
-    std::fs::write(
-        &kubectl,
-        format!(
-            "#!/bin/sh\nexec '{}' '{}' \"$@\"\n",
-            tool("python"),
-            root().join("tests/iac/fake_kubectl.py").display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        &kubectl,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    common::stand_in(dir, "kubectl", "fake_kubectl.py");
     let hash = write_zip(&dir.join("bootstrap.zip"));
     std::fs::write(
         dir.join("main.tf"),
@@ -2756,7 +2699,7 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
         ),
     )
     .unwrap();
-    let mut env = moto_env(&moto);
+    let mut env = moto.env(REGION);
     env.push(("FAKE_KUBE_DIR".into(), kube.to_str().unwrap().into()));
     let tf = Terraform::new(env.clone());
     tf.init(dir);

@@ -53,6 +53,40 @@ impl Moto {
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
+
+    /// The environment that points the AWS CLI, boto3, the SDKs and Terraform at this server,
+    /// in `region`, with dummy credentials.
+    pub fn env(&self, region: &str) -> Vec<(String, String)> {
+        [
+            ("AWS_ENDPOINT_URL", self.url().as_str()),
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+            ("AWS_REGION", region),
+            ("AWS_DEFAULT_REGION", region),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+}
+
+/// Runs `code` (Python, with boto3, hashlib, json, sys and time imported; `args` in sys.argv)
+/// against moto through `env` ([`Moto::env`]), never a real account's files; its stdout, trimmed.
+pub fn boto3(env: &[(String, String)], code: &str, args: &[&str]) -> String {
+    let mut cmd = Command::new(tool("python"));
+    cmd.args(["-c", &format!("import boto3,hashlib,json,sys,time\n{code}")])
+        .args(args)
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .envs(env.iter().map(|(k, v)| (k, v)));
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 /// An SDK client with dummy credentials for `endpoint`.

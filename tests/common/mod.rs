@@ -659,24 +659,29 @@ impl std::io::Write for Logs {
     }
 }
 
+/// Writes `bin/name`, a stand-in that runs tests/iac/`script` with the venv's python, and returns
+/// its path.
+pub fn stand_in(bin: &Path, name: &str, script: &str) -> PathBuf {
+    let path = bin.join(name);
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\nexec '{}' '{}' \"$@\"\n",
+            tool("python"),
+            root().join("tests/iac").join(script).display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path
+}
+
 /// A directory of stand-ins on PATH: `kubectl` (tests/iac/fake_kubectl.py) and `aws`
 /// (tests/iac/fake_aws.py), both run with the venv's python.
 pub fn fake_bin(dir: &Path) -> PathBuf {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    for (name, script) in [("kubectl", "fake_kubectl.py"), ("aws", "fake_aws.py")] {
-        let path = bin.join(name);
-        std::fs::write(
-            &path,
-            format!(
-                "#!/bin/sh\nexec '{}' '{}' \"$@\"\n",
-                tool("python"),
-                root().join("tests/iac").join(script).display()
-            ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-    }
+    stand_in(&bin, "kubectl", "fake_kubectl.py");
+    stand_in(&bin, "aws", "fake_aws.py");
     bin
 }
