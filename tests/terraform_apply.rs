@@ -1378,13 +1378,12 @@ fn backend_as_written(tf: &Terraform, moto: &Moto, dir: &Path, ex: &Path) {
         deploy_doc_block("**The state holds the path token**")
     );
     let out = tf.shell(ex, &script, &dir.join("backend.log"));
+    let text = combined(&out);
     assert!(
         out.status.success(),
-        "docs/deploy.md's state backend commands failed:\n{script}\n{}",
-        combined(&out)
+        "docs/deploy.md's state backend commands failed:\n{script}\n{text}"
     );
     // The apply's own output (between init's last line and its summary) warns of nothing.
-    let text = combined(&out);
     let apply = text
         .split("Terraform has been successfully initialized!")
         .nth(1)
