@@ -83,6 +83,8 @@ pub fn run(config: &Config, namespace: &str) -> Result<(), ServeError> {
         if let Some((_, a)) = &probe {
             fields["metrics_addr"] = a.to_string().into();
         }
+        // Caught from here on: once the start line is out, a SIGTERM drains.
+        let shutdown = server::Shutdown::install().map_err(server::ServerError::Signals)?;
         crate::logging::start_line("serving https", fields);
         // On SIGTERM the pod is leaving its Service: readiness fails at once, while the webhook
         // port keeps answering for http.drainSeconds, as long as the endpoint's removal takes to
@@ -93,7 +95,7 @@ pub fn run(config: &Config, namespace: &str) -> Result<(), ServeError> {
         {
             let draining = draining.clone();
             tokio::spawn(async move {
-                server::shutdown_signal().await;
+                shutdown.recv().await;
                 draining.store(true, std::sync::atomic::Ordering::SeqCst);
                 tracing::info!(
                     drain_seconds = drain.as_secs(),

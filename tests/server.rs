@@ -137,18 +137,31 @@ fn lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
     rx
 }
 
+/// Waits for the child's log line `message`. It waits on the event, not a deadline a loaded
+/// machine can miss: the child's stdout ending first (it exited) fails at once; only a child
+/// that neither prints nor exits for five minutes (a hang) fails on time.
 fn wait_for(rx: &std::sync::mpsc::Receiver<String>, message: &str) -> Value {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
-        if let Ok(line) = rx.recv_timeout(left) {
-            let v: Value = serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
-            if v["message"] == message {
-                return v;
+    use std::sync::mpsc::RecvTimeoutError;
+    const HANG: Duration = Duration::from_secs(300);
+    let mut seen = Vec::new();
+    loop {
+        match rx.recv_timeout(HANG) {
+            Ok(line) => {
+                let v: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
+                if v["message"] == message {
+                    return v;
+                }
+                seen.push(v["message"].clone());
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("the binary exited before a {message:?} log line; it logged {seen:?}")
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("no {message:?} log line, nor an exit, in {HANG:?}; it logged {seen:?}")
             }
         }
     }
-    panic!("no {message:?} log line within 30s");
 }
 
 #[tokio::test]
@@ -198,6 +211,42 @@ async fn the_binary_serves_and_stops_cleanly_on_sigterm() {
     wait_for(&rx, "shut down");
     let status = child.wait().unwrap();
     assert!(status.success(), "exit status {status:?}");
+}
+
+/// Kubernetes may stop a pod the moment it starts (a rollout overtaking itself, a node drain).
+/// A SIGTERM sent as soon as the start line is out is caught and drains: the handlers are
+/// installed before that line, not when a spawned task first runs, so the signal's default
+/// action (death, the exit status a signal's) cannot win the race. Repeated, so a lost race
+/// shows.
+#[test]
+fn a_sigterm_as_soon_as_the_start_line_is_out_drains_and_exits_cleanly() {
+    use std::os::unix::process::ExitStatusExt as _;
+    for round in 0..5 {
+        let dir = temp_dir(&format!("early-term-{round}"));
+        let config = json!({
+            "webhook": {"certDir": dir, "listenPort": free_port(), "serviceName": "podmutator"},
+            "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 0}
+        });
+        let mut child = crate::common::bin()
+            .arg("serve")
+            .env("PODMUTATOR_CONFIG", config.to_string())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let rx = lines(&mut child);
+        wait_for(&rx, "serving https");
+        let kill = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        // Lost either way, a race shows here: killed by the signal (the stdout ends first) or
+        // the signal swallowed (no line, no exit: the hang guard).
+        wait_for(&rx, "shut down");
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), None, "round {round}: killed by the signal");
+        assert!(status.success(), "round {round}: {status:?}");
+    }
 }
 
 #[tokio::test]

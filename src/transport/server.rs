@@ -118,6 +118,8 @@ pub enum ServerError {
     Config(String),
     #[error(transparent)]
     Tls(#[from] TlsError),
+    #[error("failed to install the SIGTERM and SIGINT handlers: {0}")]
+    Signals(std::io::Error),
     #[error("failed to listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -475,22 +477,43 @@ impl Connection {
     }
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// SIGTERM and Ctrl-C, caught from the moment [`Shutdown::install`] returns: a signal that
+/// arrives before [`Shutdown::recv`] is first awaited is kept, where a handler installed on
+/// first poll would leave a SIGTERM sent just after start-up to the default action (death, no
+/// drain). `serve` installs it before its start line.
+pub struct Shutdown {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Shutdown {
+    /// Installs the handlers; must be called inside the runtime.
+    pub fn install() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Self {
+                term: signal(SignalKind::terminate())?,
+                interrupt: signal(SignalKind::interrupt())?,
+            })
         }
-    };
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    /// Resolves on the first SIGTERM or Ctrl-C since [`Shutdown::install`].
+    pub async fn recv(mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.term.recv() => {},
+            _ = self.interrupt.recv() => {},
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = &mut self;
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
