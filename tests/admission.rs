@@ -46,6 +46,70 @@ fn bytes(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap()
 }
 
+/// A pod nothing here applies to (no selector label, no other mutator configured) is allowed
+/// from its metadata alone: its spec is never read into types, so a spec no Pod could have
+/// (which the API server, the only sender, never sends) is the API server's to refuse. The
+/// same pod with the label is read whole and refused with the spec's place named.
+#[tokio::test]
+async fn a_pod_nothing_applies_to_is_allowed_without_its_spec_being_read() {
+    let broken = with(
+        flyte_review(),
+        "/request/object/spec/containers",
+        json!("nope"),
+    );
+    let unselected = with(
+        broken.clone(),
+        "/request/object/metadata/labels",
+        json!({"app": "x"}),
+    );
+    let (status, v) = post(
+        &app(),
+        "/mutate--v1-pod",
+        Some("application/json"),
+        &bytes(&unselected),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["response"]["allowed"], true, "{v}");
+    assert!(v["response"].get("patch").is_none(), "{v}");
+    let (status, v) = post(
+        &app(),
+        "/mutate--v1-pod",
+        Some("application/json"),
+        &bytes(&broken),
+    )
+    .await;
+    assert_eq!(status, 400, "{v}");
+    let message = v["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("request.object is not a valid Pod"),
+        "{message}"
+    );
+    assert!(
+        message.contains("(at request.object.spec.containers)"),
+        "{message}"
+    );
+    // The metadata is read whole either way: a label of the wrong type is refused unselected.
+    let bad_meta = with(
+        unselected,
+        "/request/object/metadata/labels/app",
+        json!(true),
+    );
+    let (status, v) = post(
+        &app(),
+        "/mutate--v1-pod",
+        Some("application/json"),
+        &bytes(&bad_meta),
+    )
+    .await;
+    assert_eq!(status, 400, "{v}");
+    let message = v["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("(at request.object.metadata.labels.app)"),
+        "{message}"
+    );
+}
+
 #[rstest]
 #[case::truncated_json(flyte_review().to_string().as_bytes()[..200].to_vec(), "not a valid AdmissionReview")]
 #[case::wrong_api_version(bytes(&with(flyte_review(), "/apiVersion", json!("admission.k8s.io/v2"))), "unsupported apiVersion \"admission.k8s.io/v2\"")]

@@ -7,9 +7,11 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube_core::DynamicObject;
 use kube_core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde::Serialize;
+use serde_json::value::RawValue;
 
 use crate::app::App;
 use crate::error::{Denial, Error};
@@ -125,6 +127,17 @@ enum Verdict {
         patch: Option<Patch>,
         warnings: Vec<String>,
     },
+}
+
+impl Verdict {
+    /// No member of the chain applied: the pod allowed as it came.
+    fn passed_by() -> Self {
+        Verdict::Ran {
+            changed: Vec::new(),
+            patch: None,
+            warnings: Vec::new(),
+        }
+    }
 }
 
 /// One admission as its steps returned it.
@@ -344,40 +357,59 @@ impl App {
         }
         let update = req.operation == Operation::Update;
         let req = &mut *req;
-        let ctx = PodCtx {
+        let (object, old) = (req.object.take(), req.old_object.take());
+        let mut ctx = PodCtx {
             namespace: &subject.namespace,
             route,
             username: req.user_info.username.as_deref().unwrap_or_default(),
             groups: req.user_info.groups.as_deref().unwrap_or_default(),
             dry_run: req.dry_run,
-            old: req.old_object.as_ref().filter(|_| update),
+            old: None,
         };
         let (fetched, ran) = if update {
             // Only the mutators that check updates, with the pod before the update beside it.
             // Nothing is fetched: an UPDATE gets no secrets.
-            let (Some(pod), Some(_)) = (req.object.take(), ctx.old) else {
+            let (Some(object), Some(old)) = (object, old) else {
                 let e = Error::Invalid(
                     "review of a pod UPDATE needs both request.object and request.oldObject, as the API server sends them"
                         .into(),
                 );
                 return Admission::early(subject, api_version, Err(e));
             };
-            let applies = self.chain.applies(&ctx, &pod, None, true);
+            if !self.chain.applies(&ctx, &object.metadata, None, true) {
+                return Admission::early(subject, api_version, Ok(Verdict::passed_by()));
+            }
+            let (pod, old) = match (object.into_pod(body), old.into_pod(body)) {
+                (Ok(pod), Ok(old)) => (pod, old),
+                (Err(e), _) | (_, Err(e)) => return Admission::early(subject, api_version, Err(e)),
+            };
+            ctx.old = Some(&old);
             (
                 Fetched::default(),
-                run(&ctx, pod, applies, |ctx, original, pod| {
+                run(&ctx, pod, |ctx, original, pod| {
                     self.chain.apply_update(ctx, original, pod)
                 }),
             )
         } else {
-            let Some(pod) = req.object.as_ref() else {
+            let Some(object) = object else {
                 let e = Error::Invalid(
                     "review of a pod CREATE has no request.object; only pod CREATE reviews are mutated"
                         .into(),
                 );
                 return Admission::early(subject, api_version, Err(e));
             };
-            let plan = self.secrets.plan(&ctx, pod);
+            // Told from the metadata: a pod the secrets mutator does not select and no other
+            // member applies to is allowed as it came, its spec never read into types.
+            if !self.secrets.selects(&object.metadata)
+                && !self.chain.applies(&ctx, &object.metadata, None, false)
+            {
+                return Admission::early(subject, api_version, Ok(Verdict::passed_by()));
+            }
+            let pod = match object.into_pod(body) {
+                Ok(pod) => pod,
+                Err(e) => return Admission::early(subject, api_version, Err(e)),
+            };
+            let plan = self.secrets.plan(&ctx, &pod);
             // Before any fetch or injection: a reply that cannot be sent is not built.
             let spec = pod.spec.as_ref();
             let containers = spec.map_or(0, |s| {
@@ -395,9 +427,13 @@ impl App {
                     plan: &plan,
                     resolved: &resolved,
                 };
-                let pod = req.object.take().unwrap_or_default();
-                let applies = self.chain.applies(&ctx, &pod, Some(&secrets), false);
-                run(&ctx, pod, applies, |ctx, original, pod| {
+                if !self
+                    .chain
+                    .applies(&ctx, &pod.metadata, Some(&secrets), false)
+                {
+                    return Ok((Verdict::passed_by(), Effects::default()));
+                }
+                run(&ctx, pod, |ctx, original, pod| {
                     self.chain.apply(ctx, original, pod, Some(&secrets))
                 })
             });
@@ -537,23 +573,14 @@ enum Ran {
     Failed(Error),
 }
 
-/// The chain (`chain`: CREATE or UPDATE) on `pod`, then the patch from the pod as it came in;
-/// where no member `applies` ([`crate::mutate::Chain::applies`]), the pod allowed as it came,
-/// without the copy of it that the patch would be diffed against.
+/// The chain (`chain`: CREATE or UPDATE) on `pod`, then the patch from the pod as it came in.
+/// Called only where a member applies ([`crate::mutate::Chain::applies`]): otherwise the pod is
+/// allowed as it came ([`Verdict::passed_by`]), without the copy the patch is diffed against.
 fn run(
     ctx: &PodCtx<'_>,
     mut pod: Pod,
-    applies: bool,
     chain: impl FnOnce(&PodCtx<'_>, &Pod, &mut Pod) -> Result<Applied, Denied>,
 ) -> Result<(Verdict, Effects), Ran> {
-    if !applies {
-        let verdict = Verdict::Ran {
-            changed: Vec::new(),
-            patch: None,
-            warnings: Vec::new(),
-        };
-        return Ok((verdict, Effects::default()));
-    }
     let original = pod.clone();
     let Applied {
         changed,
@@ -582,7 +609,7 @@ fn run(
 }
 
 impl Subject {
-    fn of(req: &AdmissionRequest<Pod>) -> Self {
+    fn of(req: &AdmissionRequest<LazyPod<'_>>) -> Self {
         let pod = req.object.as_ref().or(req.old_object.as_ref());
         Self {
             uid: req.uid.clone(),
@@ -849,8 +876,8 @@ fn operation_str(op: &Operation) -> &'static str {
     }
 }
 
-enum Parsed {
-    Pod(Box<AdmissionRequest<Pod>>, &'static str),
+enum Parsed<'a> {
+    Pod(Box<AdmissionRequest<LazyPod<'a>>>, &'static str),
     Other {
         uid: String,
         api_version: &'static str,
@@ -873,8 +900,6 @@ fn api_version_of(v: &str, kind: &str) -> Result<&'static str, Error> {
     }
 }
 
-/// Typed parse first (the common case, one pass); a review whose object is not a Pod is parsed
-/// again untyped to tell "someone else's object" (allowed untouched) from "broken pod" (invalid).
 /// An AdmissionReview as it arrives: kube-core's `AdmissionReview` with its `TypeMeta` as plain
 /// fields. kube-core's flattens it (`#[serde(flatten)]`), which makes serde buffer the whole
 /// review into an untyped tree before reading any of it: for a pod of 30,000 containers that
@@ -896,13 +921,17 @@ impl<T: kube_core::Resource> AdmissionReview<T> {
     }
 }
 
-fn parse(body: &[u8], route: Route) -> Result<Parsed, Error> {
+/// One pass for the common case: the review with its pod as a [`LazyPod`] (the metadata typed,
+/// the spec kept as its bytes). Where that fails, the review is read again as a Pod and
+/// untyped, for the error and to tell "someone else's object" (allowed untouched) from
+/// "broken pod" (invalid).
+fn parse(body: &[u8], route: Route) -> Result<Parsed<'_>, Error> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(Error::Invalid(
             "empty body: expected an AdmissionReview (admission.k8s.io/v1) as JSON".into(),
         ));
     }
-    match serde_json::from_slice::<AdmissionReview<Pod>>(body) {
+    let lazy_err = match serde_json::from_slice::<AdmissionReview<LazyPod<'_>>>(body) {
         Ok(review) => {
             utf8(body)?;
             let (api_version, kind) = review.types();
@@ -910,36 +939,175 @@ fn parse(body: &[u8], route: Route) -> Result<Parsed, Error> {
             let req = review
                 .request
                 .ok_or_else(|| Error::Invalid("review has no request: nothing to admit".into()))?;
-            Ok(Parsed::Pod(Box::new(req), api_version))
+            return Ok(Parsed::Pod(Box::new(req), api_version));
         }
-        Err(typed_err) => match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
-            Ok(review) => {
-                utf8(body)?;
-                let (api_version, kind) = review.types();
-                let api_version = api_version_of(api_version, kind)?;
-                let req = review.request.ok_or_else(|| {
-                    Error::Invalid("review has no request: nothing to admit".into())
-                })?;
-                let is_pod = req.kind.group.is_empty() && req.kind.kind == "Pod";
-                if is_pod && admits(route, &req.operation, req.sub_resource.as_deref()) {
-                    return Err(Error::Invalid(format!(
-                        "request.object is not a valid Pod: {}",
-                        located(body, &typed_err)
-                    )));
-                }
-                Ok(Parsed::Other {
-                    uid: req.uid,
-                    api_version,
-                    operation: operation_str(&req.operation),
+        Err(e) => e,
+    };
+    // Read as a Pod (what the error says, where it is) and then untyped, to tell "someone
+    // else's object" (allowed untouched) from "broken pod" (invalid). [`LazyPod`] accepts what
+    // [`Pod`] does and more, but for the bytes of a spec field no type knows, which serde_json
+    // skips unchecked and a raw spec must hold as UTF-8: refused as the body's whole.
+    let typed_err = match serde_json::from_slice::<AdmissionReview<Pod>>(body) {
+        Ok(_) => {
+            utf8(body)?;
+            lazy_err
+        }
+        Err(e) => e,
+    };
+    match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
+        Ok(review) => {
+            utf8(body)?;
+            let (api_version, kind) = review.types();
+            let api_version = api_version_of(api_version, kind)?;
+            let req = review
+                .request
+                .ok_or_else(|| Error::Invalid("review has no request: nothing to admit".into()))?;
+            let is_pod = req.kind.group.is_empty() && req.kind.kind == "Pod";
+            if is_pod && admits(route, &req.operation, req.sub_resource.as_deref()) {
+                return Err(not_a_pod(body, &typed_err));
+            }
+            Ok(Parsed::Other {
+                uid: req.uid,
+                api_version,
+                operation: operation_str(&req.operation),
+            })
+        }
+        // Not even a review of any object: report what breaks the review itself (a
+        // Deployment's bad labels, nesting too deep), not what makes it no Pod.
+        Err(untyped_err) => Err(Error::Invalid(format!(
+            "body is not a valid AdmissionReview: {}",
+            located(body, &untyped_err)
+        ))),
+    }
+}
+
+fn not_a_pod(body: &[u8], typed_err: &serde_json::Error) -> Error {
+    Error::Invalid(format!(
+        "request.object is not a valid Pod: {}",
+        located(body, typed_err)
+    ))
+}
+
+/// A pod as a review carries it, read only as far as deciding whether anything here applies:
+/// its metadata typed, its spec and status left as the bytes they are in the body (checked to
+/// be JSON, not read into types). A pod nothing applies to is allowed from this alone: for a
+/// pod of 2,000 containers, most of the work of the answer. It accepts what [`Pod`]'s own
+/// deserialiser does (the same `apiVersion` and `kind` checks, a repeated key's last value),
+/// and more only inside `spec` and `status`, read by [`LazyPod::into_pod`] when a mutator runs.
+struct LazyPod<'a> {
+    metadata: ObjectMeta,
+    spec: Option<&'a RawValue>,
+    status: Option<&'a RawValue>,
+}
+
+impl LazyPod<'_> {
+    /// The pod read into types. Where its spec or status is no valid Pod's, the error is the
+    /// one the whole review read as a Pod gives, at its place in the body (`body`, from which
+    /// this pod was read).
+    fn into_pod(self, body: &[u8]) -> Result<Pod, Error> {
+        fn typed<T: serde::de::DeserializeOwned>(
+            raw: Option<&RawValue>,
+        ) -> serde_json::Result<Option<T>> {
+            raw.map(|r| serde_json::from_str(r.get())).transpose()
+        }
+        match (typed(self.spec), typed(self.status)) {
+            (Ok(spec), Ok(status)) => Ok(Pod {
+                metadata: self.metadata,
+                spec,
+                status,
+            }),
+            (Err(e), _) | (_, Err(e)) => {
+                Err(match serde_json::from_slice::<AdmissionReview<Pod>>(body) {
+                    Err(whole) => not_a_pod(body, &whole),
+                    // Read alone, a spec is less deeply nested than in the review: the whole
+                    // review never reads where its part did not.
+                    Ok(_) => Error::Invalid(format!("request.object is not a valid Pod: {e}")),
                 })
             }
-            // Not even a review of any object: report what breaks the review itself (a
-            // Deployment's bad labels, nesting too deep), not what makes it no Pod.
-            Err(untyped_err) => Err(Error::Invalid(format!(
-                "body is not a valid AdmissionReview: {}",
-                located(body, &untyped_err)
-            ))),
-        },
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for LazyPod<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use k8s_openapi::Resource as _;
+        use serde::de::{Error as _, IgnoredAny, MapAccess, Unexpected};
+        #[derive(serde::Deserialize)]
+        #[serde(field_identifier, rename_all = "camelCase")]
+        enum Field {
+            ApiVersion,
+            Kind,
+            Metadata,
+            Spec,
+            Status,
+            #[serde(other)]
+            Other,
+        }
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = LazyPod<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(Pod::KIND)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut metadata: Option<ObjectMeta> = None;
+                let (mut spec, mut status) = (None, None);
+                while let Some(key) = map.next_key::<Field>()? {
+                    match key {
+                        Field::ApiVersion | Field::Kind => {
+                            let (got, want) = match key {
+                                Field::Kind => (map.next_value::<String>()?, Pod::KIND),
+                                _ => (map.next_value::<String>()?, Pod::API_VERSION),
+                            };
+                            if got != want {
+                                return Err(A::Error::invalid_value(Unexpected::Str(&got), &want));
+                            }
+                        }
+                        Field::Metadata => metadata = map.next_value()?,
+                        Field::Spec => spec = map.next_value()?,
+                        Field::Status => status = map.next_value()?,
+                        Field::Other => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(LazyPod {
+                    metadata: metadata.unwrap_or_default(),
+                    spec,
+                    status,
+                })
+            }
+        }
+        d.deserialize_struct(
+            Pod::KIND,
+            &["apiVersion", "kind", "metadata", "spec", "status"],
+            Visitor,
+        )
+    }
+}
+
+/// What kube-core's [`AdmissionRequest`] asks of its object: a Pod's type information.
+impl kube_core::Resource for LazyPod<'_> {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind((): &()) -> std::borrow::Cow<'_, str> {
+        <Pod as kube_core::Resource>::kind(&())
+    }
+    fn group((): &()) -> std::borrow::Cow<'_, str> {
+        <Pod as kube_core::Resource>::group(&())
+    }
+    fn version((): &()) -> std::borrow::Cow<'_, str> {
+        <Pod as kube_core::Resource>::version(&())
+    }
+    fn plural((): &()) -> std::borrow::Cow<'_, str> {
+        <Pod as kube_core::Resource>::plural(&())
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
     }
 }
 

@@ -5,6 +5,7 @@ pub mod mesh;
 pub mod pod;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::config::{Config, MutatorId, SecretManagerType};
 use crate::error::Denial;
@@ -203,11 +204,12 @@ pub trait PodMutator: Send + Sync {
     fn checks_updates(&self) -> bool {
         false
     }
-    /// Whether it may change or refuse `pod` here. `false` lets the chain pass it by, and an
-    /// admission whose chain passes every member by allows the pod without copying it (the
-    /// copy the patch is diffed against). The default, `true`, is always right; a mutator that
-    /// can tell cheaply and for certain that it would do nothing says so.
-    fn applies(&self, _ctx: &PodCtx<'_>, _pod: &Pod) -> bool {
+    /// Whether it may change or refuse the pod here, told from its metadata alone. `false` lets
+    /// the chain pass it by, and an admission whose chain passes every member by allows the pod
+    /// without reading its spec into types or copying it (the copy the patch is diffed against).
+    /// The default, `true`, is always right; a mutator that can tell cheaply and for certain
+    /// that it would do nothing says so.
+    fn applies(&self, _ctx: &PodCtx<'_>, _meta: &ObjectMeta) -> bool {
         true
     }
 }
@@ -351,17 +353,17 @@ impl Chain {
     }
 
     /// Whether a member that runs on this operation (`update`: a pod UPDATE) may change or
-    /// refuse `pod` ([`PodMutator::applies`]). When none may, the admission allows the pod as it
-    /// came, without running the chain or copying the pod.
+    /// refuse the pod whose metadata is `meta` ([`PodMutator::applies`]). When none may, the
+    /// admission allows the pod as it came, without reading its spec or running the chain.
     pub fn applies(
         &self,
         ctx: &PodCtx<'_>,
-        pod: &Pod,
+        meta: &ObjectMeta,
         secrets: Option<&dyn PodMutator>,
         update: bool,
     ) -> bool {
         self.members_for(secrets, update)
-            .any(|(_, _, m)| m.applies(ctx, pod))
+            .any(|(_, _, m)| m.applies(ctx, meta))
     }
 
     /// Each member that runs on this operation: its place, entry and mutator.
@@ -394,7 +396,7 @@ impl Chain {
         let mut applied = Applied::default();
         let mut previous = std::borrow::Cow::Borrowed(original);
         for (i, entry, mutator) in self.members_for(secrets, update) {
-            if !mutator.applies(ctx, pod) {
+            if !mutator.applies(ctx, &pod.metadata) {
                 continue;
             }
             let id = entry.step.id();
@@ -513,7 +515,7 @@ mod tests {
                 pod.metadata.name = Some("changed".into());
                 Ok(Effects::default())
             }
-            fn applies(&self, _: &PodCtx<'_>, _: &Pod) -> bool {
+            fn applies(&self, _: &PodCtx<'_>, _: &ObjectMeta) -> bool {
                 false
             }
         }
@@ -521,14 +523,14 @@ mod tests {
         let mut chain = Chain::default();
         chain.push(Box::new(Never), true);
         let mut pod = mk_pod();
-        assert!(!chain.applies(&ctx, &pod, None, false));
+        assert!(!chain.applies(&ctx, &pod.metadata, None, false));
         assert_eq!(apply(&chain, &mut pod).unwrap(), Applied::default());
         assert_eq!(pod, mk_pod());
 
         chain.push(Box::new(Label("x")), false);
-        assert!(chain.applies(&ctx, &pod, None, false));
+        assert!(chain.applies(&ctx, &pod.metadata, None, false));
         assert!(
-            !chain.applies(&ctx, &pod, None, true),
+            !chain.applies(&ctx, &pod.metadata, None, true),
             "no member checks updates"
         );
         assert_eq!(apply(&chain, &mut pod).unwrap().changed, ["x"]);

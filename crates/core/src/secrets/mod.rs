@@ -213,10 +213,13 @@ impl SecretsMutator {
         }
     }
 
-    pub fn selects(&self, pod: &Pod) -> bool {
+    /// Whether the pod whose metadata is `meta` carries the selector label.
+    pub fn selects(
+        &self,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> bool {
         let (key, value) = &self.selector;
-        pod.metadata
-            .labels
+        meta.labels
             .as_ref()
             .and_then(|l| l.get(key))
             .is_some_and(|v| v == value)
@@ -396,7 +399,7 @@ mod tests {
                 plan: &plan,
                 resolved: &resolved,
             }
-            .applies(&ctx, pod)
+            .applies(&ctx, &pod.metadata)
         };
         let mut asks = flyte_test_pod();
         asks.metadata.annotations = Some(

@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{Accept, Edits, Refusal, ResolvedSecrets, SecretRequest, SecretsMutator};
 use crate::config::SecretManagerType;
@@ -151,7 +152,7 @@ impl SecretsMutator {
     /// Reads only the selector label and the `flyte.secrets/*` annotations, which no mutator
     /// before `secrets` writes, so planning the pod as it came in plans what the chain sees.
     pub fn plan(&self, ctx: &PodCtx<'_>, pod: &Pod) -> Plan {
-        if !self.selects(pod) {
+        if !self.selects(&pod.metadata) {
             return Plan::default();
         }
         let outcome = match Self::requests(pod) {
@@ -337,7 +338,7 @@ impl PodMutator for Planned<'_> {
     }
 
     /// Not on a pod it does not select, nor one that asks for no secret: its plan is empty.
-    fn applies(&self, _: &PodCtx<'_>, _: &Pod) -> bool {
+    fn applies(&self, _: &PodCtx<'_>, _: &ObjectMeta) -> bool {
         !matches!(&self.plan.outcome, Outcome::Requests(planned) if planned.is_empty())
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::mutate::mesh::{MANAGED, MeshConfig};
 use crate::mutate::{Denied, Effects, PodCtx, PodMutator, Route};
@@ -40,12 +41,12 @@ impl PodMutator for NamespaceInjection {
         "namespace-injection"
     }
 
-    fn applies(&self, ctx: &PodCtx<'_>, _: &Pod) -> bool {
+    fn applies(&self, ctx: &PodCtx<'_>, _: &ObjectMeta) -> bool {
         ctx.route == Route::ManagedNamespace
     }
 
     fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
-        if !self.applies(ctx, pod) {
+        if !self.applies(ctx, &pod.metadata) {
             return Ok(Effects::default());
         }
         let labels = &mut pod.metadata.labels;
