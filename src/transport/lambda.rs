@@ -19,7 +19,7 @@ use lambda_http::request::LambdaRequest;
 use serde::Serialize;
 
 use super::http::{Front, Routed};
-use podmutator_core::admission::{Answer, Reply};
+use podmutator_core::admission::{Answer, Reply, next_escape};
 use podmutator_core::error::Error;
 use podmutator_core::mutate::Route;
 
@@ -108,31 +108,6 @@ impl Serialize for LambdaReply {
 
 /// The body length from which [`LambdaReply`] writes its body itself.
 const RAW_FROM: usize = 2048;
-
-/// The index of the first byte from `i` on that a JSON string escapes (`"`, `\`, or a control
-/// character), or the length: eight bytes a step. In each word, the lowest byte flagged by
-/// "has a zero byte" (of the word XOR each quote) or "has a byte below 0x20" is exact; the
-/// tricks' false positives lie only above a true one.
-fn next_escape(bytes: &[u8], mut i: usize) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let below = |w: u64, n: u8| w.wrapping_sub(ONES * u64::from(n)) & !w & HIGH;
-    while let Some(word) = bytes.get(i..i + 8) {
-        let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
-        let hits = below(w ^ (ONES * u64::from(b'"')), 1)
-            | below(w ^ (ONES * u64::from(b'\\')), 1)
-            | below(w, 0x20);
-        if hits != 0 {
-            return i + (hits.trailing_zeros() / 8) as usize;
-        }
-        i += 8;
-    }
-    let rest = &bytes[i..];
-    i + rest
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-        .unwrap_or(rest.len())
-}
 
 /// What serde_json writes for a byte a JSON string escapes.
 fn escape_of(b: u8) -> Option<&'static str> {
