@@ -455,7 +455,7 @@ fn assert_no_keys(api: &FakeApi, out: &Output) {
 struct Serve {
     child: std::process::Child,
     port: u16,
-    log: Arc<Mutex<String>>,
+    log: Arc<crate::common::Captured>,
 }
 
 impl Serve {
