@@ -848,6 +848,8 @@ async fn a_forged_review_to_a_reference_deployment_gets_names_only() {
         }});
         v["embedded"] = extra;
         v["embedded"]["organization"] = json!("flyte");
+        // Moto is slow on a loaded machine; the deadline is not what this test is about.
+        v["embedded"]["deadlineMs"] = json!(25000);
         config(v)
     };
 
