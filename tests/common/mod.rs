@@ -465,6 +465,26 @@ pub async fn wait_for(buf: &Captured, needle: &str, count: usize) {
     }
 }
 
+/// Server limits under which no deadline fires in a test's lifetime (an hour each; the
+/// drain and accept back-off as by default): a test sets only the limit it is about, so that a
+/// stalled machine cannot make another one fire first.
+pub fn patient_limits() -> podmutator::transport::server::Limits {
+    use podmutator::transport::server::Limits;
+    const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
+    Limits {
+        first_request: HOUR,
+        header_read: HOUR,
+        body: HOUR,
+        request: HOUR,
+        idle: HOUR,
+        max_age: HOUR,
+        h2_keep_alive_interval: HOUR,
+        h2_keep_alive_timeout: HOUR,
+        linger: HOUR,
+        ..Limits::default()
+    }
+}
+
 /// A `podmutator` HTTPS server running in this process on a free loopback port.
 pub struct Running {
     pub port: u16,
