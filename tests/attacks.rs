@@ -40,9 +40,11 @@ async fn read_until_closed<S: AsyncReadExt + Unpin>(s: &mut S, limit: Duration) 
 
 #[tokio::test]
 async fn a_caller_without_the_token_gets_404_before_sending_its_body() {
+    // No deadline fires in the test's lifetime: a server waiting for the body would never
+    // answer, and the guard (a hang) fails it.
     let s = start_server(
         &config(json!({"http": {"pathToken": TOKEN}})),
-        Limits::default(),
+        patient_limits(),
     )
     .await;
     let mut tls = tls_connect(s.port, &s.ca).await.unwrap();
@@ -53,9 +55,9 @@ async fn a_caller_without_the_token_gets_404_before_sending_its_body() {
     .await
     .unwrap();
     let mut buf = [0u8; 512];
-    let n = tokio::time::timeout(Duration::from_secs(5), tls.read(&mut buf))
+    let n = tokio::time::timeout(Duration::from_secs(120), tls.read(&mut buf))
         .await
-        .expect("answered without the body")
+        .expect("answered without the body (nothing in 120 s)")
         .unwrap();
     let head = String::from_utf8_lossy(&buf[..n]);
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");
@@ -124,20 +126,22 @@ async fn a_forged_lambda_event_without_the_token_is_refused() {
 
 #[tokio::test]
 async fn slow_loris_headers_are_cut_off_at_the_header_timeout() {
+    // Only the header deadline can close the connection: every other limit is an hour.
     let limits = Limits {
         header_read: Duration::from_millis(500),
-        ..Limits::default()
+        ..patient_limits()
     };
     let s = start_server(&config(json!({})), limits).await;
+    // Taken before the connection exists, so the deadline cannot have started earlier.
+    let started = Instant::now();
     let mut tls = tls_connect(s.port, &s.ca).await.unwrap();
     tls.write_all(b"POST /mutate--v1-pod HTTP/1.1\r\nHost: local")
         .await
         .unwrap();
     tls.flush().await.unwrap();
-    // One byte now and then keeps a naive server waiting forever.
-    let started = Instant::now();
+    // One byte now and then keeps a naive server waiting forever; the guard only ends a hang.
     let mut closed = false;
-    for _ in 0..20 {
+    while started.elapsed() < Duration::from_secs(120) {
         tokio::time::sleep(Duration::from_millis(200)).await;
         if tls.write_all(b"h").await.is_err() || tls.flush().await.is_err() {
             closed = true;
@@ -155,11 +159,11 @@ async fn slow_loris_headers_are_cut_off_at_the_header_timeout() {
     }
     assert!(
         closed,
-        "the connection was still open after 4 s of trickled headers"
+        "the connection was still open after 120 s of trickled headers"
     );
     assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
+        started.elapsed() >= Duration::from_millis(500),
+        "closed before the header deadline: {:?}",
         started.elapsed()
     );
     s.stop.send(()).unwrap();
@@ -169,9 +173,10 @@ async fn slow_loris_headers_are_cut_off_at_the_header_timeout() {
 /// The body has a deadline of its own (`http.bodyTimeoutSeconds`), apart from the admission's.
 #[tokio::test]
 async fn a_body_that_never_arrives_gets_408_at_the_body_timeout() {
+    // Only the body deadline can answer: every other limit is an hour.
     let limits = Limits {
         body: Duration::from_millis(700),
-        ..Limits::default()
+        ..patient_limits()
     };
     let s = start_server(&config(json!({})), limits).await;
     let mut tls = tls_connect(s.port, &s.ca).await.unwrap();
@@ -180,26 +185,25 @@ async fn a_body_that_never_arrives_gets_408_at_the_body_timeout() {
     )
     .await
     .unwrap();
-    let started = Instant::now();
-    // Without the body deadline the request would wait for the admission's 30 s; any stall of a
-    // loaded machine stays well within 20 s.
-    let out = read_until_closed(&mut tls, Duration::from_secs(25))
+    // Without the body deadline the request would wait for ever (nothing else fires): the
+    // guard ends only that hang. The reply names the limit that fired.
+    let out = read_until_closed(&mut tls, Duration::from_secs(120))
         .await
-        .expect("answered");
+        .expect("answered within 120 s");
     let text = String::from_utf8_lossy(&out);
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     assert!(text.contains("http.bodyTimeoutSeconds"), "{text}");
-    assert!(started.elapsed() < Duration::from_secs(20));
     s.stop.send(()).unwrap();
     s.task.await.unwrap();
 }
 
 #[tokio::test]
 async fn ten_thousand_idle_connections_do_not_take_the_server_down() {
+    // No deadline closes a connection (the real client's handshake included, however slow the
+    // machine): only eviction of the idlest can make room.
     let limits = Limits {
         max_connections: 256,
-        first_request: Duration::from_millis(300),
-        ..Limits::default()
+        ..patient_limits()
     };
     let s = start_server(&config(json!({})), limits).await;
     // Open 10,000 TCP connections that never start TLS, and hold them.
@@ -227,14 +231,14 @@ async fn ten_thousand_idle_connections_do_not_take_the_server_down() {
         held.len()
     );
     // While they are held, a real client still gets its answer: idle connections are closed to
-    // make room (or at the first-request deadline), and the accept loop keeps running.
+    // make room, and the accept loop keeps running. The guard ends only a hang.
     let started = Instant::now();
     let (status, _) = tokio::time::timeout(
-        Duration::from_secs(60),
+        Duration::from_secs(300),
         https_request(s.port, &s.ca, "localhost", "GET", "/healthz", None, b""),
     )
     .await
-    .expect("served within 60 s while 10,000 connections idle")
+    .expect("served within 300 s while 10,000 connections idle")
     .unwrap();
     assert_eq!(status, 200);
     let during = started.elapsed();
@@ -848,6 +852,8 @@ async fn a_forged_review_to_a_reference_deployment_gets_names_only() {
         }});
         v["embedded"] = extra;
         v["embedded"]["organization"] = json!("flyte");
+        // Moto is slow on a loaded machine; the deadline is not what this test is about.
+        v["embedded"]["deadlineMs"] = json!(25000);
         config(v)
     };
 

@@ -511,7 +511,9 @@ async fn inject_in_reference_delivery_resolves_names_and_reads_no_value() {
         "embedded": {
             "organization": "flyte",
             "delivery": "reference",
-            "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+            "fetcherImage": "registry.example/podmutator@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+            // Moto is slow on a loaded machine; the deadline is not what this test is about.
+            "deadlineMs": 25000
         }
     })
     .to_string();

@@ -23,11 +23,19 @@ const NS: &str = "flytesnacks-development";
 /// The Embedded file init container's variable of `<key>=<base64 value>` lines (README).
 const ENV_SECRETS: &str = "SECRETS";
 
+/// Moto (Python) is slow on a loaded machine, and these tests count calls, not time: the
+/// admission's deadline is the most the config allows, and the caches (positive and negative:
+/// the cascade's misses) outlive any stall between a cold and a warm admission.
 fn config() -> Config {
     Config::from_value(json!({"webhook": {
         "secretManagerTypes": ["Embedded"],
         "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
-    }, "embedded": {"organization": "flyte"}}))
+    }, "embedded": {
+        "organization": "flyte",
+        "deadlineMs": 25000,
+        "cacheTtlSeconds": 3600,
+        "negativeCacheTtlSeconds": 3600
+    }}))
     .unwrap()
     .config
 }
@@ -79,8 +87,8 @@ async fn ten_secrets_cost_two_batch_calls_cold_and_none_warm() {
     let source = CachingSource::new(
         AwsSource::new(client(&proxy.url()).await, 20),
         CachePolicy {
-            ttl: Duration::from_secs(300),
-            negative_ttl: Duration::from_secs(10),
+            ttl: Duration::from_secs(3600),
+            negative_ttl: Duration::from_secs(3600),
             max_entries: 1000,
             max_bytes: 1 << 20,
         },
@@ -212,7 +220,8 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
             "secretManagerTypes": ["Embedded"],
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
         },
-        "embedded": {"organization": "flyte"},
+        // Moto is slow on a loaded machine; the deadline is not what this test is about.
+        "embedded": {"organization": "flyte", "deadlineMs": 25000},
         "http": {"pathTokenSecretId": "podmutator/path-token", "listenAddress": "127.0.0.1", "drainSeconds": 0,
             "clientCaFile": client_ca_file}
     });
@@ -343,10 +352,11 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
 async fn the_worst_allowed_pod_costs_192_calls_cold_none_warm_and_one_more_request_none() {
     let moto = Moto::start();
     let setup = client(&moto.url()).await;
-    let mut cfg = config();
     // What this test counts is calls, not time: moto answers 192 gets in 0.4 to 1.3 s on an idle
-    // 2-core machine and more beside other tests, so the deadline is the most the config allows.
-    cfg.embedded.deadline_ms = 25_000;
+    // 2-core machine and more beside other tests, so the deadline is the most the config allows
+    // (as `config` sets it).
+    let cfg = config();
+    assert_eq!(cfg.embedded.deadline_ms, 25_000);
     let max = cfg.limits.max_secret_requests_per_pod;
     assert_eq!(max, 64);
     let keys: Vec<String> = (0..=max).map(|i| format!("w{i}")).collect();

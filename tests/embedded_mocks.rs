@@ -78,8 +78,9 @@ fn app_over(client: Client) -> Front {
     let source = CachingSource::new(
         AwsSource::new(client, 20),
         CachePolicy {
-            ttl: Duration::from_secs(300),
-            negative_ttl: Duration::from_secs(10),
+            // Longer than any stall between two admissions: expiry is not what these test.
+            ttl: Duration::from_secs(3600),
+            negative_ttl: Duration::from_secs(3600),
             max_entries: 100,
             max_bytes: 1 << 20,
         },

@@ -290,18 +290,26 @@ async fn a_second_admission_asks_the_registry_nothing_until_the_tag_expires() {
         Faults::default(),
     )
     .await;
-    let app = app(&registry, json!({"tagTtlSeconds": 1}));
     let image = format!("{}/{REPO}:py3.12", registry.host());
     let pod = task_pod(&image, Some(&FLYTE_ARGS));
-    let cold = admit(&app, &pod).await;
+    // Warm, with a TTL no stall of the machine outlasts: nothing is asked.
+    let fresh = app(&registry, json!({"tagTtlSeconds": 3600}));
+    let cold = admit(&fresh, &pod).await;
     assert!(registry.count() >= 5, "{:?}", registry.requests());
     registry.reset();
-    let warm = admit(&app, &pod).await;
+    let warm = admit(&fresh, &pod).await;
     assert_eq!(warm["patch"], cold["patch"]);
     assert_eq!(registry.count(), 0, "{:?}", registry.requests());
-    // Past the tag's TTL: the tag is asked again; its digest's command is still known.
+
+    // Past the tag's TTL (a 1 s TTL, then a sleep longer than it: a stall only makes it
+    // later): the tag is asked again; its digest's command is still known.
+    let expiring = app(&registry, json!({"tagTtlSeconds": 1}));
+    registry.reset();
+    let cold = admit(&expiring, &pod).await;
+    assert!(registry.count() >= 5, "{:?}", registry.requests());
+    registry.reset();
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let later = admit(&app, &pod).await;
+    let later = admit(&expiring, &pod).await;
     assert_eq!(later["patch"], cold["patch"]);
     assert_eq!(
         registry.requests(),

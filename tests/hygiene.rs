@@ -115,7 +115,8 @@ async fn no_secret_value_reaches_logs_metrics_or_error_messages() {
             "secretManagerTypes": ["Embedded", "Vault", "AWS"],
             "embeddedSecretManagerConfig": {"type": "AWS", "awsConfig": {"region": "us-east-1"}}
         },
-        "embedded": {"organization": "flyte"},
+        // Moto is slow on a loaded machine; the deadline is not what this test is about.
+        "embedded": {"organization": "flyte", "deadlineMs": 25000},
         "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 0,
             "clientCaFile": client_ca_file}
     });

@@ -649,14 +649,30 @@ async fn serve_answers_the_rendered_paths_with_the_rendered_ca() {
             let _ = tx.send(line);
         }
     });
+    // Waits on the line itself: serve's stdout ending first (it exited) fails at once; only a
+    // serve that neither logs it nor exits for five minutes (a hang) fails on time.
+    let mut seen = Vec::new();
     let started = loop {
-        let line = rx
-            .recv_timeout(std::time::Duration::from_secs(30))
-            .expect("serve logs \"serving https\" within 30 s");
+        let line = match rx.recv_timeout(std::time::Duration::from_secs(300)) {
+            Ok(line) => line,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let _ = child.kill();
+                panic!(
+                    "serve exited ({:?}) before \"serving https\"; it logged {seen:#?}",
+                    child.wait()
+                )
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("no \"serving https\", nor an exit, in 300 s; it logged {seen:#?}")
+            }
+        };
         let v: Value = serde_json::from_str(&line).unwrap_or_default();
         if v["message"] == "serving https" {
             break v;
         }
+        seen.push(line);
     };
     assert_eq!(started["certs_generated"], false, "{started}");
     let review =

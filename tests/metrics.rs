@@ -115,8 +115,9 @@ async fn embedded_fetches_and_cache_hits_are_reported_and_values_are_not() {
             "SENTINEL-metrics-value",
         ),
         CachePolicy {
-            ttl: Duration::from_secs(60),
-            negative_ttl: Duration::from_secs(5),
+            // Longer than any stall between the cold and the warm admission.
+            ttl: Duration::from_secs(3600),
+            negative_ttl: Duration::from_secs(3600),
             max_entries: 100,
             max_bytes: 1 << 20,
         },

@@ -7,7 +7,7 @@ use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -23,7 +23,7 @@ fn review_bytes() -> Vec<u8> {
 /// The `podmutator serve` child, stopped (SIGTERM, then waited for) when dropped.
 struct Serve {
     child: std::process::Child,
-    log: Arc<Mutex<String>>,
+    log: Arc<crate::common::Captured>,
 }
 
 impl Serve {

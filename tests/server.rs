@@ -379,17 +379,19 @@ async fn a_review_in_flight_when_the_listeners_stop_is_answered() {
 /// On SIGTERM (a rollout, a node drain) `serve` closed its listener at once,
 /// so the API server's calls that reached the pod before its endpoint was removed everywhere
 /// were refused. Now readiness fails at once and the webhook port answers through
-/// `http.drainSeconds`: reviews sent across the SIGTERM, until readiness has said 503 for a
-/// while (the endpoint gone, as the API server would see it), are every one answered.
+/// `http.drainSeconds`: reviews sent across the SIGTERM, and after readiness has said 503, are
+/// every one answered until the drain ends, which the caller sees as its first refused
+/// connection (the listener closed). No clock of the test's decides which review counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reviews_sent_across_a_sigterm_are_all_answered_while_readiness_drains() {
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Instant;
     let dir = temp_dir("drain");
     let (port, probe) = (free_port(), free_port());
     let config = json!({
         "webhook": {"certDir": dir, "listenPort": port, "metricsPort": probe, "serviceName": "podmutator"},
-        "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 8}
+        "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 20}
     });
     let mut child = crate::common::bin()
         .arg("serve")
@@ -418,13 +420,18 @@ async fn reviews_sent_across_a_sigterm_are_all_answered_while_readiness_drains()
     };
     assert_eq!(ready().await, "200");
 
-    // The API server: one review after another, each on a new connection, until told to stop.
-    let stop = Arc::new(AtomicBool::new(false));
+    // The API server: one review after another, each on a new connection, until one is refused
+    // (the drain has ended and the listener is closed). Each result notes whether readiness had
+    // already said 503 when the review was sent.
+    const HANG: Duration = Duration::from_secs(300);
+    let (not_ready, started) = (Arc::new(AtomicBool::new(false)), Instant::now());
+    let ok_before_signal = Arc::new(AtomicUsize::new(0));
     let sender = {
-        let (stop, ca) = (stop.clone(), ca.clone());
+        let (not_ready, ok, ca) = (not_ready.clone(), ok_before_signal.clone(), ca.clone());
         tokio::spawn(async move {
             let mut results = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
+            while started.elapsed() < HANG {
+                let after_503 = not_ready.load(Ordering::SeqCst);
                 let answered = https_request(
                     port,
                     &ca,
@@ -434,15 +441,34 @@ async fn reviews_sent_across_a_sigterm_are_all_answered_while_readiness_drains()
                     Some("application/json"),
                     &review_bytes(),
                 )
-                .await
-                .map(|(status, _)| status)
-                .map_err(|e| e.to_string());
-                results.push(answered);
+                .await;
+                let refused = matches!(&answered, Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused);
+                if matches!(answered, Ok((200, _))) && !after_503 {
+                    ok.fetch_add(1, Ordering::SeqCst);
+                }
+                results.push((
+                    after_503,
+                    answered
+                        .map(|(status, _)| status)
+                        .map_err(|e| format!("{:?}: {e}", e.kind())),
+                ));
+                if refused {
+                    break;
+                }
+                // Paced, not a loop of handshakes that takes both cores for the whole drain.
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
             results
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A review answered before the signal (waited for, not slept on).
+    while ok_before_signal.load(Ordering::SeqCst) == 0 {
+        assert!(
+            !sender.is_finished() && started.elapsed() < HANG,
+            "no review answered before the signal"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let kill = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -452,22 +478,42 @@ async fn reviews_sent_across_a_sigterm_are_all_answered_while_readiness_drains()
     while ready().await != "503" {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    not_ready.store(true, Ordering::SeqCst);
     wait_for(
         &rx,
         "draining: readiness fails, the webhook port answers until the drain ends",
     );
-    // The endpoint takes a moment to leave every API server: calls keep coming meanwhile.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    stop.store(true, Ordering::Relaxed);
     let results = sender.await.unwrap();
     wait_for(&rx, "shut down");
     assert!(child.wait().unwrap().success());
-    let lost: Vec<_> = results.iter().filter(|r| **r != Ok(200)).collect();
-    assert!(results.len() > 2, "{results:?}");
+    eprintln!(
+        "{} reviews, {} after readiness said 503; the last two: {:?}",
+        results.len(),
+        results.iter().filter(|r| r.0).count(),
+        &results[results.len().saturating_sub(2)..]
+    );
+    let (last, answered) = results.split_last().expect("reviews were sent");
+    assert!(
+        last.1
+            .as_ref()
+            .is_err_and(|e| e.starts_with("ConnectionRefused")),
+        "no refusal (the drain never ended) in {HANG:?}: {results:?}"
+    );
+    // A review sent as the listener closed may land in its accept queue and be reset with it:
+    // that one, just before the first refusal, was sent after the drain ended.
+    let answered = match answered.split_last() {
+        Some((raced, before)) if raced.1 != Ok(200) => before,
+        _ => answered,
+    };
+    let lost: Vec<_> = answered.iter().filter(|r| r.1 != Ok(200)).collect();
     assert!(
         lost.is_empty(),
         "{} of {} reviews lost: {lost:?}",
         lost.len(),
-        results.len()
+        answered.len()
+    );
+    assert!(
+        answered.iter().any(|r| !r.0) && answered.iter().any(|r| r.0),
+        "reviews answered before the signal and after readiness said 503: {results:?}"
     );
 }

@@ -190,8 +190,8 @@ async fn a_namespace_template_with_the_organization_binds_the_label_to_the_names
     assert_eq!(resp["allowed"], true, "{}", shown(&resp));
 }
 
-/// Runs `podmutator serve` with `config` and returns its exit status and stderr, killing it
-/// (it started serving: the configuration was accepted) if it is still running after 10 s.
+/// Runs `podmutator serve` with `config` and returns its exit status and output (stdout and
+/// stderr), killing it (`None`: the configuration was accepted) once it logs its start line.
 fn serve(config: &Value) -> (Option<i32>, String) {
     let dir = temp_dir("org-start");
     let mut cfg = config.clone();
@@ -206,25 +206,33 @@ fn serve(config: &Value) -> (Option<i32>, String) {
         .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let end = Instant::now() + Duration::from_secs(10);
+    // Waits on the event: the exit, or the start line of a serve that started (then killed).
+    // The guard ends only a hang.
+    let output = crate::common::capture(&mut child);
+    let started = Instant::now();
     let code = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status.code();
         }
-        if Instant::now() > end {
+        if output.lock().unwrap().contains("serving https")
+            || started.elapsed() > Duration::from_secs(300)
+        {
             child.kill().unwrap();
             child.wait().unwrap();
             break None;
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-    (code, stderr)
+    // Everything it wrote, read to the end of both streams.
+    while !output.ended() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let text = output.lock().unwrap().clone();
+    (code, text)
 }
 
 #[test]

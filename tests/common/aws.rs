@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use aws_sdk_secretsmanager::Client;
 use aws_sdk_secretsmanager::config::{BehaviorVersion, Credentials, Region};
@@ -115,35 +114,74 @@ pub async fn create_secret(client: &Client, name: &str, value: &str) {
 pub struct CountingProxy {
     pub port: u16,
     counts: Arc<Mutex<BTreeMap<String, usize>>>,
-    /// Requests held in their delay now, and the most there have been at once.
-    held: Arc<Mutex<(usize, usize)>>,
+    gate: Arc<Gate>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// Holds requests until `n` of them are held at once (see [`CountingProxy::gate`]).
+#[derive(Default)]
+struct Gate {
+    state: Mutex<GateState>,
+    opened: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct GateState {
+    /// Requests held (or passing) now, and the most there have been at once.
+    held: usize,
+    most: usize,
+    /// Hold requests until this many are held together; `None`: let them pass.
+    until: Option<usize>,
+}
+
+impl Gate {
+    /// Counts one request in, and waits for the gate to open (at once if it is not armed).
+    async fn pass(&self) {
+        {
+            let mut s = self.state.lock().unwrap();
+            s.held += 1;
+            s.most = s.most.max(s.held);
+            if s.until.is_some_and(|n| s.held >= n) {
+                s.until = None;
+                self.opened.notify_waiters();
+            }
+        }
+        loop {
+            let opened = self.opened.notified();
+            tokio::pin!(opened);
+            opened.as_mut().enable();
+            if self.state.lock().unwrap().until.is_none() {
+                break;
+            }
+            opened.await;
+        }
+    }
+
+    fn done(&self) {
+        self.state.lock().unwrap().held -= 1;
+    }
 }
 
 impl Drop for CountingProxy {
     fn drop(&mut self) {
         self.task.abort();
+        // Lets any request still held go (its client has given up).
+        self.gate.state.lock().unwrap().until = None;
+        self.gate.opened.notify_waiters();
     }
 }
 
 impl CountingProxy {
     pub async fn start(upstream: u16) -> Self {
-        Self::start_delayed(upstream, Duration::ZERO).await
-    }
-
-    /// As [`CountingProxy::start`], but each request waits `delay` before it is forwarded: a
-    /// stand-in for a round trip to AWS, so that calls made one after another take `delay`
-    /// each while calls made in parallel take it once.
-    pub async fn start_delayed(upstream: u16, delay: Duration) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let counts: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
-        let held: Arc<Mutex<(usize, usize)>> = Arc::default();
-        let (c, h) = (counts.clone(), held.clone());
+        let gate: Arc<Gate> = Arc::default();
+        let (c, g) = (counts.clone(), gate.clone());
         let task = tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
                 let counts = c.clone();
-                let held = h.clone();
+                let gate = g.clone();
                 tokio::spawn(async move {
                     let Ok(mut server) =
                         tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
@@ -164,14 +202,9 @@ impl CountingProxy {
                             let before: usize = counts.lock().unwrap().values().sum();
                             count_targets(&mut tail, &counts);
                             let after: usize = counts.lock().unwrap().values().sum();
-                            if after > before && !delay.is_zero() {
-                                {
-                                    let mut h = held.lock().unwrap();
-                                    h.0 += 1;
-                                    h.1 = h.1.max(h.0);
-                                }
-                                tokio::time::sleep(delay).await;
-                                held.lock().unwrap().0 -= 1;
+                            if after > before {
+                                gate.pass().await;
+                                gate.done();
                             }
                             if sw.write_all(&buf[..n]).await.is_err() {
                                 break;
@@ -190,9 +223,19 @@ impl CountingProxy {
         CountingProxy {
             port,
             counts,
-            held,
+            gate,
             task,
         }
+    }
+
+    /// Holds every request from now on until `n` of them are held at once, then lets them all
+    /// go (and every later one): calls made in one round trip fill the gate, calls made one
+    /// after another never do (the first waits until its caller gives up). No timer: a loaded
+    /// machine cannot make concurrent calls look serial, nor the reverse.
+    pub fn gate(&self, n: usize) {
+        let mut s = self.gate.state.lock().unwrap();
+        s.until = Some(n);
+        s.most = s.held;
     }
 
     pub fn url(&self) -> String {
@@ -214,16 +257,21 @@ impl CountingProxy {
         self.counts.lock().unwrap().values().sum()
     }
 
+    /// Clears the counts, and lets requests pass (a [`CountingProxy::gate`] still closed
+    /// opens).
     pub fn reset(&self) {
         self.counts.lock().unwrap().clear();
-        self.held.lock().unwrap().1 = 0;
+        let mut s = self.gate.state.lock().unwrap();
+        s.most = s.held;
+        s.until = None;
+        self.gate.opened.notify_waiters();
     }
 
-    /// The most requests held in their delay at the same time since the start (or the last
-    /// [`CountingProxy::reset`]): with a delay, calls made in one round trip are all held at
-    /// once, calls made one after another one at a time.
+    /// The most requests in the proxy at the same time since the start (or the last
+    /// [`CountingProxy::reset`] or [`CountingProxy::gate`]): behind a gate of `n`, `n` exactly
+    /// when the calls were made in one round trip.
     pub fn most_at_once(&self) -> usize {
-        self.held.lock().unwrap().1
+        self.gate.state.lock().unwrap().most
     }
 }
 

@@ -345,10 +345,35 @@ pub async fn https_request_as(
     Ok((status, raw[split + 4..].to_vec()))
 }
 
+/// A child's captured stdout and stderr (one buffer, line by line), and how many of the two
+/// streams have ended: both ended means the child exited (or closed them), so no awaited line
+/// can come any more.
+pub struct Captured {
+    text: Mutex<String>,
+    ended: std::sync::atomic::AtomicUsize,
+}
+
+impl std::ops::Deref for Captured {
+    type Target = Mutex<String>;
+    fn deref(&self) -> &Mutex<String> {
+        &self.text
+    }
+}
+
+impl Captured {
+    /// Whether both of the child's output streams have ended.
+    pub fn ended(&self) -> bool {
+        self.ended.load(std::sync::atomic::Ordering::SeqCst) >= 2
+    }
+}
+
 /// Reads a child's stdout and stderr, line by line, into one shared buffer.
-pub fn capture(child: &mut std::process::Child) -> Arc<Mutex<String>> {
+pub fn capture(child: &mut std::process::Child) -> Arc<Captured> {
     use std::io::BufRead;
-    let buf = Arc::new(Mutex::new(String::new()));
+    let buf = Arc::new(Captured {
+        text: Mutex::new(String::new()),
+        ended: std::sync::atomic::AtomicUsize::new(0),
+    });
     let streams: [Box<dyn std::io::Read + Send>; 2] = [
         Box::new(child.stdout.take().expect("stdout piped")),
         Box::new(child.stderr.take().expect("stderr piped")),
@@ -360,10 +385,11 @@ pub fn capture(child: &mut std::process::Child) -> Arc<Mutex<String>> {
                 .lines()
                 .map_while(Result::ok)
             {
-                let mut b = b.lock().unwrap();
-                b.push_str(&line);
-                b.push('\n');
+                let mut text = b.text.lock().unwrap();
+                text.push_str(&line);
+                text.push('\n');
             }
+            b.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         });
     }
     buf
@@ -373,7 +399,7 @@ pub fn capture(child: &mut std::process::Child) -> Arc<Mutex<String>> {
 /// its output captured, and waits for its "serving https" line.
 pub async fn spawn_serve(
     command: &mut std::process::Command,
-) -> (std::process::Child, Arc<Mutex<String>>) {
+) -> (std::process::Child, Arc<Captured>) {
     let mut child = command
         .env_remove("AWS_LAMBDA_RUNTIME_API")
         .stdout(std::process::Stdio::piped())
@@ -410,15 +436,53 @@ pub fn bin() -> std::process::Command {
     cmd
 }
 
-/// Waits (30 s at most) until `buf` holds `needle` at least `count` times.
-pub async fn wait_for(buf: &Mutex<String>, needle: &str, count: usize) {
-    for _ in 0..300 {
+/// Waits until `buf` holds `needle` at least `count` times. It waits on the event, not a
+/// deadline a loaded machine can miss: the child's output ending first (it exited) fails at
+/// once; only a child that neither logs the line nor exits for five minutes (a hang) fails
+/// on time.
+pub async fn wait_for(buf: &Captured, needle: &str, count: usize) {
+    const HANG: std::time::Duration = std::time::Duration::from_secs(300);
+    let started = std::time::Instant::now();
+    loop {
+        // Read `ended` before the text: a line logged just before the exit is still seen.
+        let ended = buf.ended();
         if buf.lock().unwrap().matches(needle).count() >= count {
             return;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if ended {
+            panic!(
+                "the child's output ended (it exited) with fewer than {count} {needle:?} in:\n{}",
+                buf.lock().unwrap()
+            );
+        }
+        if started.elapsed() > HANG {
+            panic!(
+                "fewer than {count} {needle:?}, and no exit, in {HANG:?}:\n{}",
+                buf.lock().unwrap()
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    panic!("fewer than {count} {needle:?} in:\n{}", buf.lock().unwrap());
+}
+
+/// Server limits under which no deadline fires in a test's lifetime (an hour each; the
+/// drain and accept back-off as by default): a test sets only the limit it is about, so that a
+/// stalled machine cannot make another one fire first.
+pub fn patient_limits() -> podmutator::transport::server::Limits {
+    use podmutator::transport::server::Limits;
+    const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
+    Limits {
+        first_request: HOUR,
+        header_read: HOUR,
+        body: HOUR,
+        request: HOUR,
+        idle: HOUR,
+        max_age: HOUR,
+        h2_keep_alive_interval: HOUR,
+        h2_keep_alive_timeout: HOUR,
+        linger: HOUR,
+        ..Limits::default()
+    }
 }
 
 /// A `podmutator` HTTPS server running in this process on a free loopback port.
