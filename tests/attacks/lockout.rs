@@ -92,9 +92,17 @@ async fn hold<S: AsyncReadExt + Unpin>(s: &mut S, attack: &Attack) {
 
 /// How long a real caller may wait before the test calls it a hang. The kubelet gives up after
 /// 1 s and the API server after 10 s, but a loaded CI machine can stall a process for longer
-/// than either; a lockout shows as a refusal, a close or a wrong status (each fails at once) or
-/// as a wait that never ends (the guard), and the times are printed.
+/// than either. A lockout shows as a refusal, a close or a wrong status (each fails at once),
+/// as a wait that never ends (this guard), or as every caller waiting for a slot to be freed by
+/// a timer: so the *median* of several callers' times is held to the caller's own timeout. A
+/// stall of the machine delays the caller it falls on, not most of them.
 const HANG: Duration = Duration::from_secs(120);
+
+/// The median of `times`, which must not be empty.
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
 
 /// A kubelet's HTTP probe: a new connection, `GET /healthz`, a 200 (the kubelet waits 1 s;
 /// see [`HANG`]).
@@ -158,16 +166,16 @@ async fn sockets_held_on_the_probe_port_never_fail_a_readiness_probe() {
     }
     attack.opened_at_least(held).await;
     let mut failures = Vec::new();
-    let mut slowest = Duration::ZERO;
+    let mut times = Vec::new();
     for n in 0..15 {
         let started = Instant::now();
         if let Err(e) = kubelet_probe(metrics_port).await {
             failures.push(format!("probe {n}: {e}"));
         }
-        slowest = slowest.max(started.elapsed());
+        times.push(started.elapsed());
         tokio::time::sleep(Duration::from_secs(1).saturating_sub(started.elapsed())).await;
     }
-    eprintln!("the slowest of 15 probes under attack was answered in {slowest:?}");
+    eprintln!("15 probes under attack answered in {times:?}");
     attack.stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.await.unwrap();
@@ -177,6 +185,13 @@ async fn sockets_held_on_the_probe_port_never_fail_a_readiness_probe() {
         "readiness failed under {held} held sockets ({} opened in all): {failures:?}",
         attack.opened.load(Ordering::Relaxed)
     );
+    // Within the kubelet's 1 s, most of them: a probe admitted only when a timer frees a slot
+    // (the port's 5 s header deadline) would wait seconds, every one.
+    let typical = median(times.clone());
+    assert!(
+        typical <= Duration::from_secs(1),
+        "the median probe took {typical:?}: {times:?}"
+    );
 }
 
 /// Hole 3: a connection with a request in flight was never closed, and a body that never
@@ -184,8 +199,10 @@ async fn sockets_held_on_the_probe_port_never_fail_a_readiness_probe() {
 /// per-source cap with one byte of body per connection, filled every slot and a real review got
 /// no answer. Ten sources at their cap of slow bodies (320 against 256 connections: the ratio
 /// of the defaults, 1024 and 32, at a quarter of the size), kept open as the server closes them:
-/// a real review from another source is answered (a refusal, a close or a wrong status fails at
-/// once; no answer at all, on the [`HANG`] guard).
+/// five real reviews from another source, one after another, are each answered (a refusal, a
+/// close or a wrong status fails at once; no answer at all, on the [`HANG`] guard), their
+/// median within 2 s (see [`HANG`]): one admitted only when a body's 5 s deadline frees a slot
+/// would wait seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_bodies_at_every_sources_cap_do_not_lock_out_a_real_review() {
     let (max, per_source, sources) = (256usize, 32usize, 10usize);
@@ -220,29 +237,41 @@ async fn slow_bodies_at_every_sources_cap_do_not_lock_out_a_real_review() {
         }));
     }
     attack.opened_at_least(sources * per_source).await;
-    let started = Instant::now();
-    let answered = tokio::time::timeout(
-        HANG,
-        https_request(
-            port,
-            &s.ca,
-            "localhost",
-            "POST",
-            &format!("/{TOKEN}/mutate--v1-pod?timeout=10s"),
-            Some("application/json"),
-            &review_bytes(),
-        ),
-    )
-    .await;
-    let took = started.elapsed();
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        let answered = tokio::time::timeout(
+            HANG,
+            https_request(
+                port,
+                &s.ca,
+                "localhost",
+                "POST",
+                &format!("/{TOKEN}/mutate--v1-pod?timeout=10s"),
+                Some("application/json"),
+                &review_bytes(),
+            ),
+        )
+        .await;
+        answers.push((started.elapsed(), answered));
+    }
     attack.stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.await.unwrap();
     }
-    let (status, body) = answered
-        .unwrap_or_else(|_| panic!("no answer in {took:?}"))
-        .unwrap();
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-    assert!(response(&body)["patch"].is_string());
-    eprintln!("the real review was answered in {took:?}");
+    let mut times = Vec::new();
+    for (took, answered) in answers {
+        let (status, body) = answered
+            .unwrap_or_else(|_| panic!("no answer in {took:?}"))
+            .unwrap();
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        assert!(response(&body)["patch"].is_string());
+        times.push(took);
+    }
+    eprintln!("five real reviews under attack answered in {times:?}");
+    let typical = median(times.clone());
+    assert!(
+        typical <= Duration::from_secs(2),
+        "the median review took {typical:?}: {times:?}"
+    );
 }
