@@ -1034,7 +1034,13 @@ impl LazyPod<'_> {
     /// valid Pod's, the error is the one the whole review read as a Pod gives, at its place in
     /// the body (`body`, from which this pod was read).
     fn into_pod(self, body: &[u8]) -> Result<Pod, Error> {
-        let spec = match self.spec.map(|r| serde_json::from_str(r.get())).transpose() {
+        // From bytes, as the whole review is read: from a `&str` would build every Kubernetes
+        // type's deserialiser a second time, for serde_json's other reader.
+        let spec = match self
+            .spec
+            .map(|r| serde_json::from_slice(r.get().as_bytes()))
+            .transpose()
+        {
             Ok(spec) => spec,
             Err(e) => {
                 return Err(match serde_json::from_slice::<AdmissionReview<Pod>>(body) {
