@@ -124,6 +124,18 @@ fn missing_certificates_without_local_cert_name_the_fix() {
     assert!(err.to_string().contains("webhook.localCert: true"), "{err}");
 }
 
+/// `podmutator serve` with `config`, its stdout lines read into a channel.
+fn serve_child(config: &Value) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let mut child = crate::common::bin()
+        .arg("serve")
+        .env("PODMUTATOR_CONFIG", config.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = lines(&mut child);
+    (child, rx)
+}
+
 /// Reads the child's stdout lines into a channel.
 fn lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
     use std::io::BufRead;
@@ -172,13 +184,7 @@ async fn the_binary_serves_and_stops_cleanly_on_sigterm() {
         "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
         "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 0}
     });
-    let mut child = crate::common::bin()
-        .arg("serve")
-        .env("PODMUTATOR_CONFIG", config.to_string())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let rx = lines(&mut child);
+    let (mut child, rx) = serve_child(&config);
     let started = wait_for(&rx, "serving https");
     assert_eq!(started["certs_generated"], true);
     assert_eq!(started["addr"], format!("127.0.0.1:{port}"));
@@ -227,13 +233,7 @@ fn a_sigterm_as_soon_as_the_start_line_is_out_drains_and_exits_cleanly() {
             "webhook": {"certDir": dir, "listenPort": free_port(), "serviceName": "podmutator"},
             "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 0}
         });
-        let mut child = crate::common::bin()
-            .arg("serve")
-            .env("PODMUTATOR_CONFIG", config.to_string())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let rx = lines(&mut child);
+        let (mut child, rx) = serve_child(&config);
         wait_for(&rx, "serving https");
         let kill = std::process::Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
@@ -328,13 +328,7 @@ async fn a_review_in_flight_when_the_listeners_stop_is_answered() {
         "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 1,
                  "bodyTimeoutSeconds": 300}
     });
-    let mut child = crate::common::bin()
-        .arg("serve")
-        .env("PODMUTATOR_CONFIG", config.to_string())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let rx = lines(&mut child);
+    let (mut child, rx) = serve_child(&config);
     wait_for(&rx, "serving https");
     let ca = std::fs::read(dir.join("ca.crt")).unwrap();
     let body = review_bytes();
@@ -393,13 +387,7 @@ async fn reviews_sent_across_a_sigterm_are_all_answered_while_readiness_drains()
         "webhook": {"certDir": dir, "listenPort": port, "metricsPort": probe, "serviceName": "podmutator"},
         "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 20}
     });
-    let mut child = crate::common::bin()
-        .arg("serve")
-        .env("PODMUTATOR_CONFIG", config.to_string())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let rx = lines(&mut child);
+    let (mut child, rx) = serve_child(&config);
     wait_for(&rx, "serving https");
     let ca = std::fs::read(dir.join("ca.crt")).unwrap();
     let ready = || async {
