@@ -136,6 +136,15 @@ fn serve_child(config: &Value) -> (std::process::Child, std::sync::mpsc::Receive
     (child, rx)
 }
 
+/// Sends `child` SIGTERM, as the kubelet does to stop a pod.
+fn sigterm(child: &std::process::Child) {
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+}
+
 /// Reads the child's stdout lines into a channel.
 fn lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
     use std::io::BufRead;
@@ -209,11 +218,7 @@ async fn the_binary_serves_and_stops_cleanly_on_sigterm() {
     assert_eq!(audit["mutators"], "secrets");
     assert!(audit["duration_us"].as_u64().is_some());
 
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    sigterm(&child);
     wait_for(&rx, "shut down");
     let status = child.wait().unwrap();
     assert!(status.success(), "exit status {status:?}");
@@ -235,11 +240,7 @@ fn a_sigterm_as_soon_as_the_start_line_is_out_drains_and_exits_cleanly() {
         });
         let (mut child, rx) = serve_child(&config);
         wait_for(&rx, "serving https");
-        let kill = std::process::Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(kill.success());
+        sigterm(&child);
         // Lost either way, a race shows here: killed by the signal (the stdout ends first) or
         // the signal swallowed (no line, no exit: the hang guard).
         wait_for(&rx, "shut down");
@@ -342,11 +343,7 @@ async fn a_review_in_flight_when_the_listeners_stop_is_answered() {
     tls.write_all(first).await.unwrap();
     tls.flush().await.unwrap();
 
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    sigterm(&child);
     wait_for(
         &rx,
         "draining: readiness fails, the webhook port answers until the drain ends",
@@ -457,11 +454,7 @@ async fn reviews_sent_across_a_sigterm_are_all_answered_while_readiness_drains()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    sigterm(&child);
     // Readiness fails as soon as the signal is handled (waited for, not slept on).
     while ready().await != "503" {
         tokio::time::sleep(Duration::from_millis(20)).await;
