@@ -544,7 +544,7 @@ fn objects_in(body: &[u8]) -> usize {
                         Some(_) => i += 1,
                     }
                 }
-                last_string = &body[start.min(body.len())..i.min(body.len())];
+                last_string = &body[start..i.min(body.len())];
                 i += 1;
             }
             b':' => key = last_string,
