@@ -9,6 +9,7 @@
 //!     target/instructions/deps/instructions-<hash> --list
 //!     target/instructions/deps/instructions-<hash> b_task_3_k8s 100
 //!     target/instructions/deps/instructions-<hash> b_task_3_k8s:twin 100
+//!     target/instructions/deps/instructions-<hash> bare --event > bare.json   # its ALB event
 //!
 //! `<case>:twin` is the same review with the selector label removed (parsed and allowed), the
 //! case's floor. The cases are those of benches/admission.rs (see there), plus `bare` (a
@@ -351,7 +352,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // `cargo bench` and `cargo test --benches` pass `--bench`: nothing to count there.
     if args.is_empty() || args.iter().any(|a| a == "--bench") {
-        eprintln!("usage: instructions <case>[:twin] <N> | --list (scripts/bench-instructions.sh)");
+        eprintln!("usage: instructions <case>[:twin] <N> | <case>[:twin] --event | --list");
         return;
     }
     if args[0] == "--list" {
@@ -364,6 +365,13 @@ fn main() {
         Some((n, "twin")) => (n, true),
         _ => (args[0].as_str(), false),
     };
+    if args.get(1).map(String::as_str) == Some("--event") {
+        // The case's ALB event, for the whole Lambda loop (scripts/bench-loop-instructions.sh).
+        use std::io::Write;
+        let event = build(name, twin).event;
+        std::io::stdout().write_all(&event).unwrap();
+        return;
+    }
     let n: usize = args
         .get(1)
         .and_then(|n| n.parse().ok())

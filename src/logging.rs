@@ -73,18 +73,132 @@ pub fn json_subscriber<W>(
 where
     W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
-    use tracing_subscriber::layer::SubscriberExt;
-    tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_current_span(false)
-        .with_span_list(false)
-        .with_target(false)
-        .with_writer(writer)
-        // The builder's own level (INFO unless set) would hide what the filter lets through.
-        .with_max_level(tracing::Level::TRACE)
-        .finish()
-        .with(filter)
+    let max = filter
+        .iter()
+        .map(|(_, level)| level)
+        .chain(filter.default_level())
+        .max();
+    JsonLines {
+        writer,
+        filter,
+        max: max.unwrap_or(tracing::level_filters::LevelFilter::OFF),
+    }
+}
+
+/// The lines tracing-subscriber's JSON format writes with `flatten_event(true)` and neither
+/// spans nor target: `timestamp`, `level`, then the event's fields in the order they are
+/// recorded (`message` first), each value as tracing-serde gives it; one `write_all` a line.
+/// Written here because the formatter serialises each field through a UTF-8-checking adaptor
+/// and formats every span's fields whether it prints them or not: 33,000 instructions of an
+/// unselected pod's 219,000 through the Lambda loop (docs/performance.md). Spans are off: no
+/// line shows them. `logging::tests` holds the lines to the formatter's, byte for byte.
+struct JsonLines<W> {
+    writer: W,
+    filter: tracing_subscriber::filter::Targets,
+    max: tracing::level_filters::LevelFilter,
+}
+
+impl<W> tracing::Subscriber for JsonLines<W>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + 'static,
+{
+    fn register_callsite(
+        &self,
+        meta: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        if self.enabled(meta) {
+            tracing::subscriber::Interest::always()
+        } else {
+            tracing::subscriber::Interest::never()
+        }
+    }
+
+    fn enabled(&self, meta: &tracing::Metadata<'_>) -> bool {
+        !meta.is_span() && self.filter.would_enable(meta.target(), meta.level())
+    }
+
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(self.max)
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        // Never called: no span is enabled.
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        use tracing_subscriber::fmt::time::FormatTime;
+        let meta = event.metadata();
+        let mut line = String::with_capacity(256);
+        line.push_str("{\"timestamp\":\"");
+        let _ = tracing_subscriber::fmt::time::SystemTime
+            .format_time(&mut tracing_subscriber::fmt::format::Writer::new(&mut line));
+        line.push_str("\",\"level\":\"");
+        line.push_str(meta.level().as_str());
+        line.push('"');
+        event.record(&mut Fields(&mut line));
+        line.push_str("}\n");
+        let _ = self.writer.make_writer_for(meta).write_all(line.as_bytes());
+    }
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// An event's fields as `,"name":value` members, as tracing-serde writes them: text and
+/// `Debug` values as strings, integers that fit 64 bits and floats as numbers (a float that is
+/// not finite as `null`), booleans as booleans. Errors, and integers of 128 bits, come through
+/// `record_debug` as in tracing-serde.
+struct Fields<'a>(&'a mut String);
+
+impl Fields<'_> {
+    fn key(&mut self, field: &tracing::field::Field) {
+        self.0.push(',');
+        podmutator_core::json::push_str(self.0, field.name());
+        self.0.push(':');
+    }
+}
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.key(field);
+        podmutator_core::json::push_str(self.0, value);
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.key(field);
+        podmutator_core::json::push_str(self.0, &format!("{value:?}"));
+    }
+
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        use std::fmt::Write as _;
+        self.key(field);
+        let _ = write!(self.0, "{value}");
+    }
+
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        use std::fmt::Write as _;
+        self.key(field);
+        let _ = write!(self.0, "{value}");
+    }
+
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        self.key(field);
+        self.0.push_str(if value { "true" } else { "false" });
+    }
+
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        self.key(field);
+        match serde_json::Number::from_f64(value) {
+            Some(n) => self.0.push_str(&n.to_string()),
+            None => self.0.push_str("null"),
+        }
+    }
 }
 
 /// The log filter: a level (`debug`), or `target=level` directives separated by commas
@@ -189,6 +303,102 @@ fn capped(asked: &tracing_subscriber::filter::Targets) -> tracing_subscriber::fi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `MakeWriter` into one shared buffer.
+    #[derive(Clone, Default)]
+    struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Buffer {
+        /// The lines written, each timestamp replaced by `T` (they differ by the clock).
+        fn lines(&self) -> Vec<String> {
+            let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+            text.lines()
+                .map(|l| {
+                    let rest = l
+                        .strip_prefix("{\"timestamp\":\"")
+                        .expect("a timestamp first");
+                    let end = rest.find('"').unwrap();
+                    assert_eq!(end, 27, "RFC 3339, microseconds, UTC: {l}");
+                    format!("{{\"timestamp\":\"T{}", &rest[end..])
+                })
+                .collect()
+        }
+    }
+
+    /// Every kind of field value, names that need escaping, a span around them, and lines the
+    /// filter drops.
+    fn log_a_bit() {
+        let err = std::io::Error::other("disk \"full\"\n");
+        let span = tracing::info_span!("invoke", requestId = "abc");
+        let _in = span.enter();
+        tracing::info!(
+            uid = "a\"b\\c\n\u{1}\u{7f}é\u{2028}😀",
+            n = 7u64,
+            neg = -3i64,
+            yes = true,
+            no = false,
+            f = 1.5f64,
+            whole = 2.0f64,
+            nan = f64::NAN,
+            inf = f64::INFINITY,
+            big = 1u128 << 100,
+            small = -(1i128 << 90),
+            dbg = ?vec!["x", "y"],
+            disp = %"shown as is",
+            err = &err as &(dyn std::error::Error + 'static),
+            "message with {} and \"quotes\"",
+            42
+        );
+        tracing::warn!("plain");
+        tracing::error!(r#type = "a raw identifier", "\u{0}\u{8}\u{c}");
+        tracing::info!(target: "lambda_runtime", "capped at info");
+        tracing::debug!(hidden = 1, "below the filter");
+        tracing::trace!(target: "lambda_runtime", "below the cap");
+        tracing::info!(name: "named", target: "podmutator::x", { field.with.dots = 1 }, "dots");
+        assert!(
+            tracing::enabled!(tracing::Level::INFO),
+            "`enabled!` asks as an event does"
+        );
+        assert!(!tracing::enabled!(tracing::Level::DEBUG));
+    }
+
+    /// The lines are tracing-subscriber's JSON format's, byte for byte but for the clock.
+    #[test]
+    fn the_json_lines_are_tracing_subscribers_json_format() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let filter = || log_filter("info,lambda_runtime=trace").unwrap();
+        let (ours, theirs) = (Buffer::default(), Buffer::default());
+        let w = ours.clone();
+        tracing::subscriber::with_default(json_subscriber(move || w.clone(), filter()), log_a_bit);
+        let w = theirs.clone();
+        let formatter = tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .with_target(false)
+            .with_writer(move || w.clone())
+            .with_max_level(tracing::Level::TRACE)
+            .finish()
+            .with(filter());
+        tracing::subscriber::with_default(formatter, log_a_bit);
+        let lines = ours.lines();
+        assert_eq!(lines.len(), 5, "{lines:#?}");
+        assert_eq!(lines, theirs.lines());
+        for line in &lines {
+            serde_json::from_str::<serde_json::Value>(line).expect("each line is JSON");
+        }
+    }
 
     #[test]
     fn the_log_filter_takes_rust_log_directives_and_lambda_levels() {

@@ -19,8 +19,9 @@ use lambda_http::request::LambdaRequest;
 use serde::Serialize;
 
 use super::http::{Front, Routed};
-use podmutator_core::admission::{Answer, Reply, next_escape};
+use podmutator_core::admission::{Answer, Reply};
 use podmutator_core::error::Error;
+use podmutator_core::json;
 use podmutator_core::mutate::Route;
 
 /// The response, in the shape of the event's source.
@@ -65,7 +66,7 @@ impl LambdaReply {
 }
 
 /// Written as the event types write themselves, but for a long body: nearly all of a large
-/// reply, it is escaped here eight bytes at a time ([`escape_into`]) instead of by serde_json a
+/// reply, it is escaped here eight bytes at a time ([`json::push_str`]) instead of by serde_json a
 /// byte at a time after a second UTF-8 check. The head comes from the event type's own
 /// serialisation, the body goes in before its closing brace (last, where the derive writes it
 /// before `isBase64Encoded`), and the whole is handed to the runtime as one raw JSON value. A
@@ -90,7 +91,7 @@ impl Serialize for LambdaReply {
             };
             out.push_str(",\"body\":");
             match &r.body {
-                Body::Text(text) => escape_into(&mut out, text),
+                Body::Text(text) => json::push_str(&mut out, text),
                 other => out.push_str(&serde_json::to_string(other).map_err(S::Error::custom)?),
             }
             out.push('}');
@@ -108,46 +109,6 @@ impl Serialize for LambdaReply {
 
 /// The body length from which [`LambdaReply`] writes its body itself.
 const RAW_FROM: usize = 2048;
-
-/// What serde_json writes for a byte a JSON string escapes.
-fn escape_of(b: u8) -> Option<&'static str> {
-    Some(match b {
-        b'"' => "\\\"",
-        b'\\' => "\\\\",
-        b'\n' => "\\n",
-        b'\r' => "\\r",
-        b'\t' => "\\t",
-        0x08 => "\\b",
-        0x0c => "\\f",
-        _ => return None,
-    })
-}
-
-/// `text` as a JSON string, byte for byte what serde_json writes. Every byte escaped is ASCII,
-/// so each run between two of them is whole characters.
-fn escape_into(out: &mut String, text: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.reserve(text.len() + 2);
-    out.push('"');
-    let mut start = 0;
-    loop {
-        let at = next_escape(text.as_bytes(), start);
-        out.push_str(&text[start..at]);
-        let Some(&b) = text.as_bytes().get(at) else {
-            break;
-        };
-        match escape_of(b) {
-            Some(escaped) => out.push_str(escaped),
-            None => {
-                out.push_str("\\u00");
-                out.push(char::from(HEX[usize::from(b >> 4)]));
-                out.push(char::from(HEX[usize::from(b & 0xf)]));
-            }
-        }
-        start = at + 1;
-    }
-    out.push('"');
-}
 
 /// Where an event came from, as far as its shape tells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,24 +173,13 @@ impl Source {
     }
 }
 
-/// The size of `body` once written as a JSON string in the response envelope (quotes aside).
-fn escaped_len(body: &[u8]) -> usize {
-    let (mut len, mut i) = (body.len(), 0);
-    loop {
-        i = next_escape(body, i);
-        let Some(&b) = body.get(i) else { return len };
-        len += escape_of(b).map_or(5, |e| e.len() - 1);
-        i += 1;
-    }
-}
-
 /// `reply`, or, when it would not fit through `source`'s response limit, a denial that fits
 /// and says why: the alternative is the load balancer's 502, which the API server reports as
 /// an opaque failure and `failurePolicy: Ignore` would turn into a pod created without what
 /// it asked for.
 fn fit(source: Source, answer: Answer) -> Reply {
     let limit = source.response_limit();
-    let size = escaped_len(&answer.body) + ENVELOPE_BYTES;
+    let size = json::escaped_len(&answer.body) + ENVELOPE_BYTES;
     if size <= limit.bytes {
         return answer.into();
     }
@@ -507,45 +457,9 @@ pub async fn run(front: std::sync::Arc<Front>) -> Result<(), lambda_http::Error>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
 
-    /// Every byte a string can hold at every place in an eight-byte word, and in the tail;
-    /// each short and, after a base64-like run, past [`RAW_FROM`].
-    fn tricky() -> Vec<String> {
-        let mut out = vec![String::new(), "é\u{2028}😀".into(), "\u{7f}".into()];
-        for b in (0u8..0x80).chain([0xe9]) {
-            let c = char::from(b).to_string();
-            for at in 0..20 {
-                out.push(format!("{}{c}{}", "A".repeat(at), "b".repeat(19 - at)));
-            }
-        }
-        let long = "Zm9v+/0=".repeat(RAW_FROM / 8);
-        let longer: Vec<String> = out.iter().map(|t| format!("{long}{t}{long}")).collect();
-        out.extend(longer);
-        out
-    }
-
-    #[test]
-    fn escapes_as_serde_json_does() {
-        for text in tricky() {
-            let mut ours = String::new();
-            escape_into(&mut ours, &text);
-            let theirs = serde_json::to_string(&text).unwrap();
-            assert_eq!(ours, theirs, "{text:?}");
-            assert_eq!(escaped_len(text.as_bytes()) + 2, theirs.len(), "{text:?}");
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn escapes_any_string_as_serde_json_does(text in "\\PC*|[\\x00-\\x7f]{0,64}") {
-            let mut ours = String::new();
-            escape_into(&mut ours, &text);
-            let theirs = serde_json::to_string(&text).unwrap();
-            prop_assert_eq!(escaped_len(text.as_bytes()) + 2, theirs.len());
-            prop_assert_eq!(ours, theirs);
-        }
-    }
+    /// Past [`RAW_FROM`], the long strings are written by [`LambdaReply`] itself.
+    const _: () = assert!(RAW_FROM <= 2048);
 
     /// The written response is the event type's own serialisation, field for field, whatever
     /// the body, short or long: the event types' derive stays the reference.
@@ -556,7 +470,7 @@ mod tests {
             Body::Binary(vec![0, 1, 2, 255]),
             Body::Binary(vec![0xfe; RAW_FROM * 2]),
         ];
-        bodies.extend(tricky().into_iter().map(Body::Text));
+        bodies.extend(json::testing::tricky_strings().into_iter().map(Body::Text));
         for body in bodies {
             let mut v1 = ApiGatewayProxyResponse::default();
             v1.status_code = 200;

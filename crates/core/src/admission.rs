@@ -537,7 +537,7 @@ fn objects_in(body: &[u8]) -> usize {
                 // To the closing quote, over escaped characters (and control characters,
                 // which are no JSON: the parser refuses them).
                 loop {
-                    i = next_escape(body, i.min(body.len()));
+                    i = crate::json::next_escape(body, i.min(body.len()));
                     match body.get(i) {
                         Some(b'"') | None => break,
                         Some(b'\\') => i += 2,
@@ -566,32 +566,6 @@ fn objects_in(body: &[u8]) -> usize {
         }
     }
     objects
-}
-
-/// The index of the first byte from `i` on that a JSON string escapes (`"`, `\`, or a control
-/// character), or the length: eight bytes a step. Used to skip strings when counting a review's
-/// objects ([`objects_in`]) and to escape a Lambda response's body. In each word, the lowest byte flagged by
-/// "has a zero byte" (of the word XOR each quote) or "has a byte below 0x20" is exact; the
-/// tricks' false positives lie only above a true one.
-pub fn next_escape(bytes: &[u8], mut i: usize) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let below = |w: u64, n: u8| w.wrapping_sub(ONES * u64::from(n)) & !w & HIGH;
-    while let Some(word) = bytes.get(i..i + 8) {
-        let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
-        let hits = below(w ^ (ONES * u64::from(b'"')), 1)
-            | below(w ^ (ONES * u64::from(b'\\')), 1)
-            | below(w, 0x20);
-        if hits != 0 {
-            return i + (hits.trailing_zeros() / 8) as usize;
-        }
-        i += 8;
-    }
-    let rest = &bytes[i..];
-    i + rest
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-        .unwrap_or(rest.len())
 }
 
 /// Why a chain run gave no verdict: a mutator refused the pod (with what was counted on the way),

@@ -46,6 +46,7 @@ pub mod app;
 pub mod config;
 pub mod error;
 pub mod image_ref;
+pub mod json;
 pub mod k8s_names;
 pub mod metrics;
 pub mod mutate;

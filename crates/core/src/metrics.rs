@@ -229,44 +229,21 @@ impl Metrics {
 }
 
 /// A JSON object being written, every member followed by a comma until the last; strings are
-/// escaped as RFC 8259 requires.
+/// escaped as serde_json escapes them ([`crate::json`]).
 struct Line(String);
 
 impl Line {
-    /// A JSON string: `"`, `\\` and control characters escaped, the rest as it is.
+    /// A JSON string, as serde_json writes it.
     fn str(&mut self, s: &str) {
-        self.str_parts("", s);
+        crate::json::push_str(&mut self.0, s);
     }
 
     /// `prefix` and `s` as one JSON string.
     fn str_parts(&mut self, prefix: &str, s: &str) {
         self.0.push('"');
-        self.escaped(prefix);
-        self.escaped(s);
+        crate::json::push_escaped(&mut self.0, prefix);
+        crate::json::push_escaped(&mut self.0, s);
         self.0.push('"');
-    }
-
-    fn escaped(&mut self, s: &str) {
-        let mut plain = 0;
-        for (i, b) in s.bytes().enumerate() {
-            let escaped = match b {
-                b'"' => "\\\"",
-                b'\\' => "\\\\",
-                b'\n' => "\\n",
-                b'\r' => "\\r",
-                b'\t' => "\\t",
-                0..=0x1f => "",
-                _ => continue,
-            };
-            self.0.push_str(&s[plain..i]);
-            plain = i + 1;
-            if escaped.is_empty() {
-                let _ = write!(self.0, "\\u{b:04x}");
-            } else {
-                self.0.push_str(escaped);
-            }
-        }
-        self.0.push_str(&s[plain..]);
     }
 
     fn key_parts(&mut self, prefix: &str, name: &str) {
