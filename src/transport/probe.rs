@@ -141,7 +141,7 @@ mod tests {
 
     #[test]
     fn only_metrics_and_healthz_are_answered() {
-        let c = Counters::new();
+        let c = Counters::default();
         assert_eq!(answer(&c, false, "GET", "/metrics").0, 200);
         assert_eq!(answer(&c, false, "GET", "/healthz").0, 200);
         assert!(answer(&c, false, "HEAD", "/healthz").2.is_empty());
