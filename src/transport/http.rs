@@ -12,6 +12,7 @@ use podmutator_core::admission::{API_VERSION_V1, Answer, Reply};
 use podmutator_core::app::App;
 use podmutator_core::config::{ConfigError, HttpConfig, Sha256Hex, check_path_token};
 use podmutator_core::error::Error;
+use podmutator_core::metrics::now_ms;
 use podmutator_core::mutate::Route;
 
 /// Flyte's path for the core Pod kind (`/mutate-` + group + `-` + version + `-` + kind).
@@ -114,12 +115,6 @@ struct RefusalLog {
     last_ms: [std::sync::atomic::AtomicU64; Refusal::ALL.len()],
     pending: [std::sync::atomic::AtomicU64; Refusal::ALL.len()],
     seen: std::sync::Mutex<[Option<Seen>; Refusal::ALL.len()]>,
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The transport's gate in front of the app.
