@@ -39,43 +39,6 @@ pub struct ServiceRef {
     pub port: u16,
 }
 
-/// What varies between deployments; everything else is in [`REGISTRATION_JSON`].
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RegistrationOptions {
-    /// `https://host[/prefix]`; each webhook's path is appended (after the path token).
-    /// Unused when `service` is set.
-    pub url: String,
-    /// Register `clientConfig.service` instead of `url`; every entry then also skips the
-    /// Service's namespace, so the webhook's own pods never wait for the webhook.
-    pub service: Option<ServiceRef>,
-    /// API Gateway option: the secret first path segment.
-    pub path_token: Option<String>,
-    /// PEM bytes, written base64-encoded as `caBundle`.
-    pub ca_bundle_pem: Option<Vec<u8>>,
-    /// Register the two mesh webhooks.
-    pub mesh: bool,
-    /// `None` keeps the file's `meshLabelKey`.
-    pub mesh_label_key: Option<String>,
-    /// Register the image-builder webhook with this `objectSelector`.
-    pub image_builder_selector: Option<Value>,
-    /// Register the images webhook.
-    pub images: bool,
-    /// Its `objectSelector`; `None` keeps the file's (every pod).
-    pub images_pod_selector: Option<Value>,
-    /// Added to its `namespaceSelector` (which keeps excluding kube-system).
-    pub images_namespace_selector: Option<Value>,
-    /// Added to the secrets entry's `namespaceSelector` (which keeps excluding kube-system): a
-    /// staged rollout, one namespace first.
-    pub secrets_namespace_selector: Option<Value>,
-    /// `None` keeps each webhook's own.
-    pub failure_policy: Option<FailurePolicy>,
-    /// `None` keeps each webhook's own; an entry that fails open in the file keeps its own
-    /// when that is shorter.
-    pub timeout_seconds: Option<u32>,
-    /// `metadata.name`; `None` keeps the file's.
-    pub name: Option<String>,
-}
-
 /// [`REGISTRATION_JSON`], parsed once.
 pub fn registration() -> &'static Value {
     static PARSED: OnceLock<Value> = OnceLock::new();
@@ -116,7 +79,8 @@ fn url_prefix(opts: &RegistrationOptions) -> String {
     let base = if opts.service.is_some() {
         ""
     } else {
-        opts.url.strip_suffix('/').unwrap_or(&opts.url)
+        let url = opts.url.as_deref().unwrap_or_default();
+        url.strip_suffix('/').unwrap_or(url)
     };
     match &opts.path_token {
         Some(token) => format!("{base}/{token}"),
@@ -460,7 +424,8 @@ impl RegistrationOptions {
     /// names the command-line flag that sets the option.
     pub fn validate(&self) -> Result<(), ArgError> {
         if self.service.is_none() {
-            parse_url(&self.url).map_err(|e| ArgError::new("--url", e))?;
+            parse_url(self.url.as_deref().unwrap_or_default())
+                .map_err(|e| ArgError::new("--url", e))?;
         }
         if let Some(token) = &self.path_token {
             podmutator_core::config::check_path_token("path token", token)
@@ -486,13 +451,14 @@ impl RegistrationOptions {
 // Command line
 // ----------------------------------------------------------------------------------------------
 
-/// `podmutator webhook-config`: values are checked as they are parsed; files are read by
-/// [`WebhookConfigArgs::into_options`].
+/// What varies between deployments (everything else is in [`REGISTRATION_JSON`]), as `podmutator
+/// webhook-config` takes it: values are checked as they are parsed; the files are read into
+/// `path_token` and `ca_bundle_pem` by [`RegistrationOptions::read_files`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 #[command(
     after_help = "Example (path-token: a file holding the endpoint's token, e.g. the secret of Terraform's path_token_secret_arn output):\n  podmutator webhook-config --url https://podmutator.example.com --path-token-file path-token > webhook.yaml && kubectl apply -f webhook.yaml"
 )]
-pub struct WebhookConfigArgs {
+pub struct RegistrationOptions {
     /// Base URL of the endpoint, e.g. https://podmutator.example.com (SAM output WebhookUrl,
     /// Terraform output webhook_base_url); each webhook's path is appended
     #[arg(long, value_name = "URL", required_unless_present = "service", conflicts_with = "service", value_parser = parse_url)]
@@ -548,11 +514,18 @@ pub struct WebhookConfigArgs {
     /// metadata.name [default: podmutator]
     #[arg(long, value_name = "NAME", value_parser = parse_name)]
     pub name: Option<String>,
+    /// API Gateway option: the secret first path segment (`path_token_file`'s contents).
+    #[arg(skip)]
+    pub path_token: Option<String>,
+    /// PEM bytes, written base64-encoded as `caBundle` (`ca_bundle_file`'s contents).
+    #[arg(skip)]
+    pub ca_bundle_pem: Option<Vec<u8>>,
 }
 
-impl WebhookConfigArgs {
-    /// Reads the token and CA files and validates the result.
-    pub fn into_options(self) -> Result<RegistrationOptions, ArgError> {
+impl RegistrationOptions {
+    /// Reads the token and CA files and validates the result. `images` is set by either of its
+    /// selectors too.
+    pub fn read_files(mut self) -> Result<Self, ArgError> {
         let read = |flag: &'static str, path: &str| {
             std::fs::read(path).map_err(|source| {
                 ArgError::new(
@@ -564,7 +537,7 @@ impl WebhookConfigArgs {
                 )
             })
         };
-        let path_token = match &self.path_token_file {
+        self.path_token = match &self.path_token_file {
             Some(path) => {
                 let bytes = read("--path-token-file", path)?;
                 let text = String::from_utf8(bytes).map_err(|_| {
@@ -581,36 +554,20 @@ impl WebhookConfigArgs {
                 ));
             }
         };
-        let ca_bundle_pem = match &self.ca_bundle_file {
+        self.ca_bundle_pem = match &self.ca_bundle_file {
             Some(path) => Some(read("--ca-bundle-file", path)?),
             None => None,
         };
-        let opts = RegistrationOptions {
-            url: self.url.unwrap_or_default(),
-            service: self.service,
-            path_token,
-            ca_bundle_pem,
-            mesh: self.mesh,
-            mesh_label_key: self.mesh_label_key,
-            image_builder_selector: self.image_builder_selector,
-            images: self.images
-                || self.images_pod_selector.is_some()
-                || self.images_namespace_selector.is_some(),
-            images_pod_selector: self.images_pod_selector,
-            images_namespace_selector: self.images_namespace_selector,
-            secrets_namespace_selector: self.secrets_namespace_selector,
-            failure_policy: self.failure_policy,
-            timeout_seconds: self.timeout_seconds,
-            name: self.name,
-        };
-        opts.validate()?;
-        Ok(opts)
+        self.images |=
+            self.images_pod_selector.is_some() || self.images_namespace_selector.is_some();
+        self.validate()?;
+        Ok(self)
     }
 }
 
 /// `podmutator webhook-config ARGS`: the YAML to print.
-pub fn webhook_config_command(args: WebhookConfigArgs) -> Result<String, ArgError> {
-    let opts = args.into_options()?;
+pub fn webhook_config_command(args: RegistrationOptions) -> Result<String, ArgError> {
+    let opts = args.read_files()?;
     Ok(to_yaml(&mutating_webhook_configuration(&opts)))
 }
 
@@ -625,7 +582,7 @@ mod tests {
 
     fn opts(url: &str) -> RegistrationOptions {
         RegistrationOptions {
-            url: url.into(),
+            url: Some(url.into()),
             ..Default::default()
         }
     }
@@ -634,10 +591,10 @@ mod tests {
     #[derive(Debug, clap::Parser)]
     struct Cmd {
         #[command(flatten)]
-        args: WebhookConfigArgs,
+        args: RegistrationOptions,
     }
 
-    fn parse(list: &[&str]) -> Result<WebhookConfigArgs, clap::Error> {
+    fn parse(list: &[&str]) -> Result<RegistrationOptions, clap::Error> {
         use clap::Parser;
         Cmd::try_parse_from(std::iter::once("webhook-config").chain(list.iter().copied()))
             .map(|c| c.args)
@@ -696,7 +653,7 @@ mod tests {
             r#"{"matchLabels":{"mirror":"ecr"}}"#,
         ])
         .unwrap()
-        .into_options()
+        .read_files()
         .unwrap();
         let v = mutating_webhook_configuration(&parsed);
         let hooks = webhooks(&v);
@@ -991,7 +948,7 @@ mod tests {
     ) {
         let opts = parse(&["--service", arg, "--no-path-token"])
             .unwrap()
-            .into_options()
+            .read_files()
             .unwrap();
         assert_eq!(
             opts.service,
@@ -1103,7 +1060,7 @@ mod tests {
             r#"{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"In","values":["flytesnacks-development"]}]}"#,
         ])
         .unwrap()
-        .into_options()
+        .read_files()
         .unwrap();
         let v = mutating_webhook_configuration(&parsed);
         let hooks = webhooks(&v);
@@ -1135,7 +1092,7 @@ mod tests {
             r#"{"matchLabels":{"podmutator-pilot":"true"}}"#,
         ])
         .unwrap()
-        .into_options()
+        .read_files()
         .unwrap();
         assert_eq!(
             webhooks(&mutating_webhook_configuration(&labels))[0]["namespaceSelector"],
@@ -1205,7 +1162,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             parsed,
-            WebhookConfigArgs {
+            RegistrationOptions {
                 url: Some("https://h".into()),
                 path_token_file: Some("/t".into()),
                 ca_bundle_file: Some("/ca.pem".into()),
@@ -1269,7 +1226,7 @@ mod tests {
             &ca,
         ])
         .unwrap()
-        .into_options()
+        .read_files()
         .unwrap();
         assert_eq!(opts.path_token.as_deref(), Some(TOKEN));
         assert_eq!(opts.ca_bundle_pem.as_deref(), Some(FAKE_PEM.as_bytes()));
@@ -1285,7 +1242,7 @@ mod tests {
         if flag != "--path-token-file" {
             args.push("--no-path-token");
         }
-        let err = parse(&args).unwrap().into_options().unwrap_err();
+        let err = parse(&args).unwrap().read_files().unwrap_err();
         assert_eq!(err.flag, flag, "{err}");
     }
 
@@ -1299,7 +1256,7 @@ mod tests {
             "/nonexistent/ca.pem",
         ])
         .unwrap()
-        .into_options()
+        .read_files()
         .unwrap_err();
         assert_eq!(err.flag, "--ca-bundle-file");
         assert!(err.to_string().contains("/nonexistent/ca.pem"), "{err}");

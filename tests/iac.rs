@@ -518,14 +518,14 @@ fn cases() -> Vec<(&'static str, RegistrationOptions)> {
         (
             "alb_defaults",
             RegistrationOptions {
-                url: "https://podmutator.example.com".into(),
+                url: Some("https://podmutator.example.com".into()),
                 ..Default::default()
             },
         ),
         (
             "alb_private_ca_mesh",
             RegistrationOptions {
-                url: "https://podmutator.internal.example.com/".into(),
+                url: Some("https://podmutator.internal.example.com/".into()),
                 ca_bundle_pem: Some(FAKE_CA_PEM.as_bytes().to_vec()),
                 mesh: true,
                 ..Default::default()
@@ -534,7 +534,7 @@ fn cases() -> Vec<(&'static str, RegistrationOptions)> {
         (
             "http_api_everything_overridden",
             RegistrationOptions {
-                url: "https://hooks.example.com/base".into(),
+                url: Some("https://hooks.example.com/base".into()),
                 path_token: Some(TOKEN.into()),
                 ca_bundle_pem: Some(FAKE_CA_PEM.as_bytes().to_vec()),
                 mesh: true,
@@ -548,7 +548,7 @@ fn cases() -> Vec<(&'static str, RegistrationOptions)> {
         (
             "alb_image_entries",
             RegistrationOptions {
-                url: "https://podmutator.example.com".into(),
+                url: Some("https://podmutator.example.com".into()),
                 image_builder_selector: Some(json!({"matchLabels": {"image-builder": "true"}})),
                 images: true,
                 images_namespace_selector: Some(json!({
@@ -561,7 +561,7 @@ fn cases() -> Vec<(&'static str, RegistrationOptions)> {
         (
             "alb_images_pod_selector",
             RegistrationOptions {
-                url: "https://podmutator.example.com".into(),
+                url: Some("https://podmutator.example.com".into()),
                 images: true,
                 images_pod_selector: Some(json!({"matchLabels": {"mirror": "ecr"}})),
                 ..Default::default()
@@ -572,7 +572,7 @@ fn cases() -> Vec<(&'static str, RegistrationOptions)> {
         (
             "staged_rollout",
             RegistrationOptions {
-                url: "https://podmutator.example.com".into(),
+                url: Some("https://podmutator.example.com".into()),
                 path_token: Some(TOKEN.into()),
                 images: true,
                 mesh: true,
@@ -587,7 +587,7 @@ fn cases() -> Vec<(&'static str, RegistrationOptions)> {
         (
             "short_timeout",
             RegistrationOptions {
-                url: "https://podmutator.example.com".into(),
+                url: Some("https://podmutator.example.com".into()),
                 images: true,
                 secrets_namespace_selector: Some(
                     json!({"matchLabels": {"podmutator-pilot": "true"}}),
@@ -617,7 +617,7 @@ fn render_root(cases: &[(&str, RegistrationOptions)]) -> String {
                 "registration_json = file({})",
                 hcl_string(registration_file.to_str().unwrap())
             ),
-            format!("url = {}", hcl_string(&o.url)),
+            format!("url = {}", hcl_string(o.url.as_deref().unwrap_or_default())),
             format!("mesh_enabled = {}", o.mesh),
         ];
         if let Some(t) = &o.path_token {
@@ -748,7 +748,7 @@ fn terraform_rejects_a_path_token_the_function_would_reject() {
     let terraform = tool("terraform");
     let scratch = Scratch::new("render-bad-token");
     let bad = RegistrationOptions {
-        url: "https://h.example.com".into(),
+        url: Some("https://h.example.com".into()),
         path_token: Some("short".into()),
         ..Default::default()
     };
@@ -1005,7 +1005,7 @@ fn registration_drift_names_foreign_fields_and_ignores_what_the_api_server_write
     let rendered = String::from_utf8(rendered.stdout).unwrap();
     // The same object as JSON.
     let object = registration::mutating_webhook_configuration(&RegistrationOptions {
-        url: "https://podmutator.example.com".into(),
+        url: Some("https://podmutator.example.com".into()),
         path_token: Some(token.into()),
         images: true,
         ..Default::default()

@@ -99,7 +99,7 @@ pub enum Command {
     },
     /// Print the MutatingWebhookConfiguration for a deployed endpoint as YAML
     #[cfg(feature = "tools")]
-    WebhookConfig(Box<crate::registration::WebhookConfigArgs>),
+    WebhookConfig(Box<crate::registration::RegistrationOptions>),
     /// Print the flyte.secrets/s<N> annotations for a JSON array of secrets, or decode them
     #[command(after_help = SECRET_ANNOTATIONS_HELP)]
     SecretAnnotations {

@@ -178,11 +178,24 @@ pub struct Answering {
 }
 
 impl Answering {
-    pub fn new(body: hyper::body::Bytes, in_flight: InFlight) -> Self {
-        Self {
-            body: http_body_util::Full::new(body),
+    /// The response with `status`, `content_type` and `body`, in flight until it is taken.
+    pub fn response(
+        status: u16,
+        content_type: &'static str,
+        body: Vec<u8>,
+        in_flight: InFlight,
+    ) -> hyper::Response<Self> {
+        let mut resp = hyper::Response::new(Self {
+            body: http_body_util::Full::new(body.into()),
             _in_flight: in_flight,
-        }
+        });
+        *resp.status_mut() =
+            hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+        resp.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static(content_type),
+        );
+        resp
     }
 }
 

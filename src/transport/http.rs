@@ -12,6 +12,7 @@ use podmutator_core::admission::{API_VERSION_V1, Answer, Reply};
 use podmutator_core::app::App;
 use podmutator_core::config::{ConfigError, HttpConfig, Sha256Hex, check_path_token};
 use podmutator_core::error::Error;
+use podmutator_core::metrics::now_ms;
 use podmutator_core::mutate::Route;
 
 /// Flyte's path for the core Pod kind (`/mutate-` + group + `-` + version + `-` + kind).
@@ -116,12 +117,6 @@ struct RefusalLog {
     seen: std::sync::Mutex<[Option<Seen>; Refusal::ALL.len()]>,
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// The transport's gate in front of the app.
 pub struct Front {
     app: Arc<App>,
@@ -134,27 +129,20 @@ pub struct Front {
     refusals: RefusalLog,
 }
 
-fn message(status: u16, text: &str) -> Reply {
+/// `{"message":"<text>"}` with `status`.
+pub(crate) fn message(status: u16, text: &str) -> Reply {
+    json_reply(status, serde_json::json!({ "message": text }))
+}
+
+fn json_reply(status: u16, body: serde_json::Value) -> Reply {
     Reply {
         status,
-        body: serde_json::json!({ "message": text })
-            .to_string()
-            .into_bytes(),
+        body: body.to_string().into_bytes(),
     }
 }
 
-/// `/healthz`: `{"message":"ok","version":"<version>"}`, so a probe or a curl also says
-/// which release is answering.
-fn healthy() -> Reply {
-    Reply {
-        status: 200,
-        body: serde_json::json!({ "message": "ok", "version": podmutator_core::metrics::VERSION })
-            .to_string()
-            .into_bytes(),
-    }
-}
-
-fn invalid(text: String) -> Answer {
+/// The 400 for a request that is not an AdmissionReview this webhook can read.
+pub(crate) fn invalid(text: String) -> Answer {
     Answer::error(&Error::Invalid(text), "", API_VERSION_V1)
 }
 
@@ -378,7 +366,12 @@ impl Front {
         let route = match path {
             PATH_HEALTHZ => {
                 return Routed::Answer(match method {
-                    "GET" | "HEAD" => healthy(),
+                    // `{"message":"ok","version":"<version>"}`, so a probe or a curl also
+                    // says which release is answering.
+                    "GET" | "HEAD" => json_reply(
+                        200,
+                        serde_json::json!({ "message": "ok", "version": podmutator_core::metrics::VERSION }),
+                    ),
                     _ => message(405, "method not allowed: use GET for /healthz"),
                 });
             }

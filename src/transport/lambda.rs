@@ -18,7 +18,7 @@ use lambda_http::http::{HeaderMap, HeaderValue, header::CONTENT_TYPE};
 use lambda_http::request::LambdaRequest;
 use serde::Serialize;
 
-use super::http::{Front, Routed};
+use super::http::{Front, Routed, invalid};
 use podmutator_core::admission::{Answer, Reply};
 use podmutator_core::error::Error;
 use podmutator_core::json;
@@ -213,12 +213,7 @@ async fn handle_event(front: &Front, event: LambdaRequest) -> LambdaReply {
         // Only the features we compile in exist; this arm covers future variants of a
         // non-exhaustive enum.
         _ => {
-            let reply = Answer::error(
-                &Error::Invalid("unsupported Lambda event source".into()),
-                "",
-                podmutator_core::admission::API_VERSION_V1,
-            )
-            .into();
+            let reply = invalid("unsupported Lambda event source".into()).into();
             LambdaReply::ApiGatewayV2(v2_response(reply))
         }
     }
@@ -246,13 +241,9 @@ fn body_bytes(body: Option<&str>, base64: bool) -> Result<std::borrow::Cow<'_, [
         .decode(body)
         .map(std::borrow::Cow::Owned)
         .map_err(|e| {
-            Answer::error(
-                &Error::Invalid(format!(
-                    "the event's body is marked isBase64Encoded but is not valid base64: {e}"
-                )),
-                "",
-                podmutator_core::admission::API_VERSION_V1,
-            )
+            invalid(format!(
+                "the event's body is marked isBase64Encoded but is not valid base64: {e}"
+            ))
             .into()
         })
 }

@@ -13,8 +13,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::body::{Bytes, Incoming};
-use hyper::{Request, Response};
+use hyper::Request;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
@@ -46,26 +46,15 @@ fn answer(
             podmutator_core::prometheus::CONTENT_TYPE,
             body_for(method, counters.render().into_bytes()),
         ),
-        ("/healthz", "GET" | "HEAD") if draining => (
-            503,
-            JSON,
-            body_for(
-                method,
-                json(
-                    serde_json::json!({"message": "draining: this replica is stopping", "version": podmutator_core::metrics::VERSION}),
-                ),
-            ),
-        ),
-        ("/healthz", "GET" | "HEAD") => (
-            200,
-            JSON,
-            body_for(
-                method,
-                json(
-                    serde_json::json!({"message": "ok", "version": podmutator_core::metrics::VERSION}),
-                ),
-            ),
-        ),
+        ("/healthz", "GET" | "HEAD") => {
+            let (status, message) = if draining {
+                (503, "draining: this replica is stopping")
+            } else {
+                (200, "ok")
+            };
+            let health = serde_json::json!({"message": message, "version": podmutator_core::metrics::VERSION});
+            (status, JSON, body_for(method, json(health)))
+        }
         ("/metrics" | "/healthz", _) => (
             405,
             JSON,
@@ -127,13 +116,7 @@ pub async fn serve(
                 let draining = draining.load(std::sync::atomic::Ordering::SeqCst);
                 let (status, content_type, body) =
                     answer(&counters, draining, req.method().as_str(), req.uri().path());
-                let mut resp = Response::new(Answering::new(Bytes::from(body), in_flight));
-                *resp.status_mut() = hyper::StatusCode::from_u16(status)
-                    .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-                resp.headers_mut().insert(
-                    hyper::header::CONTENT_TYPE,
-                    hyper::header::HeaderValue::from_static(content_type),
-                );
+                let resp = Answering::response(status, content_type, body, in_flight);
                 async move { Ok::<_, std::convert::Infallible>(resp) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
@@ -158,7 +141,7 @@ mod tests {
 
     #[test]
     fn only_metrics_and_healthz_are_answered() {
-        let c = Counters::new();
+        let c = Counters::default();
         assert_eq!(answer(&c, false, "GET", "/metrics").0, 200);
         assert_eq!(answer(&c, false, "GET", "/healthz").0, 200);
         assert!(answer(&c, false, "HEAD", "/healthz").2.is_empty());

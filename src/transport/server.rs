@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::BodyExt;
-use hyper::body::{Body, Bytes, Incoming as HyperBody};
+use hyper::body::{Body, Incoming as HyperBody};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -29,7 +29,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 
 use super::conns::{Admit, Answering, InFlight, Registry, Release, Slot};
-use super::http::{Front, Routed};
+use super::http::{Front, Routed, message};
 use super::tls::TlsError;
 use podmutator_core::admission::Reply;
 
@@ -189,35 +189,25 @@ async fn answer(
     if !in_flight.answering() {
         // Chosen to make room before it was wholly read: the connection is closing.
         return (
-            Reply {
-                status: 503,
-                body: br#"{"message":"the server was full and closed this connection"}"#.to_vec(),
-            },
+            message(503, "the server was full and closed this connection"),
             None,
         );
     }
     match tokio::time::timeout(limits.request, front.review(route, &collected)).await {
         Ok(answer) => (answer.into(), None),
-        Err(_) => (
-            Reply {
-                status: 500,
-                body: br#"{"message":"the admission did not finish in time"}"#.to_vec(),
-            },
-            None,
-        ),
+        Err(_) => (message(500, "the admission did not finish in time"), None),
     }
 }
 
 /// The 408 for a body that did not arrive within `http.bodyTimeoutSeconds`.
 fn body_timed_out(limit: Duration) -> Reply {
-    Reply {
-        status: 408,
-        body: format!(
-            r#"{{"message":"request timed out: the body was not sent within {} s (http.bodyTimeoutSeconds)"}}"#,
+    message(
+        408,
+        &format!(
+            "request timed out: the body was not sent within {} s (http.bodyTimeoutSeconds)",
             limit.as_secs()
-        )
-        .into_bytes(),
-    }
+        ),
+    )
 }
 
 /// Reads and discards what is left of a body answered early, within `max_bytes` and `limit`:
@@ -255,13 +245,7 @@ async fn respond(
     let peer = peer.to_string();
     let (reply, unread) = answer(&front, &peer, &limits, &mut in_flight, req).await;
     // In flight until the connection has taken the answer: never closed to make room meanwhile.
-    let mut resp = Response::new(Answering::new(Bytes::from(reply.body), in_flight));
-    *resp.status_mut() = hyper::StatusCode::from_u16(reply.status)
-        .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-    resp.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
+    let mut resp = Answering::response(reply.status, "application/json", reply.body, in_flight);
     if let Some(body) = unread.filter(|b| !b.is_end_stream()) {
         if http1 {
             // The connection ends once the body is drained: a caller answered early gets no

@@ -168,7 +168,7 @@ impl App {
             entrypoints,
             deadline: Duration::from_millis(config.embedded.deadline_ms),
             metrics,
-            counters: Arc::new(Counters::new()),
+            counters: Arc::new(Counters::default()),
             values_in_replies: config.embedded_reads().values,
             errors_in_replies,
             max_reply_bytes: config.http.max_reply_bytes,

@@ -45,6 +45,14 @@ pub fn cache_split(f: &AdmissionFacts<'_>) -> (u64, u64) {
     (hits, (f.fetch_ids as u64).saturating_sub(hits))
 }
 
+/// Milliseconds since the Unix epoch (0 before it): a metric line's `Timestamp`, and the clock
+/// of the front's refusal sampling.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Where metric lines go.
 #[derive(Clone)]
 pub enum Sink {
@@ -199,17 +207,11 @@ impl Metrics {
     }
 
     pub fn emit_refusals(&self, kind: &str, count: u64) {
-        let ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        self.write(self.refusals_line(kind, count, ts));
+        self.write(self.refusals_line(kind, count, now_ms()));
     }
 
     pub fn emit(&self, f: &AdmissionFacts<'_>) {
-        let ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        self.write(self.line(f, ts));
+        self.write(self.line(f, now_ms()));
     }
 
     fn write(&self, line: String) {

@@ -31,14 +31,16 @@ struct Labelled<K: 'static, V, const N: usize> {
     other: V,
 }
 
-impl<K: Copy + PartialEq + 'static, V: Default, const N: usize> Labelled<K, V, N> {
-    fn new() -> Self {
+impl<K: 'static, V: Default, const N: usize> Default for Labelled<K, V, N> {
+    fn default() -> Self {
         Self {
             slots: std::array::from_fn(|_| (OnceLock::new(), V::default())),
             other: V::default(),
         }
     }
+}
 
+impl<K: Copy + Ord + 'static, V, const N: usize> Labelled<K, V, N> {
     /// The value for `key`, its slot claimed if it has none yet.
     fn get(&self, key: K) -> &V {
         for (name, value) in &self.slots {
@@ -50,11 +52,15 @@ impl<K: Copy + PartialEq + 'static, V: Default, const N: usize> Labelled<K, V, N
         &self.other
     }
 
-    /// The claimed slots, in claim order.
-    fn entries(&self) -> impl Iterator<Item = (K, &V)> {
-        self.slots
+    /// The claimed slots, by label.
+    fn sorted(&self) -> Vec<(K, &V)> {
+        let mut entries: Vec<_> = self
+            .slots
             .iter()
             .filter_map(|(name, value)| name.get().map(|k| (*k, value)))
+            .collect();
+        entries.sort_by_key(|(k, _)| *k);
+        entries
     }
 }
 
@@ -88,6 +94,7 @@ impl Histogram {
 }
 
 /// What `/metrics` reports.
+#[derive(Default)]
 pub struct Counters {
     admissions: Labelled<(&'static str, &'static str), Count, 40>,
     durations: Labelled<&'static str, Histogram, 8>,
@@ -103,30 +110,7 @@ pub struct Counters {
     patch_ops: Count,
 }
 
-impl Default for Counters {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Counters {
-    pub fn new() -> Self {
-        Self {
-            admissions: Labelled::new(),
-            durations: Labelled::new(),
-            denials: Labelled::new(),
-            refusals: Labelled::new(),
-            mutators: Labelled::new(),
-            injected: Default::default(),
-            fetch_ids: Count::default(),
-            backend_calls: Count::default(),
-            cache_hits: Count::default(),
-            cache_misses: Count::default(),
-            throttles: Count::default(),
-            patch_ops: Count::default(),
-        }
-    }
-
     /// Counts one admission, from the facts its EMF line is written from.
     pub fn record(&self, f: &AdmissionFacts<'_>) {
         self.admissions.get((f.route, f.decision)).add(1);
@@ -177,9 +161,7 @@ impl Counters {
             "counter",
             "Admission reviews answered, by route and decision (allowed, mutated, denied, invalid, error).",
         );
-        let mut admissions: Vec<_> = self.admissions.entries().collect();
-        admissions.sort_by_key(|(k, _)| *k);
-        for ((route, decision), n) in admissions {
+        for ((route, decision), n) in self.admissions.sorted() {
             out.sample(
                 "podmutator_admissions_total",
                 &[("route", route), ("decision", decision)],
@@ -192,9 +174,7 @@ impl Counters {
             "histogram",
             "Time from the review's body to its answer, by route.",
         );
-        let mut durations: Vec<_> = self.durations.entries().collect();
-        durations.sort_by_key(|(k, _)| *k);
-        for (route, h) in durations {
+        for (route, h) in self.durations.sorted() {
             let mut cumulative = 0;
             for (i, bound) in BUCKETS_US.iter().enumerate() {
                 cumulative += h.buckets[i].load(Relaxed);
@@ -353,9 +333,7 @@ impl Out {
         counts: &Labelled<&'static str, Count, N>,
     ) {
         self.family(name, "counter", help);
-        let mut entries: Vec<_> = counts.entries().collect();
-        entries.sort_by_key(|(k, _)| *k);
-        for (k, n) in entries {
+        for (k, n) in counts.sorted() {
             self.sample(name, &[(label, k)], n.get());
         }
         let other = counts.other.get();
@@ -386,7 +364,7 @@ mod tests {
 
     #[test]
     fn admissions_durations_and_denials_are_counted_by_their_labels() {
-        let c = Counters::new();
+        let c = Counters::default();
         c.record(&facts("secrets", "mutated", 150));
         c.record(&facts("secrets", "mutated", 2_000_000));
         c.record(&facts("images", "denied", 40));
@@ -413,11 +391,11 @@ mod tests {
 
     #[test]
     fn more_labels_than_slots_are_counted_under_other() {
-        let l: Labelled<&'static str, Count, 2> = Labelled::new();
+        let l: Labelled<&'static str, Count, 2> = Labelled::default();
         for k in ["a", "b", "c", "a", "d"] {
             l.get(k).add(1);
         }
-        let got: Vec<_> = l.entries().map(|(k, n)| (k, n.get())).collect();
+        let got: Vec<_> = l.sorted().into_iter().map(|(k, n)| (k, n.get())).collect();
         assert_eq!(got, [("a", 2), ("b", 1)]);
         assert_eq!(l.other.get(), 2);
     }

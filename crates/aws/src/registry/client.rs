@@ -266,6 +266,11 @@ impl Session<'_> {
         )
     }
 
+    /// `<registry>/<repo> <thing>`, as an error names what it was about.
+    fn what(&self, thing: &str) -> String {
+        format!("{}/{} {thing}", self.authority, self.repo)
+    }
+
     /// GET under `/v2/<repo>/`, answering one Bearer challenge.
     async fn fetch(
         &mut self,
@@ -274,7 +279,7 @@ impl Session<'_> {
         accept: &str,
     ) -> Result<Bytes, LookupError> {
         let url = self.url(kind, reference);
-        let what = format!("{}/{} {kind} {reference}", self.authority, self.repo);
+        let what = self.what(&format!("{kind} {reference}"));
         let mut challenged = false;
         loop {
             let (status, challenge, body) = self
@@ -364,22 +369,12 @@ impl Session<'_> {
 
     async fn manifest_verified(&mut self, digest: &str) -> Result<Bytes, LookupError> {
         let body = self.manifest(digest).await?;
-        verify(
-            &body,
-            digest,
-            &format!("{}/{} manifest", self.authority, self.repo),
-        )?;
-        Ok(body)
+        verify(body, digest, &self.what("manifest"))
     }
 
     async fn blob_verified(&mut self, digest: &str) -> Result<Bytes, LookupError> {
         let body = self.fetch("blobs", digest, "").await?;
-        verify(
-            &body,
-            digest,
-            &format!("{}/{} config blob", self.authority, self.repo),
-        )?;
-        Ok(body)
+        verify(body, digest, &self.what("config blob"))
     }
 
     /// The command of the manifest `body` (named `digest`), narrowed to `arch` if an index.
@@ -389,7 +384,7 @@ impl Session<'_> {
         body: &[u8],
         arch: Option<&str>,
     ) -> Result<ImageCommand, LookupError> {
-        let what = format!("{}/{} manifest {digest}", self.authority, self.repo);
+        let what = self.what(&format!("manifest {digest}"));
         let manifest: Manifest =
             serde_json::from_slice(body).map_err(|e| LookupError::Invalid {
                 what: what.clone(),
@@ -432,12 +427,12 @@ impl Session<'_> {
                     let sub = self.manifest_verified(&d.digest).await?;
                     let m: Manifest =
                         serde_json::from_slice(&sub).map_err(|e| LookupError::Invalid {
-                            what: format!("{}/{} manifest {}", self.authority, self.repo, d.digest),
+                            what: self.what(&format!("manifest {}", d.digest)),
                             reason: format!("not an image manifest: {e}"),
                         })?;
                     let Some(config) = m.config else {
                         return Err(LookupError::Invalid {
-                            what: format!("{}/{} manifest {}", self.authority, self.repo, d.digest),
+                            what: self.what(&format!("manifest {}", d.digest)),
                             reason: "an index inside an index is not supported".into(),
                         });
                     };
@@ -478,7 +473,7 @@ impl Session<'_> {
             cmd: Option<Vec<String>>,
         }
         let blob: Blob = serde_json::from_slice(&body).map_err(|e| LookupError::Invalid {
-            what: format!("{}/{} config blob {digest}", self.authority, self.repo),
+            what: self.what(&format!("config blob {digest}")),
             reason: format!("not an image config: {e}"),
         })?;
         let inner = blob.config;
@@ -527,20 +522,21 @@ fn describe(c: &ImageCommand) -> String {
     format!("Entrypoint {:?}, Cmd {:?}", c.entrypoint, c.cmd)
 }
 
-fn verify(body: &[u8], digest: &str, what: &str) -> Result<(), LookupError> {
+/// `body`, once its sha256 is `digest`.
+fn verify(body: Bytes, digest: &str, what: &str) -> Result<Bytes, LookupError> {
     let Some(want) = digest.strip_prefix("sha256:") else {
         return Err(LookupError::Invalid {
             what: what.into(),
             reason: format!("digest {digest:?} is not sha256; only sha256 is verified"),
         });
     };
-    if hex::encode(Sha256::digest(body)) != want {
+    if hex::encode(Sha256::digest(&body)) != want {
         return Err(LookupError::DigestMismatch {
             what: what.into(),
             digest: digest.into(),
         });
     }
-    Ok(())
+    Ok(body)
 }
 
 /// The tag (default `latest`) and the digest of an image reference's suffix.

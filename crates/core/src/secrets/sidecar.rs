@@ -24,17 +24,18 @@ const AWS_FETCHER_MOUNT_PATH: &str = "/tmp";
 /// accidental collision is caught (the existing fetcher would fetch something else).
 const FETCHER_ID_LEN: usize = 12;
 
-/// Which cloud secret store a [`SidecarInjector`] fetches from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Provider {
-    Aws,
-    Gcp,
-    Azure,
+crate::named_enum! {
+    /// Which cloud secret store a [`SidecarInjector`] fetches from; its slug is the prefix of
+    /// Flyte's names: `<slug>-secret-vol`, `<slug>-pull-secret-…`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Provider as slug {
+        Aws = "aws",
+        Gcp = "gcp",
+        Azure = "azure",
+    }
 }
 
 impl Provider {
-    pub const ALL: [Provider; 3] = [Provider::Aws, Provider::Gcp, Provider::Azure];
-
     pub const fn kind(self) -> SecretManagerType {
         match self {
             Provider::Aws => SecretManagerType::AWS,
@@ -48,15 +49,6 @@ impl Provider {
             Provider::Aws => AWS_SIDECAR_IMAGE,
             Provider::Gcp => GCP_SIDECAR_IMAGE,
             Provider::Azure => AZURE_SIDECAR_IMAGE,
-        }
-    }
-
-    /// Prefix of Flyte's names: `<slug>-secret-vol`, `<slug>-pull-secret-…`.
-    const fn slug(self) -> &'static str {
-        match self {
-            Provider::Aws => "aws",
-            Provider::Gcp => "gcp",
-            Provider::Azure => "azure",
         }
     }
 
