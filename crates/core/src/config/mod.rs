@@ -940,11 +940,21 @@ pub fn check_label(key: &str, label: &str, value: &str) -> Result<(), ConfigErro
     Ok(())
 }
 
-/// The placeholders `embedded.namespaceTemplate` may use.
-const PLACEHOLDERS: [&str; 3] = ["organization", "project", "domain"];
+/// The placeholders `embedded.namespaceTemplate` may use, in slot order.
+pub const PLACEHOLDERS: [&str; 3] = ["organization", "project", "domain"];
 
-/// A namespace template may use only `{{ organization }}`, `{{ project }}` and `{{ domain }}`.
-pub fn check_template(t: &str) -> Result<(), String> {
+/// A piece of a namespace template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplatePart<'t> {
+    Literal(&'t str),
+    /// An index into [`PLACEHOLDERS`].
+    Slot(usize),
+}
+
+/// `t` cut at its `{{ name }}` placeholders, or what is wrong with it: an unclosed `{{`, or a
+/// name other than `organization`, `project` and `domain`.
+pub fn template_parts(t: &str) -> Result<Vec<TemplatePart<'_>>, String> {
+    let mut out = Vec::new();
     let mut rest = t;
     while let Some(start) = rest.find("{{") {
         let after = &rest[start + 2..];
@@ -952,30 +962,38 @@ pub fn check_template(t: &str) -> Result<(), String> {
             .find("}}")
             .ok_or_else(|| format!("unclosed '{{{{' in {t:?}"))?;
         let name = after[..end].trim();
-        if !PLACEHOLDERS.contains(&name) {
-            return Err(format!(
+        let slot = PLACEHOLDERS.iter().position(|p| *p == name).ok_or_else(|| {
+            format!(
                 "unknown placeholder {{{{ {name} }}}} in {t:?}; use {{{{ organization }}}}, {{{{ project }}}} or {{{{ domain }}}}"
-            ));
+            )
+        })?;
+        if start > 0 {
+            out.push(TemplatePart::Literal(&rest[..start]));
         }
+        out.push(TemplatePart::Slot(slot));
         rest = &after[end + 2..];
     }
-    Ok(())
+    if !rest.is_empty() {
+        out.push(TemplatePart::Literal(rest));
+    }
+    Ok(out)
 }
 
-/// Whether template `t` uses placeholder `name` (assumes [`check_template`] passed).
+/// A namespace template may use only `{{ organization }}`, `{{ project }}` and `{{ domain }}`.
+pub fn check_template(t: &str) -> Result<(), String> {
+    template_parts(t).map(drop)
+}
+
+/// Whether the valid template `t` uses placeholder `name`.
 pub fn template_uses(t: &str, name: &str) -> bool {
-    let mut rest = t;
-    while let Some(start) = rest.find("{{") {
-        let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else {
-            return false;
-        };
-        if after[..end].trim() == name {
-            return true;
-        }
-        rest = &after[end + 2..];
-    }
-    false
+    template_parts(t).is_ok_and(|parts| parts.contains(&TemplatePart::Slot(slot_of(name))))
+}
+
+fn slot_of(name: &str) -> usize {
+    PLACEHOLDERS
+        .iter()
+        .position(|p| *p == name)
+        .unwrap_or(usize::MAX)
 }
 
 /// The Global manager hands pods every variable of this process that starts with

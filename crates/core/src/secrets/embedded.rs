@@ -9,7 +9,9 @@ use super::codec::MountRequirement;
 use super::refusal::Refusal;
 use super::source::Lookup;
 use super::{Accept, ENV_ENV_PREFIX, Edits, SECRETS_DIR, SecretInjector, SecretRequest};
-use crate::config::{EmbeddedConfig, FileMountInitContainer, SecretManagerType};
+use crate::config::{
+    EmbeddedConfig, FileMountInitContainer, PLACEHOLDERS, SecretManagerType, TemplatePart,
+};
 use crate::error::Denial;
 use crate::mutate::PodCtx;
 use crate::mutate::pod::{add_volume, env_value, memory_volume, mount, ro_mount};
@@ -40,33 +42,22 @@ pub fn cascade(org: &str, domain: &str, project: &str, key: &str) -> [String; 3]
     ]
 }
 
+/// `t` with each placeholder replaced by its value (an unknown name is the domain, as in Flyte).
 fn render(t: &str, org: &str, project: &str, domain: &str) -> String {
-    let mut out = String::with_capacity(t.len() + 16);
-    let mut rest = t;
-    while let Some(start) = rest.find("{{") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else {
-            out.push_str(&rest[start..]);
-            return out;
-        };
-        out.push_str(match after[..end].trim() {
-            "organization" => org,
-            "project" => project,
-            _ => domain,
-        });
-        rest = &after[end + 2..];
-    }
-    out.push_str(rest);
-    out
+    let values = [org, project, domain];
+    parts(t)
+        .iter()
+        .map(|part| match part {
+            TemplatePart::Literal(l) => *l,
+            TemplatePart::Slot(i) => values[*i],
+        })
+        .collect()
 }
 
 /// One way to read a namespace under the template: the value of each placeholder the template
 /// uses (`None` for one it does not use, which the namespace says nothing about).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Reading([Option<String>; 3]);
-
-const PLACEHOLDERS: [&str; 3] = ["organization", "project", "domain"];
 
 impl Reading {
     fn describe(&self) -> String {
@@ -79,33 +70,9 @@ impl Reading {
     }
 }
 
-enum Part<'t> {
-    Literal(&'t str),
-    /// Index into [`PLACEHOLDERS`].
-    Slot(usize),
-}
-
-fn parts(t: &str) -> Vec<Part<'_>> {
-    let mut out = Vec::new();
-    let mut rest = t;
-    while let Some(start) = rest.find("{{") {
-        let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else {
-            break;
-        };
-        if start > 0 {
-            out.push(Part::Literal(&rest[..start]));
-        }
-        let name = after[..end].trim();
-        out.push(Part::Slot(
-            PLACEHOLDERS.iter().position(|p| *p == name).unwrap_or(2),
-        ));
-        rest = &after[end + 2..];
-    }
-    if !rest.is_empty() {
-        out.push(Part::Literal(rest));
-    }
-    out
+/// The parts of a template the configuration checked ([`crate::config::check_template`]).
+fn parts(t: &str) -> Vec<TemplatePart<'_>> {
+    crate::config::template_parts(t).unwrap_or_default()
 }
 
 /// Every reading of `namespace` under `template` whose domain is one of `domains` and whose
@@ -113,7 +80,7 @@ fn parts(t: &str) -> Vec<Part<'_>> {
 /// namespace is at most 63 bytes and a template has a few placeholders, so the search is small.
 fn readings(template: &str, namespace: &str, domains: &[String]) -> Vec<Reading> {
     fn walk<'n>(
-        parts: &[Part<'_>],
+        parts: &[TemplatePart<'_>],
         rest: &'n str,
         bound: &mut [Option<&'n str>; 3],
         domains: &[String],
@@ -132,12 +99,12 @@ fn readings(template: &str, namespace: &str, domains: &[String]) -> Vec<Reading>
             return;
         };
         match first {
-            Part::Literal(l) => {
+            TemplatePart::Literal(l) => {
                 if let Some(after) = rest.strip_prefix(l) {
                     walk(more, after, bound, domains, out);
                 }
             }
-            Part::Slot(i) => {
+            TemplatePart::Slot(i) => {
                 if let Some(v) = bound[*i] {
                     if let Some(after) = rest.strip_prefix(v) {
                         walk(more, after, bound, domains, out);
