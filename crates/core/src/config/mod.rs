@@ -944,16 +944,16 @@ pub fn check_label(key: &str, label: &str, value: &str) -> Result<(), ConfigErro
 pub const PLACEHOLDERS: [&str; 3] = ["organization", "project", "domain"];
 
 /// A piece of a namespace template.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TemplatePart<'t> {
-    Literal(&'t str),
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplatePart {
+    Literal(String),
     /// An index into [`PLACEHOLDERS`].
     Slot(usize),
 }
 
 /// `t` cut at its `{{ name }}` placeholders, or what is wrong with it: an unclosed `{{`, or a
 /// name other than `organization`, `project` and `domain`.
-pub fn template_parts(t: &str) -> Result<Vec<TemplatePart<'_>>, String> {
+pub fn template_parts(t: &str) -> Result<Vec<TemplatePart>, String> {
     let mut out = Vec::new();
     let mut rest = t;
     while let Some(start) = rest.find("{{") {
@@ -968,13 +968,13 @@ pub fn template_parts(t: &str) -> Result<Vec<TemplatePart<'_>>, String> {
             )
         })?;
         if start > 0 {
-            out.push(TemplatePart::Literal(&rest[..start]));
+            out.push(TemplatePart::Literal(rest[..start].to_owned()));
         }
         out.push(TemplatePart::Slot(slot));
         rest = &after[end + 2..];
     }
     if !rest.is_empty() {
-        out.push(TemplatePart::Literal(rest));
+        out.push(TemplatePart::Literal(rest.to_owned()));
     }
     Ok(out)
 }

@@ -42,16 +42,17 @@ pub fn cascade(org: &str, domain: &str, project: &str, key: &str) -> [String; 3]
     ]
 }
 
-/// `t` with each placeholder replaced by its value (an unknown name is the domain, as in Flyte).
-fn render(t: &str, org: &str, project: &str, domain: &str) -> String {
+/// The template `parts` with each placeholder replaced by its value.
+fn render(parts: &[TemplatePart], org: &str, project: &str, domain: &str) -> String {
     let values = [org, project, domain];
-    parts(t)
-        .iter()
-        .map(|part| match part {
-            TemplatePart::Literal(l) => *l,
+    let mut out = String::with_capacity(64);
+    for part in parts {
+        out.push_str(match part {
+            TemplatePart::Literal(l) => l,
             TemplatePart::Slot(i) => values[*i],
-        })
-        .collect()
+        });
+    }
+    out
 }
 
 /// One way to read a namespace under the template: the value of each placeholder the template
@@ -70,17 +71,12 @@ impl Reading {
     }
 }
 
-/// The parts of a template the configuration checked ([`crate::config::check_template`]).
-fn parts(t: &str) -> Vec<TemplatePart<'_>> {
-    crate::config::template_parts(t).unwrap_or_default()
-}
-
 /// Every reading of `namespace` under `template` whose domain is one of `domains` and whose
 /// placeholders are non-empty; stops at two, which is enough to call it ambiguous. A
 /// namespace is at most 63 bytes and a template has a few placeholders, so the search is small.
-fn readings(template: &str, namespace: &str, domains: &[String]) -> Vec<Reading> {
+fn readings(template: &[TemplatePart], namespace: &str, domains: &[String]) -> Vec<Reading> {
     fn walk<'n>(
-        parts: &[TemplatePart<'_>],
+        parts: &[TemplatePart],
         rest: &'n str,
         bound: &mut [Option<&'n str>; 3],
         domains: &[String],
@@ -100,7 +96,7 @@ fn readings(template: &str, namespace: &str, domains: &[String]) -> Vec<Reading>
         };
         match first {
             TemplatePart::Literal(l) => {
-                if let Some(after) = rest.strip_prefix(l) {
+                if let Some(after) = rest.strip_prefix(l.as_str()) {
                     walk(more, after, bound, domains, out);
                 }
             }
@@ -131,13 +127,7 @@ fn readings(template: &str, namespace: &str, domains: &[String]) -> Vec<Reading>
         }
     }
     let mut out = Vec::new();
-    walk(
-        &parts(template),
-        namespace,
-        &mut [None; 3],
-        domains,
-        &mut out,
-    );
+    walk(template, namespace, &mut [None; 3], domains, &mut out);
     out
 }
 
@@ -190,6 +180,8 @@ pub struct EmbeddedInjector {
     /// `embedded.organization`: the only `organization` label a pod may carry; empty, any.
     pub organization: String,
     pub namespace_template: String,
+    /// `namespace_template` cut at its placeholders, once.
+    template: Vec<TemplatePart>,
     pub domains: Vec<String>,
     pub allowed_usernames: Vec<String>,
     pub max_value_bytes: usize,
@@ -206,6 +198,8 @@ impl EmbeddedInjector {
             file_init: file_init.clone(),
             organization: cfg.organization.clone(),
             namespace_template: cfg.namespace_template.clone(),
+            // Checked at load ([`crate::config::check_template`]).
+            template: crate::config::template_parts(&cfg.namespace_template).unwrap_or_default(),
             domains: cfg.domains.clone(),
             allowed_usernames: cfg.allowed_usernames.clone(),
             max_value_bytes: cfg.max_value_bytes,
@@ -243,7 +237,7 @@ impl EmbeddedInjector {
         }
         // The labels are one reading of the namespace when they render to it with a
         // configured domain; the search below then tells whether they are the only one.
-        let expected = render(&self.namespace_template, org, project, domain);
+        let expected = render(&self.template, org, project, domain);
         let domain_known = self.domains.iter().any(|d| d == domain);
         if expected != ctx.namespace || !domain_known {
             let domain_hint = if domain_known {
@@ -262,7 +256,7 @@ impl EmbeddedInjector {
                 ),
             ));
         }
-        let readings = readings(&self.namespace_template, ctx.namespace, &self.domains);
+        let readings = readings(&self.template, ctx.namespace, &self.domains);
         if readings.len() > 1 {
             let shown: Vec<String> = readings.iter().map(Reading::describe).collect();
             return Err(Denial::forbidden(
@@ -465,6 +459,7 @@ impl SecretInjector for EmbeddedInjector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::template_parts;
     use rstest::rstest;
 
     #[rstest]
@@ -505,7 +500,7 @@ mod tests {
     #[case::literal("fixed", "fixed")]
     fn templates_render(#[case] t: &str, #[case] expected: &str) {
         crate::config::check_template(t).unwrap();
-        assert_eq!(render(t, "o", "p", "d"), expected);
+        assert_eq!(render(&template_parts(t).unwrap(), "o", "p", "d"), expected);
     }
 
     fn domains(d: &[&str]) -> Vec<String> {
@@ -527,7 +522,7 @@ mod tests {
         #[case] d: &[&str],
         #[case] expected: &[&str],
     ) {
-        let found: Vec<String> = readings(t, namespace, &domains(d))
+        let found: Vec<String> = readings(&template_parts(t).unwrap(), namespace, &domains(d))
             .iter()
             .map(Reading::describe)
             .collect();
