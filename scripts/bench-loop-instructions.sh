@@ -5,7 +5,7 @@
 # difference over N is the count per invocation. Three configurations (logs and EMF line, logs
 # only, neither) and the instruction harness's count for the same event break it down into the
 # Runtime API client, the event/review/reply path, the EMF line and the log lines. Prints a
-# table; exits non-zero only on a wrong answer or a crash. The counts move by about 1% from run
+# table; exits non-zero only on a wrong answer or a crash. The counts move by up to 2% from run
 # to run (the loop's socket reads and timers), unlike the harness's.
 #
 #   scripts/bench-loop-instructions.sh                 # builds both binaries, N=50
