@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from instructions import marginal  # noqa: E402
-from runtime_api import Invocation, Server  # noqa: E402
+from runtime_api import Invocation, Server, function_env  # noqa: E402
 
 VARIANTS = {
     "default": {"RUST_LOG": "info"},
@@ -49,21 +49,12 @@ TIMEOUT_S = 600  # a hang guard only: callgrind runs the function about 50 times
 
 
 def lambda_env(port, config, rust_log):
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "AWS_LAMBDA_RUNTIME_API": "127.0.0.1:%d" % port,
-        "AWS_LAMBDA_FUNCTION_NAME": "podmutator",
-        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
-        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "128",
-        "AWS_LAMBDA_LOG_GROUP_NAME": "/aws/lambda/podmutator",
-        "AWS_LAMBDA_LOG_STREAM_NAME": "bench",
-        "AWS_REGION": "us-east-1",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "_HANDLER": "bootstrap",
-        "LAMBDA_TASK_ROOT": "/var/task",
-        "PODMUTATOR_CONFIG": json.dumps(config),
-        "RUST_LOG": rust_log,
-    }
+    return dict(
+        function_env(),
+        AWS_LAMBDA_RUNTIME_API="127.0.0.1:%d" % port,
+        PODMUTATOR_CONFIG=json.dumps(config),
+        RUST_LOG=rust_log,
+    )
 
 
 def check(raw, mutated):

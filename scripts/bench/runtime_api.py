@@ -290,6 +290,22 @@ def one_start(binary, base_env, event, warm, timeout, time_v=None):
     }
 
 
+def function_env():
+    """What Lambda sets for a function (the Runtime API's address aside), and PATH."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "AWS_LAMBDA_FUNCTION_NAME": "podmutator",
+        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "128",
+        "AWS_LAMBDA_LOG_GROUP_NAME": "/aws/lambda/podmutator",
+        "AWS_LAMBDA_LOG_STREAM_NAME": "bench",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "_HANDLER": "bootstrap",
+        "LAMBDA_TASK_ROOT": "/var/task",
+    }
+
+
 def exec_baseline(binary, env, n):
     """Process start -> exit of `binary --version` (exec, dynamic loading, main, exit)."""
     out = []
@@ -320,18 +336,7 @@ def main():
         event = f.read()
     json.loads(event)
 
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "AWS_LAMBDA_FUNCTION_NAME": "podmutator",
-        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
-        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "128",
-        "AWS_LAMBDA_LOG_GROUP_NAME": "/aws/lambda/podmutator",
-        "AWS_LAMBDA_LOG_STREAM_NAME": "bench",
-        "AWS_REGION": "us-east-1",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "_HANDLER": "bootstrap",
-        "LAMBDA_TASK_ROOT": "/var/task",
-    }
+    env = function_env()
     for k in ("PODMUTATOR_CONFIG", "PODMUTATOR_CONFIG_FILE", "RUST_LOG"):
         if k in os.environ:
             env[k] = os.environ[k]
