@@ -67,9 +67,11 @@ cleanup() {
 trap cleanup EXIT
 
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# Every wrk connection comes from 127.0.0.1: the per-source cap (32 by default) is raised to
+# them all, or the run would measure its refusals.
 cat >"$TMP/config.json" <<EOF
 {"webhook": {"certDir": "$TMP/certs", "localCert": true, "listenPort": $PORT, "secretManagerTypes": ["K8s"]},
- "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true}}
+ "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "maxConnectionsPerSource": $CONNECTIONS}}
 EOF
 URL="https://127.0.0.1:$PORT/mutate--v1-pod?timeout=10s"
 
