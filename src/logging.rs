@@ -1,6 +1,7 @@
 //! The process's log: JSON lines on stdout behind a `RUST_LOG`-style filter whose caps keep
 //! raw requests and events (path tokens among them) out of it, and the start line.
 
+use std::fmt::Write as _;
 use std::io::Write as _;
 
 /// JSON log lines on stdout; the filter comes from `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL`. A
@@ -73,16 +74,7 @@ pub fn json_subscriber<W>(
 where
     W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
-    let max = filter
-        .iter()
-        .map(|(_, level)| level)
-        .chain(filter.default_level())
-        .max();
-    JsonLines {
-        writer,
-        filter,
-        max: max.unwrap_or(tracing::level_filters::LevelFilter::OFF),
-    }
+    JsonLines { writer, filter }
 }
 
 /// The lines tracing-subscriber's JSON format writes with `flatten_event(true)` and neither
@@ -95,7 +87,6 @@ where
 struct JsonLines<W> {
     writer: W,
     filter: tracing_subscriber::filter::Targets,
-    max: tracing::level_filters::LevelFilter,
 }
 
 impl<W> tracing::Subscriber for JsonLines<W>
@@ -118,7 +109,7 @@ where
     }
 
     fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
-        Some(self.max)
+        tracing_subscriber::Layer::<Self>::max_level_hint(&self.filter)
     }
 
     fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
@@ -176,13 +167,11 @@ impl tracing::field::Visit for Fields<'_> {
     }
 
     fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
-        use std::fmt::Write as _;
         self.key(field);
         let _ = write!(self.0, "{value}");
     }
 
     fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
-        use std::fmt::Write as _;
         self.key(field);
         let _ = write!(self.0, "{value}");
     }

@@ -131,14 +131,20 @@ pub struct Front {
 
 /// `{"message":"<text>"}` with `status`.
 pub(crate) fn message(status: u16, text: &str) -> Reply {
-    json_reply(status, serde_json::json!({ "message": text }))
-}
-
-fn json_reply(status: u16, body: serde_json::Value) -> Reply {
     Reply {
         status,
-        body: body.to_string().into_bytes(),
+        body: serde_json::json!({ "message": text })
+            .to_string()
+            .into_bytes(),
     }
+}
+
+/// A `/healthz` body, `{"message":"<text>","version":"<version>"}`, so a probe or a curl also
+/// says which release is answering (this port's and the metrics port's).
+pub(crate) fn health(text: &str) -> Vec<u8> {
+    serde_json::json!({ "message": text, "version": podmutator_core::metrics::VERSION })
+        .to_string()
+        .into_bytes()
 }
 
 /// The 400 for a request that is not an AdmissionReview this webhook can read.
@@ -366,12 +372,10 @@ impl Front {
         let route = match path {
             PATH_HEALTHZ => {
                 return Routed::Answer(match method {
-                    // `{"message":"ok","version":"<version>"}`, so a probe or a curl also
-                    // says which release is answering.
-                    "GET" | "HEAD" => json_reply(
-                        200,
-                        serde_json::json!({ "message": "ok", "version": podmutator_core::metrics::VERSION }),
-                    ),
+                    "GET" | "HEAD" => Reply {
+                        status: 200,
+                        body: health("ok"),
+                    },
                     _ => message(405, "method not allowed: use GET for /healthz"),
                 });
             }

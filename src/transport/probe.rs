@@ -19,6 +19,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 use super::conns::{Admit, Answering, Registry};
+use super::http::{health, message};
 use podmutator_core::prometheus::Counters;
 
 /// Connections open at once: a kubelet and a scraper or two need a handful.
@@ -38,7 +39,6 @@ fn answer(
     path: &str,
 ) -> (u16, &'static str, Vec<u8>) {
     const JSON: &str = "application/json";
-    let json = |v: serde_json::Value| v.to_string().into_bytes();
     let body_for = |m: &str, body: Vec<u8>| if m == "HEAD" { Vec::new() } else { body };
     match (path, method) {
         ("/metrics", "GET" | "HEAD") => (
@@ -47,26 +47,24 @@ fn answer(
             body_for(method, counters.render().into_bytes()),
         ),
         ("/healthz", "GET" | "HEAD") => {
-            let (status, message) = if draining {
+            let (status, text) = if draining {
                 (503, "draining: this replica is stopping")
             } else {
                 (200, "ok")
             };
-            let health = serde_json::json!({"message": message, "version": podmutator_core::metrics::VERSION});
-            (status, JSON, body_for(method, json(health)))
+            (status, JSON, body_for(method, health(text)))
         }
-        ("/metrics" | "/healthz", _) => (
-            405,
-            JSON,
-            json(serde_json::json!({"message": "method not allowed: use GET"})),
-        ),
-        _ => (
-            404,
-            JSON,
-            json(serde_json::json!({
-                "message": "not found: this port serves /metrics and /healthz only; admissions are on webhook.listenPort"
-            })),
-        ),
+        ("/metrics" | "/healthz", _) => {
+            let r = message(405, "method not allowed: use GET");
+            (r.status, JSON, r.body)
+        }
+        _ => {
+            let r = message(
+                404,
+                "not found: this port serves /metrics and /healthz only; admissions are on webhook.listenPort",
+            );
+            (r.status, JSON, r.body)
+        }
     }
 }
 

@@ -986,14 +986,11 @@ pub fn check_template(t: &str) -> Result<(), String> {
 
 /// Whether the valid template `t` uses placeholder `name`.
 pub fn template_uses(t: &str, name: &str) -> bool {
-    template_parts(t).is_ok_and(|parts| parts.contains(&TemplatePart::Slot(slot_of(name))))
-}
-
-fn slot_of(name: &str) -> usize {
-    PLACEHOLDERS
-        .iter()
-        .position(|p| *p == name)
-        .unwrap_or(usize::MAX)
+    template_parts(t).is_ok_and(|parts| {
+        parts
+            .iter()
+            .any(|p| matches!(p, TemplatePart::Slot(i) if PLACEHOLDERS[*i] == name))
+    })
 }
 
 /// The Global manager hands pods every variable of this process that starts with
