@@ -57,6 +57,14 @@ MEMCPY_TARGET = 0.10
 MEMCPY = re.compile(r"\b_*(mem(cpy|move)[A-Za-z0-9_]*)\b")
 
 
+def total_of(out):
+    """The instructions a callgrind profile counted in all."""
+    totals = [l for l in Path(out).read_text().splitlines() if l.startswith(("totals:", "summary:"))]
+    if not totals:
+        sys.exit(f"bench-instructions: FAILED: no totals in {out}")
+    return int(totals[-1].split()[1])
+
+
 def callgrind(binary, case, n, out_dir):
     """(total Ir, memcpy Ir) of one run of `case` for `n` reviews."""
     out = Path(out_dir) / f"{case.replace(':', '.')}.{n}.out"
@@ -71,12 +79,7 @@ def callgrind(binary, case, n, out_dir):
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"bench-instructions: FAILED: {' '.join(cmd)}\n{proc.stderr[-4000:]}")
-    total = None
-    for line in out.read_text().splitlines():
-        if line.startswith("totals:") or line.startswith("summary:"):
-            total = int(line.split()[1])
-    if total is None:
-        sys.exit(f"bench-instructions: FAILED: no totals in {out}")
+    total = total_of(out)
     memcpy = 0
     annotate = subprocess.run(
         ["callgrind_annotate", "--threshold=100", str(out)],

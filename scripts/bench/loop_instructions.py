@@ -37,8 +37,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from instructions import marginal  # noqa: E402
-from runtime_api import Invocation, Server, function_env  # noqa: E402
+from instructions import marginal, total_of  # noqa: E402
+from runtime_api import Invocation, Server, check_reply, function_env  # noqa: E402
 
 VARIANTS = {
     "default": {"RUST_LOG": "info"},
@@ -55,21 +55,6 @@ def lambda_env(port, config, rust_log):
         PODMUTATOR_CONFIG=json.dumps(config),
         RUST_LOG=rust_log,
     )
-
-
-def check(raw, mutated):
-    """None when `raw` is a 200 allowing the pod (patched exactly when `mutated`), else why not."""
-    try:
-        reply = json.loads(raw)
-        review = json.loads(reply["body"])
-        resp = review["response"]
-        if reply.get("statusCode") != 200 or resp.get("allowed") is not True:
-            return "status %r, response %s" % (reply.get("statusCode"), json.dumps(resp)[:300])
-        if ("patch" in resp) != mutated:
-            return "expected %s patch: %s" % ("a" if mutated else "no", json.dumps(resp)[:300])
-    except (ValueError, KeyError, TypeError) as e:
-        return "not an ALB response around a review: %s: %r" % (e, raw[:300])
-    return None
 
 
 def run(binary, event, n, config, rust_log, mutated, out):
@@ -90,7 +75,7 @@ def run(binary, event, n, config, rust_log, mutated, out):
             if not inv.done.wait(TIMEOUT_S):
                 failure = "no response to invocation %d (exit status %r)" % (i + 1, proc.poll())
                 break
-            why = inv.error or check(inv.response, mutated)
+            why = inv.error or check_reply(inv.response, mutated)
             if why:
                 failure = "invocation %d: %s" % (i + 1, why)
                 break
@@ -109,16 +94,13 @@ def run(binary, event, n, config, rust_log, mutated, out):
     stderr = stderr.read().decode("utf-8", "replace")
     if failure:
         raise RuntimeError("%s; the function's stderr ends:\n%s" % (failure, stderr[-3000:]))
-    totals = [l for l in Path(out).read_text().splitlines() if l.startswith(("totals:", "summary:"))]
-    if not totals:
-        sys.exit("bench-loop-instructions: FAILED: no totals in %s\n%s" % (out, stderr[-3000:]))
-    return int(totals[-1].split()[1]), lines
+    return total_of(out), lines
 
 
 def per_invocation(binary, event, n, config, rust_log, mutated, out_dir, name):
     t1, _ = run(binary, event, n, config, rust_log, mutated, Path(out_dir) / ("%s.%d.out" % (name, n)))
     t2, lines = run(binary, event, 2 * n, config, rust_log, mutated, Path(out_dir) / ("%s.%d.out" % (name, 2 * n)))
-    # Lines written per invocation (start-up's excluded the same way), for the reader.
+    # The 2N run's stdout lines, printed as a check that each configuration logs what it says.
     return (t2 - t1) / n, lines
 
 

@@ -170,15 +170,16 @@ class Handler(BaseHTTPRequestHandler):
         self._reply(202, b'{"status":"OK"}')
 
 
-def check_reply(raw):
-    """None when the Lambda reply is a 200 allowing the pod with a JSON Patch, else why not."""
+def check_reply(raw, patched=True):
+    """None when the Lambda reply is a 200 allowing the pod, with a JSON Patch exactly when
+    `patched`, else why not."""
     try:
         reply = json.loads(raw)
         if reply.get("statusCode") != 200:
             return "statusCode %r" % reply.get("statusCode")
         review = json.loads(reply["body"])
         resp = review["response"]
-        if resp.get("allowed") is not True or resp.get("patchType") != "JSONPatch":
+        if resp.get("allowed") is not True or (resp.get("patchType") == "JSONPatch") != patched:
             return "review response %s" % json.dumps(resp)[:300]
     except (ValueError, KeyError, TypeError) as e:
         return "reply is not an API Gateway response around a review: %s: %r" % (e, raw[:300])
