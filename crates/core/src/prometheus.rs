@@ -144,17 +144,13 @@ impl Counters {
 
     /// The text exposition format 0.0.4: each family's HELP and TYPE once, then its samples.
     pub fn render(&self) -> String {
-        let mut out = Out(String::with_capacity(4096));
+        let mut out = Out(String::with_capacity(4096), "");
         out.family(
             "podmutator_build_info",
             "gauge",
             "The release answering (always 1).",
         );
-        out.sample(
-            "podmutator_build_info",
-            &[("version", crate::metrics::VERSION)],
-            1,
-        );
+        out.sample("", &[("version", crate::metrics::VERSION)], 1);
 
         out.family(
             "podmutator_admissions_total",
@@ -162,11 +158,7 @@ impl Counters {
             "Admission reviews answered, by route and decision (allowed, mutated, denied, invalid, error).",
         );
         for ((route, decision), n) in self.admissions.sorted() {
-            out.sample(
-                "podmutator_admissions_total",
-                &[("route", route), ("decision", decision)],
-                n.get(),
-            );
+            out.sample("", &[("route", route), ("decision", decision)], n.get());
         }
 
         out.family(
@@ -176,32 +168,19 @@ impl Counters {
         );
         for (route, h) in self.durations.sorted() {
             let mut cumulative = 0;
-            for (i, bound) in BUCKETS_US.iter().enumerate() {
-                cumulative += h.buckets[i].load(Relaxed);
-                out.sample(
-                    "podmutator_admission_duration_seconds_bucket",
-                    &[("route", route), ("le", &seconds(*bound))],
-                    cumulative,
-                );
+            let bounds = BUCKETS_US.iter().map(|b| seconds(*b));
+            for (bucket, le) in h.buckets.iter().zip(bounds.chain(["+Inf".into()])) {
+                cumulative += bucket.load(Relaxed);
+                out.sample("_bucket", &[("route", route), ("le", &le)], cumulative);
             }
-            cumulative += h.buckets[BUCKETS_US.len()].load(Relaxed);
-            out.sample(
-                "podmutator_admission_duration_seconds_bucket",
-                &[("route", route), ("le", "+Inf")],
-                cumulative,
-            );
             out.raw_sample(
-                "podmutator_admission_duration_seconds_sum",
+                "_sum",
                 &[("route", route)],
                 &seconds(h.sum_us.load(Relaxed)),
             );
             // The buckets' total, not a separate count: a scrape during an update stays
             // consistent (count equals the +Inf bucket).
-            out.sample(
-                "podmutator_admission_duration_seconds_count",
-                &[("route", route)],
-                cumulative,
-            );
+            out.sample("_count", &[("route", route)], cumulative);
         }
 
         out.labelled(
@@ -223,17 +202,10 @@ impl Counters {
             &self.mutators,
         );
 
-        out.family(
-            "podmutator_secrets_injected_total",
-            "counter",
-            "Secrets injected, by secret manager.",
-        );
+        let help = "Secrets injected, by secret manager.";
+        out.family("podmutator_secrets_injected_total", "counter", help);
         for (t, n) in SecretManagerType::ALL.iter().zip(&self.injected) {
-            out.sample(
-                "podmutator_secrets_injected_total",
-                &[("manager", t.as_str())],
-                n.get(),
-            );
+            out.sample("", &[("manager", t.as_str())], n.get());
         }
         for (name, help, n) in [
             (
@@ -268,7 +240,7 @@ impl Counters {
             ),
         ] {
             out.family(name, "counter", help);
-            out.sample(name, &[], n.get());
+            out.sample("", &[], n.get());
         }
         out.0
     }
@@ -284,21 +256,24 @@ fn seconds(us: u64) -> String {
     format!("{whole}.{}", frac.trim_end_matches('0'))
 }
 
-/// The document being written.
-struct Out(String);
+/// The document being written, and the name of the family being written.
+struct Out(String, &'static str);
 
 impl Out {
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
+    fn family(&mut self, name: &'static str, kind: &str, help: &str) {
         let _ = writeln!(self.0, "# HELP {name} {help}");
         let _ = writeln!(self.0, "# TYPE {name} {kind}");
+        self.1 = name;
     }
 
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
-        self.raw_sample(name, labels, &value.to_string());
+    /// A sample of the family, its name followed by `suffix` (`_bucket`, `_sum`, `_count`).
+    fn sample(&mut self, suffix: &str, labels: &[(&str, &str)], value: u64) {
+        self.raw_sample(suffix, labels, &value.to_string());
     }
 
-    fn raw_sample(&mut self, name: &str, labels: &[(&str, &str)], value: &str) {
-        self.0.push_str(name);
+    fn raw_sample(&mut self, suffix: &str, labels: &[(&str, &str)], value: &str) {
+        self.0.push_str(self.1);
+        self.0.push_str(suffix);
         if !labels.is_empty() {
             self.0.push('{');
             for (i, (k, v)) in labels.iter().enumerate() {
@@ -327,18 +302,18 @@ impl Out {
 
     fn labelled<const N: usize>(
         &mut self,
-        name: &str,
+        name: &'static str,
         help: &str,
         label: &str,
         counts: &Labelled<&'static str, Count, N>,
     ) {
         self.family(name, "counter", help);
         for (k, n) in counts.sorted() {
-            self.sample(name, &[(label, k)], n.get());
+            self.sample("", &[(label, k)], n.get());
         }
         let other = counts.other.get();
         if other > 0 {
-            self.sample(name, &[(label, "other")], other);
+            self.sample("", &[(label, "other")], other);
         }
     }
 }
@@ -402,8 +377,8 @@ mod tests {
 
     #[test]
     fn label_values_are_escaped() {
-        let mut out = Out(String::new());
-        out.sample("m", &[("k", "a\"b\\c\nd")], 1);
+        let mut out = Out(String::new(), "m");
+        out.sample("", &[("k", "a\"b\\c\nd")], 1);
         assert_eq!(out.0, "m{k=\"a\\\"b\\\\c\\nd\"} 1\n");
     }
 
