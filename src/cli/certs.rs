@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use http_body_util::BodyExt as _;
@@ -189,28 +189,18 @@ impl Api {
         let (host, port) = parse_url(&url)?;
         let server_name = rustls::pki_types::ServerName::try_from(host.clone())
             .map_err(|e| err(format!("--api-server {url}: {e}")))?;
-        let ca = std::fs::read(&args.api_ca_file).map_err(|e| {
-            err(format!(
-                "cannot read the API server's CA {}: {e}",
-                args.api_ca_file.display()
-            ))
-        })?;
+        let ca_file = args.api_ca_file.display();
+        let ca = std::fs::read(&args.api_ca_file)
+            .map_err(|e| err(format!("cannot read the API server's CA {ca_file}: {e}")))?;
         let mut roots = rustls::RootCertStore::empty();
         for cert in rustls_pemfile::certs(&mut &ca[..]) {
-            let cert =
-                cert.map_err(|e| err(format!("{} is not PEM: {e}", args.api_ca_file.display())))?;
-            roots.add(cert).map_err(|e| {
-                err(format!(
-                    "{}: not a usable CA: {e}",
-                    args.api_ca_file.display()
-                ))
-            })?;
+            let cert = cert.map_err(|e| err(format!("{ca_file} is not PEM: {e}")))?;
+            roots
+                .add(cert)
+                .map_err(|e| err(format!("{ca_file}: not a usable CA: {e}")))?;
         }
         if roots.is_empty() {
-            return Err(err(format!(
-                "{} holds no certificate",
-                args.api_ca_file.display()
-            )));
+            return Err(err(format!("{ca_file} holds no certificate")));
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
@@ -218,30 +208,18 @@ impl Api {
             .map_err(|e| err(e.to_string()))?
             .with_root_certificates(roots)
             .with_no_client_auth();
+        let token_file = args.token_file.display();
         let token = std::fs::read_to_string(&args.token_file)
-            .map_err(|e| {
-                err(format!(
-                    "cannot read the token {}: {e}",
-                    args.token_file.display()
-                ))
-            })?
+            .map_err(|e| err(format!("cannot read the token {token_file}: {e}")))?
             .trim()
             .to_owned();
         if token.is_empty() {
-            return Err(err(format!(
-                "the token {} is empty",
-                args.token_file.display()
-            )));
+            return Err(err(format!("the token {token_file} is empty")));
         }
-        let authority = if host.contains(':') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
         Ok(Self {
+            authority: authority(&host, port),
             host,
             port,
-            authority,
             server_name,
             tls: Arc::new(tls),
             token,
@@ -251,17 +229,6 @@ impl Api {
 
     /// One request: (status, body as JSON, or null when it is not JSON).
     async fn call(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<(u16, Value), String> {
-        tokio::time::timeout(REQUEST_TIMEOUT, self.call_once(method, path, body))
-            .await
-            .map_err(|_| format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()))?
-    }
-
-    async fn call_once(
         &self,
         method: &str,
         path: &str,
@@ -326,9 +293,9 @@ impl Api {
         } else {
             &object.path
         };
-        let (status, answer) = self
-            .call(method, path, body)
+        let (status, answer) = tokio::time::timeout(REQUEST_TIMEOUT, self.call(method, path, body))
             .await
+            .unwrap_or_else(|_| Err(format!("no answer within {} s", REQUEST_TIMEOUT.as_secs())))
             .map_err(|e| err(format!("{method} {}: {e}", object.what)))?;
         match (method, status) {
             (_, 200 | 201) | ("GET", 404) | ("PUT", 409) => Ok((status, answer)),
@@ -382,15 +349,20 @@ fn in_cluster_url(env: impl Fn(&str) -> Option<String>) -> Result<String, CertsE
         env("KUBERNETES_SERVICE_PORT"),
     ) {
         (Some(host), Some(port)) if !host.is_empty() && !port.is_empty() => {
-            Ok(if host.contains(':') {
-                format!("https://[{host}]:{port}")
-            } else {
-                format!("https://{host}:{port}")
-            })
+            Ok(format!("https://{}", authority(&host, port)))
         }
         _ => Err(err(
             "no API server: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset (they are set in every pod); outside a pod pass --api-server https://HOST:PORT",
         )),
+    }
+}
+
+/// `HOST:PORT`, an IPv6 host in brackets.
+fn authority(host: &str, port: impl std::fmt::Display) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 
@@ -644,28 +616,23 @@ async fn ensure_ca(
             };
             ca.previous = (not_after > now).then_some(cert);
             (ca, why)
-        } else if let Some(why) = dropped {
-            (
-                Ca {
-                    cert,
-                    key,
-                    not_after,
-                    previous: None,
-                },
-                format!("previous CA dropped ({PREVIOUS_CA}: {why})"),
-            )
         } else {
-            out.lines.push(format!(
-                "{}: current (CA valid until {})",
-                object.what,
-                rfc3339(not_after)
-            ));
-            return Ok(Ca {
+            // `previous` is None whenever something was dropped.
+            let ca = Ca {
                 cert,
                 key,
                 not_after,
                 previous,
-            });
+            };
+            let Some(why) = dropped else {
+                out.lines.push(format!(
+                    "{}: current (CA valid until {})",
+                    object.what,
+                    rfc3339(not_after)
+                ));
+                return Ok(ca);
+            };
+            (ca, format!("previous CA dropped ({PREVIOUS_CA}: {why})"))
         }
     };
     let mut fields: Vec<(&str, &[u8])> = vec![
@@ -764,18 +731,13 @@ async fn ensure_leaf(
     let object = Object::secret(namespace, &args.tls_secret);
     let (names, required) = leaf_names(&args.service, namespace);
     let (status, existing) = api.request("GET", &object, None).await?;
-    let renew_at = std::time::SystemTime::now() + args.renew_before;
+    let renew_at = SystemTime::now() + args.renew_before;
+    let cert = data(&existing, tls::TLS_CERT).unwrap_or_default();
     let due = if status == 404 {
         Some("absent".to_owned())
     } else {
-        let cert = data(&existing, tls::TLS_CERT).unwrap_or_default();
         let key = data(&existing, tls::TLS_KEY).unwrap_or_default();
-        match tls::verify_leaf(
-            ca.cert.as_bytes(),
-            &cert,
-            &required,
-            std::time::SystemTime::now(),
-        ) {
+        match tls::verify_leaf(ca.cert.as_bytes(), &cert, &required, SystemTime::now()) {
             Err(why) => Some(format!(
                 "tls.crt is not a valid certificate of the current CA for {} ({why})",
                 required.join(" and ")
@@ -793,7 +755,6 @@ async fn ensure_leaf(
         }
     };
     let Some(why) = due else {
-        let cert = data(&existing, tls::TLS_CERT).unwrap_or_default();
         out.lines.push(format!(
             "{}: current (valid until {})",
             object.what,
@@ -809,7 +770,7 @@ async fn ensure_leaf(
         ca.cert.as_bytes(),
         cert.as_bytes(),
         &required,
-        std::time::SystemTime::now(),
+        SystemTime::now(),
     )
     .map_err(|e| {
         err(format!(
