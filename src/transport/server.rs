@@ -30,7 +30,6 @@ use tokio_rustls::rustls;
 
 use super::conns::{Admit, Answering, InFlight, Registry, Release, Slot};
 use super::http::{Front, Routed, message};
-use super::tls::TlsError;
 use podmutator_core::admission::Reply;
 
 /// How the server bounds what one client can hold.
@@ -114,10 +113,6 @@ impl Limits {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("{0}")]
-    Config(String),
-    #[error(transparent)]
-    Tls(#[from] TlsError),
     #[error("failed to install the SIGTERM and SIGINT handlers: {0}")]
     Signals(std::io::Error),
     #[error("failed to listen on {addr}: {source}")]
@@ -127,10 +122,12 @@ pub enum ServerError {
     },
 }
 
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServerError::Listen { addr, source })
+/// A listener on `addr`, and the address it is bound to (`addr` with port 0 gets one).
+pub async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError> {
+    let failed = |source| ServerError::Listen { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(failed)?;
+    let local = listener.local_addr().map_err(failed)?;
+    Ok((listener, local))
 }
 
 /// How often a full server looks again for a connection that went idle.
