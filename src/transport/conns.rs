@@ -65,10 +65,6 @@ impl Slot {
         self.state.load(Ordering::Acquire) & IN_FLIGHT_MASK
     }
 
-    fn answering(&self) -> u64 {
-        (self.state.load(Ordering::Acquire) & ANSWERING_MASK) / ANSWERING_ONE
-    }
-
     /// A request head was parsed: the request is in flight until the returned guard drops.
     pub fn begin(self: &Arc<Self>) -> InFlight {
         self.served.store(true, Ordering::Relaxed);
@@ -92,7 +88,8 @@ impl Slot {
     /// How eagerly this connection is closed to make room (lower first), or `None` when it is
     /// answering a request and so never chosen.
     fn shed_rank(&self) -> Option<(u8, u128, u64)> {
-        if self.answering() > 0 {
+        // Answering a request: never chosen.
+        if self.state.load(Ordering::Acquire) & ANSWERING_MASK != 0 {
             return None;
         }
         let since = |at: Instant| at.elapsed().as_nanos();
