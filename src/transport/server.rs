@@ -181,7 +181,13 @@ async fn answer(
             let unread = over.map(|()| body);
             return (front.body_too_large(peer, method).into(), unread);
         }
-        Err(_) => return (body_timed_out(limits.body), None),
+        Err(_) => {
+            let text = format!(
+                "request timed out: the body was not sent within {} s (http.bodyTimeoutSeconds)",
+                limits.body.as_secs()
+            );
+            return (message(408, &text), None);
+        }
     };
     if !in_flight.answering() {
         // Chosen to make room before it was wholly read: the connection is closing.
@@ -194,17 +200,6 @@ async fn answer(
         Ok(answer) => (answer.into(), None),
         Err(_) => (message(500, "the admission did not finish in time"), None),
     }
-}
-
-/// The 408 for a body that did not arrive within `http.bodyTimeoutSeconds`.
-fn body_timed_out(limit: Duration) -> Reply {
-    message(
-        408,
-        &format!(
-            "request timed out: the body was not sent within {} s (http.bodyTimeoutSeconds)",
-            limit.as_secs()
-        ),
-    )
 }
 
 /// Reads and discards what is left of a body answered early, within `max_bytes` and `limit`:
