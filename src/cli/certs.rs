@@ -21,6 +21,7 @@ use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use http_body_util::BodyExt as _;
+use hyper::header;
 use serde_json::{Value, json};
 use tokio_rustls::rustls;
 
@@ -253,14 +254,11 @@ impl Api {
         let mut request = hyper::Request::builder()
             .method(method)
             .uri(path)
-            .header(hyper::header::HOST, &self.authority)
-            .header(hyper::header::ACCEPT, "application/json")
-            .header(
-                hyper::header::AUTHORIZATION,
-                format!("Bearer {}", self.token),
-            );
+            .header(header::HOST, &self.authority)
+            .header(header::ACCEPT, "application/json")
+            .header(header::AUTHORIZATION, format!("Bearer {}", self.token));
         if body.is_some() {
-            request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+            request = request.header(header::CONTENT_TYPE, "application/json");
         }
         let request = request
             .body(http_body_util::Full::new(hyper::body::Bytes::from(bytes)))
