@@ -153,13 +153,6 @@ pub(crate) fn invalid(text: String) -> Answer {
     Answer::error(&Error::Invalid(text), "", API_VERSION_V1)
 }
 
-/// The 400 for a body over `http.maxBodyBytes`.
-pub fn body_too_large(limit: usize) -> Answer {
-    invalid(format!(
-        "body is over the {limit}-byte limit (http.maxBodyBytes); a Pod AdmissionReview is normally a few kilobytes"
-    ))
-}
-
 /// Where a request goes, decided before its body is read.
 #[derive(Debug)]
 pub enum Routed {
@@ -344,10 +337,13 @@ impl Front {
         }
     }
 
-    /// The 400 for a body over the limit, recorded as a refusal.
+    /// The 400 for a body over `http.maxBodyBytes`, recorded as a refusal.
     pub fn body_too_large(&self, peer: Option<&str>, method: &str) -> Answer {
         self.refused(Refusal::BodyTooLarge, peer, method, None);
-        body_too_large(self.max_body_bytes)
+        invalid(format!(
+            "body is over the {}-byte limit (http.maxBodyBytes); a Pod AdmissionReview is normally a few kilobytes",
+            self.max_body_bytes
+        ))
     }
 
     /// Decides from the request line and headers alone; `peer` is the caller, for the lines
