@@ -123,8 +123,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[error("certs: {0}")]
 pub struct CertsError(String);
 
-fn err(message: impl Into<String>) -> CertsError {
-    CertsError(message.into())
+/// A [`CertsError`] from `format!`'s arguments.
+macro_rules! err {
+    ($($arg:tt)*) => {
+        CertsError(format!($($arg)*))
+    };
 }
 
 /// What a run changed, in order, or what it found current.
@@ -189,33 +192,33 @@ impl Api {
         };
         let (host, port) = parse_url(&url)?;
         let server_name = rustls::pki_types::ServerName::try_from(host.clone())
-            .map_err(|e| err(format!("--api-server {url}: {e}")))?;
+            .map_err(|e| err!("--api-server {url}: {e}"))?;
         let ca_file = args.api_ca_file.display();
         let ca = std::fs::read(&args.api_ca_file)
-            .map_err(|e| err(format!("cannot read the API server's CA {ca_file}: {e}")))?;
+            .map_err(|e| err!("cannot read the API server's CA {ca_file}: {e}"))?;
         let mut roots = rustls::RootCertStore::empty();
         for cert in rustls_pemfile::certs(&mut &ca[..]) {
-            let cert = cert.map_err(|e| err(format!("{ca_file} is not PEM: {e}")))?;
+            let cert = cert.map_err(|e| err!("{ca_file} is not PEM: {e}"))?;
             roots
                 .add(cert)
-                .map_err(|e| err(format!("{ca_file}: not a usable CA: {e}")))?;
+                .map_err(|e| err!("{ca_file}: not a usable CA: {e}"))?;
         }
         if roots.is_empty() {
-            return Err(err(format!("{ca_file} holds no certificate")));
+            return Err(err!("{ca_file} holds no certificate"));
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| err(e.to_string()))?
+            .map_err(|e| err!("{e}"))?
             .with_root_certificates(roots)
             .with_no_client_auth();
         let token_file = args.token_file.display();
         let token = std::fs::read_to_string(&args.token_file)
-            .map_err(|e| err(format!("cannot read the token {token_file}: {e}")))?
+            .map_err(|e| err!("cannot read the token {token_file}: {e}"))?
             .trim()
             .to_owned();
         if token.is_empty() {
-            return Err(err(format!("the token {token_file} is empty")));
+            return Err(err!("the token {token_file} is empty"));
         }
         Ok(Self {
             authority: authority(&host, port),
@@ -294,7 +297,7 @@ impl Api {
         let (status, answer) = tokio::time::timeout(REQUEST_TIMEOUT, self.call(method, path, body))
             .await
             .unwrap_or_else(|_| Err(format!("no answer within {} s", REQUEST_TIMEOUT.as_secs())))
-            .map_err(|e| err(format!("{method} {}: {e}", object.what)))?;
+            .map_err(|e| err!("{method} {}: {e}", object.what))?;
         match (method, status) {
             (_, 200 | 201) | ("GET", 404) | ("PUT", 409) => Ok((status, answer)),
             _ => Err(self.refused(method, object, status, &answer)),
@@ -333,10 +336,7 @@ impl Api {
             }
             _ => "the API server refused the request".into(),
         };
-        err(format!(
-            "{method} {}: HTTP {status}{said}: {hint}",
-            object.what
-        ))
+        err!("{method} {}: HTTP {status}{said}: {hint}", object.what)
     }
 }
 
@@ -349,8 +349,8 @@ fn in_cluster_url(env: impl Fn(&str) -> Option<String>) -> Result<String, CertsE
         (Some(host), Some(port)) if !host.is_empty() && !port.is_empty() => {
             Ok(format!("https://{}", authority(&host, port)))
         }
-        _ => Err(err(
-            "no API server: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset (they are set in every pod); outside a pod pass --api-server https://HOST:PORT",
+        _ => Err(err!(
+            "no API server: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset (they are set in every pod); outside a pod pass --api-server https://HOST:PORT"
         )),
     }
 }
@@ -366,11 +366,7 @@ fn authority(host: &str, port: impl std::fmt::Display) -> String {
 
 /// (host, port) of `https://HOST[:PORT][/]`; an IPv6 host is written in brackets.
 fn parse_url(text: &str) -> Result<(String, u16), CertsError> {
-    let bad = |why: &str| {
-        err(format!(
-            "--api-server {text:?}: {why} (https://HOST[:PORT])"
-        ))
-    };
+    let bad = |why: &str| err!("--api-server {text:?}: {why} (https://HOST[:PORT])");
     let url = url::Url::parse(text).map_err(|e| bad(&e.to_string()))?;
     if url.scheme() != "https" {
         return Err(bad("only https is accepted"));
@@ -404,10 +400,10 @@ fn namespace(args: &CertsArgs) -> Result<String, CertsError> {
         .ok()
         .filter(|ns| !ns.is_empty())
         .ok_or_else(|| {
-            err(format!(
+            err!(
                 "no namespace: set --namespace or POD_NAMESPACE (in a pod: the downward API's metadata.namespace), or mount {}",
                 file.display()
-            ))
+            )
         })
 }
 
@@ -494,10 +490,10 @@ async fn write_secret(
     body["data"] = Value::Object(data);
     let (status, _) = api.request("PUT", object, Some(&body)).await?;
     if status == 409 {
-        return Err(err(format!(
+        return Err(err!(
             "PUT {}: HTTP 409: it changed while this run read it (another run at the same moment?); {after_conflict}",
             object.what
-        )));
+        ));
     }
     Ok(())
 }
@@ -532,11 +528,11 @@ pub async fn run(args: &CertsArgs) -> Result<Outcome, CertsError> {
         ("--leaf-validity", args.leaf_validity),
     ] {
         if args.renew_before >= validity {
-            return Err(err(format!(
+            return Err(err!(
                 "--renew-before ({} s) must be shorter than {flag} ({} s): every run would replace the certificate again",
                 args.renew_before.as_secs(),
                 validity.as_secs()
-            )));
+            ));
         }
     }
     let namespace = namespace(args)?;
@@ -561,7 +557,7 @@ async fn ensure_ca(
     let new_ca = || -> Result<Ca, CertsError> {
         let not_after = now + seconds(args.ca_validity);
         let (cert, key) =
-            tls::generate_ca(not_after).map_err(|e| err(format!("cannot generate a CA: {e}")))?;
+            tls::generate_ca(not_after).map_err(|e| err!("cannot generate a CA: {e}"))?;
         Ok(Ca {
             // As written: the certificate holds whole seconds.
             not_after: tls::not_after(cert.as_bytes()).unwrap_or(not_after),
@@ -574,10 +570,10 @@ async fn ensure_ca(
         (new_ca()?, "created".to_owned())
     } else {
         let unusable = |what: &str| {
-            err(format!(
+            err!(
                 "{}: {what}; it is not a CA this command wrote. Delete it to have a new CA made (the registration and the serving certificate follow in the same run)",
                 object.what
-            ))
+            )
         };
         let text = |key: &str| {
             data(&existing, key)
@@ -674,10 +670,10 @@ async fn ensure_bundle(
             return Err(api.refused("GET", &object, 404, &registration));
         }
         let Some(hooks) = registration["webhooks"].as_array_mut() else {
-            return Err(err(format!(
+            return Err(err!(
                 "{} has no webhooks: nothing to give the CA to",
                 object.what
-            )));
+            ));
         };
         let current = |w: &Value| {
             w["clientConfig"]["caBundle"]
@@ -712,10 +708,10 @@ async fn ensure_bundle(
             object.what
         ));
     }
-    Err(err(format!(
+    Err(err!(
         "PUT {}: HTTP 409 {CONFLICT_ATTEMPTS} times: something else keeps changing it; its caBundle is not set",
         object.what
-    )))
+    ))
 }
 
 async fn ensure_leaf(
@@ -762,7 +758,7 @@ async fn ensure_leaf(
     };
     let not_after = (now + seconds(args.leaf_validity)).min(ca.not_after);
     let (cert, key) = tls::issue_leaf(&ca.key, &names, not_after)
-        .map_err(|e| err(format!("cannot issue the serving certificate: {e}")))?;
+        .map_err(|e| err!("cannot issue the serving certificate: {e}"))?;
     // A ca.key that is not ca.crt's key signs leaves no client accepts: stop before serving one.
     tls::verify_leaf(
         ca.cert.as_bytes(),
@@ -771,10 +767,10 @@ async fn ensure_leaf(
         SystemTime::now(),
     )
     .map_err(|e| {
-        err(format!(
+        err!(
             "Secret {namespace}/{}: ca.key does not sign what ca.crt verifies ({e}); delete that Secret to have a new CA made",
             args.ca_secret
-        ))
+        )
     })?;
     let fields: [(&str, &[u8]); 3] = [
         (tls::TLS_CERT, cert.as_bytes()),
