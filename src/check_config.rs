@@ -43,10 +43,7 @@ pub fn changed_from_defaults(config: &Config) -> Result<serde_json::Value, serde
         use serde_json::Value;
         match (v, default) {
             (Value::Object(m), Value::Object(d)) => {
-                m.retain(|k, child| match d.get(k) {
-                    Some(dc) => !strip(child, dc),
-                    None => true,
-                });
+                m.retain(|k, child| d.get(k).is_none_or(|dc| !strip(child, dc)));
                 m.is_empty()
             }
             (v, d) => v == d,

@@ -62,7 +62,7 @@ impl Source {
         let inline = name(self.from_env.inline, ENV_CONFIG_INLINE, "--config-json");
         Ok(Config::load_with_flyte(
             &flyte,
-            pair(&file),
+            file.as_ref().map(|(p, t)| (p.as_str(), t.as_str())),
             self.inline.as_deref().map(|t| (inline, t)),
         )?)
     }
@@ -93,15 +93,10 @@ fn flyte_files(
         }
     }
     files.sort();
-    let mut out = Vec::with_capacity(files.len());
-    for f in files {
-        out.extend(read_file(Some(&f), flag)?);
-    }
-    Ok(out)
-}
-
-fn pair(f: &Option<(String, String)>) -> Option<(&str, &str)> {
-    f.as_ref().map(|(p, t)| (p.as_str(), t.as_str()))
+    files
+        .iter()
+        .filter_map(|f| read_file(Some(f), flag).transpose())
+        .collect()
 }
 
 /// The file's path (as shown in errors) and text.

@@ -37,15 +37,11 @@ pub fn start_line(message: &str, fields: serde_json::Value) {
     }
     let mut timestamp = String::new();
     let _ = tracing_subscriber::fmt::time::SystemTime.format_time(&mut Writer::new(&mut timestamp));
-    let mut line = serde_json::Map::new();
-    line.insert("timestamp".into(), timestamp.into());
-    line.insert("level".into(), "INFO".into());
-    line.insert("message".into(), message.into());
-    if let serde_json::Value::Object(fields) = fields {
+    let mut line = serde_json::json!({"timestamp": timestamp, "level": "INFO", "message": message});
+    if let (Some(line), serde_json::Value::Object(fields)) = (line.as_object_mut(), fields) {
         line.extend(fields);
     }
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{}", serde_json::Value::Object(line));
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
 
 /// The target of `serve`'s and `lambda`'s start lines (and every line of this module).

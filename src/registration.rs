@@ -8,7 +8,7 @@
 use std::sync::OnceLock;
 
 use base64::Engine;
-use serde_json::{Map, Value};
+use serde_json::{Value, json};
 
 use podmutator_core::k8s_names::{is_dns_label, is_dns_subdomain, is_qualified_name};
 
@@ -131,57 +131,43 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
                 _ => {}
             }
             let path = format!("{prefix}{}", file_str(&w, "path"));
-            let mut client_config = Map::new();
-            match &opts.service {
+            let mut client_config = match &opts.service {
                 Some(svc) => {
-                    client_config.insert(
-                        "service".into(),
-                        serde_json::json!({
-                            "namespace": svc.namespace,
-                            "name": svc.name,
-                            "path": path,
-                            "port": svc.port,
-                        }),
-                    );
                     w["namespaceSelector"] = with_file_exclusions(
                         &w["namespaceSelector"],
-                        &serde_json::json!({"matchExpressions": [{
+                        &json!({"matchExpressions": [{
                             "key": "kubernetes.io/metadata.name",
                             "operator": "NotIn",
                             "values": [svc.namespace],
                         }]}),
                     );
+                    json!({"service": {
+                        "namespace": svc.namespace,
+                        "name": svc.name,
+                        "path": path,
+                        "port": svc.port,
+                    }})
                 }
-                None => {
-                    client_config.insert("url".into(), Value::String(path));
-                }
-            }
+                None => json!({ "url": path }),
+            };
             if let Some(pem) = &opts.ca_bundle_pem {
-                client_config.insert(
-                    "caBundle".into(),
-                    Value::String(base64::engine::general_purpose::STANDARD.encode(pem)),
-                );
+                client_config["caBundle"] =
+                    Value::String(base64::engine::general_purpose::STANDARD.encode(pem));
             }
-            let mut out = Map::new();
-            out.insert("name".into(), w["name"].clone());
-            out.insert("clientConfig".into(), Value::Object(client_config));
-            out.insert("rules".into(), w["rules"].clone());
-            out.insert("namespaceSelector".into(), w["namespaceSelector"].clone());
-            out.insert("objectSelector".into(), w["objectSelector"].clone());
-            out.insert("matchConditions".into(), w["matchConditions"].clone());
-            out.insert(
-                "failurePolicy".into(),
-                opts.failure_policy
+            json!({
+                "name": w["name"],
+                "clientConfig": client_config,
+                "rules": w["rules"],
+                "namespaceSelector": w["namespaceSelector"],
+                "objectSelector": w["objectSelector"],
+                "matchConditions": w["matchConditions"],
+                "failurePolicy": opts.failure_policy
                     .map_or_else(|| w["failurePolicy"].clone(), |p| p.as_str().into()),
-            );
-            out.insert("sideEffects".into(), w["sideEffects"].clone());
-            out.insert("timeoutSeconds".into(), timeout(&w, opts.timeout_seconds));
-            out.insert("reinvocationPolicy".into(), w["reinvocationPolicy"].clone());
-            out.insert(
-                "admissionReviewVersions".into(),
-                w["admissionReviewVersions"].clone(),
-            );
-            Value::Object(out)
+                "sideEffects": w["sideEffects"],
+                "timeoutSeconds": timeout(&w, opts.timeout_seconds),
+                "reinvocationPolicy": w["reinvocationPolicy"],
+                "admissionReviewVersions": w["admissionReviewVersions"],
+            })
         })
         .collect();
 
@@ -189,7 +175,7 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
         .name
         .clone()
         .unwrap_or_else(|| file_str(file, "name").to_owned());
-    serde_json::json!({
+    json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": { "name": name },
@@ -215,17 +201,12 @@ fn timeout(w: &Value, override_seconds: Option<u32>) -> Value {
 /// Terraform module does.
 fn with_file_exclusions(selector: &Value, file: &Value) -> Value {
     let mut out = selector.clone();
-    let mut expressions: Vec<Value> = selector
-        .get("matchExpressions")
-        .and_then(Value::as_array)
+    let expressions: Vec<Value> = [selector, file]
+        .into_iter()
+        .filter_map(|v| v["matchExpressions"].as_array())
+        .flatten()
         .cloned()
-        .unwrap_or_default();
-    expressions.extend(
-        file.get("matchExpressions")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default(),
-    );
+        .collect();
     if let Value::Object(map) = &mut out {
         map.insert("matchExpressions".into(), Value::Array(expressions));
     }
@@ -341,11 +322,10 @@ pub fn parse_url(url: &str) -> Result<String, InvalidValue> {
 }
 
 fn check_timeout(n: u32) -> Result<u32, InvalidValue> {
-    if (1..=MAX_TIMEOUT_SECONDS).contains(&n) {
-        Ok(n)
-    } else {
-        Err(InvalidValue::Timeout(n))
-    }
+    (1..=MAX_TIMEOUT_SECONDS)
+        .contains(&n)
+        .then_some(n)
+        .ok_or(InvalidValue::Timeout(n))
 }
 
 /// `--service`: `<namespace>/<name>[:<port>]`, port 443 when left out (the API server's
@@ -369,19 +349,16 @@ pub fn parse_service(s: &str) -> Result<ServiceRef, InvalidValue> {
 
 /// `--timeout-seconds`: a whole number from 1 to [`MAX_TIMEOUT_SECONDS`].
 pub fn parse_timeout(s: &str) -> Result<u32, InvalidValue> {
-    let n = s
-        .parse()
-        .map_err(|_| InvalidValue::NotANumber(s.to_owned()))?;
-    check_timeout(n)
+    s.parse()
+        .map_err(|_| InvalidValue::NotANumber(s.to_owned()))
+        .and_then(check_timeout)
 }
 
 fn check_ca_bundle(pem: &[u8]) -> Result<(), InvalidValue> {
     let text = std::str::from_utf8(pem).map_err(|_| InvalidValue::PemNotText)?;
-    if text.contains("-----BEGIN CERTIFICATE-----") {
-        Ok(())
-    } else {
-        Err(InvalidValue::NoCertificate)
-    }
+    text.contains("-----BEGIN CERTIFICATE-----")
+        .then_some(())
+        .ok_or(InvalidValue::NoCertificate)
 }
 
 /// `--failure-policy`: exactly `Fail` or `Ignore`, as the API server spells them.
@@ -394,29 +371,23 @@ pub fn parse_failure_policy(s: &str) -> Result<FailurePolicy, InvalidValue> {
 
 /// `--mesh-label-key`: a Kubernetes qualified name.
 pub fn parse_label_key(s: &str) -> Result<String, InvalidValue> {
-    if is_qualified_name(s) {
-        Ok(s.to_owned())
-    } else {
-        Err(InvalidValue::LabelKey(s.to_owned()))
-    }
+    is_qualified_name(s)
+        .then(|| s.to_owned())
+        .ok_or_else(|| InvalidValue::LabelKey(s.to_owned()))
 }
 
 /// `--name`: a DNS subdomain, as `metadata.name` must be.
 pub fn parse_name(s: &str) -> Result<String, InvalidValue> {
-    if is_dns_subdomain(s) {
-        Ok(s.to_owned())
-    } else {
-        Err(InvalidValue::Name(s.to_owned()))
-    }
+    is_dns_subdomain(s)
+        .then(|| s.to_owned())
+        .ok_or_else(|| InvalidValue::Name(s.to_owned()))
 }
 
 /// A file flag: any non-empty path (read later, so the error names the flag and the file).
 pub fn parse_path(s: &str) -> Result<String, InvalidValue> {
-    if s.is_empty() {
-        Err(InvalidValue::Empty)
-    } else {
-        Ok(s.to_owned())
-    }
+    (!s.is_empty())
+        .then(|| s.to_owned())
+        .ok_or(InvalidValue::Empty)
 }
 
 impl RegistrationOptions {
@@ -567,8 +538,9 @@ impl RegistrationOptions {
 
 /// `podmutator webhook-config ARGS`: the YAML to print.
 pub fn webhook_config_command(args: RegistrationOptions) -> Result<String, ArgError> {
-    let opts = args.read_files()?;
-    Ok(to_yaml(&mutating_webhook_configuration(&opts)))
+    Ok(to_yaml(&mutating_webhook_configuration(
+        &args.read_files()?,
+    )))
 }
 
 #[cfg(test)]

@@ -52,23 +52,12 @@ pub fn run(config: &Config, namespace: &str) -> Result<(), ServeError> {
             w.local_cert.unwrap_or(true),
             &tls::serving_names(&w.service_name, namespace),
         )?;
-        let tls = match client_ca {
-            Some(ca) => tls::tls_config_verifying(&files, ca)?,
-            None => tls::tls_config(&files)?,
-        };
-        let listener = server::bind(addr).await?;
-        let local = listener
-            .local_addr()
-            .map_err(|source| server::ServerError::Listen { addr, source })?;
+        let tls = tls::tls_config_reloading(&files, tls::RELOAD_EVERY, client_ca)?;
+        let (listener, local) = server::bind(addr).await?;
         // Bound after the HTTPS port, so a ready probe port means the webhook's is listening.
         let probe = match w.metrics_port {
             Some(port) => {
-                let addr = SocketAddr::from((config.http.listen_address, port));
-                let listener = server::bind(addr).await?;
-                let local = listener
-                    .local_addr()
-                    .map_err(|source| server::ServerError::Listen { addr, source })?;
-                Some((listener, local))
+                Some(server::bind(SocketAddr::from((config.http.listen_address, port))).await?)
             }
             None => None,
         };

@@ -101,12 +101,9 @@ async fn read_path_token(
                 .to_string()
                 .into(),
         })?;
-    let token = out
-        .secret_string()
-        .map(str::trim)
-        .ok_or_else(|| StartError::PathTokenNotText { id: id.to_owned() })?
-        .to_owned();
-    Ok(token)
+    out.secret_string()
+        .map(|token| token.trim().to_owned())
+        .ok_or_else(|| StartError::PathTokenNotText { id: id.to_owned() })
 }
 
 /// The async runtime of a command: `serve`'s on every core, the others' on this thread.

@@ -39,8 +39,7 @@ pub fn secret_annotations(decode: bool, json: &str) -> Result<String, Annotation
     if decode {
         let map: std::collections::BTreeMap<String, String> =
             serde_json::from_str(json).map_err(AnnotationsError::DecodeInput)?;
-        let decoded = codec::decode_annotations(&map)?;
-        let out: Vec<SecretJson> = decoded
+        let out: Vec<SecretJson> = codec::decode_annotations(&map)?
             .into_iter()
             .map(|d| SecretJson {
                 group: d.secret.group,

@@ -17,10 +17,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use http_body_util::BodyExt as _;
+use hyper::header;
 use serde_json::{Value, json};
 use tokio_rustls::rustls;
 
@@ -122,8 +123,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[error("certs: {0}")]
 pub struct CertsError(String);
 
-fn err(message: impl Into<String>) -> CertsError {
-    CertsError(message.into())
+/// A [`CertsError`] from `format!`'s arguments.
+macro_rules! err {
+    ($($arg:tt)*) => {
+        CertsError(format!($($arg)*))
+    };
 }
 
 /// What a run changed, in order, or what it found current.
@@ -188,60 +192,38 @@ impl Api {
         };
         let (host, port) = parse_url(&url)?;
         let server_name = rustls::pki_types::ServerName::try_from(host.clone())
-            .map_err(|e| err(format!("--api-server {url}: {e}")))?;
-        let ca = std::fs::read(&args.api_ca_file).map_err(|e| {
-            err(format!(
-                "cannot read the API server's CA {}: {e}",
-                args.api_ca_file.display()
-            ))
-        })?;
+            .map_err(|e| err!("--api-server {url}: {e}"))?;
+        let ca_file = args.api_ca_file.display();
+        let ca = std::fs::read(&args.api_ca_file)
+            .map_err(|e| err!("cannot read the API server's CA {ca_file}: {e}"))?;
         let mut roots = rustls::RootCertStore::empty();
         for cert in rustls_pemfile::certs(&mut &ca[..]) {
-            let cert =
-                cert.map_err(|e| err(format!("{} is not PEM: {e}", args.api_ca_file.display())))?;
-            roots.add(cert).map_err(|e| {
-                err(format!(
-                    "{}: not a usable CA: {e}",
-                    args.api_ca_file.display()
-                ))
-            })?;
+            let cert = cert.map_err(|e| err!("{ca_file} is not PEM: {e}"))?;
+            roots
+                .add(cert)
+                .map_err(|e| err!("{ca_file}: not a usable CA: {e}"))?;
         }
         if roots.is_empty() {
-            return Err(err(format!(
-                "{} holds no certificate",
-                args.api_ca_file.display()
-            )));
+            return Err(err!("{ca_file} holds no certificate"));
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| err(e.to_string()))?
+            .map_err(|e| err!("{e}"))?
             .with_root_certificates(roots)
             .with_no_client_auth();
+        let token_file = args.token_file.display();
         let token = std::fs::read_to_string(&args.token_file)
-            .map_err(|e| {
-                err(format!(
-                    "cannot read the token {}: {e}",
-                    args.token_file.display()
-                ))
-            })?
+            .map_err(|e| err!("cannot read the token {token_file}: {e}"))?
             .trim()
             .to_owned();
         if token.is_empty() {
-            return Err(err(format!(
-                "the token {} is empty",
-                args.token_file.display()
-            )));
+            return Err(err!("the token {token_file} is empty"));
         }
-        let authority = if host.contains(':') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
         Ok(Self {
+            authority: authority(&host, port),
             host,
             port,
-            authority,
             server_name,
             tls: Arc::new(tls),
             token,
@@ -251,17 +233,6 @@ impl Api {
 
     /// One request: (status, body as JSON, or null when it is not JSON).
     async fn call(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<(u16, Value), String> {
-        tokio::time::timeout(REQUEST_TIMEOUT, self.call_once(method, path, body))
-            .await
-            .map_err(|_| format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()))?
-    }
-
-    async fn call_once(
         &self,
         method: &str,
         path: &str,
@@ -286,14 +257,11 @@ impl Api {
         let mut request = hyper::Request::builder()
             .method(method)
             .uri(path)
-            .header(hyper::header::HOST, &self.authority)
-            .header(hyper::header::ACCEPT, "application/json")
-            .header(
-                hyper::header::AUTHORIZATION,
-                format!("Bearer {}", self.token),
-            );
+            .header(header::HOST, &self.authority)
+            .header(header::ACCEPT, "application/json")
+            .header(header::AUTHORIZATION, format!("Bearer {}", self.token));
         if body.is_some() {
-            request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+            request = request.header(header::CONTENT_TYPE, "application/json");
         }
         let request = request
             .body(http_body_util::Full::new(hyper::body::Bytes::from(bytes)))
@@ -326,10 +294,10 @@ impl Api {
         } else {
             &object.path
         };
-        let (status, answer) = self
-            .call(method, path, body)
+        let (status, answer) = tokio::time::timeout(REQUEST_TIMEOUT, self.call(method, path, body))
             .await
-            .map_err(|e| err(format!("{method} {}: {e}", object.what)))?;
+            .unwrap_or_else(|_| Err(format!("no answer within {} s", REQUEST_TIMEOUT.as_secs())))
+            .map_err(|e| err!("{method} {}: {e}", object.what))?;
         match (method, status) {
             (_, 200 | 201) | ("GET", 404) | ("PUT", 409) => Ok((status, answer)),
             _ => Err(self.refused(method, object, status, &answer)),
@@ -368,10 +336,7 @@ impl Api {
             }
             _ => "the API server refused the request".into(),
         };
-        err(format!(
-            "{method} {}: HTTP {status}{said}: {hint}",
-            object.what
-        ))
+        err!("{method} {}: HTTP {status}{said}: {hint}", object.what)
     }
 }
 
@@ -382,25 +347,26 @@ fn in_cluster_url(env: impl Fn(&str) -> Option<String>) -> Result<String, CertsE
         env("KUBERNETES_SERVICE_PORT"),
     ) {
         (Some(host), Some(port)) if !host.is_empty() && !port.is_empty() => {
-            Ok(if host.contains(':') {
-                format!("https://[{host}]:{port}")
-            } else {
-                format!("https://{host}:{port}")
-            })
+            Ok(format!("https://{}", authority(&host, port)))
         }
-        _ => Err(err(
-            "no API server: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset (they are set in every pod); outside a pod pass --api-server https://HOST:PORT",
+        _ => Err(err!(
+            "no API server: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset (they are set in every pod); outside a pod pass --api-server https://HOST:PORT"
         )),
+    }
+}
+
+/// `HOST:PORT`, an IPv6 host in brackets.
+fn authority(host: &str, port: impl std::fmt::Display) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 
 /// (host, port) of `https://HOST[:PORT][/]`; an IPv6 host is written in brackets.
 fn parse_url(text: &str) -> Result<(String, u16), CertsError> {
-    let bad = |why: &str| {
-        err(format!(
-            "--api-server {text:?}: {why} (https://HOST[:PORT])"
-        ))
-    };
+    let bad = |why: &str| err!("--api-server {text:?}: {why} (https://HOST[:PORT])");
     let url = url::Url::parse(text).map_err(|e| bad(&e.to_string()))?;
     if url.scheme() != "https" {
         return Err(bad("only https is accepted"));
@@ -434,10 +400,10 @@ fn namespace(args: &CertsArgs) -> Result<String, CertsError> {
         .ok()
         .filter(|ns| !ns.is_empty())
         .ok_or_else(|| {
-            err(format!(
+            err!(
                 "no namespace: set --namespace or POD_NAMESPACE (in a pod: the downward API's metadata.namespace), or mount {}",
                 file.display()
-            ))
+            )
         })
 }
 
@@ -524,10 +490,10 @@ async fn write_secret(
     body["data"] = Value::Object(data);
     let (status, _) = api.request("PUT", object, Some(&body)).await?;
     if status == 409 {
-        return Err(err(format!(
+        return Err(err!(
             "PUT {}: HTTP 409: it changed while this run read it (another run at the same moment?); {after_conflict}",
             object.what
-        )));
+        ));
     }
     Ok(())
 }
@@ -562,11 +528,11 @@ pub async fn run(args: &CertsArgs) -> Result<Outcome, CertsError> {
         ("--leaf-validity", args.leaf_validity),
     ] {
         if args.renew_before >= validity {
-            return Err(err(format!(
+            return Err(err!(
                 "--renew-before ({} s) must be shorter than {flag} ({} s): every run would replace the certificate again",
                 args.renew_before.as_secs(),
                 validity.as_secs()
-            )));
+            ));
         }
     }
     let namespace = namespace(args)?;
@@ -591,7 +557,7 @@ async fn ensure_ca(
     let new_ca = || -> Result<Ca, CertsError> {
         let not_after = now + seconds(args.ca_validity);
         let (cert, key) =
-            tls::generate_ca(not_after).map_err(|e| err(format!("cannot generate a CA: {e}")))?;
+            tls::generate_ca(not_after).map_err(|e| err!("cannot generate a CA: {e}"))?;
         Ok(Ca {
             // As written: the certificate holds whole seconds.
             not_after: tls::not_after(cert.as_bytes()).unwrap_or(not_after),
@@ -604,10 +570,10 @@ async fn ensure_ca(
         (new_ca()?, "created".to_owned())
     } else {
         let unusable = |what: &str| {
-            err(format!(
+            err!(
                 "{}: {what}; it is not a CA this command wrote. Delete it to have a new CA made (the registration and the serving certificate follow in the same run)",
                 object.what
-            ))
+            )
         };
         let text = |key: &str| {
             data(&existing, key)
@@ -644,28 +610,23 @@ async fn ensure_ca(
             };
             ca.previous = (not_after > now).then_some(cert);
             (ca, why)
-        } else if let Some(why) = dropped {
-            (
-                Ca {
-                    cert,
-                    key,
-                    not_after,
-                    previous: None,
-                },
-                format!("previous CA dropped ({PREVIOUS_CA}: {why})"),
-            )
         } else {
-            out.lines.push(format!(
-                "{}: current (CA valid until {})",
-                object.what,
-                rfc3339(not_after)
-            ));
-            return Ok(Ca {
+            // `previous` is None whenever something was dropped.
+            let ca = Ca {
                 cert,
                 key,
                 not_after,
                 previous,
-            });
+            };
+            let Some(why) = dropped else {
+                out.lines.push(format!(
+                    "{}: current (CA valid until {})",
+                    object.what,
+                    rfc3339(not_after)
+                ));
+                return Ok(ca);
+            };
+            (ca, format!("previous CA dropped ({PREVIOUS_CA}: {why})"))
         }
     };
     let mut fields: Vec<(&str, &[u8])> = vec![
@@ -709,10 +670,10 @@ async fn ensure_bundle(
             return Err(api.refused("GET", &object, 404, &registration));
         }
         let Some(hooks) = registration["webhooks"].as_array_mut() else {
-            return Err(err(format!(
+            return Err(err!(
                 "{} has no webhooks: nothing to give the CA to",
                 object.what
-            )));
+            ));
         };
         let current = |w: &Value| {
             w["clientConfig"]["caBundle"]
@@ -747,10 +708,10 @@ async fn ensure_bundle(
             object.what
         ));
     }
-    Err(err(format!(
+    Err(err!(
         "PUT {}: HTTP 409 {CONFLICT_ATTEMPTS} times: something else keeps changing it; its caBundle is not set",
         object.what
-    )))
+    ))
 }
 
 async fn ensure_leaf(
@@ -764,18 +725,13 @@ async fn ensure_leaf(
     let object = Object::secret(namespace, &args.tls_secret);
     let (names, required) = leaf_names(&args.service, namespace);
     let (status, existing) = api.request("GET", &object, None).await?;
-    let renew_at = std::time::SystemTime::now() + args.renew_before;
+    let renew_at = SystemTime::now() + args.renew_before;
+    let cert = data(&existing, tls::TLS_CERT).unwrap_or_default();
     let due = if status == 404 {
         Some("absent".to_owned())
     } else {
-        let cert = data(&existing, tls::TLS_CERT).unwrap_or_default();
         let key = data(&existing, tls::TLS_KEY).unwrap_or_default();
-        match tls::verify_leaf(
-            ca.cert.as_bytes(),
-            &cert,
-            &required,
-            std::time::SystemTime::now(),
-        ) {
+        match tls::verify_leaf(ca.cert.as_bytes(), &cert, &required, SystemTime::now()) {
             Err(why) => Some(format!(
                 "tls.crt is not a valid certificate of the current CA for {} ({why})",
                 required.join(" and ")
@@ -793,7 +749,6 @@ async fn ensure_leaf(
         }
     };
     let Some(why) = due else {
-        let cert = data(&existing, tls::TLS_CERT).unwrap_or_default();
         out.lines.push(format!(
             "{}: current (valid until {})",
             object.what,
@@ -803,19 +758,19 @@ async fn ensure_leaf(
     };
     let not_after = (now + seconds(args.leaf_validity)).min(ca.not_after);
     let (cert, key) = tls::issue_leaf(&ca.key, &names, not_after)
-        .map_err(|e| err(format!("cannot issue the serving certificate: {e}")))?;
+        .map_err(|e| err!("cannot issue the serving certificate: {e}"))?;
     // A ca.key that is not ca.crt's key signs leaves no client accepts: stop before serving one.
     tls::verify_leaf(
         ca.cert.as_bytes(),
         cert.as_bytes(),
         &required,
-        std::time::SystemTime::now(),
+        SystemTime::now(),
     )
     .map_err(|e| {
-        err(format!(
+        err!(
             "Secret {namespace}/{}: ca.key does not sign what ca.crt verifies ({e}); delete that Secret to have a new CA made",
             args.ca_secret
-        ))
+        )
     })?;
     let fields: [(&str, &[u8]); 3] = [
         (tls::TLS_CERT, cert.as_bytes()),

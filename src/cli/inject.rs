@@ -265,8 +265,8 @@ impl Injector {
             }
             return Ok(());
         }
+        let what = format!("{kind}/{namespace}/{name}");
         if kind == "Pod" {
-            let what = format!("Pod/{namespace}/{name}");
             let outcome = self.review(&what, doc.clone(), &namespace).await?;
             if let Outcome::Allowed { after, .. } = &outcome {
                 *doc = after.clone();
@@ -281,7 +281,6 @@ impl Injector {
         let Some(template) = doc.pointer_mut(pointer).filter(|t| t.is_object()) else {
             return Ok(());
         };
-        let what = format!("{kind}/{namespace}/{name}");
         let mut pod = json!({"apiVersion": "v1", "kind": "Pod"});
         if let Some(metadata) = template.get("metadata") {
             pod["metadata"] = metadata.clone();
@@ -329,23 +328,18 @@ impl Injector {
             }
             podmutator_core::admission::Outcome::Allowed { patch, warnings } => (patch, warnings),
         };
+        let bad = |source: Box<dyn std::error::Error + Send + Sync>| InjectError::Patch {
+            what: what.to_owned(),
+            source,
+        };
         let patch: Value = match &patch {
             None => json!([]),
-            Some(p) => serde_json::from_slice(p.as_json()).map_err(|e| InjectError::Patch {
-                what: what.to_owned(),
-                source: e.into(),
-            })?,
+            Some(p) => serde_json::from_slice(p.as_json()).map_err(|e| bad(e.into()))?,
         };
         let ops: json_patch::Patch =
-            serde_json::from_value(patch.clone()).map_err(|e| InjectError::Patch {
-                what: what.to_owned(),
-                source: e.into(),
-            })?;
+            serde_json::from_value(patch.clone()).map_err(|e| bad(e.into()))?;
         let mut after = pod.clone();
-        json_patch::patch(&mut after, &ops).map_err(|e| InjectError::Patch {
-            what: what.to_owned(),
-            source: e.into(),
-        })?;
+        json_patch::patch(&mut after, &ops).map_err(|e| bad(e.into()))?;
         Ok(Outcome::Allowed {
             before: pod,
             after,
@@ -389,14 +383,8 @@ pub fn coloured(diff: &str) -> String {
             out.push_str(line);
             continue;
         };
-        let (text, newline) = match line.strip_suffix('\n') {
-            Some(t) => (t, "\n"),
-            None => (line, ""),
-        };
-        out.push_str(colour);
-        out.push_str(text);
-        out.push_str("\x1b[0m");
-        out.push_str(newline);
+        let text = line.strip_suffix('\n').unwrap_or(line);
+        out.push_str(&format!("{colour}{text}\x1b[0m{}", &line[text.len()..]));
     }
     out
 }
@@ -514,7 +502,7 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
         .enable_all()
         .build()
         .map_err(InjectError::Runtime)?;
-    let out = runtime.block_on(async {
+    let mut out = runtime.block_on(async {
         let mut deps = Deps::offline();
         // The reader is the operator, at their own terminal: AWS's own words for a failure.
         deps.errors_in_replies = true;
@@ -534,10 +522,9 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
         && std::io::stdout().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     if colour {
-        print!("{}", coloured(&out.stdout));
-    } else {
-        print!("{}", out.stdout);
+        out.stdout = coloured(&out.stdout);
     }
+    print!("{}", out.stdout);
     for w in &out.warnings {
         eprintln!("{w}");
     }

@@ -348,8 +348,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Inject(args) => {
             let loaded = source.load()?;
             print_warnings(&loaded);
-            inject::run(&loaded.config, &args)?;
-            Ok(())
+            Ok(inject::run(&loaded.config, &args)?)
         }
         Command::CheckConfig { changed, .. } => {
             // No log subscriber: stdout is one JSON document, and warnings go to stderr.
@@ -370,9 +369,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             {
                 eprintln!("podmutator: warning: {w}");
             }
-            let mut out = std::io::stdout().lock();
             // A closed pipe (`| head`) is the reader's choice, not an error worth a panic.
-            let _ = writeln!(out, "{text}");
+            let _ = writeln!(std::io::stdout().lock(), "{text}");
             Ok(())
         }
         Command::Lambda { .. } => {
@@ -380,9 +378,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             lambda::check_runtime_env(|k| std::env::var(k).ok()).map_err(CliError::LambdaEnv)?;
             let loaded = source.load()?;
             log_warnings(&loaded);
-            let config = loaded.config;
             runtime(false)?.block_on(async {
-                let front = Arc::new(startup::front(&config, Starter::Lambda).await?);
+                let front = Arc::new(startup::front(&loaded.config, Starter::Lambda).await?);
                 start_line(
                     "lambda runtime starting",
                     serde_json::json!({

@@ -65,10 +65,6 @@ impl Slot {
         self.state.load(Ordering::Acquire) & IN_FLIGHT_MASK
     }
 
-    fn answering(&self) -> u64 {
-        (self.state.load(Ordering::Acquire) & ANSWERING_MASK) / ANSWERING_ONE
-    }
-
     /// A request head was parsed: the request is in flight until the returned guard drops.
     pub fn begin(self: &Arc<Self>) -> InFlight {
         self.served.store(true, Ordering::Relaxed);
@@ -82,27 +78,18 @@ impl Slot {
 
     /// Marks the connection for closing if nothing on it is being answered.
     fn try_shed(&self) -> bool {
-        let mut current = self.state.load(Ordering::Acquire);
-        loop {
-            if current & (ANSWERING_MASK | SHED) != 0 {
-                return false;
-            }
-            match self.state.compare_exchange_weak(
-                current,
-                current | SHED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return true,
-                Err(now) => current = now,
-            }
-        }
+        self.state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                (s & (ANSWERING_MASK | SHED) == 0).then_some(s | SHED)
+            })
+            .is_ok()
     }
 
     /// How eagerly this connection is closed to make room (lower first), or `None` when it is
     /// answering a request and so never chosen.
     fn shed_rank(&self) -> Option<(u8, u128, u64)> {
-        if self.answering() > 0 {
+        // Answering a request: never chosen.
+        if self.state.load(Ordering::Acquire) & ANSWERING_MASK != 0 {
             return None;
         }
         let since = |at: Instant| at.elapsed().as_nanos();
@@ -137,24 +124,15 @@ impl InFlight {
     /// The body is wholly read and the request is being answered: from now the connection is
     /// not closed to make room. `false` when it was chosen for closing already.
     pub fn answering(&mut self) -> bool {
-        let mut current = self.slot.state.load(Ordering::Acquire);
-        loop {
-            if current & SHED != 0 {
-                return false;
-            }
-            match self.slot.state.compare_exchange_weak(
-                current,
-                current + ANSWERING_ONE,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    self.answering = true;
-                    return true;
-                }
-                Err(now) => current = now,
-            }
-        }
+        let begun = self
+            .slot
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                (s & SHED == 0).then_some(s + ANSWERING_ONE)
+            })
+            .is_ok();
+        self.answering |= begun;
+        begun
     }
 }
 
@@ -342,12 +320,6 @@ impl Registry {
         Admit::Open(slot)
     }
 
-    fn release(&self, id: u64) {
-        if self.lock().remove(id) {
-            self.freed.notify_one();
-        }
-    }
-
     /// The guard that removes `slot` from the registry when its connection task ends, however
     /// it ends.
     pub fn release_on_drop(self: &Arc<Self>, slot: &Slot) -> Release {
@@ -360,7 +332,9 @@ pub struct Release(Arc<Registry>, u64);
 
 impl Drop for Release {
     fn drop(&mut self) {
-        self.0.release(self.1);
+        if self.0.lock().remove(self.1) {
+            self.0.freed.notify_one();
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! answer is JSON.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -152,13 +153,6 @@ pub(crate) fn invalid(text: String) -> Answer {
     Answer::error(&Error::Invalid(text), "", API_VERSION_V1)
 }
 
-/// The 400 for a body over `http.maxBodyBytes`.
-pub fn body_too_large(limit: usize) -> Answer {
-    invalid(format!(
-        "body is over the {limit}-byte limit (http.maxBodyBytes); a Pod AdmissionReview is normally a few kilobytes"
-    ))
-}
-
 /// Where a request goes, decided before its body is read.
 #[derive(Debug)]
 pub enum Routed {
@@ -212,11 +206,7 @@ impl Front {
         if self.tokens.is_empty() {
             return Some(path);
         }
-        let tail = self.token_tail(path);
-        if tail.is_none() && self.accept_plain {
-            return Some(path);
-        }
-        tail
+        self.token_tail(path).or(self.accept_plain.then_some(path))
     }
 
     /// What follows the path's first segment when that segment is an accepted token.
@@ -267,7 +257,6 @@ impl Front {
     }
 
     fn record(&self, kind: Refusal, seen: Seen) {
-        use std::sync::atomic::Ordering::Relaxed;
         let i = Refusal::ALL.iter().position(|k| *k == kind).unwrap_or(0);
         // Every refusal, unsampled: the counter is read by scraping, not written as a line.
         self.app.counters().refused(kind.as_str());
@@ -290,7 +279,6 @@ impl Front {
     /// Reports what kind `i` holds since its last report (`last`, in ms), unless another caller
     /// did since: one WARN line and one EMF line with the count.
     fn report(&self, i: usize, last: u64) {
-        use std::sync::atomic::Ordering::Relaxed;
         if self.refusals.last_ms[i]
             .compare_exchange(last, now_ms().max(1), Relaxed, Relaxed)
             .is_err()
@@ -338,7 +326,6 @@ impl Front {
     /// Lambda adapter calls it with `all` at the end of each invocation, before the instance
     /// can be frozen or recycled with counts in memory.
     pub fn flush_refusals(&self, all: bool) {
-        use std::sync::atomic::Ordering::Relaxed;
         for i in 0..Refusal::ALL.len() {
             if self.refusals.pending[i].load(Relaxed) == 0 {
                 continue;
@@ -350,10 +337,13 @@ impl Front {
         }
     }
 
-    /// The 400 for a body over the limit, recorded as a refusal.
+    /// The 400 for a body over `http.maxBodyBytes`, recorded as a refusal.
     pub fn body_too_large(&self, peer: Option<&str>, method: &str) -> Answer {
         self.refused(Refusal::BodyTooLarge, peer, method, None);
-        body_too_large(self.max_body_bytes)
+        invalid(format!(
+            "body is over the {}-byte limit (http.maxBodyBytes); a Pod AdmissionReview is normally a few kilobytes",
+            self.max_body_bytes
+        ))
     }
 
     /// Decides from the request line and headers alone; `peer` is the caller, for the lines

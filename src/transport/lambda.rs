@@ -6,6 +6,8 @@
 //! into a URL. A webhook must answer bad input with a clear 400, so the few fields we need are
 //! read from the event directly, and the response is written in the shape the source expects.
 
+use std::borrow::Cow;
+
 use base64::Engine;
 use lambda_http::aws_lambda_events::alb::{AlbTargetGroupRequest, AlbTargetGroupResponse};
 use lambda_http::aws_lambda_events::apigw::{
@@ -206,13 +208,7 @@ fn fit(source: Source, answer: Answer) -> Reply {
 /// One event in, one response out. The refusals counted and not yet reported are reported
 /// before the invocation ends: the instance may be frozen or recycled after it.
 pub async fn handle(front: &Front, event: LambdaRequest) -> LambdaReply {
-    let reply = handle_event(front, event).await;
-    front.flush_refusals(true);
-    reply
-}
-
-async fn handle_event(front: &Front, event: LambdaRequest) -> LambdaReply {
-    match event {
+    let reply = match event {
         LambdaRequest::ApiGatewayV1(req) => LambdaReply::ApiGatewayV1(rest(front, req).await),
         LambdaRequest::ApiGatewayV2(req) => LambdaReply::ApiGatewayV2(http_api(front, req).await),
         LambdaRequest::Alb(req) => LambdaReply::Alb(alb(front, req).await),
@@ -222,7 +218,9 @@ async fn handle_event(front: &Front, event: LambdaRequest) -> LambdaReply {
             let reply = invalid("unsupported Lambda event source".into()).into();
             LambdaReply::ApiGatewayV2(v2_response(reply))
         }
-    }
+    };
+    front.flush_refusals(true);
+    reply
 }
 
 /// The reply's body as the event's text body, without a copy: the admission writes UTF-8 JSON
@@ -236,26 +234,20 @@ fn text(body: Vec<u8>) -> Body {
 
 /// The body as bytes (the event's own text, not a copy), or a 400 reply when it is marked
 /// base64 and is not.
-fn body_bytes(body: Option<&str>, base64: bool) -> Result<std::borrow::Cow<'_, [u8]>, Reply> {
-    let Some(body) = body else {
-        return Ok(std::borrow::Cow::Borrowed(&[]));
-    };
-    if !base64 {
-        return Ok(std::borrow::Cow::Borrowed(body.as_bytes()));
+fn body_bytes(body: Option<&str>, base64: bool) -> Result<Cow<'_, [u8]>, Reply> {
+    match body {
+        None => Ok(Cow::Borrowed(&[])),
+        Some(body) if !base64 => Ok(Cow::Borrowed(body.as_bytes())),
+        Some(body) => base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .map(Cow::Owned)
+            .map_err(|e| {
+                invalid(format!(
+                    "the event's body is marked isBase64Encoded but is not valid base64: {e}"
+                ))
+                .into()
+            }),
     }
-    base64::engine::general_purpose::STANDARD
-        .decode(body)
-        .map(std::borrow::Cow::Owned)
-        .map_err(|e| {
-            invalid(format!(
-                "the event's body is marked isBase64Encoded but is not valid base64: {e}"
-            ))
-            .into()
-        })
-}
-
-fn content_type(headers: &HeaderMap) -> Option<&str> {
-    headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -271,7 +263,8 @@ async fn dispatch(
 ) -> Reply {
     // Path token, route and method first: a caller without the token gets its 404 before
     // the body is even decoded.
-    let route = match front.route(peer, method, path, content_type(headers)) {
+    let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let route = match front.route(peer, method, path, content_type) {
         Routed::Answer(reply) => return reply,
         Routed::Review(route) => route,
     };
@@ -423,21 +416,20 @@ pub const RUNTIME_ENV: [&str; 4] = [
 
 /// The runtime variables that are missing or unusable, `; `-joined, or `Ok` when all are set.
 pub fn check_runtime_env(get: impl Fn(&str) -> Option<String>) -> Result<(), String> {
-    let mut problems = Vec::new();
-    for name in RUNTIME_ENV {
-        match get(name) {
-            None => problems.push(format!("{name} is not set")),
+    let problems: Vec<String> = RUNTIME_ENV
+        .into_iter()
+        .filter_map(|name| match get(name) {
+            None => Some(format!("{name} is not set")),
             Some(v) if name == "AWS_LAMBDA_FUNCTION_MEMORY_SIZE" && v.parse::<i32>().is_err() => {
-                problems.push(format!("{name} is not a whole number of MB: {v:?}"))
+                Some(format!("{name} is not a whole number of MB: {v:?}"))
             }
-            Some(_) => {}
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("; "))
-    }
+            Some(_) => None,
+        })
+        .collect();
+    problems
+        .is_empty()
+        .then_some(())
+        .ok_or_else(|| problems.join("; "))
 }
 
 /// Runs the Lambda runtime loop until the process is stopped.

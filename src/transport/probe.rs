@@ -40,6 +40,7 @@ fn answer(
 ) -> (u16, &'static str, Vec<u8>) {
     const JSON: &str = "application/json";
     let body_for = |m: &str, body: Vec<u8>| if m == "HEAD" { Vec::new() } else { body };
+    let json = |r: podmutator_core::admission::Reply| (r.status, JSON, r.body);
     match (path, method) {
         ("/metrics", "GET" | "HEAD") => (
             200,
@@ -54,17 +55,11 @@ fn answer(
             };
             (status, JSON, body_for(method, health(text)))
         }
-        ("/metrics" | "/healthz", _) => {
-            let r = message(405, "method not allowed: use GET");
-            (r.status, JSON, r.body)
-        }
-        _ => {
-            let r = message(
-                404,
-                "not found: this port serves /metrics and /healthz only; admissions are on webhook.listenPort",
-            );
-            (r.status, JSON, r.body)
-        }
+        ("/metrics" | "/healthz", _) => json(message(405, "method not allowed: use GET")),
+        _ => json(message(
+            404,
+            "not found: this port serves /metrics and /healthz only; admissions are on webhook.listenPort",
+        )),
     }
 }
 

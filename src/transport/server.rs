@@ -30,7 +30,6 @@ use tokio_rustls::rustls;
 
 use super::conns::{Admit, Answering, InFlight, Registry, Release, Slot};
 use super::http::{Front, Routed, message};
-use super::tls::TlsError;
 use podmutator_core::admission::Reply;
 
 /// How the server bounds what one client can hold.
@@ -114,10 +113,6 @@ impl Limits {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("{0}")]
-    Config(String),
-    #[error(transparent)]
-    Tls(#[from] TlsError),
     #[error("failed to install the SIGTERM and SIGINT handlers: {0}")]
     Signals(std::io::Error),
     #[error("failed to listen on {addr}: {source}")]
@@ -127,10 +122,12 @@ pub enum ServerError {
     },
 }
 
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServerError::Listen { addr, source })
+/// A listener on `addr`, and the address it is bound to (`addr` with port 0 gets one).
+pub async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError> {
+    let failed = |source| ServerError::Listen { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(failed)?;
+    let local = listener.local_addr().map_err(failed)?;
+    Ok((listener, local))
 }
 
 /// How often a full server looks again for a connection that went idle.
@@ -184,7 +181,13 @@ async fn answer(
             let unread = over.map(|()| body);
             return (front.body_too_large(peer, method).into(), unread);
         }
-        Err(_) => return (body_timed_out(limits.body), None),
+        Err(_) => {
+            let text = format!(
+                "request timed out: the body was not sent within {} s (http.bodyTimeoutSeconds)",
+                limits.body.as_secs()
+            );
+            return (message(408, &text), None);
+        }
     };
     if !in_flight.answering() {
         // Chosen to make room before it was wholly read: the connection is closing.
@@ -197,17 +200,6 @@ async fn answer(
         Ok(answer) => (answer.into(), None),
         Err(_) => (message(500, "the admission did not finish in time"), None),
     }
-}
-
-/// The 408 for a body that did not arrive within `http.bodyTimeoutSeconds`.
-fn body_timed_out(limit: Duration) -> Reply {
-    message(
-        408,
-        &format!(
-            "request timed out: the body was not sent within {} s (http.bodyTimeoutSeconds)",
-            limit.as_secs()
-        ),
-    )
 }
 
 /// Reads and discards what is left of a body answered early, within `max_bytes` and `limit`:

@@ -469,17 +469,9 @@ pub fn tls_config(files: &CertFiles) -> Result<Arc<rustls::ServerConfig>, TlsErr
     tls_config_reloading(files, RELOAD_EVERY, None)
 }
 
-/// [`tls_config`], requiring of every client a certificate signed by one of the CAs of
-/// `client_ca` (a PEM file): a handshake without one, or with another, fails.
-pub fn tls_config_verifying(
-    files: &CertFiles,
-    client_ca: &Path,
-) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    tls_config_reloading(files, RELOAD_EVERY, Some(client_ca))
-}
-
-/// [`tls_config`] (or [`tls_config_verifying`] with `client_ca`), looking at the files again
-/// every `every` at most.
+/// [`tls_config`], looking at the files again every `every` at most; with `client_ca` (a PEM
+/// file), requiring of every client a certificate signed by one of its CAs: a handshake
+/// without one, or with another, fails.
 pub fn tls_config_reloading(
     files: &CertFiles,
     every: std::time::Duration,
@@ -724,7 +716,8 @@ mod tests {
     fn a_client_ca_file_that_is_no_regular_file_is_refused_unread() {
         let dir = std::env::temp_dir().join(format!("podmutator-client-ca-{}", std::process::id()));
         let files = ensure_certs(&dir, true, &["localhost".to_owned()]).unwrap();
-        let err = tls_config_verifying(&files, Path::new("/dev/zero")).expect_err("refused");
+        let err = tls_config_reloading(&files, RELOAD_EVERY, Some(Path::new("/dev/zero")))
+            .expect_err("refused");
         assert!(err.to_string().contains("not a regular file"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

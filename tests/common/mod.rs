@@ -506,8 +506,8 @@ pub async fn start_server(
     assert!(files.generated);
     let tls = tls::tls_config(&files).unwrap();
     let front = Arc::new(webhook(config, Deps::offline()));
-    let listener = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, local) = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let port = local.port();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         server::serve(front, listener, tls, limits, async {
