@@ -389,31 +389,23 @@ impl SecretInjector for SidecarInjector {
             .into_iter()
             .flatten()
             .find(|c| c.name == name);
-        let injected = match existing {
+        let spec = match existing {
             Some(c) if !Fetch::is_done_by(c, &self.fetcher(name.clone(), &fetch)) => {
                 return Err(Refusal::Conflict(format!(
                     "init container {name} already exists and is not the fetcher podmutator injects for this secret (its image, command or settings differ); remove or rename that init container"
                 )));
             }
-            Some(_) => true,
-            None => false,
+            Some(_) => pod.spec.get_or_insert_with(Default::default),
+            None => {
+                let spec = pod.spec.get_or_insert_with(Default::default);
+                let fetcher = self.fetcher(name, &fetch);
+                spec.init_containers
+                    .get_or_insert_with(Vec::new)
+                    .push(fetcher);
+                spec
+            }
         };
-
-        let spec = pod.spec.get_or_insert_with(Default::default);
-        if !injected {
-            let fetcher = self.fetcher(name, &fetch);
-            spec.init_containers
-                .get_or_insert_with(Vec::new)
-                .push(fetcher);
-        }
-        if !spec
-            .volumes
-            .iter()
-            .flatten()
-            .any(|v| v.name == self.shared.volume.name)
-        {
-            add_volume(&mut spec.volumes, self.shared.volume.clone());
-        }
+        add_volume(&mut spec.volumes, self.shared.volume.clone());
         edits.mount(self.shared.mount.clone());
         edits.file_secret(&s.env_var, &fetch.file);
         Ok(())
