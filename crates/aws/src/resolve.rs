@@ -68,11 +68,9 @@ impl DescribeSource {
             // be read: for the pod it does not exist, and the cascade goes on.
             Ok(out) if out.deleted_date().is_some() => Ok((id, Lookup::NotFound)),
             Ok(out) => {
-                let found = SecretRef {
-                    name: out.name().unwrap_or(&id).to_owned(),
-                    arn: out.arn().unwrap_or_default().to_owned(),
-                };
-                Ok((id, Lookup::Exists(found)))
+                let name = out.name().unwrap_or(&id).to_owned();
+                let arn = out.arn().unwrap_or_default().to_owned();
+                Ok((id, Lookup::Exists(SecretRef { name, arn })))
             }
             Err(e)
                 if e.as_service_error()

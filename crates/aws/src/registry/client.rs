@@ -71,11 +71,9 @@ impl RegistryClient {
             // A regular file of at most 4 MiB, as every file a configuration names.
             let pem = podmutator_core::config::read_file(config.ca_bundle_file.as_ref())
                 .map_err(|e| BuildError(format!("cannot read {}: {e}", config.ca_bundle_file)))?;
-            for cert in rustls_pemfile::certs(&mut pem.as_bytes()) {
-                extra_roots.push(cert.map_err(|e| {
-                    BuildError(format!("{} is not PEM: {e}", config.ca_bundle_file))
-                })?);
-            }
+            extra_roots = rustls_pemfile::certs(&mut pem.as_bytes())
+                .collect::<Result<_, _>>()
+                .map_err(|e| BuildError(format!("{} is not PEM: {e}", config.ca_bundle_file)))?;
             if extra_roots.is_empty() {
                 return Err(BuildError(format!(
                     "{} holds no PEM certificate",
@@ -466,7 +464,7 @@ impl Session<'_> {
         struct Blob {
             config: Option<Inner>,
         }
-        #[derive(Deserialize)]
+        #[derive(Deserialize, Default)]
         #[serde(rename_all = "PascalCase")]
         struct Inner {
             entrypoint: Option<Vec<String>>,
@@ -476,13 +474,10 @@ impl Session<'_> {
             what: self.what(&format!("config blob {digest}")),
             reason: format!("not an image config: {e}"),
         })?;
-        let inner = blob.config;
+        let inner = blob.config.unwrap_or_default();
         Ok(ImageCommand {
-            entrypoint: inner
-                .as_ref()
-                .and_then(|c| c.entrypoint.clone())
-                .unwrap_or_default(),
-            cmd: inner.and_then(|c| c.cmd).unwrap_or_default(),
+            entrypoint: inner.entrypoint.unwrap_or_default(),
+            cmd: inner.cmd.unwrap_or_default(),
         })
     }
 }
@@ -609,15 +604,14 @@ fn challenge_scheme(header: Option<&str>) -> String {
 
 /// Percent-encodes a query value (RFC 3986 unreserved characters, and `:` `/` kept).
 fn encode_query(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~:/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    s.bytes()
+        .map(
+            |b| match b.is_ascii_alphanumeric() || b"-._~:/".contains(&b) {
+                true => char::from(b).to_string(),
+                false => format!("%{b:02X}"),
+            },
+        )
+        .collect()
 }
 
 #[cfg(test)]
