@@ -179,14 +179,12 @@ pub fn authority(url: &Url) -> String {
 fn reason(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = Vec::new();
     let mut tls = false;
-    let mut next = Some(e);
-    while let Some(err) = next {
+    for err in std::iter::successors(Some(e), |e| e.source()) {
         tls |= is_tls(err);
         let text = err.to_string();
         if !parts.iter().any(|p: &String| p.contains(&text)) {
             parts.push(text);
         }
-        next = err.source();
     }
     let text = parts.join(": ");
     if tls {

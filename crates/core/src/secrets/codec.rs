@@ -78,7 +78,7 @@ impl MountRequirement {
     const NAMES: [&'static str; 3] = ["ANY", "ENV_VAR", "FILE"];
 
     /// The proto name, `None` for numbers without one.
-    fn name(self) -> Option<&'static str> {
+    pub(crate) fn name(self) -> Option<&'static str> {
         Self::NAMES
             .get(usize::try_from(self.number()).ok()?)
             .copied()
