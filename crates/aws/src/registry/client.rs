@@ -397,7 +397,7 @@ impl Session<'_> {
                 manifests: Some(list),
                 ..
             } => {
-                let linux: Vec<&Descriptor> = list
+                let mut chosen: Vec<&Descriptor> = list
                     .iter()
                     .filter(|d| {
                         d.platform
@@ -405,15 +405,10 @@ impl Session<'_> {
                             .is_some_and(|p| p.os == "linux" && p.architecture != "unknown")
                     })
                     .collect();
-                let chosen: Vec<&Descriptor> = match arch {
-                    Some(a) => linux
-                        .iter()
-                        .copied()
-                        .filter(|d| d.platform.as_ref().is_some_and(|p| p.architecture == a))
-                        .take(1)
-                        .collect(),
-                    None => linux.clone(),
-                };
+                if let Some(a) = arch {
+                    chosen.retain(|d| d.platform.as_ref().is_some_and(|p| p.architecture == a));
+                    chosen.truncate(1);
+                }
                 if chosen.is_empty() {
                     return Err(LookupError::NoPlatform {
                         arch: arch.unwrap_or("any").to_owned(),
