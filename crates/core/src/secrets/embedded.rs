@@ -152,9 +152,7 @@ pub(crate) fn scope(pod: &Pod) -> Result<(&str, &str, &str), &'static str> {
 /// Keys that become file names inside a shell pipeline: nothing that can leave the directory or
 /// be read by the shell.
 pub(crate) fn is_safe_file_key(key: &str) -> bool {
-    !key.is_empty()
-        && key != "."
-        && key != ".."
+    !matches!(key, "" | "." | "..")
         && key
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
