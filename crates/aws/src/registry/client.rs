@@ -257,13 +257,6 @@ struct Session<'c> {
 }
 
 impl Session<'_> {
-    fn url(&self, kind: &str, reference: &str) -> String {
-        format!(
-            "https://{}/v2/{}/{kind}/{reference}",
-            self.authority, self.repo
-        )
-    }
-
     /// `<registry>/<repo> <thing>`, as an error names what it was about.
     fn what(&self, thing: &str) -> String {
         format!("{}/{} {thing}", self.authority, self.repo)
@@ -276,7 +269,8 @@ impl Session<'_> {
         reference: &str,
         accept: &str,
     ) -> Result<Bytes, LookupError> {
-        let url = self.url(kind, reference);
+        let (authority, repo) = (&self.authority, &self.repo);
+        let url = format!("https://{authority}/v2/{repo}/{kind}/{reference}");
         let what = self.what(&format!("{kind} {reference}"));
         let mut challenged = false;
         loop {

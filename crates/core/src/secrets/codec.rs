@@ -484,15 +484,9 @@ impl<'a> Lexer<'a> {
     }
 
     fn next(&mut self) -> Result<Token<'a>, CodecError> {
-        while let Some(&b) = self.src.get(self.pos) {
-            match b {
-                b' ' | b'\t' | b'\r' => self.pos += 1,
-                b'\n' => {
-                    self.pos += 1;
-                    self.line += 1;
-                }
-                _ => break,
-            }
+        while let Some(&b @ (b' ' | b'\t' | b'\r' | b'\n')) = self.src.get(self.pos) {
+            self.pos += 1;
+            self.line += usize::from(b == b'\n');
         }
         let Some(&b) = self.src.get(self.pos) else {
             return Ok(Token::Eof);
