@@ -64,21 +64,13 @@ impl VaultInjector {
     /// The per-secret annotation triple (`CreateVaultAnnotationsForSecret`).
     fn secret_annotations(&self, s: &Secret) -> BTreeMap<String, String> {
         let id = vault_id(s);
+        let key = |what: &str| format!("{VAULT_ANNOTATION_PREFIX}agent-inject-{what}-{id}");
         let mut out = BTreeMap::from([
-            (
-                format!("{VAULT_ANNOTATION_PREFIX}agent-inject-secret-{id}"),
-                s.group.clone(),
-            ),
-            (
-                format!("{VAULT_ANNOTATION_PREFIX}agent-inject-file-{id}"),
-                format!("{}/{}", s.group, s.key),
-            ),
+            (key("secret"), s.group.clone()),
+            (key("file"), format!("{}/{}", s.group, s.key)),
         ]);
         if let Some(query) = self.query(&s.group_version) {
-            out.insert(
-                format!("{VAULT_ANNOTATION_PREFIX}agent-inject-template-{id}"),
-                template(query, &s.group, &s.key),
-            );
+            out.insert(key("template"), template(query, &s.group, &s.key));
         }
         out
     }
