@@ -138,10 +138,7 @@ impl Http {
         };
         let location = text(header::LOCATION);
         let challenge = text(header::WWW_AUTHENTICATE);
-        if resp
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
+        if text(header::CONTENT_LENGTH)
             .and_then(|v| v.parse::<u64>().ok())
             .is_some_and(|n| n > MAX_BODY as u64)
         {

@@ -45,14 +45,13 @@ pub fn cascade(org: &str, domain: &str, project: &str, key: &str) -> [String; 3]
 /// The template `parts` with each placeholder replaced by its value.
 fn render(parts: &[TemplatePart], org: &str, project: &str, domain: &str) -> String {
     let values = [org, project, domain];
-    let mut out = String::with_capacity(64);
-    for part in parts {
-        out.push_str(match part {
+    parts
+        .iter()
+        .map(|part| match part {
             TemplatePart::Literal(l) => l,
             TemplatePart::Slot(i) => values[*i],
-        });
-    }
-    out
+        })
+        .collect()
 }
 
 /// One way to read a namespace under the template: the value of each placeholder the template
