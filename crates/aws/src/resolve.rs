@@ -37,14 +37,9 @@ pub struct DescribeSource {
 
 impl DescribeSource {
     pub fn new(client: Client) -> Self {
-        Self::with_limit(client, DEFAULT_MAX_DESCRIBE_IN_FLIGHT)
-    }
-
-    /// At most `max_in_flight` calls at once for the whole process (at least 1).
-    pub fn with_limit(client: Client, max_in_flight: usize) -> Self {
         Self {
             client,
-            in_flight: Arc::new(Semaphore::new(max_in_flight.max(1))),
+            in_flight: Arc::new(Semaphore::new(DEFAULT_MAX_DESCRIBE_IN_FLIGHT)),
         }
     }
 
