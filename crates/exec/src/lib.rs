@@ -180,19 +180,17 @@ fn read_bounded(file: &Path, limit: usize) -> std::io::Result<Bounded> {
     // The type of what was opened (fstat), not of what the path named a moment before.
     let kind = f.metadata()?.file_type();
     if !kind.is_file() {
-        return Ok(Bounded::NotAFile(if kind.is_dir() {
-            "a directory"
-        } else if kind.is_fifo() {
-            "a FIFO"
-        } else if kind.is_char_device() {
-            "a character device"
-        } else if kind.is_block_device() {
-            "a block device"
-        } else if kind.is_socket() {
-            "a socket"
-        } else {
-            "something else"
-        }));
+        let named = [
+            (kind.is_dir(), "a directory"),
+            (kind.is_fifo(), "a FIFO"),
+            (kind.is_char_device(), "a character device"),
+            (kind.is_block_device(), "a block device"),
+            (kind.is_socket(), "a socket"),
+        ];
+        let what = named.into_iter().find(|(is, _)| *is);
+        return Ok(Bounded::NotAFile(
+            what.map_or("something else", |(_, name)| name),
+        ));
     }
     let mut bytes = Vec::new();
     f.take(limit as u64 + 1).read_to_end(&mut bytes)?;

@@ -549,9 +549,11 @@ fn parse_bearer(header: &str) -> Option<Bearer> {
     if !scheme.eq_ignore_ascii_case("bearer") {
         return None;
     }
-    let mut realm = None;
-    let mut service = None;
-    let mut scope = None;
+    let mut bearer = Bearer {
+        realm: String::new(),
+        service: None,
+        scope: None,
+    };
     let mut rest = params.trim();
     while !rest.is_empty() {
         let (key, after) = rest.split_once('=')?;
@@ -567,19 +569,14 @@ fn parse_bearer(header: &str) -> Option<Bearer> {
             }
         };
         match key.as_str() {
-            "realm" => realm = Some(value.to_owned()),
-            "service" => service = Some(value.to_owned()),
-            "scope" => scope = Some(value.to_owned()),
+            "realm" => bearer.realm = value.to_owned(),
+            "service" => bearer.service = Some(value.to_owned()),
+            "scope" => bearer.scope = Some(value.to_owned()),
             _ => {}
         }
         rest = next.trim_start_matches(',').trim_start();
     }
-    let realm = realm.filter(|r| r.starts_with("https://"))?;
-    Some(Bearer {
-        realm,
-        service,
-        scope,
-    })
+    bearer.realm.starts_with("https://").then_some(bearer)
 }
 
 fn challenge_scheme(header: Option<&str>) -> String {
