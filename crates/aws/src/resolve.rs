@@ -37,14 +37,9 @@ pub struct DescribeSource {
 
 impl DescribeSource {
     pub fn new(client: Client) -> Self {
-        Self::with_limit(client, DEFAULT_MAX_DESCRIBE_IN_FLIGHT)
-    }
-
-    /// At most `max_in_flight` calls at once for the whole process (at least 1).
-    pub fn with_limit(client: Client, max_in_flight: usize) -> Self {
         Self {
             client,
-            in_flight: Arc::new(Semaphore::new(max_in_flight.max(1))),
+            in_flight: Arc::new(Semaphore::new(DEFAULT_MAX_DESCRIBE_IN_FLIGHT)),
         }
     }
 
@@ -68,11 +63,9 @@ impl DescribeSource {
             // be read: for the pod it does not exist, and the cascade goes on.
             Ok(out) if out.deleted_date().is_some() => Ok((id, Lookup::NotFound)),
             Ok(out) => {
-                let found = SecretRef {
-                    name: out.name().unwrap_or(&id).to_owned(),
-                    arn: out.arn().unwrap_or_default().to_owned(),
-                };
-                Ok((id, Lookup::Exists(found)))
+                let name = out.name().unwrap_or(&id).to_owned();
+                let arn = out.arn().unwrap_or_default().to_owned();
+                Ok((id, Lookup::Exists(SecretRef { name, arn })))
             }
             Err(e)
                 if e.as_service_error()

@@ -271,7 +271,6 @@ pub struct AwsSource {
     warm: Arc<AtomicBool>,
 }
 
-/// The API's per-call maximum for `SecretIdList`.
 /// One call's share of the bounds: a slot of the admission's and one of the process's.
 struct Slot {
     _admission: Option<OwnedSemaphorePermit>,
@@ -293,11 +292,9 @@ impl CallCtx {
     /// calls and takes at most its share of the process's. The semaphores are never closed; if
     /// one were, the call would go ahead unbounded rather than fail.
     async fn slot(&self) -> Slot {
-        let admission = self.admission.clone().acquire_owned().await.ok();
-        let process = self.process.clone().acquire_owned().await.ok();
         Slot {
-            _admission: admission,
-            _process: process,
+            _admission: self.admission.clone().acquire_owned().await.ok(),
+            _process: self.process.clone().acquire_owned().await.ok(),
         }
     }
 
@@ -377,13 +374,8 @@ impl CallCtx {
                 Lookup::NotFound
             }
             Err(e) => {
-                let throttles = self.throttles.get();
-                return Err(from_sdk(
-                    Api::GetSecretValue,
-                    std::slice::from_ref(&id),
-                    throttles,
-                    e,
-                ));
+                let ids = std::slice::from_ref(&id);
+                return Err(from_sdk(Api::GetSecretValue, ids, self.throttles.get(), e));
             }
         };
         self.warm.store(true, Ordering::Relaxed);
@@ -655,9 +647,7 @@ impl<S: SecretSource> SecretSource for CachingSource<S> {
             Ok(Fetched {
                 values: out,
                 cache_hits: cache_hits + fetched.cache_hits,
-                backend_ids: fetched.backend_ids,
-                backend_calls: fetched.backend_calls,
-                throttles: fetched.throttles,
+                ..fetched
             })
         })
     }

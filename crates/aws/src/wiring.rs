@@ -9,9 +9,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use podmutator_core::Deps;
 use podmutator_core::config::{Config, ConfigError};
 use podmutator_core::secrets::source::{BoxFuture, Fetched, SecretSource, SourceError};
-use podmutator_core::{Deps, registry::EntrypointSource};
 
 use crate::registry::client::RegistryClient;
 use crate::resolve::DescribeSource;
@@ -55,8 +55,7 @@ pub fn deps(config: &Config, aws: &SharedAws, mut deps: Deps) -> Result<Deps, Co
     if reads.images && deps.entrypoints.is_none() {
         let client = RegistryClient::new(&config.embedded.entrypoint_lookup)
             .map_err(|e| ConfigError::new("embedded.entrypointLookup.caBundleFile", e.0))?;
-        let client: Arc<dyn EntrypointSource> = Arc::new(client.with_ecr(aws.clone()));
-        deps.entrypoints = Some(client);
+        deps.entrypoints = Some(Arc::new(client.with_ecr(aws.clone())));
     }
     Ok(deps)
 }

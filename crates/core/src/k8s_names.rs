@@ -18,26 +18,21 @@ pub use podmutator_exec::names::{
 
 /// RFC 1123 label (`IsDNS1123Label`): container, volume and port names.
 pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
+    s.len() <= 63 && is_dns_part(s)
 }
 
 /// RFC 1123 subdomain (`IsDNS1123Subdomain`): object names, label prefixes, CSI drivers.
 pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_part)
+}
+
+/// A label of any length: lowercase letters, digits and '-', a letter or digit at both ends.
+fn is_dns_part(s: &str) -> bool {
     !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
 }
 
 /// The name part of a qualified name, and a non-empty label value: 1-63 alphanumerics, `-`,
@@ -58,10 +53,9 @@ pub fn is_qualified_name(key: &str) -> bool {
 
 /// Why `key` is not a label or annotation key (`[prefix/]name`), if it is not.
 pub fn qualified_name_problem(key: &str) -> Option<String> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
-    };
+    let (prefix, name) = key
+        .split_once('/')
+        .map_or((None, key), |(p, n)| (Some(p), n));
     if let Some(p) = prefix
         && !is_dns_subdomain(p)
     {

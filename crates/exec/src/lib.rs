@@ -138,40 +138,18 @@ impl ExecPlan {
     pub fn load(&self) -> Result<Vec<(String, String)>, ExecError> {
         let mut out = Vec::with_capacity(self.vars.len());
         for (var, file) in &self.vars {
-            let path = file.display().to_string();
+            let (var, path) = (var.clone(), file.display().to_string());
             // `NAME=value` must fit in one argument string of the new process.
             let room = MAX_ENV_STRING.saturating_sub(var.len() + 1);
             let bytes = match read_bounded(file, room) {
                 Ok(Bounded::Within(bytes)) => bytes,
-                Ok(Bounded::Over) => {
-                    return Err(ExecError::TooLong {
-                        var: var.clone(),
-                        path,
-                    });
-                }
-                Ok(Bounded::NotAFile(kind)) => {
-                    return Err(ExecError::NotAFile {
-                        var: var.clone(),
-                        path,
-                        kind,
-                    });
-                }
-                Err(source) => {
-                    return Err(ExecError::Read {
-                        var: var.clone(),
-                        path,
-                        source,
-                    });
-                }
+                Ok(Bounded::Over) => return Err(ExecError::TooLong { var, path }),
+                Ok(Bounded::NotAFile(kind)) => return Err(ExecError::NotAFile { var, path, kind }),
+                Err(source) => return Err(ExecError::Read { var, path, source }),
             };
             match String::from_utf8(bytes) {
-                Ok(text) if !text.contains('\0') => out.push((var.clone(), text)),
-                _ => {
-                    return Err(ExecError::NotText {
-                        var: var.clone(),
-                        path,
-                    });
-                }
+                Ok(text) if !text.contains('\0') => out.push((var, text)),
+                _ => return Err(ExecError::NotText { var, path }),
             }
         }
         Ok(out)
@@ -202,19 +180,17 @@ fn read_bounded(file: &Path, limit: usize) -> std::io::Result<Bounded> {
     // The type of what was opened (fstat), not of what the path named a moment before.
     let kind = f.metadata()?.file_type();
     if !kind.is_file() {
-        return Ok(Bounded::NotAFile(if kind.is_dir() {
-            "a directory"
-        } else if kind.is_fifo() {
-            "a FIFO"
-        } else if kind.is_char_device() {
-            "a character device"
-        } else if kind.is_block_device() {
-            "a block device"
-        } else if kind.is_socket() {
-            "a socket"
-        } else {
-            "something else"
-        }));
+        let named = [
+            (kind.is_dir(), "a directory"),
+            (kind.is_fifo(), "a FIFO"),
+            (kind.is_char_device(), "a character device"),
+            (kind.is_block_device(), "a block device"),
+            (kind.is_socket(), "a socket"),
+        ];
+        let what = named.into_iter().find(|(is, _)| *is);
+        return Ok(Bounded::NotAFile(
+            what.map_or("something else", |(_, name)| name),
+        ));
     }
     let mut bytes = Vec::new();
     f.take(limit as u64 + 1).read_to_end(&mut bytes)?;

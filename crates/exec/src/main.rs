@@ -46,14 +46,12 @@ fn main() -> ExitCode {
 /// The error and its sources, as the full binary prints them.
 fn chain(err: &dyn std::error::Error) -> String {
     let mut out = err.to_string();
-    let mut next = err.source();
-    while let Some(e) = next {
+    for e in std::iter::successors(err.source(), |e| e.source()) {
         let s = e.to_string();
         if !out.ends_with(&s) {
             out.push_str(": ");
             out.push_str(&s);
         }
-        next = e.source();
     }
     out
 }

@@ -20,12 +20,10 @@ pub fn is_env_var_name(s: &str) -> bool {
 
 /// `IsConfigMapKey`: a Secret or ConfigMap key, and so a projected file name.
 pub fn is_config_map_key(s: &str) -> bool {
-    !s.is_empty()
+    !matches!(s, "" | "." | "..")
         && s.len() <= 253
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && s != "."
-        && s != ".."
 }
 
 /// Why `path` is not an absolute, clean path whose every component is a plain file name, if

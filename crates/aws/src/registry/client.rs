@@ -71,11 +71,9 @@ impl RegistryClient {
             // A regular file of at most 4 MiB, as every file a configuration names.
             let pem = podmutator_core::config::read_file(config.ca_bundle_file.as_ref())
                 .map_err(|e| BuildError(format!("cannot read {}: {e}", config.ca_bundle_file)))?;
-            for cert in rustls_pemfile::certs(&mut pem.as_bytes()) {
-                extra_roots.push(cert.map_err(|e| {
-                    BuildError(format!("{} is not PEM: {e}", config.ca_bundle_file))
-                })?);
-            }
+            extra_roots = rustls_pemfile::certs(&mut pem.as_bytes())
+                .collect::<Result<_, _>>()
+                .map_err(|e| BuildError(format!("{} is not PEM: {e}", config.ca_bundle_file)))?;
             if extra_roots.is_empty() {
                 return Err(BuildError(format!(
                     "{} holds no PEM certificate",
@@ -259,13 +257,6 @@ struct Session<'c> {
 }
 
 impl Session<'_> {
-    fn url(&self, kind: &str, reference: &str) -> String {
-        format!(
-            "https://{}/v2/{}/{kind}/{reference}",
-            self.authority, self.repo
-        )
-    }
-
     /// `<registry>/<repo> <thing>`, as an error names what it was about.
     fn what(&self, thing: &str) -> String {
         format!("{}/{} {thing}", self.authority, self.repo)
@@ -278,7 +269,8 @@ impl Session<'_> {
         reference: &str,
         accept: &str,
     ) -> Result<Bytes, LookupError> {
-        let url = self.url(kind, reference);
+        let (authority, repo) = (&self.authority, &self.repo);
+        let url = format!("https://{authority}/v2/{repo}/{kind}/{reference}");
         let what = self.what(&format!("{kind} {reference}"));
         let mut challenged = false;
         loop {
@@ -399,7 +391,7 @@ impl Session<'_> {
                 manifests: Some(list),
                 ..
             } => {
-                let linux: Vec<&Descriptor> = list
+                let mut chosen: Vec<&Descriptor> = list
                     .iter()
                     .filter(|d| {
                         d.platform
@@ -407,15 +399,10 @@ impl Session<'_> {
                             .is_some_and(|p| p.os == "linux" && p.architecture != "unknown")
                     })
                     .collect();
-                let chosen: Vec<&Descriptor> = match arch {
-                    Some(a) => linux
-                        .iter()
-                        .copied()
-                        .filter(|d| d.platform.as_ref().is_some_and(|p| p.architecture == a))
-                        .take(1)
-                        .collect(),
-                    None => linux.clone(),
-                };
+                if let Some(a) = arch {
+                    chosen.retain(|d| d.platform.as_ref().is_some_and(|p| p.architecture == a));
+                    chosen.truncate(1);
+                }
                 if chosen.is_empty() {
                     return Err(LookupError::NoPlatform {
                         arch: arch.unwrap_or("any").to_owned(),
@@ -466,7 +453,7 @@ impl Session<'_> {
         struct Blob {
             config: Option<Inner>,
         }
-        #[derive(Deserialize)]
+        #[derive(Deserialize, Default)]
         #[serde(rename_all = "PascalCase")]
         struct Inner {
             entrypoint: Option<Vec<String>>,
@@ -476,13 +463,10 @@ impl Session<'_> {
             what: self.what(&format!("config blob {digest}")),
             reason: format!("not an image config: {e}"),
         })?;
-        let inner = blob.config;
+        let inner = blob.config.unwrap_or_default();
         Ok(ImageCommand {
-            entrypoint: inner
-                .as_ref()
-                .and_then(|c| c.entrypoint.clone())
-                .unwrap_or_default(),
-            cmd: inner.and_then(|c| c.cmd).unwrap_or_default(),
+            entrypoint: inner.entrypoint.unwrap_or_default(),
+            cmd: inner.cmd.unwrap_or_default(),
         })
     }
 }
@@ -565,9 +549,11 @@ fn parse_bearer(header: &str) -> Option<Bearer> {
     if !scheme.eq_ignore_ascii_case("bearer") {
         return None;
     }
-    let mut realm = None;
-    let mut service = None;
-    let mut scope = None;
+    let mut bearer = Bearer {
+        realm: String::new(),
+        service: None,
+        scope: None,
+    };
     let mut rest = params.trim();
     while !rest.is_empty() {
         let (key, after) = rest.split_once('=')?;
@@ -583,19 +569,14 @@ fn parse_bearer(header: &str) -> Option<Bearer> {
             }
         };
         match key.as_str() {
-            "realm" => realm = Some(value.to_owned()),
-            "service" => service = Some(value.to_owned()),
-            "scope" => scope = Some(value.to_owned()),
+            "realm" => bearer.realm = value.to_owned(),
+            "service" => bearer.service = Some(value.to_owned()),
+            "scope" => bearer.scope = Some(value.to_owned()),
             _ => {}
         }
         rest = next.trim_start_matches(',').trim_start();
     }
-    let realm = realm.filter(|r| r.starts_with("https://"))?;
-    Some(Bearer {
-        realm,
-        service,
-        scope,
-    })
+    bearer.realm.starts_with("https://").then_some(bearer)
 }
 
 fn challenge_scheme(header: Option<&str>) -> String {
@@ -609,15 +590,14 @@ fn challenge_scheme(header: Option<&str>) -> String {
 
 /// Percent-encodes a query value (RFC 3986 unreserved characters, and `:` `/` kept).
 fn encode_query(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~:/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    s.bytes()
+        .map(
+            |b| match b.is_ascii_alphanumeric() || b"-._~:/".contains(&b) {
+                true => char::from(b).to_string(),
+                false => format!("%{b:02X}"),
+            },
+        )
+        .collect()
 }
 
 #[cfg(test)]

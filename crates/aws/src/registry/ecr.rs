@@ -168,14 +168,12 @@ fn sign(
         .build()
         .map_err(|e| e.to_string())?
         .into();
-    let mut all: Vec<(&str, &str)> = headers
+    let all = headers
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    all.push(("host", authority));
-    let request =
-        SignableRequest::new("POST", endpoint, all.into_iter(), SignableBody::Bytes(body))
-            .map_err(|e| e.to_string())?;
+        .chain([("host", authority)]);
+    let request = SignableRequest::new("POST", endpoint, all, SignableBody::Bytes(body))
+        .map_err(|e| e.to_string())?;
     let (instructions, _) = sign(request, &params)
         .map_err(|e| e.to_string())?
         .into_parts();

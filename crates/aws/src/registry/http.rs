@@ -138,10 +138,7 @@ impl Http {
         };
         let location = text(header::LOCATION);
         let challenge = text(header::WWW_AUTHENTICATE);
-        if resp
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
+        if text(header::CONTENT_LENGTH)
             .and_then(|v| v.parse::<u64>().ok())
             .is_some_and(|n| n > MAX_BODY as u64)
         {
@@ -179,14 +176,12 @@ pub fn authority(url: &Url) -> String {
 fn reason(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = Vec::new();
     let mut tls = false;
-    let mut next = Some(e);
-    while let Some(err) = next {
+    for err in std::iter::successors(Some(e), |e| e.source()) {
         tls |= is_tls(err);
         let text = err.to_string();
         if !parts.iter().any(|p: &String| p.contains(&text)) {
             parts.push(text);
         }
-        next = err.source();
     }
     let text = parts.join(": ");
     if tls {

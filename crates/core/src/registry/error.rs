@@ -112,7 +112,6 @@ impl LookupError {
             Self::Invalid { .. } => format!(
                 "an answer of the registry is not a valid image manifest, index, config or token response ({LOGGED})"
             ),
-            // The architecture is the pod's own (its nodeSelector or affinity).
             // The architecture is the pod's own (its nodeSelector or affinity); of the image's
             // platforms only names Kubernetes knows are repeated.
             Self::NoPlatform { arch, available } => format!(

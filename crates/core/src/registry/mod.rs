@@ -49,16 +49,14 @@ pub fn pinned_arch(spec: &PodSpec) -> Option<String> {
         .node_selector_terms;
     let mut found: Option<&String> = None;
     for term in terms {
-        let arch = term.match_expressions.iter().flatten().find_map(|e| {
-            match (
-                e.key == ARCH_LABEL,
-                e.operator.as_str(),
-                e.values.as_deref(),
-            ) {
-                (true, "In", Some([one])) => Some(one),
-                _ => None,
-            }
-        })?;
+        let arch =
+            term.match_expressions
+                .iter()
+                .flatten()
+                .find_map(|e| match e.values.as_deref() {
+                    Some([one]) if e.key == ARCH_LABEL && e.operator == "In" => Some(one),
+                    _ => None,
+                })?;
         if found.is_some_and(|f| f != arch) {
             return None;
         }

@@ -74,23 +74,19 @@ impl MountRequirement {
         }
     }
 
+    /// The proto names of the numbers 0, 1 and 2.
+    const NAMES: [&'static str; 3] = ["ANY", "ENV_VAR", "FILE"];
+
     /// The proto name, `None` for numbers without one.
-    const fn name(self) -> Option<&'static str> {
-        match MountRequirement::from_number(self.number()) {
-            MountRequirement::Any => Some("ANY"),
-            MountRequirement::EnvVar => Some("ENV_VAR"),
-            MountRequirement::File => Some("FILE"),
-            MountRequirement::Unknown(_) => None,
-        }
+    pub(crate) fn name(self) -> Option<&'static str> {
+        Self::NAMES
+            .get(usize::try_from(self.number()).ok()?)
+            .copied()
     }
 
     fn from_name(name: &[u8]) -> Option<Self> {
-        match name {
-            b"ANY" => Some(MountRequirement::Any),
-            b"ENV_VAR" => Some(MountRequirement::EnvVar),
-            b"FILE" => Some(MountRequirement::File),
-            _ => None,
-        }
+        let n = Self::NAMES.iter().position(|n| n.as_bytes() == name)?;
+        Some(Self::from_number(n as i32))
     }
 }
 
@@ -285,16 +281,10 @@ pub fn marshal_text(s: &Secret) -> String {
     push_string_field(&mut out, Field::Key, &s.key);
     let mount = s.mount_requirement;
     if mount.number() != 0 {
-        out.push_str(Field::MountRequirement.name());
-        out.push_str(": ");
-        match mount.name() {
-            Some(name) => out.push_str(name),
-            // Writing into a String cannot fail.
-            None => {
-                let _ = write!(out, "{}", mount.number());
-            }
-        }
-        out.push('\n');
+        let number = mount.number().to_string();
+        let value = mount.name().unwrap_or(&number);
+        // Writing into a String cannot fail.
+        let _ = writeln!(out, "{}: {value}", Field::MountRequirement.name());
     }
     push_string_field(&mut out, Field::EnvVar, &s.env_var);
     out
@@ -350,7 +340,12 @@ fn push_string_field(out: &mut String, field: Field, value: &str) {
 /// Errors carry the line of the offending token (for problems at the end of input, the line of
 /// the last token), as in Go.
 pub fn unmarshal_text(text: &[u8]) -> Result<Secret, CodecError> {
-    let mut lexer = Lexer::new(text);
+    let mut lexer = Lexer {
+        src: text,
+        pos: 0,
+        line: 1,
+        token_line: 1,
+    };
     let mut secret = Secret::default();
     let mut seen = [false; 5];
     loop {
@@ -410,34 +405,29 @@ pub fn unmarshal_text(text: &[u8]) -> Result<Secret, CodecError> {
 /// Converts a Go string (bytes) to a `String` as Go's `encoding/json` would emit it: each byte
 /// that does not start a valid UTF-8 sequence becomes U+FFFD.
 fn string_from_go_bytes(bytes: Vec<u8>) -> String {
-    match String::from_utf8(bytes) {
-        Ok(s) => s,
-        Err(e) => {
-            let bytes = e.into_bytes();
-            let mut s = String::with_capacity(bytes.len() + 8);
-            for chunk in bytes.utf8_chunks() {
-                s.push_str(chunk.valid());
-                for _ in chunk.invalid() {
-                    s.push(char::REPLACEMENT_CHARACTER);
-                }
-            }
-            s
+    String::from_utf8(bytes).unwrap_or_else(|e| {
+        let mut s = String::with_capacity(e.as_bytes().len() + 8);
+        for chunk in e.as_bytes().utf8_chunks() {
+            s.push_str(chunk.valid());
+            s.extend(chunk.invalid().iter().map(|_| char::REPLACEMENT_CHARACTER));
         }
-    }
+        s
+    })
 }
 
 /// A decimal `int32` as Go writes one: an optional `-`, then `0` or digits without a leading
 /// zero (Go would read `010` as octal, so it is not taken as ten here).
 fn parse_decimal_i32(s: &[u8]) -> Option<i32> {
-    let digits = s.strip_prefix(b"-").unwrap_or(s);
-    let canonical = !digits.is_empty()
-        && digits.iter().all(u8::is_ascii_digit)
-        && (digits == b"0" || digits[0] != b'0');
-    if !canonical {
-        return None;
-    }
     // ASCII digits with an optional sign: valid UTF-8, and `parse` checks the range.
-    std::str::from_utf8(s).ok()?.parse().ok()
+    let canonical = is_canonical_decimal(s.strip_prefix(b"-").unwrap_or(s));
+    canonical.then(|| std::str::from_utf8(s).ok()?.parse().ok())?
+}
+
+/// Digits only, at least one, and no leading zero unless the number is `0`.
+fn is_canonical_decimal(digits: &[u8]) -> bool {
+    !digits.is_empty()
+        && digits.iter().all(u8::is_ascii_digit)
+        && (digits == b"0" || digits[0] != b'0')
 }
 
 /// Tokens of the text, split where golang/protobuf's legacy parser splits them.
@@ -486,15 +476,6 @@ struct Lexer<'a> {
 }
 
 impl<'a> Lexer<'a> {
-    fn new(src: &'a [u8]) -> Self {
-        Lexer {
-            src,
-            pos: 0,
-            line: 1,
-            token_line: 1,
-        }
-    }
-
     fn error(&self, problem: TextProblem) -> CodecError {
         CodecError::Text {
             line: self.token_line,
@@ -503,15 +484,9 @@ impl<'a> Lexer<'a> {
     }
 
     fn next(&mut self) -> Result<Token<'a>, CodecError> {
-        while let Some(&b) = self.src.get(self.pos) {
-            match b {
-                b' ' | b'\t' | b'\r' => self.pos += 1,
-                b'\n' => {
-                    self.pos += 1;
-                    self.line += 1;
-                }
-                _ => break,
-            }
+        while let Some(&b @ (b' ' | b'\t' | b'\r' | b'\n')) = self.src.get(self.pos) {
+            self.pos += 1;
+            self.line += usize::from(b == b'\n');
         }
         let Some(&b) = self.src.get(self.pos) else {
             return Ok(Token::Eof);
@@ -712,30 +687,24 @@ where
             None => {}
         }
     }
+    let error = |key: &String, cause| AnnotationError {
+        annotation: key.clone(),
+        cause,
+    };
     if let Some(key) = bad_key {
-        return Err(AnnotationError {
-            annotation: key.clone(),
-            cause: AnnotationProblem::NotAnIndex,
-        });
+        return Err(error(key, AnnotationProblem::NotAnIndex));
     }
     requests.sort_unstable_by_key(|&(index, _, _)| index);
     if let Some(pair) = requests.windows(2).find(|pair| pair[0].0 == pair[1].0) {
-        return Err(AnnotationError {
-            annotation: pair[1].1.clone(),
-            cause: AnnotationProblem::Repeated,
-        });
+        return Err(error(pair[1].1, AnnotationProblem::Repeated));
     }
     requests
         .into_iter()
         .map(|(index, key, value)| {
-            let secret = decode_secret(value).map_err(|e| AnnotationError {
-                annotation: key.clone(),
-                cause: AnnotationProblem::Codec(e),
-            })?;
             Ok(SecretAnnotation {
                 index,
                 annotation: key.clone(),
-                secret,
+                secret: decode_secret(value).map_err(|e| error(key, e.into()))?,
             })
         })
         .collect()
@@ -743,10 +712,7 @@ where
 
 /// `Some(n)` for a canonical decimal `u32` (no sign, no leading zero unless it is `0`).
 fn parse_index(suffix: &str) -> Option<u32> {
-    let canonical = !suffix.is_empty()
-        && suffix.bytes().all(|b| b.is_ascii_digit())
-        && (suffix == "0" || !suffix.starts_with('0'));
-    if canonical { suffix.parse().ok() } else { None }
+    is_canonical_decimal(suffix.as_bytes()).then(|| suffix.parse().ok())?
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! before the chain ran, see [`super::source`]) and writes it into the pod.
 
 use base64::Engine;
-use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::ResolvedSecrets;
 use super::codec::MountRequirement;
@@ -45,14 +45,13 @@ pub fn cascade(org: &str, domain: &str, project: &str, key: &str) -> [String; 3]
 /// The template `parts` with each placeholder replaced by its value.
 fn render(parts: &[TemplatePart], org: &str, project: &str, domain: &str) -> String {
     let values = [org, project, domain];
-    let mut out = String::with_capacity(64);
-    for part in parts {
-        out.push_str(match part {
+    parts
+        .iter()
+        .map(|part| match part {
             TemplatePart::Literal(l) => l,
             TemplatePart::Slot(i) => values[*i],
-        });
-    }
-    out
+        })
+        .collect()
 }
 
 /// One way to read a namespace under the template: the value of each placeholder the template
@@ -152,9 +151,7 @@ pub(crate) fn scope(pod: &Pod) -> Result<(&str, &str, &str), &'static str> {
 /// Keys that become file names inside a shell pipeline: nothing that can leave the directory or
 /// be read by the shell.
 pub(crate) fn is_safe_file_key(key: &str) -> bool {
-    !key.is_empty()
-        && key != "."
-        && key != ".."
+    !matches!(key, "" | "." | "..")
         && key
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
@@ -292,18 +289,12 @@ impl EmbeddedInjector {
         key: &str,
     ) -> Result<&'c [u8], Refusal> {
         let ids = cascade(org, domain, project, key);
-        let mut value = None;
-        for id in &ids {
-            match resolved.get(id) {
-                Some(Lookup::Found(v)) => {
-                    value = Some((id, v));
-                    break;
-                }
-                Some(Lookup::NotFound) => {}
-                Some(Lookup::Exists(_)) | None => return Err(Refusal::NotFetched(id.clone())),
-            }
-        }
-        let Some((id, value)) = value else {
+        let found = ids.iter().find_map(|id| match resolved.get(id) {
+            Some(Lookup::Found(v)) => Some(Ok((id, v))),
+            Some(Lookup::NotFound) => None,
+            Some(Lookup::Exists(_)) | None => Some(Err(Refusal::NotFetched(id.clone()))),
+        });
+        let Some((id, value)) = found.transpose()? else {
             return Err(Refusal::NotFound(format!(
                 "[SecretNotFoundAcrossAllScopes] secret not found across all scopes (looked for {})",
                 ids.join(", ")
@@ -329,14 +320,13 @@ impl EmbeddedInjector {
         );
         let spec = pod.spec.get_or_insert_with(Default::default);
         let inits = spec.init_containers.get_or_insert_with(Vec::new);
-        let idx = match inits
+        let name = &self.file_init.container_name;
+        let idx = inits
             .iter()
-            .position(|c| c.name == self.file_init.container_name)
-        {
-            Some(i) => i,
-            None => {
+            .position(|c| c.name == *name)
+            .unwrap_or_else(|| {
                 inits.push(Container {
-                    name: self.file_init.container_name.clone(),
+                    name: name.clone(),
                     image: Some(self.file_init.image.clone()),
                     command: Some(vec!["sh".into(), "-c".into(), FILE_SCRIPT.into()]),
                     resources: Some(self.file_init.resources.clone()),
@@ -344,21 +334,16 @@ impl EmbeddedInjector {
                     ..Default::default()
                 });
                 inits.len() - 1
-            }
-        };
+            });
         let env = inits[idx].env.get_or_insert_with(Vec::new);
-        let var = match env.iter_mut().find(|e| e.name == ENV_SECRETS) {
-            Some(v) => v,
-            None => {
-                env.push(EnvVar {
-                    name: ENV_SECRETS.into(),
-                    value: Some(String::new()),
-                    value_from: None,
-                });
-                env.last_mut().expect("just pushed")
-            }
-        };
-        let text = var.value.get_or_insert_with(String::new);
+        let var = env
+            .iter()
+            .position(|e| e.name == ENV_SECRETS)
+            .unwrap_or_else(|| {
+                env.push(env_value(ENV_SECRETS, ""));
+                env.len() - 1
+            });
+        let text = env[var].value.get_or_insert_with(String::new);
         // One line per key: a second admission changes nothing, a new value replaces the old.
         let prefix = format!("{key}=");
         let mut lines: Vec<&str> = text
@@ -400,9 +385,7 @@ impl SecretInjector for EmbeddedInjector {
                     "key {key:?} cannot be a file name: use letters, digits, '.', '_' and '-' only"
                 )));
             }
-            MountRequirement::Unknown(n) => {
-                return Err(Refusal::UnknownMount(n));
-            }
+            MountRequirement::Unknown(n) => return Err(Refusal::UnknownMount(n)),
         }
         Ok(Accept::Fetch(cascade(org, domain, project, key).into()))
     }
@@ -448,9 +431,7 @@ impl SecretInjector for EmbeddedInjector {
                 // that does not exist for mixed-case keys).
                 edits.file_secret(&req.secret.env_var, &format!("{SECRETS_DIR}/{key}"));
             }
-            MountRequirement::Unknown(n) => {
-                return Err(Refusal::UnknownMount(n));
-            }
+            MountRequirement::Unknown(n) => return Err(Refusal::UnknownMount(n)),
         }
         Ok(())
     }

@@ -88,9 +88,7 @@ impl GlobalSecretSource for NoGlobalSecrets {
 }
 
 fn is_plain_segment(s: &str) -> bool {
-    !s.is_empty()
-        && s != "."
-        && s != ".."
+    !matches!(s, "" | "." | "..")
         && !s.contains(['/', '\\', '\0'])
         && Path::new(s).components().count() == 1
 }

@@ -45,9 +45,7 @@ impl SecretInjector for K8sInjector {
             super::check_env_name(&s.env_var)?;
         }
         match s.mount_requirement {
-            MountRequirement::Unknown(n) => {
-                return Err(Refusal::UnknownMount(n));
-            }
+            MountRequirement::Unknown(n) => return Err(Refusal::UnknownMount(n)),
             MountRequirement::EnvVar => {
                 super::check_env_name(&self.env_name(&secret_group(s), &s.key))?;
             }
@@ -77,19 +75,16 @@ impl SecretInjector for K8sInjector {
                     }),
                     ..Default::default()
                 };
+                let var = |name| EnvVar {
+                    name,
+                    value: None,
+                    value_from: Some(source.clone()),
+                };
                 edits.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
                 if !s.env_var.is_empty() {
-                    edits.env(EnvVar {
-                        name: s.env_var.clone(),
-                        value: None,
-                        value_from: Some(source.clone()),
-                    });
+                    edits.env(var(s.env_var.clone()));
                 }
-                edits.env(EnvVar {
-                    name: self.env_name(&group, &s.key),
-                    value: None,
-                    value_from: Some(source),
-                });
+                edits.env(var(self.env_name(&group, &s.key)));
             }
             MountRequirement::Any | MountRequirement::File => {
                 let dir = format!("{SECRETS_DIR}/{}", group.to_lowercase());
@@ -105,9 +100,7 @@ impl SecretInjector for K8sInjector {
                 edits.mount(ro_mount(volume, dir.clone()));
                 edits.file_secret(&s.env_var, &format!("{dir}/{file}"));
             }
-            MountRequirement::Unknown(n) => {
-                return Err(Refusal::UnknownMount(n));
-            }
+            MountRequirement::Unknown(n) => return Err(Refusal::UnknownMount(n)),
         }
         Ok(())
     }

@@ -126,10 +126,8 @@ impl SecretRequest {
 
 pub fn mount_name(m: MountRequirement) -> String {
     match m {
-        MountRequirement::Any => "ANY".into(),
-        MountRequirement::EnvVar => "ENV_VAR".into(),
-        MountRequirement::File => "FILE".into(),
         MountRequirement::Unknown(n) => n.to_string(),
+        m => m.name().unwrap_or_default().to_owned(),
     }
 }
 
@@ -230,15 +228,14 @@ impl SecretsMutator {
         let Some(annotations) = pod.metadata.annotations.as_ref() else {
             return Ok(Vec::new());
         };
-        let decoded = codec::decode_annotations(annotations).map_err(|e| {
+        codec::decode_annotations(annotations).map_err(|e| {
             Denial::bad_request(
                 "BadSecretAnnotation",
                 format!(
                     "failed to unmarshal secrets from pod annotations: {e}; these annotations are written by Flyte from the task's secret requests: re-register the task or remove the annotation"
                 ),
             )
-        })?;
-        Ok(decoded)
+        })
     }
 }
 

@@ -8,7 +8,6 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{Accept, Edits, Refusal, ResolvedSecrets, SecretRequest, SecretsMutator};
-use crate::config::SecretManagerType;
 use crate::error::Denial;
 use crate::mutate::{Denied, Effects, PodCtx, PodMutator, SECRETS_ID};
 use crate::registry::ImageQuery;
@@ -56,17 +55,13 @@ impl Plan {
         if self.dry_run {
             return Vec::new();
         }
-        self.candidate_ids()
+        self.ids_where(|a| matches!(a, Accept::Fetch(_)))
     }
 
     /// Every Secrets Manager id the plan needs only to resolve (name and ARN, never the value),
     /// each once, in request order. A dry run resolves too: names are not values.
     pub fn resolve_ids(&self) -> Vec<String> {
         self.ids_where(|a| matches!(a, Accept::Resolve(_)))
-    }
-
-    fn candidate_ids(&self) -> Vec<String> {
-        self.ids_where(|a| matches!(a, Accept::Fetch(_)))
     }
 
     /// Every id of any kind, for the per-admission cap.
@@ -279,7 +274,7 @@ impl SecretsMutator {
             Outcome::Requests(planned) => planned,
         };
         let mut edits = Edits::new(resolved);
-        let mut by: Vec<SecretManagerType> = Vec::with_capacity(planned.len());
+        let mut effects = Effects::default();
         for p in planned {
             let mut refusals = Vec::new();
             let mut injected = false;
@@ -290,7 +285,7 @@ impl SecretsMutator {
                 match inj.inject(&p.req, ctx, pod, &mut edits) {
                     Ok(()) => {
                         injected = true;
-                        by.push(inj.kind());
+                        effects.secrets_injected(inj.kind(), 1);
                         break;
                     }
                     Err(reason) => {
@@ -310,12 +305,8 @@ impl SecretsMutator {
                 edits.conflicts.join("; "),
             ));
         }
-        let mut effects = Effects::default();
         effects.values_withheld(edits.withheld);
         edits.apply(pod, &self.skip_containers);
-        for kind in by {
-            effects.secrets_injected(kind, 1);
-        }
         Ok(effects)
     }
 }

@@ -113,10 +113,10 @@ impl Provider {
     fn fetch(self, s: &Secret) -> Result<Fetch, Refusal> {
         self.check(s)?;
         self.check_names(s)?;
-        match self {
+        let (script, path) = match self {
             Provider::Aws => {
                 let filename = go_join(&["/", &s.group.to_lowercase(), &s.key.to_lowercase()]);
-                Ok(Fetch {
+                return Ok(Fetch {
                     command: None,
                     env: vec![
                         env_value(
@@ -130,7 +130,7 @@ impl Provider {
                         env_value(ENV_SECRET_FILENAME, &filename),
                     ],
                     file: go_join(&[SECRETS_DIR, &filename]),
-                })
+                });
             }
             Provider::Gcp => {
                 let (g, v) = (&s.group, &s.group_version);
@@ -140,34 +140,33 @@ impl Provider {
                 let script = format!(
                     "gcloud secrets versions access {g}/versions/{v} --out-file={path} || gcloud secrets versions access {v} --secret={g} --out-file={path}; chmod +rX {dir} {path}"
                 );
-                Ok(Fetch {
-                    command: Some(shell(script)),
-                    env: Vec::new(),
-                    file: path,
-                })
+                (script, path)
             }
             Provider::Azure => {
                 let uri = s.group.trim_end_matches('/');
                 let name = azure_secret_name(&s.group);
                 let v = &s.group_version;
+                let dir = go_join(&[SECRETS_DIR, name]).to_lowercase();
                 let (mkdir, path) = if v.is_empty() {
                     // No version: the latest one, written to /etc/flyte/secrets/<name>.
-                    (String::new(), go_join(&[SECRETS_DIR, name]).to_lowercase())
+                    (String::new(), dir)
                 } else {
-                    let dir = go_join(&[SECRETS_DIR, name]).to_lowercase();
-                    let path = go_join(&[&dir, v]).to_lowercase();
-                    (format!("mkdir -p {dir}; "), path)
+                    (
+                        format!("mkdir -p {dir}; "),
+                        go_join(&[&dir, v]).to_lowercase(),
+                    )
                 };
                 let script = format!(
                     "az login --service-principal -u $AZURE_CLIENT_ID -t $AZURE_TENANT_ID --federated-token \"$(cat $AZURE_FEDERATED_TOKEN_FILE)\"; {mkdir}az keyvault secret show --id \"{uri}/{v}\" --query \"value\" -o tsv > {path}"
                 );
-                Ok(Fetch {
-                    command: Some(shell(script)),
-                    env: Vec::new(),
-                    file: path,
-                })
+                (script, path)
             }
-        }
+        };
+        Ok(Fetch {
+            command: Some(shell(script)),
+            env: Vec::new(),
+            file: path,
+        })
     }
 
     /// Whether the names of `s` are ones this provider's fetcher can hold without changing
@@ -389,31 +388,23 @@ impl SecretInjector for SidecarInjector {
             .into_iter()
             .flatten()
             .find(|c| c.name == name);
-        let injected = match existing {
+        let spec = match existing {
             Some(c) if !Fetch::is_done_by(c, &self.fetcher(name.clone(), &fetch)) => {
                 return Err(Refusal::Conflict(format!(
                     "init container {name} already exists and is not the fetcher podmutator injects for this secret (its image, command or settings differ); remove or rename that init container"
                 )));
             }
-            Some(_) => true,
-            None => false,
+            Some(_) => pod.spec.get_or_insert_with(Default::default),
+            None => {
+                let spec = pod.spec.get_or_insert_with(Default::default);
+                let fetcher = self.fetcher(name, &fetch);
+                spec.init_containers
+                    .get_or_insert_with(Vec::new)
+                    .push(fetcher);
+                spec
+            }
         };
-
-        let spec = pod.spec.get_or_insert_with(Default::default);
-        if !injected {
-            let fetcher = self.fetcher(name, &fetch);
-            spec.init_containers
-                .get_or_insert_with(Vec::new)
-                .push(fetcher);
-        }
-        if !spec
-            .volumes
-            .iter()
-            .flatten()
-            .any(|v| v.name == self.shared.volume.name)
-        {
-            add_volume(&mut spec.volumes, self.shared.volume.clone());
-        }
+        add_volume(&mut spec.volumes, self.shared.volume.clone());
         edits.mount(self.shared.mount.clone());
         edits.file_secret(&s.env_var, &fetch.file);
         Ok(())

@@ -52,35 +52,25 @@ impl VaultInjector {
     /// The consul-template path of the key-value map, `None` for the database engine (the agent
     /// then renders the whole credential).
     fn query(&self, group_version: &str) -> Option<&'static str> {
-        match group_version {
-            "kv1" => Some(".Data"),
-            "kv2" => Some(".Data.data"),
-            "db" => None,
-            _ => match self.kv_version.unwrap_or(KvVersion::V2) {
-                KvVersion::V1 => Some(".Data"),
-                KvVersion::V2 => Some(".Data.data"),
-            },
-        }
+        let kv1 = match group_version {
+            "kv1" => true,
+            "kv2" => false,
+            "db" => return None,
+            _ => self.kv_version == Some(KvVersion::V1),
+        };
+        Some(if kv1 { ".Data" } else { ".Data.data" })
     }
 
     /// The per-secret annotation triple (`CreateVaultAnnotationsForSecret`).
     fn secret_annotations(&self, s: &Secret) -> BTreeMap<String, String> {
         let id = vault_id(s);
+        let key = |what: &str| format!("{VAULT_ANNOTATION_PREFIX}agent-inject-{what}-{id}");
         let mut out = BTreeMap::from([
-            (
-                format!("{VAULT_ANNOTATION_PREFIX}agent-inject-secret-{id}"),
-                s.group.clone(),
-            ),
-            (
-                format!("{VAULT_ANNOTATION_PREFIX}agent-inject-file-{id}"),
-                format!("{}/{}", s.group, s.key),
-            ),
+            (key("secret"), s.group.clone()),
+            (key("file"), format!("{}/{}", s.group, s.key)),
         ]);
         if let Some(query) = self.query(&s.group_version) {
-            out.insert(
-                format!("{VAULT_ANNOTATION_PREFIX}agent-inject-template-{id}"),
-                template(query, &s.group, &s.key),
-            );
+            out.insert(key("template"), template(query, &s.group, &s.key));
         }
         out
     }
@@ -128,9 +118,7 @@ impl SecretInjector for VaultInjector {
                     "Env_Var is not a supported mount requirement for Vault Secret Manager".into(),
                 ));
             }
-            MountRequirement::Unknown(n) => {
-                return Err(Refusal::UnknownMount(n));
-            }
+            MountRequirement::Unknown(n) => return Err(Refusal::UnknownMount(n)),
         }
         super::names::vault(s)?;
         Ok(Accept::Now)
@@ -149,7 +137,7 @@ impl SecretInjector for VaultInjector {
         // keys are inserted where absent; the pod's own map is not rebuilt per secret.
         let mut ours = self.secret_annotations(s);
         ours.extend(self.common_annotations());
-        ours.extend(self.annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
+        ours.extend(self.annotations.clone());
         let annotations = pod
             .metadata
             .annotations
@@ -224,14 +212,7 @@ pub fn vault_id(s: &Secret) -> String {
     b[6] = (b[6] & 0x0f) | 0x80; // version 8
     b[8] = (b[8] & 0x3f) | 0x80; // RFC 9562 variant
     let h = hex::encode(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+    [&h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..]].join("-")
 }
 
 /// SHA-256 of `domain` and `fields`, each prefixed with its length as 8 big-endian bytes: an
