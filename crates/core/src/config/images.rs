@@ -161,14 +161,11 @@ pub fn check_label_selector(key: &str, s: &LabelSelector) -> Result<(), ConfigEr
                 format!("key {k:?}: {problem}"),
             ));
         }
-        if !is_label_value(v) {
-            return Err(ConfigError::new(
-                format!("{key}.matchLabels"),
-                format!(
-                    "value {v:?} of {k:?} is not a valid label value (63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric)"
-                ),
-            ));
-        }
+        ensure!(
+            is_label_value(v),
+            format!("{key}.matchLabels"),
+            "value {v:?} of {k:?} is not a valid label value (63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric)"
+        );
     }
     for (i, e) in s.match_expressions.iter().flatten().enumerate() {
         let k = format!("{key}.matchExpressions[{i}]");
