@@ -86,10 +86,8 @@ impl<'a> ImageRef<'a> {
         if !is_registry(registry) {
             return Err(RefError::Registry(registry.to_owned()));
         }
-        for c in path.split('/') {
-            if !is_component(c) {
-                return Err(RefError::Component(c.to_owned()));
-            }
+        if let Some(c) = path.split('/').find(|c| !is_component(c)) {
+            return Err(RefError::Component(c.to_owned()));
         }
         let registry = if registry == LEGACY_DOCKER_HUB {
             DOCKER_HUB
@@ -148,12 +146,10 @@ fn is_registry(r: &str) -> bool {
         {
             return false;
         }
-        match after {
-            "" => return true,
-            p => match p.strip_prefix(':') {
-                Some(port) => ("x", Some(port)),
-                None => return false,
-            },
+        match after.strip_prefix(':') {
+            _ if after.is_empty() => return true,
+            Some(port) => ("x", Some(port)),
+            None => return false,
         }
     } else {
         match r.split_once(':') {
