@@ -127,7 +127,7 @@ pub fn under(name: &str, prefix: &str) -> bool {
 }
 
 /// docker's test for "the first component names a registry".
-fn is_registry_like(first: &str) -> bool {
+pub(crate) fn is_registry_like(first: &str) -> bool {
     first.contains(['.', ':'])
         || first == "localhost"
         || first.chars().any(|c| c.is_ascii_uppercase())
