@@ -74,11 +74,8 @@ impl Deps {
     pub fn process(config: &Config) -> Self {
         Self {
             global: Box::new(FileEnvSource::from_process(&config.secrets)),
-            source: None,
-            resolver: None,
-            entrypoints: None,
             metrics: Some(Sink::Stdout),
-            errors_in_replies: false,
+            ..Self::offline()
         }
     }
 
@@ -155,19 +152,15 @@ impl App {
             limits: config.limits.clone(),
             ..SecretsMutator::new(injectors)
         };
-        let chain = Chain::from_config(config);
-        let metrics = match (config.metrics.enabled, metrics) {
-            (true, Some(sink)) => Some(Metrics::new(config.metrics.clone(), sink)),
-            _ => None,
-        };
+        let metrics = metrics.filter(|_| config.metrics.enabled);
         Ok(Self {
-            chain,
+            chain: Chain::from_config(config),
             secrets,
             source,
             resolver,
             entrypoints,
             deadline: Duration::from_millis(config.embedded.deadline_ms),
-            metrics,
+            metrics: metrics.map(|sink| Metrics::new(config.metrics.clone(), sink)),
             counters: Arc::new(Counters::default()),
             values_in_replies: config.embedded_reads().values,
             errors_in_replies,

@@ -10,10 +10,9 @@
 //! 200 with `allowed:false` always denies, so only real policy decisions may use `Denied`.
 //! Messages never contain a secret value.
 
-use std::fmt;
-
 /// A policy decision against the pod, with a message that names the fix.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
 pub struct Denial {
     /// `status.code` of the review response: 400 for a malformed request, 403 for a forbidden one.
     pub code: u16,
@@ -37,12 +36,6 @@ impl Denial {
             reason,
             message: message.into(),
         }
-    }
-}
-
-impl fmt::Display for Denial {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
     }
 }
 

@@ -86,10 +86,8 @@ impl<'a> ImageRef<'a> {
         if !is_registry(registry) {
             return Err(RefError::Registry(registry.to_owned()));
         }
-        for c in path.split('/') {
-            if !is_component(c) {
-                return Err(RefError::Component(c.to_owned()));
-            }
+        if let Some(c) = path.split('/').find(|c| !is_component(c)) {
+            return Err(RefError::Component(c.to_owned()));
         }
         let registry = if registry == LEGACY_DOCKER_HUB {
             DOCKER_HUB
@@ -129,7 +127,7 @@ pub fn under(name: &str, prefix: &str) -> bool {
 }
 
 /// docker's test for "the first component names a registry".
-fn is_registry_like(first: &str) -> bool {
+pub(crate) fn is_registry_like(first: &str) -> bool {
     first.contains(['.', ':'])
         || first == "localhost"
         || first.chars().any(|c| c.is_ascii_uppercase())
@@ -148,12 +146,10 @@ fn is_registry(r: &str) -> bool {
         {
             return false;
         }
-        match after {
-            "" => return true,
-            p => match p.strip_prefix(':') {
-                Some(port) => ("x", Some(port)),
-                None => return false,
-            },
+        match after.strip_prefix(':') {
+            _ if after.is_empty() => return true,
+            Some(port) => ("x", Some(port)),
+            None => return false,
         }
     } else {
         match r.split_once(':') {

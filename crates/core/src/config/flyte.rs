@@ -49,28 +49,25 @@ pub fn documents(path: &str, text: &str) -> Result<Vec<(String, Value)>, ConfigE
     if doc.get("kind").and_then(Value::as_str) != Some("ConfigMap") {
         return Ok(vec![(path.to_owned(), doc)]);
     }
-    let no_files = || {
-        ConfigError::new(
+    let mut files: Vec<(&String, &Value)> = doc
+        .get("data")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| [".yaml", ".yml", ".json"].iter().any(|e| k.ends_with(e)))
+        .collect();
+    files.sort_by_key(|(k, _)| *k);
+    if files.is_empty() {
+        return Err(ConfigError::new(
             format!("{path}: data"),
             "the ConfigMap holds no *.yaml, *.yml or *.json entry: give the ConfigMap that holds Flyte's configuration files (flytepropeller's, flyte-binary's or the webhook's)",
-        )
-    };
-    let Some(Value::Object(data)) = doc.get("data") else {
-        return Err(no_files());
-    };
-    let mut names: Vec<&String> = data
-        .keys()
-        .filter(|k| [".yaml", ".yml", ".json"].iter().any(|e| k.ends_with(e)))
-        .collect();
-    names.sort();
-    if names.is_empty() {
-        return Err(no_files());
+        ));
     }
-    names
+    files
         .into_iter()
-        .map(|name| {
+        .map(|(name, text)| {
             let at = format!("{path}: data.{name}");
-            let text = data[name].as_str().ok_or_else(|| {
+            let text = text.as_str().ok_or_else(|| {
                 ConfigError::new(
                     &at,
                     "expected the file's text (a string), as a ConfigMap holds it",

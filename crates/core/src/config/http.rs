@@ -158,11 +158,8 @@ impl<'de> Deserialize<'de> for TokenHashes {
                 self,
                 mut seq: A,
             ) -> Result<TokenHashes, A::Error> {
-                let mut all = Vec::new();
-                while let Some(h) = seq.next_element()? {
-                    all.push(h);
-                }
-                Ok(TokenHashes::Many(all))
+                let all = std::iter::from_fn(|| seq.next_element().transpose());
+                Ok(TokenHashes::Many(all.collect::<Result<_, _>>()?))
             }
         }
         d.deserialize_any(Hashes)

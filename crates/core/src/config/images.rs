@@ -109,9 +109,7 @@ fn check_prefix(key: &str, p: &str) -> Result<(), ConfigError> {
         return Err(bad("ends with '/'".into()));
     }
     // A registry alone (`docker.io`, `registry.k8s.io`, `localhost:5000`) is a valid prefix.
-    let probe = if p.contains('/') {
-        p.to_owned()
-    } else if p.contains(['.', ':']) || p == "localhost" {
+    let probe = if !p.contains('/') && (p.contains(['.', ':']) || p == "localhost") {
         format!("{p}/x")
     } else {
         p.to_owned()
@@ -132,10 +130,7 @@ pub fn normalise_prefix(p: &str) -> String {
         Some((f, r)) => (f, Some(r)),
         None => (p, None),
     };
-    let names_registry = first.contains(['.', ':'])
-        || first == "localhost"
-        || first.chars().any(|c| c.is_ascii_uppercase());
-    if names_registry {
+    if crate::image_ref::is_registry_like(first) {
         let registry = if first == "index.docker.io" {
             crate::image_ref::DOCKER_HUB
         } else {
@@ -161,14 +156,11 @@ pub fn check_label_selector(key: &str, s: &LabelSelector) -> Result<(), ConfigEr
                 format!("key {k:?}: {problem}"),
             ));
         }
-        if !is_label_value(v) {
-            return Err(ConfigError::new(
-                format!("{key}.matchLabels"),
-                format!(
-                    "value {v:?} of {k:?} is not a valid label value (63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric)"
-                ),
-            ));
-        }
+        ensure!(
+            is_label_value(v),
+            format!("{key}.matchLabels"),
+            "value {v:?} of {k:?} is not a valid label value (63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric)"
+        );
     }
     for (i, e) in s.match_expressions.iter().flatten().enumerate() {
         let k = format!("{key}.matchExpressions[{i}]");

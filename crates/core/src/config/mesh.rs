@@ -234,15 +234,12 @@ impl MeshConfig {
         if let Some(problem) = qualified_name_problem(&s.annotation) {
             return Err(ConfigError::new("mesh.socketCheck.annotation", problem));
         }
-        if !is_dns_subdomain(&s.carrier_driver) {
-            return Err(ConfigError::new(
-                "mesh.socketCheck.carrierDriver",
-                format!(
-                    "{:?} is not a CSI driver name (a DNS subdomain such as {DEFAULT_CARRIER_DRIVER})",
-                    s.carrier_driver
-                ),
-            ));
-        }
+        ensure!(
+            is_dns_subdomain(&s.carrier_driver),
+            "mesh.socketCheck.carrierDriver",
+            "{:?} is not a CSI driver name (a DNS subdomain such as {DEFAULT_CARRIER_DRIVER})",
+            s.carrier_driver
+        );
         Ok(warnings)
     }
 

@@ -799,13 +799,12 @@ impl Config {
             &self.secrets_selector.label,
             &self.secrets_selector.value,
         )?;
-        if self.mesh.enabled && self.secrets_selector.label == self.mesh.managed_label {
-            // Namespace injection writes that label; secrets are planned before it runs.
-            return Err(ConfigError::new(
-                "secretsSelector.label",
-                "must differ from mesh.managedLabel: the mesh label is written by the namespace-injection mutator, and the secrets selector must be the pod's own",
-            ));
-        }
+        // Namespace injection writes that label; secrets are planned before it runs.
+        ensure!(
+            !self.mesh.enabled || self.secrets_selector.label != self.mesh.managed_label,
+            "secretsSelector.label",
+            "must differ from mesh.managedLabel: the mesh label is written by the namespace-injection mutator, and the secrets selector must be the pod's own"
+        );
         Ok(warnings)
     }
 
@@ -884,17 +883,12 @@ impl WebhookConfig {
                 )
             })?;
         }
-        match w.metrics_port {
-            Some(p) if p == w.listen_port => {
-                return Err(ConfigError::new(
-                    "webhook.metricsPort",
-                    format!(
-                        "must differ from webhook.listenPort ({p}): the metrics port is plain HTTP without the path token"
-                    ),
-                ));
-            }
-            _ => {}
-        }
+        ensure!(
+            w.metrics_port != Some(w.listen_port),
+            "webhook.metricsPort",
+            "must differ from webhook.listenPort ({}): the metrics port is plain HTTP without the path token",
+            w.listen_port
+        );
         if w.secret_env_var_prefix.is_empty() {
             warnings.push(
                 "webhook.secretEnvVarPrefix is empty: injected variables are named after group and key alone"
@@ -1206,12 +1200,7 @@ fn merge(base: &mut Value, overlay: Value) {
     match (base, overlay) {
         (Value::Object(b), Value::Object(o)) => {
             for (k, v) in o {
-                match b.get_mut(&k) {
-                    Some(existing) => merge(existing, v),
-                    None => {
-                        b.insert(k, v);
-                    }
-                }
+                merge(b.entry(k).or_insert(Value::Null), v);
             }
         }
         (base, overlay) => *base = overlay,

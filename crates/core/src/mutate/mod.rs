@@ -123,12 +123,7 @@ impl Effects {
 
     /// Image counts (only those that are not zero).
     pub fn images(&self) -> Vec<(ImageCount, u32)> {
-        ImageCount::ALL
-            .iter()
-            .zip(self.images)
-            .map(|(c, n)| (*c, n))
-            .filter(|(_, n)| *n > 0)
-            .collect()
+        nonzero(&ImageCount::ALL, self.images)
     }
 
     /// `n` more secrets injected by `manager`.
@@ -140,12 +135,7 @@ impl Effects {
 
     /// Secrets injected, by manager (only managers that injected something).
     pub fn injected(&self) -> Vec<(SecretManagerType, u32)> {
-        SecretManagerType::ALL
-            .iter()
-            .zip(self.injected)
-            .map(|(t, n)| (*t, n))
-            .filter(|(_, n)| *n > 0)
-            .collect()
+        nonzero(&SecretManagerType::ALL, self.injected)
     }
 
     /// `n` more secret values a dry run left out (the placeholder is in the pod instead).
@@ -174,6 +164,15 @@ impl Effects {
         self.withheld += other.withheld;
         self.notes.extend(other.notes);
     }
+}
+
+/// Each of `all` with its count in `counts` (the same places), where that is not zero.
+fn nonzero<T: Copy, const N: usize>(all: &[T], counts: [u32; N]) -> Vec<(T, u32)> {
+    all.iter()
+        .copied()
+        .zip(counts)
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 #[cfg(any(test, feature = "testing"))]

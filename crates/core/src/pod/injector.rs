@@ -215,11 +215,7 @@ impl ReferenceInjector {
         }
         command.extend(found.entrypoint.iter().cloned());
         // Kubernetes ignores the image's CMD once `command` is set: it moves to `args`.
-        let args = match own_args {
-            Some(_) => None,
-            None if found.cmd.is_empty() => None,
-            None => Some(found.cmd.clone()),
-        };
+        let args = (own_args.is_none() && !found.cmd.is_empty()).then(|| found.cmd.clone());
         Ok(Some((command, args)))
     }
 
@@ -453,10 +449,7 @@ impl SecretInjector for ReferenceInjector {
     /// For an env var served by `exec`, the images to read: those of the containers without
     /// `command` (each allowed, or `deny` has refused the pod).
     fn images(&self, req: &SecretRequest, pod: &Pod) -> Vec<ImageQuery> {
-        if self.exec_var(req, pod).is_none() {
-            return Vec::new();
-        }
-        let Some(mut spec) = pod.spec.clone() else {
+        let Some(mut spec) = self.exec_var(req, pod).and_then(|_| pod.spec.clone()) else {
             return Vec::new();
         };
         let arch = pinned_arch(&spec);

@@ -77,37 +77,25 @@ impl ImageBuilder {
     /// The rewritten image and what it counts as, or `None` when no prefix matches.
     pub fn rewrite(&self, image: &str) -> Option<(String, ImageCount)> {
         let (e, r) = (&self.existing, &self.replacement);
-        let rules: [(String, String, ImageCount); 5] = [
+        // (base, then what follows it; what replaces both after `replacement`).
+        let rules = [
+            (e, "/v1/unionai/", "/union/", ImageCount::ReplacedPublicV1),
             (
-                format!("{e}/v1/unionai/"),
-                format!("{r}/union/"),
-                ImageCount::ReplacedPublicV1,
-            ),
-            (
-                format!("{e}/unionai/"),
-                format!("{r}/union/"),
+                e,
+                "/unionai/",
+                "/union/",
                 ImageCount::ReplacedPublicUnversioned,
             ),
-            (
-                format!("{e}/v1"),
-                format!("{r}/orgs"),
-                ImageCount::ReplacedOrgV1,
-            ),
-            (
-                format!("{r}/orgs/v1"),
-                format!("{r}/orgs"),
-                ImageCount::ReplacedOrgV1,
-            ),
-            (
-                e.clone(),
-                format!("{r}/orgs"),
-                ImageCount::ReplacedOrgUnversioned,
-            ),
+            (e, "/v1", "/orgs", ImageCount::ReplacedOrgV1),
+            (r, "/orgs/v1", "/orgs", ImageCount::ReplacedOrgV1),
+            (e, "", "/orgs", ImageCount::ReplacedOrgUnversioned),
         ];
-        rules.into_iter().find_map(|(from, to, count)| {
+        rules.into_iter().find_map(|(base, from, to, count)| {
+            let from = format!("{base}{from}");
             let rest = image.strip_prefix(&from)?;
             // Prefixes that end in '/' already end on a boundary.
-            (from.ends_with('/') || rest.starts_with('/')).then(|| (format!("{to}{rest}"), count))
+            (from.ends_with('/') || rest.starts_with('/'))
+                .then(|| (format!("{r}{to}{rest}"), count))
         })
     }
 

@@ -181,10 +181,7 @@ impl PodMutator for SocketCheck {
     }
 
     fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
-        if !is_managed(pod, &self.label) {
-            return Ok(Effects::default());
-        }
-        let Some(spec) = pod.spec.as_ref() else {
+        let Some(spec) = pod.spec.as_ref().filter(|_| is_managed(pod, &self.label)) else {
             return Ok(Effects::default());
         };
         let declared = annotation(pod, &self.annotation);
