@@ -506,13 +506,12 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
         let mut deps = Deps::offline();
         // The reader is the operator, at their own terminal: AWS's own words for a failure.
         deps.errors_in_replies = true;
-        let aws = podmutator_aws::secretsmanager::SharedAws::new(
-            &config
-                .webhook
-                .embedded_secret_manager_config
-                .aws_config
-                .region,
-        );
+        let region = &config
+            .webhook
+            .embedded_secret_manager_config
+            .aws_config
+            .region;
+        let aws = podmutator_aws::secretsmanager::SharedAws::new(region);
         let deps = podmutator_aws::wiring::deps(config, &aws, deps)?;
         let app = App::build(config, deps)?;
         inject_text(app, args, &text, &path).await
