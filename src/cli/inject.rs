@@ -18,21 +18,14 @@ use podmutator_core::mutate::Route;
 /// which `webhook-config`, Terraform and SAM register): what the API server puts in front of a
 /// denial, `admission webhook "<name>" denied the request: ...`.
 pub fn webhook_name(route: Route) -> &'static str {
-    use crate::transport::http::{
-        PATH_IMAGE_BUILDER, PATH_IMAGES, PATH_MANAGED_NAMESPACE, PATH_MANAGED_POD, PATH_SECRETS,
-    };
-    let path = match route {
-        Route::Secrets => PATH_SECRETS,
-        Route::ManagedPod => PATH_MANAGED_POD,
-        Route::ManagedNamespace => PATH_MANAGED_NAMESPACE,
-        Route::ImageBuilder => PATH_IMAGE_BUILDER,
-        Route::Images => PATH_IMAGES,
-    };
+    let path = crate::transport::http::ROUTES
+        .into_iter()
+        .find_map(|(p, r)| (r == route).then_some(p));
     crate::registration::registration()["webhooks"]
         .as_array()
         .into_iter()
         .flatten()
-        .find(|w| w["path"] == path)
+        .find(|w| path.is_some_and(|p| w["path"] == p))
         .and_then(|w| w["name"].as_str())
         .unwrap_or("podmutator")
 }
@@ -506,13 +499,12 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
         let mut deps = Deps::offline();
         // The reader is the operator, at their own terminal: AWS's own words for a failure.
         deps.errors_in_replies = true;
-        let aws = podmutator_aws::secretsmanager::SharedAws::new(
-            &config
-                .webhook
-                .embedded_secret_manager_config
-                .aws_config
-                .region,
-        );
+        let region = &config
+            .webhook
+            .embedded_secret_manager_config
+            .aws_config
+            .region;
+        let aws = podmutator_aws::secretsmanager::SharedAws::new(region);
         let deps = podmutator_aws::wiring::deps(config, &aws, deps)?;
         let app = App::build(config, deps)?;
         inject_text(app, args, &text, &path).await

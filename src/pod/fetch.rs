@@ -116,7 +116,7 @@ pub fn write_files(
         })?;
     }
     match &plan.copy_executable_to {
-        Some(to) => copy_executable(&mut dirs, &plan.root, to).map(Some),
+        Some(to) => copy_executable(&mut dirs, to).map(Some),
         None => Ok(None),
     }
 }
@@ -135,9 +135,7 @@ fn stage<'a>(
             path: item.file.display().to_string(),
             source,
         };
-        let (dir, name) = dirs
-            .parent_of(&plan.root, &item.file, DIR_MODE)
-            .map_err(err)?;
+        let (dir, name) = dirs.parent_of(&item.file, DIR_MODE).map_err(err)?;
         let tmp = temp_name(&name);
         write_new(&dir, &tmp, bytes, FILE_MODE).map_err(err)?;
         staged.push(Staged {
@@ -170,7 +168,7 @@ fn exec_program() -> std::io::Result<(PathBuf, bool)> {
     })
 }
 
-fn copy_executable(dirs: &mut Dirs, root: &Path, to: &Path) -> Result<Copied, FetchError> {
+fn copy_executable(dirs: &mut Dirs, to: &Path) -> Result<Copied, FetchError> {
     let err = |source| FetchError::Copy {
         path: to.display().to_string(),
         source,
@@ -178,9 +176,7 @@ fn copy_executable(dirs: &mut Dirs, root: &Path, to: &Path) -> Result<Copied, Fe
     let (from, wrapper) = exec_program().map_err(err)?;
     let bytes = std::fs::read(&from).map_err(err)?;
     // Directories on the way must be searchable by every user that runs the copy.
-    let (dir, name) = dirs
-        .parent_of(root, to, EXECUTABLE_MODE | 0o200)
-        .map_err(err)?;
+    let (dir, name) = dirs.parent_of(to, EXECUTABLE_MODE | 0o200).map_err(err)?;
     let tmp = temp_name(&name);
     write_new(&dir, &tmp, &bytes, EXECUTABLE_MODE).map_err(err)?;
     std::fs::rename(dir.at(&tmp), dir.at(&name)).map_err(err)?;
@@ -281,19 +277,14 @@ impl Dirs {
         }
     }
 
-    /// The open directory that holds `file` (below `root`, as the plan was validated), with
+    /// The open directory that holds `file` (below the root, as the plan was validated), with
     /// the missing directories on the way created with `mode`, and the file's name in it.
-    fn parent_of(
-        &mut self,
-        root: &Path,
-        file: &Path,
-        mode: u32,
-    ) -> std::io::Result<(Rc<Dir>, OsString)> {
-        let invalid = || std::io::Error::other("the path is not below the plan's root");
-        let rel = file.strip_prefix(root).map_err(|_| invalid())?;
-        let name = rel.file_name().ok_or_else(invalid)?.to_owned();
+    fn parent_of(&mut self, file: &Path, mode: u32) -> std::io::Result<(Rc<Dir>, OsString)> {
         let mut at = PathBuf::new();
         let mut dir = Rc::clone(&self.open[&at]);
+        let invalid = || std::io::Error::other("the path is not below the plan's root");
+        let rel = file.strip_prefix(&dir.shown).map_err(|_| invalid())?;
+        let name = rel.file_name().ok_or_else(invalid)?.to_owned();
         for part in rel.parent().into_iter().flat_map(Path::iter) {
             at.push(part);
             dir = match self.open.get(&at) {

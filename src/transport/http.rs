@@ -26,6 +26,15 @@ pub const PATH_IMAGE_BUILDER: &str = "/mutate--v1-pod/image-builder";
 pub const PATH_IMAGES: &str = "/mutate/images";
 pub const PATH_HEALTHZ: &str = "/healthz";
 
+/// Each route's path.
+pub const ROUTES: [(&str, Route); 5] = [
+    (PATH_SECRETS, Route::Secrets),
+    (PATH_MANAGED_POD, Route::ManagedPod),
+    (PATH_MANAGED_NAMESPACE, Route::ManagedNamespace),
+    (PATH_IMAGE_BUILDER, Route::ImageBuilder),
+    (PATH_IMAGES, Route::Images),
+];
+
 /// The parts of an HTTP request the webhook looks at.
 #[derive(Debug, Clone, Copy)]
 pub struct Incoming<'a> {
@@ -359,25 +368,18 @@ impl Front {
             self.refused(Refusal::PathToken, peer, method, None);
             return Routed::Answer(message(404, "not found"));
         };
-        let route = match path {
-            PATH_HEALTHZ => {
-                return Routed::Answer(match method {
-                    "GET" | "HEAD" => Reply {
-                        status: 200,
-                        body: health("ok"),
-                    },
-                    _ => message(405, "method not allowed: use GET for /healthz"),
-                });
-            }
-            PATH_SECRETS => Route::Secrets,
-            PATH_MANAGED_POD => Route::ManagedPod,
-            PATH_MANAGED_NAMESPACE => Route::ManagedNamespace,
-            PATH_IMAGE_BUILDER => Route::ImageBuilder,
-            PATH_IMAGES => Route::Images,
-            _ => {
-                self.refused(Refusal::NotFound, peer, method, Some(path));
-                return Routed::Answer(message(404, "not found"));
-            }
+        if path == PATH_HEALTHZ {
+            return Routed::Answer(match method {
+                "GET" | "HEAD" => Reply {
+                    status: 200,
+                    body: health("ok"),
+                },
+                _ => message(405, "method not allowed: use GET for /healthz"),
+            });
+        }
+        let Some(&(_, route)) = ROUTES.iter().find(|(p, _)| *p == path) else {
+            self.refused(Refusal::NotFound, peer, method, Some(path));
+            return Routed::Answer(message(404, "not found"));
         };
         if method != "POST" {
             self.refused(Refusal::Method, peer, method, Some(path));

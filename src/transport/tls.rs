@@ -59,7 +59,7 @@ pub struct CertFiles {
 /// Uses `tls.crt`/`tls.key` from `dir` when both exist; otherwise, if `generate`, creates a CA
 /// and a serving certificate for `names` there (key files mode 0600).
 pub fn ensure_certs(dir: &Path, generate: bool, names: &[String]) -> Result<CertFiles, TlsError> {
-    let files = CertFiles {
+    let mut files = CertFiles {
         ca: dir.join(CA_CERT),
         cert: dir.join(TLS_CERT),
         key: dir.join(TLS_KEY),
@@ -93,10 +93,8 @@ pub fn ensure_certs(dir: &Path, generate: bool, names: &[String]) -> Result<Cert
     write_file(&files.ca, ca_pem.as_bytes(), 0o644)?;
     write_file(&files.cert, cert_pem.as_bytes(), 0o644)?;
     write_file(&files.key, key_pem.as_bytes(), 0o600)?;
-    Ok(CertFiles {
-        generated: true,
-        ..files
-    })
+    files.generated = true;
+    Ok(files)
 }
 
 fn restrict(path: &Path, mode: u32) -> Result<(), TlsError> {

@@ -44,14 +44,14 @@ impl DescribeSource {
     }
 
     async fn describe(
-        client: Client,
-        slots: Arc<Semaphore>,
+        self,
         throttles: ThrottleCounter,
         id: String,
     ) -> Result<(String, Lookup), SourceError> {
         // The semaphore is never closed; if it were, the call would go ahead unbounded.
-        let _slot = slots.acquire_owned().await.ok();
-        let sent = client
+        let _slot = self.in_flight.acquire_owned().await.ok();
+        let sent = self
+            .client
             .describe_secret()
             .secret_id(&id)
             .customize()
@@ -91,12 +91,7 @@ impl SecretSource for DescribeSource {
             let throttles = ThrottleCounter::default();
             let mut calls = tokio::task::JoinSet::new();
             for id in ids {
-                calls.spawn(Self::describe(
-                    self.client.clone(),
-                    self.in_flight.clone(),
-                    throttles.clone(),
-                    id.clone(),
-                ));
+                calls.spawn(self.clone().describe(throttles.clone(), id.clone()));
             }
             let mut found = BTreeMap::new();
             while let Some(joined) = calls.join_next().await {

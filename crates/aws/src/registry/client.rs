@@ -382,15 +382,9 @@ impl Session<'_> {
                 what: what.clone(),
                 reason: format!("not an OCI or Docker v2 manifest: {e}"),
             })?;
-        match manifest {
-            Manifest {
-                config: Some(config),
-                ..
-            } => self.config_command(&config.digest).await,
-            Manifest {
-                manifests: Some(list),
-                ..
-            } => {
+        match (manifest.config, manifest.manifests) {
+            (Some(config), _) => self.config_command(&config.digest).await,
+            (None, Some(list)) => {
                 let mut chosen: Vec<&Descriptor> = list
                     .iter()
                     .filter(|d| {
@@ -537,7 +531,7 @@ fn split_suffix(suffix: &str) -> (&str, Option<&str>) {
 }
 
 /// A `Bearer realm=...,service=...,scope=...` challenge.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq)]
 struct Bearer {
     realm: String,
     service: Option<String>,
@@ -549,11 +543,7 @@ fn parse_bearer(header: &str) -> Option<Bearer> {
     if !scheme.eq_ignore_ascii_case("bearer") {
         return None;
     }
-    let mut bearer = Bearer {
-        realm: String::new(),
-        service: None,
-        scope: None,
-    };
+    let mut bearer = Bearer::default();
     let mut rest = params.trim();
     while !rest.is_empty() {
         let (key, after) = rest.split_once('=')?;

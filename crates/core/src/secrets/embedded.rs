@@ -279,16 +279,12 @@ impl EmbeddedInjector {
         }
     }
 
-    /// The value fetched for `key`, most specific scope first.
+    /// The value fetched under the first of `ids` (most specific scope first) that exists.
     fn fetched_value<'c>(
         &self,
         resolved: &'c ResolvedSecrets,
-        org: &str,
-        project: &str,
-        domain: &str,
-        key: &str,
+        ids: &[String],
     ) -> Result<&'c [u8], Refusal> {
-        let ids = cascade(org, domain, project, key);
         let found = ids.iter().find_map(|id| match resolved.get(id) {
             Some(Lookup::Found(v)) => Some(Ok((id, v))),
             Some(Lookup::NotFound) => None,
@@ -412,7 +408,7 @@ impl SecretInjector for EmbeddedInjector {
             edits.withheld += 1;
             DRY_RUN_PLACEHOLDER.as_bytes()
         } else {
-            self.fetched_value(edits.resolved, org, project, domain, key)?
+            self.fetched_value(edits.resolved, &cascade(org, domain, project, key))?
         };
         match req.secret.mount_requirement {
             MountRequirement::Any | MountRequirement::EnvVar => {

@@ -275,18 +275,16 @@ impl SecretsMutator {
         };
         let mut edits = Edits::new(resolved);
         let mut effects = Effects::default();
-        for p in planned {
+        'requests: for p in planned {
             let mut refusals = Vec::new();
-            let mut injected = false;
             for (i, _) in &p.candidates {
                 let inj = &self.injectors[*i];
                 edits.current = format!("{} ({})", p.req.annotation, inj.kind());
                 let mark = edits.mark();
                 match inj.inject(&p.req, ctx, pod, &mut edits) {
                     Ok(()) => {
-                        injected = true;
                         effects.secrets_injected(inj.kind(), 1);
-                        break;
+                        continue 'requests;
                     }
                     Err(reason) => {
                         edits.reset(mark);
@@ -294,10 +292,8 @@ impl SecretsMutator {
                     }
                 }
             }
-            if !injected {
-                refusals.extend(p.refusals.iter().cloned());
-                return Err(self.not_injected(&p.req, refusals));
-            }
+            refusals.extend(p.refusals.iter().cloned());
+            return Err(self.not_injected(&p.req, refusals));
         }
         if !edits.conflicts.is_empty() {
             return Err(Denial::bad_request(

@@ -139,15 +139,10 @@ impl Api {
     }
 }
 
+/// The operation's name, which is the variant's.
 impl fmt::Display for Api {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Api::GetSecretValue => "GetSecretValue",
-            Api::BatchGetSecretValue => "BatchGetSecretValue",
-            Api::DescribeSecret => "DescribeSecret",
-            #[cfg(any(test, feature = "testing"))]
-            Api::ListSecrets => "ListSecrets",
-        })
+        fmt::Debug::fmt(self, f)
     }
 }
 
