@@ -74,19 +74,23 @@ impl MountRequirement {
         }
     }
 
-    /// The proto names of the numbers 0, 1 and 2.
-    const NAMES: [&'static str; 3] = ["ANY", "ENV_VAR", "FILE"];
-
     /// The proto name, `None` for numbers without one.
-    pub(crate) fn name(self) -> Option<&'static str> {
-        Self::NAMES
-            .get(usize::try_from(self.number()).ok()?)
-            .copied()
+    pub(crate) const fn name(self) -> Option<&'static str> {
+        match MountRequirement::from_number(self.number()) {
+            MountRequirement::Any => Some("ANY"),
+            MountRequirement::EnvVar => Some("ENV_VAR"),
+            MountRequirement::File => Some("FILE"),
+            MountRequirement::Unknown(_) => None,
+        }
     }
 
     fn from_name(name: &[u8]) -> Option<Self> {
-        let n = Self::NAMES.iter().position(|n| n.as_bytes() == name)?;
-        Some(Self::from_number(n as i32))
+        match name {
+            b"ANY" => Some(MountRequirement::Any),
+            b"ENV_VAR" => Some(MountRequirement::EnvVar),
+            b"FILE" => Some(MountRequirement::File),
+            _ => None,
+        }
     }
 }
 
@@ -281,10 +285,16 @@ pub fn marshal_text(s: &Secret) -> String {
     push_string_field(&mut out, Field::Key, &s.key);
     let mount = s.mount_requirement;
     if mount.number() != 0 {
-        let number = mount.number().to_string();
-        let value = mount.name().unwrap_or(&number);
-        // Writing into a String cannot fail.
-        let _ = writeln!(out, "{}: {value}", Field::MountRequirement.name());
+        out.push_str(Field::MountRequirement.name());
+        out.push_str(": ");
+        match mount.name() {
+            Some(name) => out.push_str(name),
+            // Writing into a String cannot fail.
+            None => {
+                let _ = write!(out, "{}", mount.number());
+            }
+        }
+        out.push('\n');
     }
     push_string_field(&mut out, Field::EnvVar, &s.env_var);
     out
@@ -484,9 +494,15 @@ impl<'a> Lexer<'a> {
     }
 
     fn next(&mut self) -> Result<Token<'a>, CodecError> {
-        while let Some(&b @ (b' ' | b'\t' | b'\r' | b'\n')) = self.src.get(self.pos) {
-            self.pos += 1;
-            self.line += usize::from(b == b'\n');
+        while let Some(&b) = self.src.get(self.pos) {
+            match b {
+                b' ' | b'\t' | b'\r' => self.pos += 1,
+                b'\n' => {
+                    self.pos += 1;
+                    self.line += 1;
+                }
+                _ => break,
+            }
         }
         let Some(&b) = self.src.get(self.pos) else {
             return Ok(Token::Eof);

@@ -75,16 +75,19 @@ impl SecretInjector for K8sInjector {
                     }),
                     ..Default::default()
                 };
-                let var = |name| EnvVar {
-                    name,
-                    value: None,
-                    value_from: Some(source.clone()),
-                };
                 edits.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
                 if !s.env_var.is_empty() {
-                    edits.env(var(s.env_var.clone()));
+                    edits.env(EnvVar {
+                        name: s.env_var.clone(),
+                        value: None,
+                        value_from: Some(source.clone()),
+                    });
                 }
-                edits.env(var(self.env_name(&group, &s.key)));
+                edits.env(EnvVar {
+                    name: self.env_name(&group, &s.key),
+                    value: None,
+                    value_from: Some(source),
+                });
             }
             MountRequirement::Any | MountRequirement::File => {
                 let dir = format!("{SECRETS_DIR}/{}", group.to_lowercase());

@@ -404,7 +404,11 @@ impl SecretInjector for SidecarInjector {
                 spec
             }
         };
-        add_volume(&mut spec.volumes, self.shared.volume.clone());
+        // Looked for before the clone: `add_volume` would find it too, after cloning it.
+        let volume = &self.shared.volume;
+        if !spec.volumes.iter().flatten().any(|v| v.name == volume.name) {
+            add_volume(&mut spec.volumes, volume.clone());
+        }
         edits.mount(self.shared.mount.clone());
         edits.file_secret(&s.env_var, &fetch.file);
         Ok(())
