@@ -125,6 +125,10 @@ pub async fn serve(
                 () = slot.shed.notified() => {}
             }
         });
+        // The new connection's task reads its request before the next accept: a burst waiting
+        // in the backlog (a process that stalled, a flood) cannot make room by closing it
+        // before its request, already sent, is read and answered.
+        tokio::task::yield_now().await;
     }
 }
 

@@ -341,6 +341,9 @@ pub async fn serve(
             stopping: stopping.clone(),
         };
         tokio::spawn(conn.run());
+        // The new connection's task starts its handshake before the next accept, so a burst
+        // waiting in the backlog cannot make room by closing it before it is read.
+        tokio::task::yield_now().await;
     }
     drop(listener);
     flusher.abort();
