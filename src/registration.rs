@@ -356,9 +356,11 @@ pub fn parse_timeout(s: &str) -> Result<u32, InvalidValue> {
 
 fn check_ca_bundle(pem: &[u8]) -> Result<(), InvalidValue> {
     let text = std::str::from_utf8(pem).map_err(|_| InvalidValue::PemNotText)?;
-    text.contains("-----BEGIN CERTIFICATE-----")
-        .then_some(())
-        .ok_or(InvalidValue::NoCertificate)
+    if text.contains("-----BEGIN CERTIFICATE-----") {
+        Ok(())
+    } else {
+        Err(InvalidValue::NoCertificate)
+    }
 }
 
 /// `--failure-policy`: exactly `Fail` or `Ignore`, as the API server spells them.

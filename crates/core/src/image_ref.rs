@@ -146,8 +146,10 @@ fn is_registry(r: &str) -> bool {
         {
             return false;
         }
+        if after.is_empty() {
+            return true;
+        }
         match after.strip_prefix(':') {
-            _ if after.is_empty() => return true,
             Some(port) => ("x", Some(port)),
             None => return false,
         }

@@ -580,14 +580,15 @@ fn challenge_scheme(header: Option<&str>) -> String {
 
 /// Percent-encodes a query value (RFC 3986 unreserved characters, and `:` `/` kept).
 fn encode_query(s: &str) -> String {
-    s.bytes()
-        .map(
-            |b| match b.is_ascii_alphanumeric() || b"-._~:/".contains(&b) {
-                true => char::from(b).to_string(),
-                false => format!("%{b:02X}"),
-            },
-        )
-        .collect()
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~:/".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -429,8 +429,10 @@ fn string_from_go_bytes(bytes: Vec<u8>) -> String {
 /// zero (Go would read `010` as octal, so it is not taken as ten here).
 fn parse_decimal_i32(s: &[u8]) -> Option<i32> {
     // ASCII digits with an optional sign: valid UTF-8, and `parse` checks the range.
-    let canonical = is_canonical_decimal(s.strip_prefix(b"-").unwrap_or(s));
-    canonical.then(|| std::str::from_utf8(s).ok()?.parse().ok())?
+    if !is_canonical_decimal(s.strip_prefix(b"-").unwrap_or(s)) {
+        return None;
+    }
+    std::str::from_utf8(s).ok()?.parse().ok()
 }
 
 /// Digits only, at least one, and no leading zero unless the number is `0`.
@@ -728,7 +730,11 @@ where
 
 /// `Some(n)` for a canonical decimal `u32` (no sign, no leading zero unless it is `0`).
 fn parse_index(suffix: &str) -> Option<u32> {
-    is_canonical_decimal(suffix.as_bytes()).then(|| suffix.parse().ok())?
+    if is_canonical_decimal(suffix.as_bytes()) {
+        suffix.parse().ok()
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]

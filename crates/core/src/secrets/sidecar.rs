@@ -388,22 +388,21 @@ impl SecretInjector for SidecarInjector {
             .into_iter()
             .flatten()
             .find(|c| c.name == name);
-        let spec = match existing {
+        let present = match existing {
             Some(c) if !Fetch::is_done_by(c, &self.fetcher(name.clone(), &fetch)) => {
                 return Err(Refusal::Conflict(format!(
                     "init container {name} already exists and is not the fetcher podmutator injects for this secret (its image, command or settings differ); remove or rename that init container"
                 )));
             }
-            Some(_) => pod.spec.get_or_insert_with(Default::default),
-            None => {
-                let spec = pod.spec.get_or_insert_with(Default::default);
-                let fetcher = self.fetcher(name, &fetch);
-                spec.init_containers
-                    .get_or_insert_with(Vec::new)
-                    .push(fetcher);
-                spec
-            }
+            existing => existing.is_some(),
         };
+        let spec = pod.spec.get_or_insert_with(Default::default);
+        if !present {
+            let fetcher = self.fetcher(name, &fetch);
+            spec.init_containers
+                .get_or_insert_with(Vec::new)
+                .push(fetcher);
+        }
         // Looked for before the clone: `add_volume` would find it too, after cloning it.
         let volume = &self.shared.volume;
         if !spec.volumes.iter().flatten().any(|v| v.name == volume.name) {
