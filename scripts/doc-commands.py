@@ -15,8 +15,10 @@ that sends a review (its text names /mutate--v1-pod or `cargo lambda invoke`) mu
 answer that admits the pod (`"allowed": true`, as JSON or inside a Lambda reply's body), the
 decoded patch (`"op": "add"`) or, for the health check, `"ok"`. `scripts/test.sh` is not run again here: CI's first step is exactly that.
 
-Usage: scripts/doc-commands.py [DOC[@N]...]   (default: README.md docs/development.md)
-       DOC@N runs only the N-th ```sh block of DOC (from 1), e.g. docs/performance.md@1.
+Usage: scripts/doc-commands.py [DOC[#NAME]...]   (default: README.md docs/development.md)
+       DOC#NAME runs only the block of DOC that `<!-- doc-commands: NAME -->` names (the line
+       before its opening fence), e.g. docs/performance.md#instructions-check: a block added
+       above it, or moved, leaves the selection where it was.
 Run from a clone's root; CI (.ci/run) runs it after the tests, on its clean clone.
 """
 
@@ -41,13 +43,19 @@ NOT_AGAIN = {"scripts/test.sh"}
 START_LIMIT_S = 1800
 
 
+MARKER = re.compile(r"^<!-- doc-commands: ([a-z0-9-]+) -->$")
+
+
 def blocks(path):
-    """The ```sh blocks of a Markdown file: (line number, commands), each command's lines joined."""
+    """The ```sh blocks of a Markdown file: (line number, name, commands), each command's lines
+    joined; the name is the marker on the line before the fence, or None."""
     out = []
     lines = open(os.path.join(ROOT, path), encoding="utf-8").read().splitlines()
     i = 0
     while i < len(lines):
         if lines[i].strip() in ("```sh", "```bash", "```shell"):
+            marker = MARKER.match(lines[i - 1].strip()) if i else None
+            name = marker.group(1) if marker else None
             start = i + 1
             body = []
             i += 1
@@ -72,7 +80,7 @@ def blocks(path):
                 current = ""
             if current:
                 commands.append(current.strip())
-            out.append((start, commands))
+            out.append((start, name, commands))
         i += 1
     return out
 
@@ -146,14 +154,13 @@ run_command() {
 
 
 def selected(doc):
-    """The blocks of `DOC` or, for `DOC@N`, its N-th block alone."""
-    path, _, n = doc.partition("@")
-    found = blocks(path)
-    if not n:
-        return found
-    if not n.isdigit() or not 1 <= int(n) <= len(found):
-        sys.exit(f"doc-commands: {path} has {len(found)} sh blocks; no block {n!r}")
-    return [found[int(n) - 1]]
+    """The blocks of `DOC` or, for `DOC#NAME`, the one block its marker names."""
+    path, _, name = doc.partition("#")
+    found = [(line, commands) for line, n, commands in blocks(path) if not name or n == name]
+    if name and len(found) != 1:
+        names = sorted({n for _, n, _ in blocks(path) if n})
+        sys.exit(f"doc-commands: {path} has {len(found)} sh blocks named {name!r} (its names: {names})")
+    return found
 
 
 def script_for(docs):

@@ -596,3 +596,76 @@ fn every_relative_link_and_anchor_in_the_docs_resolves() {
     }
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
+
+/// `scripts/doc-commands.py DOC#NAME` runs the one block that `<!-- doc-commands: NAME -->`
+/// names, wherever it sits in the document; a name with no block, or with two, fails and lists
+/// the names there are.
+#[test]
+fn doc_commands_selects_a_block_by_its_marker() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let doc = crate::common::temp_dir("doc-commands").join("doc.md");
+    std::fs::write(
+        &doc,
+        "```sh\necho block-one\n```\n\n<!-- doc-commands: second -->\n```sh\necho block-two\n```\n\n  <!-- doc-commands: twice -->\n  ```sh\n  echo three\n  ```\n<!-- doc-commands: twice -->\n```sh\necho four\n```\n",
+    )
+    .unwrap();
+    let run = |selector: &str| {
+        std::process::Command::new(root.join("scripts/doc-commands.py"))
+            .arg(format!("{}{selector}", doc.display()))
+            .output()
+            .unwrap()
+    };
+    let out = run("#second");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("block-two") && !stdout.contains("block-one"),
+        "{stdout}"
+    );
+    for missing in ["#nothing", "#twice"] {
+        let out = run(missing);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{missing}: {stderr}");
+        assert!(
+            stderr.contains("['second', 'twice']"),
+            "{missing}: {stderr}"
+        );
+    }
+}
+
+/// Every `DOC#NAME` that `.ci/run` runs names exactly one block: a marker deleted or copied
+/// fails here, not as a CI step that runs nothing or the wrong commands.
+#[test]
+fn every_block_ci_runs_by_name_is_there_once() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    let selectors: Vec<&str> = ci
+        .split_whitespace()
+        .filter(|w| w.contains(".md#"))
+        .collect();
+    assert!(selectors.len() >= 6, "{selectors:?}");
+    for selector in selectors {
+        let (path, name) = selector.split_once('#').unwrap();
+        let marker = format!("<!-- doc-commands: {name} -->");
+        let text = std::fs::read_to_string(root.join(path)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let at: Vec<usize> = (0..lines.len())
+            .filter(|&i| lines[i].trim() == marker)
+            .collect();
+        assert_eq!(
+            at.len(),
+            1,
+            "{selector}: {marker} appears {} times",
+            at.len()
+        );
+        assert_eq!(
+            lines.get(at[0] + 1).map(|l| l.trim()),
+            Some("```sh"),
+            "{selector}: the marker is not on the line before a sh block"
+        );
+    }
+}
