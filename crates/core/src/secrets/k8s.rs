@@ -125,17 +125,19 @@ impl K8sInjector {
     }
 }
 
-/// The pod's Secret volumes by Secret name and, for each volume the K8s manager adds to, its
-/// items by path and by key, kept for one admission in [`Edits`]: a pod's file requests are
-/// then added in O(n), where a scan of the volumes and of their items per request made 1,000
-/// file secrets of one Secret quadratic. While a pod's secrets are injected, volumes and items
-/// are only ever appended, so the index catches up with what others appended by reading the
-/// new tail only.
+/// The pod's volumes by name, the volume this admission puts each Secret's files in, and, for
+/// each volume the K8s manager adds to, its items by path and by key, kept for one admission in
+/// [`Edits`]: a pod's file requests are then added in O(n), where a scan of the volumes and of
+/// their items per request made 1,000 file secrets of one Secret quadratic. While a pod's
+/// secrets are injected, volumes and items are only ever appended, so the index catches up with
+/// what others appended by reading the new tail only.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SecretVolumes {
     /// How many of the pod's volumes are indexed.
     seen: usize,
-    /// Secret name -> position of the first volume of that Secret.
+    /// Volume name -> position of the first volume of that name.
+    by_name: HashMap<String, usize>,
+    /// Secret name -> position of the volume this admission's file requests of it go to.
     by_secret: HashMap<String, usize>,
     /// Volume position -> its items, indexed once the K8s manager adds to that volume.
     items: HashMap<usize, SecretItems>,
@@ -156,9 +158,7 @@ impl SecretVolumes {
             *self = Self::default();
         }
         for (i, v) in volumes.iter().enumerate().skip(self.seen) {
-            if let Some(name) = v.secret.as_ref().and_then(|s| s.secret_name.as_ref()) {
-                self.by_secret.entry(name.clone()).or_insert(i);
-            }
+            self.by_name.entry(v.name.clone()).or_insert(i);
         }
         self.seen = volumes.len();
     }
@@ -177,9 +177,12 @@ impl SecretItems {
     }
 }
 
-/// Adds `key -> path` to the pod's volume for Secret `group` (creating the volume if needed) and
-/// returns that volume's name. Unlike Flyte, an item already present is not added twice, and the
-/// mount always names the volume that really holds the item.
+/// Adds `key -> path` to the volume for Secret `group` (creating it if needed) and returns that
+/// volume's name: Flyte's `base32(group_groupversion)`, or the volume an earlier request of this
+/// admission put the same Secret's files in. Unlike Flyte, an item already present is not added
+/// twice, the mount always names the volume that really holds the item, and a volume of the
+/// pod's own for the same Secret is left as it is: Flyte added the item to it (so a volume that
+/// projected every key then projected that one alone) and mounted a volume that did not exist.
 fn add_secret_item(
     pod: &mut Pod,
     index: &mut SecretVolumes,
@@ -196,9 +199,20 @@ fn add_secret_item(
         path: path.to_owned(),
         mode: None,
     };
-    match index.by_secret.get(group).copied() {
+    let name = volume_name(group, group_version);
+    let at = match index.by_secret.get(group) {
+        Some(&at) => Some(at),
+        None => index.by_name.get(&name).copied(),
+    };
+    match at {
         Some(at) => {
             let v = &mut volumes[at];
+            if v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) != Some(group) {
+                return Err(Refusal::Conflict(format!(
+                    "the pod has a volume named {name:?} that is not Kubernetes Secret {group:?}, the name the file secrets of {group:?} get; rename that volume"
+                )));
+            }
+            index.by_secret.insert(group.to_owned(), at);
             let items = v
                 .secret
                 .get_or_insert_with(Default::default)
@@ -229,7 +243,7 @@ fn add_secret_item(
             Ok(v.name.clone())
         }
         None => {
-            let name = volume_name(group, group_version);
+            index.by_secret.insert(group.to_owned(), volumes.len());
             volumes.push(Volume {
                 name: name.clone(),
                 secret: Some(SecretVolumeSource {
@@ -449,6 +463,54 @@ mod tests {
     }
 
     #[test]
+    fn a_volume_of_the_pods_own_for_the_same_secret_is_left_as_it_is() {
+        // Flyte added the item to the pod's volume (which then projected that key alone, not
+        // every key) and mounted base32(group_version), a volume that did not exist.
+        let mut pod = mk_pod();
+        let spec = pod.spec.as_mut().unwrap();
+        spec.volumes = Some(vec![Volume {
+            name: "creds".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some("db-creds".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]);
+        spec.containers[0].volume_mounts = Some(vec![crate::mutate::pod::mount("creds", "/data")]);
+        let own = json(&pod)["spec"]["volumes"][0].clone();
+        let s = [secret("db-creds", "password", MountRequirement::File, "")];
+        let once = inject_one(&k8s(), &s, pod).unwrap();
+        let pod = json(&once);
+        assert_eq!(
+            pod["spec"]["volumes"][0], own,
+            "the pod's own volume is untouched"
+        );
+        assert_eq!(
+            pod["spec"]["volumes"][1],
+            json!({"name": volume_name("db-creds", ""), "secret": {"secretName": "db-creds",
+                "items": [{"key": "password", "path": "password"}], "optional": true}})
+        );
+        assert_eq!(
+            pod["spec"]["containers"][0]["volumeMounts"],
+            json!([{"name": "creds", "mountPath": "/data"},
+                {"name": volume_name("db-creds", ""), "mountPath": "/etc/flyte/secrets/db-creds", "readOnly": true}])
+        );
+        // Admitted again (reinvocation): nothing more.
+        assert_eq!(inject_one(&k8s(), &s, once.clone()).unwrap(), once);
+    }
+
+    #[test]
+    fn a_volume_of_another_kind_under_the_secrets_volume_name_is_refused() {
+        let mut pod = mk_pod();
+        pod.spec.as_mut().unwrap().volumes = Some(vec![crate::mutate::pod::memory_volume(
+            volume_name("g", ""),
+        )]);
+        let err =
+            inject_one(&k8s(), &[secret("g", "k", MountRequirement::File, "")], pod).unwrap_err();
+        assert!(err.contains("that is not Kubernetes Secret \"g\""), "{err}");
+    }
+
+    #[test]
     fn keys_that_would_share_a_lower_cased_file_are_refused() {
         // Flyte issue #2801: MY_SECRET and my_secret both became /etc/flyte/secrets/<g>/my_secret.
         let err = inject_one(
@@ -608,10 +670,12 @@ mod tests {
         }
     }
 
-    /// What `add_secret_item` did before its index: a scan of the volumes and of their items
-    /// per request. The indexed one must answer and edit exactly as this one does.
+    /// `add_secret_item` without its index: a scan of the volumes and of their items per
+    /// request, with `chosen` (Secret -> the volume name its files went to) for the admission.
+    /// The indexed one must answer and edit exactly as this one does.
     fn add_secret_item_by_scan(
         pod: &mut Pod,
+        chosen: &mut HashMap<String, String>,
         group: &str,
         group_version: &str,
         key: &str,
@@ -619,19 +683,22 @@ mod tests {
     ) -> Result<String, Refusal> {
         let spec = pod.spec.get_or_insert_with(Default::default);
         let volumes = spec.volumes.get_or_insert_with(Vec::new);
-        let existing = volumes.iter_mut().find(|v| {
-            v.secret
-                .as_ref()
-                .and_then(|s| s.secret_name.as_deref())
-                .is_some_and(|n| n == group)
-        });
+        let name = volume_name(group, group_version);
+        let want = chosen.get(group).cloned().unwrap_or_else(|| name.clone());
+        let existing = volumes.iter_mut().find(|v| v.name == want);
         let item = KeyToPath {
             key: key.to_owned(),
             path: path.to_owned(),
             mode: None,
         };
         match existing {
+            Some(v) if v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) != Some(group) => {
+                Err(Refusal::Conflict(format!(
+                    "the pod has a volume named {name:?} that is not Kubernetes Secret {group:?}, the name the file secrets of {group:?} get; rename that volume"
+                )))
+            }
             Some(v) => {
+                chosen.insert(group.to_owned(), want);
                 let items = v
                     .secret
                     .get_or_insert_with(Default::default)
@@ -651,7 +718,7 @@ mod tests {
                 Ok(v.name.clone())
             }
             None => {
-                let name = volume_name(group, group_version);
+                chosen.insert(group.to_owned(), name.clone());
                 volumes.push(Volume {
                     name: name.clone(),
                     secret: Some(SecretVolumeSource {
@@ -668,7 +735,8 @@ mod tests {
     }
 
     /// A pod's own volumes: Secret volumes (some sharing a Secret, some with items that already
-    /// share a path or lack `items`) and volumes of other kinds.
+    /// share a path or lack `items`, some under the name the K8s manager gives a Secret's files,
+    /// of that Secret or another) and volumes of other kinds.
     fn arb_volumes() -> impl proptest::strategy::Strategy<Value = Vec<Volume>> {
         use proptest::prelude::*;
         let item = ("[aAbB]", "[ab]").prop_map(|(key, path)| KeyToPath {
@@ -676,8 +744,12 @@ mod tests {
             path,
             mode: None,
         });
-        let volume = (
+        let names = prop_oneof![
             "v[0-9]",
+            proptest::sample::select(vec![volume_name("g", ""), volume_name("h", "")]),
+        ];
+        let volume = (
+            names,
             proptest::option::of("[gh]"),
             proptest::option::of(proptest::collection::vec(item, 0..4)),
         )
@@ -703,6 +775,7 @@ mod tests {
             scanned.spec.as_mut().unwrap().volumes = (!volumes.is_empty()).then_some(volumes);
             let mut indexed = scanned.clone();
             let mut index = SecretVolumes::default();
+            let mut chosen = HashMap::new();
             for (group, key, other_first) in requests {
                 if other_first {
                     // Another manager's volume between two requests, as a sidecar adds one.
@@ -714,7 +787,7 @@ mod tests {
                     }
                 }
                 let path = key.to_lowercase();
-                let want = add_secret_item_by_scan(&mut scanned, &group, "", &key, &path);
+                let want = add_secret_item_by_scan(&mut scanned, &mut chosen, &group, "", &key, &path);
                 let got = add_secret_item(&mut indexed, &mut index, &group, "", &key, &path);
                 proptest::prop_assert_eq!(got, want);
                 proptest::prop_assert_eq!(&indexed, &scanned);
