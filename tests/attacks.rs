@@ -709,7 +709,7 @@ mod secrets_attacks {
         );
     }
 
-    const RULE: &str = "letters, digits, '_', '-' and '.', not starting with a digit";
+    const RULE: &str = "printable ASCII characters other than '='";
 
     /// Every manager that writes an env var refuses a name the API server would refuse,
     /// naming the annotation and the rule, before anything is fetched.
@@ -730,16 +730,16 @@ mod secrets_attacks {
                 secret("", "d\u{1}b", MountRequirement::Any, ""),
             ),
             (
-                "Embedded FILE env_var",
+                "Embedded FILE env_var with a tab",
                 json!(["Embedded"]),
                 Box::new(podmutator_core::secrets::global::NoGlobalSecrets),
-                secret("", "db", MountRequirement::File, "1PATH"),
+                secret("", "db", MountRequirement::File, "DB\tPATH"),
             ),
             (
-                "Global group with a space",
+                "Global group beyond ASCII",
                 json!(["K8s"]),
                 Box::new(Everything),
-                secret("my group", "k", MountRequirement::EnvVar, ""),
+                secret("gr\u{fc}p", "k", MountRequirement::EnvVar, ""),
             ),
             (
                 "K8s env_var with a newline",

@@ -88,7 +88,9 @@ mod tests {
         r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
     const QUALIFIED_NAME: &str = "^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
     const LABEL_VALUE: &str = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
-    const ENV_VAR_NAME: &str = "^[-._a-zA-Z][-._a-zA-Z0-9]*$";
+    /// `IsRelaxedEnvVarName` checks runes, not a regular expression: printable ASCII
+    /// (`unicode.IsPrint` below `MaxASCII`, the space included) other than '='.
+    const ENV_VAR_NAME: &str = "^[ -<>-~]+$";
     const CONFIG_MAP_KEY: &str = r"^[-._a-zA-Z0-9]+$";
 
     fn api_label(s: &str) -> bool {
@@ -145,7 +147,10 @@ mod tests {
         }
 
         #[test]
-        fn env_var_name_is_the_api_servers(s in names(20)) {
+        fn env_var_name_is_the_api_servers(s in prop_oneof![
+            names(20),
+            proptest::string::string_regex("[\\x00-\\x7f\u{e9}]{0,12}").unwrap(),
+        ]) {
             let api = Regex::new(ENV_VAR_NAME).unwrap().is_match(&s);
             prop_assert_eq!(is_env_var_name(&s), api, "{:?}", s);
         }
@@ -170,9 +175,13 @@ mod tests {
         assert!(!is_qualified_name("a/b/c"));
         assert!(is_qualified_name("example.io/managed"));
         assert!(!is_env_var_name("A=B"));
-        assert!(!is_env_var_name("1A"));
+        assert!(!is_env_var_name(""));
         assert!(!is_env_var_name("A\u{7}"));
+        assert!(!is_env_var_name("A\u{7f}"));
+        assert!(!is_env_var_name("Ä"));
         assert!(is_env_var_name("_A.b-1"));
+        assert!(is_env_var_name("1PASSWORD_TOKEN"));
+        assert!(is_env_var_name("MY:PATH ~"));
         assert!(!is_config_map_key(".."));
         assert!(is_label_value(""));
     }

@@ -239,7 +239,7 @@ mod tests {
 
     #[rstest::rstest]
     #[case::not_an_object(r#"["A"]"#, "at")]
-    #[case::bad_name(r#"{"1A": "/f"}"#, "not an environment variable name")]
+    #[case::bad_name(r#"{"A=B": "/f"}"#, "not an environment variable name")]
     #[case::relative_file(r#"{"A": "f"}"#, "absolute")]
     #[case::escaping_file(r#"{"A": "/p/../etc/shadow"}"#, "clean")]
     #[case::itself(r#"{"PODMUTATOR_EXEC_ENV": "/f"}"#, "cannot be set from a file")]

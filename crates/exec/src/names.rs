@@ -5,17 +5,17 @@
 use std::path::Path;
 
 /// The rule of [`is_env_var_name`], for messages.
-pub const ENV_VAR_NAME_RULE: &str = "letters, digits, '_', '-' and '.', not starting with a digit";
+pub const ENV_VAR_NAME_RULE: &str = "printable ASCII characters other than '='";
 /// The rule of [`is_config_map_key`], for messages.
 pub const FILE_NAME_RULE: &str =
     "at most 253 letters, digits, '-', '_' and '.', and not \".\" or \"..\"";
 
-/// `IsEnvVarName`: a container environment variable's name.
+/// `IsRelaxedEnvVarName`: a container environment variable's name, as every API server
+/// podmutator supports (1.33 and later: `RelaxedEnvironmentVariableValidation`, on by default
+/// since 1.32 and GA in 1.34) accepts it. Flyte writes any name; the older rule (letters,
+/// digits, `_`, `-`, `.`, no leading digit) refused names these API servers take.
 pub fn is_env_var_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-        && !s.as_bytes()[0].is_ascii_digit()
+    !s.is_empty() && s.bytes().all(|b| matches!(b, b' '..=b'~') && b != b'=')
 }
 
 /// `IsConfigMapKey`: a Secret or ConfigMap key, and so a projected file name.

@@ -65,8 +65,8 @@ fn failures_exit_1_with_the_full_binarys_message_and_run_nothing() {
             "PODMUTATOR_EXEC_ENV is not a valid exec plan",
         ),
         (
-            Some(r#"{"1A": "/f"}"#.to_owned()),
-            "\"1A\" is not an environment variable name",
+            Some(r#"{"A=B": "/f"}"#.to_owned()),
+            "\"A=B\" is not an environment variable name",
         ),
         (
             Some(serde_json::json!({"DB": d.join("absent")}).to_string()),

@@ -565,12 +565,12 @@ mod tests {
         "A=B",
         "\"A=B\" would be refused by the API server"
     )]
-    #[case::built_name_with_a_space(
-        "my group",
+    #[case::env_var_with_a_newline(
+        "g",
         "k",
         MountRequirement::EnvVar,
-        "",
-        "\"_UNION_MY GROUP_K\" would be refused"
+        "A\nB",
+        "\"A\\nB\" would be refused"
     )]
     fn names_the_api_server_would_refuse_are_refused_before_injection(
         #[case] group: &str,
@@ -581,6 +581,25 @@ mod tests {
     ) {
         let err = inject_one(&k8s(), &[secret(group, key, mount, env_var)], mk_pod()).unwrap_err();
         assert!(err.contains(says), "{err}");
+    }
+
+    #[test]
+    fn names_only_the_older_rule_refused_are_written_as_flyte_writes_them() {
+        // Kubernetes 1.32+ (RelaxedEnvironmentVariableValidation) takes any printable ASCII
+        // but '='; the rule before it refused a leading digit and ':'.
+        for name in ["1PASSWORD_TOKEN", "MY:PATH"] {
+            let pod = inject_one(
+                &k8s(),
+                &[secret("g", "k", MountRequirement::EnvVar, name)],
+                mk_pod(),
+            )
+            .unwrap();
+            let env = &json(&pod)["spec"]["containers"][0]["env"];
+            assert!(
+                env.as_array().unwrap().iter().any(|e| e["name"] == name),
+                "{name}: {env}"
+            );
+        }
     }
 
     /// A group that is no Secret name (it would climb out of `/etc/flyte/secrets` as the mount
