@@ -174,7 +174,12 @@ async fn all_labels_org_scope_value_becomes_an_env_var() {
 #[case::scoped_to_domain(&[("flyte", "", ""), ("flyte", "development", "")], "domain-value")]
 #[case::scoped_to_project(&[("flyte", "", ""), ("flyte", "development", ""), ("flyte", "development", "flytesnacks")], "project-value")]
 #[tokio::test]
-async fn the_most_specific_scope_wins(#[case] present: &[(&str, &str, &str)], #[case] want: &str) {
+async fn the_most_specific_scope_wins(
+    #[case] present: &[(&str, &str, &str)],
+    #[case] want: &str,
+    // Flyte's ScopedTo* cases, with and without an env_var.
+    #[values("MY_VAR", "")] env_var: &str,
+) {
     let mut source = StaticSource::default();
     for (org, domain, project) in present {
         let value = match (*domain, *project) {
@@ -188,12 +193,17 @@ async fn the_most_specific_scope_wins(#[case] present: &[(&str, &str, &str)], #[
     let out = mutated(
         &app,
         &pod(
-            &[secret("k", MountRequirement::EnvVar, "MY_VAR")],
+            &[secret("k", MountRequirement::EnvVar, env_var)],
             scope_labels(),
         ),
     )
     .await;
-    assert_eq!(env(&out, "main")[0], ("MY_VAR".to_owned(), want.to_owned()));
+    let name = if env_var.is_empty() {
+        "_UNION_K"
+    } else {
+        env_var
+    };
+    assert_eq!(env(&out, "main")[0], (name.to_owned(), want.to_owned()));
 }
 
 #[rstest]

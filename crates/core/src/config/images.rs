@@ -297,6 +297,27 @@ mod tests {
     }
 
     #[test]
+    fn disable_verification_is_read_from_the_config_and_warned_about() {
+        // Flyte's config_test: imageBuilderConfig with `disableVerification: true`.
+        let loaded = crate::config::Config::from_value(json!({"webhook": {"imageBuilderConfig": {
+            "enabled": true,
+            "hostnameReplacement": {"existing": "e.io", "replacement": "r.io", "disableVerification": true}
+        }}}))
+        .unwrap();
+        let c = &loaded.config.webhook.image_builder_config;
+        assert!(c.enabled);
+        assert!(c.hostname_replacement.disable_verification);
+        assert!(
+            loaded
+                .warnings
+                .iter()
+                .any(|w| w.contains("disableVerification is true")),
+            "{:?}",
+            loaded.warnings
+        );
+    }
+
+    #[test]
     fn image_builder_disabled_is_not_checked() {
         assert_eq!(
             builder(json!({"hostnameReplacement": {"existing": "https://x"}})).unwrap(),
