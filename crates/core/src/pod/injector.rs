@@ -36,11 +36,12 @@ use crate::config::{
 };
 use crate::error::Denial;
 use crate::image_ref::ImageRef;
+use crate::k8s_names::{FILE_NAME_RULE, is_config_map_key};
 use crate::mutate::PodCtx;
 use crate::mutate::pod::{add_mounts, add_volume, env_value, memory_volume, mount, ro_mount};
 use crate::registry::{ImageQuery, pinned_arch};
 use crate::secrets::codec::{MountRequirement, Secret};
-use crate::secrets::embedded::{EmbeddedInjector, cascade, is_safe_file_key, scope};
+use crate::secrets::embedded::{EmbeddedInjector, cascade, scope};
 use crate::secrets::{
     Accept, ENV_ENV_PREFIX, Edits, Refusal, SECRETS_DIR, SecretInjector, SecretRequest,
     check_env_name,
@@ -90,9 +91,10 @@ pub fn file_path(s: &Secret) -> Result<String, Refusal> {
             .map(|p| p.to_lowercase())
             .collect(),
     };
-    match parts.iter().find(|p| !is_safe_file_key(p)) {
+    match parts.iter().find(|p| !is_config_map_key(p)) {
         Some(bad) => Err(Refusal::BadName(format!(
-            "{bad:?} cannot be part of a file name: use letters, digits, '.', '_' and '-' only"
+            "{bad:?} cannot be part of a file name: {}",
+            FILE_NAME_RULE
         ))),
         None => Ok(parts.join("/")),
     }
@@ -224,7 +226,7 @@ impl ReferenceInjector {
             EnvVarDelivery::Value => Ok(Route::Value),
             EnvVarDelivery::Exec => {
                 check_env_name(&name)?;
-                if name == EXEC_ENV_ENV || !is_safe_file_key(&name) {
+                if name == EXEC_ENV_ENV || !is_config_map_key(&name) {
                     return Err(Refusal::BadName(format!(
                         "environment variable {name:?} cannot be set by podmutator exec; choose another env_var"
                     )));

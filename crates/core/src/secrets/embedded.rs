@@ -13,6 +13,7 @@ use crate::config::{
     EmbeddedConfig, FileMountInitContainer, PLACEHOLDERS, SecretManagerType, TemplatePart,
 };
 use crate::error::Denial;
+use crate::k8s_names::{FILE_NAME_RULE, is_config_map_key};
 use crate::mutate::PodCtx;
 use crate::mutate::pod::{add_volume, env_value, memory_volume, mount, ro_mount};
 
@@ -146,15 +147,6 @@ pub(crate) fn scope(pod: &Pod) -> Result<(&str, &str, &str), &'static str> {
         get(LABEL_PROJECT)?,
         get(LABEL_DOMAIN)?,
     ))
-}
-
-/// Keys that become file names inside a shell pipeline: nothing that can leave the directory or
-/// be read by the shell.
-pub(crate) fn is_safe_file_key(key: &str) -> bool {
-    !matches!(key, "" | "." | "..")
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Injects a value fetched from AWS Secrets Manager (name
@@ -371,14 +363,17 @@ impl SecretInjector for EmbeddedInjector {
             MountRequirement::Any | MountRequirement::EnvVar => {
                 super::check_env_name(&self.env_name(&req.secret))?;
             }
-            MountRequirement::File if is_safe_file_key(key) => {
+            // The key becomes a file name inside a shell pipeline: a Secret key's rule keeps out
+            // what could leave the directory or be read by the shell, and over-long names.
+            MountRequirement::File if is_config_map_key(key) => {
                 if !req.secret.env_var.is_empty() {
                     super::check_env_name(&req.secret.env_var)?;
                 }
             }
             MountRequirement::File => {
                 return Err(Refusal::BadName(format!(
-                    "key {key:?} cannot be a file name: use letters, digits, '.', '_' and '-' only"
+                    "key {key:?} cannot be a file name: {}",
+                    FILE_NAME_RULE
                 )));
             }
             MountRequirement::Unknown(n) => return Err(Refusal::UnknownMount(n)),
@@ -456,6 +451,45 @@ mod tests {
         #[case] expected: &str,
     ) {
         assert_eq!(secret_name(org, domain, project, key), expected);
+    }
+
+    /// A FILE key is a file name in the pod: a Secret key's rule, length included (a name over
+    /// 255 bytes would fail the init container's write after the value was fetched).
+    #[test]
+    fn a_file_key_that_cannot_be_a_file_name_is_refused_before_any_fetch() {
+        use crate::mutate::{PodCtx, Route};
+        use crate::secrets::codec::Secret;
+        let injector = EmbeddedInjector::new(
+            "_UNION_",
+            &FileMountInitContainer::default(),
+            &EmbeddedConfig::default(),
+        );
+        let mut pod = Pod::default();
+        pod.metadata.labels = Some(
+            [("organization", "o"), ("project", "p"), ("domain", "d")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .into(),
+        );
+        let accepts = |key: String| {
+            let req = SecretRequest {
+                index: 0,
+                annotation: "flyte.secrets/s0".into(),
+                secret: Secret {
+                    key,
+                    mount_requirement: MountRequirement::File,
+                    ..Default::default()
+                },
+            };
+            injector.accepts(&req, &PodCtx::test(Route::Secrets), &pod)
+        };
+        assert!(accepts("k".repeat(253)).is_ok());
+        for key in ["k".repeat(254), "../k".into(), "a b".into(), "..".into()] {
+            let err = accepts(key.clone()).unwrap_err().to_string();
+            assert!(
+                err.contains("cannot be a file name: at most 253"),
+                "{key}: {err}"
+            );
+        }
     }
 
     #[test]
