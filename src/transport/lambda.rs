@@ -24,7 +24,6 @@ use super::http::{Front, Routed, invalid};
 use podmutator_core::admission::{Answer, Reply};
 use podmutator_core::error::Error;
 use podmutator_core::json;
-use podmutator_core::mutate::Route;
 
 /// The response, in the shape of the event's source.
 #[derive(Debug)]
@@ -268,8 +267,8 @@ async fn dispatch(
         Routed::Answer(reply) => return reply,
         Routed::Review(route) => route,
     };
+    // Every route: the secrets mutator runs on every entry for a pod it selects.
     if let Source::Public(name) = source
-        && route == Route::Secrets
         && front.app().values_in_replies()
     {
         return public_values_refused(name);

@@ -84,6 +84,8 @@ fn shared(s: &StaticSource) -> Arc<StaticSource> {
     })
 }
 
+/// Every route runs the secrets mutator on a pod it selects (the chain is one for all entries),
+/// so the refusal holds on every path, not only on the secrets entry's.
 #[tokio::test]
 async fn a_value_delivery_review_through_a_public_event_source_gets_500_and_no_value() {
     let path = format!("/{TOKEN}/mutate--v1-pod");
@@ -98,14 +100,23 @@ async fn a_value_delivery_review_through_a_public_event_source_gets_500_and_no_v
                 .with_source(shared(&values))
                 .with_resolver(shared(&values)),
         );
-        for (file, named) in PUBLIC {
-            let reply = handle(&front, event(file, &path, &review())).await;
+        let every_path = podmutator::transport::http::ROUTES.map(|(p, _)| format!("/{TOKEN}{p}"));
+        for ((file, named), path) in PUBLIC
+            .iter()
+            .flat_map(|public| every_path.iter().map(move |p| (*public, p)))
+        {
+            let reply = handle(&front, event(file, path, &review())).await;
             let body = String::from_utf8_lossy(reply.body()).into_owned();
             assert!(
                 !body.contains(VALUE),
-                "{embedded} {file}: a value in the reply"
+                "{embedded} {file} {path}: a value in the reply"
             );
-            assert_eq!(reply.status(), 500, "{embedded} {file}");
+            let resp = response(reply.body());
+            assert!(
+                !resp["patch"].is_string() || !patch_of(&resp).to_string().contains(VALUE),
+                "{embedded} {file} {path}: a value in the reply's patch"
+            );
+            assert_eq!(reply.status(), 500, "{embedded} {file} {path}");
             let msg = response(reply.body())["status"]["message"]
                 .as_str()
                 .unwrap()
