@@ -509,6 +509,79 @@ async fn a_pod_supplied_reference_fetcher_is_replaced_by_ours_and_readmission_ch
     );
 }
 
+/// `pod` admitted by `route`, which allows it: the patch, and the pod the API server stores.
+async fn review_by(app: &Front, route: Route, pod: &Value) -> (Value, Value) {
+    let body = serde_json::to_vec(&create_review(pod, NS)).unwrap();
+    let reply = app.review(route, &body).await;
+    let resp = response(&reply.body);
+    assert_eq!(
+        (reply.status, &resp["allowed"]),
+        (200, &json!(true)),
+        "{route:?}: {resp}"
+    );
+    (patch_of(&resp), apply(pod, &patch_of(&resp)))
+}
+
+/// Our own fetcher as it comes back when another webhook changed the pod after ours
+/// (`reinvocationPolicy: IfNeeded`): the API server has filled in its defaults, and the images
+/// entry has pointed its image at the mirror. It is ours, on every provider: allowed, nothing
+/// more to patch. (It was refused as "not the fetcher podmutator injects".)
+#[tokio::test]
+async fn our_fetcher_as_the_api_server_gives_it_back_is_ours() {
+    let rules = json!({"enabled": true, "rules": [
+        {"match": "docker.io", "replace": "123456789012.dkr.ecr.us-east-1.amazonaws.com/docker-hub"},
+        {"match": "gcr.io", "replace": "123456789012.dkr.ecr.us-east-1.amazonaws.com/gcr"},
+        {"match": "mcr.microsoft.com", "replace": "123456789012.dkr.ecr.us-east-1.amazonaws.com/mcr"}
+    ]});
+    let cases = [
+        (
+            "AWS",
+            secret(
+                "arn:aws:secretsmanager:us-east-1:1:secret:",
+                "",
+                "db-AbCdEf",
+                MountRequirement::File,
+            ),
+        ),
+        ("GCP", secret("TestSecret", "2", "", MountRequirement::File)),
+        (
+            "Azure",
+            secret(
+                "https://vault.vault.azure.net/secrets/db",
+                "",
+                "",
+                MountRequirement::File,
+            ),
+        ),
+    ];
+    for (provider, s) in cases {
+        let app = webhook(
+            &config(json!([provider]), json!({"images": rules})),
+            Deps::offline(),
+        );
+        let (_, mut stored) = review_by(&app, Route::Secrets, &task_pod(&[s])).await;
+        // What the API server's defaulting adds to a container our patch brought in.
+        for c in stored["spec"]["initContainers"].as_array_mut().unwrap() {
+            c["terminationMessagePath"] = json!("/dev/termination-log");
+            c["terminationMessagePolicy"] = json!("File");
+            c["imagePullPolicy"] = json!("IfNotPresent");
+        }
+        let (again, _) = review_by(&app, Route::Secrets, &stored).await;
+        assert_eq!(again, json!([]), "{provider}: defaults filled in");
+        let (rewrote, mirrored) = review_by(&app, Route::Images, &stored).await;
+        assert!(
+            rewrote.to_string().contains("123456789012.dkr.ecr"),
+            "{provider}: {rewrote}"
+        );
+        let (again, _) = review_by(&app, Route::Secrets, &mirrored).await;
+        assert_eq!(
+            again,
+            json!([]),
+            "{provider}: image rewritten by the images entry"
+        );
+    }
+}
+
 /// A pod brings an init container under a GCP fetcher's name, with the fetcher's very command
 /// but an image of its own: refused, not taken for ours.
 #[tokio::test]

@@ -193,6 +193,17 @@ fn injectors(
 ) -> Result<Vec<Box<dyn SecretInjector>>, ConfigError> {
     let w = &config.webhook;
     let mut global = Some(global);
+    // A fetcher's image as the images entry may have rewritten it before the pod comes back.
+    let rules = crate::mutate::image::rules::ImageRules::new(&config.images);
+    let sidecar = |provider: sidecar::Provider, cfg| -> Box<dyn SecretInjector> {
+        let injector = sidecar::SidecarInjector::new(provider, cfg);
+        let rewritten = [false, true]
+            .into_iter()
+            .filter(|_| config.images.enabled)
+            .filter_map(|pull_secrets| rules.rewrite(&injector.image, pull_secrets).ok().flatten())
+            .collect::<Vec<_>>();
+        Box::new(injector.rewritten_to(rewritten))
+    };
     w.enabled_secret_managers()
         .into_iter()
         .map(|t| -> Result<Box<dyn SecretInjector>, ConfigError> {
@@ -226,18 +237,11 @@ fn injectors(
                 SecretManagerType::Vault => {
                     Box::new(vault::VaultInjector::from_config(&w.vault_secret_manager))
                 }
-                SecretManagerType::AWS => Box::new(sidecar::SidecarInjector::new(
-                    sidecar::Provider::Aws,
-                    &w.aws_secret_manager,
-                )),
-                SecretManagerType::GCP => Box::new(sidecar::SidecarInjector::new(
-                    sidecar::Provider::Gcp,
-                    &w.gcp_secret_manager,
-                )),
-                SecretManagerType::Azure => Box::new(sidecar::SidecarInjector::new(
-                    sidecar::Provider::Azure,
-                    &w.azure_secret_manager,
-                )),
+                SecretManagerType::AWS => sidecar(sidecar::Provider::Aws, &w.aws_secret_manager),
+                SecretManagerType::GCP => sidecar(sidecar::Provider::Gcp, &w.gcp_secret_manager),
+                SecretManagerType::Azure => {
+                    sidecar(sidecar::Provider::Azure, &w.azure_secret_manager)
+                }
             })
         })
         .collect()

@@ -241,13 +241,21 @@ impl Fetch {
 
     /// Whether `c` (an init container of our name) is `ours`, the fetcher this injector builds
     /// for it, possibly after a previous admission put the plan's env vars and mounts on it:
-    /// the same in everything else (image, command, args, resources, security context...),
-    /// and holding our own env vars and mount. A pod's own container under our name (its own
-    /// image, say) is not ours, whatever it runs.
-    fn is_done_by(c: &Container, ours: &Container) -> bool {
+    /// one of `images` (ours, or what `images.rules` rewrote it to), the same in what it runs
+    /// (command, args, security context...), and holding our own env vars and mount. What the
+    /// API server fills in once our patch is applied, before it calls the webhook again (the
+    /// defaults of `terminationMessagePath`, `terminationMessagePolicy` and `imagePullPolicy`,
+    /// resources in canonical quantities), is not compared. A pod's own container under our
+    /// name (its own image, say) is not ours, whatever it runs.
+    fn is_done_by(c: &Container, ours: &Container, images: &[String]) -> bool {
         let bare = |c: &Container| Container {
             env: None,
             volume_mounts: None,
+            image: None,
+            image_pull_policy: None,
+            termination_message_path: None,
+            termination_message_policy: None,
+            resources: None,
             ..c.clone()
         };
         fn has_all<T: PartialEq>(theirs: &Option<Vec<T>>, mine: &Option<Vec<T>>) -> bool {
@@ -255,7 +263,8 @@ impl Fetch {
                 .flatten()
                 .all(|x| theirs.iter().flatten().any(|y| y == x))
         }
-        bare(c) == bare(ours)
+        c.image.as_ref().is_some_and(|i| images.contains(i))
+            && bare(c) == bare(ours)
             && has_all(&c.env, &ours.env)
             && has_all(&c.volume_mounts, &ours.volume_mounts)
     }
@@ -296,6 +305,9 @@ pub struct SidecarInjector {
     /// What every fetcher, volume and mount of this manager shares, built once by
     /// [`SidecarInjector::new`] from the fields above and cloned for each secret.
     shared: Shared,
+    /// The images a fetcher of ours may carry when the pod comes back: `image`, and what
+    /// `images.rules` rewrite it to ([`SidecarInjector::rewritten_to`]).
+    images: Vec<String>,
 }
 
 /// The parts of a [`SidecarInjector`]'s edits that do not depend on the secret.
@@ -328,10 +340,18 @@ impl SidecarInjector {
         };
         Self {
             provider,
+            images: vec![image.clone()],
             image,
             resources,
             shared,
         }
+    }
+
+    /// Also takes a fetcher whose image the images entry rewrote to one of `images`, when the
+    /// pod comes back for another pass.
+    pub fn rewritten_to(mut self, images: impl IntoIterator<Item = String>) -> Self {
+        self.images.extend(images);
+        self
     }
 
     fn fetcher(&self, name: String, fetch: &Fetch) -> Container {
@@ -389,7 +409,7 @@ impl SecretInjector for SidecarInjector {
             .flatten()
             .find(|c| c.name == name);
         let present = match existing {
-            Some(c) if !Fetch::is_done_by(c, &self.fetcher(name.clone(), &fetch)) => {
+            Some(c) if !Fetch::is_done_by(c, &self.fetcher(name.clone(), &fetch), &self.images) => {
                 return Err(Refusal::Conflict(format!(
                     "init container {name} already exists and is not the fetcher podmutator injects for this secret (its image, command or settings differ); remove or rename that init container"
                 )));
