@@ -290,6 +290,7 @@ impl Chain {
                             .webhook
                             .embedded_secret_manager_config
                             .file_mount_init_container,
+                        &config.images,
                     ))),
                     true,
                 ),
@@ -584,8 +585,9 @@ mod tests {
     /// - `image-builder` after every container is in the pod (the secrets fetchers' and the
     ///   gate's included), so its verification sees every image; it excludes the Embedded init
     ///   container by name, as in Flyte;
-    /// - `image-rules` last: "applied after the Flyte mutator", so a rule never rewrites what
-    ///   the image builder is about to verify, and rewrites the gate's image too.
+    /// - `image-rules` last: "applied after the Flyte mutator", so it rewrites the gate's image
+    ///   too; when it rewrites what the image builder allowed, the image builder, called again,
+    ///   checks the mirrored image as written (`ImageBuilder::allows`).
     #[test]
     fn the_chain_is_built_in_the_intended_order_with_each_default_required() {
         let all = chain(serde_json::json!({

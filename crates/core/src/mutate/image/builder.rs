@@ -32,6 +32,7 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{Kind, all_images_mut, image_of};
+use crate::config::images::ImagesConfig;
 use crate::config::{FileMountInitContainer, ImageBuilderConfig};
 use crate::error::Denial;
 use crate::mutate::{Denied, Effects, ImageCount, PodCtx, PodMutator, Route};
@@ -48,13 +49,21 @@ pub struct ImageBuilder {
     excluded_prefixes: Vec<String>,
     /// (name, image) of the init container the Embedded manager injects.
     injected: (String, String),
+    /// `images.rules`, when the images entry runs: it may rewrite an image after this entry
+    /// allowed it, and the API server then calls this entry again on the rewritten pod.
+    mirrors: Option<super::ImageRules>,
 }
 
 impl ImageBuilder {
     /// `file_mount` is the Embedded manager's init container: the one container
     /// `excludedContainerNames` can exempt.
-    pub fn new(cfg: &ImageBuilderConfig, file_mount: &FileMountInitContainer) -> Self {
+    pub fn new(
+        cfg: &ImageBuilderConfig,
+        file_mount: &FileMountInitContainer,
+        images: &ImagesConfig,
+    ) -> Self {
         Self {
+            mirrors: images.enabled.then(|| super::ImageRules::new(images)),
             existing: cfg.hostname_replacement.existing.clone(),
             replacement: cfg.hostname_replacement.replacement.clone(),
             disable_verification: cfg.hostname_replacement.disable_verification,
@@ -68,10 +77,27 @@ impl ImageBuilder {
     /// `excludedContainerNames`: its name alone is not enough, a pod chooses its names.
     fn exempt(&self, kind: Kind, name: &str, image: Option<&str>) -> bool {
         let (injected_name, injected_image) = &self.injected;
+        let mirrored = |image: &str| {
+            self.mirrors.iter().any(|m| {
+                [false, true].iter().any(|&pull| {
+                    m.rewrite(injected_image, pull).ok().flatten().as_deref() == Some(image)
+                })
+            })
+        };
         kind == Kind::Init
             && name == injected_name
-            && image == Some(injected_image.as_str())
+            && image.is_some_and(|i| i == injected_image || mirrored(i))
             && self.excluded_containers.iter().any(|e| e == name)
+    }
+
+    /// Whether `image` is allowed, as it is or as written before the images entry's rules
+    /// rewrote it (a mirror of an allowed image holds the same image).
+    fn allows(&self, allowed: &[(String, bool)], image: &str) -> bool {
+        is_allowed(allowed, image)
+            || self.mirrors.iter().any(|m| {
+                m.sources_of(image)
+                    .any(|source| is_allowed(allowed, &source))
+            })
     }
 
     /// The rewritten image and what it counts as, or `None` when no prefix matches.
@@ -169,7 +195,7 @@ impl PodMutator for ImageBuilder {
             }
             if let Some(allowed) = &allowed {
                 effects.image(ImageCount::ValidationAttempts);
-                if !is_allowed(allowed, &current) {
+                if !self.allows(allowed, &current) {
                     effects.image(ImageCount::ValidationFailures);
                     effects.image(ImageCount::Failures);
                     let denial = Denial::forbidden(
@@ -213,6 +239,7 @@ mod tests {
                 ..Default::default()
             },
             &FileMountInitContainer::default(),
+            &ImagesConfig::default(),
         )
     }
 
@@ -487,6 +514,7 @@ mod tests {
                 ..Default::default()
             },
             &FileMountInitContainer::default(),
+            &ImagesConfig::default(),
         );
         let mut p = pod(&["public.ecr.aws/docker/library/busybox".into()]);
         run(&m, &mut p).0.unwrap();
@@ -496,6 +524,77 @@ mod tests {
     const FOREIGN: &str = "test.replacement.hostname/orgs/other-org/private:1";
 
     /// The pod of `pod(&[OTHER])` with one more container of `kind`.
+    /// The builder beside an images entry whose rules rewrite `public.ecr.aws` and `ghcr.io`,
+    /// with `ghcr.io/aether/` among the excluded prefixes.
+    fn beside_the_images_entry() -> ImageBuilder {
+        let ecr = "123456789012.dkr.ecr.us-east-1.amazonaws.com";
+        let rule = |m: &str, r: &str| crate::config::images::ImageRule {
+            matches: m.into(),
+            replace: format!("{ecr}/{r}"),
+            rewrite_with_pull_secrets: false,
+        };
+        ImageBuilder::new(
+            &ImageBuilderConfig {
+                enabled: true,
+                hostname_replacement: HostnameReplacement {
+                    existing: E.into(),
+                    replacement: R.into(),
+                    disable_verification: false,
+                },
+                excluded_image_prefixes: vec!["ghcr.io/aether/".into()],
+                ..Default::default()
+            },
+            &FileMountInitContainer::default(),
+            &ImagesConfig {
+                enabled: true,
+                rules: vec![
+                    rule("public.ecr.aws", "ecr-public"),
+                    rule("ghcr.io", "github"),
+                ],
+                ..Default::default()
+            },
+        )
+    }
+
+    /// The images entry rewrote what this entry had allowed, and the API server calls this
+    /// entry again (`reinvocationPolicy: IfNeeded`): the injected init container and an
+    /// excluded prefix are still allowed under their mirror; other mirrored images are not.
+    #[rstest]
+    #[case::the_injected_init_container(
+        Kind::Init,
+        "init-embedded-secret",
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/ecr-public/docker/library/busybox:latest",
+        true
+    )]
+    #[case::an_excluded_prefix(
+        Kind::Init,
+        "mesh-gate",
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/github/aether/gate:1",
+        true
+    )]
+    #[case::a_mirrored_image_of_no_allowed_source(
+        Kind::Container,
+        "main",
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/github/other/tool:1",
+        false
+    )]
+    #[case::a_mirror_path_on_no_boundary(
+        Kind::Container,
+        "main",
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/githubx/aether/gate:1",
+        false
+    )]
+    fn images_the_images_entry_mirrored_are_checked_as_written(
+        #[case] kind: Kind,
+        #[case] name: &str,
+        #[case] image: &str,
+        #[case] allowed: bool,
+    ) {
+        let m = beside_the_images_entry();
+        let (result, _) = run(&m, &mut with_extra(kind, name, image));
+        assert_eq!(result.is_ok(), allowed, "{result:?}");
+    }
+
     fn with_extra(kind: Kind, name: &str, image: &str) -> Pod {
         let mut p = pod(&[OTHER.into()]);
         let spec = p.spec.as_mut().unwrap();
@@ -587,6 +686,7 @@ mod tests {
                 image: mirror.into(),
                 ..Default::default()
             },
+            &ImagesConfig::default(),
         );
         run(
             &m,

@@ -42,6 +42,17 @@ impl ImageRules {
         }
     }
 
+    /// The images `image` may have been rewritten from: for each rule whose replacement it is
+    /// under (at a path boundary), the rule's source with the rest of the image. What another
+    /// entry checks after the images entry ran can then be checked against the image as written.
+    pub fn sources_of<'a>(&'a self, image: &'a str) -> impl Iterator<Item = String> + 'a {
+        self.rules.iter().filter_map(move |r| {
+            let rest = image.strip_prefix(r.rule.replace.as_str())?;
+            (rest.is_empty() || rest.starts_with(['/', ':', '@']))
+                .then(|| format!("{}{rest}", r.prefix))
+        })
+    }
+
     /// The image rewritten by the first rule that covers it; `Ok(None)` when none does (or the
     /// rule does not rewrite pods with pull secrets and this pod has some).
     pub fn rewrite(&self, image: &str, has_pull_secrets: bool) -> Result<Option<String>, String> {
