@@ -87,7 +87,15 @@ pub fn socket_paths(spec: &PodSpec, volume: &str, file: &str) -> Vec<(String, Op
             let path = if m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty()) {
                 None
             } else {
-                match m.sub_path.as_deref().map(|s| s.trim_matches('/')) {
+                // As the kubelet resolves it: `./sub`, `sub/` and `sub//dir` name `sub` and
+                // `sub/dir` (the API server refuses `..` in a subPath).
+                let sub = m.sub_path.as_deref().map(|s| {
+                    s.split('/')
+                        .filter(|c| !c.is_empty() && *c != ".")
+                        .collect::<Vec<_>>()
+                        .join("/")
+                });
+                match sub.as_deref() {
                     Some(sub) if !sub.is_empty() => {
                         if file == sub {
                             Some(m.mount_path.clone())
@@ -423,6 +431,13 @@ mod tests {
         Some("/run/app.sock")
     )]
     #[case::sub_path_directory("/s", Some("sockets/"), "sockets/app.sock", Some("/s/app.sock"))]
+    #[case::sub_path_with_a_dot("/s", Some("./sockets"), "sockets/app.sock", Some("/s/app.sock"))]
+    #[case::sub_path_with_doubled_slashes(
+        "/s",
+        Some("a//./b"),
+        "a/b/app.sock",
+        Some("/s/app.sock")
+    )]
     fn in_container_path(
         #[case] mount_path: &str,
         #[case] sub_path: Option<&str>,
