@@ -227,17 +227,23 @@ mod tests {
     const E: &str = "test.original.hostname";
     const R: &str = "test.replacement.hostname";
 
+    /// `E` to `R`, with `excluded` as `excludedImagePrefixes`.
+    fn config(disable_verification: bool, excluded: &[&str]) -> ImageBuilderConfig {
+        ImageBuilderConfig {
+            enabled: true,
+            hostname_replacement: HostnameReplacement {
+                existing: E.into(),
+                replacement: R.into(),
+                disable_verification,
+            },
+            excluded_image_prefixes: excluded.iter().map(|p| (*p).to_owned()).collect(),
+            ..Default::default()
+        }
+    }
+
     fn mutator(disable_verification: bool) -> ImageBuilder {
         ImageBuilder::new(
-            &ImageBuilderConfig {
-                enabled: true,
-                hostname_replacement: HostnameReplacement {
-                    existing: E.into(),
-                    replacement: R.into(),
-                    disable_verification,
-                },
-                ..Default::default()
-            },
+            &config(disable_verification, &[]),
             &FileMountInitContainer::default(),
             &ImagesConfig::default(),
         )
@@ -503,16 +509,7 @@ mod tests {
     #[test]
     fn an_excluded_prefix_is_allowed() {
         let m = ImageBuilder::new(
-            &ImageBuilderConfig {
-                enabled: true,
-                hostname_replacement: HostnameReplacement {
-                    existing: E.into(),
-                    replacement: R.into(),
-                    disable_verification: false,
-                },
-                excluded_image_prefixes: vec!["public.ecr.aws/".into()],
-                ..Default::default()
-            },
+            &config(false, &["public.ecr.aws/"]),
             &FileMountInitContainer::default(),
             &ImagesConfig::default(),
         );
@@ -534,16 +531,7 @@ mod tests {
             rewrite_with_pull_secrets: false,
         };
         ImageBuilder::new(
-            &ImageBuilderConfig {
-                enabled: true,
-                hostname_replacement: HostnameReplacement {
-                    existing: E.into(),
-                    replacement: R.into(),
-                    disable_verification: false,
-                },
-                excluded_image_prefixes: vec!["ghcr.io/aether/".into()],
-                ..Default::default()
-            },
+            &config(false, &["ghcr.io/aether/"]),
             &FileMountInitContainer::default(),
             &ImagesConfig {
                 enabled: true,
@@ -673,15 +661,7 @@ mod tests {
     fn the_exempt_image_is_the_configured_file_mount_image() {
         let mirror = "test.replacement.hostname/mirror/busybox:1.36";
         let m = ImageBuilder::new(
-            &ImageBuilderConfig {
-                enabled: true,
-                hostname_replacement: HostnameReplacement {
-                    existing: E.into(),
-                    replacement: R.into(),
-                    disable_verification: false,
-                },
-                ..Default::default()
-            },
+            &config(false, &[]),
             &FileMountInitContainer {
                 image: mirror.into(),
                 ..Default::default()
