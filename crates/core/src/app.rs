@@ -193,16 +193,16 @@ fn injectors(
 ) -> Result<Vec<Box<dyn SecretInjector>>, ConfigError> {
     let w = &config.webhook;
     let mut global = Some(global);
-    // A fetcher's image as the images entry may have rewritten it before the pod comes back.
-    let rules = crate::mutate::image::rules::ImageRules::new(&config.images);
+    // A fetcher's image as the images entry may have rewritten it before the pod comes back
+    // (a rule that skips pods with pull secrets rewrites the same way or not at all).
+    let rules = (config.images.enabled)
+        .then(|| crate::mutate::image::rules::ImageRules::new(&config.images));
     let sidecar = |provider: sidecar::Provider, cfg| -> Box<dyn SecretInjector> {
         let injector = sidecar::SidecarInjector::new(provider, cfg);
-        let rewritten = [false, true]
-            .into_iter()
-            .filter(|_| config.images.enabled)
-            .filter_map(|pull_secrets| rules.rewrite(&injector.image, pull_secrets).ok().flatten())
-            .collect::<Vec<_>>();
-        Box::new(injector.rewritten_to(rewritten))
+        let mirror = rules
+            .as_ref()
+            .and_then(|r| r.rewrite(&injector.image, false).ok().flatten());
+        Box::new(injector.rewritten_to(mirror))
     };
     w.enabled_secret_managers()
         .into_iter()

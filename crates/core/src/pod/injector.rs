@@ -93,8 +93,7 @@ pub fn file_path(s: &Secret) -> Result<String, Refusal> {
     };
     match parts.iter().find(|p| !is_config_map_key(p)) {
         Some(bad) => Err(Refusal::BadName(format!(
-            "{bad:?} cannot be part of a file name: {}",
-            FILE_NAME_RULE
+            "{bad:?} cannot be part of a file name: {FILE_NAME_RULE}"
         ))),
         None => Ok(parts.join("/")),
     }

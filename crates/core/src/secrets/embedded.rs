@@ -372,8 +372,7 @@ impl SecretInjector for EmbeddedInjector {
             }
             MountRequirement::File => {
                 return Err(Refusal::BadName(format!(
-                    "key {key:?} cannot be a file name: {}",
-                    FILE_NAME_RULE
+                    "key {key:?} cannot be a file name: {FILE_NAME_RULE}"
                 )));
             }
             MountRequirement::Unknown(n) => return Err(Refusal::UnknownMount(n)),

@@ -47,8 +47,10 @@ pub struct ImageBuilder {
     disable_verification: bool,
     excluded_containers: Vec<String>,
     excluded_prefixes: Vec<String>,
-    /// (name, image) of the init container the Embedded manager injects.
-    injected: (String, String),
+    /// The name of the init container the Embedded manager injects, and its images: the
+    /// configured one, and its mirror under `images.rules` (the images entry may rewrite it
+    /// after this entry exempted it, and the API server then calls this entry again).
+    injected: (String, Vec<String>),
     /// `images.rules`, when the images entry runs: it may rewrite an image after this entry
     /// allowed it, and the API server then calls this entry again on the rewritten pod.
     mirrors: Option<super::ImageRules>,
@@ -62,31 +64,34 @@ impl ImageBuilder {
         file_mount: &FileMountInitContainer,
         images: &ImagesConfig,
     ) -> Self {
+        let mirrors = images.enabled.then(|| super::ImageRules::new(images));
         Self {
-            mirrors: images.enabled.then(|| super::ImageRules::new(images)),
             existing: cfg.hostname_replacement.existing.clone(),
             replacement: cfg.hostname_replacement.replacement.clone(),
             disable_verification: cfg.hostname_replacement.disable_verification,
             excluded_containers: cfg.excluded_container_names.clone(),
             excluded_prefixes: cfg.excluded_image_prefixes.clone(),
-            injected: (file_mount.container_name.clone(), file_mount.image.clone()),
+            injected: (
+                file_mount.container_name.clone(),
+                std::iter::once(file_mount.image.clone())
+                    .chain(
+                        mirrors
+                            .as_ref()
+                            .and_then(|m| m.rewrite(&file_mount.image, false).ok().flatten()),
+                    )
+                    .collect(),
+            ),
+            mirrors,
         }
     }
 
     /// Whether the container is the init container the webhook injects, and listed in
     /// `excludedContainerNames`: its name alone is not enough, a pod chooses its names.
     fn exempt(&self, kind: Kind, name: &str, image: Option<&str>) -> bool {
-        let (injected_name, injected_image) = &self.injected;
-        let mirrored = |image: &str| {
-            self.mirrors.iter().any(|m| {
-                [false, true].iter().any(|&pull| {
-                    m.rewrite(injected_image, pull).ok().flatten().as_deref() == Some(image)
-                })
-            })
-        };
+        let (injected_name, injected_images) = &self.injected;
         kind == Kind::Init
             && name == injected_name
-            && image.is_some_and(|i| i == injected_image || mirrored(i))
+            && image.is_some_and(|i| injected_images.iter().any(|x| x == i))
             && self.excluded_containers.iter().any(|e| e == name)
     }
 
@@ -520,7 +525,6 @@ mod tests {
     const BUSYBOX: &str = "public.ecr.aws/docker/library/busybox:latest";
     const FOREIGN: &str = "test.replacement.hostname/orgs/other-org/private:1";
 
-    /// The pod of `pod(&[OTHER])` with one more container of `kind`.
     /// The builder beside an images entry whose rules rewrite `public.ecr.aws` and `ghcr.io`,
     /// with `ghcr.io/aether/` among the excluded prefixes.
     fn beside_the_images_entry() -> ImageBuilder {
@@ -583,6 +587,7 @@ mod tests {
         assert_eq!(result.is_ok(), allowed, "{result:?}");
     }
 
+    /// The pod of `pod(&[OTHER])` with one more container of `kind`.
     fn with_extra(kind: Kind, name: &str, image: &str) -> Pod {
         let mut p = pod(&[OTHER.into()]);
         let spec = p.spec.as_mut().unwrap();
