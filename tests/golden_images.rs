@@ -175,6 +175,8 @@ async fn re_admitting_every_mutated_pod_gives_no_patch() {
         let Some(pod) = &a.mutated else { continue };
         let again = admit(&app, &case, pod).await;
         assert_eq!(again.patch, json!([]), "{}", case.name);
+        let stored = admit(&app, &case, &as_stored(pod)).await;
+        assert_eq!(stored.patch, json!([]), "{}: as stored", case.name);
     }
 }
 

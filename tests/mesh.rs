@@ -345,6 +345,12 @@ async fn re_admitting_a_mutated_pod_changes_nothing() {
         };
         let again = admit(&app, &case.path, &case.namespace, pod).await;
         assert!(again.patch_is_empty(), "{}: {again:?}", case.name);
+        let stored = admit(&app, &case.path, &case.namespace, &as_stored(pod)).await;
+        assert!(
+            stored.patch_is_empty(),
+            "{}: as stored {stored:?}",
+            case.name
+        );
         // Once the pod carries the managed label (any value), every entry agrees with it.
         if !pod["metadata"]["labels"][MANAGED].is_null() {
             for path in PATHS {
@@ -788,6 +794,10 @@ fn for_arbitrary_pods_the_chain_is_idempotent_keeps_user_fields_and_yields_valid
                 let again = run(&app, path, mutated);
                 check(again.patch_is_empty(), || {
                     format!("second pass via {path} patched: {again:?}")
+                })?;
+                let stored = run(&app, path, &as_stored(mutated));
+                check(stored.patch_is_empty(), || {
+                    format!("second pass via {path} of the stored pod patched: {stored:?}")
                 })?;
                 if !mutated["metadata"]["labels"][MANAGED].is_null() {
                     for other in PATHS {

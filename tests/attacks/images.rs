@@ -154,35 +154,46 @@ async fn the_injected_init_container_is_exempt_by_its_configured_name_and_image(
 
 /// The image builder, the images entry, then the image builder again, as the API server calls
 /// them (`reinvocationPolicy: IfNeeded`) when the images entry rewrote what the builder had
-/// allowed: the injected init container and an `excludedImagePrefixes` image under their
-/// mirrors are still allowed, and the last pass changes nothing; a foreign image is still
-/// refused on the first pass. (The second builder pass refused both.)
+/// allowed: the injected init container and `excludedImagePrefixes` images under their
+/// mirrors (also prefixes in Docker Hub's short form) are still allowed, and the last pass
+/// changes nothing; a foreign image is still refused on the first pass. (The second builder
+/// pass refused them all.)
 #[tokio::test]
 async fn the_builder_called_again_after_the_images_entry_allows_what_it_allowed() {
     let mut config = builder_config(json!({"imageBuilderConfig": {
         "enabled": true,
         "hostnameReplacement": {"existing": E, "replacement": R},
         "labelSelector": {"matchLabels": {"image-builder": "true"}},
-        "excludedImagePrefixes": ["ghcr.io/aether/"]
+        // Docker Hub's short forms: the mirrors' sources are named `docker.io/...`.
+        "excludedImagePrefixes": ["ghcr.io/aether/", "bitnami/", "nginx"]
     }}));
     config.images = serde_json::from_value(json!({"enabled": true, "rules": [
         {"match": "public.ecr.aws", "replace": format!("{ECR_HOST}/ecr-public")},
-        {"match": "ghcr.io", "replace": format!("{ECR_HOST}/github")}
+        {"match": "ghcr.io", "replace": format!("{ECR_HOST}/github")},
+        {"match": "docker.io", "replace": format!("{ECR_HOST}/docker-hub")}
     ]}))
     .unwrap();
     let front = webhook(&config, Deps::offline());
-    let p = pod(vec![
+    let mut p = pod(vec![
         container(INIT_NAME, BUSYBOX),
         container("mesh-gate", "ghcr.io/aether/gate:1"),
     ]);
+    p["spec"]["containers"].as_array_mut().unwrap().extend([
+        container("cache", "bitnami/redis:7"),
+        container("web", "nginx:1.27"),
+    ]);
     let first = answer(&front, Route::ImageBuilder, &create_review(&p, ORG)).await;
     assert_eq!(first["allowed"], true, "{first}");
-    let p = apply(&p, &patch_of(&first));
+    let p = as_stored(&apply(&p, &patch_of(&first)));
     let images = answer(&front, Route::Images, &create_review(&p, ORG)).await;
-    let p = apply(&p, &patch_of(&images));
+    let p = as_stored(&apply(&p, &patch_of(&images)));
     assert_eq!(
         p["spec"]["initContainers"][1]["image"],
         format!("{ECR_HOST}/github/aether/gate:1")
+    );
+    assert_eq!(
+        p["spec"]["containers"][1]["image"],
+        format!("{ECR_HOST}/docker-hub/bitnami/redis:7")
     );
     let again = answer(&front, Route::ImageBuilder, &create_review(&p, ORG)).await;
     assert_eq!(again["allowed"], true, "{again}");

@@ -559,13 +559,8 @@ async fn our_fetcher_as_the_api_server_gives_it_back_is_ours() {
             &config(json!([provider]), json!({"images": rules})),
             Deps::offline(),
         );
-        let (_, mut stored) = review_by(&app, Route::Secrets, &task_pod(&[s])).await;
-        // What the API server's defaulting adds to a container our patch brought in.
-        for c in stored["spec"]["initContainers"].as_array_mut().unwrap() {
-            c["terminationMessagePath"] = json!("/dev/termination-log");
-            c["terminationMessagePolicy"] = json!("File");
-            c["imagePullPolicy"] = json!("IfNotPresent");
-        }
+        let (_, stored) = review_by(&app, Route::Secrets, &task_pod(&[s])).await;
+        let stored = as_stored(&stored);
         let (again, _) = review_by(&app, Route::Secrets, &stored).await;
         assert_eq!(again, json!([]), "{provider}: defaults filled in");
         let (rewrote, mirrored) = review_by(&app, Route::Images, &stored).await;
@@ -573,12 +568,80 @@ async fn our_fetcher_as_the_api_server_gives_it_back_is_ours() {
             rewrote.to_string().contains("123456789012.dkr.ecr"),
             "{provider}: {rewrote}"
         );
-        let (again, _) = review_by(&app, Route::Secrets, &mirrored).await;
+        let (again, _) = review_by(&app, Route::Secrets, &as_stored(&mirrored)).await;
         assert_eq!(
             again,
             json!([]),
             "{provider}: image rewritten by the images entry"
         );
+    }
+}
+
+/// The same when the image-builder entry rewrote a fetcher's image (one under
+/// `hostnameReplacement.existing`), and for the reference fetcher the images entry mirrored:
+/// each pass as the API server stores the pod, the last one patches nothing. (The sidecar
+/// fetcher was refused as foreign; the reference fetcher was rebuilt, its mirror and defaults
+/// patched away.)
+#[tokio::test]
+async fn a_fetcher_the_other_entries_rewrote_is_ours_when_the_pod_comes_back() {
+    let e = "registry.union.example";
+    let r = "cr.union.example";
+    let builder = json!({
+        "enabled": true,
+        "hostnameReplacement": {"existing": e, "replacement": r},
+        "excludedImagePrefixes": ["flytekit"]
+    });
+    let sidecar = json!({"webhook": {
+        "secretManagerTypes": ["AWS"],
+        "awsSecretManager": {"sidecarImage": format!("{e}/unionai/aws-sidecar:1")},
+        "imageBuilderConfig": builder
+    }});
+    let sidecar = webhook(
+        &Config::from_value(sidecar).unwrap().config,
+        Deps::offline(),
+    );
+    let aws = secret(
+        "arn:aws:secretsmanager:us-east-1:1:secret:",
+        "",
+        "db-AbCdEf",
+        MountRequirement::File,
+    );
+    let reference = config(
+        json!(["Embedded"]),
+        json!({
+            "embedded": {"organization": "flyte", "delivery": "reference", "envVarDelivery": "exec", "fetcherImage": FETCHER_IMAGE},
+            "images": {"enabled": true, "rules": [
+                {"match": "registry.example", "replace": "123456789012.dkr.ecr.us-east-1.amazonaws.com/mirror"}
+            ]}
+        }),
+    );
+    let reference = webhook(
+        &reference,
+        Deps::offline().with_resolver(Arc::new(NameSource::only([OURS]))),
+    );
+    let requests = [
+        secret("", "", "db", MountRequirement::File),
+        secret("", "", "db", MountRequirement::EnvVar),
+    ];
+    let cases = [
+        (&sidecar, task_pod(&[aws]), Route::ImageBuilder, r),
+        (
+            &reference,
+            task_pod(&requests),
+            Route::Images,
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com/mirror/",
+        ),
+    ];
+    for (app, pod, other, rewritten) in cases {
+        let (_, stored) = review_by(app, Route::Secrets, &pod).await;
+        let (rewrote, stored) = review_by(app, other, &as_stored(&stored)).await;
+        assert!(
+            rewrote.to_string().contains(rewritten),
+            "{other:?}: {rewrote}"
+        );
+        let stored = as_stored(&stored);
+        let (again, _) = review_by(app, Route::Secrets, &stored).await;
+        assert_eq!(again, json!([]), "{other:?}: {stored}");
     }
 }
 

@@ -122,6 +122,59 @@ pub fn apply(doc: &Value, patch: &Value) -> Value {
     out
 }
 
+/// `pod` as the API server stores it and hands it to the next webhook: what its defaulting
+/// fills in on every container (`terminationMessagePath`, `terminationMessagePolicy`,
+/// `imagePullPolicy` by the image's tag) and what Go's `omitempty` drops on the way through
+/// its types (an env var's empty `value`, a mount's `readOnly: false` and empty `subPath`).
+pub fn as_stored(pod: &Value) -> Value {
+    let mut pod = pod.clone();
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        let Some(containers) = pod["spec"][list].as_array_mut() else {
+            continue;
+        };
+        for c in containers.iter_mut().filter_map(Value::as_object_mut) {
+            let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+            let last = image.rsplit('/').next().unwrap_or("");
+            let tag = last.split_once(':').map(|(_, t)| t);
+            let policy = if !image.contains('@') && tag.is_none_or(|t| t == "latest") {
+                "Always"
+            } else {
+                "IfNotPresent"
+            };
+            c.entry("terminationMessagePath")
+                .or_insert(json!("/dev/termination-log"));
+            c.entry("terminationMessagePolicy").or_insert(json!("File"));
+            c.entry("imagePullPolicy").or_insert(json!(policy));
+            for e in c
+                .get_mut("env")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                let e = e.as_object_mut().expect("an env var is an object");
+                if e.get("value") == Some(&json!("")) {
+                    e.remove("value");
+                }
+            }
+            for m in c
+                .get_mut("volumeMounts")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                let m = m.as_object_mut().expect("a mount is an object");
+                if m.get("readOnly") == Some(&json!(false)) {
+                    m.remove("readOnly");
+                }
+                if m.get("subPath") == Some(&json!("")) {
+                    m.remove("subPath");
+                }
+            }
+        }
+    }
+    pod
+}
+
 /// Path of a pinned tool; a missing tool fails the test (it is never skipped).
 pub fn tool(name: &str) -> String {
     let out = std::process::Command::new(root().join("scripts/tools.sh"))

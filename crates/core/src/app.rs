@@ -193,16 +193,40 @@ fn injectors(
 ) -> Result<Vec<Box<dyn SecretInjector>>, ConfigError> {
     let w = &config.webhook;
     let mut global = Some(global);
-    // A fetcher's image as the images entry may have rewritten it before the pod comes back
-    // (a rule that skips pods with pull secrets rewrites the same way or not at all).
+    // A fetcher's image as the other entries may have rewritten it before the pod comes back:
+    // the images entry (a rule that skips pods with pull secrets rewrites the same way or not
+    // at all) and the image-builder entry, in either order.
     let rules = (config.images.enabled)
         .then(|| crate::mutate::image::rules::ImageRules::new(&config.images));
+    let builder = (w.image_builder_config.enabled).then(|| {
+        crate::mutate::image::ImageBuilder::new(
+            &w.image_builder_config,
+            &w.embedded_secret_manager_config.file_mount_init_container,
+            &config.images,
+        )
+    });
+    let rewrites = |image: &str| -> Vec<String> {
+        let mut seen = vec![image.to_owned()];
+        // Each entry once after the other, whichever the API server called first.
+        for _ in 0..2 {
+            for i in seen.clone() {
+                let by_rules = rules
+                    .as_ref()
+                    .and_then(|r| r.rewrite(&i, false).ok().flatten());
+                let by_builder = builder.as_ref().and_then(|b| b.rewrite(&i)).map(|(i, _)| i);
+                for new in by_rules.into_iter().chain(by_builder) {
+                    if !seen.contains(&new) {
+                        seen.push(new);
+                    }
+                }
+            }
+        }
+        seen.split_off(1)
+    };
     let sidecar = |provider: sidecar::Provider, cfg| -> Box<dyn SecretInjector> {
         let injector = sidecar::SidecarInjector::new(provider, cfg);
-        let mirror = rules
-            .as_ref()
-            .and_then(|r| r.rewrite(&injector.image, false).ok().flatten());
-        Box::new(injector.rewritten_to(mirror))
+        let mirrors = rewrites(&injector.image);
+        Box::new(injector.rewritten_to(mirrors))
     };
     w.enabled_secret_managers()
         .into_iter()
@@ -226,12 +250,15 @@ fn injectors(
                     );
                     match config.embedded.delivery {
                         Delivery::Value => Box::new(value),
-                        Delivery::Reference => Box::new(ReferenceInjector::new(
-                            value,
-                            &config.embedded,
-                            &w.embedded_secret_manager_config.aws_config.region,
-                            skip_containers,
-                        )),
+                        Delivery::Reference => Box::new(
+                            ReferenceInjector::new(
+                                value,
+                                &config.embedded,
+                                &w.embedded_secret_manager_config.aws_config.region,
+                                skip_containers,
+                            )
+                            .rewritten_to(rewrites(&config.embedded.fetcher_image)),
+                        ),
                     }
                 }
                 SecretManagerType::Vault => {

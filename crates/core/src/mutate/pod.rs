@@ -43,6 +43,19 @@ pub fn put_env_first_named(env: &mut Option<Vec<EnvVar>>, block: &[EnvVar], ours
     let old = env.take().unwrap_or_default();
     let mut merged = Vec::with_capacity(block.len() + old.len());
     merged.extend_from_slice(block);
+    // The API server stores an empty value as no value (Go's `omitempty`): the variable it
+    // gives back is ours, and writing `""` again would patch it on every later pass.
+    for b in merged
+        .iter_mut()
+        .filter(|b| b.value.as_deref() == Some("") && b.value_from.is_none())
+    {
+        if old
+            .iter()
+            .any(|o| o.name == b.name && o.value.is_none() && o.value_from.is_none())
+        {
+            b.value = None;
+        }
+    }
     merged.extend(old.into_iter().filter(|e| !ours.contains(e.name.as_str())));
     *env = Some(merged);
 }
@@ -138,6 +151,27 @@ mod tests {
         let once = env.clone();
         put_env_first(&mut env, &[env_value("X", "ours"), env_value("P", "p")]);
         assert_eq!(env, once, "second pass changes nothing");
+    }
+
+    #[test]
+    fn an_empty_value_the_api_server_gave_back_without_value_is_kept_as_it_is() {
+        let block = [env_value("PREFIX", ""), env_value("DIR", "/d")];
+        let mut env = None;
+        put_env_first(&mut env, &block);
+        assert_eq!(env.as_ref().unwrap()[0], env_value("PREFIX", ""));
+        // Stored: `{"name": "PREFIX"}`.
+        env.as_mut().unwrap()[0].value = None;
+        let stored = env.clone();
+        put_env_first(&mut env, &block);
+        assert_eq!(env, stored, "second pass changes nothing");
+        // A variable of the pod's own under that name, taken from elsewhere, is still ours.
+        let mut env = Some(vec![EnvVar {
+            name: "PREFIX".into(),
+            value: None,
+            value_from: Some(Default::default()),
+        }]);
+        put_env_first(&mut env, &block);
+        assert_eq!(env.unwrap()[0], env_value("PREFIX", ""));
     }
 
     #[test]

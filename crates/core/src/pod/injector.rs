@@ -43,8 +43,8 @@ use crate::registry::{ImageQuery, pinned_arch};
 use crate::secrets::codec::{MountRequirement, Secret};
 use crate::secrets::embedded::{EmbeddedInjector, cascade, scope};
 use crate::secrets::{
-    Accept, ENV_ENV_PREFIX, Edits, Refusal, SECRETS_DIR, SecretInjector, SecretRequest,
-    check_env_name,
+    Accept, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Edits, Refusal, SECRETS_DIR, SecretInjector,
+    SecretRequest, check_env_name,
 };
 
 /// The fetcher's init container.
@@ -112,6 +112,9 @@ pub struct ReferenceInjector {
     skip: Vec<String>,
     /// Which registries the ENTRYPOINT of a container without `command` may be read from.
     lookup: EntrypointLookupConfig,
+    /// The images a fetcher of ours may carry when the pod comes back: `image`, and what the
+    /// other entries rewrite it to ([`ReferenceInjector::rewritten_to`]).
+    images: Vec<String>,
 }
 
 impl ReferenceInjector {
@@ -130,7 +133,15 @@ impl ReferenceInjector {
             fetch_strategy: cfg.fetch_strategy,
             skip: skip_containers.to_vec(),
             lookup: cfg.entrypoint_lookup.clone(),
+            images: vec![cfg.fetcher_image.clone()],
         }
+    }
+
+    /// Also takes a fetcher whose image another entry rewrote to one of `images`, when the pod
+    /// comes back for another pass.
+    pub fn rewritten_to(mut self, images: impl IntoIterator<Item = String>) -> Self {
+        self.images.extend(images);
+        self
     }
 
     /// The variable `req` sets through `podmutator exec`, if it is served that way (and its
@@ -363,13 +374,56 @@ impl ReferenceInjector {
     /// Puts the fetcher in the pod: the one this admission built is replaced in place;
     /// otherwise every init container of that name the pod arrived with is removed, and the
     /// fetcher inserted before every init container but those another mutator owns.
-    fn put_fetcher(&self, spec: &mut PodSpec, fetcher: Container, edits: &mut Edits<'_>) {
+    /// A fetcher the pod arrived with under one of our images (a previous pass's, given back
+    /// by the API server) lends the new one its image, which another entry may have mirrored,
+    /// the fields the API server filled in and our empty variables it stored without a value:
+    /// a second pass then changes nothing.
+    fn put_fetcher(&self, spec: &mut PodSpec, mut fetcher: Container, edits: &mut Edits<'_>) {
         let inits = spec.init_containers.get_or_insert_with(Vec::new);
         if !edits.built.insert(INIT_CONTAINER.to_owned())
             && let Some(c) = inits.iter_mut().find(|c| c.name == INIT_CONTAINER)
         {
             *c = fetcher;
             return;
+        }
+        if let Some(old) = inits.iter().find(|c| {
+            c.name == INIT_CONTAINER && c.image.as_ref().is_some_and(|i| self.images.contains(i))
+        }) {
+            fetcher.image.clone_from(&old.image);
+            // Only the values the API server defaults them to: a path of the pod's choosing
+            // would have the kubelet mount its file among the secret files.
+            let defaulted = [
+                (
+                    &mut fetcher.image_pull_policy,
+                    &old.image_pull_policy,
+                    &["Always", "IfNotPresent"][..],
+                ),
+                (
+                    &mut fetcher.termination_message_path,
+                    &old.termination_message_path,
+                    &["/dev/termination-log"],
+                ),
+                (
+                    &mut fetcher.termination_message_policy,
+                    &old.termination_message_policy,
+                    &["File"],
+                ),
+            ];
+            for (ours, theirs, defaults) in defaulted {
+                if ours.is_none() && theirs.as_deref().is_some_and(|t| defaults.contains(&t)) {
+                    ours.clone_from(theirs);
+                }
+            }
+            // Our empty prefixes, stored without their value: the edits keep them as they are.
+            let emptied = old.env.iter().flatten().filter(|e| {
+                [ENV_FILE_PREFIX, ENV_ENV_PREFIX].contains(&e.name.as_str())
+                    && e.value.is_none()
+                    && e.value_from.is_none()
+            });
+            fetcher
+                .env
+                .get_or_insert_with(Vec::new)
+                .extend(emptied.cloned());
         }
         inits.retain(|c| c.name != INIT_CONTAINER);
         let at = inits

@@ -54,6 +54,9 @@ pub struct ImageBuilder {
     /// `images.rules`, when the images entry runs: it may rewrite an image after this entry
     /// allowed it, and the API server then calls this entry again on the rewritten pod.
     mirrors: Option<super::ImageRules>,
+    /// `excludedImagePrefixes` in Docker Hub's long form, as the sources of a mirrored image
+    /// are named (`bitnami/` is `docker.io/bitnami/`, `nginx` also `docker.io/library/nginx`).
+    excluded_sources: Vec<String>,
 }
 
 impl ImageBuilder {
@@ -81,6 +84,11 @@ impl ImageBuilder {
                     )
                     .collect(),
             ),
+            excluded_sources: cfg
+                .excluded_image_prefixes
+                .iter()
+                .flat_map(|p| long_forms(p))
+                .collect(),
             mirrors,
         }
     }
@@ -100,8 +108,10 @@ impl ImageBuilder {
     fn allows(&self, allowed: &[(String, bool)], image: &str) -> bool {
         is_allowed(allowed, image)
             || self.mirrors.iter().any(|m| {
-                m.sources_of(image)
-                    .any(|source| is_allowed(allowed, &source))
+                m.sources_of(image).any(|source| {
+                    is_allowed(allowed, &source)
+                        || self.excluded_sources.iter().any(|p| source.starts_with(p))
+                })
             })
     }
 
@@ -145,6 +155,20 @@ impl ImageBuilder {
         // Written by the operator, compared as text as in Union.
         allowed.extend(self.excluded_prefixes.iter().map(|p| (p.clone(), false)));
         allowed
+    }
+}
+
+/// What an excluded prefix written as text reads as in a normalised image name: a Docker Hub
+/// prefix (its first component is no registry) with `docker.io/` before it, and one without a
+/// `/` also with `docker.io/library/`. A registry's own prefix reads as it is written.
+fn long_forms(prefix: &str) -> Vec<String> {
+    let hub = crate::image_ref::DOCKER_HUB;
+    match prefix.split_once('/') {
+        Some(("index.docker.io", rest)) => vec![format!("{hub}/{rest}")],
+        Some((first, _)) if crate::image_ref::is_registry_like(first) => Vec::new(),
+        Some(_) => vec![format!("{hub}/{prefix}")],
+        None if prefix.is_empty() || crate::image_ref::is_registry_like(prefix) => Vec::new(),
+        None => vec![format!("{hub}/library/{prefix}"), format!("{hub}/{prefix}")],
     }
 }
 
@@ -535,13 +559,14 @@ mod tests {
             rewrite_with_pull_secrets: false,
         };
         ImageBuilder::new(
-            &config(false, &["ghcr.io/aether/"]),
+            &config(false, &["ghcr.io/aether/", "bitnami/", "nginx"]),
             &FileMountInitContainer::default(),
             &ImagesConfig {
                 enabled: true,
                 rules: vec![
                     rule("public.ecr.aws", "ecr-public"),
                     rule("ghcr.io", "github"),
+                    rule("docker.io", "docker-hub"),
                 ],
                 ..Default::default()
             },
@@ -563,6 +588,24 @@ mod tests {
         "mesh-gate",
         "123456789012.dkr.ecr.us-east-1.amazonaws.com/github/aether/gate:1",
         true
+    )]
+    #[case::an_excluded_docker_hub_prefix_in_short_form(
+        Kind::Container,
+        "cache",
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/docker-hub/bitnami/redis:7",
+        true
+    )]
+    #[case::an_excluded_official_image_by_its_bare_name(
+        Kind::Container,
+        "web",
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/docker-hub/library/nginx:1.27",
+        true
+    )]
+    #[case::a_docker_hub_image_beside_the_excluded_ones(
+        Kind::Container,
+        "main",
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/docker-hub/bitnamix/redis:7",
+        false
     )]
     #[case::a_mirrored_image_of_no_allowed_source(
         Kind::Container,
@@ -608,6 +651,17 @@ mod tests {
             }
         }
         p
+    }
+
+    #[rstest]
+    #[case::a_docker_hub_namespace("bitnami/", &["docker.io/bitnami/"])]
+    #[case::a_bare_name("nginx", &["docker.io/library/nginx", "docker.io/nginx"])]
+    #[case::the_legacy_hub_host("index.docker.io/bitnami/", &["docker.io/bitnami/"])]
+    #[case::a_registry("ghcr.io/aether/", &[])]
+    #[case::a_registry_host_alone("gcr.io", &[])]
+    #[case::nothing("", &[])]
+    fn excluded_prefixes_read_in_long_form(#[case] prefix: &str, #[case] long: &[&str]) {
+        assert_eq!(long_forms(prefix), long);
     }
 
     /// Only the init container we inject, by name and configured image, skips the check; a
