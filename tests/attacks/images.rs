@@ -129,8 +129,8 @@ async fn an_attacker_naming_a_container_like_the_injected_init_container_runs_no
 }
 
 /// The control: the init container the webhook injects (its configured name and image) is
-/// still exempt, with the default image and with a configured one; the default image is not
-/// exempt once another is configured.
+/// still exempt, with the default image (also pinned to a digest) and with a configured one;
+/// the default image is not exempt once another is configured, nor another repository pinned.
 #[tokio::test]
 async fn the_injected_init_container_is_exempt_by_its_configured_name_and_image() {
     let front = builder(json!({}));
@@ -138,6 +138,15 @@ async fn the_injected_init_container_is_exempt_by_its_configured_name_and_image(
     let resp = answer(&front, Route::ImageBuilder, &create_review(&p, ORG)).await;
     assert_eq!(resp["allowed"], true, "{resp}");
     assert_eq!(patch_of(&resp), json!([]), "{resp}");
+    // Pinned to a digest by a policy engine's webhook since: still the one we inject.
+    let digest = format!("sha256:{}", "9d".repeat(32));
+    let p = pod(vec![container(INIT_NAME, &format!("{BUSYBOX}@{digest}"))]);
+    let resp = answer(&front, Route::ImageBuilder, &create_review(&p, ORG)).await;
+    assert_eq!(resp["allowed"], true, "{resp}");
+    let other = "public.ecr.aws/docker/library/busybox2";
+    let p = pod(vec![container(INIT_NAME, &format!("{other}@{digest}"))]);
+    let resp = answer(&front, Route::ImageBuilder, &create_review(&p, ORG)).await;
+    assert_refused(&resp, &format!("{other}@{digest}"));
 
     let mirror = format!("{R}/mirror/busybox:1.36");
     let front = builder(json!({"embeddedSecretManagerConfig": {
@@ -165,7 +174,7 @@ async fn the_builder_called_again_after_the_images_entry_allows_what_it_allowed(
         "hostnameReplacement": {"existing": E, "replacement": R},
         "labelSelector": {"matchLabels": {"image-builder": "true"}},
         // Docker Hub's short forms: the mirrors' sources are named `docker.io/...`.
-        "excludedImagePrefixes": ["ghcr.io/aether/", "bitnami/", "nginx"]
+        "excludedImagePrefixes": ["ghcr.io/aether/", "bitnami/", "nginx", "redis:7"]
     }}));
     config.images = serde_json::from_value(json!({"enabled": true, "rules": [
         {"match": "public.ecr.aws", "replace": format!("{ECR_HOST}/ecr-public")},
@@ -181,6 +190,7 @@ async fn the_builder_called_again_after_the_images_entry_allows_what_it_allowed(
     p["spec"]["containers"].as_array_mut().unwrap().extend([
         container("cache", "bitnami/redis:7"),
         container("web", "nginx:1.27"),
+        container("queue", "redis:7.2"),
     ]);
     let first = answer(&front, Route::ImageBuilder, &create_review(&p, ORG)).await;
     assert_eq!(first["allowed"], true, "{first}");

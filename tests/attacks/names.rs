@@ -645,6 +645,80 @@ async fn a_fetcher_the_other_entries_rewrote_is_ours_when_the_pod_comes_back() {
     }
 }
 
+/// What a policy engine's webhook (Kyverno's `verifyImages` with `mutateDigest`, a
+/// `restricted` security-context default) does to every container between two of our passes:
+/// each image pinned to a digest, and restrictions added where the container sets none.
+fn policy_engine(pod: &Value) -> Value {
+    let mut pod = pod.clone();
+    for list in ["initContainers", "containers"] {
+        for c in pod["spec"][list].as_array_mut().into_iter().flatten() {
+            let image = c["image"].as_str().unwrap().to_owned();
+            if !image.contains('@') {
+                c["image"] = json!(format!("{image}@sha256:{}", "9d".repeat(32)));
+            }
+            let sc = c
+                .as_object_mut()
+                .unwrap()
+                .entry("securityContext")
+                .or_insert(json!({}));
+            let sc = sc.as_object_mut().unwrap();
+            for (k, v) in [
+                ("allowPrivilegeEscalation", json!(false)),
+                ("runAsNonRoot", json!(true)),
+                ("seccompProfile", json!({"type": "RuntimeDefault"})),
+                ("capabilities", json!({"drop": ["ALL"]})),
+            ] {
+                sc.entry(k).or_insert(v);
+            }
+        }
+    }
+    pod
+}
+
+/// Our fetchers after a policy engine pinned their images and tightened their security
+/// context, when the pod comes back: ours, on every provider and for the reference fetcher,
+/// and the last pass patches nothing. (They were refused as foreign, or rebuilt.) A fetcher
+/// that a policy loosened is still refused: the sidecar test's `privileged` case.
+#[tokio::test]
+async fn a_fetcher_a_policy_engine_pinned_and_tightened_is_ours_when_the_pod_comes_back() {
+    let aws = secret(
+        "arn:aws:secretsmanager:us-east-1:1:secret:",
+        "",
+        "db-AbCdEf",
+        MountRequirement::File,
+    );
+    let gcp = secret("TestSecret", "2", "", MountRequirement::File);
+    let azure = secret(
+        "https://vault.vault.azure.net/secrets/db",
+        "",
+        "",
+        MountRequirement::File,
+    );
+    let requests = [
+        secret("", "", "db", MountRequirement::File),
+        secret("", "", "db", MountRequirement::EnvVar),
+    ];
+    let cases = [
+        ("AWS", app(json!(["AWS"])), task_pod(&[aws])),
+        ("GCP", app(json!(["GCP"])), task_pod(&[gcp])),
+        ("Azure", app(json!(["Azure"])), task_pod(&[azure])),
+        ("reference", reference_app(), task_pod(&requests)),
+    ];
+    for (what, app, pod) in cases {
+        let (_, stored) = review_by(&app, Route::Secrets, &pod).await;
+        let stored = as_stored(&policy_engine(&as_stored(&stored)));
+        let (again, after) = review_by(&app, Route::Secrets, &stored).await;
+        assert_eq!(again, json!([]), "{what}: {stored}");
+        assert!(
+            after["spec"]["initContainers"][0]["image"]
+                .as_str()
+                .unwrap()
+                .contains("@sha256:"),
+            "{what}: {after}"
+        );
+    }
+}
+
 /// A pod brings an init container under a GCP fetcher's name, with the fetcher's very command
 /// but an image of its own: refused, not taken for ours.
 #[tokio::test]

@@ -126,6 +126,32 @@ pub fn under(name: &str, prefix: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
+/// Whether `image` is `ours`, or `ours` pinned to a digest as a policy engine pins an image
+/// it verified (Kyverno's `mutateDigest`): `repo:tag@sha256:…`, or `repo@sha256:…` in place of
+/// the tag. An image of ours that has a digest already is only itself.
+pub fn is_ours_or_pinned(image: &str, ours: &str) -> bool {
+    if image == ours {
+        return true;
+    }
+    let Some((name, digest)) = image.split_once('@') else {
+        return false;
+    };
+    let is_digest = digest.split_once(':').is_some_and(|(algorithm, encoded)| {
+        !algorithm.is_empty()
+            && algorithm
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"+._-".contains(&b))
+            && !encoded.is_empty()
+            && encoded
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"=_-".contains(&b))
+    });
+    // The tag is a `:` in the last path component (one before it is a registry's port).
+    let last = ours.rfind('/').map_or(0, |i| i + 1);
+    let untagged = ours[last..].rfind(':').map_or(ours, |i| &ours[..last + i]);
+    is_digest && !ours.contains('@') && (name == ours || name == untagged)
+}
+
 /// docker's test for "the first component names a registry".
 pub(crate) fn is_registry_like(first: &str) -> bool {
     first.contains(['.', ':'])
@@ -305,5 +331,36 @@ mod tests {
     #[case::registry_with_longer_host("docker.io.evil/x", "docker.io", false)]
     fn under_is_component_wise(#[case] name: &str, #[case] prefix: &str, #[case] expected: bool) {
         assert_eq!(under(name, prefix), expected);
+    }
+
+    #[rstest::rstest]
+    #[case::itself("docker.io/amazon/sidecar:v1", true)]
+    #[case::tag_and_digest(&format!("docker.io/amazon/sidecar:v1@sha256:{}", "a".repeat(64)), true)]
+    #[case::digest_for_tag(&format!("docker.io/amazon/sidecar@sha256:{}", "a".repeat(64)), true)]
+    #[case::another_tag_and_digest(&format!("docker.io/amazon/sidecar:v2@sha256:{}", "a".repeat(64)), false)]
+    #[case::another_repository(&format!("docker.io/evil/sidecar@sha256:{}", "a".repeat(64)), false)]
+    #[case::a_longer_repository(&format!("docker.io/amazon/sidecar2@sha256:{}", "a".repeat(64)), false)]
+    #[case::no_digest_after_at("docker.io/amazon/sidecar:v1@latest", false)]
+    #[case::an_empty_digest("docker.io/amazon/sidecar:v1@sha256:", false)]
+    fn an_image_of_ours_pinned_to_a_digest_is_ours(#[case] image: &str, #[case] ours: bool) {
+        assert_eq!(
+            is_ours_or_pinned(image, "docker.io/amazon/sidecar:v1"),
+            ours
+        );
+    }
+
+    #[test]
+    fn a_registry_port_is_no_tag_and_a_pinned_image_is_only_itself() {
+        let d = format!("sha256:{}", "b".repeat(64));
+        assert!(is_ours_or_pinned(
+            &format!("localhost:5000/f@{d}"),
+            "localhost:5000/f"
+        ));
+        assert!(!is_ours_or_pinned(
+            &format!("localhost@{d}"),
+            "localhost:5000/f"
+        ));
+        let pinned = format!("r.example/f@{d}");
+        assert!(!is_ours_or_pinned(&format!("{pinned}@{d}"), &pinned));
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, PodSpec, Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, EnvVar, PodSpec, SecurityContext, Volume, VolumeMount,
 };
 
 /// Every container and init container (never ephemeral ones), except init containers named in
@@ -120,6 +120,53 @@ pub fn ro_mount(name: impl Into<String>, path: impl Into<String>) -> VolumeMount
     }
 }
 
+/// Whether `theirs` is `ours` with only restrictions added, as policy engines default a
+/// container's security context (Kyverno, Gatekeeper, the `restricted` Pod Security profile):
+/// no privilege or escalation, a non-root user, a read-only root, a confined seccomp or
+/// AppArmor profile, more capabilities dropped. Anything else that differs, or a setting of
+/// ours it changes, is not ours.
+pub fn only_tightens(theirs: Option<&SecurityContext>, ours: Option<&SecurityContext>) -> bool {
+    let mut t = theirs.cloned().unwrap_or_default();
+    let o = ours.cloned().unwrap_or_default();
+    fn forgive<T: PartialEq>(t: &mut Option<T>, o: &Option<T>, tighter: impl Fn(&T) -> bool) {
+        if o.is_none() && t.as_ref().is_some_and(tighter) {
+            *t = None;
+        }
+    }
+    forgive(&mut t.privileged, &o.privileged, |v| !v);
+    forgive(
+        &mut t.allow_privilege_escalation,
+        &o.allow_privilege_escalation,
+        |v| !v,
+    );
+    forgive(
+        &mut t.read_only_root_filesystem,
+        &o.read_only_root_filesystem,
+        |v| *v,
+    );
+    forgive(&mut t.run_as_non_root, &o.run_as_non_root, |v| *v);
+    forgive(&mut t.run_as_user, &o.run_as_user, |v| *v != 0);
+    forgive(&mut t.run_as_group, &o.run_as_group, |v| *v != 0);
+    forgive(&mut t.seccomp_profile, &o.seccomp_profile, |p| {
+        p.type_ != "Unconfined"
+    });
+    forgive(&mut t.app_armor_profile, &o.app_armor_profile, |p| {
+        p.type_ != "Unconfined"
+    });
+    let list = |l: &Option<Vec<String>>| l.clone().unwrap_or_default();
+    let (tc, oc) = (
+        t.capabilities.clone().unwrap_or_default(),
+        o.capabilities.clone().unwrap_or_default(),
+    );
+    let dropped = list(&tc.drop);
+    let drops_more =
+        dropped.iter().any(|d| d == "ALL") || list(&oc.drop).iter().all(|d| dropped.contains(d));
+    if list(&tc.add) == list(&oc.add) && drops_more {
+        t.capabilities = o.capabilities.clone();
+    }
+    t == o
+}
+
 pub fn env_value(name: &str, value: &str) -> EnvVar {
     EnvVar {
         name: name.to_owned(),
@@ -172,6 +219,94 @@ mod tests {
         }]);
         put_env_first(&mut env, &block);
         assert_eq!(env.unwrap()[0], env_value("PREFIX", ""));
+    }
+
+    #[test]
+    fn a_security_context_that_only_adds_restrictions_only_tightens() {
+        use k8s_openapi::api::core::v1::{Capabilities, SeccompProfile};
+        let restricted = SecurityContext {
+            allow_privilege_escalation: Some(false),
+            run_as_non_root: Some(true),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..Default::default()
+            }),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: None,
+            }),
+            ..Default::default()
+        };
+        assert!(only_tightens(None, None));
+        assert!(only_tightens(Some(&restricted), None));
+        let ours = SecurityContext {
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["NET_RAW".into()]),
+                add: None,
+            }),
+            ..Default::default()
+        };
+        let both = SecurityContext {
+            read_only_root_filesystem: Some(true),
+            ..restricted.clone()
+        };
+        assert!(only_tightens(Some(&both), Some(&ours)), "drops ALL");
+        for loosened in [
+            SecurityContext {
+                privileged: Some(true),
+                ..Default::default()
+            },
+            SecurityContext {
+                allow_privilege_escalation: Some(true),
+                ..Default::default()
+            },
+            SecurityContext {
+                run_as_user: Some(0),
+                ..Default::default()
+            },
+            SecurityContext {
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "Unconfined".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            SecurityContext {
+                capabilities: Some(Capabilities {
+                    add: Some(vec!["SYS_ADMIN".into()]),
+                    drop: Some(vec!["ALL".into()]),
+                }),
+                ..Default::default()
+            },
+        ] {
+            assert!(!only_tightens(Some(&loosened), None), "{loosened:?}");
+        }
+        // A setting of ours changed, even to something tighter, is not ours.
+        let ours = SecurityContext {
+            run_as_user: Some(1000),
+            ..Default::default()
+        };
+        let changed = SecurityContext {
+            run_as_user: Some(2000),
+            ..Default::default()
+        };
+        assert!(!only_tightens(Some(&changed), Some(&ours)));
+        // Dropping less than ours drops is not ours.
+        let theirs = SecurityContext {
+            read_only_root_filesystem: Some(true),
+            capabilities: None,
+            ..Default::default()
+        };
+        let ours = SecurityContext {
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: None,
+            }),
+            ..Default::default()
+        };
+        assert!(!only_tightens(Some(&theirs), Some(&ours)));
     }
 
     #[test]

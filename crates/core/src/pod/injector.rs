@@ -35,10 +35,12 @@ use crate::config::{
     EmbeddedConfig, EntrypointLookupConfig, EnvVarDelivery, FetchStrategy, SecretManagerType,
 };
 use crate::error::Denial;
-use crate::image_ref::ImageRef;
+use crate::image_ref::{ImageRef, is_ours_or_pinned};
 use crate::k8s_names::{FILE_NAME_RULE, is_config_map_key};
 use crate::mutate::PodCtx;
-use crate::mutate::pod::{add_mounts, add_volume, env_value, memory_volume, mount, ro_mount};
+use crate::mutate::pod::{
+    add_mounts, add_volume, env_value, memory_volume, mount, only_tightens, ro_mount,
+};
 use crate::registry::{ImageQuery, pinned_arch};
 use crate::secrets::codec::{MountRequirement, Secret};
 use crate::secrets::embedded::{EmbeddedInjector, cascade, scope};
@@ -375,7 +377,8 @@ impl ReferenceInjector {
     /// otherwise every init container of that name the pod arrived with is removed, and the
     /// fetcher inserted before every init container but those another mutator owns.
     /// A fetcher the pod arrived with under one of our images (a previous pass's, given back
-    /// by the API server) lends the new one its image, which another entry may have mirrored,
+    /// by the API server) lends the new one its image, which another entry may have mirrored
+    /// or a policy engine pinned to a digest, its security context if that only tightens ours,
     /// the fields the API server filled in and our empty variables it stored without a value:
     /// a second pass then changes nothing.
     fn put_fetcher(&self, spec: &mut PodSpec, mut fetcher: Container, edits: &mut Edits<'_>) {
@@ -387,9 +390,18 @@ impl ReferenceInjector {
             return;
         }
         if let Some(old) = inits.iter().find(|c| {
-            c.name == INIT_CONTAINER && c.image.as_ref().is_some_and(|i| self.images.contains(i))
+            c.name == INIT_CONTAINER
+                && c.image
+                    .as_ref()
+                    .is_some_and(|i| self.images.iter().any(|o| is_ours_or_pinned(i, o)))
         }) {
             fetcher.image.clone_from(&old.image);
+            if only_tightens(
+                old.security_context.as_ref(),
+                fetcher.security_context.as_ref(),
+            ) {
+                fetcher.security_context.clone_from(&old.security_context);
+            }
             // Only the values the API server defaults them to: a path of the pod's choosing
             // would have the kubelet mount its file among the secret files.
             let defaulted = [

@@ -12,8 +12,9 @@ use super::{Accept, Edits, SECRETS_DIR, SecretInjector, SecretRequest};
 use crate::config::{
     AWS_SIDECAR_IMAGE, AZURE_SIDECAR_IMAGE, GCP_SIDECAR_IMAGE, SecretManagerType, SidecarConfig,
 };
+use crate::image_ref::is_ours_or_pinned;
 use crate::mutate::PodCtx;
-use crate::mutate::pod::{add_volume, env_value, memory_volume, mount, ro_mount};
+use crate::mutate::pod::{add_volume, env_value, memory_volume, mount, only_tightens, ro_mount};
 
 /// AWS's fetcher image reads `SECRET_ARN` and writes under `/tmp` + `SECRET_FILENAME`.
 pub const ENV_SECRET_ARN: &str = "SECRET_ARN";
@@ -241,12 +242,14 @@ impl Fetch {
 
     /// Whether `c` (an init container of our name) is `ours`, the fetcher this injector builds
     /// for it, possibly after a previous admission put the plan's env vars and mounts on it:
-    /// one of `images` (ours, or what `images.rules` rewrote it to), the same in what it runs
-    /// (command, args, security context...), and holding our own env vars and mount. What the
-    /// API server fills in once our patch is applied, before it calls the webhook again (the
-    /// defaults of `terminationMessagePath`, `terminationMessagePolicy` and `imagePullPolicy`,
-    /// resources in canonical quantities), is not compared. A pod's own container under our
-    /// name (its own image, say) is not ours, whatever it runs.
+    /// one of `images` (ours, or what the other entries rewrote it to), possibly pinned to a
+    /// digest, the same in what it runs (command, args...), its security context ours or
+    /// tighter, and holding our own env vars and mount. What the API server fills in once our
+    /// patch is applied, before it calls the webhook again (the defaults of
+    /// `terminationMessagePath`, `terminationMessagePolicy` and `imagePullPolicy`, resources in
+    /// canonical quantities), is not compared; nor what a policy engine's webhook may change
+    /// in between (a digest, restrictions). A pod's own container under our name (its own
+    /// image, say) is not ours, whatever it runs.
     fn is_done_by(c: &Container, ours: &Container, images: &[String]) -> bool {
         let bare = |c: &Container| Container {
             env: None,
@@ -256,6 +259,7 @@ impl Fetch {
             termination_message_path: None,
             termination_message_policy: None,
             resources: None,
+            security_context: None,
             ..c.clone()
         };
         fn has_all<T: PartialEq>(theirs: &Option<Vec<T>>, mine: &Option<Vec<T>>) -> bool {
@@ -263,8 +267,11 @@ impl Fetch {
                 .flatten()
                 .all(|x| theirs.iter().flatten().any(|y| y == x))
         }
-        c.image.as_ref().is_some_and(|i| images.contains(i))
+        c.image
+            .as_ref()
+            .is_some_and(|i| images.iter().any(|o| is_ours_or_pinned(i, o)))
             && bare(c) == bare(ours)
+            && only_tightens(c.security_context.as_ref(), ours.security_context.as_ref())
             && has_all(&c.env, &ours.env)
             && has_all(&c.volume_mounts, &ours.volume_mounts)
     }
@@ -1029,6 +1036,26 @@ mod tests {
         );
         // Ours, as a previous admission left it, is recognised.
         inits_of(&mut pod).pop();
+        inits_of(&mut pod).push(ours);
+        run(&injector(provider), &s, pod).unwrap();
+    }
+
+    /// Ours after a policy engine pinned its image to a digest and tightened its security
+    /// context: still ours.
+    #[rstest]
+    fn our_fetcher_pinned_and_tightened_is_ours(
+        #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
+    ) {
+        let s = any_secret(provider, 1);
+        let mut ours = fetcher_of(provider, &s);
+        let image = ours.image.take().unwrap();
+        ours.image = Some(format!("{image}@sha256:{}", "0".repeat(64)));
+        ours.security_context = Some(k8s_openapi::api::core::v1::SecurityContext {
+            allow_privilege_escalation: Some(false),
+            run_as_non_root: Some(true),
+            ..Default::default()
+        });
+        let mut pod = user_pod();
         inits_of(&mut pod).push(ours);
         run(&injector(provider), &s, pod).unwrap();
     }

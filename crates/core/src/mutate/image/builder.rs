@@ -93,13 +93,18 @@ impl ImageBuilder {
         }
     }
 
-    /// Whether the container is the init container the webhook injects, and listed in
+    /// Whether the container is the init container the webhook injects (its image as
+    /// configured or mirrored, possibly pinned to a digest since), and listed in
     /// `excludedContainerNames`: its name alone is not enough, a pod chooses its names.
     fn exempt(&self, kind: Kind, name: &str, image: Option<&str>) -> bool {
         let (injected_name, injected_images) = &self.injected;
         kind == Kind::Init
             && name == injected_name
-            && image.is_some_and(|i| injected_images.iter().any(|x| x == i))
+            && image.is_some_and(|i| {
+                injected_images
+                    .iter()
+                    .any(|x| crate::image_ref::is_ours_or_pinned(i, x))
+            })
             && self.excluded_containers.iter().any(|e| e == name)
     }
 
@@ -158,17 +163,27 @@ impl ImageBuilder {
     }
 }
 
-/// What an excluded prefix written as text reads as in a normalised image name: a Docker Hub
-/// prefix (its first component is no registry) with `docker.io/` before it, and one without a
-/// `/` also with `docker.io/library/`. A registry's own prefix reads as it is written.
+/// What an excluded prefix written as text reads as in a normalised image name (Docker Hub's
+/// images as `docker.io/<namespace>/…`, official ones under `docker.io/library/`): `bitnami/`
+/// as `docker.io/bitnami/`; a prefix without `/` (`nginx`, `redis:7`) also under `library/`;
+/// `docker.io/` or `index.docker.io/` before a name without `/` also with `library/`. Another
+/// registry's prefix reads as it is written.
 fn long_forms(prefix: &str) -> Vec<String> {
     let hub = crate::image_ref::DOCKER_HUB;
+    let under_hub = |rest: &str| {
+        let mut forms = vec![format!("{hub}/{rest}")];
+        if !rest.contains('/') {
+            forms.push(format!("{hub}/library/{rest}"));
+        }
+        forms
+    };
     match prefix.split_once('/') {
-        Some(("index.docker.io", rest)) => vec![format!("{hub}/{rest}")],
+        _ if prefix.is_empty() => Vec::new(),
+        None => under_hub(prefix),
+        Some(("index.docker.io", "")) => vec![format!("{hub}/")],
+        Some(("docker.io" | "index.docker.io", rest)) if !rest.is_empty() => under_hub(rest),
         Some((first, _)) if crate::image_ref::is_registry_like(first) => Vec::new(),
         Some(_) => vec![format!("{hub}/{prefix}")],
-        None if prefix.is_empty() || crate::image_ref::is_registry_like(prefix) => Vec::new(),
-        None => vec![format!("{hub}/library/{prefix}"), format!("{hub}/{prefix}")],
     }
 }
 
@@ -655,10 +670,21 @@ mod tests {
 
     #[rstest]
     #[case::a_docker_hub_namespace("bitnami/", &["docker.io/bitnami/"])]
-    #[case::a_bare_name("nginx", &["docker.io/library/nginx", "docker.io/nginx"])]
+    #[case::a_bare_name("nginx", &["docker.io/nginx", "docker.io/library/nginx"])]
+    #[case::a_bare_name_and_tag("redis:7", &["docker.io/redis:7", "docker.io/library/redis:7"])]
+    #[case::the_hub_and_a_bare_name(
+        "docker.io/nginx",
+        &["docker.io/nginx", "docker.io/library/nginx"]
+    )]
+    #[case::the_legacy_hub_and_a_bare_name(
+        "index.docker.io/nginx",
+        &["docker.io/nginx", "docker.io/library/nginx"]
+    )]
     #[case::the_legacy_hub_host("index.docker.io/bitnami/", &["docker.io/bitnami/"])]
+    #[case::the_hub_itself("docker.io/", &[])]
+    #[case::the_legacy_hub_itself("index.docker.io/", &["docker.io/"])]
     #[case::a_registry("ghcr.io/aether/", &[])]
-    #[case::a_registry_host_alone("gcr.io", &[])]
+    #[case::library("library/", &["docker.io/library/"])]
     #[case::nothing("", &[])]
     fn excluded_prefixes_read_in_long_form(#[case] prefix: &str, #[case] long: &[&str]) {
         assert_eq!(long_forms(prefix), long);
