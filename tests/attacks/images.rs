@@ -217,6 +217,66 @@ async fn the_builder_called_again_after_the_images_entry_allows_what_it_allowed(
     assert_refused(&resp, &format!("{ECR_HOST}/github/other/tool:1"));
 }
 
+/// A pod heavy enough that the review of its UPDATE (the pod twice, `object` and `oldObject`)
+/// weighs over `limits.maxObjectsPerReview`, though each pod is under it: created, and then
+/// updated (the Job controller removing its finalizer, which graceful deletion waits on). An
+/// UPDATE whose new pod alone is over the limit is still refused. (The update was refused
+/// `TooManyObjects`: such a pod could not be deleted.)
+#[tokio::test]
+async fn a_pod_admitted_at_creation_can_be_updated_however_heavy() {
+    let mut config = builder_config(json!({}));
+    config.limits.max_objects_per_review = 100;
+    let front = webhook(&config, Deps::offline());
+    // 8 per container: with the review around it, some 60 of the 100.
+    let app = container("app", &format!("{R}/orgs/{ORG}/train:1"));
+    let mut p = pod(vec![]);
+    p["spec"]["containers"] = json!(vec![app; 6]);
+    for (i, c) in p["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .enumerate()
+    {
+        c["name"] = json!(format!("c{i}"));
+    }
+    let created = answer(&front, Route::ImageBuilder, &create_review(&p, ORG)).await;
+    assert_eq!(created["allowed"], true, "{created}");
+
+    let mut old = p.clone();
+    old["metadata"]["finalizers"] = json!(["batch.kubernetes.io/job-tracking"]);
+    old["metadata"]["deletionTimestamp"] = json!("2026-12-05T08:00:00Z");
+    let mut new = old.clone();
+    new["metadata"]["finalizers"] = json!([]);
+    let updated = answer(
+        &front,
+        Route::ImageBuilder,
+        &update_review(&old, &new, None),
+    )
+    .await;
+    assert_eq!(updated["allowed"], true, "{updated}");
+    assert_eq!(patch_of(&updated), json!([]), "{updated}");
+
+    let mut heavier = new.clone();
+    let extra: Vec<Value> = (6..12)
+        .map(|i| container(&format!("c{i}"), &format!("{R}/orgs/{ORG}/train:1")))
+        .collect();
+    heavier["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .extend(extra);
+    let refused = answer(
+        &front,
+        Route::ImageBuilder,
+        &update_review(&old, &heavier, None),
+    )
+    .await;
+    assert_eq!(refused["allowed"], false, "{refused}");
+    assert_eq!(
+        refused["auditAnnotations"]["denial-reason"], "TooManyObjects",
+        "{refused}"
+    );
+}
+
 /// `R/cloud/task` is the build task's repository: a longer name is another repository.
 #[rstest]
 #[case::a_longer_repository(format!("{R}/cloud/task-other-team/private:1"), false)]

@@ -115,12 +115,27 @@ fn peak_rss(pid: u32) -> u64 {
 
 /// The answer of `serve` on `port` to `review`, sent as the API server sends it.
 async fn review_through(port: u16, ca: &[u8], review: &[u8]) -> Value {
+    review_on(port, ca, "mutate--v1-pod", review).await
+}
+
+/// The UPDATE of [`heavy_but_admitted`]'s pod that adds a label: the pod twice.
+fn heavy_update(volumes: usize, env: usize) -> Vec<u8> {
+    let mut review: Value = serde_json::from_slice(&heavy_but_admitted(volumes, env)).unwrap();
+    let request = &mut review["request"];
+    request["operation"] = json!("UPDATE");
+    request["oldObject"] = request["object"].clone();
+    request["object"]["metadata"]["labels"]["team"] = json!("a");
+    serde_json::to_vec(&review).unwrap()
+}
+
+/// The answer of `serve` on `port` to `review` on entry `path`.
+async fn review_on(port: u16, ca: &[u8], path: &str, review: &[u8]) -> Value {
     let (status, body) = https_request(
         port,
         ca,
         "localhost",
         "POST",
-        &format!("/{TOKEN}/mutate--v1-pod"),
+        &format!("/{TOKEN}/{path}"),
         Some("application/json"),
         review,
     )
@@ -148,7 +163,9 @@ async fn the_worst_reviews_are_refused_within_a_replicas_memory() {
     let dir = temp_dir("attack-reply-cost");
     let port = free_port();
     let config = json!({
-        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator", "secretManagerTypes": ["K8s"]},
+        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator", "secretManagerTypes": ["K8s"],
+            // Registered for UPDATE: its reviews carry the pod twice.
+            "imageBuilderConfig": {"enabled": true, "hostnameReplacement": {"existing": "e.example", "replacement": "r.example", "disableVerification": true}}},
         // The 6 MB review is sent from a machine that may be loaded: the body deadline (another
         // test's subject) must not be what answers it.
         "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN, "bodyTimeoutSeconds": 300}
@@ -232,6 +249,22 @@ async fn the_worst_reviews_are_refused_within_a_replicas_memory() {
             reply["response"]["status"]
         );
         assert!(reply["response"]["patch"].is_string());
+        peaks.push((
+            review.len(),
+            volumes.max(env),
+            MountRequirement::EnvVar,
+            peak_rss(child.0.id()),
+        ));
+    }
+    // Each updated on the image builder's entry (registered for UPDATE), which reads both pods.
+    for (volumes, env) in [(5_500, 0), (0, 90_000)] {
+        let review = heavy_update(volumes, env);
+        let reply = review_on(port, &ca, "mutate--v1-pod/image-builder", &review).await;
+        assert_eq!(
+            reply["response"]["allowed"], true,
+            "{}",
+            reply["response"]["status"]
+        );
         peaks.push((
             review.len(),
             volumes.max(env),

@@ -378,7 +378,10 @@ impl App {
             if !self.chain.applies(&ctx, &object.metadata, None, true) {
                 return Admission::early(subject, api_version, Ok(Verdict::passed_by()));
             }
-            let (pod, old) = match (object.into_pod(body), old.into_pod(body)) {
+            // The old pod first, down to what is read of it before the new one is read: the
+            // review's two pods are never in memory whole at once.
+            let old = old.into_pod(body).map(names_and_images);
+            let (pod, old) = match (object.into_pod(body), old) {
                 (Ok(pod), Ok(old)) => (pod, old),
                 (Err(e), _) | (_, Err(e)) => return Admission::early(subject, api_version, Err(e)),
             };
@@ -463,7 +466,10 @@ impl App {
         if body.len().saturating_mul(HEAVY) / 2 <= self.max_objects {
             return None;
         }
-        let objects = objects_in(body);
+        // An UPDATE carries the pod twice: each is weighed on its own, so that a pod admitted
+        // when it was created can still be updated (a label, a finalizer removed).
+        let (all, old) = objects_in(body);
+        let objects = (all - old).max(old);
         if objects <= self.max_objects {
             return None;
         }
@@ -493,7 +499,7 @@ impl App {
             code: 413,
             reason: "TooManyObjects",
             message: format!(
-                "the review holds the weight of {objects} JSON objects (a container counts 8, a volume 16, each other object 1), over the {} of limits.maxObjectsPerReview: read into Kubernetes types it would take more memory than a replica has; split the pod, or raise the limit with the replica's memory",
+                "the review's pod holds the weight of {objects} JSON objects (a container counts 8, a volume 16, each other object 1), over the {} of limits.maxObjectsPerReview: read into Kubernetes types it would take more memory than a replica has; split the pod, or raise the limit with the replica's memory",
                 self.max_objects
             ),
         };
@@ -519,11 +525,14 @@ const HEAVY: usize = 16;
 
 /// The JSON objects in `body`, an element of a [`HEAVY_LISTS`] list counting as listed there: a
 /// bound, proportional to the memory its Kubernetes types take, made in one pass over the bytes
-/// (strings skipped eight bytes a step, keys compared only against those few names).
-fn objects_in(body: &[u8]) -> usize {
+/// (strings skipped eight bytes a step, keys compared only against those few names). Also
+/// those of the review's `request.oldObject` (included in the first), counted apart.
+fn objects_in(body: &[u8]) -> (usize, usize) {
     // Per open array or object: what each of its elements counts.
     let mut weight: Vec<usize> = Vec::with_capacity(16);
     let mut objects = 0usize;
+    // The objects of `request.oldObject`, and whether the scan is in it.
+    let (mut old, mut in_old) = (0usize, false);
     // The string just closed, if short enough to be one of the names; the key of the value
     // about to start.
     let (mut last_string, mut key): (&[u8], &[u8]) = (b"", b"");
@@ -548,7 +557,11 @@ fn objects_in(body: &[u8]) -> usize {
             }
             b':' => key = last_string,
             b'{' => {
-                objects += weight.last().copied().unwrap_or(1);
+                // The review, its request, then the request's fields.
+                in_old |= weight.len() == 2 && key == b"oldObject";
+                let w = weight.last().copied().unwrap_or(1);
+                objects += w;
+                old += if in_old { w } else { 0 };
                 weight.push(1);
                 key = b"";
             }
@@ -559,12 +572,45 @@ fn objects_in(body: &[u8]) -> usize {
             }
             b']' | b'}' => {
                 weight.pop();
+                in_old &= weight.len() > 2;
             }
             b',' => key = b"",
             _ => {}
         }
     }
-    objects
+    (objects, old)
+}
+
+/// The pod before an UPDATE as the mutators that check updates read it
+/// ([`PodCtx::old`]): its containers of each kind, by name and image.
+fn names_and_images(pod: Pod) -> Pod {
+    use k8s_openapi::api::core::v1::{Container, EphemeralContainer, PodSpec};
+    let container = |c: Container| Container {
+        name: c.name,
+        image: c.image,
+        ..Container::default()
+    };
+    let spec = pod.spec.map(|s| PodSpec {
+        containers: s.containers.into_iter().map(container).collect(),
+        init_containers: s
+            .init_containers
+            .map(|l| l.into_iter().map(container).collect()),
+        ephemeral_containers: s.ephemeral_containers.map(|l| {
+            l.into_iter()
+                .map(|c| EphemeralContainer {
+                    name: c.name,
+                    image: c.image,
+                    ..EphemeralContainer::default()
+                })
+                .collect()
+        }),
+        ..PodSpec::default()
+    });
+    Pod {
+        metadata: ObjectMeta::default(),
+        spec,
+        status: None,
+    }
 }
 
 /// Why a chain run gave no verdict: a mutator refused the pod (with what was counted on the way),
@@ -1638,7 +1684,7 @@ mod tests {
             ]), 0..80)
         ) {
             let body = parts.concat();
-            proptest::prop_assert_eq!(objects_in(body.as_bytes()), objects_bytewise(body.as_bytes()));
+            proptest::prop_assert_eq!(objects_in(body.as_bytes()).0, objects_bytewise(body.as_bytes()));
         }
     }
 
@@ -1652,7 +1698,7 @@ mod tests {
                     walk(&path, seen);
                 } else if path.extension().is_some_and(|e| e == "json" || e == "body") {
                     let body = std::fs::read(&path).unwrap();
-                    let (a, b) = (objects_in(&body), objects_bytewise(&body));
+                    let (a, b) = (objects_in(&body).0, objects_bytewise(&body));
                     assert_eq!(a, b, "{}", path.display());
                     *seen += 1;
                 }
@@ -1668,17 +1714,24 @@ mod tests {
 
     #[test]
     fn objects_are_counted_outside_strings_with_containers_and_volumes_heavy() {
-        assert_eq!(objects_in(br#"{"a": {"b": [{}, {}]}}"#), 4);
-        assert_eq!(objects_in(br#"{"s": "{{{\"{", "t": "\\"}"#), 1);
+        assert_eq!(objects_in(br#"{"a": {"b": [{}, {}]}}"#), (4, 0));
+        assert_eq!(objects_in(br#"{"s": "{{{\"{", "t": "\\"}"#), (1, 0));
         let pod = br#"{"spec": {"containers": [{"name": "a", "env": [{"name": "x"}]}, {"name": "b"}], "volumes": [{"name": "v", "emptyDir": {}}], "initContainers": []}}"#;
         // The pod and its spec; two containers (8 each) and a volume (16); an env var and an
         // emptyDir.
-        assert_eq!(objects_in(pod), 2 + 2 * 8 + 16 + 2);
+        assert_eq!(objects_in(pod), (2 + 2 * 8 + 16 + 2, 0));
         // A key named like a heavy list inside a string, or a value that is not a list.
         assert_eq!(
             objects_in(br#"{"x": "containers", "containers": {"a": {}}}"#),
-            3
+            (3, 0)
         );
+        // An UPDATE's old pod, counted apart: the review, its request and the new pod (2 + 8)
+        // against the old pod (2 + 8); an `oldObject` deeper in is part of a pod.
+        let pod = r#"{"spec": {"containers": [{"name": "a"}]}}"#;
+        let update = format!(
+            r#"{{"request": {{"object": {pod}, "oldObject": {pod}, "x": {{"oldObject": {{}}}}}}}}"#
+        );
+        assert_eq!(objects_in(update.as_bytes()), (2 + 10 + 10 + 2, 10));
     }
     use base64::Engine;
 

@@ -49,8 +49,9 @@ pub struct PodCtx<'a> {
     pub username: &'a str,
     pub groups: &'a [String],
     pub dry_run: bool,
-    /// The pod before an UPDATE (`request.oldObject`); `None` for a CREATE. Only mutators that
-    /// [`PodMutator::checks_updates`] ever see an UPDATE.
+    /// The pod before an UPDATE (`request.oldObject`), its containers of each kind by name and
+    /// image only (so that a review's two pods are never in memory whole at once); `None` for a
+    /// CREATE. Only mutators that [`PodMutator::checks_updates`] ever see an UPDATE.
     pub old: Option<&'a Pod>,
 }
 
