@@ -603,6 +603,37 @@ mod secrets_attacks {
             .expect("an unrelated prefix loads");
     }
 
+    /// A Global secrets directory that also holds what is not the pods' to read (the process's
+    /// environment under `/proc/self/environ`, a service account token under `/run/secrets`,
+    /// every file from the root) is refused at start; Flyte's default and a directory of its
+    /// own load.
+    #[test]
+    fn a_global_secrets_directory_that_holds_the_processes_own_files_is_refused_at_start() {
+        for prefix in [
+            "/",
+            "/proc",
+            "/proc/self",
+            "/run",
+            "/run/secrets",
+            "/var/run/secrets/kubernetes.io",
+            "/sys",
+            "/dev",
+            "/etc",
+            "/var",
+            "/root",
+            "/etc/secrets/../..",
+            "etc/secrets",
+        ] {
+            let err = Config::from_value(json!({"secrets": {"secrets-prefix": prefix}}))
+                .expect_err(prefix);
+            assert_eq!(err.key, "secrets.secrets-prefix", "{prefix:?}");
+            assert!(err.message.contains("/etc/secrets"), "{err}");
+        }
+        for prefix in ["/etc/secrets", "/mnt/global-secrets", "/secrets"] {
+            Config::from_value(json!({"secrets": {"secrets-prefix": prefix}})).expect(prefix);
+        }
+    }
+
     #[tokio::test]
     async fn a_user_outside_allowed_usernames_gets_no_global_secret() {
         let cfg = Config::from_value(json!({

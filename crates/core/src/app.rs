@@ -279,6 +279,35 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The names the configuration keeps from the mesh gate are the secret managers' own.
+    #[test]
+    fn the_names_the_gate_may_not_take_are_the_managers() {
+        use crate::config::{
+            SECRET_MANAGER_CONTAINER_PREFIXES, SECRET_MANAGER_CONTAINERS, SECRET_MANAGER_VOLUMES,
+        };
+        let providers = [
+            sidecar::Provider::Aws,
+            sidecar::Provider::Gcp,
+            sidecar::Provider::Azure,
+        ];
+        assert_eq!(
+            SECRET_MANAGER_CONTAINERS,
+            [crate::pod::injector::INIT_CONTAINER]
+        );
+        let prefixes: Vec<String> = providers
+            .iter()
+            .map(|p| format!("{}-pull-secret-", p.slug()))
+            .collect();
+        assert_eq!(SECRET_MANAGER_CONTAINER_PREFIXES.to_vec(), prefixes);
+        let mut volumes = vec![
+            embedded::VOLUME.to_owned(),
+            crate::pod::injector::FILES_VOLUME.to_owned(),
+            crate::pod::injector::RUN_VOLUME.to_owned(),
+        ];
+        volumes.extend(providers.iter().map(|p| p.volume_name()));
+        assert_eq!(SECRET_MANAGER_VOLUMES.to_vec(), volumes);
+    }
+
     fn build(v: serde_json::Value) -> Result<App, ConfigError> {
         let config = Config::from_value(v).expect("loads").config;
         App::build(&config, Deps::offline())

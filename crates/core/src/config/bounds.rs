@@ -28,7 +28,9 @@ pub const DEADLINE_MS: Bound = bound("embedded.deadlineMs", 100, 25_000);
 /// A day: a value cached longer would outlive any rotation runbook.
 pub const CACHE_TTL_SECONDS: Bound = bound("embedded.cacheTtlSeconds", 0, 86_400);
 pub const BATCH_SIZE: Bound = bound("embedded.batchSize", 1, 20);
-pub const MAX_CALLS_IN_FLIGHT: Bound = bound("embedded.maxCallsInFlight", 1, ANY);
+/// Far over what Secrets Manager's quotas let one process use (`GetSecretValue`, 10,000 a
+/// second for the whole account); a larger one overflowed the semaphore that holds them.
+pub const MAX_CALLS_IN_FLIGHT: Bound = bound("embedded.maxCallsInFlight", 1, 1024);
 pub const MAX_CALLS_IN_FLIGHT_PER_ADMISSION: Bound =
     bound("embedded.maxCallsInFlightPerAdmission", 1, ANY);
 pub const MAX_VALUE_BYTES: Bound = bound("embedded.maxValueBytes", 1, ANY);
@@ -44,16 +46,20 @@ pub const MAX_BODY_BYTES: Bound = bound("http.maxBodyBytes", 1024, 64 * 1024 * 1
 /// Building a reply costs some tens of times its size in memory, and the in-cluster
 /// Deployment's limit is 256 MiB.
 pub const MAX_REPLY_BYTES: Bound = bound("http.maxReplyBytes", 4096, 6 * 1024 * 1024);
-pub const MAX_CONNECTIONS: Bound = bound("http.maxConnections", 1, ANY);
-pub const MAX_CONNECTIONS_PER_SOURCE: Bound = bound("http.maxConnectionsPerSource", 1, ANY);
-pub const FIRST_REQUEST_TIMEOUT_SECONDS: Bound = bound("http.firstRequestTimeoutSeconds", 1, ANY);
-pub const BODY_TIMEOUT_SECONDS: Bound = bound("http.bodyTimeoutSeconds", 1, ANY);
-pub const IDLE_TIMEOUT_SECONDS: Bound = bound("http.idleTimeoutSeconds", 1, ANY);
-pub const MAX_CONNECTION_AGE_SECONDS: Bound = bound("http.maxConnectionAgeSeconds", 1, ANY);
+pub const MAX_CONNECTIONS: Bound = bound("http.maxConnections", 1, 1_000_000);
+pub const MAX_CONNECTIONS_PER_SOURCE: Bound = bound("http.maxConnectionsPerSource", 1, 1_000_000);
+/// An hour for a request to arrive, a day idle, a week old: past those a deadline added to the
+/// clock overflowed it, and the server panicked on every connection.
+pub const FIRST_REQUEST_TIMEOUT_SECONDS: Bound = bound("http.firstRequestTimeoutSeconds", 1, 3_600);
+pub const BODY_TIMEOUT_SECONDS: Bound = bound("http.bodyTimeoutSeconds", 1, 3_600);
+pub const IDLE_TIMEOUT_SECONDS: Bound = bound("http.idleTimeoutSeconds", 1, 86_400);
+pub const MAX_CONNECTION_AGE_SECONDS: Bound = bound("http.maxConnectionAgeSeconds", 1, 604_800);
+/// A day, as the value cache (the cache refuses over a thousand years).
+pub const TAG_TTL_SECONDS: Bound = bound("embedded.entrypointLookup.tagTtlSeconds", 0, 86_400);
 pub const DRAIN_SECONDS: Bound = bound("http.drainSeconds", 0, 120);
 
 /// Every bound, for the schema and the IaC tests.
-pub const ALL: [Bound; 21] = [
+pub const ALL: [Bound; 22] = [
     DEADLINE_MS,
     BATCH_SIZE,
     MAX_CALLS_IN_FLIGHT,
@@ -75,6 +81,7 @@ pub const ALL: [Bound; 21] = [
     MAX_CONNECTION_AGE_SECONDS,
     DRAIN_SECONDS,
     CACHE_TTL_SECONDS,
+    TAG_TTL_SECONDS,
 ];
 
 impl Bound {

@@ -259,8 +259,8 @@ impl EmbeddedConfig {
                 em.batch_size, b.min, b.max
             )
         })?;
-        bounds::MAX_CALLS_IN_FLIGHT.check(em.max_calls_in_flight as u64, |_| {
-            "must be at least 1".into()
+        bounds::MAX_CALLS_IN_FLIGHT.check(em.max_calls_in_flight as u64, |b| {
+            format!("{}: use {} to {}", em.max_calls_in_flight, b.min, b.max)
         })?;
         let per_admission = em.max_calls_in_flight_per_admission as u64;
         let most = bounds::Bound {
@@ -281,6 +281,9 @@ impl EmbeddedConfig {
             "embedded.fetcherImage",
             "must name the podmutator image (e.g. <account>.dkr.ecr.<region>.amazonaws.com/podmutator@sha256:...) when embedded.delivery is reference: its init container runs `podmutator fetch` in each pod"
         );
+        if em.delivery == Delivery::Reference {
+            super::images::check_image("embedded.fetcherImage", &em.fetcher_image)?;
+        }
         let lookup = &em.entrypoint_lookup;
         for (i, r) in lookup.registries.iter().enumerate() {
             ensure!(
@@ -309,9 +312,28 @@ impl EmbeddedConfig {
             "embedded.negativeCacheTtlSeconds",
             "must not exceed embedded.cacheTtlSeconds"
         );
+        bounds::TAG_TTL_SECONDS.check(lookup.tag_ttl_seconds, |b| {
+            format!("{} s: use {}..={}", lookup.tag_ttl_seconds, b.min, b.max)
+        })?;
         if let Err(e) = check_template(&em.namespace_template) {
             return Err(ConfigError::new("embedded.namespaceTemplate", e));
         }
+        // Its literal text too must be able to make a namespace name: with one-letter values,
+        // it must give one.
+        let sample = super::template_parts(&em.namespace_template)
+            .unwrap_or_default()
+            .iter()
+            .map(|p| match p {
+                super::TemplatePart::Literal(l) => l.as_str(),
+                super::TemplatePart::Slot(_) => "a",
+            })
+            .collect::<String>();
+        ensure!(
+            em.namespace_template.is_empty() || crate::k8s_names::is_dns_label(&sample),
+            "embedded.namespaceTemplate",
+            "{:?} can name no namespace: filled in, it gives names like {sample:?}, and a namespace name is lower-case letters, digits and '-' (at most 63, starting and ending with a letter or digit); use e.g. \"{{{{ project }}}}-{{{{ domain }}}}\"",
+            em.namespace_template
+        );
         ensure!(
             em.namespace_template.is_empty() || template_uses(&em.namespace_template, "domain"),
             "embedded.namespaceTemplate",

@@ -214,8 +214,11 @@ impl HttpConfig {
                 h.max_connection_age_seconds,
             ),
         ] {
-            bound.check(value, |_| {
-                "must be at least 1 (podmutator serve would accept no connection or close each at once)".into()
+            bound.check(value, |b| {
+                format!(
+                    "{value}: use {} to {} (0 would accept no connection or close each at once; past the most, a deadline overflows the clock)",
+                    b.min, b.max
+                )
             })?;
         }
         bounds::DRAIN_SECONDS.check(h.drain_seconds, |b| {

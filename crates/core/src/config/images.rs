@@ -64,10 +64,15 @@ impl ImagesConfig {
             check_prefix(&format!("{key}.replace"), &r.replace)?;
             // A rewritten image must not match again, or a second admission would rewrite it
             // twice (`registry.example` -> `registry.example/mirror` -> ...).
-            let target = normalise_prefix(&r.replace);
+            // A target without registry or '/' (`mirror`) is a Docker Hub namespace: what it
+            // makes is `mirror/<rest>`, which reads as `docker.io/mirror/<rest>`.
+            let mut targets = vec![normalise_prefix(&r.replace)];
+            if !r.replace.contains('/') && !crate::image_ref::is_registry_like(&r.replace) {
+                targets.push(format!("{}/{}", crate::image_ref::DOCKER_HUB, r.replace));
+            }
             if let Some(j) = self.rules.iter().position(|o| {
                 let m = normalise_prefix(&o.matches);
-                under(&target, &m) || under(&m, &target)
+                targets.iter().any(|t| under(t, &m) || under(&m, t))
             }) {
                 return Err(ConfigError::new(
                     format!("{key}.replace"),
@@ -86,6 +91,19 @@ impl ImagesConfig {
         }
         Ok(warnings)
     }
+}
+
+/// An image the webhook writes into pods (a fetcher's, an init container's, the gate's): one the
+/// kubelet can pull, as an image reference reads (`registry/path[:tag][@digest]`, lower-case
+/// path, no spaces).
+pub fn check_image(key: &str, image: &str) -> Result<(), ConfigError> {
+    ensure!(!image.is_empty(), key, "is empty: name the image to run");
+    ImageRef::parse(image).map(drop).map_err(|e| {
+        ConfigError::new(
+            key,
+            format!("{image:?} is not an image reference the kubelet can pull ({e})"),
+        )
+    })
 }
 
 /// A rule's `match`/`replace` written like an image name (`docker.io`, `quay.io/org`,
@@ -227,6 +245,16 @@ pub fn check_image_builder(
             !v.contains("://") && !v.ends_with('/') && !v.chars().any(char::is_whitespace),
             key,
             "{v:?} must be a registry host with an optional path, without scheme, spaces or trailing '/'"
+        );
+        // What the rewritten images start with: a registry and a repository path, without
+        // tag or digest (`r.io/x:1` would make `r.io/x:1/orgs/...`).
+        check_prefix(&key, v)?;
+    }
+    for (i, p) in c.excluded_image_prefixes.iter().enumerate() {
+        ensure!(
+            !p.is_empty(),
+            format!("webhook.imageBuilderConfig.excludedImagePrefixes[{i}]"),
+            "is empty, which every image starts with: it would turn verification off; set hostnameReplacement.disableVerification instead if that is what you mean"
         );
     }
     ensure!(

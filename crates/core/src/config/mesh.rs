@@ -305,6 +305,13 @@ impl MeshConfig {
             "mesh.gate.image",
             "must be set when mesh.gate.enabled is true (the image that runs the gate command, e.g. the mesh agent image)"
         );
+        if g.enabled {
+            super::images::check_image("mesh.gate.image", &g.image)?;
+            super::check_resources("mesh.gate.resources", &g.resources)?;
+            if let Some(sc) = &g.security_context {
+                super::check_security_context("mesh.gate.securityContext", sc)?;
+            }
+        }
         ensure!(
             !g.image.chars().any(char::is_whitespace),
             "mesh.gate.image",
@@ -329,9 +336,9 @@ impl MeshConfig {
             v.name
         );
         ensure!(
-            is_dns_subdomain(&v.driver),
+            is_dns_subdomain(&v.driver) && v.driver.len() <= 63,
             "mesh.gate.volume.driver",
-            "{:?} is not a CSI driver name (a DNS subdomain such as {DEFAULT_GATE_DRIVER})",
+            "{:?} is not a CSI driver name (a DNS subdomain of at most 63 characters, such as {DEFAULT_GATE_DRIVER})",
             v.driver
         );
         ensure!(
@@ -381,6 +388,12 @@ impl MeshConfig {
         if let Some(problem) = qualified_name_problem(&g.opt_out_annotation) {
             return Err(ConfigError::new("mesh.gate.optOutAnnotation", problem));
         }
+        ensure!(
+            g.opt_out_annotation != self.socket_check.annotation,
+            "mesh.gate.optOutAnnotation",
+            "{:?} is also mesh.socketCheck.annotation: a pod opting out of the gate (\"false\") would be refused by the socket check, which reads the annotation as <volume>/<file>",
+            g.opt_out_annotation
+        );
         Ok(())
     }
 }

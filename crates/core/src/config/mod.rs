@@ -781,6 +781,7 @@ impl Config {
         warnings.extend(self.http.validate(self.embedded_reads().values)?);
         self.limits.validate()?;
         check_global_env_prefix(&self.secrets.env_prefix)?;
+        check_global_secrets_prefix(&self.secrets.secrets_prefix)?;
         warnings.extend(images::check_image_builder(
             &w.image_builder_config,
             &w.embedded_secret_manager_config.file_mount_init_container,
@@ -793,6 +794,7 @@ impl Config {
             self.secrets.kind
         );
         warnings.extend(self.mesh.validate()?);
+        self.check_reserved_names()?;
         self.metrics.validate()?;
         check_label(
             "secretsSelector",
@@ -811,6 +813,57 @@ impl Config {
     /// Whether a mutator's failure denies the pod; the default is in [`crate::mutate`].
     pub fn mutator_required(&self, id: MutatorId, default: bool) -> bool {
         self.mutators.get(&id).map_or(default, |m| m.required)
+    }
+}
+
+/// The init containers (by name, or name prefix) and volumes the secret managers add, which the
+/// mesh gate may not take (held to the managers' own constants by `app`'s tests).
+pub const SECRET_MANAGER_CONTAINERS: [&str; 1] = ["podmutator-fetch"];
+pub const SECRET_MANAGER_CONTAINER_PREFIXES: [&str; 3] =
+    ["aws-pull-secret-", "gcp-pull-secret-", "azure-pull-secret-"];
+pub const SECRET_MANAGER_VOLUMES: [&str; 6] = [
+    "embedded-secret-vol",
+    "podmutator-secret-files",
+    "podmutator-run",
+    "aws-secret-vol",
+    "gcp-secret-vol",
+    "azure-secret-vol",
+];
+
+impl Config {
+    /// The mesh gate's container and volume are not named like those the secret managers add:
+    /// the gate would be taken for theirs, or skipped as the pod's own.
+    fn check_reserved_names(&self) -> Result<(), ConfigError> {
+        let g = &self.mesh.gate;
+        if !self.mesh.enabled || !g.enabled {
+            return Ok(());
+        }
+        let file_mount = &self
+            .webhook
+            .embedded_secret_manager_config
+            .file_mount_init_container
+            .container_name;
+        let taken = g.name == *file_mount
+            || SECRET_MANAGER_CONTAINERS.contains(&g.name.as_str())
+            || SECRET_MANAGER_CONTAINER_PREFIXES
+                .iter()
+                .any(|p| g.name.starts_with(p));
+        ensure!(
+            !taken,
+            "mesh.gate.name",
+            "{:?} is a name the secret managers give their init containers ({file_mount:?}, {}, {}<id>): choose another",
+            g.name,
+            SECRET_MANAGER_CONTAINERS.join(", "),
+            SECRET_MANAGER_CONTAINER_PREFIXES.join("<id>, ")
+        );
+        ensure!(
+            !SECRET_MANAGER_VOLUMES.contains(&g.volume.name.as_str()),
+            "mesh.gate.volume.name",
+            "{:?} is a volume the secret managers add ({}): choose another",
+            g.volume.name,
+            SECRET_MANAGER_VOLUMES.join(", ")
+        );
+        Ok(())
     }
 }
 
@@ -866,10 +919,64 @@ impl WebhookConfig {
                 "webhook.embeddedSecretManagerConfig.imagePullSecrets.enabled",
                 "copying image-pull Secrets needs write access to the cluster, which this webhook does not have by design; set it to false"
             );
+            let init = &e.file_mount_init_container;
             ensure!(
-                !e.file_mount_init_container.container_name.is_empty(),
+                crate::k8s_names::is_dns_label(&init.container_name),
                 "webhook.embeddedSecretManagerConfig.fileMountInitContainer.containerName",
-                "must not be empty"
+                "{:?} is not a container name: lower-case letters, digits and '-', at most 63, starting and ending with a letter or digit (default \"init-embedded-secret\")",
+                init.container_name
+            );
+            images::check_image(
+                "webhook.embeddedSecretManagerConfig.fileMountInitContainer.image",
+                &init.image,
+            )?;
+            check_resources(
+                "webhook.embeddedSecretManagerConfig.fileMountInitContainer.resources",
+                &init.resources,
+            )?;
+        }
+        for (t, key, cfg) in [
+            (
+                SecretManagerType::AWS,
+                "awsSecretManager",
+                &w.aws_secret_manager,
+            ),
+            (
+                SecretManagerType::GCP,
+                "gcpSecretManager",
+                &w.gcp_secret_manager,
+            ),
+            (
+                SecretManagerType::Azure,
+                "azureSecretManager",
+                &w.azure_secret_manager,
+            ),
+        ] {
+            if enabled.contains(&t) {
+                // Unset, the manager's default.
+                if let Some(image) = &cfg.sidecar_image {
+                    images::check_image(&format!("webhook.{key}.sidecarImage"), image)?;
+                }
+                check_resources(
+                    &format!("webhook.{key}.resources"),
+                    &cfg.resources_or_default(),
+                )?;
+            }
+        }
+        // The prefix starts every name the managers write: what no name may hold, it may not.
+        ensure!(
+            w.secret_env_var_prefix
+                .bytes()
+                .all(|b| (b' '..=b'~').contains(&b) && b != b'='),
+            "webhook.secretEnvVarPrefix",
+            "{:?} cannot start an environment variable name (printable ASCII other than '='): every ENV_VAR secret would be refused; use the default _UNION_",
+            w.secret_env_var_prefix
+        );
+        for key in w.vault_secret_manager.annotations.keys() {
+            ensure!(
+                crate::k8s_names::is_qualified_name(key),
+                "webhook.vaultSecretManager.annotations",
+                "{key:?} is not an annotation key the API server accepts (a qualified name: an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.')"
             );
         }
         bounds::LISTEN_PORT.check(w.listen_port.into(), |b| {
@@ -917,6 +1024,164 @@ impl LimitsConfig {
             )
         })
     }
+}
+
+/// A quantity's value (`500Mi`, `0.5`, `1e3`, `100m`), or `None` when it is no Kubernetes
+/// quantity.
+fn quantity_value(q: &str) -> Option<f64> {
+    let split = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(q.len());
+    let (number, suffix) = q.split_at(split);
+    let digits = number.trim_start_matches(['+', '-']);
+    if digits.is_empty()
+        || digits.matches('.').count() > 1
+        || digits == "."
+        || number.len() - digits.len() > 1
+    {
+        return None;
+    }
+    let value: f64 = number.parse().ok()?;
+    let scale = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        e => {
+            let exp = e.strip_prefix(['e', 'E'])?;
+            let digits = exp.trim_start_matches(['+', '-']);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            10f64.powi(exp.parse().ok()?)
+        }
+    };
+    Some(value * scale)
+}
+
+/// Resources the webhook writes into a container of its own, as the API server checks a pod's:
+/// quantities, non-negative, resource names, whole extended resources, requests at most the
+/// limits, and no claims (the pod's `resourceClaims` are not the webhook's to know).
+pub fn check_resources(key: &str, r: &ResourceRequirements) -> Result<(), ConfigError> {
+    ensure!(
+        r.claims.as_ref().is_none_or(Vec::is_empty),
+        format!("{key}.claims"),
+        "must be empty: a claim names one of the pod's resourceClaims, which differ from pod to pod"
+    );
+    let mut values = BTreeMap::new();
+    for (part, list) in [("requests", &r.requests), ("limits", &r.limits)] {
+        for (name, q) in list.iter().flatten() {
+            let at = format!("{key}.{part}.{name}");
+            ensure!(
+                crate::k8s_names::is_qualified_name(name),
+                at,
+                "{name:?} is not a resource name"
+            );
+            let v = quantity_value(&q.0).filter(|v| v.is_finite() && *v >= 0.0);
+            let Some(v) = v else {
+                return Err(ConfigError::new(
+                    at,
+                    format!(
+                        "{:?} is not a non-negative quantity (such as 100m, 0.5, 500Mi or 1Gi)",
+                        q.0
+                    ),
+                ));
+            };
+            let extended = name.contains('/') && !name.contains("kubernetes.io/");
+            ensure!(
+                !extended || v.fract() == 0.0,
+                at,
+                "{:?}: an extended resource is counted in whole units",
+                q.0
+            );
+            values.insert((part, name.clone()), v);
+        }
+    }
+    for ((part, name), request) in &values {
+        if *part == "requests"
+            && let Some(limit) = values.get(&("limits", name.clone()))
+        {
+            ensure!(
+                request.total_cmp(limit).is_le(),
+                format!("{key}.requests.{name}"),
+                "must not exceed the limit ({request} over {limit})"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A security context the webhook writes into a container of its own, as the API server checks
+/// a pod's.
+pub fn check_security_context(
+    key: &str,
+    sc: &k8s_openapi::api::core::v1::SecurityContext,
+) -> Result<(), ConfigError> {
+    for (field, id) in [
+        ("runAsUser", sc.run_as_user),
+        ("runAsGroup", sc.run_as_group),
+    ] {
+        ensure!(
+            id.is_none_or(|id| id >= 0),
+            format!("{key}.{field}"),
+            "must not be negative"
+        );
+    }
+    let profiles = [
+        (
+            "seccompProfile",
+            sc.seccomp_profile
+                .as_ref()
+                .map(|p| (p.type_.as_str(), p.localhost_profile.is_some())),
+        ),
+        (
+            "appArmorProfile",
+            sc.app_armor_profile
+                .as_ref()
+                .map(|p| (p.type_.as_str(), p.localhost_profile.is_some())),
+        ),
+    ];
+    for (field, profile) in profiles {
+        if let Some((kind, named)) = profile {
+            ensure!(
+                ["RuntimeDefault", "Unconfined", "Localhost"].contains(&kind)
+                    && named == (kind == "Localhost"),
+                format!("{key}.{field}"),
+                "type {kind:?}: use RuntimeDefault, Unconfined, or Localhost with its localhostProfile (and a localhostProfile only with Localhost)"
+            );
+        }
+    }
+    let no_escalation = sc.allow_privilege_escalation == Some(false);
+    let sys_admin = sc
+        .capabilities
+        .as_ref()
+        .and_then(|c| c.add.as_ref())
+        .is_some_and(|a| a.iter().any(|c| c == "SYS_ADMIN" || c == "CAP_SYS_ADMIN"));
+    ensure!(
+        !(no_escalation && (sc.privileged == Some(true) || sys_admin)),
+        format!("{key}.allowPrivilegeEscalation"),
+        "cannot be false with privileged: true or the SYS_ADMIN capability"
+    );
+    if let Some(m) = &sc.proc_mount {
+        ensure!(
+            m == "Default" || m == "Unmasked",
+            format!("{key}.procMount"),
+            "{m:?}: use Default or Unmasked"
+        );
+    }
+    Ok(())
 }
 
 /// A Kubernetes label key and value, as the API server checks them.
@@ -1008,6 +1273,37 @@ pub fn check_global_env_prefix(prefix: &str) -> Result<(), ConfigError> {
             ),
         ));
     }
+    Ok(())
+}
+
+/// The Global manager serves pods every file below `secrets.secrets-prefix`
+/// (`<prefix>/<group>/<key>`): the root, or a directory of the system's or this process's own
+/// (its environment under `/proc`, a service account token under `/run`), would hand them out.
+pub fn check_global_secrets_prefix(prefix: &str) -> Result<(), ConfigError> {
+    // Never below these; nor one of these top-level directories itself (nor the root).
+    const SYSTEM: [&str; 5] = ["/proc", "/sys", "/dev", "/run", "/var/run"];
+    const TOP: [&str; 7] = ["/etc", "/var", "/usr", "/home", "/root", "/opt", "/boot"];
+    let key = "secrets.secrets-prefix";
+    let clean = prefix.starts_with('/')
+        && prefix
+            .trim_end_matches('/')
+            .split('/')
+            .skip(1)
+            .all(|c| !matches!(c, "" | "." | ".."));
+    ensure!(
+        clean,
+        key,
+        "{prefix:?} must be a clean absolute path (no empty, '.' or '..' components), the directory of the Global secrets' files; Flyte's default is /etc/secrets"
+    );
+    let dir = prefix.trim_end_matches('/');
+    let inside = |d: &str| dir == d || dir.starts_with(&format!("{d}/"));
+    ensure!(
+        !dir.is_empty() && !TOP.contains(&dir) && !SYSTEM.iter().any(|d| inside(d)),
+        key,
+        "{prefix:?} would serve pods files that are not secrets for them (the root, a system directory such as {}, or one below {}): name a directory that holds only those files; Flyte's default is /etc/secrets",
+        TOP.join(", "),
+        SYSTEM.join(", ")
+    );
     Ok(())
 }
 
@@ -1334,6 +1630,48 @@ mod tests {
     #[case::body_over_64_mib(json!({"http": {"maxBodyBytes": 67108865}}), "http.maxBodyBytes")]
     #[case::selector_is_the_mesh_label(json!({"mesh": {"enabled": true, "managedLabel": "example.io/managed"},
         "secretsSelector": {"label": "example.io/managed", "value": "true"}}), "secretsSelector.label")]
+    #[case::global_files_at_the_root(json!({"secrets": {"secrets-prefix": "/"}}), "secrets.secrets-prefix")]
+    #[case::global_files_in_proc(json!({"secrets": {"secrets-prefix": "/proc"}}), "secrets.secrets-prefix")]
+    #[case::global_files_below_run(json!({"secrets": {"secrets-prefix": "/var/run/secrets"}}), "secrets.secrets-prefix")]
+    #[case::global_files_in_etc(json!({"secrets": {"secrets-prefix": "/etc/"}}), "secrets.secrets-prefix")]
+    #[case::global_files_relative(json!({"secrets": {"secrets-prefix": "secrets"}}), "secrets.secrets-prefix")]
+    #[case::global_files_climbing(json!({"secrets": {"secrets-prefix": "/etc/secrets/../.."}}), "secrets.secrets-prefix")]
+    #[case::calls_in_flight_past_the_semaphore(json!({"embedded": {"maxCallsInFlight": 2_305_843_009_213_693_952u64}}), "embedded.maxCallsInFlight")]
+    #[case::first_request_timeout_past_the_clock(json!({"http": {"firstRequestTimeoutSeconds": 9_223_372_036_854_775_807u64}}), "http.firstRequestTimeoutSeconds")]
+    #[case::connection_age_past_the_clock(json!({"http": {"maxConnectionAgeSeconds": 9_223_372_036_854_775_807u64}}), "http.maxConnectionAgeSeconds")]
+    #[case::idle_timeout_past_the_clock(json!({"http": {"idleTimeoutSeconds": u64::MAX}}), "http.idleTimeoutSeconds")]
+    #[case::tag_ttl_past_the_cache(json!({"embedded": {"entrypointLookup": {"tagTtlSeconds": 31_536_000_001u64}}}), "embedded.entrypointLookup.tagTtlSeconds")]
+    #[case::env_var_prefix_with_equals(json!({"webhook": {"secretEnvVarPrefix": "A=B"}}), "webhook.secretEnvVarPrefix")]
+    #[case::env_var_prefix_not_ascii(json!({"webhook": {"secretEnvVarPrefix": "\u{c4}_"}}), "webhook.secretEnvVarPrefix")]
+    #[case::vault_annotation_key(json!({"webhook": {"vaultSecretManager": {"annotations": {"bad key": "x"}}}}), "webhook.vaultSecretManager.annotations")]
+    #[case::sidecar_image_empty(json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"sidecarImage": ""}}}), "webhook.awsSecretManager.sidecarImage")]
+    #[case::sidecar_image_upper_case(json!({"webhook": {"secretManagerTypes": ["GCP"], "gcpSecretManager": {"sidecarImage": "Reg.io/App:1"}}}), "webhook.gcpSecretManager.sidecarImage")]
+    #[case::sidecar_image_empty_tag(json!({"webhook": {"secretManagerTypes": ["Azure"], "azureSecretManager": {"sidecarImage": "r.io/app:"}}}), "webhook.azureSecretManager.sidecarImage")]
+    #[case::sidecar_resources_not_a_quantity(json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources": {"limits": {"cpu": "abc"}}}}}), "webhook.awsSecretManager.resources.limits.cpu")]
+    #[case::sidecar_resources_negative(json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources": {"limits": {"cpu": "-1"}}}}}), "webhook.awsSecretManager.resources.limits.cpu")]
+    #[case::sidecar_request_over_limit(json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}}}), "webhook.awsSecretManager.resources.requests.cpu")]
+    #[case::sidecar_fractional_gpu(json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources": {"limits": {"nvidia.com/gpu": "0.5"}}}}}), "webhook.awsSecretManager.resources.limits.nvidia.com/gpu")]
+    #[case::sidecar_resource_claims(json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources": {"claims": [{"name": "x"}]}}}}), "webhook.awsSecretManager.resources.claims")]
+    #[case::file_mount_container_name(json!({"webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS", "fileMountInitContainer": {"containerName": "Init_Bad"}}}, "embedded": {"organization": "flyte"}}), "webhook.embeddedSecretManagerConfig.fileMountInitContainer.containerName")]
+    #[case::file_mount_image(json!({"webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS", "fileMountInitContainer": {"image": " docker.io/x:1"}}}, "embedded": {"organization": "flyte"}}), "webhook.embeddedSecretManagerConfig.fileMountInitContainer.image")]
+    #[case::file_mount_memory(json!({"webhook": {"secretManagerTypes": ["Embedded"], "embeddedSecretManagerConfig": {"type": "AWS", "fileMountInitContainer": {"resources": {"limits": {"memory": "-5"}}}}}, "embedded": {"organization": "flyte"}}), "webhook.embeddedSecretManagerConfig.fileMountInitContainer.resources.limits.memory")]
+    #[case::fetcher_image(json!({"embedded": {"delivery": "reference", "fetcherImage": "r.io//podmutator:1"}}), "embedded.fetcherImage")]
+    #[case::namespace_template_no_namespace_can_match(json!({"embedded": {"namespaceTemplate": "{{ project }}_{{ domain }}"}}), "embedded.namespaceTemplate")]
+    #[case::namespace_template_upper_case(json!({"embedded": {"namespaceTemplate": "Flyte-{{ project }}-{{ domain }}"}}), "embedded.namespaceTemplate")]
+    #[case::builder_replacement_with_a_tag(json!({"webhook": {"imageBuilderConfig": {"enabled": true, "hostnameReplacement": {"existing": "e.io", "replacement": "r.io/x:1"}}}}), "webhook.imageBuilderConfig.hostnameReplacement.replacement")]
+    #[case::builder_replacement_upper_case(json!({"webhook": {"imageBuilderConfig": {"enabled": true, "hostnameReplacement": {"existing": "e.io", "replacement": "R.IO/UP"}}}}), "webhook.imageBuilderConfig.hostnameReplacement.replacement")]
+    #[case::builder_excludes_everything(json!({"webhook": {"imageBuilderConfig": {"enabled": true, "hostnameReplacement": {"existing": "e.io", "replacement": "r.io"}, "excludedImagePrefixes": ["ghcr.io/", ""]}}}), "webhook.imageBuilderConfig.excludedImagePrefixes[1]")]
+    #[case::images_rule_loop_through_a_hub_namespace(json!({"images": {"enabled": true, "rules": [{"match": "quay.io", "replace": "mirror"}, {"match": "docker.io/mirror", "replace": "r.io/x"}]}}), "images.rules[0].replace")]
+    #[case::gate_image(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/a//b:1"}}}), "mesh.gate.image")]
+    #[case::gate_privileged_without_escalation(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"privileged": true, "allowPrivilegeEscalation": false}}}}), "mesh.gate.securityContext.allowPrivilegeEscalation")]
+    #[case::gate_localhost_seccomp_unnamed(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"seccompProfile": {"type": "Localhost"}}}}}), "mesh.gate.securityContext.seccompProfile")]
+    #[case::gate_negative_user(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"runAsUser": -1}}}}), "mesh.gate.securityContext.runAsUser")]
+    #[case::gate_request_over_limit(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "1Mi"}}}}}), "mesh.gate.resources.requests.memory")]
+    #[case::gate_driver_over_63(json!({"mesh": {"enabled": true, "gate": {"volume": {"driver": format!("{}.spiffe.io", "a".repeat(60))}}}}), "mesh.gate.volume.driver")]
+    #[case::gate_opt_out_is_the_socket_annotation(json!({"mesh": {"enabled": true, "gate": {"optOutAnnotation": "aether.io/sockets"}, "socketCheck": {"annotation": "aether.io/sockets"}}}), "mesh.gate.optOutAnnotation")]
+    #[case::gate_named_like_the_embedded_init_container(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "name": "init-embedded-secret"}}}), "mesh.gate.name")]
+    #[case::gate_named_like_a_fetcher(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "name": "aws-pull-secret-0"}}}), "mesh.gate.name")]
+    #[case::gate_volume_of_a_manager(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "volume": {"name": "podmutator-secret-files"}}}}), "mesh.gate.volume.name")]
     fn bad_config_names_the_key(#[case] v: Value, #[case] key: &str) {
         let err = load_json(v).unwrap_err();
         assert_eq!(err.key, key, "{err}");
