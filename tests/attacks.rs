@@ -621,6 +621,9 @@ mod secrets_attacks {
             "/etc",
             "/var",
             "/root",
+            "/root/.aws",
+            "/var/lib/kubelet/pods",
+            "/var/task",
             "/etc/secrets/../..",
             "etc/secrets",
         ] {

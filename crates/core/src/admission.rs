@@ -378,10 +378,7 @@ impl App {
             if !self.chain.applies(&ctx, &object.metadata, None, true) {
                 return Admission::early(subject, api_version, Ok(Verdict::passed_by()));
             }
-            // The old pod first, down to what is read of it before the new one is read: the
-            // review's two pods are never in memory whole at once.
-            let old = old.into_pod(body).map(names_and_images);
-            let (pod, old) = match (object.into_pod(body), old) {
+            let (pod, old) = match (object.into_pod(body), names_and_images(old)) {
                 (Ok(pod), Ok(old)) => (pod, old),
                 (Err(e), _) | (_, Err(e)) => return Admission::early(subject, api_version, Err(e)),
             };
@@ -466,10 +463,12 @@ impl App {
         if body.len().saturating_mul(HEAVY) / 2 <= self.max_objects {
             return None;
         }
-        // An UPDATE carries the pod twice: each is weighed on its own, so that a pod admitted
-        // when it was created can still be updated (a label, a finalizer removed).
-        let (all, old) = objects_in(body);
-        let objects = (all - old).max(old);
+        // An UPDATE carries the stored pod too, in `oldObject`: of it only the metadata is read
+        // into types, and its containers' names and images ([`names_and_images`]), so only
+        // the metadata is weighed, on its own: a pod the API server holds can always be
+        // updated (a label, a finalizer removed).
+        let (all, old, old_meta) = objects_in(body);
+        let objects = (all - old).max(old_meta);
         if objects <= self.max_objects {
             return None;
         }
@@ -526,13 +525,15 @@ const HEAVY: usize = 16;
 /// The JSON objects in `body`, an element of a [`HEAVY_LISTS`] list counting as listed there: a
 /// bound, proportional to the memory its Kubernetes types take, made in one pass over the bytes
 /// (strings skipped eight bytes a step, keys compared only against those few names). Also
-/// those of the review's `request.oldObject` (included in the first), counted apart.
-fn objects_in(body: &[u8]) -> (usize, usize) {
+/// those of the review's `request.oldObject` (included in the first), and of its `metadata`,
+/// the one part of it read into types, counted apart.
+fn objects_in(body: &[u8]) -> (usize, usize, usize) {
     // Per open array or object: what each of its elements counts.
     let mut weight: Vec<usize> = Vec::with_capacity(16);
     let mut objects = 0usize;
     // The objects of `request.oldObject`, and whether the scan is in it.
     let (mut old, mut in_old) = (0usize, false);
+    let (mut old_meta, mut in_old_meta) = (0usize, false);
     // The string just closed, if short enough to be one of the names; the key of the value
     // about to start.
     let (mut last_string, mut key): (&[u8], &[u8]) = (b"", b"");
@@ -559,9 +560,11 @@ fn objects_in(body: &[u8]) -> (usize, usize) {
             b'{' => {
                 // The review, its request, then the request's fields.
                 in_old |= weight.len() == 2 && key == b"oldObject";
+                in_old_meta |= in_old && weight.len() == 3 && key == b"metadata";
                 let w = weight.last().copied().unwrap_or(1);
                 objects += w;
                 old += if in_old { w } else { 0 };
+                old_meta += if in_old_meta { w } else { 0 };
                 weight.push(1);
                 key = b"";
             }
@@ -573,24 +576,46 @@ fn objects_in(body: &[u8]) -> (usize, usize) {
             b']' | b'}' => {
                 weight.pop();
                 in_old &= weight.len() > 2;
+                in_old_meta &= weight.len() > 3;
             }
             b',' => key = b"",
             _ => {}
         }
     }
-    (objects, old)
+    (objects, old, old_meta)
 }
 
-/// The pod before an UPDATE as the mutators that check updates read it
-/// ([`PodCtx::old`]): its containers of each kind, by name and image.
-fn names_and_images(pod: Pod) -> Pod {
+/// The pod before an UPDATE as the mutators that check updates read it ([`PodCtx::old`]):
+/// its containers of each kind, by name and image, read from the review's bytes without the
+/// rest (serde skips what no field asks for). It is the stored pod: neither weighed against
+/// `limits.maxObjectsPerReview` nor read whole, so a pod admitted before a limit was lowered,
+/// or while the webhook was off, can still be updated.
+fn names_and_images(old: LazyPod<'_>) -> Result<Pod, Error> {
     use k8s_openapi::api::core::v1::{Container, EphemeralContainer, PodSpec};
-    let container = |c: Container| Container {
+    #[derive(serde::Deserialize)]
+    struct NameImage {
+        name: String,
+        #[serde(default)]
+        image: Option<String>,
+    }
+    #[derive(serde::Deserialize, Default)]
+    #[serde(rename_all = "camelCase", default)]
+    struct Images {
+        containers: Vec<NameImage>,
+        init_containers: Option<Vec<NameImage>>,
+        ephemeral_containers: Option<Vec<NameImage>>,
+    }
+    let images: Option<Images> = old
+        .spec
+        .map(|r| serde_json::from_slice(r.get().as_bytes()))
+        .transpose()
+        .map_err(|e| Error::Invalid(format!("request.oldObject is not a valid Pod: {e}")))?;
+    let container = |c: NameImage| Container {
         name: c.name,
         image: c.image,
         ..Container::default()
     };
-    let spec = pod.spec.map(|s| PodSpec {
+    let spec = images.map(|s| PodSpec {
         containers: s.containers.into_iter().map(container).collect(),
         init_containers: s
             .init_containers
@@ -606,11 +631,11 @@ fn names_and_images(pod: Pod) -> Pod {
         }),
         ..PodSpec::default()
     });
-    Pod {
+    Ok(Pod {
         metadata: ObjectMeta::default(),
         spec,
         status: None,
-    }
+    })
 }
 
 /// Why a chain run gave no verdict: a mutator refused the pod (with what was counted on the way),
@@ -1714,24 +1739,26 @@ mod tests {
 
     #[test]
     fn objects_are_counted_outside_strings_with_containers_and_volumes_heavy() {
-        assert_eq!(objects_in(br#"{"a": {"b": [{}, {}]}}"#), (4, 0));
-        assert_eq!(objects_in(br#"{"s": "{{{\"{", "t": "\\"}"#), (1, 0));
+        assert_eq!(objects_in(br#"{"a": {"b": [{}, {}]}}"#), (4, 0, 0));
+        assert_eq!(objects_in(br#"{"s": "{{{\"{", "t": "\\"}"#), (1, 0, 0));
         let pod = br#"{"spec": {"containers": [{"name": "a", "env": [{"name": "x"}]}, {"name": "b"}], "volumes": [{"name": "v", "emptyDir": {}}], "initContainers": []}}"#;
         // The pod and its spec; two containers (8 each) and a volume (16); an env var and an
         // emptyDir.
-        assert_eq!(objects_in(pod), (2 + 2 * 8 + 16 + 2, 0));
+        assert_eq!(objects_in(pod), (2 + 2 * 8 + 16 + 2, 0, 0));
         // A key named like a heavy list inside a string, or a value that is not a list.
         assert_eq!(
             objects_in(br#"{"x": "containers", "containers": {"a": {}}}"#),
-            (3, 0)
+            (3, 0, 0)
         );
-        // An UPDATE's old pod, counted apart: the review, its request and the new pod (2 + 8)
-        // against the old pod (2 + 8); an `oldObject` deeper in is part of a pod.
-        let pod = r#"{"spec": {"containers": [{"name": "a"}]}}"#;
+        // An UPDATE's old pod, counted apart, and its metadata: the review, its request and
+        // the new pod (the pod, its metadata, labels and spec, a container of 8 and its
+        // `metadata`: 13) against the old pod (the same 13) and its metadata (2); an
+        // `oldObject` or `metadata` deeper in is part of a pod.
+        let pod = r#"{"metadata": {"labels": {}}, "spec": {"containers": [{"name": "a", "metadata": {}}]}}"#;
         let update = format!(
             r#"{{"request": {{"object": {pod}, "oldObject": {pod}, "x": {{"oldObject": {{}}}}}}}}"#
         );
-        assert_eq!(objects_in(update.as_bytes()), (2 + 10 + 10 + 2, 10));
+        assert_eq!(objects_in(update.as_bytes()), (2 + 13 + 13 + 2, 13, 2));
     }
     use base64::Engine;
 

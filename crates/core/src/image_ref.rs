@@ -127,8 +127,9 @@ pub fn under(name: &str, prefix: &str) -> bool {
 }
 
 /// Whether `image` is `ours`, or `ours` pinned to a digest as a policy engine pins an image
-/// it verified (Kyverno's `mutateDigest`): `repo:tag@sha256:…`, or `repo@sha256:…` in place of
-/// the tag. An image of ours that has a digest already is only itself.
+/// it verified (Kyverno's `mutateDigest`): `repo:tag@sha256:…`, the tag kept. The digest is
+/// not checked against the tag (that takes the registry), so it may name another build in the
+/// same repository; an image of ours written with a digest is only itself.
 pub fn is_ours_or_pinned(image: &str, ours: &str) -> bool {
     if image == ours {
         return true;
@@ -146,10 +147,7 @@ pub fn is_ours_or_pinned(image: &str, ours: &str) -> bool {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"=_-".contains(&b))
     });
-    // The tag is a `:` in the last path component (one before it is a registry's port).
-    let last = ours.rfind('/').map_or(0, |i| i + 1);
-    let untagged = ours[last..].rfind(':').map_or(ours, |i| &ours[..last + i]);
-    is_digest && !ours.contains('@') && (name == ours || name == untagged)
+    is_digest && !ours.contains('@') && name == ours
 }
 
 /// docker's test for "the first component names a registry".
@@ -336,7 +334,7 @@ mod tests {
     #[rstest::rstest]
     #[case::itself("docker.io/amazon/sidecar:v1", true)]
     #[case::tag_and_digest(&format!("docker.io/amazon/sidecar:v1@sha256:{}", "a".repeat(64)), true)]
-    #[case::digest_for_tag(&format!("docker.io/amazon/sidecar@sha256:{}", "a".repeat(64)), true)]
+    #[case::digest_for_the_tag(&format!("docker.io/amazon/sidecar@sha256:{}", "a".repeat(64)), false)]
     #[case::another_tag_and_digest(&format!("docker.io/amazon/sidecar:v2@sha256:{}", "a".repeat(64)), false)]
     #[case::another_repository(&format!("docker.io/evil/sidecar@sha256:{}", "a".repeat(64)), false)]
     #[case::a_longer_repository(&format!("docker.io/amazon/sidecar2@sha256:{}", "a".repeat(64)), false)]
@@ -355,6 +353,10 @@ mod tests {
         assert!(is_ours_or_pinned(
             &format!("localhost:5000/f@{d}"),
             "localhost:5000/f"
+        ));
+        assert!(!is_ours_or_pinned(
+            &format!("localhost:5000/f@{d}"),
+            "localhost:5000/f:1"
         ));
         assert!(!is_ours_or_pinned(
             &format!("localhost@{d}"),

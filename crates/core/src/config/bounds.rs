@@ -29,7 +29,8 @@ pub const DEADLINE_MS: Bound = bound("embedded.deadlineMs", 100, 25_000);
 pub const CACHE_TTL_SECONDS: Bound = bound("embedded.cacheTtlSeconds", 0, 86_400);
 pub const BATCH_SIZE: Bound = bound("embedded.batchSize", 1, 20);
 /// Far over what Secrets Manager's quotas let one process use (`GetSecretValue`, 10,000 a
-/// second for the whole account); a larger one overflowed the semaphore that holds them.
+/// second for the whole account): a bound of podmutator's (without one, a value past 2^61
+/// overflowed the semaphore that holds them).
 pub const MAX_CALLS_IN_FLIGHT: Bound = bound("embedded.maxCallsInFlight", 1, 1024);
 pub const MAX_CALLS_IN_FLIGHT_PER_ADMISSION: Bound =
     bound("embedded.maxCallsInFlightPerAdmission", 1, ANY);
@@ -48,14 +49,14 @@ pub const MAX_BODY_BYTES: Bound = bound("http.maxBodyBytes", 1024, 64 * 1024 * 1
 pub const MAX_REPLY_BYTES: Bound = bound("http.maxReplyBytes", 4096, 6 * 1024 * 1024);
 pub const MAX_CONNECTIONS: Bound = bound("http.maxConnections", 1, 1_000_000);
 pub const MAX_CONNECTIONS_PER_SOURCE: Bound = bound("http.maxConnectionsPerSource", 1, 1_000_000);
-/// An hour for a request to arrive, a day idle, a week old: past those a deadline added to the
-/// clock overflowed it, and the server panicked on every connection.
+/// An hour for a request to arrive, a day idle, a week old: bounds of podmutator's (without
+/// them, a value near 2^63 overflowed the clock, and the server panicked on every connection).
 pub const FIRST_REQUEST_TIMEOUT_SECONDS: Bound = bound("http.firstRequestTimeoutSeconds", 1, 3_600);
 pub const BODY_TIMEOUT_SECONDS: Bound = bound("http.bodyTimeoutSeconds", 1, 3_600);
 pub const IDLE_TIMEOUT_SECONDS: Bound = bound("http.idleTimeoutSeconds", 1, 86_400);
 pub const MAX_CONNECTION_AGE_SECONDS: Bound = bound("http.maxConnectionAgeSeconds", 1, 604_800);
-/// A day, as the value cache (the cache refuses over a thousand years).
-pub const TAG_TTL_SECONDS: Bound = bound("embedded.entrypointLookup.tagTtlSeconds", 0, 86_400);
+/// A year: a bound of podmutator's (its cache refuses over a thousand years, at start).
+pub const TAG_TTL_SECONDS: Bound = bound("embedded.entrypointLookup.tagTtlSeconds", 0, 31_536_000);
 pub const DRAIN_SECONDS: Bound = bound("http.drainSeconds", 0, 120);
 
 /// Every bound, for the schema and the IaC tests.

@@ -216,7 +216,7 @@ impl HttpConfig {
         ] {
             bound.check(value, |b| {
                 format!(
-                    "{value}: use {} to {} (0 would accept no connection or close each at once; past the most, a deadline overflows the clock)",
+                    "{value}: use {} to {} (0 would accept no connection or close each at once)",
                     b.min, b.max
                 )
             })?;

@@ -1109,12 +1109,26 @@ pub fn check_resources(key: &str, r: &ResourceRequirements) -> Result<(), Config
             values.insert((part, name.clone()), v);
         }
     }
+    for ((part, name), v) in &values {
+        let extended = name.contains('/') && !name.contains("kubernetes.io/");
+        if *part == "requests"
+            && extended
+            && let Some(limit) = values.get(&("limits", name.clone()))
+        {
+            ensure!(
+                v == limit,
+                format!("{key}.requests.{name}"),
+                "must equal the limit ({limit}): an extended resource is not overcommitted"
+            );
+        }
+    }
     for ((part, name), request) in &values {
         if *part == "requests"
             && let Some(limit) = values.get(&("limits", name.clone()))
         {
+            // In binary floating point `700m` is a hair over `0.7`: equal within rounding.
             ensure!(
-                request.total_cmp(limit).is_le(),
+                request.total_cmp(&(limit * (1.0 + 1e-12))).is_le(),
                 format!("{key}.requests.{name}"),
                 "must not exceed the limit ({request} over {limit})"
             );
@@ -1134,9 +1148,9 @@ pub fn check_security_context(
         ("runAsGroup", sc.run_as_group),
     ] {
         ensure!(
-            id.is_none_or(|id| id >= 0),
+            id.is_none_or(|id| (0..=i64::from(i32::MAX)).contains(&id)),
             format!("{key}.{field}"),
-            "must not be negative"
+            "must be from 0 to 2147483647"
         );
     }
     let profiles = [
@@ -1168,11 +1182,11 @@ pub fn check_security_context(
         .capabilities
         .as_ref()
         .and_then(|c| c.add.as_ref())
-        .is_some_and(|a| a.iter().any(|c| c == "SYS_ADMIN" || c == "CAP_SYS_ADMIN"));
+        .is_some_and(|a| a.iter().any(|c| c == "CAP_SYS_ADMIN"));
     ensure!(
         !(no_escalation && (sc.privileged == Some(true) || sys_admin)),
         format!("{key}.allowPrivilegeEscalation"),
-        "cannot be false with privileged: true or the SYS_ADMIN capability"
+        "cannot be false with privileged: true or the CAP_SYS_ADMIN capability"
     );
     if let Some(m) = &sc.proc_mount {
         ensure!(
@@ -1279,9 +1293,19 @@ pub fn check_global_env_prefix(prefix: &str) -> Result<(), ConfigError> {
 /// The Global manager serves pods every file below `secrets.secrets-prefix`
 /// (`<prefix>/<group>/<key>`): the root, or a directory of the system's or this process's own
 /// (its environment under `/proc`, a service account token under `/run`), would hand them out.
+/// The directories named here are the known ones, not every one a host may have.
 pub fn check_global_secrets_prefix(prefix: &str) -> Result<(), ConfigError> {
     // Never below these; nor one of these top-level directories itself (nor the root).
-    const SYSTEM: [&str; 5] = ["/proc", "/sys", "/dev", "/run", "/var/run"];
+    const SYSTEM: [&str; 8] = [
+        "/proc",
+        "/sys",
+        "/dev",
+        "/run",
+        "/var/run",
+        "/root",
+        "/var/lib/kubelet",
+        "/var/task",
+    ];
     const TOP: [&str; 7] = ["/etc", "/var", "/usr", "/home", "/root", "/opt", "/boot"];
     let key = "secrets.secrets-prefix";
     let clean = prefix.starts_with('/')
@@ -1665,6 +1689,8 @@ mod tests {
     #[case::gate_image(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/a//b:1"}}}), "mesh.gate.image")]
     #[case::gate_privileged_without_escalation(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"privileged": true, "allowPrivilegeEscalation": false}}}}), "mesh.gate.securityContext.allowPrivilegeEscalation")]
     #[case::gate_localhost_seccomp_unnamed(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"seccompProfile": {"type": "Localhost"}}}}}), "mesh.gate.securityContext.seccompProfile")]
+    #[case::sidecar_extended_resource_overcommitted(json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources": {"requests": {"example.com/dongle": "1"}, "limits": {"example.com/dongle": "2"}}}}}), "webhook.awsSecretManager.resources.requests.example.com/dongle")]
+    #[case::gate_user_past_int32(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"runAsUser": 2_147_483_648u64}}}}), "mesh.gate.securityContext.runAsUser")]
     #[case::gate_negative_user(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"runAsUser": -1}}}}), "mesh.gate.securityContext.runAsUser")]
     #[case::gate_request_over_limit(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "1Mi"}}}}}), "mesh.gate.resources.requests.memory")]
     #[case::gate_driver_over_63(json!({"mesh": {"enabled": true, "gate": {"volume": {"driver": format!("{}.spiffe.io", "a".repeat(60))}}}}), "mesh.gate.volume.driver")]
@@ -1688,6 +1714,28 @@ mod tests {
             );
         }
         assert!(err.to_string().contains(key));
+    }
+
+    /// Quantities that are equal however they are written are equal; the API server's own
+    /// forms all load.
+    #[test]
+    fn resources_equal_in_other_notations_load() {
+        for (request, limit) in [
+            ("700m", "0.7"),
+            ("9m", "0.009"),
+            ("1Gi", "1024Mi"),
+            ("1e3", "1k"),
+        ] {
+            let v = json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources":
+                {"requests": {"cpu": request}, "limits": {"cpu": limit}}}}});
+            load_json(v).unwrap_or_else(|e| panic!("{request} <= {limit}: {e}"));
+        }
+        let v = json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources":
+            {"requests": {"cpu": "701m"}, "limits": {"cpu": "0.7"}}}}});
+        assert_eq!(
+            load_json(v).unwrap_err().key,
+            "webhook.awsSecretManager.resources.requests.cpu"
+        );
     }
 
     /// Token hashes are bytes from the moment they are read: any case in, lowercase out, and

@@ -122,9 +122,10 @@ pub fn ro_mount(name: impl Into<String>, path: impl Into<String>) -> VolumeMount
 
 /// Whether `theirs` is `ours` with only restrictions added, as policy engines default a
 /// container's security context (Kyverno, Gatekeeper, the `restricted` Pod Security profile):
-/// no privilege or escalation, a non-root user, a read-only root, a confined seccomp or
-/// AppArmor profile, more capabilities dropped. Anything else that differs, or a setting of
-/// ours it changes, is not ours.
+/// no privilege or escalation, non-root, a read-only root, the runtime's default seccomp or
+/// AppArmor profile, more capabilities dropped. Anything else that differs (another user, a
+/// `Localhost` profile, which may allow more than the pod's), or a setting of ours it changes,
+/// is not ours.
 pub fn only_tightens(theirs: Option<&SecurityContext>, ours: Option<&SecurityContext>) -> bool {
     let mut t = theirs.cloned().unwrap_or_default();
     let o = ours.cloned().unwrap_or_default();
@@ -145,13 +146,11 @@ pub fn only_tightens(theirs: Option<&SecurityContext>, ours: Option<&SecurityCon
         |v| *v,
     );
     forgive(&mut t.run_as_non_root, &o.run_as_non_root, |v| *v);
-    forgive(&mut t.run_as_user, &o.run_as_user, |v| *v != 0);
-    forgive(&mut t.run_as_group, &o.run_as_group, |v| *v != 0);
     forgive(&mut t.seccomp_profile, &o.seccomp_profile, |p| {
-        p.type_ != "Unconfined"
+        p.type_ == "RuntimeDefault"
     });
     forgive(&mut t.app_armor_profile, &o.app_armor_profile, |p| {
-        p.type_ != "Unconfined"
+        p.type_ == "RuntimeDefault"
     });
     let list = |l: &Option<Vec<String>>| l.clone().unwrap_or_default();
     let (tc, oc) = (
@@ -253,6 +252,17 @@ mod tests {
         };
         assert!(only_tightens(Some(&both), Some(&ours)), "drops ALL");
         for loosened in [
+            SecurityContext {
+                run_as_user: Some(1000),
+                ..Default::default()
+            },
+            SecurityContext {
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "Localhost".into(),
+                    localhost_profile: Some("profiles/log-only.json".into()),
+                }),
+                ..Default::default()
+            },
             SecurityContext {
                 privileged: Some(true),
                 ..Default::default()

@@ -178,7 +178,8 @@ fn long_forms(prefix: &str) -> Vec<String> {
         forms
     };
     match prefix.split_once('/') {
-        _ if prefix.is_empty() => Vec::new(),
+        _ if prefix.is_empty() || prefix == hub => Vec::new(),
+        None if prefix == "index.docker.io" => vec![hub.to_owned()],
         None => under_hub(prefix),
         Some(("index.docker.io", "")) => vec![format!("{hub}/")],
         Some(("docker.io" | "index.docker.io", rest)) if !rest.is_empty() => under_hub(rest),
@@ -682,6 +683,8 @@ mod tests {
     )]
     #[case::the_legacy_hub_host("index.docker.io/bitnami/", &["docker.io/bitnami/"])]
     #[case::the_hub_itself("docker.io/", &[])]
+    #[case::the_hub_host("docker.io", &[])]
+    #[case::the_legacy_hub_host_alone("index.docker.io", &["docker.io"])]
     #[case::the_legacy_hub_itself("index.docker.io/", &["docker.io/"])]
     #[case::a_registry("ghcr.io/aether/", &[])]
     #[case::library("library/", &["docker.io/library/"])]
