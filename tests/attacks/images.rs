@@ -219,8 +219,9 @@ async fn the_builder_called_again_after_the_images_entry_allows_what_it_allowed(
 
 /// A pod heavy enough that the review of its UPDATE (the pod twice, `object` and `oldObject`)
 /// weighs over `limits.maxObjectsPerReview`, though each pod is under it: created, and then
-/// updated (the Job controller removing its finalizer, which graceful deletion waits on). An
-/// UPDATE whose new pod alone is over the limit is still refused. (The update was refused
+/// updated (the Job controller removing its finalizer, which graceful deletion waits on). So is
+/// a pod stored heavier than the limit, its image changes still checked; an UPDATE whose
+/// metadata alone is over the limit is still refused. (Both updates were refused
 /// `TooManyObjects`: such a pod could not be deleted.)
 #[tokio::test]
 async fn a_pod_admitted_at_creation_can_be_updated_however_heavy() {
@@ -256,14 +257,54 @@ async fn a_pod_admitted_at_creation_can_be_updated_however_heavy() {
     assert_eq!(updated["allowed"], true, "{updated}");
     assert_eq!(patch_of(&updated), json!([]), "{updated}");
 
+    // A pod the API server holds whatever its weight (created while the webhook was off, or
+    // before the limit was lowered): 20 containers, 160 of the 100 on their own.
+    let mut stored = old.clone();
+    stored["spec"]["containers"] = json!(
+        (0..20)
+            .map(|i| container(&format!("c{i}"), &format!("{R}/orgs/{ORG}/train:1")))
+            .collect::<Vec<_>>()
+    );
+    let mut released = stored.clone();
+    released["metadata"]["finalizers"] = json!([]);
+    let resp = answer(
+        &front,
+        Route::ImageBuilder,
+        &update_review(&stored, &released, None),
+    )
+    .await;
+    assert_eq!(resp["allowed"], true, "{resp}");
+    assert_eq!(patch_of(&resp), json!([]), "{resp}");
+    // Its images are still checked, and rewritten in place, at the container's own index.
+    let mut swapped = stored.clone();
+    swapped["spec"]["containers"][17]["image"] = json!(FOREIGN);
+    let resp = answer(
+        &front,
+        Route::ImageBuilder,
+        &update_review(&stored, &swapped, None),
+    )
+    .await;
+    assert_refused(&resp, FOREIGN);
+    let mut own = stored.clone();
+    own["spec"]["containers"][17]["image"] = json!(format!("{E}/{ORG}/train:2"));
+    let resp = answer(
+        &front,
+        Route::ImageBuilder,
+        &update_review(&stored, &own, None),
+    )
+    .await;
+    assert_eq!(resp["allowed"], true, "{resp}");
+    let mut expected = own.clone();
+    expected["spec"]["containers"][17]["image"] = json!(format!("{R}/orgs/{ORG}/train:2"));
+    assert_eq!(apply(&own, &patch_of(&resp)), expected, "{resp}");
+
+    // What is read into types is still weighed: metadata of 120 owner references.
     let mut heavier = new.clone();
-    let extra: Vec<Value> = (6..12)
-        .map(|i| container(&format!("c{i}"), &format!("{R}/orgs/{ORG}/train:1")))
-        .collect();
-    heavier["spec"]["containers"]
-        .as_array_mut()
-        .unwrap()
-        .extend(extra);
+    heavier["metadata"]["ownerReferences"] = json!(
+        (0..120)
+            .map(|i| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": format!("o{i}"), "uid": format!("u{i}")}))
+            .collect::<Vec<_>>()
+    );
     let refused = answer(
         &front,
         Route::ImageBuilder,

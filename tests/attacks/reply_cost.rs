@@ -256,7 +256,8 @@ async fn the_worst_reviews_are_refused_within_a_replicas_memory() {
             peak_rss(child.0.id()),
         ));
     }
-    // Each updated on the image builder's entry (registered for UPDATE), which reads both pods.
+    // Each updated on the image builder's entry (registered for UPDATE), which reads both
+    // pods down to their containers' names and images.
     for (volumes, env) in [(5_500, 0), (0, 90_000)] {
         let review = heavy_update(volumes, env);
         let reply = review_on(port, &ca, "mutate--v1-pod/image-builder", &review).await;

@@ -366,8 +366,9 @@ impl App {
             old: None,
         };
         let (fetched, ran) = if update {
-            // Only the mutators that check updates, with the pod before the update beside it.
-            // Nothing is fetched: an UPDATE gets no secrets.
+            // Only the mutators that check updates, with the pod before the update beside it,
+            // both read down to their containers' names and images. Nothing is fetched: an
+            // UPDATE gets no secrets.
             let (Some(object), Some(old)) = (object, old) else {
                 let e = Error::Invalid(
                     "review of a pod UPDATE needs both request.object and request.oldObject, as the API server sends them"
@@ -378,7 +379,11 @@ impl App {
             if !self.chain.applies(&ctx, &object.metadata, None, true) {
                 return Admission::early(subject, api_version, Ok(Verdict::passed_by()));
             }
-            let (pod, old) = match (object.into_pod(body), names_and_images(old)) {
+            let (pod, old) = (
+                names_and_images(object, "object"),
+                names_and_images(old, "oldObject"),
+            );
+            let (pod, old) = match (pod, old) {
                 (Ok(pod), Ok(old)) => (pod, old),
                 (Err(e), _) | (_, Err(e)) => return Admission::early(subject, api_version, Err(e)),
             };
@@ -465,11 +470,10 @@ impl App {
         }
         // An UPDATE carries the stored pod too, in `oldObject`: of it only the metadata is read
         // into types, and its containers' names and images ([`names_and_images`]), so only
-        // the metadata is weighed, on its own: a pod the API server holds can always be
-        // updated (a label, a finalizer removed).
-        let (all, old, old_meta) = objects_in(body);
-        let objects = (all - old).max(old_meta);
-        if objects <= self.max_objects {
+        // the metadata is weighed, on its own.
+        let w = objects_in(body);
+        let create = (w.all - w.old.0).max(w.old.1);
+        if create <= self.max_objects {
             return None;
         }
         // Answered as a denial of this review, so the API server shows its message: the uid
@@ -485,8 +489,20 @@ impl App {
         struct HeadRequest {
             uid: String,
             namespace: String,
+            operation: String,
         }
         let head: Head = serde_json::from_slice(body).unwrap_or_default();
+        // The new pod of an UPDATE is read as the old one is, its spec down to its containers'
+        // names and images: its metadata and the rest of the review are weighed, so a pod the
+        // API server holds can always be updated (a label, a finalizer removed), however heavy
+        // it was stored (before a limit was lowered, or while the webhook was off).
+        let objects = match head.request.operation.as_str() {
+            "UPDATE" => (w.all - w.old.0 - w.new.0 + w.new.1).max(w.old.1),
+            _ => create,
+        };
+        if objects <= self.max_objects {
+            return None;
+        }
         let api_version =
             api_version_of(&head.api_version, "AdmissionReview").unwrap_or(API_VERSION_V1);
         let subject = Subject {
@@ -522,18 +538,25 @@ const HEAVY_LISTS: [(&[u8], usize); 4] = [
 /// The most any one object counts.
 const HEAVY: usize = 16;
 
+/// What [`objects_in`] counts: all of a review's objects, and of them those of its
+/// `request.object` and of `request.oldObject`, each with those of its `metadata`.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Weights {
+    all: usize,
+    new: (usize, usize),
+    old: (usize, usize),
+}
+
 /// The JSON objects in `body`, an element of a [`HEAVY_LISTS`] list counting as listed there: a
 /// bound, proportional to the memory its Kubernetes types take, made in one pass over the bytes
-/// (strings skipped eight bytes a step, keys compared only against those few names). Also
-/// those of the review's `request.oldObject` (included in the first), and of its `metadata`,
-/// the one part of it read into types, counted apart.
-fn objects_in(body: &[u8]) -> (usize, usize, usize) {
+/// (strings skipped eight bytes a step, keys compared only against those few names).
+fn objects_in(body: &[u8]) -> Weights {
     // Per open array or object: what each of its elements counts.
     let mut weight: Vec<usize> = Vec::with_capacity(16);
-    let mut objects = 0usize;
-    // The objects of `request.oldObject`, and whether the scan is in it.
-    let (mut old, mut in_old) = (0usize, false);
-    let (mut old_meta, mut in_old_meta) = (0usize, false);
+    let mut w = Weights::default();
+    // The pod the scan is in (`request.object` or `request.oldObject`), and whether in its
+    // metadata.
+    let (mut pod, mut in_meta): (Option<bool>, bool) = (None, false);
     // The string just closed, if short enough to be one of the names; the key of the value
     // about to start.
     let (mut last_string, mut key): (&[u8], &[u8]) = (b"", b"");
@@ -559,12 +582,21 @@ fn objects_in(body: &[u8]) -> (usize, usize, usize) {
             b':' => key = last_string,
             b'{' => {
                 // The review, its request, then the request's fields.
-                in_old |= weight.len() == 2 && key == b"oldObject";
-                in_old_meta |= in_old && weight.len() == 3 && key == b"metadata";
-                let w = weight.last().copied().unwrap_or(1);
-                objects += w;
-                old += if in_old { w } else { 0 };
-                old_meta += if in_old_meta { w } else { 0 };
+                if weight.len() == 2 {
+                    pod = match key {
+                        b"object" => Some(false),
+                        b"oldObject" => Some(true),
+                        _ => None,
+                    };
+                }
+                in_meta |= pod.is_some() && weight.len() == 3 && key == b"metadata";
+                let n = weight.last().copied().unwrap_or(1);
+                w.all += n;
+                if let Some(old) = pod {
+                    let part = if old { &mut w.old } else { &mut w.new };
+                    part.0 += n;
+                    part.1 += if in_meta { n } else { 0 };
+                }
                 weight.push(1);
                 key = b"";
             }
@@ -575,22 +607,23 @@ fn objects_in(body: &[u8]) -> (usize, usize, usize) {
             }
             b']' | b'}' => {
                 weight.pop();
-                in_old &= weight.len() > 2;
-                in_old_meta &= weight.len() > 3;
+                pod = pod.filter(|_| weight.len() > 2);
+                in_meta &= weight.len() > 3;
             }
             b',' => key = b"",
             _ => {}
         }
     }
-    (objects, old, old_meta)
+    w
 }
 
-/// The pod before an UPDATE as the mutators that check updates read it ([`PodCtx::old`]):
-/// its containers of each kind, by name and image, read from the review's bytes without the
-/// rest (serde skips what no field asks for). It is the stored pod: neither weighed against
-/// `limits.maxObjectsPerReview` nor read whole, so a pod admitted before a limit was lowered,
-/// or while the webhook was off, can still be updated.
-fn names_and_images(old: LazyPod<'_>) -> Result<Pod, Error> {
+/// A pod of an UPDATE as the mutators that check updates read it (the new one, and the one
+/// before it, [`PodCtx::old`]): its metadata, and its containers of each kind by name and
+/// image, read from the review's bytes without the rest of the spec (serde skips what no field
+/// asks for). Neither spec is weighed against `limits.maxObjectsPerReview` nor read whole, so
+/// a pod admitted before a limit was lowered, or while the webhook was off, can still be
+/// updated. `what` names it in an error.
+fn names_and_images(pod: LazyPod<'_>, what: &str) -> Result<Pod, Error> {
     use k8s_openapi::api::core::v1::{Container, EphemeralContainer, PodSpec};
     #[derive(serde::Deserialize)]
     struct NameImage {
@@ -605,11 +638,11 @@ fn names_and_images(old: LazyPod<'_>) -> Result<Pod, Error> {
         init_containers: Option<Vec<NameImage>>,
         ephemeral_containers: Option<Vec<NameImage>>,
     }
-    let images: Option<Images> = old
+    let images: Option<Images> = pod
         .spec
         .map(|r| serde_json::from_slice(r.get().as_bytes()))
         .transpose()
-        .map_err(|e| Error::Invalid(format!("request.oldObject is not a valid Pod: {e}")))?;
+        .map_err(|e| Error::Invalid(format!("request.{what} is not a valid Pod: {e}")))?;
     let container = |c: NameImage| Container {
         name: c.name,
         image: c.image,
@@ -632,7 +665,7 @@ fn names_and_images(old: LazyPod<'_>) -> Result<Pod, Error> {
         ..PodSpec::default()
     });
     Ok(Pod {
-        metadata: ObjectMeta::default(),
+        metadata: pod.metadata,
         spec,
         status: None,
     })
@@ -1709,7 +1742,7 @@ mod tests {
             ]), 0..80)
         ) {
             let body = parts.concat();
-            proptest::prop_assert_eq!(objects_in(body.as_bytes()).0, objects_bytewise(body.as_bytes()));
+            proptest::prop_assert_eq!(objects_in(body.as_bytes()).all, objects_bytewise(body.as_bytes()));
         }
     }
 
@@ -1723,7 +1756,7 @@ mod tests {
                     walk(&path, seen);
                 } else if path.extension().is_some_and(|e| e == "json" || e == "body") {
                     let body = std::fs::read(&path).unwrap();
-                    let (a, b) = (objects_in(&body).0, objects_bytewise(&body));
+                    let (a, b) = (objects_in(&body).all, objects_bytewise(&body));
                     assert_eq!(a, b, "{}", path.display());
                     *seen += 1;
                 }
@@ -1739,26 +1772,36 @@ mod tests {
 
     #[test]
     fn objects_are_counted_outside_strings_with_containers_and_volumes_heavy() {
-        assert_eq!(objects_in(br#"{"a": {"b": [{}, {}]}}"#), (4, 0, 0));
-        assert_eq!(objects_in(br#"{"s": "{{{\"{", "t": "\\"}"#), (1, 0, 0));
+        let all = |body: &[u8]| {
+            let w = objects_in(body);
+            assert_eq!((w.new, w.old), ((0, 0), (0, 0)));
+            w.all
+        };
+        assert_eq!(all(br#"{"a": {"b": [{}, {}]}}"#), 4);
+        assert_eq!(all(br#"{"s": "{{{\"{", "t": "\\"}"#), 1);
         let pod = br#"{"spec": {"containers": [{"name": "a", "env": [{"name": "x"}]}, {"name": "b"}], "volumes": [{"name": "v", "emptyDir": {}}], "initContainers": []}}"#;
         // The pod and its spec; two containers (8 each) and a volume (16); an env var and an
         // emptyDir.
-        assert_eq!(objects_in(pod), (2 + 2 * 8 + 16 + 2, 0, 0));
+        assert_eq!(all(pod), 2 + 2 * 8 + 16 + 2);
         // A key named like a heavy list inside a string, or a value that is not a list.
-        assert_eq!(
-            objects_in(br#"{"x": "containers", "containers": {"a": {}}}"#),
-            (3, 0, 0)
-        );
-        // An UPDATE's old pod, counted apart, and its metadata: the review, its request and
+        assert_eq!(all(br#"{"x": "containers", "containers": {"a": {}}}"#), 3);
+        // An UPDATE's pods, each counted apart with its metadata: the review, its request and
         // the new pod (the pod, its metadata, labels and spec, a container of 8 and its
-        // `metadata`: 13) against the old pod (the same 13) and its metadata (2); an
-        // `oldObject` or `metadata` deeper in is part of a pod.
+        // `metadata`: 13, its metadata 2) and the old pod (the same); an `object` or
+        // `oldObject` deeper in, or a `metadata` deeper in a pod, is part of what holds it.
         let pod = r#"{"metadata": {"labels": {}}, "spec": {"containers": [{"name": "a", "metadata": {}}]}}"#;
         let update = format!(
-            r#"{{"request": {{"object": {pod}, "oldObject": {pod}, "x": {{"oldObject": {{}}}}}}}}"#
+            r#"{{"request": {{"object": {pod}, "oldObject": {pod}, "x": {{"oldObject": {{}}, "object": {{}}}}}}}}"#
         );
-        assert_eq!(objects_in(update.as_bytes()), (2 + 13 + 13 + 2, 13, 2));
+        let w = objects_in(update.as_bytes());
+        assert_eq!(
+            w,
+            Weights {
+                all: 2 + 13 + 13 + 3,
+                new: (13, 2),
+                old: (13, 2)
+            }
+        );
     }
     use base64::Engine;
 

@@ -758,6 +758,7 @@ impl Config {
             let message = in_users_words(&inner, &key);
             ConfigError::new(key, message)
         })?;
+        check_kubernetes_values(&v, &config)?;
         config
             .embedded
             .follow_defaults(|key| read.iter().any(|k| k == key));
@@ -1503,6 +1504,72 @@ fn read_keys(v: &Value) -> Vec<String> {
     out
 }
 
+/// The values of the configuration read into Kubernetes' own types, which drop a key they do
+/// not have where ours refuse it.
+const KUBERNETES_VALUES: [&str; 9] = [
+    "/webhook/awsSecretManager/resources",
+    "/webhook/gcpSecretManager/resources",
+    "/webhook/azureSecretManager/resources",
+    "/webhook/embeddedSecretManagerConfig/fileMountInitContainer/resources",
+    "/webhook/imageBuilderConfig/labelSelector",
+    "/images/podSelector",
+    "/images/namespaceSelector",
+    "/mesh/gate/resources",
+    "/mesh/gate/securityContext",
+];
+
+/// A key of a [`KUBERNETES_VALUES`] value that its type dropped: a misspelt `resources.limit` would leave the container without limits, silently.
+/// Told by writing the value back: what was read and kept is written, what was dropped is not.
+fn check_kubernetes_values(input: &Value, config: &Config) -> Result<(), ConfigError> {
+    fn dropped(given: &Value, kept: &Value, path: &mut String) -> bool {
+        match (given, kept) {
+            (Value::Object(given), Value::Object(kept)) => given.iter().any(|(k, g)| {
+                let len = path.len();
+                path.push('.');
+                path.push_str(k);
+                let gone = match kept.get(k) {
+                    None => !g.is_null(),
+                    Some(kept) => dropped(g, kept, path),
+                };
+                if !gone {
+                    path.truncate(len);
+                }
+                gone
+            }),
+            (Value::Array(given), Value::Array(kept)) => {
+                given.iter().zip(kept).enumerate().any(|(i, (g, kept))| {
+                    let len = path.len();
+                    path.push_str(&format!("[{i}]"));
+                    let gone = dropped(g, kept, path);
+                    if !gone {
+                        path.truncate(len);
+                    }
+                    gone
+                })
+            }
+            _ => false,
+        }
+    }
+    let written = serde_json::to_value(config)
+        .map_err(|e| ConfigError::new("(root)", format!("cannot be written back: {e}")))?;
+    for pointer in KUBERNETES_VALUES {
+        let (Some(given), Some(kept)) = (input.pointer(pointer), written.pointer(pointer)) else {
+            continue;
+        };
+        let mut key = pointer[1..].replace('/', ".");
+        if dropped(given, kept, &mut key) {
+            let field = key.rsplit('.').next().unwrap_or_default().to_owned();
+            return Err(ConfigError::new(
+                key,
+                format!(
+                    "unknown field `{field}`: the Kubernetes type of this value has no such field and would drop it; check its spelling against the Kubernetes API reference"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Removes every `null` member, at any depth: `null` is unset.
 fn drop_nulls(v: &mut Value) {
     match v {
@@ -1698,6 +1765,10 @@ mod tests {
     #[case::gate_named_like_the_embedded_init_container(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "name": "init-embedded-secret"}}}), "mesh.gate.name")]
     #[case::gate_named_like_a_fetcher(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "name": "aws-pull-secret-0"}}}), "mesh.gate.name")]
     #[case::gate_volume_of_a_manager(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "volume": {"name": "podmutator-secret-files"}}}}), "mesh.gate.volume.name")]
+    #[case::resources_limit_misspelt(json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources": {"limit": {"cpu": "1"}}}}}), "webhook.awsSecretManager.resources.limit")]
+    #[case::gate_run_as_non_root_misspelt(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"runAsNonroot": true}}}}), "mesh.gate.securityContext.runAsNonroot")]
+    #[case::builder_match_labels_misspelt(json!({"webhook": {"imageBuilderConfig": {"enabled": true, "hostnameReplacement": {"existing": "e.io", "replacement": "r.io"}, "labelSelector": {"matchLabel": {"a": "b"}}}}}), "webhook.imageBuilderConfig.labelSelector.matchLabel")]
+    #[case::selector_expression_values_misspelt(json!({"images": {"podSelector": {"matchExpressions": [{"key": "a", "operator": "Exists"}, {"key": "a", "operator": "In", "value": ["x"]}]}}}), "images.podSelector.matchExpressions[1].value")]
     fn bad_config_names_the_key(#[case] v: Value, #[case] key: &str) {
         let err = load_json(v).unwrap_err();
         assert_eq!(err.key, key, "{err}");
@@ -1714,6 +1785,22 @@ mod tests {
             );
         }
         assert!(err.to_string().contains(key));
+    }
+
+    /// Every value read into a Kubernetes type refuses a key the type drops, naming it.
+    #[test]
+    fn kubernetes_typed_values_refuse_keys_their_types_drop() {
+        for pointer in KUBERNETES_VALUES {
+            let mut v = json!({});
+            let mut at = &mut v;
+            for part in pointer[1..].split('/') {
+                at = &mut at[part];
+            }
+            *at = json!({"bogus": {}});
+            let err = load_json(v).unwrap_err();
+            assert_eq!(err.key, format!("{}.bogus", pointer[1..].replace('/', ".")));
+            assert!(err.message.starts_with("unknown field `bogus`"), "{err}");
+        }
     }
 
     /// Quantities that are equal however they are written are equal; the API server's own

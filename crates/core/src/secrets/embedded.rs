@@ -301,6 +301,30 @@ impl EmbeddedInjector {
         Ok(bytes)
     }
 
+    /// The file-mount init container's name is the pod's own only if that container is ours
+    /// (from an earlier admission: it runs our script): a container of the pod's under that
+    /// name would be given the values and write no file.
+    fn check_file_writer_name(&self, pod: &Pod) -> Result<(), Refusal> {
+        let name = &self.file_init.container_name;
+        let Some(spec) = &pod.spec else {
+            return Ok(());
+        };
+        let ours = |c: &Container| {
+            c.command
+                .as_ref()
+                .is_some_and(|cmd| *cmd == ["sh", "-c", FILE_SCRIPT])
+        };
+        let taken = spec.containers.iter().any(|c| c.name == *name)
+            || (spec.init_containers.iter().flatten()).any(|c| c.name == *name && !ours(c))
+            || (spec.ephemeral_containers.iter().flatten()).any(|c| c.name == *name);
+        if taken {
+            return Err(Refusal::Conflict(format!(
+                "the pod has its own container named {name}, the name of the init container that writes Embedded FILE secrets (webhook.embeddedSecretManagerConfig.fileMountInitContainer.containerName); rename that container"
+            )));
+        }
+        Ok(())
+    }
+
     fn add_file(&self, pod: &mut Pod, key: &str, bytes: &[u8]) {
         let line = format!(
             "{key}={}\n",
@@ -369,6 +393,7 @@ impl SecretInjector for EmbeddedInjector {
                 if !req.secret.env_var.is_empty() {
                     super::check_env_name(&req.secret.env_var)?;
                 }
+                self.check_file_writer_name(pod)?;
             }
             MountRequirement::File => {
                 return Err(Refusal::BadName(format!(
@@ -452,33 +477,42 @@ mod tests {
         assert_eq!(secret_name(org, domain, project, key), expected);
     }
 
-    /// A FILE key is a file name in the pod: a Secret key's rule, length included (a name over
-    /// 255 bytes would fail the init container's write after the value was fetched).
-    #[test]
-    fn a_file_key_that_cannot_be_a_file_name_is_refused_before_any_fetch() {
-        use crate::mutate::{PodCtx, Route};
-        use crate::secrets::codec::Secret;
-        let injector = EmbeddedInjector::new(
-            "_UNION_",
-            &FileMountInitContainer::default(),
-            &EmbeddedConfig::default(),
-        );
+    /// A pod with the three scope labels, and an Embedded FILE request for `key`.
+    fn file_request(key: String) -> (Pod, SecretRequest) {
         let mut pod = Pod::default();
         pod.metadata.labels = Some(
             [("organization", "o"), ("project", "p"), ("domain", "d")]
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .into(),
         );
+        let req = SecretRequest {
+            index: 0,
+            annotation: "flyte.secrets/s0".into(),
+            secret: crate::secrets::codec::Secret {
+                key,
+                mount_requirement: MountRequirement::File,
+                ..Default::default()
+            },
+        };
+        (pod, req)
+    }
+
+    fn injector() -> EmbeddedInjector {
+        EmbeddedInjector::new(
+            "_UNION_",
+            &FileMountInitContainer::default(),
+            &EmbeddedConfig::default(),
+        )
+    }
+
+    /// A FILE key is a file name in the pod: a Secret key's rule, length included (a name over
+    /// 255 bytes would fail the init container's write after the value was fetched).
+    #[test]
+    fn a_file_key_that_cannot_be_a_file_name_is_refused_before_any_fetch() {
+        use crate::mutate::{PodCtx, Route};
+        let injector = injector();
         let accepts = |key: String| {
-            let req = SecretRequest {
-                index: 0,
-                annotation: "flyte.secrets/s0".into(),
-                secret: Secret {
-                    key,
-                    mount_requirement: MountRequirement::File,
-                    ..Default::default()
-                },
-            };
+            let (pod, req) = file_request(key);
             injector.accepts(&req, &PodCtx::test(Route::Secrets), &pod)
         };
         assert!(accepts("k".repeat(253)).is_ok());
@@ -487,6 +521,44 @@ mod tests {
             assert!(
                 err.contains("cannot be a file name: at most 253"),
                 "{key}: {err}"
+            );
+        }
+    }
+
+    /// A container of the pod's own under the file writer's name would be given `SECRETS` and
+    /// write no file: refused before any fetch, naming it. The writer of an earlier admission
+    /// (our script) is ours and is added to.
+    #[test]
+    fn a_container_of_the_pods_under_the_file_writers_name_is_refused() {
+        use crate::mutate::{PodCtx, Route};
+        let injector = injector();
+        let name = FileMountInitContainer::default().container_name;
+        let own = Container {
+            name: name.clone(),
+            image: Some("busybox".into()),
+            command: Some(vec!["sh".into(), "-c".into(), "true".into()]),
+            ..Default::default()
+        };
+        let ours = Container {
+            command: Some(vec!["sh".into(), "-c".into(), FILE_SCRIPT.into()]),
+            ..own.clone()
+        };
+        let accepts = |init: Option<Container>, app: Option<Container>| {
+            let (mut pod, req) = file_request("k".into());
+            let spec = pod.spec.get_or_insert_with(Default::default);
+            spec.init_containers = init.map(|c| vec![c]);
+            spec.containers.extend(app);
+            injector.accepts(&req, &PodCtx::test(Route::Secrets), &pod)
+        };
+        assert!(accepts(None, None).is_ok());
+        assert!(accepts(Some(ours), None).is_ok());
+        for (init, app) in [(Some(own.clone()), None), (None, Some(own))] {
+            let err = accepts(init, app).unwrap_err();
+            assert!(matches!(err, Refusal::Conflict(_)), "{err}");
+            assert!(
+                err.to_string()
+                    .contains(&format!("its own container named {name}")),
+                "{err}"
             );
         }
     }
