@@ -700,6 +700,115 @@ mod tests {
         assert!(err.contains(rule), "{err}");
     }
 
+    /// Whether the API server calls webhook entry `w` for `request` (of a pod, or a pod
+    /// subresource), as far as its rules and `matchConditions` decide (selectors apart): the
+    /// conditions evaluated by a CEL interpreter on the variables the API server gives them
+    /// (`object`, `oldObject`, `request`), every one true. An error (the API server would apply
+    /// `failurePolicy`) fails the test.
+    fn api_server_calls(w: &Value, request: &Value) -> bool {
+        let resource = match request["subResource"].as_str() {
+            Some(sub) => format!("pods/{sub}"),
+            None => "pods".into(),
+        };
+        let ruled = w["rules"].as_array().unwrap().iter().any(|r| {
+            r["operations"]
+                .as_array()
+                .unwrap()
+                .contains(&request["operation"])
+                && r["resources"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!(resource))
+        });
+        ruled
+            && w["matchConditions"].as_array().unwrap().iter().all(|m| {
+                let program = cel::Program::compile(m["expression"].as_str().unwrap())
+                    .unwrap_or_else(|e| panic!("{}: {e}", m["name"]));
+                let mut vars = cel::Context::default();
+                for (name, v) in [
+                    ("object", &request["object"]),
+                    ("oldObject", &request["oldObject"]),
+                    ("request", request),
+                ] {
+                    vars.add_variable(name, v.clone()).unwrap();
+                }
+                match program.execute(&vars) {
+                    Ok(cel::Value::Bool(b)) => b,
+                    other => panic!("{} on {request}: {other:?}", m["name"]),
+                }
+            })
+    }
+
+    /// The API server calls each entry for the pods it is for, and never for a mirror pod
+    /// (the kubelet's, which no webhook may change). The image builder's gets every pod CREATE
+    /// and only the UPDATEs that change an image (or add an ephemeral container): while its
+    /// endpoint is down (`failurePolicy: Fail`), every other update of a labelled pod (a label,
+    /// the finalizer removal its deletion waits on) still goes through.
+    #[test]
+    fn the_api_server_calls_each_entry_for_what_it_mutates() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"a": "b"}, "finalizers": ["flyte/flytek8s"]},
+            "spec": {"containers": [{"name": "app", "image": "r.io/app:1"}, {"name": "noimage"}],
+                "initContainers": [{"name": "init", "image": "r.io/init:1"}]}});
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut p = pod.clone();
+            f(&mut p);
+            p
+        };
+        let create = |p: &Value| json!({"operation": "CREATE", "object": p, "oldObject": null});
+        let update = |new: &Value, sub: Option<&str>| {
+            let mut r = json!({"operation": "UPDATE", "object": new, "oldObject": pod});
+            if let Some(sub) = sub {
+                r["subResource"] = json!(sub);
+            }
+            r
+        };
+        let mirror = with(&|p| {
+            p["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "x"});
+        });
+        let secrets = with(&|p| p["metadata"]["annotations"] = json!({"flyte.secrets/s0": "x"}));
+        let relabelled = with(&|p| p["metadata"]["labels"]["a"] = json!("c"));
+        let released = with(&|p| p["metadata"]["finalizers"] = json!([]));
+        let set_image = with(&|p| p["spec"]["containers"][0]["image"] = json!("r.io/app:2"));
+        let set_init_image =
+            with(&|p| p["spec"]["initContainers"][0]["image"] = json!("r.io/init:2"));
+        let debugged = with(&|p| {
+            p["spec"]["ephemeralContainers"] = json!([{"name": "debug", "image": "r.io/dbg:1"}]);
+        });
+        let calls = |name: &str, request: &Value| api_server_calls(file_webhook(name), request);
+        let builder = "image-builder-webhook.union.ai";
+        for (request, expected) in [
+            (create(&pod), true),
+            (create(&mirror), false),
+            (update(&relabelled, None), false),
+            (update(&released, None), false),
+            (update(&pod, None), false),
+            (update(&set_image, None), true),
+            (update(&set_init_image, None), true),
+            (update(&debugged, Some("ephemeralcontainers")), true),
+            (update(&released, Some("status")), false),
+        ] {
+            assert_eq!(calls(builder, &request), expected, "{request}");
+        }
+        let flyte = "flyte-pod-webhook.flyte.org";
+        assert!(calls(flyte, &create(&secrets)));
+        assert!(!calls(flyte, &create(&pod)));
+        assert!(!calls(flyte, &update(&secrets, None)));
+        let mut mirrored_secrets = secrets.clone();
+        mirrored_secrets["metadata"]["annotations"]["kubernetes.io/config.mirror"] = json!("x");
+        assert!(!calls(flyte, &create(&mirrored_secrets)));
+        for w in registration()["webhooks"].as_array().unwrap() {
+            let name = w["name"].as_str().unwrap();
+            if name != flyte {
+                assert!(calls(name, &create(&pod)), "{name}");
+            }
+            assert!(!calls(name, &create(&mirror)), "{name}");
+            if name != builder {
+                assert!(!calls(name, &update(&set_image, None)), "{name}");
+            }
+        }
+    }
+
     #[test]
     fn secrets_webhook_selects_what_the_secrets_mutator_reads() {
         let w = file_webhook("flyte-pod-webhook.flyte.org");
