@@ -1307,7 +1307,7 @@ pub fn check_global_secrets_prefix(prefix: &str) -> Result<(), ConfigError> {
         "/var/lib/kubelet",
         "/var/task",
     ];
-    const TOP: [&str; 7] = ["/etc", "/var", "/usr", "/home", "/root", "/opt", "/boot"];
+    const TOP: [&str; 6] = ["/etc", "/var", "/usr", "/home", "/opt", "/boot"];
     let key = "secrets.secrets-prefix";
     let clean = prefix.starts_with('/')
         && prefix
