@@ -751,3 +751,40 @@ async fn a_pod_supplied_gcp_fetcher_with_our_name_and_its_own_image_is_refused()
         "{msg}"
     );
 }
+
+/// A pod's own container named like the Embedded file writer (`init-embedded-secret`) would
+/// be given `SECRETS` and write no file: value delivery refuses the FILE secret, naming the
+/// container, before any fetch. Reference delivery writes files with its own fetcher and
+/// never adds that container: the same pod is admitted.
+#[tokio::test]
+async fn a_pods_own_container_named_like_the_file_writer_is_refused_only_where_it_would_be_written()
+{
+    let requests = [secret("", "", "db", MountRequirement::File)];
+    let mut pod = task_pod(&requests);
+    pod["spec"]["initContainers"] =
+        json!([{"name": "init-embedded-secret", "image": "busybox", "command": ["true"]}]);
+    let value = webhook(
+        &config(
+            json!(["Embedded"]),
+            json!({"embedded": {"organization": "flyte"}}),
+        ),
+        Deps::offline(),
+    );
+    let (_, resp, _) = admit(&value, &pod).await;
+    assert_eq!(resp["allowed"], false, "{resp}");
+    let message = resp["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("its own container named init-embedded-secret"),
+        "{message}"
+    );
+    let (status, resp, stored) = admit(&reference_app(), &pod).await;
+    assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+    let own = init_containers(&stored)
+        .into_iter()
+        .find(|c| c["name"] == "init-embedded-secret")
+        .unwrap();
+    assert_eq!(
+        (&own["image"], &own["command"]),
+        (&json!("busybox"), &json!(["true"]))
+    );
+}

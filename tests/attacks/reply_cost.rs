@@ -128,6 +128,143 @@ fn heavy_update(volumes: usize, env: usize) -> Vec<u8> {
     serde_json::to_vec(&review).unwrap()
 }
 
+/// Reviews that would slip objects past `limits.maxObjectsPerReview` ([`smuggled_reviews`]):
+/// the weight of an UPDATE lies in what is read of its two pods, and an error is located by
+/// reading the review whole only when all of it is within the limit. Each was read into types
+/// unweighed (peaks of 250 MB to over 1 GB); a fresh `serve` answers them one after another
+/// within the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reviews_that_would_slip_objects_past_the_count_are_refused_within_a_replicas_memory() {
+    let dir = temp_dir("attack-reply-cost-smuggled");
+    let port = free_port();
+    let config = json!({
+        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator", "secretManagerTypes": ["K8s"],
+            "imageBuilderConfig": {"enabled": true, "hostnameReplacement": {"existing": "e.example", "replacement": "r.example", "disableVerification": true}}},
+        "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN, "bodyTimeoutSeconds": 300}
+    });
+    let (child, _) = spawn_serve(
+        crate::common::bin()
+            .arg("serve")
+            .env("PODMUTATOR_CONFIG", config.to_string())
+            .env("TOKIO_WORKER_THREADS", "1"),
+    )
+    .await;
+    let child = Killed(child);
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    for (n, (path, review, refused_as)) in smuggled_reviews().into_iter().enumerate() {
+        let (status, body) = https_request(
+            port,
+            &ca,
+            "localhost",
+            "POST",
+            &format!("/{TOKEN}/{path}"),
+            Some("application/json"),
+            &review,
+        )
+        .await
+        .unwrap();
+        let reply: Value = serde_json::from_slice(&body).unwrap();
+        let response = &reply["response"];
+        assert_eq!(response["allowed"], false, "review {n}: {status} {reply}");
+        match refused_as {
+            Some(reason) => assert_eq!(
+                response["auditAnnotations"]["denial-reason"], reason,
+                "review {n}: {response}"
+            ),
+            None => assert_eq!(response["status"]["code"], 400, "review {n}: {response}"),
+        }
+        let peak = peak_rss(child.0.id());
+        eprintln!("review {n}, {} bytes: peak RSS {peak}", review.len());
+        assert!(
+            peak < BUDGET,
+            "review {n} ({} bytes) took the peak to {peak} bytes",
+            review.len()
+        );
+    }
+}
+
+/// Reviews of up to 3.3 MB whose objects a weight of the review's bytes would miss, with the
+/// entry each is sent to and its denial reason (`None`: invalid, code 400): an UPDATE of
+/// 40,000 containers, each only a name and an image, in each pod; an UPDATE whose pods of
+/// 100,000 volumes each were read again whole to locate a broken field after them; a CREATE
+/// whose `oldObject` of 150,000 volumes (read only down to its metadata) was read whole to
+/// locate what breaks the `object` after it; an UPDATE whose `metadata` key is escaped, over
+/// 1.1 million `managedFields`.
+fn smuggled_reviews() -> Vec<(&'static str, Vec<u8>, Option<&'static str>)> {
+    let list = |n: usize, item: &str| vec![item; n].join(",");
+    let review = |op: &str, pods: &str| {
+        format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u","kind":{{"group":"","version":"v1","kind":"Pod"}},"resource":{{"group":"","version":"v1","resource":"pods"}},"namespace":"ns","operation":"{op}","userInfo":{{}},{pods}}}}}"#
+        )
+        .into_bytes()
+    };
+    let pod = |meta: &str, spec: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p"{meta}}},"spec":{spec}}}"#
+        )
+    };
+    let named = list(40_000, r#"{"name":"c","image":"r.example/app:1"}"#);
+    let (old, new) = (
+        pod("", &format!(r#"{{"containers":[{named}]}}"#)),
+        pod(
+            "",
+            &format!(
+                r#"{{"containers":[{}]}}"#,
+                named.replacen("app:1", "app:2", 1)
+            ),
+        ),
+    );
+    let volumes = |n: usize| {
+        pod(
+            "",
+            &format!(
+                r#"{{"containers":[],"volumes":[{}]}}"#,
+                list(n, r#"{"name":"v"}"#)
+            ),
+        )
+    };
+    let (stored, created) = (volumes(100_000), volumes(150_000));
+    let selected = pod(
+        r#","labels":{"inject-flyte-secrets":"true"}"#,
+        r#"{"containers":5}"#,
+    );
+    let escaped = format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","m\u0065tadata":{{"name":"p","managedFields":[{}]}},"spec":{{"containers":[]}}}}"#,
+        list(1_100_000, "{}")
+    );
+    vec![
+        (
+            "mutate--v1-pod/image-builder",
+            review("UPDATE", &format!(r#""object":{new},"oldObject":{old}"#)),
+            Some("TooManyObjects"),
+        ),
+        (
+            "mutate--v1-pod",
+            review(
+                "UPDATE",
+                &format!(r#""object":{stored},"oldObject":{stored},"dryRun":"x""#),
+            ),
+            None,
+        ),
+        (
+            "mutate--v1-pod",
+            review(
+                "CREATE",
+                &format!(r#""oldObject":{created},"object":{selected}"#),
+            ),
+            None,
+        ),
+        (
+            "mutate--v1-pod/image-builder",
+            review(
+                "UPDATE",
+                &format!(r#""object":{escaped},"oldObject":{}"#, pod("", "{}")),
+            ),
+            Some("TooManyObjects"),
+        ),
+    ]
+}
+
 /// The answer of `serve` on `port` to `review` on entry `path`.
 async fn review_on(port: u16, ca: &[u8], path: &str, review: &[u8]) -> Value {
     let (status, body) = https_request(

@@ -3,6 +3,7 @@
 //! make one [`Admission`], from which the reply, the audit line, the EMF line and the Prometheus
 //! counters are all derived.
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -330,10 +331,11 @@ impl App {
     /// chain runs: what this future holds across the fetch's await is a pointer, not the 5 KB
     /// request, and every future above it (the transports') moves what it holds.
     async fn admit(&self, route: Route, body: &[u8], limit: ReplyLimit) -> Admission {
-        if let Some(too_many) = self.too_many_objects(body) {
-            return too_many;
-        }
-        let (mut req, api_version) = match parse(body, route) {
+        let whole = match self.weigh(body) {
+            Ok(whole) => whole,
+            Err(too_many) => return *too_many,
+        };
+        let (mut req, api_version) = match parse(body, route, whole) {
             Ok(Parsed::Pod(req, v)) => (req, v),
             Ok(Parsed::Other {
                 uid,
@@ -409,7 +411,7 @@ impl App {
             {
                 return Admission::early(subject, api_version, Ok(Verdict::passed_by()));
             }
-            let pod = match object.into_pod(body) {
+            let pod = match object.into_pod(body, whole) {
                 Ok(pod) => pod,
                 Err(e) => return Admission::early(subject, api_version, Err(e)),
             };
@@ -463,18 +465,20 @@ impl App {
     /// ([`objects_in`]), decided on its bytes before any of it is read into Kubernetes types (a
     /// container is a struct of 2 KB: a 1 MB review of 30,000 of them took 280 MB). Only a body
     /// long enough to hold that many (two bytes each, `{}`, a heavy one among them counting
-    /// [`HEAVY`]) is counted.
-    fn too_many_objects(&self, body: &[u8]) -> Option<Admission> {
+    /// [`HEAVY`]) is counted. Otherwise whether the whole review is within the limit: only then
+    /// may an error be located by reading all of it ([`parse`], [`LazyPod::into_pod`]).
+    fn weigh(&self, body: &[u8]) -> Result<bool, Box<Admission>> {
         if body.len().saturating_mul(HEAVY) / 2 <= self.max_objects {
-            return None;
+            return Ok(true);
         }
-        // An UPDATE carries the stored pod too, in `oldObject`: of it only the metadata is read
-        // into types, and its containers' names and images ([`names_and_images`]), so only
-        // the metadata is weighed, on its own.
         let w = objects_in(body);
-        let create = (w.all - w.old.0).max(w.old.1);
+        if w.all <= self.max_objects {
+            return Ok(true);
+        }
+        // A CREATE's `oldObject`, if any, is read only down to its metadata.
+        let create = (w.all - w.old.all).max(w.old.meta);
         if create <= self.max_objects {
-            return None;
+            return Ok(false);
         }
         // Answered as a denial of this review, so the API server shows its message: the uid
         // and version are read without the rest (serde skips what no field asks for).
@@ -492,16 +496,20 @@ impl App {
             operation: String,
         }
         let head: Head = serde_json::from_slice(body).unwrap_or_default();
-        // The new pod of an UPDATE is read as the old one is, its spec down to its containers'
-        // names and images: its metadata and the rest of the review are weighed, so a pod the
-        // API server holds can always be updated (a label, a finalizer removed), however heavy
-        // it was stored (before a limit was lowered, or while the webhook was off).
+        // Both pods of an UPDATE are read down to their metadata and their containers' names
+        // and images ([`names_and_images`]): that is what is weighed, each pod on its own, so a
+        // pod the API server holds can be updated (a label, a finalizer removed) however heavy
+        // its env or volumes were when stored (before a limit was lowered, or while the
+        // webhook was off).
         let objects = match head.request.operation.as_str() {
-            "UPDATE" => (w.all - w.old.0 - w.new.0 + w.new.1).max(w.old.1),
+            "UPDATE" => {
+                let rest = w.all - w.new.all - w.old.all;
+                (rest + w.new.meta + w.new.containers).max(w.old.meta + w.old.containers)
+            }
             _ => create,
         };
         if objects <= self.max_objects {
-            return None;
+            return Ok(false);
         }
         let api_version =
             api_version_of(&head.api_version, "AdmissionReview").unwrap_or(API_VERSION_V1);
@@ -518,11 +526,11 @@ impl App {
                 self.max_objects
             ),
         };
-        Some(Admission::early(
+        Err(Box::new(Admission::early(
             subject,
             api_version,
             Err(Error::Denied(denial)),
-        ))
+        )))
     }
 }
 
@@ -530,26 +538,38 @@ impl App {
 /// 2,120 bytes, `EphemeralContainer` 2,144, `Volume` 3,208); every other object into one of
 /// at most some 400. Each counts as many objects as given here in [`objects_in`].
 const HEAVY_LISTS: [(&[u8], usize); 4] = [
-    (b"containers", 8),
-    (b"initContainers", 8),
-    (b"ephemeralContainers", 8),
+    (b"containers", CONTAINER),
+    (b"initContainers", CONTAINER),
+    (b"ephemeralContainers", CONTAINER),
     (b"volumes", 16),
 ];
+/// What a container counts.
+const CONTAINER: usize = 8;
 /// The most any one object counts.
 const HEAVY: usize = 16;
 
 /// What [`objects_in`] counts: all of a review's objects, and of them those of its
-/// `request.object` and of `request.oldObject`, each with those of its `metadata`.
+/// `request.object` and of `request.oldObject`.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Weights {
     all: usize,
-    new: (usize, usize),
-    old: (usize, usize),
+    new: PodWeight,
+    old: PodWeight,
+}
+
+/// A pod's objects: all of them, those of its `metadata`, and its containers of every kind
+/// (the elements of those lists, not what they hold).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct PodWeight {
+    all: usize,
+    meta: usize,
+    containers: usize,
 }
 
 /// The JSON objects in `body`, an element of a [`HEAVY_LISTS`] list counting as listed there: a
 /// bound, proportional to the memory its Kubernetes types take, made in one pass over the bytes
-/// (strings skipped eight bytes a step, keys compared only against those few names).
+/// (strings skipped eight bytes a step, keys compared only against those few names, as serde
+/// reads them: a key with escapes is compared unescaped).
 fn objects_in(body: &[u8]) -> Weights {
     // Per open array or object: what each of its elements counts.
     let mut weight: Vec<usize> = Vec::with_capacity(16);
@@ -557,64 +577,76 @@ fn objects_in(body: &[u8]) -> Weights {
     // The pod the scan is in (`request.object` or `request.oldObject`), and whether in its
     // metadata.
     let (mut pod, mut in_meta): (Option<bool>, bool) = (None, false);
-    // The string just closed, if short enough to be one of the names; the key of the value
-    // about to start.
-    let (mut last_string, mut key): (&[u8], &[u8]) = (b"", b"");
+    // The string just closed; the key of the value about to start.
+    let (mut last_string, mut key): (Cow<'_, [u8]>, Cow<'_, [u8]>) = Default::default();
     let mut i = 0;
     while let Some(&b) = body.get(i) {
         i += 1;
         match b {
             b'"' => {
                 let start = i;
+                let mut escaped = false;
                 // To the closing quote, over escaped characters (and control characters,
                 // which are no JSON: the parser refuses them).
                 loop {
                     i = crate::json::next_escape(body, i.min(body.len()));
                     match body.get(i) {
                         Some(b'"') | None => break,
-                        Some(b'\\') => i += 2,
+                        Some(b'\\') => (i, escaped) = (i + 2, true),
                         Some(_) => i += 1,
                     }
                 }
-                last_string = &body[start..i.min(body.len())];
+                let raw = &body[start..i.min(body.len())];
+                last_string = match escaped {
+                    false => Cow::Borrowed(raw),
+                    true => Cow::Owned(unescaped(raw)),
+                };
                 i += 1;
             }
-            b':' => key = last_string,
+            b':' => key = last_string.clone(),
             b'{' => {
                 // The review, its request, then the request's fields.
                 if weight.len() == 2 {
-                    pod = match key {
+                    pod = match &*key {
                         b"object" => Some(false),
                         b"oldObject" => Some(true),
                         _ => None,
                     };
                 }
-                in_meta |= pod.is_some() && weight.len() == 3 && key == b"metadata";
+                in_meta |= pod.is_some() && weight.len() == 3 && *key == *b"metadata";
                 let n = weight.last().copied().unwrap_or(1);
                 w.all += n;
                 if let Some(old) = pod {
                     let part = if old { &mut w.old } else { &mut w.new };
-                    part.0 += n;
-                    part.1 += if in_meta { n } else { 0 };
+                    part.all += n;
+                    part.meta += if in_meta { n } else { 0 };
+                    part.containers += if n == CONTAINER { n } else { 0 };
                 }
                 weight.push(1);
-                key = b"";
+                key = Cow::Borrowed(b"");
             }
             b'[' => {
-                let heavy = HEAVY_LISTS.iter().find(|(name, _)| *name == key);
+                let heavy = HEAVY_LISTS.iter().find(|(name, _)| **name == *key);
                 weight.push(heavy.map_or(1, |(_, w)| *w));
-                key = b"";
+                key = Cow::Borrowed(b"");
             }
             b']' | b'}' => {
                 weight.pop();
                 pod = pod.filter(|_| weight.len() > 2);
                 in_meta &= weight.len() > 3;
             }
-            b',' => key = b"",
+            b',' => key = Cow::Borrowed(b""),
             _ => {}
         }
     }
     w
+}
+
+/// A JSON string's text (without its quotes) as serde reads it, escapes undone; as it is if it
+/// is no valid string (the parser refuses the body then).
+fn unescaped(raw: &[u8]) -> Vec<u8> {
+    let quoted = [&b"\""[..], raw, b"\""].concat();
+    serde_json::from_slice::<String>(&quoted).map_or_else(|_| raw.to_vec(), String::into_bytes)
 }
 
 /// A pod of an UPDATE as the mutators that check updates read it (the new one, and the one
@@ -1022,8 +1054,9 @@ impl<T: kube_core::Resource> AdmissionReview<T> {
 /// One pass for the common case: the review with its pod as a [`LazyPod`] (the metadata typed,
 /// the spec kept as its bytes). Where that fails, the review is read again as a Pod and
 /// untyped, for the error and to tell "someone else's object" (allowed untouched) from
-/// "broken pod" (invalid).
-fn parse(body: &[u8], route: Route) -> Result<Parsed<'_>, Error> {
+/// "broken pod" (invalid), but only if the `whole` review is within
+/// `limits.maxObjectsPerReview` ([`App::weigh`]): otherwise its error is the answer.
+fn parse(body: &[u8], route: Route, whole: bool) -> Result<Parsed<'_>, Error> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(Error::Invalid(
             "empty body: expected an AdmissionReview (admission.k8s.io/v1) as JSON".into(),
@@ -1033,6 +1066,12 @@ fn parse(body: &[u8], route: Route) -> Result<Parsed<'_>, Error> {
         Ok(review) => {
             let (req, api_version) = review.checked(body)?;
             return Ok(Parsed::Pod(Box::new(req), api_version));
+        }
+        Err(e) if !whole => {
+            return Err(Error::Invalid(format!(
+                "body is not a valid AdmissionReview of a Pod: {}",
+                located(body, &e)
+            )));
         }
         Err(e) => e,
     };
@@ -1092,8 +1131,9 @@ impl LazyPod<'_> {
     /// The pod read into types, but for its status: no mutator reads or writes a status, the
     /// patch is diffed without it, and the API server resets it on create. Where the spec is no
     /// valid Pod's, the error is the one the whole review read as a Pod gives, at its place in
-    /// the body (`body`, from which this pod was read).
-    fn into_pod(self, body: &[u8]) -> Result<Pod, Error> {
+    /// the body (`body`, from which this pod was read), if the `whole` body is within
+    /// `limits.maxObjectsPerReview` ([`App::weigh`]).
+    fn into_pod(self, body: &[u8], whole: bool) -> Result<Pod, Error> {
         // From bytes, as the whole review is read: from a `&str` would build every Kubernetes
         // type's deserialiser a second time, for serde_json's other reader.
         let spec = match self
@@ -1102,6 +1142,11 @@ impl LazyPod<'_> {
             .transpose()
         {
             Ok(spec) => spec,
+            Err(e) if !whole => {
+                return Err(Error::Invalid(format!(
+                    "request.object is not a valid Pod: {e}"
+                )));
+            }
             Err(e) => {
                 return Err(match serde_json::from_slice::<AdmissionReview<Pod>>(body) {
                     Err(whole) => not_a_pod(body, &whole),
@@ -1774,7 +1819,10 @@ mod tests {
     fn objects_are_counted_outside_strings_with_containers_and_volumes_heavy() {
         let all = |body: &[u8]| {
             let w = objects_in(body);
-            assert_eq!((w.new, w.old), ((0, 0), (0, 0)));
+            assert_eq!(
+                (&w.new, &w.old),
+                (&PodWeight::default(), &PodWeight::default())
+            );
             w.all
         };
         assert_eq!(all(br#"{"a": {"b": [{}, {}]}}"#), 4);
@@ -1785,21 +1833,36 @@ mod tests {
         assert_eq!(all(pod), 2 + 2 * 8 + 16 + 2);
         // A key named like a heavy list inside a string, or a value that is not a list.
         assert_eq!(all(br#"{"x": "containers", "containers": {"a": {}}}"#), 3);
-        // An UPDATE's pods, each counted apart with its metadata: the review, its request and
-        // the new pod (the pod, its metadata, labels and spec, a container of 8 and its
-        // `metadata`: 13, its metadata 2) and the old pod (the same); an `object` or
-        // `oldObject` deeper in, or a `metadata` deeper in a pod, is part of what holds it.
+        // A key with escapes, as serde reads it.
+        assert_eq!(
+            all(br#"{"c\u006fntainers": [{}], "v\u006flumes": [{}]}"#),
+            1 + 8 + 16
+        );
+        // An UPDATE's pods, each counted apart with its metadata and containers: the review,
+        // its request and the new pod (the pod, its metadata, labels and spec, a container of 8
+        // and its `metadata`: 13, its metadata 2, its container 8) and the old pod (the same,
+        // its `metadata` key escaped); an `object` or `oldObject` deeper in, or a `metadata`
+        // deeper in a pod, is part of what holds it.
         let pod = r#"{"metadata": {"labels": {}}, "spec": {"containers": [{"name": "a", "metadata": {}}]}}"#;
         let update = format!(
-            r#"{{"request": {{"object": {pod}, "oldObject": {pod}, "x": {{"oldObject": {{}}, "object": {{}}}}}}}}"#
+            r#"{{"request": {{"object": {pod}, "oldObject": {}, "x": {{"oldObject": {{}}, "object": {{}}}}}}}}"#,
+            pod.replacen("metadata", "m\\u0065tadata", 1)
         );
         let w = objects_in(update.as_bytes());
         assert_eq!(
             w,
             Weights {
                 all: 2 + 13 + 13 + 3,
-                new: (13, 2),
-                old: (13, 2)
+                new: PodWeight {
+                    all: 13,
+                    meta: 2,
+                    containers: 8
+                },
+                old: PodWeight {
+                    all: 13,
+                    meta: 2,
+                    containers: 8
+                }
             }
         );
     }

@@ -1506,12 +1506,13 @@ fn read_keys(v: &Value) -> Vec<String> {
 
 /// The values of the configuration read into Kubernetes' own types, which drop a key they do
 /// not have where ours refuse it.
-const KUBERNETES_VALUES: [&str; 9] = [
+const KUBERNETES_VALUES: [&str; 10] = [
     "/webhook/awsSecretManager/resources",
     "/webhook/gcpSecretManager/resources",
     "/webhook/azureSecretManager/resources",
     "/webhook/embeddedSecretManagerConfig/fileMountInitContainer/resources",
     "/webhook/imageBuilderConfig/labelSelector",
+    "/webhook/namespaceSelector",
     "/images/podSelector",
     "/images/namespaceSelector",
     "/mesh/gate/resources",
@@ -1562,7 +1563,7 @@ fn check_kubernetes_values(input: &Value, config: &Config) -> Result<(), ConfigE
             return Err(ConfigError::new(
                 key,
                 format!(
-                    "unknown field `{field}`: the Kubernetes type of this value has no such field and would drop it; check its spelling against the Kubernetes API reference"
+                    "unknown field `{field}`: the Kubernetes type of this value has no such field and would drop it; check its spelling, case included (`limits`, `runAsNonRoot`, `matchLabels`), against the Kubernetes API reference"
                 ),
             ));
         }

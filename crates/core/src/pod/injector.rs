@@ -479,9 +479,10 @@ impl SecretInjector for ReferenceInjector {
         SecretManagerType::Embedded
     }
 
-    fn accepts(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Result<Accept, Refusal> {
-        let fetch = self.base.accepts(req, ctx, pod)?;
+    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, pod: &Pod) -> Result<Accept, Refusal> {
+        let fetch = self.base.accepts_request(req, pod)?;
         match self.route(&req.secret)? {
+            // The value manager's own requests (env vars by value): its file writer is not used.
             Route::Value => Ok(fetch),
             Route::File(_) | Route::Exec(_) => {
                 let (org, project, domain) = scope(pod).map_err(Refusal::MissingScopeLabel)?;

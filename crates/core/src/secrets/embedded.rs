@@ -301,10 +301,42 @@ impl EmbeddedInjector {
         Ok(bytes)
     }
 
+    /// Takes a request with a key from a pod with its scope labels, if one of the scope's
+    /// three names (project, domain, organisation) resolves. Delivered by value, a FILE
+    /// request also needs the file writer's name ([`Self::check_file_writer_name`]).
+    pub fn accepts_request(&self, req: &SecretRequest, pod: &Pod) -> Result<Accept, Refusal> {
+        let key = &req.secret.key;
+        if key.is_empty() {
+            return Err(Refusal::MissingField(
+                "EmbeddedSecretManager requires key to be set".into(),
+            ));
+        }
+        let (org, project, domain) = scope(pod).map_err(Refusal::MissingScopeLabel)?;
+        match req.secret.mount_requirement {
+            MountRequirement::Any | MountRequirement::EnvVar => {
+                super::check_env_name(&self.env_name(&req.secret))?;
+            }
+            // The key becomes a file name inside a shell pipeline: a Secret key's rule keeps out
+            // what could leave the directory or be read by the shell, and over-long names.
+            MountRequirement::File if is_config_map_key(key) => {
+                if !req.secret.env_var.is_empty() {
+                    super::check_env_name(&req.secret.env_var)?;
+                }
+            }
+            MountRequirement::File => {
+                return Err(Refusal::BadName(format!(
+                    "key {key:?} cannot be a file name: {FILE_NAME_RULE}"
+                )));
+            }
+            MountRequirement::Unknown(n) => return Err(Refusal::UnknownMount(n)),
+        }
+        Ok(Accept::Fetch(cascade(org, domain, project, key).into()))
+    }
+
     /// The file-mount init container's name is the pod's own only if that container is ours
     /// (from an earlier admission: it runs our script): a container of the pod's under that
     /// name would be given the values and write no file.
-    fn check_file_writer_name(&self, pod: &Pod) -> Result<(), Refusal> {
+    pub fn check_file_writer_name(&self, pod: &Pod) -> Result<(), Refusal> {
         let name = &self.file_init.container_name;
         let Some(spec) = &pod.spec else {
             return Ok(());
@@ -373,36 +405,12 @@ impl SecretInjector for EmbeddedInjector {
         SecretManagerType::Embedded
     }
 
-    /// Takes a request with a key from a pod with its scope labels, if one of the scope's
-    /// three names (project, domain, organisation) resolves.
     fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, pod: &Pod) -> Result<Accept, Refusal> {
-        let key = &req.secret.key;
-        if key.is_empty() {
-            return Err(Refusal::MissingField(
-                "EmbeddedSecretManager requires key to be set".into(),
-            ));
+        let accept = self.accepts_request(req, pod)?;
+        if req.secret.mount_requirement == MountRequirement::File {
+            self.check_file_writer_name(pod)?;
         }
-        let (org, project, domain) = scope(pod).map_err(Refusal::MissingScopeLabel)?;
-        match req.secret.mount_requirement {
-            MountRequirement::Any | MountRequirement::EnvVar => {
-                super::check_env_name(&self.env_name(&req.secret))?;
-            }
-            // The key becomes a file name inside a shell pipeline: a Secret key's rule keeps out
-            // what could leave the directory or be read by the shell, and over-long names.
-            MountRequirement::File if is_config_map_key(key) => {
-                if !req.secret.env_var.is_empty() {
-                    super::check_env_name(&req.secret.env_var)?;
-                }
-                self.check_file_writer_name(pod)?;
-            }
-            MountRequirement::File => {
-                return Err(Refusal::BadName(format!(
-                    "key {key:?} cannot be a file name: {FILE_NAME_RULE}"
-                )));
-            }
-            MountRequirement::Unknown(n) => return Err(Refusal::UnknownMount(n)),
-        }
-        Ok(Accept::Fetch(cascade(org, domain, project, key).into()))
+        Ok(accept)
     }
 
     fn deny(&self, req: &SecretRequest, ctx: &PodCtx<'_>, pod: &Pod) -> Option<Denial> {
