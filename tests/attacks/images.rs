@@ -258,12 +258,20 @@ async fn a_pod_admitted_at_creation_can_be_updated_however_heavy() {
     assert_eq!(patch_of(&updated), json!([]), "{updated}");
 
     // A pod the API server holds whatever its weight (created while the webhook was off, or
-    // before the limit was lowered): 20 containers, 160 of the 100 on their own.
+    // before the limit was lowered): 20 env vars in each of its 6 containers, 168 of the 100
+    // with them. Of an UPDATE only the containers' names and images are read, and weighed.
     let mut stored = old.clone();
-    stored["spec"]["containers"] = json!(
-        (0..20)
-            .map(|i| container(&format!("c{i}"), &format!("{R}/orgs/{ORG}/train:1")))
-            .collect::<Vec<_>>()
+    for c in stored["spec"]["containers"].as_array_mut().unwrap() {
+        c["env"] = json!(
+            (0..20)
+                .map(|i| json!({"name": format!("E{i}"), "value": "v"}))
+                .collect::<Vec<_>>()
+        );
+    }
+    let heavy = answer(&front, Route::ImageBuilder, &create_review(&stored, ORG)).await;
+    assert_eq!(
+        heavy["auditAnnotations"]["denial-reason"], "TooManyObjects",
+        "{heavy}"
     );
     let mut released = stored.clone();
     released["metadata"]["finalizers"] = json!([]);
@@ -277,7 +285,7 @@ async fn a_pod_admitted_at_creation_can_be_updated_however_heavy() {
     assert_eq!(patch_of(&resp), json!([]), "{resp}");
     // Its images are still checked, and rewritten in place, at the container's own index.
     let mut swapped = stored.clone();
-    swapped["spec"]["containers"][17]["image"] = json!(FOREIGN);
+    swapped["spec"]["containers"][4]["image"] = json!(FOREIGN);
     let resp = answer(
         &front,
         Route::ImageBuilder,
@@ -286,7 +294,7 @@ async fn a_pod_admitted_at_creation_can_be_updated_however_heavy() {
     .await;
     assert_refused(&resp, FOREIGN);
     let mut own = stored.clone();
-    own["spec"]["containers"][17]["image"] = json!(format!("{E}/{ORG}/train:2"));
+    own["spec"]["containers"][4]["image"] = json!(format!("{E}/{ORG}/train:2"));
     let resp = answer(
         &front,
         Route::ImageBuilder,
@@ -295,7 +303,7 @@ async fn a_pod_admitted_at_creation_can_be_updated_however_heavy() {
     .await;
     assert_eq!(resp["allowed"], true, "{resp}");
     let mut expected = own.clone();
-    expected["spec"]["containers"][17]["image"] = json!(format!("{R}/orgs/{ORG}/train:2"));
+    expected["spec"]["containers"][4]["image"] = json!(format!("{R}/orgs/{ORG}/train:2"));
     assert_eq!(apply(&own, &patch_of(&resp)), expected, "{resp}");
 
     // What is read into types is still weighed: metadata of 120 owner references.

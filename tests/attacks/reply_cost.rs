@@ -128,6 +128,33 @@ fn heavy_update(volumes: usize, env: usize) -> Vec<u8> {
     serde_json::to_vec(&review).unwrap()
 }
 
+/// `serve` on a free port of 127.0.0.1, with its CA, as the memory tests run it: the K8s
+/// manager and the image builder (registered for UPDATE: its reviews carry the pod twice), one
+/// worker thread.
+async fn measured_serve(name: &str) -> (Killed, u16, Vec<u8>) {
+    let dir = temp_dir(name);
+    let port = free_port();
+    let config = json!({
+        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator", "secretManagerTypes": ["K8s"],
+            "imageBuilderConfig": {"enabled": true, "hostnameReplacement": {"existing": "e.example", "replacement": "r.example", "disableVerification": true}}},
+        // The 6 MB review is sent from a machine that may be loaded: the body deadline (another
+        // test's subject) must not be what answers it.
+        "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN, "bodyTimeoutSeconds": 300}
+    });
+    let (child, _) = spawn_serve(
+        crate::common::bin()
+            .arg("serve")
+            .env("PODMUTATOR_CONFIG", config.to_string())
+            // One worker: what each review costs, one after another. With two, which thread
+            // frees what the other allocated decides how much mimalloc keeps, and on a loaded
+            // machine the same reviews peaked anywhere from 146 to 206 MB (137 to 143 with one).
+            .env("TOKIO_WORKER_THREADS", "1"),
+    )
+    .await;
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    (Killed(child), port, ca)
+}
+
 /// Reviews that would slip objects past `limits.maxObjectsPerReview` ([`smuggled_reviews`]):
 /// the weight of an UPDATE lies in what is read of its two pods, and an error is located by
 /// reading the review whole only when all of it is within the limit. Each was read into types
@@ -135,22 +162,7 @@ fn heavy_update(volumes: usize, env: usize) -> Vec<u8> {
 /// within the budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reviews_that_would_slip_objects_past_the_count_are_refused_within_a_replicas_memory() {
-    let dir = temp_dir("attack-reply-cost-smuggled");
-    let port = free_port();
-    let config = json!({
-        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator", "secretManagerTypes": ["K8s"],
-            "imageBuilderConfig": {"enabled": true, "hostnameReplacement": {"existing": "e.example", "replacement": "r.example", "disableVerification": true}}},
-        "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN, "bodyTimeoutSeconds": 300}
-    });
-    let (child, _) = spawn_serve(
-        crate::common::bin()
-            .arg("serve")
-            .env("PODMUTATOR_CONFIG", config.to_string())
-            .env("TOKIO_WORKER_THREADS", "1"),
-    )
-    .await;
-    let child = Killed(child);
-    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    let (child, port, ca) = measured_serve("attack-reply-cost-smuggled").await;
     for (n, (path, review, refused_as)) in smuggled_reviews().into_iter().enumerate() {
         let (status, body) = https_request(
             port,
@@ -297,28 +309,7 @@ fn assert_refused(reply: &Value, reason: &str, says: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worst_reviews_are_refused_within_a_replicas_memory() {
-    let dir = temp_dir("attack-reply-cost");
-    let port = free_port();
-    let config = json!({
-        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator", "secretManagerTypes": ["K8s"],
-            // Registered for UPDATE: its reviews carry the pod twice.
-            "imageBuilderConfig": {"enabled": true, "hostnameReplacement": {"existing": "e.example", "replacement": "r.example", "disableVerification": true}}},
-        // The 6 MB review is sent from a machine that may be loaded: the body deadline (another
-        // test's subject) must not be what answers it.
-        "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN, "bodyTimeoutSeconds": 300}
-    });
-    let (child, _) = spawn_serve(
-        crate::common::bin()
-            .arg("serve")
-            .env("PODMUTATOR_CONFIG", config.to_string())
-            // One worker: what each review costs, one after another. With two, which thread
-            // frees what the other allocated decides how much mimalloc keeps, and on a loaded
-            // machine the same reviews peaked anywhere from 146 to 206 MB (137 to 143 with one).
-            .env("TOKIO_WORKER_THREADS", "1"),
-    )
-    .await;
-    let child = Killed(child);
-    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    let (child, port, ca) = measured_serve("attack-reply-cost").await;
     let mut peaks = Vec::new();
     // Within the object limit, a reply that would be far over http.maxReplyBytes (11,500
     // containers × 64 requests), ENV_VAR and FILE; over it, an ALB's whole request (1 MB, some
