@@ -54,6 +54,7 @@ async fn a_caller_without_the_token_gets_404_before_sending_its_body() {
     )
     .await
     .unwrap();
+    tls.flush().await.unwrap();
     let mut buf = [0u8; 512];
     let n = tokio::time::timeout(Duration::from_secs(120), tls.read(&mut buf))
         .await
@@ -185,6 +186,7 @@ async fn a_body_that_never_arrives_gets_408_at_the_body_timeout() {
     )
     .await
     .unwrap();
+    tls.flush().await.unwrap();
     // Without the body deadline the request would wait for ever (nothing else fires): the
     // guard ends only that hang. The reply names the limit that fired.
     let out = read_until_closed(&mut tls, Duration::from_secs(120))

@@ -383,6 +383,10 @@ pub async fn https_request_as(
     head.push_str("\r\n");
     tls.write_all(head.as_bytes()).await?;
     tls.write_all(body).await?;
+    // What the socket did not take yet is still in the TLS stream's buffer: only a flush sends
+    // it (reading never does), and without it a large body could wait there while the server
+    // waits for its end, until its body deadline answers 408.
+    tls.flush().await?;
     let mut raw = Vec::new();
     tls.read_to_end(&mut raw).await?;
     let split = raw
