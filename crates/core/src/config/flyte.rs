@@ -180,6 +180,22 @@ fn rename_keys<'a>(map: &mut Map<String, Value>, known: impl Iterator<Item = &'a
     }
 }
 
+/// Renames the field names of the Kubernetes types the read sections hold (a `resources` value,
+/// a label selector) as Flyte's loader matches them: where the default is unset, it shows no
+/// names to match against.
+fn rename_kubernetes_fields(map: &mut Map<String, Value>, path: &str) {
+    if path.ends_with(".resources") {
+        rename_keys(map, ["claims", "limits", "requests"].into_iter());
+    } else if path.ends_with("Selector") {
+        rename_keys(map, ["matchExpressions", "matchLabels"].into_iter());
+        if let Some(Value::Array(items)) = map.get_mut("matchExpressions") {
+            for item in items.iter_mut().filter_map(Value::as_object_mut) {
+                rename_keys(item, ["key", "operator", "values"].into_iter());
+            }
+        }
+    }
+}
+
 fn decode_at(
     v: &mut Value,
     reference: &Value,
@@ -191,8 +207,10 @@ fn decode_at(
         Value::Object(map) => {
             map.retain(|_, v| !v.is_null());
             let Value::Object(known) = reference else {
-                // A map of the user's keys, or a Kubernetes type: only `null` is Flyte's.
+                // A map of the user's keys, or a Kubernetes type: only `null` is Flyte's, and a
+                // Kubernetes type's own field names match without regard to case.
                 map.values_mut().for_each(super::drop_nulls);
+                rename_kubernetes_fields(map, path);
                 return;
             };
             rename_keys(map, known.keys().map(String::as_str));
@@ -322,6 +340,30 @@ mod tests {
         let (v, _) = decoded(json!({"webhook": {"certDir": "/exact", "CertDir": "/other"}}));
         assert_eq!(v["webhook"]["certDir"], "/exact");
         assert_eq!(v["webhook"]["CertDir"], "/other");
+    }
+
+    #[test]
+    fn kubernetes_field_names_match_without_regard_to_case_where_the_default_is_unset() {
+        let (v, _) = decoded(json!({"webhook": {
+            "awsSecretManager": {"Resources": {"Limits": {"cpu": "1"}, "REQUESTS": {"cpu": "1"}}},
+            "imageBuilderConfig": {"LabelSelector": {"MatchLabels": {"Team": "a"},
+                "matchexpressions": [{"Key": "k", "Operator": "In", "Values": ["v"]}]}},
+        }}));
+        assert_eq!(
+            v["webhook"]["awsSecretManager"]["resources"],
+            json!({"limits": {"cpu": "1"}, "requests": {"cpu": "1"}})
+        );
+        // The label's own key keeps its case.
+        assert_eq!(
+            v["webhook"]["imageBuilderConfig"]["labelSelector"],
+            json!({"matchLabels": {"Team": "a"},
+                "matchExpressions": [{"key": "k", "operator": "In", "values": ["v"]}]})
+        );
+        let config = crate::config::Config::from_value(json!({"webhook": {
+            "secretManagerTypes": ["AWS"],
+            "awsSecretManager": {"resources": {"Limits": {"cpu": "300m"}}},
+        }}));
+        assert!(config.is_ok(), "{config:?}");
     }
 
     #[test]

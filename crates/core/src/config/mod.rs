@@ -1073,8 +1073,9 @@ fn quantity_value(q: &str) -> Option<f64> {
 }
 
 /// Resources the webhook writes into a container of its own, as the API server checks a pod's:
-/// quantities, non-negative, resource names, whole extended resources, requests at most the
-/// limits, and no claims (the pod's `resourceClaims` are not the webhook's to know).
+/// quantities, non-negative, a container's resource names, whole extended resources that are
+/// not overcommitted, requests at most the limits, and no claims (the pod's `resourceClaims` are
+/// not the webhook's to know).
 pub fn check_resources(key: &str, r: &ResourceRequirements) -> Result<(), ConfigError> {
     ensure!(
         r.claims.as_ref().is_none_or(Vec::is_empty),
@@ -1089,6 +1090,14 @@ pub fn check_resources(key: &str, r: &ResourceRequirements) -> Result<(), Config
                 crate::k8s_names::is_qualified_name(name),
                 at,
                 "{name:?} is not a resource name"
+            );
+            // The API server's container resource names: a name without a domain is one of its own.
+            ensure!(
+                name.contains('/')
+                    || ["cpu", "memory", "ephemeral-storage"].contains(&name.as_str())
+                    || name.starts_with("hugepages-"),
+                at,
+                "{name:?} is not a container resource: cpu, memory, ephemeral-storage, hugepages-<size>, or a name with a domain (example.com/dongle); names are lower-case"
             );
             let v = quantity_value(&q.0).filter(|v| v.is_finite() && *v >= 0.0);
             let Some(v) = v else {
@@ -1112,14 +1121,13 @@ pub fn check_resources(key: &str, r: &ResourceRequirements) -> Result<(), Config
     }
     for ((part, name), v) in &values {
         let extended = name.contains('/') && !name.contains("kubernetes.io/");
-        if *part == "requests"
-            && extended
-            && let Some(limit) = values.get(&("limits", name.clone()))
-        {
+        if *part == "requests" && (extended || name.starts_with("hugepages-")) {
+            let limit = values.get(&("limits", name.clone()));
             ensure!(
-                v == limit,
+                limit == Some(v),
                 format!("{key}.requests.{name}"),
-                "must equal the limit ({limit}): an extended resource is not overcommitted"
+                "must equal the limit ({}): an extended resource or huge pages are not overcommitted",
+                limit.map_or_else(|| "unset".to_owned(), f64::to_string)
             );
         }
     }
@@ -1757,6 +1765,9 @@ mod tests {
     #[case::gate_image(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/a//b:1"}}}), "mesh.gate.image")]
     #[case::gate_privileged_without_escalation(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"privileged": true, "allowPrivilegeEscalation": false}}}}), "mesh.gate.securityContext.allowPrivilegeEscalation")]
     #[case::gate_localhost_seccomp_unnamed(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"seccompProfile": {"type": "Localhost"}}}}}), "mesh.gate.securityContext.seccompProfile")]
+    #[case::sidecar_resource_name_upper_case(json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources": {"limits": {"CPU": "1"}}}}}), "webhook.awsSecretManager.resources.limits.CPU")]
+    #[case::gate_resource_name_without_a_domain(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "resources": {"limits": {"gpu": "1"}}}}}), "mesh.gate.resources.limits.gpu")]
+    #[case::sidecar_extended_resource_requested_without_a_limit(json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources": {"requests": {"example.com/dongle": "1"}}}}}), "webhook.awsSecretManager.resources.requests.example.com/dongle")]
     #[case::sidecar_extended_resource_overcommitted(json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources": {"requests": {"example.com/dongle": "1"}, "limits": {"example.com/dongle": "2"}}}}}), "webhook.awsSecretManager.resources.requests.example.com/dongle")]
     #[case::gate_user_past_int32(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"runAsUser": 2_147_483_648u64}}}}), "mesh.gate.securityContext.runAsUser")]
     #[case::gate_negative_user(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"runAsUser": -1}}}}), "mesh.gate.securityContext.runAsUser")]
