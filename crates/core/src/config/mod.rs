@@ -1531,33 +1531,27 @@ const KUBERNETES_VALUES: [&str; 10] = [
 /// Told by writing the value back: what was read and kept is written, what was dropped is not.
 fn check_kubernetes_values(input: &Value, config: &Config) -> Result<(), ConfigError> {
     fn dropped(given: &Value, kept: &Value, path: &mut String) -> bool {
-        match (given, kept) {
-            (Value::Object(given), Value::Object(kept)) => given.iter().any(|(k, g)| {
-                let len = path.len();
-                path.push('.');
-                path.push_str(k);
-                let gone = match kept.get(k) {
-                    None => !g.is_null(),
-                    Some(kept) => dropped(g, kept, path),
-                };
-                if !gone {
-                    path.truncate(len);
-                }
-                gone
-            }),
-            (Value::Array(given), Value::Array(kept)) => {
-                given.iter().zip(kept).enumerate().any(|(i, (g, kept))| {
-                    let len = path.len();
-                    path.push_str(&format!("[{i}]"));
-                    let gone = dropped(g, kept, path);
-                    if !gone {
-                        path.truncate(len);
-                    }
-                    gone
-                })
+        let children: Vec<(String, &Value, Option<&Value>)> = match (given, kept) {
+            (Value::Object(g), Value::Object(k)) => g
+                .iter()
+                .map(|(n, v)| (format!(".{n}"), v, k.get(n)))
+                .collect(),
+            (Value::Array(g), Value::Array(k)) => g
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (format!("[{i}]"), v, k.get(i)))
+                .collect(),
+            _ => return false,
+        };
+        children.into_iter().any(|(segment, g, kept)| {
+            let len = path.len();
+            path.push_str(&segment);
+            let gone = kept.map_or(!g.is_null(), |kept| dropped(g, kept, path));
+            if !gone {
+                path.truncate(len);
             }
-            _ => false,
-        }
+            gone
+        })
     }
     let written = serde_json::to_value(config)
         .map_err(|e| ConfigError::new("(root)", format!("cannot be written back: {e}")))?;
