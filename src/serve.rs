@@ -18,10 +18,6 @@ use crate::transport::{probe, server, tls};
 pub enum ServeError {
     #[error(transparent)]
     Start(#[from] StartError),
-    #[error(
-        "podmutator serve will not write Embedded secret values into its replies (embedded.delivery: value, or envVarDelivery: value) to callers it cannot authenticate: any pod that reaches its port can send a review, and the path token is no secret from whoever creates pods (the API server quotes it in its errors). Set embedded.delivery: reference with envVarDelivery: exec, which serves names only; or, where the API server can present a client certificate (its admission configuration's kubeconfig: a self-managed control plane; EKS cannot), set http.clientCaFile to the CA that signs it (docs/deploy.md, \"Embedded values in the cluster\")"
-    )]
-    ValuesToUnauthenticated,
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
     #[error(transparent)]
@@ -34,16 +30,11 @@ pub fn run(config: &Config, namespace: &str) -> Result<(), ServeError> {
     let w = &config.webhook;
     let dir = std::path::PathBuf::from(w.cert_dir_expanded());
     let addr = SocketAddr::from((config.http.listen_address, w.listen_port));
-    // Whoever reaches the port could otherwise be served secret values: in the cluster every
-    // pod can, and the path token is no secret from whoever creates pods.
     let client_ca = config
         .http
         .client_ca_file
         .as_deref()
         .map(std::path::Path::new);
-    if config.embedded_reads().values && client_ca.is_none() {
-        return Err(ServeError::ValuesToUnauthenticated);
-    }
     startup::runtime(true)?.block_on(async move {
         // The gate first: a configuration `check-config` refuses touches no certificate.
         let front = Arc::new(startup::front(config, Starter::Serve).await?);

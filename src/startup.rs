@@ -27,6 +27,10 @@ pub enum StartError {
     },
     #[error("invalid configuration: http.pathTokenSecretId: secret {id} has no string value")]
     PathTokenNotText { id: String },
+    #[error(
+        "podmutator serve will not write Embedded secret values into its replies (embedded.delivery: value, or envVarDelivery: value) to callers it cannot authenticate: any pod that reaches its port can send a review, and the path token is no secret from whoever creates pods (the API server quotes it in its errors). Set embedded.delivery: reference with envVarDelivery: exec, which serves names only; or, where the API server can present a client certificate (its admission configuration's kubeconfig: a self-managed control plane; EKS cannot), set http.clientCaFile to the CA that signs it (docs/deploy.md, \"Embedded values in the cluster\")"
+    )]
+    ValuesToUnauthenticated,
     #[error("failed to start the async runtime")]
     Runtime(#[source] std::io::Error),
 }
@@ -43,9 +47,20 @@ pub enum Starter {
     CheckConfig,
 }
 
+/// What `serve` refuses and `lambda` serves: Embedded values in replies to callers `serve`
+/// cannot authenticate (in the cluster every pod can reach its port, and the path token is no
+/// secret from whoever creates pods). `check-config` warns of it, not knowing which will run.
+pub fn serve_refusal(config: &Config) -> Option<StartError> {
+    (config.embedded_reads().values && config.http.client_ca_file.is_none())
+        .then_some(StartError::ValuesToUnauthenticated)
+}
+
 /// The app behind its HTTP front, for `starter`.
 pub async fn front(config: &Config, starter: Starter) -> Result<Front, StartError> {
     let h = &config.http;
+    if let Some(refusal) = serve_refusal(config).filter(|_| starter == Starter::Serve) {
+        return Err(refusal);
+    }
     if h.path_token.is_none()
         && h.path_token_sha256.is_none()
         && h.path_token_secret_id.is_none()

@@ -355,6 +355,9 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             let loaded = source.load()?;
             print_warnings(&loaded);
             runtime(false)?.block_on(startup::front(&loaded.config, Starter::CheckConfig))?;
+            if let Some(refusal) = startup::serve_refusal(&loaded.config) {
+                eprintln!("podmutator: warning: `lambda` serves this configuration; {refusal}");
+            }
             let minimal =
                 check_config::changed_from_defaults(&loaded.config).map_err(CliError::Output)?;
             let text = if changed {

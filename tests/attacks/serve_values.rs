@@ -77,6 +77,20 @@ async fn serve_refuses_to_write_values_for_callers_it_cannot_authenticate() {
             !dir.join("tls.key").exists(),
             "{delivery}/{env_var}: a key was made"
         );
+        // `check-config` runs the same gate; it cannot know which command will run, so it
+        // accepts the configuration (`lambda` serves it) and warns of serve's refusal.
+        let out = crate::common::bin()
+            .arg("check-config")
+            .env("PODMUTATOR_CONFIG", embedded(delivery, env_var).to_string())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success()
+                && stderr.contains("warning: `lambda` serves this configuration")
+                && stderr.contains("will not write Embedded secret values into its replies"),
+            "{delivery}/{env_var}: {stderr}"
+        );
     }
 
     // Reference delivery serves names only: it starts (the control).
