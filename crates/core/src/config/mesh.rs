@@ -355,6 +355,13 @@ impl MeshConfig {
             "mesh.gate.volume.mountPath",
             "must not be \"/\": the volume would hide the gate image's own files"
         );
+        let proc = v.mount_path.trim_end_matches('/');
+        ensure!(
+            proc != "/proc" && !proc.starts_with("/proc/"),
+            "mesh.gate.volume.mountPath",
+            "{:?} is under /proc, where the container runtime refuses a mount: the gate would never start",
+            v.mount_path
+        );
         if !v.read_only {
             warnings.push(format!(
                 "mesh.gate.volume.readOnly is false: the gate only reads the socket, and {DEFAULT_GATE_DRIVER} refuses writable volumes"

@@ -973,12 +973,37 @@ impl WebhookConfig {
             "{:?} cannot start an environment variable name (printable ASCII other than '='): every ENV_VAR secret would be refused; use the default _UNION_",
             w.secret_env_var_prefix
         );
-        for key in w.vault_secret_manager.annotations.keys() {
+        let annotations = &w.vault_secret_manager.annotations;
+        for (key, value) in annotations {
             ensure!(
                 crate::k8s_names::is_qualified_name(key),
                 "webhook.vaultSecretManager.annotations",
                 "{key:?} is not an annotation key the API server accepts (a qualified name: an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.')"
             );
+            ensure!(
+                !API_SERVER_ANNOTATIONS.iter().any(|a| key.starts_with(a))
+                    || (key == "controller.kubernetes.io/pod-deletion-cost"
+                        && value.parse::<i32>().is_ok()),
+                format!("webhook.vaultSecretManager.annotations.{key}"),
+                "is an annotation the API server checks against the pod it is on (a pod's own container names, its node, a 32-bit deletion cost), which the webhook cannot: Vault's agent reads vault.hashicorp.com/ annotations"
+            );
+        }
+        let size: usize = annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
+        ensure!(
+            size <= MAX_ANNOTATION_BYTES,
+            "webhook.vaultSecretManager.annotations",
+            "are {size} bytes: a pod's annotations may total {MAX_ANNOTATION_BYTES} at most"
+        );
+        let prefix = &w.secret_env_var_prefix;
+        if prefix.starts_with(|c: char| c.is_ascii_digit())
+            || !prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            warnings.push(format!(
+                "webhook.secretEnvVarPrefix {:?} is not a C identifier (letters, digits, '_', not starting with a digit): API servers before Kubernetes 1.32 refuse a pod with such an environment variable",
+                w.secret_env_var_prefix
+            ));
         }
         bounds::LISTEN_PORT.check(w.listen_port.into(), |b| {
             format!("must be a port number between {} and {}", b.min, b.max)
@@ -1116,6 +1141,20 @@ pub fn check_resources(key: &str, r: &ResourceRequirements) -> Result<(), Config
                 "{:?}: an extended resource is counted in whole units",
                 q.0
             );
+            ensure!(
+                !(extended && name.starts_with("requests.")),
+                at,
+                "{name:?}: an extended resource's name cannot start with `requests.`"
+            );
+            if let Some(page) = name.strip_prefix("hugepages-") {
+                let page = quantity_value(page).filter(|p| *p > 0.0);
+                ensure!(
+                    page.is_some_and(|p| v > 0.0 && (v / p).fract() == 0.0),
+                    at,
+                    "{:?}: huge pages are a positive whole number of pages of the size the name gives (hugepages-2Mi: 2Mi, 4Mi, ...)",
+                    q.0
+                );
+            }
             values.insert((part, name.clone()), v);
         }
     }
@@ -1130,6 +1169,14 @@ pub fn check_resources(key: &str, r: &ResourceRequirements) -> Result<(), Config
                 limit.map_or_else(|| "unset".to_owned(), f64::to_string)
             );
         }
+    }
+    let huge_pages = values.keys().find(|(_, n)| n.starts_with("hugepages-"));
+    if let Some((part, name)) = huge_pages {
+        ensure!(
+            values.keys().any(|(_, n)| n == "cpu" || n == "memory"),
+            format!("{key}.{part}.{name}"),
+            "huge pages need a cpu or memory request or limit beside them"
+        );
     }
     for ((part, name), request) in &values {
         if *part == "requests"
@@ -1167,25 +1214,46 @@ pub fn check_security_context(
             "seccompProfile",
             sc.seccomp_profile
                 .as_ref()
-                .map(|p| (p.type_.as_str(), p.localhost_profile.is_some())),
+                .map(|p| (p.type_.as_str(), p.localhost_profile.as_deref())),
         ),
         (
             "appArmorProfile",
             sc.app_armor_profile
                 .as_ref()
-                .map(|p| (p.type_.as_str(), p.localhost_profile.is_some())),
+                .map(|p| (p.type_.as_str(), p.localhost_profile.as_deref())),
         ),
     ];
     for (field, profile) in profiles {
         if let Some((kind, named)) = profile {
             ensure!(
                 ["RuntimeDefault", "Unconfined", "Localhost"].contains(&kind)
-                    && named == (kind == "Localhost"),
+                    && named.is_some() == (kind == "Localhost"),
                 format!("{key}.{field}"),
                 "type {kind:?}: use RuntimeDefault, Unconfined, or Localhost with its localhostProfile (and a localhostProfile only with Localhost)"
             );
+            // As the API server reads a Localhost profile: a name, or a path below the
+            // kubelet's profile directory.
+            let Some(name) = named else { continue };
+            ensure!(
+                !name.is_empty()
+                    && name.trim() == name
+                    && (field == "appArmorProfile"
+                        || !(name.starts_with('/') || name.split('/').any(|s| s == ".."))),
+                format!("{key}.{field}.localhostProfile"),
+                "{name:?}: name the profile without padding; a seccomp profile is a path relative to the kubelet's seccomp directory, without '..'"
+            );
         }
     }
+    ensure!(
+        !(sc.run_as_non_root == Some(true) && sc.run_as_user == Some(0)),
+        format!("{key}.runAsNonRoot"),
+        "cannot be true with runAsUser: 0: the kubelet would refuse to start the container"
+    );
+    ensure!(
+        sc.windows_options.is_none(),
+        format!("{key}.windowsOptions"),
+        "must be unset: the API server refuses it in a pod with spec.os.name: linux, and hostProcess in any pod whose other containers are not host processes"
+    );
     let no_escalation = sc.allow_privilege_escalation == Some(false);
     let sys_admin = sc
         .capabilities
@@ -1199,13 +1267,26 @@ pub fn check_security_context(
     );
     if let Some(m) = &sc.proc_mount {
         ensure!(
-            m == "Default" || m == "Unmasked",
+            m == "Default",
             format!("{key}.procMount"),
-            "{m:?}: use Default or Unmasked"
+            "{m:?}: use Default (the API server allows Unmasked only in a pod with hostUsers: false, which the webhook does not set)"
         );
     }
     Ok(())
 }
+
+/// What the API server allows a pod's annotations to total, keys and values.
+const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
+
+/// Annotation keys (and key prefixes) the API server checks against the rest of the pod.
+const API_SERVER_ANNOTATIONS: [&str; 6] = [
+    "controller.kubernetes.io/pod-deletion-cost",
+    "kubernetes.io/config.",
+    "scheduler.alpha.kubernetes.io/tolerations",
+    "seccomp.security.alpha.kubernetes.io/pod",
+    "container.seccomp.security.alpha.kubernetes.io/",
+    "container.apparmor.security.beta.kubernetes.io/",
+];
 
 /// A Kubernetes label key and value, as the API server checks them.
 pub fn check_label(key: &str, label: &str, value: &str) -> Result<(), ConfigError> {
@@ -1762,6 +1843,23 @@ mod tests {
     #[case::sidecar_resource_name_upper_case(json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources": {"limits": {"CPU": "1"}}}}}), "webhook.awsSecretManager.resources.limits.CPU")]
     #[case::gate_resource_name_without_a_domain(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "resources": {"limits": {"gpu": "1"}}}}}), "mesh.gate.resources.limits.gpu")]
     #[case::sidecar_extended_resource_requested_without_a_limit(json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources": {"requests": {"example.com/dongle": "1"}}}}}), "webhook.awsSecretManager.resources.requests.example.com/dongle")]
+    #[case::sidecar_extended_resource_named_like_a_quota(json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources": {"limits": {"requests.example.com/dongle": "1"}}}}}), "webhook.awsSecretManager.resources.limits.requests.example.com/dongle")]
+    #[case::gate_huge_pages_alone(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "resources": {"limits": {"hugepages-2Mi": "2Mi"}}}}}), "mesh.gate.resources.limits.hugepages-2Mi")]
+    #[case::gate_huge_pages_not_whole_pages(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "resources": {"limits": {"hugepages-2Mi": "1Mi", "cpu": "1"}}}}}), "mesh.gate.resources.limits.hugepages-2Mi")]
+    #[case::gate_huge_pages_overcommitted(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "resources": {"requests": {"hugepages-2Mi": "2Mi"}, "limits": {"hugepages-2Mi": "4Mi", "cpu": "1"}}}}}), "mesh.gate.resources.requests.hugepages-2Mi")]
+    #[case::gate_unmasked_proc(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"procMount": "Unmasked"}}}}), "mesh.gate.securityContext.procMount")]
+    #[case::gate_seccomp_profile_absolute(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "/var/lib/kubelet/seccomp/gate.json"}}}}}), "mesh.gate.securityContext.seccompProfile.localhostProfile")]
+    #[case::gate_seccomp_profile_climbing(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "../gate.json"}}}}}), "mesh.gate.securityContext.seccompProfile.localhostProfile")]
+    #[case::gate_apparmor_profile_empty(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"appArmorProfile": {"type": "Localhost", "localhostProfile": ""}}}}}), "mesh.gate.securityContext.appArmorProfile.localhostProfile")]
+    #[case::gate_apparmor_profile_padded(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"appArmorProfile": {"type": "Localhost", "localhostProfile": " gate"}}}}}), "mesh.gate.securityContext.appArmorProfile.localhostProfile")]
+    #[case::gate_windows_options(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"windowsOptions": {"hostProcess": true}}}}}), "mesh.gate.securityContext.windowsOptions")]
+    #[case::gate_non_root_as_root(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"runAsNonRoot": true, "runAsUser": 0}}}}), "mesh.gate.securityContext.runAsNonRoot")]
+    #[case::gate_volume_under_proc(json!({"mesh": {"enabled": true, "gate": {"volume": {"mountPath": "/proc/spiffe"}, "socketPath": "/proc/spiffe/agent.sock"}}}), "mesh.gate.volume.mountPath")]
+    #[case::vault_annotation_the_api_server_checks(json!({"webhook": {"vaultSecretManager": {"annotations": {"container.apparmor.security.beta.kubernetes.io/vault-agnet": "runtime/default"}}}}), "webhook.vaultSecretManager.annotations.container.apparmor.security.beta.kubernetes.io/vault-agnet")]
+    #[case::vault_annotation_deletion_cost_not_a_number(json!({"webhook": {"vaultSecretManager": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "high"}}}}), "webhook.vaultSecretManager.annotations.controller.kubernetes.io/pod-deletion-cost")]
+    #[case::vault_annotations_over_the_pods_total(json!({"webhook": {"vaultSecretManager": {"annotations": {"vault.hashicorp.com/agent-inject-template-x": "x".repeat(300_000)}}}}), "webhook.vaultSecretManager.annotations")]
+    #[case::fetcher_image_digest_misspelt(json!({"embedded": {"delivery": "reference", "fetcherImage": "r.io/podmutator@sha265:0000000000000000000000000000000000000000000000000000000000000000"}}), "embedded.fetcherImage")]
+    #[case::gate_image_digest_upper_case(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate@SHA256:0000000000000000000000000000000000000000000000000000000000000000"}}}), "mesh.gate.image")]
     #[case::sidecar_extended_resource_overcommitted(json!({"webhook": {"secretManagerTypes": ["AWS"], "awsSecretManager": {"resources": {"requests": {"example.com/dongle": "1"}, "limits": {"example.com/dongle": "2"}}}}}), "webhook.awsSecretManager.resources.requests.example.com/dongle")]
     #[case::gate_user_past_int32(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"runAsUser": 2_147_483_648u64}}}}), "mesh.gate.securityContext.runAsUser")]
     #[case::gate_negative_user(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"runAsUser": -1}}}}), "mesh.gate.securityContext.runAsUser")]
@@ -1791,6 +1889,45 @@ mod tests {
             );
         }
         assert!(err.to_string().contains(key));
+    }
+
+    /// The neighbours of the refusals above that the API server and the kubelet accept load.
+    #[test]
+    fn container_settings_the_api_server_accepts_load() {
+        let gate = |extra: Value| {
+            let mut gate = json!({"enabled": true, "image": "r.io/gate@sha512:".to_owned() + &"0".repeat(128)});
+            merge(&mut gate, extra);
+            json!({"mesh": {"enabled": true, "gate": gate}})
+        };
+        for v in [
+            gate(
+                json!({"resources": {"requests": {"hugepages-2Mi": "4Mi", "memory": "8Mi", "ephemeral-storage": "1Gi"},
+                "limits": {"hugepages-2Mi": "4Mi", "memory": "8Mi", "example.com/dongle": "1", "kubernetes.io/x": "1"}}}),
+            ),
+            gate(
+                json!({"securityContext": {"procMount": "Default", "runAsNonRoot": true, "runAsUser": 1000,
+                "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/gate.json"},
+                "appArmorProfile": {"type": "Localhost", "localhostProfile": "gate"}}}),
+            ),
+            gate(
+                json!({"volume": {"mountPath": "/processes"}, "socketPath": "/processes/agent.sock"}),
+            ),
+            json!({"webhook": {"vaultSecretManager": {"annotations": {
+                "controller.kubernetes.io/pod-deletion-cost": "-10",
+                "cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}}}}),
+        ] {
+            let loaded = load_json(v.clone());
+            assert!(loaded.is_ok(), "{v}: {loaded:?}");
+        }
+        let warnings = load_json(json!({"webhook": {"secretEnvVarPrefix": "1st-secret."}}))
+            .unwrap()
+            .warnings;
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("before Kubernetes 1.32")),
+            "{warnings:?}"
+        );
     }
 
     /// Every value read into a Kubernetes type refuses a key the type drops, naming it.
