@@ -585,6 +585,86 @@ pub struct GlobalSecretsConfig {
     pub env_prefix: String,
 }
 
+impl GlobalSecretsConfig {
+    /// The `secrets` section's checks.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_global_env_prefix(&self.env_prefix)?;
+        check_global_secrets_prefix(&self.secrets_prefix)?;
+        ensure!(
+            self.kind == "local",
+            "secrets.type",
+            "only \"local\" (environment and files of this process) is supported, got {:?}",
+            self.kind
+        );
+        Ok(())
+    }
+}
+
+/// The Global manager hands pods every variable of this process that starts with
+/// `secrets.env-prefix`: a prefix that also matches this process's credentials or runtime
+/// variables (or is matched by one of their prefixes, like `A` or the empty string) would
+/// serve them to any selected pod.
+fn check_global_env_prefix(prefix: &str) -> Result<(), ConfigError> {
+    ensure!(
+        !prefix.is_empty(),
+        "secrets.env-prefix",
+        "is empty: the Global manager would serve every variable of this process (its AWS credentials included) to pods; use Flyte's default FLYTE_SECRET_"
+    );
+    if let Some(p) = PROTECTED_ENV_PREFIXES
+        .iter()
+        .find(|p| p.starts_with(prefix) || prefix.starts_with(*p))
+    {
+        return Err(ConfigError::new(
+            "secrets.env-prefix",
+            format!(
+                "{prefix:?} overlaps {p:?}, the prefix of this process's own credentials or runtime variables, which the Global manager would then serve to pods; use Flyte's default FLYTE_SECRET_"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The Global manager serves pods every file below `secrets.secrets-prefix`
+/// (`<prefix>/<group>/<key>`): the root, or a directory of the system's or this process's own
+/// (its environment under `/proc`, a service account token under `/run`), would hand them out.
+/// The directories named here are the known ones, not every one a host may have.
+fn check_global_secrets_prefix(prefix: &str) -> Result<(), ConfigError> {
+    // Never below these; nor one of these top-level directories itself (nor the root).
+    const SYSTEM: [&str; 8] = [
+        "/proc",
+        "/sys",
+        "/dev",
+        "/run",
+        "/var/run",
+        "/root",
+        "/var/lib/kubelet",
+        "/var/task",
+    ];
+    const TOP: [&str; 6] = ["/etc", "/var", "/usr", "/home", "/opt", "/boot"];
+    let key = "secrets.secrets-prefix";
+    let clean = prefix.starts_with('/')
+        && prefix
+            .trim_end_matches('/')
+            .split('/')
+            .skip(1)
+            .all(|c| !matches!(c, "" | "." | ".."));
+    ensure!(
+        clean,
+        key,
+        "{prefix:?} must be a clean absolute path (no empty, '.' or '..' components), the directory of the Global secrets' files; Flyte's default is /etc/secrets"
+    );
+    let dir = prefix.trim_end_matches('/');
+    let inside = |d: &str| dir == d || dir.starts_with(&format!("{d}/"));
+    ensure!(
+        !dir.is_empty() && !TOP.contains(&dir) && !SYSTEM.iter().any(|d| inside(d)),
+        key,
+        "{prefix:?} would serve pods files that are not secrets for them (the root, a system directory such as {}, or one below {}): name a directory that holds only those files; Flyte's default is /etc/secrets",
+        TOP.join(", "),
+        SYSTEM.join(", ")
+    );
+    Ok(())
+}
+
 impl Default for GlobalSecretsConfig {
     fn default() -> Self {
         Self {
@@ -781,19 +861,8 @@ impl Config {
         warnings.extend(self.embedded.validate(on)?);
         warnings.extend(self.http.validate(self.embedded_reads().values)?);
         self.limits.validate()?;
-        check_global_env_prefix(&self.secrets.env_prefix)?;
-        check_global_secrets_prefix(&self.secrets.secrets_prefix)?;
-        warnings.extend(images::check_image_builder(
-            &w.image_builder_config,
-            &w.embedded_secret_manager_config.file_mount_init_container,
-        )?);
+        self.secrets.validate()?;
         warnings.extend(self.images.validate()?);
-        ensure!(
-            self.secrets.kind == "local",
-            "secrets.type",
-            "only \"local\" (environment and files of this process) is supported, got {:?}",
-            self.secrets.kind
-        );
         warnings.extend(self.mesh.validate()?);
         self.check_reserved_names()?;
         self.metrics.validate()?;
@@ -1028,6 +1097,10 @@ impl WebhookConfig {
                     .into(),
             );
         }
+        warnings.extend(images::check_image_builder(
+            &w.image_builder_config,
+            &w.embedded_secret_manager_config.file_mount_init_container,
+        )?);
         Ok(warnings)
     }
 }
@@ -1354,71 +1427,6 @@ pub fn template_uses(t: &str, name: &str) -> bool {
             .iter()
             .any(|p| matches!(p, TemplatePart::Slot(i) if PLACEHOLDERS[*i] == name))
     })
-}
-
-/// The Global manager hands pods every variable of this process that starts with
-/// `secrets.env-prefix`: a prefix that also matches this process's credentials or runtime
-/// variables (or is matched by one of their prefixes, like `A` or the empty string) would
-/// serve them to any selected pod.
-pub fn check_global_env_prefix(prefix: &str) -> Result<(), ConfigError> {
-    ensure!(
-        !prefix.is_empty(),
-        "secrets.env-prefix",
-        "is empty: the Global manager would serve every variable of this process (its AWS credentials included) to pods; use Flyte's default FLYTE_SECRET_"
-    );
-    if let Some(p) = PROTECTED_ENV_PREFIXES
-        .iter()
-        .find(|p| p.starts_with(prefix) || prefix.starts_with(*p))
-    {
-        return Err(ConfigError::new(
-            "secrets.env-prefix",
-            format!(
-                "{prefix:?} overlaps {p:?}, the prefix of this process's own credentials or runtime variables, which the Global manager would then serve to pods; use Flyte's default FLYTE_SECRET_"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// The Global manager serves pods every file below `secrets.secrets-prefix`
-/// (`<prefix>/<group>/<key>`): the root, or a directory of the system's or this process's own
-/// (its environment under `/proc`, a service account token under `/run`), would hand them out.
-/// The directories named here are the known ones, not every one a host may have.
-pub fn check_global_secrets_prefix(prefix: &str) -> Result<(), ConfigError> {
-    // Never below these; nor one of these top-level directories itself (nor the root).
-    const SYSTEM: [&str; 8] = [
-        "/proc",
-        "/sys",
-        "/dev",
-        "/run",
-        "/var/run",
-        "/root",
-        "/var/lib/kubelet",
-        "/var/task",
-    ];
-    const TOP: [&str; 6] = ["/etc", "/var", "/usr", "/home", "/opt", "/boot"];
-    let key = "secrets.secrets-prefix";
-    let clean = prefix.starts_with('/')
-        && prefix
-            .trim_end_matches('/')
-            .split('/')
-            .skip(1)
-            .all(|c| !matches!(c, "" | "." | ".."));
-    ensure!(
-        clean,
-        key,
-        "{prefix:?} must be a clean absolute path (no empty, '.' or '..' components), the directory of the Global secrets' files; Flyte's default is /etc/secrets"
-    );
-    let dir = prefix.trim_end_matches('/');
-    let inside = |d: &str| dir == d || dir.starts_with(&format!("{d}/"));
-    ensure!(
-        !dir.is_empty() && !TOP.contains(&dir) && !SYSTEM.iter().any(|d| inside(d)),
-        key,
-        "{prefix:?} would serve pods files that are not secrets for them (the root, a system directory such as {}, or one below {}): name a directory that holds only those files; Flyte's default is /etc/secrets",
-        TOP.join(", "),
-        SYSTEM.join(", ")
-    );
-    Ok(())
 }
 
 fn parse_document(text: &str) -> Result<Value, String> {
