@@ -120,21 +120,18 @@ async fn no_secret_value_reaches_logs_metrics_or_error_messages() {
         "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 0,
             "clientCaFile": client_ca_file}
     });
-    let mut child = crate::common::bin()
-        .arg("serve")
-        .env("PODMUTATOR_CONFIG", cfg.to_string())
-        .env("FLYTE_SECRET_TEAM_TOKEN", GLOBAL)
-        .env("AWS_ENDPOINT_URL", proxy.url())
-        .env("AWS_ACCESS_KEY_ID", "testing")
-        .env("AWS_SECRET_ACCESS_KEY", "testing")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("RUST_LOG", "trace")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = capture(&mut child);
-    wait_for(&out, "serving https", 1).await;
+    let (mut child, out) = spawn_serve(
+        crate::common::bin()
+            .arg("serve")
+            .env("PODMUTATOR_CONFIG", cfg.to_string())
+            .env("FLYTE_SECRET_TEAM_TOKEN", GLOBAL)
+            .env("AWS_ENDPOINT_URL", proxy.url())
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("RUST_LOG", "trace"),
+    )
+    .await;
     let ca = std::fs::read(dir.join("ca.crt")).unwrap();
 
     // (pod, must be allowed, sentinels the *patch* may carry)

@@ -21,7 +21,7 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::aws::{CountingProxy, Moto, client, create_secret};
 use common::*;
@@ -154,12 +154,8 @@ async fn ten_secrets_are_resolved_in_one_round_trip_and_the_pod_fetches_exactly_
     pod_env(&mut server, &proxy)
         .arg("serve")
         .env("PODMUTATOR_CONFIG", cfg.to_string())
-        .env("RUST_LOG", "trace")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = server.spawn().unwrap();
-    let logs = capture(&mut child);
-    wait_for(&logs, "serving https", 1).await;
+        .env("RUST_LOG", "trace");
+    let (mut child, logs) = spawn_serve(&mut server).await;
     let ca = std::fs::read(dir.join("certs/ca.crt")).unwrap();
     let pod = task_pod(&secrets);
     let body = serde_json::to_vec(&create_review(&pod, NS)).unwrap();
