@@ -201,7 +201,8 @@ async fn reviews_that_would_slip_objects_past_the_count_are_refused_within_a_rep
 /// 100,000 volumes each were read again whole to locate a broken field after them; a CREATE
 /// whose `oldObject` of 150,000 volumes (read only down to its metadata) was read whole to
 /// locate what breaks the `object` after it; an UPDATE whose `metadata` key is escaped, over
-/// 1.1 million `managedFields`.
+/// 1.1 million `managedFields`. Written as text, not with `create_review`: they carry escaped
+/// keys and broken fields that no typed builder writes.
 fn smuggled_reviews() -> Vec<(&'static str, Vec<u8>, Option<&'static str>)> {
     let list = |n: usize, item: &str| vec![item; n].join(",");
     let review = |op: &str, pods: &str| {
