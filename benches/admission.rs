@@ -489,7 +489,7 @@ fn main() {
     }
 }
 
-/// The production log subscriber (`cli::init_logging`'s JSON lines at INFO), writing to a sink.
+/// The production log subscriber (`logging::init_logging`'s JSON lines at INFO), writing to a sink.
 fn audit_subscriber() -> impl tracing::Subscriber + Send + Sync {
     podmutator::logging::json_subscriber(
         std::io::sink,

@@ -565,6 +565,8 @@ fn prose_problems(doc: &str, source: &str, exists: impl Fn(&str) -> bool) -> Vec
         "deploy/",
         "examples/",
     ];
+    // An item, or an enum variant: `Name,`, `Name(..)`, `Name {`, or one of `named_enum!`'s
+    // (`Name = "name",`).
     let declared = |item: &str| {
         [
             "fn", "struct", "enum", "trait", "const", "type", "mod", "static", "as",
@@ -575,7 +577,7 @@ fn prose_problems(doc: &str, source: &str, exists: impl Fn(&str) -> bool) -> Vec
                 let after = source[i + kw.len() + 1 + item.len()..].chars().next();
                 !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
             })
-        }) || regex::Regex::new(&format!(r"(?m)^\s*{item}(\s*[({{,]|\s*$)"))
+        }) || regex::Regex::new(&format!(r#"(?m)^\s*{item}(\s*[({{,]|\s*$|\s*=\s*")"#))
             .unwrap()
             .is_match(source)
     };
@@ -672,4 +674,8 @@ fn the_prose_check_reports_a_wrong_path_item_and_signature() {
     assert!(problems[2].contains("returns Result<Plan,Denial>"));
     assert!(problems[3].contains("takes 1 arguments"));
     assert!(problems[4].contains("takes 3 arguments"));
+    // A variant of `named_enum!` is declared as `Name = "name",`.
+    let named = "crate::named_enum! {\n    pub enum Kind as as_str {\n        Embedded = \"Embedded\",\n    }\n}";
+    assert!(prose_problems("`Kind::Embedded`", named, |_| true).is_empty());
+    assert_eq!(prose_problems("`Kind::Vault`", named, |_| true).len(), 1);
 }
