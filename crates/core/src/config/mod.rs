@@ -864,6 +864,7 @@ impl Config {
         self.secrets.validate()?;
         warnings.extend(self.images.validate()?);
         warnings.extend(self.mesh.validate()?);
+        warnings.extend(self.images_the_builder_denies());
         self.check_reserved_names()?;
         self.metrics.validate()?;
         check_label(
@@ -878,6 +879,72 @@ impl Config {
             "must differ from mesh.managedLabel: the mesh label is written by the namespace-injection mutator, and the secrets selector must be the pod's own"
         );
         Ok(warnings)
+    }
+
+    /// A warning for each image the webhook adds to pods that the image builder, verifying,
+    /// would deny: a pod it reaches holds what the other entries added (the API server calls
+    /// it again after them), and only `excludedImagePrefixes` and the replacement registry's
+    /// shared paths are allowed in every namespace. The Embedded file-mount init container is
+    /// exempt while `excludedContainerNames` lists it.
+    fn images_the_builder_denies(&self) -> Vec<String> {
+        let (w, b) = (&self.webhook, &self.webhook.image_builder_config);
+        if !b.enabled || b.hostname_replacement.disable_verification {
+            return Vec::new();
+        }
+        let managers = w.enabled_secret_managers();
+        let on = |t| managers.contains(&t);
+        let file_mount = &w.embedded_secret_manager_config.file_mount_init_container;
+        let gate = &self.mesh.gate;
+        let mut ours = vec![];
+        if self.embedded_reads().names {
+            ours.push(("embedded.fetcherImage", self.embedded.fetcher_image.clone()));
+        }
+        if on(SecretManagerType::Embedded)
+            && self.embedded.delivery == embedded::Delivery::Value
+            && !b
+                .excluded_container_names
+                .contains(&file_mount.container_name)
+        {
+            let key = "webhook.embeddedSecretManagerConfig.fileMountInitContainer.image";
+            ours.push((key, file_mount.image.clone()));
+        }
+        for (t, key, cfg, default) in [
+            (
+                SecretManagerType::AWS,
+                "webhook.awsSecretManager.sidecarImage",
+                &w.aws_secret_manager,
+                AWS_SIDECAR_IMAGE,
+            ),
+            (
+                SecretManagerType::GCP,
+                "webhook.gcpSecretManager.sidecarImage",
+                &w.gcp_secret_manager,
+                GCP_SIDECAR_IMAGE,
+            ),
+            (
+                SecretManagerType::Azure,
+                "webhook.azureSecretManager.sidecarImage",
+                &w.azure_secret_manager,
+                AZURE_SIDECAR_IMAGE,
+            ),
+        ] {
+            if on(t) {
+                ours.push((key, cfg.image_or(default)));
+            }
+        }
+        if self.mesh.enabled && gate.enabled {
+            ours.push(("mesh.gate.image", gate.image.clone()));
+        }
+        let r = &b.hostname_replacement.replacement;
+        let shared = [format!("{r}/union/"), format!("{r}/v1/union/")];
+        ours.into_iter()
+            .filter(|(_, image)| {
+                !b.excluded_image_prefixes.iter().chain(&shared).any(|p| image.starts_with(p.as_str()))
+            })
+            .map(|(key, image)| format!(
+                "{key} {image:?} is under no webhook.imageBuilderConfig.excludedImagePrefixes entry: with verification on, the image builder denies every pod it reaches that holds this container; list the image's registry path there"
+            ))
+            .collect()
     }
 
     /// Whether a mutator's failure denies the pod; the default is in [`crate::mutate`].
@@ -1936,6 +2003,40 @@ mod tests {
                 .any(|w| w.contains("before Kubernetes 1.32")),
             "{warnings:?}"
         );
+    }
+
+    /// The image builder, verifying, is warned of each image the webhook adds that it would deny.
+    #[test]
+    fn images_the_builder_would_deny_are_warned_of() {
+        let config = |excluded: Value| {
+            json!({
+                "webhook": {"secretManagerTypes": ["AWS", "Embedded"],
+                    "embeddedSecretManagerConfig": {"type": "AWS"},
+                    "imageBuilderConfig": {"enabled": true, "labelSelector": {"matchLabels": {"a": "b"}},
+                        "hostnameReplacement": {"existing": "e.io", "replacement": "r.io"},
+                        "excludedImagePrefixes": excluded}},
+                "embedded": {"organization": "o", "delivery": "reference",
+                    "fetcherImage": "r.io/union/podmutator:1"},
+                "mesh": {"enabled": true, "gate": {"enabled": true, "image": "g.io/agent:1"}},
+            })
+        };
+        let warned = |v: Value| -> Vec<String> {
+            load_json(v)
+                .unwrap()
+                .warnings
+                .into_iter()
+                .filter(|w| w.contains("the image builder denies"))
+                .collect()
+        };
+        let w = warned(config(json!([])));
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].starts_with("webhook.awsSecretManager.sidecarImage \"docker.io/amazon/"));
+        assert!(w[1].starts_with("mesh.gate.image \"g.io/agent:1\""));
+        assert!(warned(config(json!(["docker.io/amazon/", "g.io/"]))).is_empty());
+        let mut off = config(json!([]));
+        off["webhook"]["imageBuilderConfig"]["hostnameReplacement"]["disableVerification"] =
+            json!(true);
+        assert!(warned(off).is_empty());
     }
 
     /// Every value read into a Kubernetes type refuses a key the type drops, naming it.
