@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use podmutator_core::app::{App, Deps};
-use podmutator_core::config::{Config, ConfigError, SecretManagerType};
+use podmutator_core::config::{Config, ConfigError};
 use podmutator_core::mutate::Route;
 
 /// The name the registration gives the entry that serves `route` (`terraform/registration.json`,
@@ -484,11 +484,9 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
     } else {
         std::fs::read_to_string(&args.file).map_err(read_err)?
     };
-    let embedded = config
-        .webhook
-        .enabled_secret_managers()
-        .contains(&SecretManagerType::Embedded);
-    if embedded && !args.embedded {
+    // What would read from the cloud with the operator's credentials: asked for, not assumed.
+    let reads = config.embedded_reads();
+    if (reads.values || reads.names) && !args.embedded {
         return Err(InjectError::EmbeddedNotAllowed);
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
