@@ -820,18 +820,8 @@ impl App {
         let started = Instant::now();
         // Values, names and image commands in parallel: still one round trip for the pod.
         let all = async {
-            let values = async {
-                match &self.source {
-                    Some(s) if !ids.is_empty() => s.fetch_many(&ids).await.map(Some),
-                    _ => Ok(None),
-                }
-            };
-            let names = async {
-                match &self.resolver {
-                    Some(r) if !refs.is_empty() => r.fetch_many(&refs).await.map(Some),
-                    _ => Ok(None),
-                }
-            };
+            let values = fetch_from(self.source.as_deref(), &ids);
+            let names = fetch_from(self.resolver.as_deref(), &refs);
             // Each image's answer is the command or why not: the injector refuses, naming the
             // container, so a registry's failure is a denial, not an error.
             let commands = async {
@@ -889,6 +879,17 @@ impl App {
             ))),
         };
         (fetched, result)
+    }
+}
+
+/// What `source` answers for `ids`; `None` when there is nothing to ask.
+async fn fetch_from(
+    source: Option<&dyn crate::secrets::source::SecretSource>,
+    ids: &[String],
+) -> Result<Option<crate::secrets::source::Fetched>, crate::secrets::source::SourceError> {
+    match source {
+        Some(s) if !ids.is_empty() => s.fetch_many(ids).await.map(Some),
+        _ => Ok(None),
     }
 }
 
