@@ -200,10 +200,7 @@ fn add_secret_item(
         mode: None,
     };
     let name = volume_name(group, group_version);
-    let at = index
-        .by_secret
-        .get(group)
-        .or_else(|| index.by_name.get(&name));
+    let at = index.by_secret.get(group).or(index.by_name.get(&name));
     match at.copied() {
         Some(at) => {
             let v = &mut volumes[at];
