@@ -113,16 +113,13 @@ impl Metrics {
         // image-builder counters (§5.6: attempts, failures, replacements by version and type,
         // container validations; its `round_time` is `Duration` of the image-builder route).
         for m in f.mutators {
-            out.key_parts("Mutator_", m);
-            out.num(1);
+            out.field_parts("Mutator_", m, 1);
         }
         for (t, n) in f.injected {
-            out.key_parts("SecretsInjected_", t.as_str());
-            out.num(u64::from(*n));
+            out.field_parts("SecretsInjected_", t.as_str(), u64::from(*n));
         }
         for (c, n) in f.images {
-            out.key_parts("", c.metric());
-            out.num(u64::from(*n));
+            out.field_parts("", c.metric(), u64::from(*n));
         }
         if denial {
             out.field_str("Reason", f.reason);
@@ -252,9 +249,11 @@ impl Line {
         self.0.push('"');
     }
 
-    fn key_parts(&mut self, prefix: &str, name: &str) {
+    /// A number under the key `prefix` and `name`.
+    fn field_parts(&mut self, prefix: &str, name: &str, n: u64) {
         self.str_parts(prefix, name);
         self.0.push(':');
+        self.num(n);
     }
 
     fn num(&mut self, n: u64) {
