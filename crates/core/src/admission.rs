@@ -352,8 +352,7 @@ impl App {
             Err(e) => return Admission::early(Subject::default(), API_VERSION_V1, Err(e)),
         };
         let subject = Subject::of(&req);
-        let is_pod = req.kind.group.is_empty() && req.kind.kind == "Pod";
-        if !is_pod || !admits(route, &req.operation, req.sub_resource.as_deref()) {
+        if !admits(route, &req) {
             return Admission::early(subject, api_version, Ok(Verdict::NotOurs));
         }
         let update = req.operation == Operation::Update;
@@ -771,16 +770,19 @@ impl Subject {
     }
 }
 
-/// Whether a pod review by `route` with this operation and subresource is mutated. Every route
-/// mutates pod CREATEs; the image builder's also checks UPDATEs of the pod and of its
-/// `ephemeralcontainers` (the only ways to change an image or add a container later: its
-/// organisation check would otherwise end at creation). Anything else is allowed untouched.
-fn admits(route: Route, operation: &Operation, sub_resource: Option<&str>) -> bool {
-    match (operation, sub_resource) {
-        (Operation::Create, None) => true,
-        (Operation::Update, None | Some("ephemeralcontainers")) => route == Route::ImageBuilder,
-        _ => false,
-    }
+/// Whether a review by `route` is one that is mutated: of a pod, with an operation and
+/// subresource it mutates. Every route mutates pod CREATEs; the image builder's also checks
+/// UPDATEs of the pod and of its `ephemeralcontainers` (the only ways to change an image or add
+/// a container later: its organisation check would otherwise end at creation). Anything else is
+/// allowed untouched.
+fn admits<T: kube_core::Resource>(route: Route, req: &AdmissionRequest<T>) -> bool {
+    let is_pod = req.kind.group.is_empty() && req.kind.kind == "Pod";
+    is_pod
+        && match (&req.operation, req.sub_resource.as_deref()) {
+            (Operation::Create, None) => true,
+            (Operation::Update, None | Some("ephemeralcontainers")) => route == Route::ImageBuilder,
+            _ => false,
+        }
 }
 
 impl App {
@@ -818,18 +820,8 @@ impl App {
         let started = Instant::now();
         // Values, names and image commands in parallel: still one round trip for the pod.
         let all = async {
-            let values = async {
-                match &self.source {
-                    Some(s) if !ids.is_empty() => s.fetch_many(&ids).await.map(Some),
-                    _ => Ok(None),
-                }
-            };
-            let names = async {
-                match &self.resolver {
-                    Some(r) if !refs.is_empty() => r.fetch_many(&refs).await.map(Some),
-                    _ => Ok(None),
-                }
-            };
+            let values = fetch_from(self.source.as_deref(), &ids);
+            let names = fetch_from(self.resolver.as_deref(), &refs);
             // Each image's answer is the command or why not: the injector refuses, naming the
             // container, so a registry's failure is a denial, not an error.
             let commands = async {
@@ -887,6 +879,17 @@ impl App {
             ))),
         };
         (fetched, result)
+    }
+}
+
+/// What `source` answers for `ids`; `None` when there is nothing to ask.
+async fn fetch_from(
+    source: Option<&dyn crate::secrets::source::SecretSource>,
+    ids: &[String],
+) -> Result<Option<crate::secrets::source::Fetched>, crate::secrets::source::SourceError> {
+    match source {
+        Some(s) if !ids.is_empty() => s.fetch_many(ids).await.map(Some),
+        _ => Ok(None),
     }
 }
 
@@ -1089,8 +1092,7 @@ fn parse(body: &[u8], route: Route, whole: bool) -> Result<Parsed<'_>, Error> {
     match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
         Ok(review) => {
             let (req, api_version) = review.checked(body)?;
-            let is_pod = req.kind.group.is_empty() && req.kind.kind == "Pod";
-            if is_pod && admits(route, &req.operation, req.sub_resource.as_deref()) {
+            if admits(route, &req) {
                 return Err(not_a_pod(body, &typed_err));
             }
             Ok(Parsed::Other {
@@ -1136,26 +1138,17 @@ impl LazyPod<'_> {
     fn into_pod(self, body: &[u8], whole: bool) -> Result<Pod, Error> {
         // From bytes, as the whole review is read: from a `&str` would build every Kubernetes
         // type's deserialiser a second time, for serde_json's other reader.
-        let spec = match self
-            .spec
+        let spec = (self.spec)
             .map(|r| serde_json::from_slice(r.get().as_bytes()))
             .transpose()
-        {
-            Ok(spec) => spec,
-            Err(e) if !whole => {
-                return Err(Error::Invalid(format!(
-                    "request.object is not a valid Pod: {e}"
-                )));
-            }
-            Err(e) => {
-                return Err(match serde_json::from_slice::<AdmissionReview<Pod>>(body) {
-                    Err(whole) => not_a_pod(body, &whole),
-                    // Read alone, a spec is less deeply nested than in the review: the whole
-                    // review never reads where its part did not.
-                    Ok(_) => Error::Invalid(format!("request.object is not a valid Pod: {e}")),
-                });
-            }
-        };
+            .map_err(|e| {
+                // Read alone, a spec is less deeply nested than in the review: the whole
+                // review never reads where its part did not.
+                if whole && let Err(whole) = serde_json::from_slice::<AdmissionReview<Pod>>(body) {
+                    return not_a_pod(body, &whole);
+                }
+                Error::Invalid(format!("request.object is not a valid Pod: {e}"))
+            })?;
         Ok(Pod {
             metadata: self.metadata,
             spec,
@@ -1290,11 +1283,11 @@ fn json_path_at(body: &[u8], line: usize, column: usize, about_list: bool) -> Op
     if line == 0 {
         return None;
     }
-    let start = if line == 1 {
-        0
-    } else {
-        memchr_nth_newline(body, line - 1)? + 1
-    };
+    // Where `line` starts: at 0, or after the newline that ends the one before it.
+    let newlines = body.iter().enumerate().filter(|(_, b)| **b == b'\n');
+    let start = std::iter::once(0)
+        .chain(newlines.map(|(i, _)| i + 1))
+        .nth(line - 1)?;
     let at = (start + column).min(body.len());
     #[derive(Clone, Copy, PartialEq)]
     enum In {
@@ -1426,15 +1419,6 @@ fn json_path_at(body: &[u8], line: usize, column: usize, about_list: bool) -> Op
         }
     }
     Some(path)
-}
-
-/// The index of the `n`th newline of `body` (1-based).
-fn memchr_nth_newline(body: &[u8], n: usize) -> Option<usize> {
-    body.iter()
-        .enumerate()
-        .filter(|(_, b)| **b == b'\n')
-        .nth(n - 1)
-        .map(|(i, _)| i)
 }
 
 /// The one reply type: every answer, allowed or not, is this, written once by

@@ -201,28 +201,10 @@ fn is_registry(r: &str) -> bool {
 
 /// `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`
 fn is_component(c: &str) -> bool {
-    let b = c.as_bytes();
-    let alnum = |x: u8| x.is_ascii_lowercase() || x.is_ascii_digit();
-    if b.is_empty() || !alnum(b[0]) || !alnum(b[b.len() - 1]) {
-        return false;
-    }
-    let mut i = 0;
-    while i < b.len() {
-        if alnum(b[i]) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < b.len() && !alnum(b[i]) {
-            i += 1;
-        }
-        let sep = &c[start..i];
-        let ok = matches!(sep, "." | "_" | "__") || sep.bytes().all(|x| x == b'-');
-        if !ok {
-            return false;
-        }
-    }
-    true
+    let alnum = |x: char| x.is_ascii_lowercase() || x.is_ascii_digit();
+    // Between the alphanumerics: nothing, or a separator.
+    let sep = |s: &str| matches!(s, "" | "." | "_" | "__") || s.bytes().all(|x| x == b'-');
+    c.starts_with(alnum) && c.ends_with(alnum) && c.split(alnum).all(sep)
 }
 
 /// `[\w][\w.-]{0,127}`

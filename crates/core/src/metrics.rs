@@ -81,11 +81,7 @@ impl Metrics {
         let injected: u32 = f.injected.iter().map(|(_, n)| n).sum();
         let fetch = f.fetch_ids > 0;
         let denial = is_denial(f.decision);
-        let mut out = Line(String::with_capacity(1024));
-        out.0.push('{');
-        for (k, v) in &self.config.dimensions {
-            out.field_str(k, v);
-        }
+        let mut out = self.open(1024);
         out.field_str("Route", f.route);
         out.field_str("Decision", f.decision);
         // A property, not a dimension: searchable in Logs Insights and shown beside every
@@ -117,30 +113,24 @@ impl Metrics {
         // image-builder counters (§5.6: attempts, failures, replacements by version and type,
         // container validations; its `round_time` is `Duration` of the image-builder route).
         for m in f.mutators {
-            out.key_parts("Mutator_", m);
-            out.num(1);
+            out.field_parts("Mutator_", m, 1);
         }
         for (t, n) in f.injected {
-            out.key_parts("SecretsInjected_", t.as_str());
-            out.num(u64::from(*n));
+            out.field_parts("SecretsInjected_", t.as_str(), u64::from(*n));
         }
         for (c, n) in f.images {
-            out.key_parts("", c.metric());
-            out.num(u64::from(*n));
+            out.field_parts("", c.metric(), u64::from(*n));
         }
         if denial {
             out.field_str("Reason", f.reason);
             out.field_num("Denials", 1);
         }
-        out.0.push_str("\"_aws\":{\"Timestamp\":");
-        let _ = write!(out.0, "{timestamp_ms}");
-        out.0.push_str(",\"CloudWatchMetrics\":[{\"Namespace\":");
-        out.str(&self.config.namespace);
-        out.0.push_str(",\"Dimensions\":[");
-        self.dimension_set(&mut out, &["Route", "Decision"]);
-        out.0.push(',');
-        self.dimension_set(&mut out, &["Decision"]);
-        out.0.push_str("],\"Metrics\":[");
+        self.directive(
+            &mut out,
+            timestamp_ms,
+            &[&["Route", "Decision"], &["Decision"]],
+        );
+        out.0.push_str(",\"Metrics\":[");
         for (name, unit, _) in fixed.iter().chain(fetched) {
             out.definition("", name, unit);
         }
@@ -156,29 +146,49 @@ impl Metrics {
         out.0.pop(); // the last definition's comma; there is always one (Admissions)
         out.0.push_str("]}");
         if denial {
-            out.0.push_str(",{\"Namespace\":");
-            out.str(&self.config.namespace);
-            out.0.push_str(",\"Dimensions\":[");
-            self.dimension_set(&mut out, &["Reason"]);
+            out.0.push(',');
+            self.dimensions(&mut out, &[&["Reason"]]);
             out.0
-                .push_str("],\"Metrics\":[{\"Name\":\"Denials\",\"Unit\":\"Count\"}]}");
+                .push_str(",\"Metrics\":[{\"Name\":\"Denials\",\"Unit\":\"Count\"}]}");
         }
         out.0.push_str("]}}");
         out.0
     }
 
+    /// A line's start: `{` and the configured dimensions, as properties.
+    fn open(&self, capacity: usize) -> Line {
+        let mut out = Line(String::with_capacity(capacity));
+        out.0.push('{');
+        for (k, v) in &self.config.dimensions {
+            out.field_str(k, v);
+        }
+        out
+    }
+
+    /// `"_aws":{"Timestamp":<ms>,"CloudWatchMetrics":[`, then the first directive's namespace
+    /// and dimension `sets` ([`Self::dimensions`]).
+    fn directive(&self, out: &mut Line, timestamp_ms: u64, sets: &[&[&str]]) {
+        out.0.push_str("\"_aws\":{\"Timestamp\":");
+        let _ = write!(out.0, "{timestamp_ms}");
+        out.0.push_str(",\"CloudWatchMetrics\":[");
+        self.dimensions(out, sets);
+    }
+
+    /// `{"Namespace":<namespace>,"Dimensions":[...]`: each of `sets` as
     /// `["<configured>", ..., "<own>", ...]`.
-    fn dimension_set(&self, out: &mut Line, own: &[&str]) {
-        out.0.push('[');
-        for k in self
-            .config
-            .dimensions
-            .keys()
-            .map(String::as_str)
-            .chain(own.iter().copied())
-        {
-            out.str(k);
-            out.0.push(',');
+    fn dimensions(&self, out: &mut Line, sets: &[&[&str]]) {
+        out.0.push_str("{\"Namespace\":");
+        out.str(&self.config.namespace);
+        out.0.push_str(",\"Dimensions\":[");
+        for own in sets {
+            out.0.push('[');
+            for k in (self.config.dimensions.keys().map(String::as_str)).chain(own.iter().copied())
+            {
+                out.str(k);
+                out.0.push(',');
+            }
+            out.0.pop();
+            out.0.push_str("],");
         }
         out.0.pop();
         out.0.push(']');
@@ -187,22 +197,13 @@ impl Metrics {
     /// The EMF line for `count` requests refused before the admission, by `kind` (the
     /// `Refusal` dimension): `Refusals`, which the Terraform and SAM alarm on for `PathToken`.
     pub fn refusals_line(&self, kind: &str, count: u64, timestamp_ms: u64) -> String {
-        let mut out = Line(String::with_capacity(256));
-        out.0.push('{');
-        for (k, v) in &self.config.dimensions {
-            out.field_str(k, v);
-        }
+        let mut out = self.open(256);
         out.field_str("Refusal", kind);
         out.field_str("Version", VERSION);
         out.field_num("Refusals", count);
-        out.0.push_str("\"_aws\":{\"Timestamp\":");
-        let _ = write!(out.0, "{timestamp_ms}");
-        out.0.push_str(",\"CloudWatchMetrics\":[{\"Namespace\":");
-        out.str(&self.config.namespace);
-        out.0.push_str(",\"Dimensions\":[");
-        self.dimension_set(&mut out, &["Refusal"]);
+        self.directive(&mut out, timestamp_ms, &[&["Refusal"]]);
         out.0
-            .push_str("],\"Metrics\":[{\"Name\":\"Refusals\",\"Unit\":\"Count\"}]}]}}");
+            .push_str(",\"Metrics\":[{\"Name\":\"Refusals\",\"Unit\":\"Count\"}]}]}}");
         out.0
     }
 
@@ -248,9 +249,11 @@ impl Line {
         self.0.push('"');
     }
 
-    fn key_parts(&mut self, prefix: &str, name: &str) {
+    /// A number under the key `prefix` and `name`.
+    fn field_parts(&mut self, prefix: &str, name: &str, n: u64) {
         self.str_parts(prefix, name);
         self.0.push(':');
+        self.num(n);
     }
 
     fn num(&mut self, n: u64) {

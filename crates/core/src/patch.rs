@@ -337,15 +337,11 @@ impl Ops {
 /// `metadata` when only the spec changed, are never turned into JSON at all. In the spec, the
 /// lists mutators edit (containers, init containers, volumes) are compared element by element,
 /// so a pod whose one container gained an env var serialises that container, not the pod.
+/// The pods are taken apart while they are diffed (so that the rest of a spec or container
+/// compares without its lists).
 pub fn diff_pods(mut before: Pod, mut after: Pod) -> Result<Patch, serde_json::Error> {
-    diff_pods_kept(&mut before, &mut after)
-}
-
-/// [`diff_pods`] on borrowed pods: they are taken apart while they are diffed (so that the rest
-/// of a spec or container compares without its lists) and put back before it returns.
-fn diff_pods_kept(before: &mut Pod, after: &mut Pod) -> Result<Patch, serde_json::Error> {
     let mut ops = Ops::new();
-    ops.pods(before, after)?;
+    ops.pods(&mut before, &mut after)?;
     Ok(ops.finish())
 }
 

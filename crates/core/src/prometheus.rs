@@ -43,13 +43,12 @@ impl<K: 'static, V: Default, const N: usize> Default for Labelled<K, V, N> {
 impl<K: Copy + Ord + 'static, V, const N: usize> Labelled<K, V, N> {
     /// The value for `key`, its slot claimed if it has none yet.
     fn get(&self, key: K) -> &V {
-        for (name, value) in &self.slots {
-            // An empty slot is claimed for `key`; one another thread claimed first is skipped.
-            if *name.get_or_init(|| key) == key {
-                return value;
-            }
-        }
-        &self.other
+        // An empty slot is claimed for `key`; one another thread claimed first is skipped.
+        let slot = self
+            .slots
+            .iter()
+            .find(|(name, _)| *name.get_or_init(|| key) == key);
+        slot.map_or(&self.other, |(_, value)| value)
     }
 
     /// The claimed slots, by label.

@@ -414,16 +414,15 @@ impl Chain {
                         }
                     }
                 }
-                Err(Denied { denial, effects }) if entry.required => {
-                    applied.effects.absorb(*effects);
-                    let denial = Denial {
-                        message: format!("[{id}] {}", denial.message),
-                        ..denial
-                    };
-                    return Err(Denied::new(denial, applied.effects));
-                }
                 Err(Denied { denial, effects }) => {
                     applied.effects.absorb(*effects);
+                    if entry.required {
+                        let denial = Denial {
+                            message: format!("[{id}] {}", denial.message),
+                            ..denial
+                        };
+                        return Err(Denied::new(denial, applied.effects));
+                    }
                     // A failed mutator may have changed part of the pod; none of it is kept.
                     pod.clone_from(&previous);
                     applied
@@ -432,8 +431,7 @@ impl Chain {
                 }
             }
         }
-        let notes = std::mem::take(&mut applied.effects.notes);
-        applied.warnings.extend(notes);
+        applied.warnings.append(&mut applied.effects.notes);
         Ok(applied)
     }
 }

@@ -299,12 +299,7 @@ impl ReferenceInjector {
         exec: bool,
         edits: &Edits<'_>,
     ) -> Result<Container, Refusal> {
-        let existing = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.init_containers.as_ref())
-            .and_then(|c| c.iter().find(|c| c.name == INIT_CONTAINER))
-            .filter(|_| edits.built.contains(INIT_CONTAINER));
+        let existing = fetcher_of(pod).filter(|_| edits.built.contains(INIT_CONTAINER));
         let mut container = existing.cloned().unwrap_or_else(|| self.new_fetcher(pod));
         let mut plan = match plan_env(&container, FETCH_PLAN_ENV) {
             Some(json) => FetchPlan::parse(json).map_err(|e| {
@@ -444,6 +439,12 @@ impl ReferenceInjector {
             .map_or(0, |i| i + 1);
         inits.insert(at, fetcher);
     }
+}
+
+/// The pod's init container named [`INIT_CONTAINER`], if any.
+fn fetcher_of(pod: &Pod) -> Option<&Container> {
+    let inits = pod.spec.as_ref()?.init_containers.as_ref()?;
+    inits.iter().find(|c| c.name == INIT_CONTAINER)
 }
 
 fn plan_env<'c>(c: &'c Container, name: &str) -> Option<&'c str> {
@@ -612,12 +613,7 @@ impl SecretInjector for ReferenceInjector {
 /// What a plan promises, for tests and `podmutator inject`: the fetcher's files, by the path a
 /// task container sees, each with the secret name it holds.
 pub fn promised_files(pod: &Pod) -> Result<BTreeMap<String, String>, String> {
-    let Some(c) = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.init_containers.as_ref())
-        .and_then(|c| c.iter().find(|c| c.name == INIT_CONTAINER))
-    else {
+    let Some(c) = fetcher_of(pod) else {
         return Ok(BTreeMap::new());
     };
     let json = plan_env(c, FETCH_PLAN_ENV).ok_or("the fetcher has no plan")?;

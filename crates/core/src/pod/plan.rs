@@ -248,13 +248,9 @@ impl FetchPlan {
 
     /// The distinct ids, in plan order: each is fetched once.
     pub fn ids(&self) -> Vec<String> {
-        let mut ids: Vec<String> = Vec::new();
-        for item in &self.secrets {
-            if !ids.contains(&item.id) {
-                ids.push(item.id.clone());
-            }
-        }
-        ids
+        let mut seen = std::collections::HashSet::new();
+        let ids = self.secrets.iter().map(|item| &item.id);
+        ids.filter(|id| seen.insert(*id)).cloned().collect()
     }
 }
 

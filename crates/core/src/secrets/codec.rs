@@ -10,7 +10,6 @@
 //!   test vectors need: no space after the colon, trailing blanks, raw invalid UTF-8 in a string.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 /// Prefix of every secret-request annotation key; the suffix is the secret's index.
 pub const ANNOTATION_PREFIX: &str = "flyte.secrets/s";
@@ -289,10 +288,7 @@ pub fn marshal_text(s: &Secret) -> String {
         out.push_str(": ");
         match mount.name() {
             Some(name) => out.push_str(name),
-            // Writing into a String cannot fail.
-            None => {
-                let _ = write!(out, "{}", mount.number());
-            }
+            None => out.push_str(&mount.number().to_string()),
         }
         out.push('\n');
     }
@@ -730,11 +726,9 @@ where
 
 /// `Some(n)` for a canonical decimal `u32` (no sign, no leading zero unless it is `0`).
 fn parse_index(suffix: &str) -> Option<u32> {
-    if is_canonical_decimal(suffix.as_bytes()) {
-        suffix.parse().ok()
-    } else {
-        None
-    }
+    is_canonical_decimal(suffix.as_bytes())
+        .then(|| suffix.parse().ok())
+        .flatten()
 }
 
 #[cfg(test)]

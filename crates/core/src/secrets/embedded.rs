@@ -29,6 +29,12 @@ pub const ENV_SECRETS: &str = "SECRETS";
 /// position 1 is right in every awk.
 pub const FILE_SCRIPT: &str = r#"printf "%s" "$SECRETS" | awk '/^.+=/ { i = index($0, "="); name = substr($0, 1, i - 1); value = substr($0, i + 1); output_file = "/etc/flyte/secrets/" name; print value | "base64 -d > " output_file; }'"#;
 
+/// The file writer's command, built in one place: `add_file` gives it and
+/// `check_file_writer_name` recognises the writer by it.
+fn file_command() -> Vec<String> {
+    ["sh", "-c", FILE_SCRIPT].map(String::from).into()
+}
+
 /// Flyte's `EncodeSecretName`: `u__org__<o>__domain__<d>__project__<p>__key__<k>`.
 pub fn secret_name(org: &str, domain: &str, project: &str, key: &str) -> String {
     format!("u__org__{org}__domain__{domain}__project__{project}__key__{key}")
@@ -341,11 +347,7 @@ impl EmbeddedInjector {
         let Some(spec) = &pod.spec else {
             return Ok(());
         };
-        let ours = |c: &Container| {
-            c.command
-                .as_ref()
-                .is_some_and(|cmd| *cmd == ["sh", "-c", FILE_SCRIPT])
-        };
+        let ours = |c: &Container| c.command.as_ref() == Some(&file_command());
         let taken = spec.containers.iter().any(|c| c.name == *name)
             || (spec.init_containers.iter().flatten()).any(|c| c.name == *name && !ours(c))
             || (spec.ephemeral_containers.iter().flatten()).any(|c| c.name == *name);
@@ -372,7 +374,7 @@ impl EmbeddedInjector {
                 inits.push(Container {
                     name: name.clone(),
                     image: Some(self.file_init.image.clone()),
-                    command: Some(vec!["sh".into(), "-c".into(), FILE_SCRIPT.into()]),
+                    command: Some(file_command()),
                     resources: Some(self.file_init.resources.clone()),
                     volume_mounts: Some(vec![mount(VOLUME, SECRETS_DIR)]),
                     ..Default::default()
@@ -548,7 +550,7 @@ mod tests {
             ..Default::default()
         };
         let ours = Container {
-            command: Some(vec!["sh".into(), "-c".into(), FILE_SCRIPT.into()]),
+            command: Some(file_command()),
             ..own.clone()
         };
         let accepts = |init: Option<Container>, app: Option<Container>| {

@@ -200,11 +200,8 @@ fn add_secret_item(
         mode: None,
     };
     let name = volume_name(group, group_version);
-    let at = match index.by_secret.get(group) {
-        Some(&at) => Some(at),
-        None => index.by_name.get(&name).copied(),
-    };
-    match at {
+    let at = index.by_secret.get(group).or(index.by_name.get(&name));
+    match at.copied() {
         Some(at) => {
             let v = &mut volumes[at];
             if v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) != Some(group) {

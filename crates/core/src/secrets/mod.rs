@@ -225,10 +225,7 @@ impl SecretsMutator {
 
     /// The pod's secret requests in index order.
     pub fn requests(pod: &Pod) -> Result<Vec<SecretRequest>, Denial> {
-        let Some(annotations) = pod.metadata.annotations.as_ref() else {
-            return Ok(Vec::new());
-        };
-        codec::decode_annotations(annotations).map_err(|e| {
+        codec::decode_annotations(pod.metadata.annotations.iter().flatten()).map_err(|e| {
             Denial::bad_request(
                 "BadSecretAnnotation",
                 format!(

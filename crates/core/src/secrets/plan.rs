@@ -170,16 +170,14 @@ impl SecretsMutator {
         };
         let mut images: Vec<ImageQuery> = Vec::new();
         if let Outcome::Requests(planned) = &outcome {
-            for p in planned {
-                for (i, accept) in &p.candidates {
-                    if !matches!(accept, Accept::Resolve(_)) {
-                        continue;
-                    }
-                    for q in self.injectors[*i].images(&p.req, pod) {
-                        if !images.contains(&q) {
-                            images.push(q);
-                        }
-                    }
+            let queries = planned.iter().flat_map(|p| {
+                (p.candidates.iter())
+                    .filter(|(_, accept)| matches!(accept, Accept::Resolve(_)))
+                    .flat_map(|(i, _)| self.injectors[*i].images(&p.req, pod))
+            });
+            for q in queries {
+                if !images.contains(&q) {
+                    images.push(q);
                 }
             }
         }

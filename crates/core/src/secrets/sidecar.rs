@@ -164,7 +164,7 @@ impl Provider {
             }
         };
         Ok(Fetch {
-            command: Some(shell(script)),
+            command: Some(vec!["sh".into(), "-ec".into(), script]),
             env: Vec::new(),
             file: path,
         })
@@ -275,10 +275,6 @@ impl Fetch {
             && has_all(&c.env, &ours.env)
             && has_all(&c.volume_mounts, &ours.volume_mounts)
     }
-}
-
-fn shell(script: String) -> Vec<String> {
-    vec!["sh".into(), "-ec".into(), script]
 }
 
 /// Injects a secret through a fetcher init container (ANY and FILE; ENV_VAR is refused):
@@ -425,10 +421,8 @@ impl SecretInjector for SidecarInjector {
         };
         let spec = pod.spec.get_or_insert_with(Default::default);
         if !present {
-            let fetcher = self.fetcher(name, &fetch);
-            spec.init_containers
-                .get_or_insert_with(Vec::new)
-                .push(fetcher);
+            let inits = spec.init_containers.get_or_insert_with(Vec::new);
+            inits.push(self.fetcher(name, &fetch));
         }
         // Looked for before the clone: `add_volume` would find it too, after cloning it.
         let volume = &self.shared.volume;

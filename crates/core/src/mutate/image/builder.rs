@@ -232,15 +232,13 @@ impl PodMutator for ImageBuilder {
             }
             // Flyte's image is a string: a container without one is verified as "".
             let original = image.clone().unwrap_or_default();
-            let mut current = original.clone();
             if let Some((rewritten, count)) = self.rewrite(&original) {
                 effects.image(count);
-                current = rewritten;
-                *image = Some(current.clone());
+                *image = Some(rewritten);
             }
             if let Some(allowed) = &allowed {
                 effects.image(ImageCount::ValidationAttempts);
-                if !self.allows(allowed, &current) {
+                if !self.allows(allowed, image.as_deref().unwrap_or_default()) {
                     effects.image(ImageCount::ValidationFailures);
                     effects.image(ImageCount::Failures);
                     let denial = Denial::forbidden(

@@ -73,15 +73,13 @@ impl PodMutator for DnsOptions {
     }
 
     fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
-        if !is_managed(pod, &self.label) {
-            return Ok(Effects::default());
-        }
-        let Some(spec) = pod.spec.as_mut() else {
-            return Ok(Effects::default());
-        };
-        let updated = set_dns_options(spec.dns_config.as_ref(), &self.options);
-        if spec.dns_config.as_ref() != Some(&updated) {
-            spec.dns_config = Some(updated);
+        if is_managed(pod, &self.label)
+            && let Some(spec) = pod.spec.as_mut()
+        {
+            let updated = set_dns_options(spec.dns_config.as_ref(), &self.options);
+            if spec.dns_config.as_ref() != Some(&updated) {
+                spec.dns_config = Some(updated);
+            }
         }
         Ok(Effects::default())
     }

@@ -96,21 +96,19 @@ pub fn add_gate(
     if inits.iter().any(|c| c.name == gate.name) {
         return Ok(());
     }
-    let taken = spec
+    let mut taken = spec
         .containers
         .iter()
         .map(|c| &c.name)
         .chain(spec.ephemeral_containers.iter().flatten().map(|c| &c.name));
-    for name in taken {
-        if *name == gate.name {
-            return Err(Denial::bad_request(
-                "GateNameTaken",
-                format!(
-                    "container name {:?} is reserved for the identity gate init container: rename the container, or skip the gate with annotation {opt_out}: \"false\"",
-                    gate.name
-                ),
-            ));
-        }
+    if taken.any(|name| *name == gate.name) {
+        return Err(Denial::bad_request(
+            "GateNameTaken",
+            format!(
+                "container name {:?} is reserved for the identity gate init container: rename the container, or skip the gate with annotation {opt_out}: \"false\"",
+                gate.name
+            ),
+        ));
     }
     let existing = spec
         .volumes
@@ -148,15 +146,14 @@ impl PodMutator for InitGate {
         {
             return Ok(Effects::default());
         }
-        let Some(spec) = pod.spec.as_mut() else {
-            return Ok(Effects::default());
-        };
-        add_gate(
-            spec,
-            &self.container,
-            &self.volume,
-            &self.opt_out_annotation,
-        )?;
+        if let Some(spec) = pod.spec.as_mut() {
+            add_gate(
+                spec,
+                &self.container,
+                &self.volume,
+                &self.opt_out_annotation,
+            )?;
+        }
         Ok(Effects::default())
     }
 }

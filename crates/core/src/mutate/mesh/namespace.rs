@@ -46,14 +46,10 @@ impl PodMutator for NamespaceInjection {
     }
 
     fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
-        if !self.applies(ctx, &pod.metadata) {
-            return Ok(Effects::default());
+        if self.applies(ctx, &pod.metadata) && super::label(pod, &self.label).is_none() {
+            let labels = &mut pod.metadata.labels;
+            *labels = Some(with_managed_label(labels.as_ref(), &self.label));
         }
-        let labels = &mut pod.metadata.labels;
-        if labels.as_ref().is_some_and(|l| l.contains_key(&self.label)) {
-            return Ok(Effects::default());
-        }
-        *labels = Some(with_managed_label(labels.as_ref(), &self.label));
         Ok(Effects::default())
     }
 }

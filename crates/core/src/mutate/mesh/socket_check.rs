@@ -95,20 +95,14 @@ pub fn socket_paths(spec: &PodSpec, volume: &str, file: &str) -> Vec<(String, Op
                         .collect::<Vec<_>>()
                         .join("/")
                 });
-                match sub.as_deref() {
-                    Some(sub) if !sub.is_empty() => {
-                        if file == sub {
-                            Some(m.mount_path.clone())
-                        } else if let Some(rest) =
-                            file.strip_prefix(sub).and_then(|r| r.strip_prefix('/'))
-                        {
-                            Some(format!("{dir}/{rest}"))
-                        } else {
-                            // This mount shows another part of the volume.
-                            continue;
-                        }
-                    }
-                    _ => Some(format!("{dir}/{file}")),
+                match sub.as_deref().filter(|s| !s.is_empty()) {
+                    None => Some(format!("{dir}/{file}")),
+                    Some(sub) if file == sub => Some(m.mount_path.clone()),
+                    Some(sub) => match file.strip_prefix(sub).and_then(|r| r.strip_prefix('/')) {
+                        Some(rest) => Some(format!("{dir}/{rest}")),
+                        // This mount shows another part of the volume.
+                        None => continue,
+                    },
                 }
             };
             out.push((c.name.clone(), path));
