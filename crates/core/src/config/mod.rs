@@ -864,7 +864,7 @@ impl Config {
         self.secrets.validate()?;
         warnings.extend(self.images.validate()?);
         warnings.extend(self.mesh.validate()?);
-        warnings.extend(self.images_the_builder_denies());
+        warnings.extend(self.file_mount_the_builder_denies());
         self.check_reserved_names()?;
         self.metrics.validate()?;
         check_label(
@@ -881,70 +881,72 @@ impl Config {
         Ok(warnings)
     }
 
-    /// A warning for each image the webhook adds to pods that the image builder, verifying,
-    /// would deny: a pod it reaches holds what the other entries added (the API server calls
-    /// it again after them), and only `excludedImagePrefixes` and the replacement registry's
-    /// shared paths are allowed in every namespace. The Embedded file-mount init container is
-    /// exempt while `excludedContainerNames` lists it.
-    fn images_the_builder_denies(&self) -> Vec<String> {
-        let (w, b) = (&self.webhook, &self.webhook.image_builder_config);
-        if !b.enabled || b.hostname_replacement.disable_verification {
-            return Vec::new();
-        }
+    /// The init containers the webhook adds to pods itself, beside the Embedded file-mount one
+    /// (which `excludedContainerNames` exempts, as in Union): each name, whether it is a name
+    /// prefix (the sidecars are numbered), and its image, for what `self` turns on.
+    pub fn own_init_containers(&self) -> Vec<(String, bool, String)> {
+        let w = &self.webhook;
         let managers = w.enabled_secret_managers();
-        let on = |t| managers.contains(&t);
-        let file_mount = &w.embedded_secret_manager_config.file_mount_init_container;
-        let gate = &self.mesh.gate;
-        let mut ours = vec![];
+        let mut own = vec![];
         if self.embedded_reads().names {
-            ours.push(("embedded.fetcherImage", self.embedded.fetcher_image.clone()));
+            let name = SECRET_MANAGER_CONTAINERS[0].to_owned();
+            own.push((name, false, self.embedded.fetcher_image.clone()));
         }
-        if on(SecretManagerType::Embedded)
-            && self.embedded.delivery == embedded::Delivery::Value
-            && !b
-                .excluded_container_names
-                .contains(&file_mount.container_name)
-        {
-            let key = "webhook.embeddedSecretManagerConfig.fileMountInitContainer.image";
-            ours.push((key, file_mount.image.clone()));
-        }
-        for (t, key, cfg, default) in [
+        let sidecars = [
             (
                 SecretManagerType::AWS,
-                "webhook.awsSecretManager.sidecarImage",
                 &w.aws_secret_manager,
                 AWS_SIDECAR_IMAGE,
             ),
             (
                 SecretManagerType::GCP,
-                "webhook.gcpSecretManager.sidecarImage",
                 &w.gcp_secret_manager,
                 GCP_SIDECAR_IMAGE,
             ),
             (
                 SecretManagerType::Azure,
-                "webhook.azureSecretManager.sidecarImage",
                 &w.azure_secret_manager,
                 AZURE_SIDECAR_IMAGE,
             ),
-        ] {
-            if on(t) {
-                ours.push((key, cfg.image_or(default)));
+        ];
+        for ((t, cfg, default), prefix) in
+            sidecars.into_iter().zip(SECRET_MANAGER_CONTAINER_PREFIXES)
+        {
+            if managers.contains(&t) {
+                own.push((prefix.to_owned(), true, cfg.image_or(default)));
             }
         }
+        let gate = &self.mesh.gate;
         if self.mesh.enabled && gate.enabled {
-            ours.push(("mesh.gate.image", gate.image.clone()));
+            own.push((gate.name.clone(), false, gate.image.clone()));
         }
+        own
+    }
+
+    /// A warning when the image builder, verifying, would deny the Embedded file-mount init
+    /// container: `excludedContainerNames` no longer lists it, and no excluded prefix or the
+    /// replacement registry's shared path covers its image.
+    fn file_mount_the_builder_denies(&self) -> Option<String> {
+        let w = &self.webhook;
+        let (b, init) = (
+            &w.image_builder_config,
+            &w.embedded_secret_manager_config.file_mount_init_container,
+        );
         let r = &b.hostname_replacement.replacement;
         let shared = [format!("{r}/union/"), format!("{r}/v1/union/")];
-        ours.into_iter()
-            .filter(|(_, image)| {
-                !b.excluded_image_prefixes.iter().chain(&shared).any(|p| image.starts_with(p.as_str()))
-            })
-            .map(|(key, image)| format!(
-                "{key} {image:?} is under no webhook.imageBuilderConfig.excludedImagePrefixes entry: with verification on, the image builder denies every pod it reaches that holds this container; list the image's registry path there"
-            ))
-            .collect()
+        let writes_files = w
+            .enabled_secret_managers()
+            .contains(&SecretManagerType::Embedded)
+            && self.embedded.delivery == embedded::Delivery::Value;
+        (b.enabled
+            && !b.hostname_replacement.disable_verification
+            && writes_files
+            && !b.excluded_container_names.contains(&init.container_name)
+            && !b.excluded_image_prefixes.iter().chain(&shared).any(|p| init.image.starts_with(p.as_str())))
+        .then(|| format!(
+            "webhook.embeddedSecretManagerConfig.fileMountInitContainer.image {:?}: webhook.imageBuilderConfig.excludedContainerNames does not list {:?} and no excludedImagePrefixes entry covers the image: with verification on, the image builder denies every pod with an Embedded file secret that it reaches",
+            init.image, init.container_name
+        ))
     }
 
     /// Whether a mutator's failure denies the pod; the default is in [`crate::mutate`].
@@ -2005,19 +2007,17 @@ mod tests {
         );
     }
 
-    /// The image builder, verifying, is warned of each image the webhook adds that it would deny.
+    /// The image builder, verifying, is warned of a file-mount init container it would deny.
     #[test]
-    fn images_the_builder_would_deny_are_warned_of() {
-        let config = |excluded: Value| {
+    fn a_file_mount_init_container_the_builder_would_deny_is_warned_of() {
+        let config = |excluded_names: Value| {
             json!({
-                "webhook": {"secretManagerTypes": ["AWS", "Embedded"],
+                "webhook": {"secretManagerTypes": ["Embedded"],
                     "embeddedSecretManagerConfig": {"type": "AWS"},
                     "imageBuilderConfig": {"enabled": true, "labelSelector": {"matchLabels": {"a": "b"}},
                         "hostnameReplacement": {"existing": "e.io", "replacement": "r.io"},
-                        "excludedImagePrefixes": excluded}},
-                "embedded": {"organization": "o", "delivery": "reference",
-                    "fetcherImage": "r.io/union/podmutator:1"},
-                "mesh": {"enabled": true, "gate": {"enabled": true, "image": "g.io/agent:1"}},
+                        "excludedContainerNames": excluded_names}},
+                "embedded": {"organization": "o"},
             })
         };
         let warned = |v: Value| -> Vec<String> {
@@ -2029,14 +2029,11 @@ mod tests {
                 .collect()
         };
         let w = warned(config(json!([])));
-        assert_eq!(w.len(), 2, "{w:?}");
-        assert!(w[0].starts_with("webhook.awsSecretManager.sidecarImage \"docker.io/amazon/"));
-        assert!(w[1].starts_with("mesh.gate.image \"g.io/agent:1\""));
-        assert!(warned(config(json!(["docker.io/amazon/", "g.io/"]))).is_empty());
-        let mut off = config(json!([]));
-        off["webhook"]["imageBuilderConfig"]["hostnameReplacement"]["disableVerification"] =
-            json!(true);
-        assert!(warned(off).is_empty());
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("webhook.embeddedSecretManagerConfig.fileMountInitContainer.image")
+        );
+        assert!(warned(config(json!(["init-embedded-secret"]))).is_empty());
     }
 
     /// Every value read into a Kubernetes type refuses a key the type drops, naming it.

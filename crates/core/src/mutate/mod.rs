@@ -285,14 +285,17 @@ impl Chain {
                     true,
                 ),
                 MutatorId::ImageBuilder if builder.enabled => (
-                    Step::Mutator(Box::new(image::ImageBuilder::new(
-                        builder,
-                        &config
-                            .webhook
-                            .embedded_secret_manager_config
-                            .file_mount_init_container,
-                        &config.images,
-                    ))),
+                    Step::Mutator(Box::new(
+                        image::ImageBuilder::new(
+                            builder,
+                            &config
+                                .webhook
+                                .embedded_secret_manager_config
+                                .file_mount_init_container,
+                            &config.images,
+                        )
+                        .with_own(config),
+                    )),
                     true,
                 ),
                 // Never fails: a reference it cannot read is left alone with a warning.

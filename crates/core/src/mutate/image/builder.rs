@@ -16,7 +16,8 @@
 //! compares text, which turns such images into paths no verification accepts, so both deny them
 //! unless the pod's namespace happens to be that component.
 //!
-//! Two differences from Union, both closing a way around the organisation check:
+//! Two differences from Union, both closing a way around the organisation check, and one
+//! for the containers podmutator adds that Union's webhook does not:
 //! - `excludedContainerNames` exempts only the init container the webhook injects: a container
 //!   is skipped when it is an init container, its name is listed, and it is the Embedded
 //!   manager's file-mount init container by name *and* image
@@ -24,6 +25,10 @@
 //!   so named, so a pod could name its own container `init-embedded-secret` and run any image.
 //! - `R/cloud/task` and `R/v1/cloud/task` match up to a path boundary (`/`, `:`, `@` or the
 //!   end), so `R/cloud/task-other-team/private` is not under them.
+//! - The other init containers the webhook adds (the reference fetcher, a secret manager's
+//!   sidecar, the gate: [`ImageBuilder::with_own`]), told by kind, name and image, are
+//!   rewritten but never refused: the API server calls this entry again after the entries
+//!   that added them, and would otherwise refuse every pod that holds them.
 //!
 //! On a pod UPDATE (and the `pods/ephemeralcontainers` subresource) only the images the update
 //! changes or adds are rewritten and checked: an image the pod already ran is left alone, so a
@@ -33,7 +38,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::{Kind, all_images_mut, image_of};
 use crate::config::images::ImagesConfig;
-use crate::config::{FileMountInitContainer, ImageBuilderConfig};
+use crate::config::{Config, FileMountInitContainer, ImageBuilderConfig};
 use crate::error::Denial;
 use crate::mutate::{Denied, Effects, ImageCount, PodCtx, PodMutator, Route};
 
@@ -57,6 +62,9 @@ pub struct ImageBuilder {
     /// `excludedImagePrefixes` in Docker Hub's long form, as the sources of a mirrored image
     /// are named (`bitnami/` is `docker.io/bitnami/`, `nginx` also `docker.io/library/nginx`).
     excluded_sources: Vec<String>,
+    /// The other init containers the webhook adds ([`Config::own_init_containers`]): a name
+    /// (or a name prefix) and its images, configured and mirrored.
+    own: Vec<(String, bool, Vec<String>)>,
 }
 
 impl ImageBuilder {
@@ -90,7 +98,55 @@ impl ImageBuilder {
                 .flat_map(|p| long_forms(p))
                 .collect(),
             mirrors,
+            own: Vec::new(),
         }
+    }
+
+    /// With the other init containers the webhook adds to pods: rewritten as any image, but
+    /// never refused, since a pod the API server calls this entry for again holds what the
+    /// other entries added (a fetcher, a sidecar, the gate).
+    pub fn with_own(mut self, config: &Config) -> Self {
+        self.own = config
+            .own_init_containers()
+            .into_iter()
+            .map(|(name, prefix, image)| {
+                // As configured, and as this entry and the images entry rewrite it, each once
+                // after the other in either order, as the API server may have called them.
+                let mut images = vec![image];
+                for _ in 0..2 {
+                    for i in images.clone() {
+                        let mirrored = self
+                            .mirrors
+                            .as_ref()
+                            .and_then(|m| m.rewrite(&i, false).ok().flatten());
+                        for x in mirrored.into_iter().chain(self.rewrite(&i).map(|(r, _)| r)) {
+                            if !images.contains(&x) {
+                                images.push(x);
+                            }
+                        }
+                    }
+                }
+                (name, prefix, images)
+            })
+            .collect();
+        self
+    }
+
+    /// Whether the container is one of the webhook's own ([`ImageBuilder::with_own`]), by
+    /// name and image.
+    fn is_own(&self, kind: Kind, name: &str, image: Option<&str>) -> bool {
+        kind == Kind::Init
+            && self.own.iter().any(|(own, prefix, images)| {
+                (if *prefix {
+                    name.starts_with(own.as_str())
+                } else {
+                    name == own
+                }) && image.is_some_and(|i| {
+                    images
+                        .iter()
+                        .any(|x| crate::image_ref::is_ours_or_pinned(i, x))
+                })
+            })
     }
 
     /// Whether the container is the init container the webhook injects (its image as
@@ -230,13 +286,14 @@ impl PodMutator for ImageBuilder {
             {
                 continue;
             }
+            let own = self.is_own(kind, name, image.as_deref());
             // Flyte's image is a string: a container without one is verified as "".
             let original = image.clone().unwrap_or_default();
             if let Some((rewritten, count)) = self.rewrite(&original) {
                 effects.image(count);
                 *image = Some(rewritten);
             }
-            if let Some(allowed) = &allowed {
+            if let Some(allowed) = allowed.as_ref().filter(|_| !own) {
                 effects.image(ImageCount::ValidationAttempts);
                 if !self.allows(allowed, image.as_deref().unwrap_or_default()) {
                     effects.image(ImageCount::ValidationFailures);
@@ -888,5 +945,66 @@ mod tests {
                 ImageCount::ReplacedOrgUnversioned
             ))
         );
+    }
+
+    /// The init containers the webhook adds itself (a fetcher, a sidecar, the gate), which the
+    /// API server shows this entry when it calls it again after the other entries: rewritten,
+    /// never refused; the same images in a pod's own containers are.
+    #[test]
+    fn the_webhooks_own_init_containers_are_rewritten_but_never_refused() {
+        let fetcher = format!("{E}/platform/podmutator:1");
+        let mut cfg: Config = serde_json::from_value(serde_json::json!({
+            "webhook": {"secretManagerTypes": ["AWS", "Embedded"],
+                "embeddedSecretManagerConfig": {"type": "AWS"}},
+            "embedded": {"organization": "o", "delivery": "reference", "fetcherImage": fetcher},
+            "mesh": {"enabled": true, "gate": {"enabled": true, "image": "g.io/agent:1"}},
+        }))
+        .unwrap();
+        cfg.webhook.image_builder_config = config(false, &[]);
+        let m = ImageBuilder::new(
+            &cfg.webhook.image_builder_config,
+            &FileMountInitContainer::default(),
+            &ImagesConfig::default(),
+        )
+        .with_own(&cfg);
+        let init = |name: &str, image: &str| Container {
+            name: name.into(),
+            image: Some(image.into()),
+            ..Default::default()
+        };
+        let ours = vec![
+            init("podmutator-fetch", &fetcher),
+            init("aws-pull-secret-0", crate::config::AWS_SIDECAR_IMAGE),
+            init("aether-identity-ready", "g.io/agent:1"),
+        ];
+        let mut p = pod(&[format!("{R}/orgs/{ORG}/app")]);
+        p.spec.as_mut().unwrap().init_containers = Some(ours.clone());
+        let (result, _) = run(&m, &mut p);
+        assert_eq!(result, Ok(()));
+        let inits = p.spec.as_ref().unwrap().init_containers.clone().unwrap();
+        // Rewritten as any image under `existing` is.
+        assert_eq!(
+            inits[0].image.as_deref(),
+            Some(format!("{R}/orgs/platform/podmutator:1").as_str())
+        );
+        assert_eq!(
+            inits[1].image.as_deref(),
+            Some(crate::config::AWS_SIDECAR_IMAGE)
+        );
+        // Called again on its own output, as after a later entry: still ours.
+        assert_eq!(run(&m, &mut p.clone()).0, Ok(()));
+        // A pod's own container with one of these images, under another name or kind, is not.
+        for (name, image) in [
+            ("fetch", fetcher.as_str()),
+            ("aether-identity-ready", "g.io/agent:1"),
+        ] {
+            let mut p = pod(&[image.to_owned()]);
+            p.spec.as_mut().unwrap().containers[0].name = name.into();
+            assert!(run(&m, &mut p).0.is_err(), "{name} {image}");
+        }
+        let mut p = pod(&[]);
+        p.spec.as_mut().unwrap().init_containers =
+            Some(vec![init("aws-pull-secret-0", "g.io/other:1")]);
+        assert!(run(&m, &mut p).0.is_err());
     }
 }
