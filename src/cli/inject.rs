@@ -283,9 +283,8 @@ impl Injector {
         if let Outcome::Allowed { after, .. } = &outcome {
             // A template holds only metadata and spec.
             for key in ["metadata", "spec"] {
-                match after.get(key) {
-                    Some(v) if !v.is_null() => template[key] = v.clone(),
-                    _ => {}
+                if let Some(v) = after.get(key).filter(|v| !v.is_null()) {
+                    template[key] = v.clone();
                 }
             }
         }
