@@ -271,12 +271,6 @@ pub struct AwsSource {
     warm: Arc<AtomicBool>,
 }
 
-/// One call's share of the bounds: a slot of the admission's and one of the process's.
-struct Slot {
-    _admission: Option<OwnedSemaphorePermit>,
-    _process: Option<OwnedSemaphorePermit>,
-}
-
 /// What one spawned call needs.
 #[derive(Clone)]
 struct CallCtx {
@@ -288,14 +282,15 @@ struct CallCtx {
 }
 
 impl CallCtx {
-    /// Waits for a slot; the admission's first so that one admission queues behind its own
-    /// calls and takes at most its share of the process's. The semaphores are never closed; if
-    /// one were, the call would go ahead unbounded rather than fail.
-    async fn slot(&self) -> Slot {
-        Slot {
-            _admission: self.admission.clone().acquire_owned().await.ok(),
-            _process: self.process.clone().acquire_owned().await.ok(),
-        }
+    /// Waits for one call's share of the bounds, a slot of the admission's and one of the
+    /// process's; the admission's first so that one admission queues behind its own calls and
+    /// takes at most its share of the process's. The semaphores are never closed; if one were,
+    /// the call would go ahead unbounded rather than fail.
+    async fn slot(&self) -> (Option<OwnedSemaphorePermit>, Option<OwnedSemaphorePermit>) {
+        (
+            self.admission.clone().acquire_owned().await.ok(),
+            self.process.clone().acquire_owned().await.ok(),
+        )
     }
 
     async fn batch(self, ids: Vec<String>) -> Result<(Vec<(String, Lookup)>, u32), SourceError> {

@@ -574,15 +574,12 @@ fn challenge_scheme(header: Option<&str>) -> String {
 
 /// Percent-encodes a query value (RFC 3986 unreserved characters, and `:` `/` kept).
 fn encode_query(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~:/".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    s.bytes()
+        .map(|b| match b {
+            b if b.is_ascii_alphanumeric() || b"-._~:/".contains(&b) => char::from(b).to_string(),
+            b => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 #[cfg(test)]
