@@ -176,10 +176,7 @@ impl tracing::field::Visit for Fields<'_> {
 
     fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
         self.key(field);
-        match serde_json::Number::from_f64(value) {
-            Some(n) => self.0.push_str(&n.to_string()),
-            None => self.0.push_str("null"),
-        }
+        let _ = write!(self.0, "{}", serde_json::Value::from(value));
     }
 }
 
