@@ -44,11 +44,9 @@ pub struct Source {
 impl Source {
     pub fn load(&self) -> Result<Loaded, LoadError> {
         let name = |env: bool, var: &'static str, flag: &'static str| if env { var } else { flag };
+        let flyte_flag = name(self.from_env.flyte, ENV_FLYTE_CONFIG_FILE, "--flyte-config");
         let flyte = match self.flyte.as_deref() {
-            Some(path) => flyte_files(
-                path,
-                name(self.from_env.flyte, ENV_FLYTE_CONFIG_FILE, "--flyte-config"),
-            )?,
+            Some(path) => flyte_files(path, flyte_flag)?,
             None => Vec::new(),
         };
         let flyte: Vec<(&str, &str)> = flyte

@@ -9,13 +9,10 @@ use std::io::Write as _;
 /// and `info` is used: a typo must not silence the log.
 pub fn init_logging() {
     use tracing_subscriber::util::SubscriberInitExt;
-    let (var, spec) = match std::env::var("RUST_LOG") {
-        Ok(spec) => ("RUST_LOG", spec),
-        Err(_) => match std::env::var("AWS_LAMBDA_LOG_LEVEL") {
-            Ok(spec) => ("AWS_LAMBDA_LOG_LEVEL", spec),
-            Err(_) => ("", "info".to_owned()),
-        },
-    };
+    let (var, spec) = ["RUST_LOG", "AWS_LAMBDA_LOG_LEVEL"]
+        .into_iter()
+        .find_map(|var| Some((var, std::env::var(var).ok()?)))
+        .unwrap_or(("", "info".to_owned()));
     let filter = log_filter(&spec).unwrap_or_else(|e| {
         eprintln!("podmutator: {var}={spec:?} is not a valid log filter: {e}; logging at info");
         log_filter("info").expect("a level is a filter")
@@ -179,10 +176,7 @@ impl tracing::field::Visit for Fields<'_> {
 
     fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
         self.key(field);
-        match serde_json::Number::from_f64(value) {
-            Some(n) => self.0.push_str(&n.to_string()),
-            None => self.0.push_str("null"),
-        }
+        let _ = write!(self.0, "{}", serde_json::Value::from(value));
     }
 }
 
@@ -197,11 +191,9 @@ impl tracing::field::Visit for Fields<'_> {
 /// off. Whatever the filter says, [`LOG_CAPS`] hold.
 pub fn log_filter(spec: &str) -> Result<tracing_subscriber::filter::Targets, String> {
     use tracing_subscriber::filter::{LevelFilter, Targets};
-    let spec = spec.trim();
-    let spec = if spec.eq_ignore_ascii_case("fatal") {
-        "error"
-    } else {
-        spec
+    let spec = match spec.trim() {
+        s if s.eq_ignore_ascii_case("fatal") => "error",
+        s => s,
     };
     let directives: Vec<&str> = spec
         .split(',')

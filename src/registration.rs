@@ -356,11 +356,9 @@ pub fn parse_timeout(s: &str) -> Result<u32, InvalidValue> {
 
 fn check_ca_bundle(pem: &[u8]) -> Result<(), InvalidValue> {
     let text = std::str::from_utf8(pem).map_err(|_| InvalidValue::PemNotText)?;
-    if text.contains("-----BEGIN CERTIFICATE-----") {
-        Ok(())
-    } else {
-        Err(InvalidValue::NoCertificate)
-    }
+    text.contains("-----BEGIN CERTIFICATE-----")
+        .then_some(())
+        .ok_or(InvalidValue::NoCertificate)
 }
 
 /// `--failure-policy`: exactly `Fail` or `Ignore`, as the API server spells them.
@@ -540,9 +538,8 @@ impl RegistrationOptions {
 
 /// `podmutator webhook-config ARGS`: the YAML to print.
 pub fn webhook_config_command(args: RegistrationOptions) -> Result<String, ArgError> {
-    Ok(to_yaml(&mutating_webhook_configuration(
-        &args.read_files()?,
-    )))
+    let opts = args.read_files()?;
+    Ok(to_yaml(&mutating_webhook_configuration(&opts)))
 }
 
 #[cfg(test)]

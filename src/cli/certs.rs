@@ -97,17 +97,16 @@ pub struct CertsArgs {
 
 /// `90d`, `720h`, `30m`, `45s`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?}: a number and s, m, h or d (90d, 720h)");
     let (number, unit) = text.split_at(text.len().saturating_sub(1));
     let seconds = match unit {
         "s" => 1,
         "m" => 60,
         "h" => 3600,
         "d" => 86_400,
-        _ => return Err(format!("{text:?}: a number and s, m, h or d (90d, 720h)")),
+        _ => return Err(bad()),
     };
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?}: a number and s, m, h or d (90d, 720h)"))?;
+    let n: u64 = number.parse().map_err(|_| bad())?;
     if n == 0 {
         return Err(format!("{text:?}: must be more than zero"));
     }

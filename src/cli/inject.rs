@@ -5,7 +5,6 @@
 //! answered by the same [`App`] `serve` and the Lambda run ([`App::build`]), so what this prints
 //! is what the webhook does. Nothing is read from the network unless `--embedded` is given.
 
-use std::io::Read;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
@@ -152,27 +151,14 @@ pub fn parse_documents(text: &str, path: &str) -> Result<(Format, Vec<Value>), I
 /// Renders documents in `format`: YAML documents separated by `---`, JSON objects one after
 /// another.
 pub fn render(format: Format, docs: &[Value]) -> Result<String, InjectError> {
-    let mut out = String::new();
-    for (i, doc) in docs.iter().enumerate() {
-        match format {
-            Format::Yaml => {
-                if i > 0 {
-                    out.push_str("---\n");
-                }
-                out.push_str(
-                    &serde_saphyr::to_string(doc).map_err(|e| InjectError::Output(e.into()))?,
-                );
-            }
-            Format::Json => {
-                out.push_str(
-                    &serde_json::to_string_pretty(doc)
-                        .map_err(|e| InjectError::Output(e.into()))?,
-                );
-                out.push('\n');
-            }
-        }
-    }
-    Ok(out)
+    let texts = docs.iter().map(|doc| match format {
+        Format::Yaml => serde_saphyr::to_string(doc).map_err(|e| InjectError::Output(e.into())),
+        Format::Json => serde_json::to_string_pretty(doc)
+            .map(|text| text + "\n")
+            .map_err(|e| InjectError::Output(e.into())),
+    });
+    let texts = texts.collect::<Result<Vec<_>, _>>()?;
+    Ok(texts.join(if format == Format::Yaml { "---\n" } else { "" }))
 }
 
 /// Where a workload kind keeps its pod template.
@@ -283,9 +269,8 @@ impl Injector {
         if let Outcome::Allowed { after, .. } = &outcome {
             // A template holds only metadata and spec.
             for key in ["metadata", "spec"] {
-                match after.get(key) {
-                    Some(v) if !v.is_null() => template[key] = v.clone(),
-                    _ => {}
+                if let Some(v) = after.get(key).filter(|v| !v.is_null()) {
+                    template[key] = v.clone();
                 }
             }
         }
@@ -478,12 +463,11 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
         source,
     };
     let text = if path == "-" {
-        let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).map_err(read_err)?;
-        s
+        std::io::read_to_string(std::io::stdin())
     } else {
-        std::fs::read_to_string(&args.file).map_err(read_err)?
-    };
+        std::fs::read_to_string(&args.file)
+    }
+    .map_err(read_err)?;
     // What would read from the cloud with the operator's credentials: asked for, not assumed.
     let reads = config.embedded_reads();
     if (reads.values || reads.names) && !args.embedded {

@@ -184,15 +184,13 @@ impl CliError {
     /// The message with every source after it, `: `-separated, as `main` prints it.
     pub fn chain(&self) -> String {
         let mut out = self.to_string();
-        let mut next = std::error::Error::source(self);
-        while let Some(e) = next {
+        for e in std::iter::successors(std::error::Error::source(self), |e| e.source()) {
             let s = e.to_string();
             // `transparent` variants hand their own message up; don't print it twice.
             if !out.ends_with(&s) {
                 out.push_str(": ");
                 out.push_str(&s);
             }
-            next = e.source();
         }
         out
     }

@@ -19,6 +19,7 @@
 //! files.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::ffi::{OsStr, OsString};
 use std::io::{ErrorKind, Write};
 use std::os::fd::AsRawFd;
@@ -98,7 +99,7 @@ pub fn write_files(
     let root = Dir::root(&plan.root).map_err(|_| FetchError::NoRoot {
         root: plan.root.display().to_string(),
     })?;
-    let mut dirs = Dirs::new(root);
+    let mut dirs = Dirs::from([(PathBuf::new(), Rc::new(root))]);
     let mut staged: Vec<Staged<'_>> = Vec::new();
     let result = stage(plan, values, &mut dirs, &mut staged);
     if result.is_err() {
@@ -135,7 +136,7 @@ fn stage<'a>(
             path: item.file.display().to_string(),
             source,
         };
-        let (dir, name) = dirs.parent_of(&item.file, DIR_MODE).map_err(err)?;
+        let (dir, name) = parent_of(dirs, &item.file, DIR_MODE).map_err(err)?;
         let tmp = temp_name(&name);
         write_new(&dir, &tmp, bytes, FILE_MODE).map_err(err)?;
         staged.push(Staged {
@@ -176,7 +177,7 @@ fn copy_executable(dirs: &mut Dirs, to: &Path) -> Result<Copied, FetchError> {
     let (from, wrapper) = exec_program().map_err(err)?;
     let bytes = std::fs::read(&from).map_err(err)?;
     // Directories on the way must be searchable by every user that runs the copy.
-    let (dir, name) = dirs.parent_of(to, EXECUTABLE_MODE | 0o200).map_err(err)?;
+    let (dir, name) = parent_of(dirs, to, EXECUTABLE_MODE | 0o200).map_err(err)?;
     let tmp = temp_name(&name);
     write_new(&dir, &tmp, &bytes, EXECUTABLE_MODE).map_err(err)?;
     std::fs::rename(dir.at(&tmp), dir.at(&name)).map_err(err)?;
@@ -266,38 +267,24 @@ fn refuse_link(e: std::io::Error, at: &Path, shown: &Path) -> std::io::Error {
 
 /// The directories opened while writing one plan, by their path below the root: each is
 /// opened (and created) once.
-struct Dirs {
-    open: BTreeMap<PathBuf, Rc<Dir>>,
-}
+type Dirs = BTreeMap<PathBuf, Rc<Dir>>;
 
-impl Dirs {
-    fn new(root: Dir) -> Self {
-        Self {
-            open: BTreeMap::from([(PathBuf::new(), Rc::new(root))]),
-        }
+/// The open directory that holds `file` (below the root, as the plan was validated), with the
+/// missing directories on the way created with `mode`, and the file's name in it.
+fn parent_of(dirs: &mut Dirs, file: &Path, mode: u32) -> std::io::Result<(Rc<Dir>, OsString)> {
+    let mut at = PathBuf::new();
+    let mut dir = Rc::clone(&dirs[&at]);
+    let invalid = || std::io::Error::other("the path is not below the plan's root");
+    let rel = file.strip_prefix(&dir.shown).map_err(|_| invalid())?;
+    let name = rel.file_name().ok_or_else(invalid)?.to_owned();
+    for part in rel.parent().into_iter().flat_map(Path::iter) {
+        at.push(part);
+        dir = match dirs.entry(at.clone()) {
+            Entry::Occupied(open) => Rc::clone(open.get()),
+            Entry::Vacant(slot) => Rc::clone(slot.insert(Rc::new(dir.subdir(part, mode)?))),
+        };
     }
-
-    /// The open directory that holds `file` (below the root, as the plan was validated), with
-    /// the missing directories on the way created with `mode`, and the file's name in it.
-    fn parent_of(&mut self, file: &Path, mode: u32) -> std::io::Result<(Rc<Dir>, OsString)> {
-        let mut at = PathBuf::new();
-        let mut dir = Rc::clone(&self.open[&at]);
-        let invalid = || std::io::Error::other("the path is not below the plan's root");
-        let rel = file.strip_prefix(&dir.shown).map_err(|_| invalid())?;
-        let name = rel.file_name().ok_or_else(invalid)?.to_owned();
-        for part in rel.parent().into_iter().flat_map(Path::iter) {
-            at.push(part);
-            dir = match self.open.get(&at) {
-                Some(d) => Rc::clone(d),
-                None => {
-                    let d = Rc::new(dir.subdir(part, mode)?);
-                    self.open.insert(at.clone(), Rc::clone(&d));
-                    d
-                }
-            };
-        }
-        Ok((dir, name))
-    }
+    Ok((dir, name))
 }
 
 /// Writes `bytes` to a fresh `tmp` in `dir` with `mode`.

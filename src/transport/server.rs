@@ -329,18 +329,18 @@ pub async fn serve(
                 },
             }
         };
-        let conn = Connection {
+        let release = registry.release_on_drop(&slot);
+        tokio::spawn(connection(
             tcp,
             peer,
-            release: registry.release_on_drop(&slot),
             slot,
-            acceptor: acceptor.clone(),
-            builder: builder.clone(),
-            front: front.clone(),
+            release,
+            acceptor.clone(),
+            builder.clone(),
+            front.clone(),
             limits,
-            stopping: stopping.clone(),
-        };
-        tokio::spawn(conn.run());
+            stopping.clone(),
+        ));
         // The new connection's task starts its handshake before the next accept, so a burst
         // waiting in the backlog cannot make room by closing it before it is read.
         tokio::task::yield_now().await;
@@ -359,97 +359,83 @@ pub async fn serve(
     Ok(())
 }
 
-/// One accepted TCP connection and what it needs to be served.
-struct Connection {
+/// Serves one accepted TCP connection; `_release` frees its slot when this ends.
+#[allow(clippy::too_many_arguments)]
+async fn connection(
     tcp: TcpStream,
     peer: SocketAddr,
     slot: Arc<Slot>,
-    release: Release,
+    _release: Release,
     acceptor: TlsAcceptor,
     builder: Arc<auto::Builder<TokioExecutor>>,
     front: Arc<Front>,
     limits: Limits,
-    stopping: watch::Receiver<bool>,
-}
-
-impl Connection {
-    async fn run(self) {
-        let Self {
-            tcp,
-            peer,
-            slot,
-            release: _release,
-            acceptor,
-            builder,
-            front,
-            limits,
-            mut stopping,
-        } = self;
-        let first_request_by = slot.accepted + limits.first_request;
-        let tls = tokio::select! {
-            tls = tokio::time::timeout_at(first_request_by, acceptor.accept(tcp)) => match tls {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    front.tls_failed(peer, &e);
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "tls handshake timed out");
-                    return;
-                }
-            },
-            () = slot.shed.notified() => return,
-            _ = stopping.changed() => return,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let first_request_by = slot.accepted + limits.first_request;
+    let tls = tokio::select! {
+        tls = tokio::time::timeout_at(first_request_by, acceptor.accept(tcp)) => match tls {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                front.tls_failed(peer, &e);
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "tls handshake timed out");
+                return;
+            }
+        },
+        () = slot.shed.notified() => return,
+        _ = stopping.changed() => return,
+    };
+    let on_request = slot.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let in_flight = on_request.begin();
+        respond(front.clone(), limits, peer, in_flight, req)
+    });
+    let conn = builder.serve_connection(TokioIo::new(tls), service);
+    tokio::pin!(conn);
+    let age_limit = slot.accepted + limits.max_age;
+    // Set once the connection was asked to close: in-flight requests get `request` more.
+    let mut closing: Option<Instant> = None;
+    loop {
+        let wake = match closing {
+            Some(hard_stop) => hard_stop,
+            None if !slot.served() => first_request_by.min(age_limit),
+            None if slot.in_flight() == 0 => (slot.idle_since() + limits.idle).min(age_limit),
+            None => (Instant::now() + limits.idle).min(age_limit),
         };
-        let on_request = slot.clone();
-        let service = hyper::service::service_fn(move |req| {
-            let in_flight = on_request.begin();
-            respond(front.clone(), limits, peer, in_flight, req)
-        });
-        let conn = builder.serve_connection(TokioIo::new(tls), service);
-        tokio::pin!(conn);
-        let age_limit = slot.accepted + limits.max_age;
-        // Set once the connection was asked to close: in-flight requests get `request` more.
-        let mut closing: Option<Instant> = None;
-        loop {
-            let wake = match closing {
-                Some(hard_stop) => hard_stop,
-                None if !slot.served() => first_request_by.min(age_limit),
-                None if slot.in_flight() == 0 => (slot.idle_since() + limits.idle).min(age_limit),
-                None => (Instant::now() + limits.idle).min(age_limit),
-            };
-            tokio::select! {
-                ended = conn.as_mut() => {
+        tokio::select! {
+            ended = conn.as_mut() => {
 
-                    if let Err(e) = ended {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
+                if let Err(e) = ended {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            () = slot.shed.notified() => return,
+            () = slot.request_ended.notified() => {}
+            _ = stopping.changed(), if closing.is_none() => {
+                conn.as_mut().graceful_shutdown();
+                closing = Some(Instant::now() + limits.request);
+            }
+            () = tokio::time::sleep_until(wake) => {
+                let now = Instant::now();
+                if closing.is_some() {
+                    tracing::debug!(%peer, "connection still open after its close was asked for");
                     return;
                 }
-                () = slot.shed.notified() => return,
-                () = slot.request_ended.notified() => {}
-                _ = stopping.changed(), if closing.is_none() => {
-                    conn.as_mut().graceful_shutdown();
-                    closing = Some(Instant::now() + limits.request);
+                let served = slot.served();
+                let idle = slot.in_flight() == 0;
+                if !served && idle && now >= first_request_by {
+                    tracing::debug!(%peer, "no request head before the first-request deadline");
+                    return;
                 }
-                () = tokio::time::sleep_until(wake) => {
-                    let now = Instant::now();
-                    if closing.is_some() {
-                        tracing::debug!(%peer, "connection still open after its close was asked for");
-                        return;
-                    }
-                    let served = slot.served();
-                    let idle = slot.in_flight() == 0;
-                    if !served && idle && now >= first_request_by {
-                        tracing::debug!(%peer, "no request head before the first-request deadline");
-                        return;
-                    }
-                    let idle_too_long = served && idle && now >= slot.idle_since() + limits.idle;
-                    if idle_too_long || now >= age_limit {
-                        tracing::debug!(%peer, idle_too_long, "closing the connection gracefully");
-                        conn.as_mut().graceful_shutdown();
-                        closing = Some(now + limits.request);
-                    }
+                let idle_too_long = served && idle && now >= slot.idle_since() + limits.idle;
+                if idle_too_long || now >= age_limit {
+                    tracing::debug!(%peer, idle_too_long, "closing the connection gracefully");
+                    conn.as_mut().graceful_shutdown();
+                    closing = Some(now + limits.request);
                 }
             }
         }

@@ -162,8 +162,7 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
 pub fn generate_certs(names: &[String]) -> Result<(String, String, String), rcgen::Error> {
     let not_after = time::OffsetDateTime::now_utc() + time::Duration::days(VALIDITY_DAYS);
     let (ca_pem, ca_key_pem) = generate_ca(not_after)?;
-    let (cert_pem, key_pem) = issue_leaf(&ca_key_pem, names, not_after)?;
-    Ok((ca_pem, cert_pem, key_pem))
+    issue_leaf(&ca_key_pem, names, not_after).map(|(cert, key)| (ca_pem, cert, key))
 }
 
 /// The CA's subject: fixed words and the first bytes of its public key's SHA-256, so that two

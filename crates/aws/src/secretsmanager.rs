@@ -271,12 +271,6 @@ pub struct AwsSource {
     warm: Arc<AtomicBool>,
 }
 
-/// One call's share of the bounds: a slot of the admission's and one of the process's.
-struct Slot {
-    _admission: Option<OwnedSemaphorePermit>,
-    _process: Option<OwnedSemaphorePermit>,
-}
-
 /// What one spawned call needs.
 #[derive(Clone)]
 struct CallCtx {
@@ -288,14 +282,15 @@ struct CallCtx {
 }
 
 impl CallCtx {
-    /// Waits for a slot; the admission's first so that one admission queues behind its own
-    /// calls and takes at most its share of the process's. The semaphores are never closed; if
-    /// one were, the call would go ahead unbounded rather than fail.
-    async fn slot(&self) -> Slot {
-        Slot {
-            _admission: self.admission.clone().acquire_owned().await.ok(),
-            _process: self.process.clone().acquire_owned().await.ok(),
-        }
+    /// Waits for one call's share of the bounds, a slot of the admission's and one of the
+    /// process's; the admission's first so that one admission queues behind its own calls and
+    /// takes at most its share of the process's. The semaphores are never closed; if one were,
+    /// the call would go ahead unbounded rather than fail.
+    async fn slot(&self) -> (Option<OwnedSemaphorePermit>, Option<OwnedSemaphorePermit>) {
+        (
+            self.admission.clone().acquire_owned().await.ok(),
+            self.process.clone().acquire_owned().await.ok(),
+        )
     }
 
     async fn batch(self, ids: Vec<String>) -> Result<(Vec<(String, Lookup)>, u32), SourceError> {
@@ -320,13 +315,8 @@ impl CallCtx {
                 let Some(name) = entry.name() else { continue };
                 // A batch answers by name; match it to the id we asked for.
                 if let Some(id) = ids.iter().find(|i| *i == name || entry.arn() == Some(i)) {
-                    out.push((
-                        id.clone(),
-                        Lookup::Found(SecretValue {
-                            string: entry.secret_string().map(str::to_owned),
-                            binary: entry.secret_binary().map(|b| b.as_ref().to_vec()),
-                        }),
-                    ));
+                    let value = found(entry.secret_string(), entry.secret_binary());
+                    out.push((id.clone(), value));
                 }
             }
             for err in resp.errors() {
@@ -363,10 +353,7 @@ impl CallCtx {
             .send()
             .await;
         let lookup = match sent {
-            Ok(resp) => Lookup::Found(SecretValue {
-                string: resp.secret_string().map(str::to_owned),
-                binary: resp.secret_binary().map(|b| b.as_ref().to_vec()),
-            }),
+            Ok(resp) => found(resp.secret_string(), resp.secret_binary()),
             Err(e)
                 if e.as_service_error()
                     .is_some_and(|e| e.is_resource_not_found_exception()) =>
@@ -381,6 +368,14 @@ impl CallCtx {
         self.warm.store(true, Ordering::Relaxed);
         Ok((vec![(id, lookup)], 1))
     }
+}
+
+/// A value as either API returns it.
+fn found(string: Option<&str>, binary: Option<&aws_smithy_types::Blob>) -> Lookup {
+    Lookup::Found(SecretValue {
+        string: string.map(str::to_owned),
+        binary: binary.map(|b| b.as_ref().to_vec()),
+    })
 }
 
 impl AwsSource {

@@ -149,20 +149,18 @@ impl RegistryClient {
         let registry = image.registry.clone();
         let repo = image.path.clone();
         let mut by_tag = None;
-        let digest = match digest {
-            Some(d) => d.to_owned(),
+        let tag_key = (registry.clone(), repo.clone(), tag.to_owned());
+        let cached = digest
+            .map(str::to_owned)
+            .or_else(|| self.tags.get(&tag_key));
+        let digest = match cached {
+            Some(d) => d,
             None => {
-                let key = (registry.clone(), repo.clone(), tag.to_owned());
-                match self.tags.get(&key) {
-                    Some(d) => d,
-                    None => {
-                        let body = session.manifest(tag).await?;
-                        let d = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
-                        self.tags.insert(key, d.clone());
-                        by_tag = Some(body);
-                        d
-                    }
-                }
+                let body = session.manifest(tag).await?;
+                let d = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
+                self.tags.insert(tag_key, d.clone());
+                by_tag = Some(body);
+                d
             }
         };
         let key = (registry, repo, digest.clone(), query.arch.clone());
@@ -240,10 +238,9 @@ impl EntrypointSource for RegistryClient {
                 let _permit = self.in_flight.acquire().await;
                 self.lookup_uncached(query).await
             };
-            match tokio::time::timeout(timeout, run).await {
-                Ok(answer) => answer,
-                Err(_) => Err(LookupError::Timeout(self.config.timeout_ms)),
-            }
+            tokio::time::timeout(timeout, run)
+                .await
+                .unwrap_or(Err(LookupError::Timeout(self.config.timeout_ms)))
         })
     }
 }
@@ -406,16 +403,14 @@ impl Session<'_> {
                 let mut seen: Vec<(String, ImageCommand)> = Vec::new();
                 for d in chosen {
                     let sub = self.manifest_verified(&d.digest).await?;
-                    let m: Manifest =
-                        serde_json::from_slice(&sub).map_err(|e| LookupError::Invalid {
-                            what: self.what(&format!("manifest {}", d.digest)),
-                            reason: format!("not an image manifest: {e}"),
-                        })?;
+                    let invalid = |reason| LookupError::Invalid {
+                        what: self.what(&format!("manifest {}", d.digest)),
+                        reason,
+                    };
+                    let m: Manifest = serde_json::from_slice(&sub)
+                        .map_err(|e| invalid(format!("not an image manifest: {e}")))?;
                     let Some(config) = m.config else {
-                        return Err(LookupError::Invalid {
-                            what: self.what(&format!("manifest {}", d.digest)),
-                            reason: "an index inside an index is not supported".into(),
-                        });
+                        return Err(invalid("an index inside an index is not supported".into()));
                     };
                     let found = self.config_command(&config.digest).await?;
                     seen.push((platform_name(d), found));
@@ -519,10 +514,9 @@ fn verify(body: Bytes, digest: &str, what: &str) -> Result<Bytes, LookupError> {
 
 /// The tag (default `latest`) and the digest of an image reference's suffix.
 fn split_suffix(suffix: &str) -> (&str, Option<&str>) {
-    let (name, digest) = match suffix.split_once('@') {
-        Some((n, d)) => (n, Some(d)),
-        None => (suffix, None),
-    };
+    let (name, digest) = suffix
+        .split_once('@')
+        .map_or((suffix, None), |(n, d)| (n, Some(d)));
     let tag = name
         .strip_prefix(':')
         .filter(|t| !t.is_empty())
@@ -580,15 +574,12 @@ fn challenge_scheme(header: Option<&str>) -> String {
 
 /// Percent-encodes a query value (RFC 3986 unreserved characters, and `:` `/` kept).
 fn encode_query(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~:/".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    s.bytes()
+        .map(|b| match b {
+            b if b.is_ascii_alphanumeric() || b"-._~:/".contains(&b) => char::from(b).to_string(),
+            b => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 #[cfg(test)]
