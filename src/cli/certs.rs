@@ -14,6 +14,13 @@
 //! a new CA before a leaf it signed is written. A run with nothing due only reads.
 //! Expiry is read from the certificates themselves ([`tls::not_after`], and the leaf is checked
 //! as a TLS client checks it, at now + `--renew-before`, [`tls::verify_leaf`]).
+//!
+//! Not `kube`'s client: three kinds of REST call (get, create, update) with the pod's
+//! service-account token need neither its kubeconfig loading nor its tower and TLS stacks. Not
+//! `humantime` for the durations: it also reads calendar units (`1year 2months`) whose length
+//! varies; `90d`, `720h`, `30m` and `45s` are what is meant. One client stack is not shared with
+//! the registry lookup's (`crates/aws`), which pools connections to many hosts with the system's
+//! roots: this one makes a few calls to one host trusting only the cluster's CA.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

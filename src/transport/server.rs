@@ -159,6 +159,8 @@ async fn answer(
     if usize::try_from(body.size_hint().lower()).map_or(true, |n| n > max_body) {
         return (front.body_too_large(peer, method).into(), Some(body));
     }
+    // Not `http_body_util::Limited`: each frame is also counted to the connection's in-flight
+    // bytes, which a full port reads to choose the connection it closes to make room.
     let read = async {
         let mut collected = Vec::new();
         while let Some(frame) = body.frame().await {

@@ -1,6 +1,8 @@
 //! CloudWatch Embedded Metric Format: one JSON line per admission on stdout, which CloudWatch
 //! Logs turns into metrics without an API call (and without a metrics agent on Lambda).
 //! Namespace and extra dimensions come from the `metrics` config section.
+//! Written field by field, not through serde: one line per admission, without an intermediate
+//! `serde_json::Value` and its allocations on the admission's path.
 
 use std::fmt::Write as _;
 use std::io::Write;

@@ -1,7 +1,8 @@
 //! Prometheus counters for `podmutator serve`: the in-cluster counterpart of the EMF line.
 //! Updated from the same [`AdmissionFacts`] the EMF line is written from (one derivation of
 //! what an admission did), and from the front's refusals; read by the probe port's `/metrics`
-//! in the text exposition format 0.0.4.
+//! in the text exposition format 0.0.4. Rendered here, not by an exporter crate: a dozen fixed
+//! series need neither a registry nor its locking.
 //!
 //! Every count is an atomic. Labels are `&'static str` names the code itself chose (routes,
 //! decisions, reasons, refusal kinds, mutator ids), so their number is bounded by the code and a
