@@ -309,7 +309,7 @@ impl MeshConfig {
             super::images::check_image("mesh.gate.image", &g.image)?;
             super::check_resources("mesh.gate.resources", &g.resources)?;
             if let Some(sc) = &g.security_context {
-                super::check_security_context("mesh.gate.securityContext", sc)?;
+                super::check_security_context("mesh.gate.securityContext", sc, warnings)?;
             }
         }
         ensure!(

@@ -1118,13 +1118,14 @@ impl WebhookConfig {
                 "webhook.vaultSecretManager.annotations",
                 "{key:?} is not an annotation key the API server accepts (a qualified name: an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.')"
             );
-            ensure!(
-                !API_SERVER_ANNOTATIONS.iter().any(|a| key.starts_with(a))
-                    || (key == "controller.kubernetes.io/pod-deletion-cost"
-                        && value.parse::<i32>().is_ok()),
-                format!("webhook.vaultSecretManager.annotations.{key}"),
-                "is an annotation the API server checks against the pod it is on (a pod's own container names, its node, a 32-bit deletion cost), which the webhook cannot: Vault's agent reads vault.hashicorp.com/ annotations"
-            );
+            if let Some(problem) = annotation_problem(key, value) {
+                return Err(ConfigError::new(
+                    format!("webhook.vaultSecretManager.annotations.{key}"),
+                    format!(
+                        "{value:?}: {problem}, or the API server refuses every pod it is added to"
+                    ),
+                ));
+            }
         }
         let size: usize = annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
         ensure!(
@@ -1291,9 +1292,9 @@ pub fn check_resources(key: &str, r: &ResourceRequirements) -> Result<(), Config
             if let Some(page) = name.strip_prefix("hugepages-") {
                 let page = quantity_value(page).filter(|p| *p > 0.0);
                 ensure!(
-                    page.is_some_and(|p| v > 0.0 && (v / p).fract() == 0.0),
+                    page.is_some_and(|p| (v / p).fract() == 0.0),
                     at,
-                    "{:?}: huge pages are a positive whole number of pages of the size the name gives (hugepages-2Mi: 2Mi, 4Mi, ...)",
+                    "{:?}: huge pages are a whole number of pages of the size the name gives (hugepages-2Mi: 2Mi, 4Mi, ...)",
                     q.0
                 );
             }
@@ -1340,6 +1341,7 @@ pub fn check_resources(key: &str, r: &ResourceRequirements) -> Result<(), Config
 pub fn check_security_context(
     key: &str,
     sc: &k8s_openapi::api::core::v1::SecurityContext,
+    warnings: &mut Vec<String>,
 ) -> Result<(), ConfigError> {
     for (field, id) in [
         ("runAsUser", sc.run_as_user),
@@ -1391,11 +1393,14 @@ pub fn check_security_context(
         format!("{key}.runAsNonRoot"),
         "cannot be true with runAsUser: 0: the kubelet would refuse to start the container"
     );
-    ensure!(
-        sc.windows_options.is_none(),
-        format!("{key}.windowsOptions"),
-        "must be unset: the API server refuses it in a pod with spec.os.name: linux, and hostProcess in any pod whose other containers are not host processes"
-    );
+    if let Some(w) = &sc.windows_options {
+        ensure!(
+            w.host_process != Some(true),
+            format!("{key}.windowsOptions.hostProcess"),
+            "cannot be true: the API server refuses it in any pod whose other containers are not host processes, with hostNetwork"
+        );
+        warnings.push(format!("{key}.windowsOptions is set: the API server refuses it in a pod with spec.os.name: linux"));
+    }
     let no_escalation = sc.allow_privilege_escalation == Some(false);
     let sys_admin = sc
         .capabilities
@@ -1409,10 +1414,13 @@ pub fn check_security_context(
     );
     if let Some(m) = &sc.proc_mount {
         ensure!(
-            m == "Default",
+            m == "Default" || m == "Unmasked",
             format!("{key}.procMount"),
-            "{m:?}: use Default (the API server allows Unmasked only in a pod with hostUsers: false, which the webhook does not set)"
+            "{m:?}: use Default or Unmasked"
         );
+        if m == "Unmasked" {
+            warnings.push(format!("{key}.procMount is Unmasked: the API server refuses it in a pod without hostUsers: false"));
+        }
     }
     Ok(())
 }
@@ -1420,15 +1428,43 @@ pub fn check_security_context(
 /// What the API server allows a pod's annotations to total, keys and values.
 const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
 
-/// Annotation keys (and key prefixes) the API server checks against the rest of the pod.
-const API_SERVER_ANNOTATIONS: [&str; 6] = [
-    "controller.kubernetes.io/pod-deletion-cost",
-    "kubernetes.io/config.",
-    "scheduler.alpha.kubernetes.io/tolerations",
-    "seccomp.security.alpha.kubernetes.io/pod",
-    "container.seccomp.security.alpha.kubernetes.io/",
-    "container.apparmor.security.beta.kubernetes.io/",
-];
+/// What is wrong with the annotation `key: value` for the API server, which reads a few
+/// annotations of a pod and refuses the pod when they do not parse; `None` for the others.
+fn annotation_problem(key: &str, value: &str) -> Option<&'static str> {
+    const SECCOMP: &str = "seccomp.security.alpha.kubernetes.io/pod";
+    const CONTAINER_SECCOMP: &str = "container.seccomp.security.alpha.kubernetes.io/";
+    const APPARMOR: &str = "container.apparmor.security.beta.kubernetes.io/";
+    let fine = match key {
+        "kubernetes.io/config.mirror" => {
+            return Some("marks a mirror pod, which only a kubelet writes, with its node");
+        }
+        // Go's parse, as the API server reads it: no '+', no leading zero.
+        "controller.kubernetes.io/pod-deletion-cost" => {
+            (value == "0" || value.starts_with(['-', '1', '2', '3', '4', '5', '6', '7', '8', '9']))
+                && value.parse::<i32>().is_ok()
+        }
+        "scheduler.alpha.kubernetes.io/tolerations" => {
+            serde_json::from_str::<Vec<k8s_openapi::api::core::v1::Toleration>>(value).is_ok()
+        }
+        k if k == SECCOMP || k.starts_with(CONTAINER_SECCOMP) => {
+            matches!(value, "runtime/default" | "docker/default" | "unconfined")
+                || value
+                    .strip_prefix("localhost/")
+                    .is_some_and(|p| !p.starts_with('/') && !p.split('/').any(|s| s == ".."))
+        }
+        k if k.starts_with(APPARMOR) => {
+            matches!(value, "" | "runtime/default" | "unconfined")
+                || value.starts_with("localhost/")
+        }
+        _ => true,
+    };
+    (!fine).then(|| match key {
+        "controller.kubernetes.io/pod-deletion-cost" => "must be a 32-bit integer written without '+' or leading zeros",
+        "scheduler.alpha.kubernetes.io/tolerations" => "must be a JSON list of tolerations",
+        k if k.starts_with(APPARMOR) => "must be runtime/default, unconfined or localhost/<profile>",
+        _ => "must be runtime/default, docker/default, unconfined or localhost/<path relative to the kubelet's seccomp directory>",
+    })
+}
 
 /// A Kubernetes label key and value, as the API server checks them.
 pub fn check_label(key: &str, label: &str, value: &str) -> Result<(), ConfigError> {
@@ -1924,15 +1960,18 @@ mod tests {
     #[case::gate_huge_pages_alone(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "resources": {"limits": {"hugepages-2Mi": "2Mi"}}}}}), "mesh.gate.resources.limits.hugepages-2Mi")]
     #[case::gate_huge_pages_not_whole_pages(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "resources": {"limits": {"hugepages-2Mi": "1Mi", "cpu": "1"}}}}}), "mesh.gate.resources.limits.hugepages-2Mi")]
     #[case::gate_huge_pages_overcommitted(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "resources": {"requests": {"hugepages-2Mi": "2Mi"}, "limits": {"hugepages-2Mi": "4Mi", "cpu": "1"}}}}}), "mesh.gate.resources.requests.hugepages-2Mi")]
-    #[case::gate_unmasked_proc(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"procMount": "Unmasked"}}}}), "mesh.gate.securityContext.procMount")]
     #[case::gate_seccomp_profile_absolute(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "/var/lib/kubelet/seccomp/gate.json"}}}}}), "mesh.gate.securityContext.seccompProfile.localhostProfile")]
     #[case::gate_seccomp_profile_climbing(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "../gate.json"}}}}}), "mesh.gate.securityContext.seccompProfile.localhostProfile")]
     #[case::gate_apparmor_profile_empty(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"appArmorProfile": {"type": "Localhost", "localhostProfile": ""}}}}}), "mesh.gate.securityContext.appArmorProfile.localhostProfile")]
     #[case::gate_apparmor_profile_padded(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"appArmorProfile": {"type": "Localhost", "localhostProfile": " gate"}}}}}), "mesh.gate.securityContext.appArmorProfile.localhostProfile")]
-    #[case::gate_windows_options(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"windowsOptions": {"hostProcess": true}}}}}), "mesh.gate.securityContext.windowsOptions")]
+    #[case::gate_windows_host_process(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"windowsOptions": {"hostProcess": true}}}}}), "mesh.gate.securityContext.windowsOptions.hostProcess")]
     #[case::gate_non_root_as_root(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"runAsNonRoot": true, "runAsUser": 0}}}}), "mesh.gate.securityContext.runAsNonRoot")]
     #[case::gate_volume_under_proc(json!({"mesh": {"enabled": true, "gate": {"volume": {"mountPath": "/proc/spiffe"}, "socketPath": "/proc/spiffe/agent.sock"}}}), "mesh.gate.volume.mountPath")]
-    #[case::vault_annotation_the_api_server_checks(json!({"webhook": {"vaultSecretManager": {"annotations": {"container.apparmor.security.beta.kubernetes.io/vault-agnet": "runtime/default"}}}}), "webhook.vaultSecretManager.annotations.container.apparmor.security.beta.kubernetes.io/vault-agnet")]
+    #[case::vault_annotation_mirror_pod(json!({"webhook": {"vaultSecretManager": {"annotations": {"kubernetes.io/config.mirror": "x"}}}}), "webhook.vaultSecretManager.annotations.kubernetes.io/config.mirror")]
+    #[case::vault_annotation_seccomp_profile_misspelt(json!({"webhook": {"vaultSecretManager": {"annotations": {"seccomp.security.alpha.kubernetes.io/pod": "runtime-default"}}}}), "webhook.vaultSecretManager.annotations.seccomp.security.alpha.kubernetes.io/pod")]
+    #[case::vault_annotation_tolerations_not_json(json!({"webhook": {"vaultSecretManager": {"annotations": {"scheduler.alpha.kubernetes.io/tolerations": "gpu"}}}}), "webhook.vaultSecretManager.annotations.scheduler.alpha.kubernetes.io/tolerations")]
+    #[case::vault_annotation_apparmor_profile_misspelt(json!({"webhook": {"vaultSecretManager": {"annotations": {"container.apparmor.security.beta.kubernetes.io/vault-agent": "runtime-default"}}}}), "webhook.vaultSecretManager.annotations.container.apparmor.security.beta.kubernetes.io/vault-agent")]
+    #[case::vault_annotation_deletion_cost_with_a_sign(json!({"webhook": {"vaultSecretManager": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "+5"}}}}), "webhook.vaultSecretManager.annotations.controller.kubernetes.io/pod-deletion-cost")]
     #[case::vault_annotation_deletion_cost_not_a_number(json!({"webhook": {"vaultSecretManager": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "high"}}}}), "webhook.vaultSecretManager.annotations.controller.kubernetes.io/pod-deletion-cost")]
     #[case::vault_annotations_over_the_pods_total(json!({"webhook": {"vaultSecretManager": {"annotations": {"vault.hashicorp.com/agent-inject-template-x": "x".repeat(300_000)}}}}), "webhook.vaultSecretManager.annotations")]
     #[case::fetcher_image_digest_misspelt(json!({"embedded": {"delivery": "reference", "fetcherImage": "r.io/podmutator@sha265:0000000000000000000000000000000000000000000000000000000000000000"}}), "embedded.fetcherImage")]
@@ -1991,7 +2030,12 @@ mod tests {
             ),
             json!({"webhook": {"vaultSecretManager": {"annotations": {
                 "controller.kubernetes.io/pod-deletion-cost": "-10",
-                "cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}}}}),
+                "cluster-autoscaler.kubernetes.io/safe-to-evict": "true",
+                "container.apparmor.security.beta.kubernetes.io/vault-agent": "runtime/default",
+                "container.seccomp.security.alpha.kubernetes.io/vault-agent": "localhost/profiles/vault.json",
+                "scheduler.alpha.kubernetes.io/tolerations": "[{\"key\": \"gpu\", \"operator\": \"Exists\"}]",
+                "kubernetes.io/config.hash": "x"}}}}),
+            gate(json!({"resources": {"limits": {"hugepages-2Mi": "0", "cpu": "1"}}})),
         ] {
             let loaded = load_json(v.clone());
             assert!(loaded.is_ok(), "{v}: {loaded:?}");
@@ -2003,6 +2047,16 @@ mod tests {
             warnings
                 .iter()
                 .any(|w| w.contains("before Kubernetes 1.32")),
+            "{warnings:?}"
+        );
+        // Legal in some pods only: warned of.
+        let warnings = load_json(gate(json!({"securityContext": {"procMount": "Unmasked",
+            "windowsOptions": {"runAsUserName": "gate"}}})))
+        .unwrap()
+        .warnings;
+        assert!(
+            warnings.iter().any(|w| w.contains("procMount is Unmasked"))
+                && warnings.iter().any(|w| w.contains("windowsOptions is set")),
             "{warnings:?}"
         );
     }
