@@ -82,7 +82,7 @@ fn config(v: Value) -> Config {
 
 /// The production app for `config`, built by `App::build`, metrics off.
 fn app(config: &Config) -> App {
-    App::build(config, Deps::offline()).unwrap()
+    App::build(config, Deps::offline())
 }
 
 /// `pod` with `labels` and the annotations of `secrets` added.
@@ -141,8 +141,7 @@ fn cases() -> Vec<Case> {
         app: App::build(
             &k8s,
             Deps::offline().with_metrics(Some(Sink::Memory(lines.clone()))),
-        )
-        .unwrap(),
+        ),
         route: Route::Secrets,
         body: create_review(&task_pod(&three_k8s()), NS),
         logged: Some(lines),
@@ -165,7 +164,7 @@ fn cases() -> Vec<Case> {
     out.push(Case {
         name: "c_task_20_embedded",
         what: "c with Embedded first: 6 env values from a warm cache, 14 fall through",
-        app: App::build(&embedded, Deps::offline().with_source(Arc::new(cached))).unwrap(),
+        app: App::build(&embedded, Deps::offline().with_source(Arc::new(cached))),
         route: Route::Secrets,
         body: create_review(&task_pod(&twenty_mixed()), NS),
         logged: None,

@@ -63,7 +63,7 @@ async fn main() {
     }, "embedded": {"organization": "flyte"}}))
     .unwrap()
     .config;
-    let baseline_app = App::build(&Config::default(), Deps::offline()).unwrap();
+    let baseline_app = App::build(&Config::default(), Deps::offline());
 
     println!("Embedded mode against moto on 127.0.0.1, {ROUNDS} rounds each, medians");
     println!(
@@ -111,7 +111,7 @@ async fn main() {
                     max_bytes: 16 << 20,
                 },
             );
-            let app = App::build(&config, Deps::offline().with_source(Arc::new(source))).unwrap();
+            let app = App::build(&config, Deps::offline().with_source(Arc::new(source)));
             proxy.reset();
             let t = Instant::now();
             let r = app.review(Route::Secrets, &body).await;

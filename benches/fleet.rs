@@ -602,9 +602,7 @@ async fn run(
                     };
                     let deps = podmutator_aws::wiring::deps(&fleet.config, &aws, given)
                         .expect("configuration accepted at start");
-                    Arc::new(
-                        App::build(&fleet.config, deps).expect("configuration accepted at start"),
-                    )
+                    Arc::new(App::build(&fleet.config, deps))
                 }
             };
             let reply = app.review(Route::Secrets, &bodies[task]).await;

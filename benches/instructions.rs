@@ -109,7 +109,7 @@ fn unlabel(mut pod: Value, keys: &[&str]) -> Value {
 
 /// The webhook for `config` as the Lambda builds it (no path token in these configurations).
 fn front(config: &Config, deps: Deps) -> Front {
-    let app = App::build(config, deps).expect("bench app builds");
+    let app = App::build(config, deps);
     Front::new(Arc::new(app), &config.http, None).expect("bench front builds")
 }
 

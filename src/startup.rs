@@ -96,7 +96,7 @@ pub async fn front(config: &Config, starter: Starter) -> Result<Front, StartErro
         deps.metrics = None;
     }
     let deps = podmutator_aws::wiring::deps(config, &aws, deps)?;
-    let app = App::build(config, deps)?;
+    let app = App::build(config, deps);
     Ok(Front::new(Arc::new(app), h, token.as_deref())?)
 }
 

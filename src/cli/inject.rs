@@ -488,7 +488,7 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
             .region;
         let aws = podmutator_aws::secretsmanager::SharedAws::new(region);
         let deps = podmutator_aws::wiring::deps(config, &aws, deps)?;
-        let app = App::build(config, deps)?;
+        let app = App::build(config, deps);
         inject_text(app, args, &text, &path).await
     })?;
     use std::io::IsTerminal;
@@ -593,7 +593,7 @@ mod tests {
 
     #[tokio::test]
     async fn odd_shapes_pass_through_untouched() {
-        let app = App::build(&Config::default(), Deps::offline()).expect("builds");
+        let app = App::build(&Config::default(), Deps::offline());
         let injector = Injector::new(app, Route::Secrets, "default");
         for doc in [
             json!("a scalar"),

@@ -446,7 +446,7 @@ mod tests {
 
     fn front(token: &str) -> Front {
         let config = Config::default();
-        let app = Arc::new(App::build(&config, Deps::offline()).unwrap());
+        let app = Arc::new(App::build(&config, Deps::offline()));
         let http = HttpConfig {
             path_token: Some(token.into()),
             ..HttpConfig::default()
@@ -491,7 +491,7 @@ mod tests {
             accept_plain_paths,
             ..HttpConfig::default()
         };
-        let app = Arc::new(App::build(&Config::default(), Deps::offline()).unwrap());
+        let app = Arc::new(App::build(&Config::default(), Deps::offline()));
         let switching = Front::new(app.clone(), &http(true), None).unwrap();
         let tokened = format!("/{token}/mutate--v1-pod");
         assert_eq!(switching.route_path(&tokened), Some("/mutate--v1-pod"));

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 pub fn webhook(config: &Config, deps: Deps) -> Front {
     let deps = podmutator_aws::wiring::deps(config, &unreachable_aws(), deps)
         .unwrap_or_else(|e| panic!("{e}"));
-    let app = App::build(config, deps).unwrap_or_else(|e| panic!("{e}"));
+    let app = App::build(config, deps);
     Front::new(Arc::new(app), &config.http, None).unwrap_or_else(|e| panic!("{e}"))
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{Config, ConfigError, Delivery, SecretManagerType};
+use crate::config::{Config, Delivery, SecretManagerType};
 use crate::metrics::{Metrics, Sink};
 use crate::mutate::{Chain, mesh};
 use crate::pod::injector::ReferenceInjector;
@@ -129,9 +129,9 @@ impl App {
         self.metrics.as_ref()
     }
 
-    /// Builds the chain from `config`: every feature checks its own settings here, so a bad
-    /// configuration stops the process at start with the key that is wrong.
-    pub fn build(config: &Config, deps: Deps) -> Result<Self, ConfigError> {
+    /// Builds the webhook from a loaded configuration, which is a valid one
+    /// ([`Config::validate`](crate::config::Config::validate)): nothing here checks it again.
+    pub fn build(config: &Config, deps: Deps) -> Self {
         let Deps {
             global,
             source,
@@ -142,7 +142,7 @@ impl App {
         } = deps;
         // Secrets never reach the mesh gate: it runs before the app and needs none.
         let skip_containers = mesh::skip_containers(&config.mesh);
-        let injectors = injectors(config, global, &skip_containers)?;
+        let injectors = injectors(config, global, &skip_containers);
         let secrets = SecretsMutator {
             skip_containers,
             selector: (
@@ -153,7 +153,7 @@ impl App {
             ..SecretsMutator::new(injectors)
         };
         let metrics = metrics.filter(|_| config.metrics.enabled);
-        Ok(Self {
+        Self {
             chain: Chain::from_config(config),
             secrets,
             source,
@@ -166,7 +166,7 @@ impl App {
             errors_in_replies,
             max_reply_bytes: config.http.max_reply_bytes,
             max_objects: config.limits.max_objects_per_review,
-        })
+        }
     }
 
     /// Whether a secrets reply can carry an Embedded value (see
@@ -190,7 +190,7 @@ fn injectors(
     config: &Config,
     global: Box<dyn GlobalSecretSource>,
     skip_containers: &[String],
-) -> Result<Vec<Box<dyn SecretInjector>>, ConfigError> {
+) -> Vec<Box<dyn SecretInjector>> {
     let w = &config.webhook;
     let mut global = Some(global);
     // A fetcher's image as the other entries may have rewritten it before the pod comes back:
@@ -206,38 +206,24 @@ fn injectors(
         )
     });
     let rewrites = |image: &str| -> Vec<String> {
-        let mut seen = vec![image.to_owned()];
-        // Each entry once after the other, whichever the API server called first.
-        for _ in 0..2 {
-            for i in seen.clone() {
-                let by_rules = rules
-                    .as_ref()
-                    .and_then(|r| r.rewrite(&i, false).ok().flatten());
-                let by_builder = builder.as_ref().and_then(|b| b.rewrite(&i)).map(|(i, _)| i);
-                for new in by_rules.into_iter().chain(by_builder) {
-                    if !seen.contains(&new) {
-                        seen.push(new);
-                    }
-                }
-            }
-        }
-        seen.split_off(1)
+        let mut forms =
+            crate::mutate::image::rewritten_forms(image, rules.as_ref(), builder.as_ref());
+        forms.split_off(1)
     };
     let sidecar = |provider: sidecar::Provider, cfg| -> Box<dyn SecretInjector> {
         let injector = sidecar::SidecarInjector::new(provider, cfg);
         let mirrors = rewrites(&injector.image);
         Box::new(injector.rewritten_to(mirrors))
     };
+    // Each type once (`enabled_secret_managers`), so the Global source is taken once.
     w.enabled_secret_managers()
         .into_iter()
-        .map(|t| -> Result<Box<dyn SecretInjector>, ConfigError> {
-            Ok(match t {
+        .filter_map(|t| -> Option<Box<dyn SecretInjector>> {
+            Some(match t {
                 SecretManagerType::Global => Box::new(global::GlobalInjector {
                     env_prefix: w.secret_env_var_prefix.clone(),
                     allowed_usernames: config.embedded.allowed_usernames.clone(),
-                    source: global.take().ok_or_else(|| {
-                        ConfigError::new("webhook.secretManagerTypes", "Global listed twice")
-                    })?,
+                    source: global.take()?,
                 }),
                 SecretManagerType::K8s => Box::new(k8s::K8sInjector {
                     env_prefix: w.secret_env_var_prefix.clone(),
@@ -308,14 +294,14 @@ mod tests {
         assert_eq!(SECRET_MANAGER_VOLUMES.to_vec(), volumes);
     }
 
-    fn build(v: serde_json::Value) -> Result<App, ConfigError> {
+    fn build(v: serde_json::Value) -> App {
         let config = Config::from_value(v).expect("loads").config;
         App::build(&config, Deps::offline())
     }
 
     #[test]
     fn the_default_config_builds_the_secrets_mutator_alone() {
-        let app = build(json!({})).expect("builds");
+        let app = build(json!({}));
         assert_eq!(app.chain().ids(), vec!["secrets"]);
     }
 
@@ -325,8 +311,7 @@ mod tests {
             "webhook": {"imageBuilderConfig": {"enabled": true, "hostnameReplacement": {"existing": "e.io", "replacement": "r.io"},
                 "labelSelector": {"matchLabels": {"image-builder": "true"}}}},
             "images": {"enabled": true, "rules": [{"match": "docker.io", "replace": "r.io/hub"}]}
-        }))
-        .expect("builds");
+        }));
         assert_eq!(
             app.chain().ids(),
             vec!["secrets", "image-builder", "image-rules"]

@@ -106,29 +106,15 @@ impl ImageBuilder {
     /// never refused, since a pod the API server calls this entry for again holds what the
     /// other entries added (a fetcher, a sidecar, the gate).
     pub fn with_own(mut self, config: &Config) -> Self {
-        self.own = config
+        let own = config
             .own_init_containers()
             .into_iter()
             .map(|(name, prefix, image)| {
-                // As configured, and as this entry and the images entry rewrite it, each once
-                // after the other in either order, as the API server may have called them.
-                let mut images = vec![image];
-                for _ in 0..2 {
-                    for i in images.clone() {
-                        let mirrored = self
-                            .mirrors
-                            .as_ref()
-                            .and_then(|m| m.rewrite(&i, false).ok().flatten());
-                        for x in mirrored.into_iter().chain(self.rewrite(&i).map(|(r, _)| r)) {
-                            if !images.contains(&x) {
-                                images.push(x);
-                            }
-                        }
-                    }
-                }
+                let images = super::rewritten_forms(&image, self.mirrors.as_ref(), Some(&self));
                 (name, prefix, images)
             })
             .collect();
+        self.own = own;
         self
     }
 

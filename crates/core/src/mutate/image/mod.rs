@@ -19,6 +19,29 @@ pub enum Kind {
     Ephemeral,
 }
 
+/// `image` (first) and what the images entry (`rules`) and the image-builder entry (`builder`)
+/// rewrite it to, each once after the other in either order, as the API server may have called
+/// them before a pod comes back to an entry.
+pub fn rewritten_forms(
+    image: &str,
+    rules: Option<&ImageRules>,
+    builder: Option<&ImageBuilder>,
+) -> Vec<String> {
+    let mut seen = vec![image.to_owned()];
+    for _ in 0..2 {
+        for i in seen.clone() {
+            let by_rules = rules.and_then(|r| r.rewrite(&i, false).ok().flatten());
+            let by_builder = builder.and_then(|b| b.rewrite(&i)).map(|(i, _)| i);
+            for new in by_rules.into_iter().chain(by_builder) {
+                if !seen.contains(&new) {
+                    seen.push(new);
+                }
+            }
+        }
+    }
+    seen
+}
+
 /// `(kind, container name, image)` of every container, init container and ephemeral container,
 /// in that order.
 pub fn all_images_mut(
