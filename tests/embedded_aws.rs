@@ -225,17 +225,7 @@ async fn the_binary_behind_a_path_token_injects_values_that_never_reach_its_logs
         "http": {"pathTokenSecretId": "podmutator/path-token", "listenAddress": "127.0.0.1", "drainSeconds": 0,
             "clientCaFile": client_ca_file}
     });
-    let (mut child, logs) = spawn_serve(
-        crate::common::bin()
-            .arg("serve")
-            .env("PODMUTATOR_CONFIG", cfg.to_string())
-            .env("AWS_ENDPOINT_URL", proxy.url())
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .env("RUST_LOG", "trace"),
-    )
-    .await;
+    let (mut child, logs) = spawn_serve(&mut serve_with_aws(&cfg, &proxy.url())).await;
     let ca = std::fs::read(dir.join("ca.crt")).unwrap();
     let pod = task_pod_with_files(&keys, &file_keys);
     let body = serde_json::to_vec(&create_review(&pod, NS)).unwrap();

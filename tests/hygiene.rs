@@ -120,18 +120,9 @@ async fn no_secret_value_reaches_logs_metrics_or_error_messages() {
         "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 0,
             "clientCaFile": client_ca_file}
     });
-    let (mut child, out) = spawn_serve(
-        crate::common::bin()
-            .arg("serve")
-            .env("PODMUTATOR_CONFIG", cfg.to_string())
-            .env("FLYTE_SECRET_TEAM_TOKEN", GLOBAL)
-            .env("AWS_ENDPOINT_URL", proxy.url())
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .env("RUST_LOG", "trace"),
-    )
-    .await;
+    let (mut child, out) =
+        spawn_serve(serve_with_aws(&cfg, &proxy.url()).env("FLYTE_SECRET_TEAM_TOKEN", GLOBAL))
+            .await;
     let ca = std::fs::read(dir.join("ca.crt")).unwrap();
 
     // (pod, must be allowed, sentinels the *patch* may carry)

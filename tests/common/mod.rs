@@ -479,6 +479,20 @@ pub async fn spawn_serve(
     (guard.0.take().expect("still held"), log)
 }
 
+/// `podmutator serve` with `config`, its AWS calls sent to `endpoint` (moto, or a proxy in
+/// front of it) with test credentials, logging at `trace`.
+pub fn serve_with_aws(config: &Value, endpoint: &str) -> std::process::Command {
+    let mut cmd = bin();
+    cmd.arg("serve")
+        .env("PODMUTATOR_CONFIG", config.to_string())
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("RUST_LOG", "trace");
+    cmd
+}
+
 /// The `podmutator` binary under test, as every test starts it: without the variables it
 /// reads from this process's environment (`PODMUTATOR_*`, and `AWS_LAMBDA_RUNTIME_API`, which
 /// would make it a Lambda), so that only what a test sets reaches it.
