@@ -1122,7 +1122,7 @@ impl WebhookConfig {
                 return Err(ConfigError::new(
                     format!("webhook.vaultSecretManager.annotations.{key}"),
                     format!(
-                        "{value:?}: {problem}, or the API server refuses every pod it is added to"
+                        "{value:?}: {problem}, or the API server refuses the pods it is added to"
                     ),
                 ));
             }
@@ -1397,7 +1397,20 @@ pub fn check_security_context(
         ensure!(
             w.host_process != Some(true),
             format!("{key}.windowsOptions.hostProcess"),
-            "cannot be true: the API server refuses it in any pod whose other containers are not host processes, with hostNetwork"
+            "cannot be true: the API server refuses it unless every container of the pod is a host process and hostNetwork is true"
+        );
+        // What the API server checks of them in any pod.
+        let user = w.run_as_user_name.as_deref();
+        ensure!(
+            user.is_none_or(|u| !u.is_empty() && u.matches('\\').count() <= 1)
+                && w.gmsa_credential_spec
+                    .as_deref()
+                    .is_none_or(|s| !s.is_empty())
+                && w.gmsa_credential_spec_name
+                    .as_deref()
+                    .is_none_or(crate::k8s_names::is_dns_subdomain),
+            format!("{key}.windowsOptions"),
+            "runAsUserName must be a user name (at most one '\\'), gmsaCredentialSpec not empty, gmsaCredentialSpecName a DNS subdomain"
         );
         warnings.push(format!("{key}.windowsOptions is set: the API server refuses it in a pod with spec.os.name: linux"));
     }
@@ -1436,7 +1449,9 @@ fn annotation_problem(key: &str, value: &str) -> Option<&'static str> {
     const APPARMOR: &str = "container.apparmor.security.beta.kubernetes.io/";
     let fine = match key {
         "kubernetes.io/config.mirror" => {
-            return Some("marks a mirror pod, which only a kubelet writes, with its node");
+            return Some(
+                "marks a mirror pod, which the API server takes only with the spec.nodeName a kubelet writes",
+            );
         }
         // Go's parse, as the API server reads it: no '+', no leading zero.
         "controller.kubernetes.io/pod-deletion-cost" => {
@@ -1444,7 +1459,26 @@ fn annotation_problem(key: &str, value: &str) -> Option<&'static str> {
                 && value.parse::<i32>().is_ok()
         }
         "scheduler.alpha.kubernetes.io/tolerations" => {
-            serde_json::from_str::<Vec<k8s_openapi::api::core::v1::Toleration>>(value).is_ok()
+            use crate::k8s_names::{is_label_value, is_qualified_name};
+            let valid = |t: &k8s_openapi::api::core::v1::Toleration| {
+                let (key, op) = (
+                    t.key.as_deref().unwrap_or(""),
+                    t.operator.as_deref().unwrap_or(""),
+                );
+                let val = t.value.as_deref().unwrap_or("");
+                let effect = t.effect.as_deref().unwrap_or("");
+                (key.is_empty() && op == "Exists" || !key.is_empty() && is_qualified_name(key))
+                    && (op == "Exists" && val.is_empty()
+                        || matches!(op, "" | "Equal") && is_label_value(val))
+                    && ["", "NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect)
+                    && (t.toleration_seconds.is_none() || effect == "NoExecute")
+            };
+            // Unset when empty; Go reads `null` as no list.
+            value.is_empty()
+                || serde_json::from_str::<Option<Vec<k8s_openapi::api::core::v1::Toleration>>>(
+                    value,
+                )
+                .is_ok_and(|ts| ts.iter().flatten().all(valid))
         }
         k if k == SECCOMP || k.starts_with(CONTAINER_SECCOMP) => {
             matches!(value, "runtime/default" | "docker/default" | "unconfined")
@@ -1460,7 +1494,7 @@ fn annotation_problem(key: &str, value: &str) -> Option<&'static str> {
     };
     (!fine).then(|| match key {
         "controller.kubernetes.io/pod-deletion-cost" => "must be a 32-bit integer written without '+' or leading zeros",
-        "scheduler.alpha.kubernetes.io/tolerations" => "must be a JSON list of tolerations",
+        "scheduler.alpha.kubernetes.io/tolerations" => "must be a JSON list of tolerations as the API server checks them (an empty key with operator Exists, Exists without a value, tolerationSeconds only with NoExecute)",
         k if k.starts_with(APPARMOR) => "must be runtime/default, unconfined or localhost/<profile>",
         _ => "must be runtime/default, docker/default, unconfined or localhost/<path relative to the kubelet's seccomp directory>",
     })
@@ -1969,6 +2003,9 @@ mod tests {
     #[case::gate_volume_under_proc(json!({"mesh": {"enabled": true, "gate": {"volume": {"mountPath": "/proc/spiffe"}, "socketPath": "/proc/spiffe/agent.sock"}}}), "mesh.gate.volume.mountPath")]
     #[case::vault_annotation_mirror_pod(json!({"webhook": {"vaultSecretManager": {"annotations": {"kubernetes.io/config.mirror": "x"}}}}), "webhook.vaultSecretManager.annotations.kubernetes.io/config.mirror")]
     #[case::vault_annotation_seccomp_profile_misspelt(json!({"webhook": {"vaultSecretManager": {"annotations": {"seccomp.security.alpha.kubernetes.io/pod": "runtime-default"}}}}), "webhook.vaultSecretManager.annotations.seccomp.security.alpha.kubernetes.io/pod")]
+    #[case::vault_annotation_toleration_without_a_key_or_exists(json!({"webhook": {"vaultSecretManager": {"annotations": {"scheduler.alpha.kubernetes.io/tolerations": "[{\"effect\": \"NoSchedule\"}]"}}}}), "webhook.vaultSecretManager.annotations.scheduler.alpha.kubernetes.io/tolerations")]
+    #[case::vault_annotation_toleration_seconds_without_no_execute(json!({"webhook": {"vaultSecretManager": {"annotations": {"scheduler.alpha.kubernetes.io/tolerations": "[{\"key\": \"a\", \"effect\": \"NoSchedule\", \"tolerationSeconds\": 5}]"}}}}), "webhook.vaultSecretManager.annotations.scheduler.alpha.kubernetes.io/tolerations")]
+    #[case::gate_windows_user_empty(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"windowsOptions": {"runAsUserName": ""}}}}}), "mesh.gate.securityContext.windowsOptions")]
     #[case::vault_annotation_tolerations_not_json(json!({"webhook": {"vaultSecretManager": {"annotations": {"scheduler.alpha.kubernetes.io/tolerations": "gpu"}}}}), "webhook.vaultSecretManager.annotations.scheduler.alpha.kubernetes.io/tolerations")]
     #[case::vault_annotation_apparmor_profile_misspelt(json!({"webhook": {"vaultSecretManager": {"annotations": {"container.apparmor.security.beta.kubernetes.io/vault-agent": "runtime-default"}}}}), "webhook.vaultSecretManager.annotations.container.apparmor.security.beta.kubernetes.io/vault-agent")]
     #[case::vault_annotation_deletion_cost_with_a_sign(json!({"webhook": {"vaultSecretManager": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "+5"}}}}), "webhook.vaultSecretManager.annotations.controller.kubernetes.io/pod-deletion-cost")]
@@ -2033,7 +2070,7 @@ mod tests {
                 "cluster-autoscaler.kubernetes.io/safe-to-evict": "true",
                 "container.apparmor.security.beta.kubernetes.io/vault-agent": "runtime/default",
                 "container.seccomp.security.alpha.kubernetes.io/vault-agent": "localhost/profiles/vault.json",
-                "scheduler.alpha.kubernetes.io/tolerations": "[{\"key\": \"gpu\", \"operator\": \"Exists\"}]",
+                "scheduler.alpha.kubernetes.io/tolerations": "[{\"key\": \"gpu\", \"operator\": \"Exists\"}, {\"operator\": \"Exists\"}, {\"key\": \"k\", \"value\": \"v\", \"effect\": \"NoExecute\", \"tolerationSeconds\": 30}]",
                 "kubernetes.io/config.hash": "x"}}}}),
             gate(json!({"resources": {"limits": {"hugepages-2Mi": "0", "cpu": "1"}}})),
         ] {
