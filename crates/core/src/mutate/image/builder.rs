@@ -119,19 +119,17 @@ impl ImageBuilder {
     }
 
     /// Whether the container is one of the webhook's own ([`ImageBuilder::with_own`]), by
-    /// name and image.
-    fn is_own(&self, kind: Kind, name: &str, image: Option<&str>) -> bool {
+    /// name and image (as it came, before this entry rewrote it).
+    fn is_own(&self, kind: Kind, name: &str, image: &str) -> bool {
         kind == Kind::Init
             && self.own.iter().any(|(own, prefix, images)| {
                 (if *prefix {
                     name.starts_with(own.as_str())
                 } else {
                     name == own
-                }) && image.is_some_and(|i| {
-                    images
-                        .iter()
-                        .any(|x| crate::image_ref::is_ours_or_pinned(i, x))
-                })
+                }) && images
+                    .iter()
+                    .any(|x| crate::image_ref::is_ours_or_pinned(image, x))
             })
     }
 
@@ -272,14 +270,16 @@ impl PodMutator for ImageBuilder {
             {
                 continue;
             }
-            let own = self.is_own(kind, name, image.as_deref());
             // Flyte's image is a string: a container without one is verified as "".
             let original = image.clone().unwrap_or_default();
             if let Some((rewritten, count)) = self.rewrite(&original) {
                 effects.image(count);
                 *image = Some(rewritten);
             }
-            if let Some(allowed) = allowed.as_ref().filter(|_| !own) {
+            let verified = allowed
+                .as_ref()
+                .filter(|_| !self.is_own(kind, name, &original));
+            if let Some(allowed) = verified {
                 effects.image(ImageCount::ValidationAttempts);
                 if !self.allows(allowed, image.as_deref().unwrap_or_default()) {
                     effects.image(ImageCount::ValidationFailures);
