@@ -1140,8 +1140,7 @@ impl WebhookConfig {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_')
         {
             warnings.push(format!(
-                "webhook.secretEnvVarPrefix {:?} is not a C identifier (letters, digits, '_', not starting with a digit): API servers before Kubernetes 1.32 refuse a pod with such an environment variable",
-                w.secret_env_var_prefix
+                "webhook.secretEnvVarPrefix {prefix:?} is not a C identifier (letters, digits, '_', not starting with a digit): API servers before Kubernetes 1.32 refuse a pod with such an environment variable"
             ));
         }
         bounds::LISTEN_PORT.check(w.listen_port.into(), |b| {
@@ -1381,8 +1380,7 @@ pub fn check_security_context(
             ensure!(
                 !name.is_empty()
                     && name.trim() == name
-                    && (field == "appArmorProfile"
-                        || !(name.starts_with('/') || name.split('/').any(|s| s == ".."))),
+                    && (field == "appArmorProfile" || is_local_descending_path(name)),
                 format!("{key}.{field}.localhostProfile"),
                 "{name:?}: name the profile without padding; a seccomp profile is a path relative to the kubelet's seccomp directory, without '..'"
             );
@@ -1444,20 +1442,19 @@ const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
 /// What is wrong with the annotation `key: value` for the API server, which reads a few
 /// annotations of a pod and refuses the pod when they do not parse; `None` for the others.
 fn annotation_problem(key: &str, value: &str) -> Option<&'static str> {
-    const SECCOMP: &str = "seccomp.security.alpha.kubernetes.io/pod";
     const CONTAINER_SECCOMP: &str = "container.seccomp.security.alpha.kubernetes.io/";
     const APPARMOR: &str = "container.apparmor.security.beta.kubernetes.io/";
-    let fine = match key {
-        "kubernetes.io/config.mirror" => {
-            return Some(
-                "marks a mirror pod, which the API server takes only with the spec.nodeName a kubelet writes",
-            );
-        }
+    let (fine, problem) = match key {
+        "kubernetes.io/config.mirror" => (
+            false,
+            "marks a mirror pod, which the API server takes only with the spec.nodeName a kubelet writes",
+        ),
         // Go's parse, as the API server reads it: no '+', no leading zero.
-        "controller.kubernetes.io/pod-deletion-cost" => {
+        "controller.kubernetes.io/pod-deletion-cost" => (
             (value == "0" || value.starts_with(['-', '1', '2', '3', '4', '5', '6', '7', '8', '9']))
-                && value.parse::<i32>().is_ok()
-        }
+                && value.parse::<i32>().is_ok(),
+            "must be a 32-bit integer written without '+' or leading zeros",
+        ),
         "scheduler.alpha.kubernetes.io/tolerations" => {
             use crate::k8s_names::{is_label_value, is_qualified_name};
             let valid = |t: &k8s_openapi::api::core::v1::Toleration| {
@@ -1474,30 +1471,41 @@ fn annotation_problem(key: &str, value: &str) -> Option<&'static str> {
                     && (t.toleration_seconds.is_none() || effect == "NoExecute")
             };
             // Unset when empty; Go reads `null` as no list.
-            value.is_empty()
+            let fine = value.is_empty()
                 || serde_json::from_str::<Option<Vec<k8s_openapi::api::core::v1::Toleration>>>(
                     value,
                 )
-                .is_ok_and(|ts| ts.iter().flatten().all(valid))
+                .is_ok_and(|ts| ts.iter().flatten().all(valid));
+            (
+                fine,
+                "must be a JSON list of tolerations as the API server checks them (an empty key with operator Exists, Exists without a value, tolerationSeconds only with NoExecute)",
+            )
         }
-        k if k == SECCOMP || k.starts_with(CONTAINER_SECCOMP) => {
-            matches!(value, "runtime/default" | "docker/default" | "unconfined")
-                || value
-                    .strip_prefix("localhost/")
-                    .is_some_and(|p| !p.starts_with('/') && !p.split('/').any(|s| s == ".."))
+        k if k == "seccomp.security.alpha.kubernetes.io/pod"
+            || k.starts_with(CONTAINER_SECCOMP) =>
+        {
+            (
+                matches!(value, "runtime/default" | "docker/default" | "unconfined")
+                    || value
+                        .strip_prefix("localhost/")
+                        .is_some_and(is_local_descending_path),
+                "must be runtime/default, docker/default, unconfined or localhost/<path relative to the kubelet's seccomp directory>",
+            )
         }
-        k if k.starts_with(APPARMOR) => {
+        k if k.starts_with(APPARMOR) => (
             matches!(value, "" | "runtime/default" | "unconfined")
-                || value.starts_with("localhost/")
-        }
-        _ => true,
+                || value.starts_with("localhost/"),
+            "must be runtime/default, unconfined or localhost/<profile>",
+        ),
+        _ => (true, ""),
     };
-    (!fine).then(|| match key {
-        "controller.kubernetes.io/pod-deletion-cost" => "must be a 32-bit integer written without '+' or leading zeros",
-        "scheduler.alpha.kubernetes.io/tolerations" => "must be a JSON list of tolerations as the API server checks them (an empty key with operator Exists, Exists without a value, tolerationSeconds only with NoExecute)",
-        k if k.starts_with(APPARMOR) => "must be runtime/default, unconfined or localhost/<profile>",
-        _ => "must be runtime/default, docker/default, unconfined or localhost/<path relative to the kubelet's seccomp directory>",
-    })
+    (!fine).then_some(problem)
+}
+
+/// A path the API server reads as below a directory of the kubelet's (a seccomp profile's):
+/// relative, without `..`.
+fn is_local_descending_path(p: &str) -> bool {
+    !p.starts_with('/') && !p.split('/').any(|s| s == "..")
 }
 
 /// A Kubernetes label key and value, as the API server checks them.
