@@ -217,6 +217,23 @@ fn is_tag(t: &str) -> bool {
         && b.iter().all(|&x| word(x) || x == b'.' || x == b'-')
 }
 
+/// Whether `image`'s digest, if it has one, is one the kubelet's parser knows: `sha256`,
+/// `sha384` or `sha512`, lower-case hex of its length. [`ImageRef::parse`] reads any
+/// algorithm, as the reference grammar does; the kubelet then refuses the others
+/// (`InvalidImageName`).
+pub fn kubelet_reads_digest(image: &str) -> bool {
+    image.split_once('@').is_none_or(|(_, d)| {
+        d.split_once(':').is_some_and(|(alg, hex)| {
+            [("sha256", 64), ("sha384", 96), ("sha512", 128)].contains(&(alg, hex.len()))
+                && hex.bytes().all(is_lower_hex)
+        })
+    })
+}
+
+fn is_lower_hex(b: u8) -> bool {
+    b.is_ascii_digit() || (b'a'..=b'f').contains(&b)
+}
+
 /// `algorithm:encoded`; sha256 must be 64 lower-case hex digits, others at least 32 hex digits.
 fn is_digest(d: &str) -> bool {
     let Some((alg, enc)) = d.split_once(':') else {
@@ -227,11 +244,10 @@ fn is_digest(d: &str) -> bool {
             part.as_bytes().first().is_some_and(u8::is_ascii_alphabetic)
                 && part.bytes().all(|b| b.is_ascii_alphanumeric())
         });
-    let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
     alg_ok
         && match alg {
-            "sha256" => enc.len() == 64 && enc.bytes().all(hex),
-            "sha512" => enc.len() == 128 && enc.bytes().all(hex),
+            "sha256" => enc.len() == 64 && enc.bytes().all(is_lower_hex),
+            "sha512" => enc.len() == 128 && enc.bytes().all(is_lower_hex),
             _ => enc.len() >= 32 && enc.bytes().all(|b| b.is_ascii_hexdigit()),
         }
 }

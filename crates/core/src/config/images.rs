@@ -104,16 +104,9 @@ pub fn check_image(key: &str, image: &str) -> Result<(), ConfigError> {
             format!("{image:?} is not an image reference the kubelet can pull ({e})"),
         )
     })?;
-    // The kubelet's parser knows these digests only: another algorithm name (`sha265`,
-    // `SHA256`) leaves every pod at InvalidImageName.
-    let digest = image.split_once('@').map(|(_, d)| d.split_once(':'));
+    // Another algorithm name (`sha265`, `SHA256`) leaves every pod at InvalidImageName.
     ensure!(
-        digest.is_none_or(|d| d.is_some_and(|(alg, hex)| {
-            [("sha256", 64), ("sha384", 96), ("sha512", 128)].contains(&(alg, hex.len()))
-                && hex
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        })),
+        crate::image_ref::kubelet_reads_digest(image),
         key,
         "{image:?}: the kubelet reads a digest as sha256, sha384 or sha512, lower-case, with 64, 96 or 128 hex digits"
     );
