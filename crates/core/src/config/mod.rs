@@ -289,6 +289,38 @@ impl Default for WebhookConfig {
 pub const DEFAULT_SECRET_MANAGER_TYPE: SecretManagerType = SecretManagerType::K8s;
 
 impl WebhookConfig {
+    /// Flyte's sidecar managers, in [`SECRET_MANAGER_CONTAINER_PREFIXES`]' order: each type,
+    /// its settings' key and settings, and its default image.
+    pub fn sidecar_managers(
+        &self,
+    ) -> [(
+        SecretManagerType,
+        &'static str,
+        &SidecarConfig,
+        &'static str,
+    ); 3] {
+        [
+            (
+                SecretManagerType::AWS,
+                "awsSecretManager",
+                &self.aws_secret_manager,
+                AWS_SIDECAR_IMAGE,
+            ),
+            (
+                SecretManagerType::GCP,
+                "gcpSecretManager",
+                &self.gcp_secret_manager,
+                GCP_SIDECAR_IMAGE,
+            ),
+            (
+                SecretManagerType::Azure,
+                "azureSecretManager",
+                &self.azure_secret_manager,
+                AZURE_SIDECAR_IMAGE,
+            ),
+        ]
+    }
+
     /// The managers tried for each secret, in order: Global first (always, once), then the
     /// configured list, or the deprecated singular type when the list is empty.
     pub fn enabled_secret_managers(&self) -> Vec<SecretManagerType> {
@@ -892,25 +924,10 @@ impl Config {
             let name = SECRET_MANAGER_CONTAINERS[0].to_owned();
             own.push((name, false, self.embedded.fetcher_image.clone()));
         }
-        let sidecars = [
-            (
-                SecretManagerType::AWS,
-                &w.aws_secret_manager,
-                AWS_SIDECAR_IMAGE,
-            ),
-            (
-                SecretManagerType::GCP,
-                &w.gcp_secret_manager,
-                GCP_SIDECAR_IMAGE,
-            ),
-            (
-                SecretManagerType::Azure,
-                &w.azure_secret_manager,
-                AZURE_SIDECAR_IMAGE,
-            ),
-        ];
-        for ((t, cfg, default), prefix) in
-            sidecars.into_iter().zip(SECRET_MANAGER_CONTAINER_PREFIXES)
+        for ((t, _, cfg, default), prefix) in w
+            .sidecar_managers()
+            .into_iter()
+            .zip(SECRET_MANAGER_CONTAINER_PREFIXES)
         {
             if managers.contains(&t) {
                 own.push((prefix.to_owned(), true, cfg.image_or(default)));
@@ -1074,23 +1091,7 @@ impl WebhookConfig {
                 &init.resources,
             )?;
         }
-        for (t, key, cfg) in [
-            (
-                SecretManagerType::AWS,
-                "awsSecretManager",
-                &w.aws_secret_manager,
-            ),
-            (
-                SecretManagerType::GCP,
-                "gcpSecretManager",
-                &w.gcp_secret_manager,
-            ),
-            (
-                SecretManagerType::Azure,
-                "azureSecretManager",
-                &w.azure_secret_manager,
-            ),
-        ] {
+        for (t, key, cfg, _) in w.sidecar_managers() {
             if enabled.contains(&t) {
                 // Unset, the manager's default.
                 if let Some(image) = &cfg.sidecar_image {
