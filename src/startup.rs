@@ -61,6 +61,17 @@ pub async fn front(config: &Config, starter: Starter) -> Result<Front, StartErro
     if let Some(refusal) = serve_refusal(config).filter(|_| starter == Starter::Serve) {
         return Err(refusal);
     }
+    // Read by `serve` only (Lambda's callers come through its endpoint), and checked here so
+    // `check-config` refuses the file `serve` would.
+    #[cfg(feature = "serve")]
+    if let Some(path) = h
+        .client_ca_file
+        .as_deref()
+        .filter(|_| starter != Starter::Lambda)
+    {
+        crate::transport::tls::client_roots(std::path::Path::new(path))
+            .map_err(|m| ConfigError::new("http.clientCaFile", format!("{path}: {m}")))?;
+    }
     if h.path_token.is_none()
         && h.path_token_sha256.is_none()
         && h.path_token_secret_id.is_none()

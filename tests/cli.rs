@@ -754,6 +754,63 @@ fn check_config_refuses_exactly_what_serve_and_lambda_refuse_with_the_same_key_a
     }
 }
 
+/// `http.clientCaFile` is `serve`'s alone (Lambda's callers come through its endpoint), and
+/// `check-config` refuses the file `serve` would, before a certificate is written.
+#[test]
+fn check_config_refuses_the_client_ca_file_serve_would() {
+    let tmp = common::temp_dir("client-ca");
+    let certs = tmp.join("certs");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let good = common::ClientCert::new();
+    let files = [
+        ("missing", None, "cannot read"),
+        ("empty", Some(String::new()), "holds no certificate"),
+        ("key", Some(good.key.clone()), "holds no certificate"),
+        ("ca", Some(good.ca.clone()), ""),
+    ];
+    for (name, content, wanted) in files {
+        let file = tmp.join(format!("{name}.pem"));
+        if let Some(content) = content {
+            std::fs::write(&file, content).unwrap();
+        }
+        let config = json!({
+            "webhook": {"certDir": certs, "listenPort": 1},
+            "http": {"pathTokenDisabled": true, "clientCaFile": file}
+        });
+        let checked = start_with("check-config", &config, &tmp);
+        if wanted.is_empty() {
+            assert!(
+                checked.status.success(),
+                "{name}: {}",
+                text(&checked.stderr)
+            );
+            continue;
+        }
+        let served = start_with("serve", &config, &tmp);
+        let expected = format!(
+            "podmutator: invalid configuration: http.clientCaFile: {}: {wanted}",
+            file.display()
+        );
+        for (command, out) in [("check-config", &checked), ("serve", &served)] {
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{name}: {command}: {}",
+                text(&out.stderr)
+            );
+            assert!(
+                refusal(out).starts_with(&expected),
+                "{name}: {command} said {:?}",
+                refusal(out)
+            );
+        }
+        assert!(
+            !certs.exists(),
+            "{name}: a refused start must not write certificates"
+        );
+    }
+}
+
 #[test]
 fn check_config_prints_one_json_document_of_effective_values_that_loads_back_the_same() {
     let config = json!({"http": {"pathTokenDisabled": true},

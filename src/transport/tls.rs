@@ -483,31 +483,41 @@ pub fn tls_config_reloading(
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
         Some(path) => {
-            let bad = |m: String| certs_err(path, format!("http.clientCaFile: {m}"));
-            let pem = podmutator_core::config::read_file(path)
-                .map_err(|e| bad(format!("cannot read: {e}")))?;
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in rustls_pemfile::certs(&mut pem.as_bytes()) {
-                let cert = cert.map_err(|e| bad(format!("not PEM: {e}")))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| bad(format!("not a CA certificate: {e}")))?;
-            }
-            if roots.is_empty() {
-                return Err(bad("holds no certificate".into()));
-            }
+            let roots = client_roots(path).map_err(|m| client_ca_err(path, m))?;
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
                 Arc::new(roots),
                 provider,
             )
             .build()
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(|e| client_ca_err(path, e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
     let mut config = builder.with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// The CA certificates of `http.clientCaFile`: a bounded regular file of PEM certificates,
+/// at least one; the error says what is wrong with it. The start-up gate reads it too, so
+/// `check-config` refuses the file `serve` would.
+pub fn client_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
+    let pem = podmutator_core::config::read_file(path).map_err(|e| format!("cannot read: {e}"))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut pem.as_bytes()) {
+        let cert = cert.map_err(|e| format!("not PEM: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("not a CA certificate: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err("holds no certificate".into());
+    }
+    Ok(roots)
+}
+
+fn client_ca_err(path: &Path, message: impl std::fmt::Display) -> TlsError {
+    certs_err(path, format!("http.clientCaFile: {message}"))
 }
 
 #[cfg(test)]
