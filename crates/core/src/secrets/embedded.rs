@@ -294,16 +294,17 @@ impl EmbeddedInjector {
                 ids.join(", ")
             )));
         };
-        if value.len() > self.max_value_bytes {
-            return Err(Refusal::TooLarge {
-                id: id.clone(),
-                bytes: value.len(),
-                max: self.max_value_bytes,
-            });
-        }
+        // The limit weighs what is written into the pod, not both of AWS's fields.
         let Some(bytes) = value.bytes() else {
             return Err(Refusal::Empty(id.clone()));
         };
+        if bytes.len() > self.max_value_bytes {
+            return Err(Refusal::TooLarge {
+                id: id.clone(),
+                bytes: bytes.len(),
+                max: self.max_value_bytes,
+            });
+        }
         Ok(bytes)
     }
 
@@ -466,6 +467,7 @@ impl SecretInjector for EmbeddedInjector {
 mod tests {
     use super::*;
     use crate::config::template_parts;
+    use crate::secrets::source::SecretValue;
     use rstest::rstest;
 
     #[rstest]
@@ -570,6 +572,33 @@ mod tests {
                     .contains(&format!("its own container named {name}")),
                 "{err}"
             );
+        }
+    }
+
+    /// `embedded.maxValueBytes` weighs the bytes written into the pod (the string when it is
+    /// not empty, else the binary), not the two fields added up.
+    #[test]
+    fn the_value_limit_weighs_the_bytes_the_pod_gets() {
+        let injector = EmbeddedInjector {
+            max_value_bytes: 4,
+            ..injector()
+        };
+        let value = |string: &str, binary: &[u8]| {
+            let mut resolved = ResolvedSecrets::default();
+            let v = SecretValue {
+                string: Some(string.into()),
+                binary: Some(binary.into()),
+            };
+            resolved.merge([("id".to_owned(), Lookup::Found(v))].into());
+            injector
+                .fetched_value(&resolved, &["id".to_owned()])
+                .map(<[u8]>::to_vec)
+        };
+        assert_eq!(value("abcd", b"1234").unwrap(), b"abcd");
+        assert_eq!(value("", b"1234").unwrap(), b"1234");
+        for (string, binary) in [("abcde", &b""[..]), ("", b"12345")] {
+            let err = value(string, binary).unwrap_err();
+            assert!(matches!(err, Refusal::TooLarge { bytes: 5, .. }), "{err}");
         }
     }
 
