@@ -303,11 +303,17 @@ fn write_new(dir: &Dir, tmp: &OsStr, bytes: &[u8], mode: u32) -> std::io::Result
         .mode(mode)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(dir.at(tmp))?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
     // The process umask may have narrowed `mode`; the contract is the mode itself. Set on
     // the open file, not through a path.
-    f.set_permissions(std::fs::Permissions::from_mode(mode))
+    let written = f
+        .write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .and_then(|()| f.set_permissions(std::fs::Permissions::from_mode(mode)));
+    if written.is_err() {
+        // Part of a value must not stay on the node (a full volume, a file size limit).
+        let _ = std::fs::remove_file(dir.at(tmp));
+    }
+    written
 }
 
 #[cfg(test)]
@@ -346,6 +352,41 @@ mod tests {
             "a's temporary file was left"
         );
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A write that fails midway (here the file size limit, `ulimit -f`, with SIGXFSZ
+    /// ignored so the write returns EFBIG) leaves no part of the value behind. The test runs
+    /// itself again in a shell that sets the limit, which would otherwise hold for every test.
+    #[test]
+    fn a_write_that_fails_midway_leaves_no_part_of_the_value() {
+        const CHILD: &str = "PODMUTATOR_FETCH_TEST_UNDER_FSIZE_LIMIT";
+        let name = "pod::fetch::tests::a_write_that_fails_midway_leaves_no_part_of_the_value";
+        let Some(root) = std::env::var_os(CHILD).map(PathBuf::from) else {
+            let root =
+                std::env::temp_dir().join(format!("podmutator-fetch-efbig-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            std::fs::create_dir_all(&root).unwrap();
+            let out = std::process::Command::new("sh")
+                .args(["-c", "trap '' XFSZ; ulimit -f 64; exec \"$0\" \"$@\""])
+                .arg(std::env::current_exe().unwrap())
+                .args(["--exact", name, "--nocapture", "--test-threads=1"])
+                .env(CHILD, &root)
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains("1 passed"),
+                "{stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::fs::remove_dir_all(&root).unwrap();
+            return;
+        };
+        // 64 blocks is at most 64 KiB: a 1 MiB value cannot be written whole.
+        let values = BTreeMap::from([("a", vec![b'v'; 1 << 20])]);
+        let e = write_files(&one_file(&root, false), &values).unwrap_err();
+        assert!(e.to_string().contains("files/db"), "{e}");
+        assert_eq!(entries(&root.join("files")), Vec::<String>::new());
     }
 
     /// A plan of one secret at `root/files/db`, and one copy of this executable at
