@@ -97,7 +97,8 @@ pub fn socket_paths(spec: &PodSpec, volume: &str, file: &str) -> Vec<(String, Op
                 });
                 match sub.as_deref().filter(|s| !s.is_empty()) {
                     None => Some(format!("{dir}/{file}")),
-                    Some(sub) if file == sub => Some(m.mount_path.clone()),
+                    // The file itself is mounted: at the mount path, as the kernel reads it.
+                    Some(sub) if file == sub => Some(if dir.is_empty() { "/" } else { dir }.into()),
                     Some(sub) => match file.strip_prefix(sub).and_then(|r| r.strip_prefix('/')) {
                         Some(rest) => Some(format!("{dir}/{rest}")),
                         // This mount shows another part of the volume.
@@ -420,6 +421,12 @@ mod tests {
     #[case::root("/", None, "app.sock", Some("/app.sock"))]
     #[case::sub_path_is_the_file(
         "/run/app.sock",
+        Some("app.sock"),
+        "app.sock",
+        Some("/run/app.sock")
+    )]
+    #[case::sub_path_is_the_file_under_a_trailing_slash(
+        "/run/app.sock/",
         Some("app.sock"),
         "app.sock",
         Some("/run/app.sock")
