@@ -45,8 +45,8 @@ use crate::registry::{ImageQuery, pinned_arch};
 use crate::secrets::codec::{MountRequirement, Secret};
 use crate::secrets::embedded::{EmbeddedInjector, cascade, scope};
 use crate::secrets::{
-    Accept, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Edits, Refusal, SECRETS_DIR, SecretInjector,
-    SecretRequest, check_env_name,
+    Accept, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Edits, Refusal, SECRETS_DIR, SecretFile,
+    SecretInjector, SecretRequest, check_env_name,
 };
 
 /// The fetcher's init container.
@@ -548,6 +548,7 @@ impl SecretInjector for ReferenceInjector {
         // Everything is decided before the pod changes: an `Err` leaves it as it was.
         match route {
             Route::File(rel) => {
+                let source = id.clone();
                 let item = FetchItem {
                     id,
                     file: PathBuf::from(format!("{INIT_FILES}/{rel}")),
@@ -561,7 +562,8 @@ impl SecretInjector for ReferenceInjector {
                     MountRequirement::File => req.secret.env_var.as_str(),
                     _ => "",
                 };
-                edits.file_secret(env_var, &format!("{SECRETS_DIR}/{rel}"));
+                let file = SecretFile::new(format!("{SECRETS_DIR}/{rel}"), FILES_VOLUME, source);
+                edits.file_secret(env_var, file);
             }
             Route::Exec(var) => {
                 let item = FetchItem {

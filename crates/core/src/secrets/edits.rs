@@ -26,6 +26,8 @@ pub struct Edits<'a> {
     /// a second mount of either is never added), for the same reason as `env_index`.
     mount_names: HashMap<String, usize>,
     mount_paths: HashMap<String, usize>,
+    /// The file each file secret is read from, for [`Edits::hidden_files`].
+    files: Vec<SecretFile>,
     /// The pod's Secret volumes and their items, indexed for the K8s manager as it adds to
     /// them. It follows the pod, not the plan: a rolled-back request leaves it as it is.
     pub(super) secret_volumes: SecretVolumes,
@@ -42,11 +44,38 @@ pub struct Edits<'a> {
     pub(super) withheld: u32,
 }
 
+/// Where a request's secret is read from in the containers: `path`, a file of `volume` (a
+/// planned mount shows it there), holding `source` (what the manager writes or projects into
+/// it: one secret, under one name).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecretFile {
+    pub path: String,
+    pub volume: String,
+    pub source: String,
+    owner: String,
+}
+
+impl SecretFile {
+    pub fn new(
+        path: impl Into<String>,
+        volume: impl Into<String>,
+        source: impl Into<String>,
+    ) -> Self {
+        Self {
+            path: path.into(),
+            volume: volume.into(),
+            source: source.into(),
+            owner: String::new(),
+        }
+    }
+}
+
 /// A position in [`Edits`] to roll back to when an injector fails.
 #[derive(Debug, Clone, Copy)]
 pub struct EditsMark {
     env: usize,
     mounts: usize,
+    files: usize,
     conflicts: usize,
     withheld: u32,
 }
@@ -69,6 +98,7 @@ impl<'a> Edits<'a> {
             mount_owner: Vec::new(),
             mount_names: HashMap::new(),
             mount_paths: HashMap::new(),
+            files: Vec::new(),
             secret_volumes: SecretVolumes::default(),
             conflicts: Vec::new(),
             current: String::new(),
@@ -94,14 +124,67 @@ impl<'a> Edits<'a> {
         }
     }
 
-    /// The ending every file secret shares: `env_var`, if set, pointing at `path`; then Flyte's
-    /// two variables that say where secret files are (no prefix, in [`SECRETS_DIR`]).
-    pub fn file_secret(&mut self, env_var: &str, path: &str) {
+    /// The ending every file secret shares: `env_var`, if set, pointing at the file; then
+    /// Flyte's two variables that say where secret files are ([`Edits::secrets_dir_env`]). The
+    /// file is checked against the others once all requests ran ([`Edits::hidden_files`]).
+    pub fn file_secret(&mut self, env_var: &str, file: SecretFile) {
         if !env_var.is_empty() {
-            self.env(env_value(env_var, path));
+            self.env(env_value(env_var, &file.path));
         }
+        self.secrets_dir_env();
+        self.files.push(SecretFile {
+            owner: self.current.clone(),
+            ..file
+        });
+    }
+
+    /// Flyte's two variables that say where secret files are (no prefix, in [`SECRETS_DIR`]).
+    pub fn secrets_dir_env(&mut self) {
         self.env(env_value(ENV_FILE_PREFIX, ""));
         self.env(env_value(ENV_DEFAULT_DIR, SECRETS_DIR));
+    }
+
+    /// Files no container would read as their requests expect, each a conflict: two secrets
+    /// written to one path (names that differ only in case, say), a file inside another
+    /// (Azure's latest value and a pinned version of it), or a file that another manager's
+    /// mount hides (a K8s Secret mounted at `/etc/flyte/secrets/<group>` over a fetcher's
+    /// `<group>/...`, where the fetcher would also find it read-only). The nearest mount above a
+    /// file must be its own volume's.
+    pub fn hidden_files(&mut self) {
+        let under = |path: &str, dir: &str| {
+            path.strip_prefix(dir)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        };
+        let mut found = Vec::new();
+        for (i, f) in self.files.iter().enumerate() {
+            let nearest = (self.mounts.iter().zip(&self.mount_owner))
+                .filter(|(m, _)| under(&f.path, m.mount_path.trim_end_matches('/')))
+                .max_by_key(|(m, _)| m.mount_path.len());
+            if let Some((m, owner)) = nearest.filter(|(m, _)| m.name != f.volume) {
+                found.push(format!(
+                    "{} reads {} from volume {:?}, but {owner} mounts volume {:?} at {}, which hides it; request these secrets through one secret manager, or give them different groups",
+                    f.owner, f.path, f.volume, m.name, m.mount_path
+                ));
+                continue;
+            }
+            for g in &self.files[..i] {
+                if g.path == f.path && (g.volume != f.volume || g.source != f.source) {
+                    found.push(format!(
+                        "{} and {} both write {}, with different secrets; give one of them a different name",
+                        g.owner, f.owner, f.path
+                    ));
+                } else if let Some((outer, inner)) = [(g, f), (f, g)]
+                    .into_iter()
+                    .find(|(a, b)| b.path.len() > a.path.len() && under(&b.path, &a.path))
+                {
+                    found.push(format!(
+                        "{} writes the file {} and {} a file inside it, {}; a path cannot be both",
+                        outer.owner, outer.path, inner.owner, inner.path
+                    ));
+                }
+            }
+        }
+        self.conflicts.extend(found);
     }
 
     /// Adds `m` unless a mount of that volume is already planned. Two different volumes at one
@@ -129,6 +212,7 @@ impl<'a> Edits<'a> {
         EditsMark {
             env: self.env.len(),
             mounts: self.mounts.len(),
+            files: self.files.len(),
             conflicts: self.conflicts.len(),
             withheld: self.withheld,
         }
@@ -146,8 +230,37 @@ impl<'a> Edits<'a> {
         self.env_owner.truncate(mark.env);
         self.mounts.truncate(mark.mounts);
         self.mount_owner.truncate(mark.mounts);
+        self.files.truncate(mark.files);
         self.conflicts.truncate(mark.conflicts);
         self.withheld = mark.withheld;
+    }
+
+    /// Planned mounts at a path where a container of the pod already mounts another volume: the
+    /// API server refuses two mounts at one path, so each is a conflict that names the
+    /// container's mount. Containers in `skip` get nothing and are not looked at.
+    pub fn taken_paths(&mut self, pod: &Pod, skip: &[String]) {
+        let Some(spec) = pod.spec.as_ref() else {
+            return;
+        };
+        let containers = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .filter(|c| !skip.contains(&c.name));
+        for c in containers {
+            for theirs in c.volume_mounts.iter().flatten() {
+                let path = theirs.mount_path.trim_end_matches('/');
+                let planned = (self.mounts.iter().zip(&self.mount_owner)).find(|(m, _)| {
+                    m.mount_path.trim_end_matches('/') == path && m.name != theirs.name
+                });
+                if let Some((m, owner)) = planned {
+                    self.conflicts.push(format!(
+                        "{owner} mounts volume {:?} at {}, where container {:?} already mounts its volume {:?}; move or remove that mount",
+                        m.name, m.mount_path, c.name, theirs.name
+                    ));
+                }
+            }
+        }
     }
 
     /// Puts the planned variables first in every container (replacing same-name ones) and adds

@@ -10,7 +10,9 @@ use sha2::Sha256;
 
 use super::codec::{MountRequirement, encode_base32};
 use super::refusal::Refusal;
-use super::{Accept, ENV_ENV_PREFIX, Edits, SECRETS_DIR, SecretInjector, SecretRequest};
+use super::{
+    Accept, ENV_ENV_PREFIX, Edits, SECRETS_DIR, SecretFile, SecretInjector, SecretRequest,
+};
 use crate::config::SecretManagerType;
 use crate::mutate::PodCtx;
 use crate::mutate::pod::{env_value, ro_mount};
@@ -100,8 +102,12 @@ impl SecretInjector for K8sInjector {
                     &s.key,
                     &file,
                 )?;
-                edits.mount(ro_mount(volume, dir.clone()));
-                edits.file_secret(&s.env_var, &format!("{dir}/{file}"));
+                edits.mount(ro_mount(volume.clone(), dir.clone()));
+                let source = format!("{group}/{}", s.key);
+                edits.file_secret(
+                    &s.env_var,
+                    SecretFile::new(format!("{dir}/{file}"), volume, source),
+                );
             }
             MountRequirement::Unknown(n) => return Err(Refusal::UnknownMount(n)),
         }

@@ -29,7 +29,7 @@ use crate::error::Denial;
 use crate::mutate::PodCtx;
 use crate::registry::{Entrypoints, ImageQuery};
 use codec::MountRequirement;
-pub use edits::Edits;
+pub use edits::{Edits, SecretFile};
 pub use plan::Plan;
 pub use refusal::Refusal;
 use source::Lookup;
@@ -502,6 +502,129 @@ mod tests {
             "{}",
             err.message
         );
+    }
+
+    fn sidecar(provider: Provider) -> Box<dyn SecretInjector> {
+        Box::new(SidecarInjector::new(provider, &SidecarConfig::default()))
+    }
+
+    fn k8s() -> Box<dyn SecretInjector> {
+        Box::new(crate::secrets::k8s::K8sInjector {
+            env_prefix: "_UNION_".into(),
+        })
+    }
+
+    fn file(group: &str, version: &str) -> Secret {
+        let mut s = secret(group, "", MountRequirement::File, "");
+        s.group_version = version.into();
+        s
+    }
+
+    /// Files no container would read as asked: two secrets written to one path, a file inside
+    /// another, and a file another manager's mount hides (each admitted before, and each a
+    /// secret served under another's name or a fetcher that fails).
+    #[test]
+    fn files_that_one_secret_would_hide_or_overwrite_in_another_are_refused() {
+        let vault = |host: &str| format!("https://{host}.vault.azure.net/secrets/db-password");
+        type Case = (Vec<Box<dyn SecretInjector>>, Vec<Secret>, &'static str);
+        let cases: [Case; 4] = [
+            (
+                vec![sidecar(Provider::Azure)],
+                vec![file(&vault("team"), ""), file(&vault("shared"), "")],
+                "flyte.secrets/s0 (Azure) and flyte.secrets/s1 (Azure) both write /etc/flyte/secrets/db-password, with different secrets",
+            ),
+            (
+                vec![sidecar(Provider::Aws)],
+                vec![
+                    secret(
+                        "arn:aws:secretsmanager:us-east-1:1:secret:",
+                        "Db-AbCdEf",
+                        MountRequirement::File,
+                        "",
+                    ),
+                    secret(
+                        "arn:aws:secretsmanager:us-east-1:1:secret:",
+                        "db-abcdef",
+                        MountRequirement::File,
+                        "",
+                    ),
+                ],
+                "both write /etc/flyte/secrets/",
+            ),
+            (
+                vec![sidecar(Provider::Azure)],
+                vec![file(&vault("team"), ""), file(&vault("team"), "abc123")],
+                "flyte.secrets/s0 (Azure) writes the file /etc/flyte/secrets/db-password and flyte.secrets/s1 (Azure) a file inside it, /etc/flyte/secrets/db-password/abc123",
+            ),
+            (
+                vec![k8s(), sidecar(Provider::Gcp)],
+                vec![
+                    secret("db", "password", MountRequirement::File, ""),
+                    // The K8s manager takes no version: GCP does.
+                    file("db", "1"),
+                ],
+                "flyte.secrets/s1 (GCP) reads /etc/flyte/secrets/db/1 from volume \"gcp-secret-vol\", but flyte.secrets/s0 (K8s) mounts volume",
+            ),
+        ];
+        for (injectors, secrets, wanted) in cases {
+            let err = run(injectors, &secrets).unwrap_err();
+            assert_eq!(err.reason, "SecretConflict", "{}", err.message);
+            assert!(err.message.contains(wanted), "{wanted}: {}", err.message);
+        }
+        // The same secret asked for twice is one file.
+        let twice = [file(&vault("team"), ""), file(&vault("team"), "")];
+        run(vec![sidecar(Provider::Azure)], &twice).unwrap();
+        let group = [
+            secret("db", "password", MountRequirement::File, ""),
+            secret("db", "user", MountRequirement::File, ""),
+        ];
+        run(vec![k8s()], &group).unwrap();
+    }
+
+    /// The API server refuses two mounts at one path: a pod that already mounts its own volume
+    /// where a manager mounts its one is refused, naming the container's mount. Its volume
+    /// under a fetcher's volume name is refused too (the secret would go to that volume).
+    #[test]
+    fn a_pods_own_mount_or_volume_in_a_managers_place_is_refused() {
+        let aws = || {
+            vec![secret(
+                "arn:aws:secretsmanager:us-east-1:1:secret:",
+                "db-AbCdEf",
+                MountRequirement::File,
+                "",
+            )]
+        };
+        let mut pod = mk_pod();
+        pod.spec.as_mut().unwrap().containers[0].volume_mounts =
+            Some(vec![crate::mutate::pod::mount("shared", SECRETS_DIR)]);
+        let err = admit(vec![sidecar(Provider::Aws)], &aws(), pod).unwrap_err();
+        assert_eq!(err.reason, "SecretConflict", "{}", err.message);
+        assert!(
+            err.message.contains("mounts volume \"aws-secret-vol\" at /etc/flyte/secrets, where container \"container1\" already mounts its volume \"shared\""),
+            "{}",
+            err.message
+        );
+
+        let mut pod = mk_pod();
+        pod.spec.as_mut().unwrap().volumes = Some(vec![k8s_openapi::api::core::v1::Volume {
+            name: "aws-secret-vol".into(),
+            empty_dir: Some(Default::default()),
+            ..Default::default()
+        }]);
+        let before = pod.clone();
+        let err = admit(vec![sidecar(Provider::Aws)], &aws(), pod.clone()).unwrap_err();
+        assert!(
+            err.message.contains(
+                "the pod has a volume named \"aws-secret-vol\" that is not the in-memory volume"
+            ),
+            "{}",
+            err.message
+        );
+        // Its own output, admitted again, is not refused: the volume and mount are ours.
+        let once = admit(vec![sidecar(Provider::Aws)], &aws(), mk_pod()).unwrap();
+        let twice = admit(vec![sidecar(Provider::Aws)], &aws(), once.clone()).unwrap();
+        assert_eq!(json(&once), json(&twice));
+        assert_ne!(json(&once), json(&before));
     }
 
     #[test]

@@ -293,6 +293,10 @@ impl SecretsMutator {
             refusals.extend(p.refusals.iter().cloned());
             return Err(self.not_injected(&p.req, refusals));
         }
+        if edits.conflicts.is_empty() {
+            edits.hidden_files();
+            edits.taken_paths(pod, &self.skip_containers);
+        }
         if !edits.conflicts.is_empty() {
             return Err(Denial::bad_request(
                 "SecretConflict",

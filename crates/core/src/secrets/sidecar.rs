@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{
 use super::codec::{MountRequirement, Secret};
 use super::refusal::Refusal;
 use super::vault::identity_digest;
-use super::{Accept, Edits, SECRETS_DIR, SecretInjector, SecretRequest};
+use super::{Accept, Edits, SECRETS_DIR, SecretFile, SecretInjector, SecretRequest};
 use crate::config::{
     AWS_SIDECAR_IMAGE, AZURE_SIDECAR_IMAGE, GCP_SIDECAR_IMAGE, SecretManagerType, SidecarConfig,
 };
@@ -404,6 +404,25 @@ impl SecretInjector for SidecarInjector {
         let fetch = p.fetch(s)?;
 
         let name = fetch.name(p);
+        let source = name.clone();
+        // Checked before the pod changes: a volume of the pod's own under the name would be
+        // written into (a disk, say) and never mounted where the secret is read. Any in-memory
+        // `emptyDir` is taken as the one an earlier admission added.
+        let volume = &self.shared.volume;
+        let spec = pod.spec.as_ref();
+        let own = spec.and_then(|s| s.volumes.as_ref()).into_iter().flatten();
+        let in_memory =
+            |v: &Volume| v.empty_dir.as_ref().and_then(|e| e.medium.as_deref()) == Some("Memory");
+        let has_volume = match own.into_iter().find(|v| v.name == volume.name) {
+            Some(v) if !in_memory(v) => {
+                return Err(Refusal::Conflict(format!(
+                    "the pod has a volume named {:?} that is not the in-memory volume {} writes its secrets to; rename that volume",
+                    volume.name,
+                    p.label()
+                )));
+            }
+            found => found.is_some(),
+        };
         let existing = pod
             .spec
             .as_ref()
@@ -425,12 +444,12 @@ impl SecretInjector for SidecarInjector {
             inits.push(self.fetcher(name, &fetch));
         }
         // Looked for before the clone: `add_volume` would find it too, after cloning it.
-        let volume = &self.shared.volume;
-        if !spec.volumes.iter().flatten().any(|v| v.name == volume.name) {
+        if !has_volume {
             add_volume(&mut spec.volumes, volume.clone());
         }
         edits.mount(self.shared.mount.clone());
-        edits.file_secret(&s.env_var, &fetch.file);
+        let file = SecretFile::new(&fetch.file, &volume.name, source);
+        edits.file_secret(&s.env_var, file);
         Ok(())
     }
 }

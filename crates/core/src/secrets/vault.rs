@@ -146,7 +146,7 @@ impl SecretInjector for VaultInjector {
             annotations.entry(k).or_insert(v);
         }
 
-        edits.file_secret("", "");
+        edits.secrets_dir_env();
         Ok(())
     }
 }
