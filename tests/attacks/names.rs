@@ -407,6 +407,69 @@ fn reference_app() -> Front {
     )
 }
 
+/// The API server calls this webhook again after a credentials webhook (EKS Pod Identity's,
+/// IRSA's) and the ServiceAccount plugin gave every container, our fetcher included, their
+/// variables and token mounts: the second pass keeps them (or the fetch would run without
+/// credentials) and patches nothing. Mounts at or under the fetcher's own paths are not kept.
+#[tokio::test]
+async fn what_other_admission_steps_add_to_our_fetcher_survives_readmission() {
+    let app = reference_app();
+    let requests = [
+        secret("", "", "db", MountRequirement::File),
+        secret("", "", "db", MountRequirement::EnvVar),
+    ];
+    let (status, resp, mut pod) = admit(&app, &task_pod(&requests)).await;
+    assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+    let token = "/var/run/secrets/pods.eks.amazonaws.com/serviceaccount";
+    pod["spec"]["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "eks-pod-identity-token", "projected": {"sources": [
+            {"serviceAccountToken": {"audience": "pods.eks.amazonaws.com", "path": "eks-pod-identity-token"}}
+        ]}}));
+    for kind in ["containers", "initContainers"] {
+        for c in pod["spec"][kind].as_array_mut().unwrap() {
+            c["env"].as_array_mut().unwrap().extend([
+                json!({"name": "AWS_CONTAINER_CREDENTIALS_FULL_URI", "value": "http://169.254.170.23/v1/credentials"}),
+                json!({"name": "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "value": format!("{token}/eks-pod-identity-token")}),
+            ]);
+            c["volumeMounts"].as_array_mut().unwrap().push(
+                json!({"name": "eks-pod-identity-token", "mountPath": token, "readOnly": true}),
+            );
+        }
+    }
+    let (status, resp, again) = admit(&app, &pod).await;
+    assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+    assert_eq!(patch_of(&resp), json!([]), "re-admission patches nothing");
+    assert_eq!(again, pod);
+
+    // A mount of the pod's under the fetcher's files, on a fetcher under our image, is dropped.
+    let fetcher = |pod: &mut Value| -> Value {
+        let inits = pod["spec"]["initContainers"].as_array_mut().unwrap();
+        inits
+            .iter_mut()
+            .find(|c| c["name"] == INIT_CONTAINER)
+            .unwrap()
+            .take()
+    };
+    let mut planted = pod.clone();
+    let mut ours = fetcher(&mut planted);
+    let files = ours["volumeMounts"][0]["mountPath"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    ours["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "disk", "mountPath": format!("{files}/db")}));
+    let inits = planted["spec"]["initContainers"].as_array_mut().unwrap();
+    *inits.iter_mut().find(|c| c.is_null()).unwrap() = ours;
+    let (status, resp, stored) = admit(&app, &planted).await;
+    assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+    assert_eq!(fetcher(&mut stored.clone()), fetcher(&mut pod.clone()));
+    assert_valid_pods("credentials-webhook", &[("again".into(), again)]);
+}
+
 fn init_containers(pod: &Value) -> Vec<Value> {
     pod["spec"]["initContainers"]
         .as_array()

@@ -45,8 +45,8 @@ use crate::registry::{ImageQuery, pinned_arch};
 use crate::secrets::codec::{MountRequirement, Secret};
 use crate::secrets::embedded::{EmbeddedInjector, cascade, scope};
 use crate::secrets::{
-    Accept, ENV_ENV_PREFIX, ENV_FILE_PREFIX, Edits, Refusal, SECRETS_DIR, SecretFile,
-    SecretInjector, SecretRequest, check_env_name,
+    Accept, ENV_ENV_PREFIX, Edits, Refusal, SECRETS_DIR, SecretFile, SecretInjector, SecretRequest,
+    check_env_name,
 };
 
 /// The fetcher's init container.
@@ -421,16 +421,37 @@ impl ReferenceInjector {
                     ours.clone_from(theirs);
                 }
             }
-            // Our empty prefixes, stored without their value: the edits keep them as they are.
-            let emptied = old.env.iter().flatten().filter(|e| {
-                [ENV_FILE_PREFIX, ENV_ENV_PREFIX].contains(&e.name.as_str())
-                    && e.value.is_none()
-                    && e.value_from.is_none()
-            });
-            fetcher
-                .env
-                .get_or_insert_with(Vec::new)
-                .extend(emptied.cloned());
+            // What the previous pass's fetcher holds besides what this one sets stays, in its
+            // order: the variables the edits write (our empty prefixes, stored without their
+            // value, included) and what other admission steps added to it after that pass, the
+            // service account's token and a credentials webhook's variables and token (EKS Pod
+            // Identity's, IRSA's). Such a webhook, called again after this one, gave them to
+            // the fetcher; this pass, called again after it, must not take them away, or the
+            // fetch runs without credentials. Mounts near ours stay ours alone.
+            let env = fetcher.env.get_or_insert_with(Vec::new);
+            let set: Vec<String> = env.iter().map(|e| e.name.clone()).collect();
+            env.extend(
+                (old.env.iter().flatten())
+                    .filter(|e| !set.contains(&e.name))
+                    .cloned(),
+            );
+            let ours = fetcher.volume_mounts.get_or_insert_with(Vec::new);
+            let near = |a: &str, b: &str| {
+                let (a, b) = (a.trim_end_matches('/'), b.trim_end_matches('/'));
+                let under = |x: &str, y: &str| {
+                    x.strip_prefix(y)
+                        .is_some_and(|r| r.is_empty() || r.starts_with('/'))
+                };
+                under(a, b) || under(b, a)
+            };
+            let kept: Vec<_> = (old.volume_mounts.iter().flatten())
+                .filter(|m| {
+                    ours.iter()
+                        .all(|o| o.name != m.name && !near(&o.mount_path, &m.mount_path))
+                })
+                .cloned()
+                .collect();
+            ours.extend(kept);
         }
         inits.retain(|c| c.name != INIT_CONTAINER);
         let at = inits
