@@ -57,12 +57,11 @@ pub fn documents(path: &str, text: &str) -> Result<Vec<(String, Value)>, ConfigE
         .filter(|(k, _)| [".yaml", ".yml", ".json"].iter().any(|e| k.ends_with(e)))
         .collect();
     files.sort_by_key(|(k, _)| *k);
-    if files.is_empty() {
-        return Err(ConfigError::new(
-            format!("{path}: data"),
-            "the ConfigMap holds no *.yaml, *.yml or *.json entry: give the ConfigMap that holds Flyte's configuration files (flytepropeller's, flyte-binary's or the webhook's)",
-        ));
-    }
+    ensure!(
+        !files.is_empty(),
+        format!("{path}: data"),
+        "the ConfigMap holds no *.yaml, *.yml or *.json entry: give the ConfigMap that holds Flyte's configuration files (flytepropeller's, flyte-binary's or the webhook's)"
+    );
     files
         .into_iter()
         .map(|(name, text)| {
@@ -85,10 +84,10 @@ pub fn documents(path: &str, text: &str) -> Result<Vec<(String, Value)>, ConfigE
 /// `embedded`, ...), which belong in `--config`.
 pub fn sections(path: &str, doc: Value) -> Result<(Value, Vec<String>), ConfigError> {
     let Value::Object(sections) = doc else {
-        return Err(ConfigError::new(
+        bail!(
             path,
-            "expected a Flyte configuration: a mapping of sections such as webhook, secrets, propeller",
-        ));
+            "expected a Flyte configuration: a mapping of sections such as webhook, secrets, propeller"
+        );
     };
     let ours = own_sections();
     let mut out = Value::Object(Map::new());
@@ -100,19 +99,17 @@ pub fn sections(path: &str, doc: Value) -> Result<(Value, Vec<String>), ConfigEr
                 Value::Object(Map::from_iter([(read.to_string(), value)])),
             );
         } else if ours.iter().any(|s| s.eq_ignore_ascii_case(&key)) {
-            return Err(ConfigError::new(
+            bail!(
                 format!("{path}: {key}"),
-                "podmutator's own section: it belongs in --config; --flyte-config reads webhook and secrets",
-            ));
+                "podmutator's own section: it belongs in --config; --flyte-config reads webhook and secrets"
+            );
         } else if let Some(near) = nearest(&key, READ_SECTIONS)
             && !NOT_MISSPELT.contains(&key.to_ascii_lowercase().as_str())
         {
-            return Err(ConfigError::new(
+            bail!(
                 format!("{path}: {key}"),
-                format!(
-                    "not a section podmutator reads: did you mean `{near}`? --flyte-config reads webhook and secrets, and skips Flyte's other sections"
-                ),
-            ));
+                "not a section podmutator reads: did you mean `{near}`? --flyte-config reads webhook and secrets, and skips Flyte's other sections"
+            );
         } else {
             skipped.push(key);
         }

@@ -242,23 +242,19 @@ impl HttpConfig {
                     .into(),
             ),
             0 => {}
-            1 if h.path_token_disabled => {
-                return Err(ConfigError::new(
-                    "http.pathTokenDisabled",
-                    "is true while a path token is configured; remove one of them",
-                ));
-            }
+            1 if h.path_token_disabled => bail!(
+                "http.pathTokenDisabled",
+                "is true while a path token is configured; remove one of them"
+            ),
             1 if h.accept_plain_paths => warnings.push(
                 "http.acceptPlainPaths is true: the plain paths are answered beside the path token's, so the token keeps no one out; set it back to false once every registration calls with the token (docs/deploy.md, \"Turning the token on\")"
                     .into(),
             ),
             1 => {}
-            _ => {
-                return Err(ConfigError::new(
-                    "http.pathToken",
-                    "set one of http.pathToken, http.pathTokenSha256 and http.pathTokenSecretId, not several",
-                ));
-            }
+            _ => bail!(
+                "http.pathToken",
+                "set one of http.pathToken, http.pathTokenSha256 and http.pathTokenSecretId, not several"
+            ),
         }
         ensure!(
             !h.accept_plain_paths || tokens.contains(&true),

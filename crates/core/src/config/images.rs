@@ -74,13 +74,12 @@ impl ImagesConfig {
                 let m = normalise_prefix(&o.matches);
                 targets.iter().any(|t| under(t, &m) || under(&m, t))
             }) {
-                return Err(ConfigError::new(
+                bail!(
                     format!("{key}.replace"),
-                    format!(
-                        "{:?} overlaps images.rules[{j}].match {:?}: a rewritten image would be rewritten again; pick a target that no rule's match covers or lies under",
-                        r.replace, self.rules[j].matches
-                    ),
-                ));
+                    "{:?} overlaps images.rules[{j}].match {:?}: a rewritten image would be rewritten again; pick a target that no rule's match covers or lies under",
+                    r.replace,
+                    self.rules[j].matches
+                );
             }
         }
         if let Some(s) = &self.pod_selector {
@@ -176,10 +175,7 @@ pub fn normalise_prefix(p: &str) -> String {
 pub fn check_label_selector(key: &str, s: &LabelSelector) -> Result<(), ConfigError> {
     for (k, v) in s.match_labels.iter().flatten() {
         if let Some(problem) = qualified_name_problem(k) {
-            return Err(ConfigError::new(
-                format!("{key}.matchLabels"),
-                format!("key {k:?}: {problem}"),
-            ));
+            bail!(format!("{key}.matchLabels"), "key {k:?}: {problem}");
         }
         ensure!(
             is_label_value(v),
@@ -190,38 +186,29 @@ pub fn check_label_selector(key: &str, s: &LabelSelector) -> Result<(), ConfigEr
     for (i, e) in s.match_expressions.iter().flatten().enumerate() {
         let k = format!("{key}.matchExpressions[{i}]");
         if let Some(problem) = qualified_name_problem(&e.key) {
-            return Err(ConfigError::new(
-                format!("{k}.key"),
-                format!("{:?}: {problem}", e.key),
-            ));
+            bail!(format!("{k}.key"), "{:?}: {problem}", e.key);
         }
         let values = e.values.as_deref().unwrap_or_default();
         match e.operator.as_str() {
-            "In" | "NotIn" if values.is_empty() => {
-                return Err(ConfigError::new(
-                    format!("{k}.values"),
-                    format!("operator {} needs at least one value", e.operator),
-                ));
-            }
-            "Exists" | "DoesNotExist" if !values.is_empty() => {
-                return Err(ConfigError::new(
-                    format!("{k}.values"),
-                    format!("operator {} takes no values", e.operator),
-                ));
-            }
-            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            other => {
-                return Err(ConfigError::new(
-                    format!("{k}.operator"),
-                    format!("{other:?} is not In, NotIn, Exists or DoesNotExist"),
-                ));
-            }
+            "In" | "NotIn" => ensure!(
+                !values.is_empty(),
+                format!("{k}.values"),
+                "operator {} needs at least one value",
+                e.operator
+            ),
+            "Exists" | "DoesNotExist" => ensure!(
+                values.is_empty(),
+                format!("{k}.values"),
+                "operator {} takes no values",
+                e.operator
+            ),
+            other => bail!(
+                format!("{k}.operator"),
+                "{other:?} is not In, NotIn, Exists or DoesNotExist"
+            ),
         }
         if let Some(v) = values.iter().find(|v| !is_label_value(v)) {
-            return Err(ConfigError::new(
-                format!("{k}.values"),
-                format!("{v:?} is not a valid label value"),
-            ));
+            bail!(format!("{k}.values"), "{v:?} is not a valid label value");
         }
     }
     Ok(())

@@ -253,27 +253,19 @@ impl MeshConfig {
             self.mesh_domain
         );
         match d.ndots {
-            Some(n) if n > MAX_NDOTS => {
-                return Err(ConfigError::new(
-                    "mesh.dns.ndots",
-                    format!("{n} is over the resolver's maximum of {MAX_NDOTS}"),
-                ));
-            }
-            None if d.enabled && domain.is_empty() => {
-                return Err(ConfigError::new(
-                    "mesh.meshDomain",
-                    "is empty, so ndots cannot be derived from it: set mesh.meshDomain (e.g. aether.internal) or mesh.dns.ndots",
-                ));
-            }
-            None if self.ndots() > MAX_NDOTS => {
-                return Err(ConfigError::new(
-                    "mesh.meshDomain",
-                    format!(
-                        "has {} labels, over the resolver's ndots maximum of {MAX_NDOTS}; set mesh.dns.ndots",
-                        self.ndots()
-                    ),
-                ));
-            }
+            Some(n) if n > MAX_NDOTS => bail!(
+                "mesh.dns.ndots",
+                "{n} is over the resolver's maximum of {MAX_NDOTS}"
+            ),
+            None if d.enabled && domain.is_empty() => bail!(
+                "mesh.meshDomain",
+                "is empty, so ndots cannot be derived from it: set mesh.meshDomain (e.g. aether.internal) or mesh.dns.ndots"
+            ),
+            None if self.ndots() > MAX_NDOTS => bail!(
+                "mesh.meshDomain",
+                "has {} labels, over the resolver's ndots maximum of {MAX_NDOTS}; set mesh.dns.ndots",
+                self.ndots()
+            ),
             _ => {}
         }
         ensure!(

@@ -11,12 +11,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+/// Returns a [`ConfigError`] for `key` from the enclosing function:
+/// `bail!(key, "format", args...)`.
+macro_rules! bail {
+    ($key:expr, $($message:tt)+) => {
+        return Err($crate::config::ConfigError::new($key, format!($($message)+)))
+    };
+}
+
 /// Returns a [`ConfigError`] for `key` from the enclosing function unless `cond` holds:
 /// `ensure!(cond, key, "format", args...)`.
 macro_rules! ensure {
     ($cond:expr, $key:expr, $($message:tt)+) => {
         if !$cond {
-            return Err($crate::config::ConfigError::new($key, format!($($message)+)));
+            bail!($key, $($message)+);
         }
     };
 }
@@ -646,12 +654,10 @@ fn check_global_env_prefix(prefix: &str) -> Result<(), ConfigError> {
         .iter()
         .find(|p| p.starts_with(prefix) || prefix.starts_with(*p))
     {
-        return Err(ConfigError::new(
+        bail!(
             "secrets.env-prefix",
-            format!(
-                "{prefix:?} overlaps {p:?}, the prefix of this process's own credentials or runtime variables, which the Global manager would then serve to pods; use Flyte's default FLYTE_SECRET_"
-            ),
-        ));
+            "{prefix:?} overlaps {p:?}, the prefix of this process's own credentials or runtime variables, which the Global manager would then serve to pods; use Flyte's default FLYTE_SECRET_"
+        );
     }
     Ok(())
 }
@@ -1120,12 +1126,10 @@ impl WebhookConfig {
                 "{key:?} is not an annotation key the API server accepts (a qualified name: an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.')"
             );
             if let Some(problem) = annotation_problem(key, value) {
-                return Err(ConfigError::new(
+                bail!(
                     format!("webhook.vaultSecretManager.annotations.{key}"),
-                    format!(
-                        "{value:?}: {problem}, or the API server refuses the pods it is added to"
-                    ),
-                ));
+                    "{value:?}: {problem}, or the API server refuses the pods it is added to"
+                );
             }
         }
         let size: usize = annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
@@ -1269,13 +1273,11 @@ pub fn check_resources(key: &str, r: &ResourceRequirements) -> Result<(), Config
             );
             let v = quantity_value(&q.0).filter(|v| v.is_finite() && *v >= 0.0);
             let Some(v) = v else {
-                return Err(ConfigError::new(
+                bail!(
                     at,
-                    format!(
-                        "{:?} is not a non-negative quantity (such as 100m, 0.5, 500Mi or 1Gi)",
-                        q.0
-                    ),
-                ));
+                    "{:?} is not a non-negative quantity (such as 100m, 0.5, 500Mi or 1Gi)",
+                    q.0
+                );
             };
             let extended = name.contains('/') && !name.contains("kubernetes.io/");
             ensure!(
