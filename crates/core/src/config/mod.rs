@@ -332,16 +332,12 @@ impl WebhookConfig {
     /// The managers tried for each secret, in order: Global first (always, once), then the
     /// configured list, or the deprecated singular type when the list is empty.
     pub fn enabled_secret_managers(&self) -> Vec<SecretManagerType> {
-        let configured: Vec<SecretManagerType> = if self.secret_manager_types.is_empty() {
-            vec![
-                self.secret_manager_type
-                    .unwrap_or(DEFAULT_SECRET_MANAGER_TYPE),
-            ]
-        } else {
-            self.secret_manager_types.clone()
-        };
+        let singular = self.secret_manager_types.is_empty().then(|| {
+            self.secret_manager_type
+                .unwrap_or(DEFAULT_SECRET_MANAGER_TYPE)
+        });
         let mut out = vec![SecretManagerType::Global];
-        for t in configured {
+        for t in self.secret_manager_types.iter().copied().chain(singular) {
             if !out.contains(&t) {
                 out.push(t);
             }
@@ -1035,16 +1031,13 @@ impl WebhookConfig {
         let w = self;
         let mut warnings = Vec::new();
         if let Some(t) = w.secret_manager_type {
-            if w.secret_manager_types.is_empty() {
-                warnings.push(format!(
+            warnings.push(if w.secret_manager_types.is_empty() {
+                format!(
                     "webhook.secretManagerType is deprecated: use webhook.secretManagerTypes: [{t}] (Flyte 1.x reads only the singular key: a file Flyte 1.x also reads keeps it)"
-                ));
+                )
             } else {
-                warnings.push(
-                    "webhook.secretManagerType is deprecated and ignored because webhook.secretManagerTypes is set"
-                        .into(),
-                );
-            }
+                "webhook.secretManagerType is deprecated and ignored because webhook.secretManagerTypes is set".into()
+            });
         }
         if w.vault_secret_manager.kv_version.is_some() {
             warnings.push(
@@ -1052,19 +1045,17 @@ impl WebhookConfig {
                     .into(),
             );
         }
-        let mut seen = Vec::new();
-        for t in &w.secret_manager_types {
+        for (i, t) in w.secret_manager_types.iter().enumerate() {
             if *t == SecretManagerType::Global {
                 warnings.push(
                     "webhook.secretManagerTypes lists Global, which is always tried first; the entry is ignored"
                         .into(),
                 );
-            } else if seen.contains(t) {
+            } else if w.secret_manager_types[..i].contains(t) {
                 warnings.push(format!(
                     "webhook.secretManagerTypes lists {t} twice; the later entry is ignored"
                 ));
             }
-            seen.push(*t);
         }
 
         let enabled = w.enabled_secret_managers();
