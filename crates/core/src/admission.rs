@@ -380,13 +380,11 @@ impl App {
             if !self.chain.applies(&ctx, &object.metadata, None, true) {
                 return Admission::early(subject, api_version, Ok(Verdict::passed_by()));
             }
-            let (pod, old) = (
-                names_and_images(object, "object"),
-                names_and_images(old, "oldObject"),
-            );
-            let (pod, old) = match (pod, old) {
-                (Ok(pod), Ok(old)) => (pod, old),
-                (Err(e), _) | (_, Err(e)) => return Admission::early(subject, api_version, Err(e)),
+            let pods = names_and_images(object, "object")
+                .and_then(|pod| Ok((pod, names_and_images(old, "oldObject")?)));
+            let (pod, old) = match pods {
+                Ok(pods) => pods,
+                Err(e) => return Admission::early(subject, api_version, Err(e)),
             };
             ctx.old = Some(&old);
             (
@@ -1356,25 +1354,18 @@ fn json_path_at(body: &[u8], line: usize, column: usize, about_list: bool) -> Op
             b'}' | b']' => {
                 stack.pop();
             }
-            b':' => {
-                if let Some(f) = stack.last_mut() {
-                    f.state = In::Colon;
-                }
-            }
-            b',' => {
-                if let Some(f) = stack.last_mut() {
-                    if f.list {
-                        f.index += 1;
-                        f.state = In::Element;
-                    } else {
-                        f.state = In::Key;
-                    }
-                }
-            }
             b' ' | b'\n' | b'\r' | b'\t' => {}
             _ => {
                 if let Some(f) = stack.last_mut() {
-                    f.state = In::Value;
+                    f.state = match b {
+                        b':' => In::Colon,
+                        b',' if f.list => {
+                            f.index += 1;
+                            In::Element
+                        }
+                        b',' => In::Key,
+                        _ => In::Value,
+                    };
                 }
             }
         }
@@ -1408,14 +1399,11 @@ fn json_path_at(body: &[u8], line: usize, column: usize, about_list: bool) -> Op
                 path.push('.');
             }
             let raw = &body[f.key.0..f.key.1];
-            match raw.contains(&b'\\') {
-                false => path.push_str(&String::from_utf8_lossy(raw)),
-                true => {
-                    let quoted = &body[f.key.0 - 1..=f.key.1];
-                    let key: String = serde_json::from_slice(quoted).unwrap_or_default();
-                    path.push_str(&key);
-                }
-            }
+            let key = match raw.contains(&b'\\') {
+                false => String::from_utf8_lossy(raw),
+                true => serde_json::from_slice(&body[f.key.0 - 1..=f.key.1]).unwrap_or_default(),
+            };
+            path.push_str(&key);
         }
     }
     Some(path)
