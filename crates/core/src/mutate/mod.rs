@@ -117,9 +117,8 @@ crate::named_enum! {
 impl Effects {
     /// One more `what`.
     pub fn image(&mut self, what: ImageCount) {
-        if let Some(i) = ImageCount::ALL.iter().position(|c| *c == what) {
-            self.images[i] += 1;
-        }
+        // A variant's number is its place in `ALL` (declaration order).
+        self.images[what as usize] += 1;
     }
 
     /// Image counts (only those that are not zero).
@@ -129,9 +128,7 @@ impl Effects {
 
     /// `n` more secrets injected by `manager`.
     pub fn secrets_injected(&mut self, manager: SecretManagerType, n: u32) {
-        if let Some(i) = SecretManagerType::ALL.iter().position(|t| *t == manager) {
-            self.injected[i] += n;
-        }
+        self.injected[manager as usize] += n;
     }
 
     /// Secrets injected, by manager (only managers that injected something).
