@@ -438,13 +438,10 @@ fn affinity(x: &Value, y: &Value) -> u32 {
     if x == y {
         return 2;
     }
-    match (x, y) {
-        (Value::Object(x), Value::Object(y)) => match (x.get("name"), y.get("name")) {
-            (Some(Value::String(p)), Some(Value::String(q))) if p == q => 1,
-            _ => 0,
-        },
-        _ => 0,
+    fn name(v: &Value) -> Option<&str> {
+        v.get("name")?.as_str()
     }
+    u32::from(name(x).is_some_and(|p| name(y) == Some(p)))
 }
 
 fn same_item(x: &Value, y: &Value) -> bool {
