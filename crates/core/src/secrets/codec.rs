@@ -84,12 +84,9 @@ impl MountRequirement {
     }
 
     fn from_name(name: &[u8]) -> Option<Self> {
-        match name {
-            b"ANY" => Some(MountRequirement::Any),
-            b"ENV_VAR" => Some(MountRequirement::EnvVar),
-            b"FILE" => Some(MountRequirement::File),
-            _ => None,
-        }
+        [Self::Any, Self::EnvVar, Self::File]
+            .into_iter()
+            .find(|m| m.name().map(str::as_bytes) == Some(name))
     }
 }
 
@@ -313,9 +310,7 @@ fn push_string_field(out: &mut String, field: Field, value: &str) {
             0x20..=0x7e => out.push(char::from(b)),
             _ => {
                 out.push('\\');
-                out.push(char::from(b'0' + (b >> 6)));
-                out.push(char::from(b'0' + ((b >> 3) & 7)));
-                out.push(char::from(b'0' + (b & 7)));
+                out.extend([b >> 6, (b >> 3) & 7, b & 7].map(|d| char::from(b'0' + d)));
             }
         }
     }
