@@ -18,16 +18,10 @@ pub struct ImagesConfig {
     /// First match wins.
     pub rules: Vec<ImageRule>,
     /// The images webhook's `objectSelector`; unset sends every pod.
-    #[cfg_attr(
-        feature = "schema",
-        schemars(with = "Option<crate::config::KubernetesObject>")
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<super::KubernetesObject>"))]
     pub pod_selector: Option<LabelSelector>,
     /// The images webhook's `namespaceSelector`; unset means every namespace but kube-system.
-    #[cfg_attr(
-        feature = "schema",
-        schemars(with = "Option<crate::config::KubernetesObject>")
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<super::KubernetesObject>"))]
     pub namespace_selector: Option<LabelSelector>,
     /// Containers (of any kind) whose image is never rewritten.
     pub excluded_container_names: Vec<String>,

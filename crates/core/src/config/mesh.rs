@@ -108,14 +108,11 @@ pub struct GateConfig {
     pub socket_path: String,
     /// How long the gate waits for an identity before it exits 1; 0 waits forever (fail closed).
     pub timeout_seconds: u32,
-    #[cfg_attr(feature = "schema", schemars(with = "crate::config::KubernetesObject"))]
+    #[cfg_attr(feature = "schema", schemars(with = "super::KubernetesObject"))]
     pub resources: ResourceRequirements,
     /// The default passes Pod Security "restricted" except `runAsNonRoot`, which depends on the
     /// image; `null` leaves the container without one.
-    #[cfg_attr(
-        feature = "schema",
-        schemars(with = "Option<crate::config::KubernetesObject>")
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<super::KubernetesObject>"))]
     pub security_context: Option<SecurityContext>,
     pub volume: GateVolumeConfig,
     /// Pod annotation; the value `"false"` skips the gate for that pod.

@@ -253,10 +253,7 @@ pub struct WebhookConfig {
     /// webhook is registered (Terraform / `podmutator webhook-config`).
     pub webhook_timeout: u32,
     pub disable_create_mutating_webhook_config: bool,
-    #[cfg_attr(
-        feature = "schema",
-        schemars(with = "Option<crate::config::KubernetesObject>")
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<KubernetesObject>"))]
     pub namespace_selector: Option<LabelSelector>,
     pub kube_client_config: KubeClientConfig,
     pub secret_env_var_prefix: String,
@@ -357,10 +354,7 @@ impl WebhookConfig {
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct SidecarConfig {
     pub sidecar_image: Option<String>,
-    #[cfg_attr(
-        feature = "schema",
-        schemars(with = "Option<crate::config::KubernetesObject>")
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<KubernetesObject>"))]
     pub resources: Option<ResourceRequirements>,
 }
 
@@ -525,7 +519,7 @@ impl Default for K8sFetcherConfig {
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct FileMountInitContainer {
     pub image: String,
-    #[cfg_attr(feature = "schema", schemars(with = "crate::config::KubernetesObject"))]
+    #[cfg_attr(feature = "schema", schemars(with = "KubernetesObject"))]
     pub resources: ResourceRequirements,
     pub container_name: String,
 }
@@ -554,10 +548,7 @@ pub struct ImagePullSecrets {
 pub struct ImageBuilderConfig {
     pub enabled: bool,
     pub hostname_replacement: HostnameReplacement,
-    #[cfg_attr(
-        feature = "schema",
-        schemars(with = "Option<crate::config::KubernetesObject>")
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<KubernetesObject>"))]
     pub label_selector: Option<LabelSelector>,
     pub excluded_container_names: Vec<String>,
     pub excluded_image_prefixes: Vec<String>,
