@@ -9,7 +9,7 @@
 //! have one, by equality otherwise) and only the real insertions and deletions become `add` and
 //! `remove`; an element that survived is diffed in place.
 
-use std::mem::take;
+use std::mem::swap;
 
 use json_patch::jsonptr::{PointerBuf, Token};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
@@ -161,10 +161,12 @@ impl Ops {
     }
 
     fn spec(&mut self, a: &mut PodSpec, b: &mut PodSpec) -> Written {
-        let mut lists = (SpecLists::take(a), SpecLists::take(b));
-        let diffed = self.spec_parts(a, b, &mut lists.0, &mut lists.1);
-        lists.0.put_back(a);
-        lists.1.put_back(b);
+        let (mut la, mut lb) = (SpecLists::default(), SpecLists::default());
+        la.swap(a);
+        lb.swap(b);
+        let diffed = self.spec_parts(a, b, &mut la, &mut lb);
+        la.swap(a);
+        lb.swap(b);
         diffed
     }
 
@@ -347,6 +349,7 @@ pub fn diff_pods(mut before: Pod, mut after: Pod) -> Result<Patch, serde_json::E
 
 /// The parts of a spec that mutators edit (the mesh's DNS options besides the lists), taken
 /// out so that the rest of it compares alone.
+#[derive(Default)]
 struct SpecLists {
     containers: Vec<Container>,
     init_containers: Option<Vec<Container>>,
@@ -355,20 +358,12 @@ struct SpecLists {
 }
 
 impl SpecLists {
-    fn take(spec: &mut PodSpec) -> Self {
-        Self {
-            containers: take(&mut spec.containers),
-            init_containers: spec.init_containers.take(),
-            volumes: spec.volumes.take(),
-            dns_config: spec.dns_config.take(),
-        }
-    }
-
-    fn put_back(self, spec: &mut PodSpec) {
-        spec.containers = self.containers;
-        spec.init_containers = self.init_containers;
-        spec.volumes = self.volumes;
-        spec.dns_config = self.dns_config;
+    /// Trades these parts for the spec's: taken out into empty ones, and put back.
+    fn swap(&mut self, spec: &mut PodSpec) {
+        swap(&mut self.containers, &mut spec.containers);
+        swap(&mut self.init_containers, &mut spec.init_containers);
+        swap(&mut self.volumes, &mut spec.volumes);
+        swap(&mut self.dns_config, &mut spec.dns_config);
     }
 }
 
