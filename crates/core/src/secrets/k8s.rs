@@ -77,19 +77,16 @@ impl SecretInjector for K8sInjector {
                     }),
                     ..Default::default()
                 };
-                edits.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
-                if !s.env_var.is_empty() {
-                    edits.env(EnvVar {
-                        name: s.env_var.clone(),
-                        value: None,
-                        value_from: Some(source.clone()),
-                    });
-                }
-                edits.env(EnvVar {
-                    name: self.env_name(&group, &s.key),
+                let by_ref = |name, source| EnvVar {
+                    name,
                     value: None,
                     value_from: Some(source),
-                });
+                };
+                edits.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
+                if !s.env_var.is_empty() {
+                    edits.env(by_ref(s.env_var.clone(), source.clone()));
+                }
+                edits.env(by_ref(self.env_name(&group, &s.key), source));
             }
             MountRequirement::Any | MountRequirement::File => {
                 let dir = format!("{SECRETS_DIR}/{}", group.to_lowercase());
