@@ -221,10 +221,9 @@ fn decode_at(
                 }
             }
             for (key, child) in map.iter_mut() {
-                let reference = known.get(key).unwrap_or(&Value::Null);
                 decode_at(
                     child,
-                    reference,
+                    known.get(key).unwrap_or(&Value::Null),
                     &format!("{path}.{key}"),
                     warnings,
                     skipped,

@@ -344,9 +344,9 @@ impl MeshConfig {
             "mesh.gate.volume.mountPath",
             "must not be \"/\": the volume would hide the gate image's own files"
         );
-        let proc = v.mount_path.trim_end_matches('/');
+        let dir = v.mount_path.trim_end_matches('/');
         ensure!(
-            proc != "/proc" && !proc.starts_with("/proc/"),
+            dir != "/proc" && !dir.starts_with("/proc/"),
             "mesh.gate.volume.mountPath",
             "{:?} is under /proc, where the container runtime refuses a mount: the gate would never start",
             v.mount_path
@@ -359,7 +359,6 @@ impl MeshConfig {
         if let Some(problem) = absolute_path_problem(&g.socket_path) {
             return Err(ConfigError::new("mesh.gate.socketPath", problem));
         }
-        let dir = v.mount_path.trim_end_matches('/');
         ensure!(
             g.socket_path
                 .strip_prefix(dir)
