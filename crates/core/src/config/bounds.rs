@@ -93,11 +93,8 @@ impl Bound {
     /// `Ok` within the bound; else an error naming the key, with `why` (what the value is
     /// and what to use).
     pub fn check(&self, value: u64, why: impl FnOnce(&Self) -> String) -> Result<(), ConfigError> {
-        if self.contains(value) {
-            Ok(())
-        } else {
-            Err(ConfigError::new(self.key, why(self)))
-        }
+        ensure!(self.contains(value), self.key, "{}", why(self));
+        Ok(())
     }
 
     /// The bound's upper end, or `None` when there is none.
