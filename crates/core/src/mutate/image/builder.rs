@@ -106,7 +106,7 @@ impl ImageBuilder {
     /// never refused, since a pod the API server calls this entry for again holds what the
     /// other entries added (a fetcher, a sidecar, the gate).
     pub fn with_own(mut self, config: &Config) -> Self {
-        let own = config
+        self.own = config
             .own_init_containers()
             .into_iter()
             .map(|(name, prefix, image)| {
@@ -114,7 +114,6 @@ impl ImageBuilder {
                 (name, prefix, images)
             })
             .collect();
-        self.own = own;
         self
     }
 
