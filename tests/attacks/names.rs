@@ -470,6 +470,67 @@ async fn what_other_admission_steps_add_to_our_fetcher_survives_readmission() {
     assert_valid_pods("credentials-webhook", &[("again".into(), again)]);
 }
 
+/// EKS's credentials webhook (`pod-identity-webhook`) sorts before this one and never sees the
+/// fetcher: the fetcher takes the pod's own AWS identity (Pod Identity's or IRSA's variables
+/// and the mount of their token) from the first app container, and nothing else of it.
+#[tokio::test]
+async fn the_fetcher_reads_with_the_pods_own_aws_identity() {
+    let app = reference_app();
+    let token_dir = "/var/run/secrets/pods.eks.amazonaws.com/serviceaccount";
+    let mut pod = task_pod(&[secret("", "", "db", MountRequirement::File)]);
+    pod["spec"]["volumes"] = json!([{"name": "eks-pod-identity-token", "projected": {"sources": [
+        {"serviceAccountToken": {"audience": "pods.eks.amazonaws.com", "expirationSeconds": 86400, "path": "eks-pod-identity-token"}}
+    ]}}]);
+    let main = &mut pod["spec"]["containers"][0];
+    main["env"] = json!([
+        {"name": "APP_SETTING", "value": "kept in the app only"},
+        {"name": "AWS_STS_REGIONAL_ENDPOINTS", "value": "regional"},
+        {"name": "AWS_DEFAULT_REGION", "value": "us-east-1"},
+        {"name": "AWS_REGION", "value": "us-east-1"},
+        {"name": "AWS_CONTAINER_CREDENTIALS_FULL_URI", "value": "http://169.254.170.23/v1/credentials"},
+        {"name": "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "value": format!("{token_dir}/eks-pod-identity-token")}
+    ]);
+    main["volumeMounts"] = json!([
+        {"name": "data", "mountPath": "/data"},
+        {"name": "eks-pod-identity-token", "mountPath": token_dir, "readOnly": true}
+    ]);
+    pod["spec"]["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "data", "emptyDir": {}}));
+    let (status, resp, stored) = admit(&app, &pod).await;
+    assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+    let fetcher = init_containers(&stored)
+        .into_iter()
+        .find(|c| c["name"] == INIT_CONTAINER)
+        .unwrap();
+    let names: Vec<&str> = fetcher["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .filter(|n| n.starts_with("AWS_") || *n == "APP_SETTING")
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "AWS_STS_REGIONAL_ENDPOINTS",
+            "AWS_DEFAULT_REGION",
+            "AWS_REGION",
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"
+        ],
+        "{fetcher:#}"
+    );
+    let mounts = fetcher["volumeMounts"].to_string();
+    assert!(mounts.contains(token_dir), "{mounts}");
+    assert!(!mounts.contains("/data"), "{mounts}");
+    let (status, resp, again) = admit(&app, &stored).await;
+    assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+    assert_eq!(patch_of(&resp), json!([]), "re-admission patches nothing");
+    assert_valid_pods("pod-identity", &[("stored".into(), again)]);
+}
+
 fn init_containers(pod: &Value) -> Vec<Value> {
     pod["spec"]["initContainers"]
         .as_array()

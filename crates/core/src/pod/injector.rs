@@ -27,7 +27,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements, SecurityContext};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, Pod, PodSpec, ResourceRequirements, SecurityContext, VolumeMount,
+};
 
 use super::exec::{EXEC_ENV_ENV, ExecPlan};
 use super::plan::{FETCH_PLAN_ENV, FetchItem, FetchPlan};
@@ -436,14 +438,6 @@ impl ReferenceInjector {
                     .cloned(),
             );
             let ours = fetcher.volume_mounts.get_or_insert_with(Vec::new);
-            let near = |a: &str, b: &str| {
-                let (a, b) = (a.trim_end_matches('/'), b.trim_end_matches('/'));
-                let under = |x: &str, y: &str| {
-                    x.strip_prefix(y)
-                        .is_some_and(|r| r.is_empty() || r.starts_with('/'))
-                };
-                under(a, b) || under(b, a)
-            };
             let kept: Vec<_> = (old.volume_mounts.iter().flatten())
                 .filter(|m| {
                     ours.iter()
@@ -453,6 +447,18 @@ impl ReferenceInjector {
                 .collect();
             ours.extend(kept);
         }
+        // After what a previous pass's fetcher lends, so its order stands.
+        if let Some(first) = spec.containers.first() {
+            let (env, mounts) = aws_identity(first);
+            let have = fetcher.env.get_or_insert_with(Vec::new);
+            let missing: Vec<_> = env
+                .into_iter()
+                .filter(|e| have.iter().all(|h| h.name != e.name))
+                .collect();
+            have.extend(missing);
+            add_mounts(&mut fetcher.volume_mounts, &mounts);
+        }
+        let inits = spec.init_containers.get_or_insert_with(Vec::new);
         inits.retain(|c| c.name != INIT_CONTAINER);
         let at = inits
             .iter()
@@ -460,6 +466,56 @@ impl ReferenceInjector {
             .map_or(0, |i| i + 1);
         inits.insert(at, fetcher);
     }
+}
+
+/// The variables of the pod's own AWS identity, as a credentials webhook (EKS Pod Identity's,
+/// IRSA's) sets them in every container.
+const AWS_IDENTITY_VARS: [&str; 7] = [
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_STS_REGIONAL_ENDPOINTS",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+];
+
+/// Whether one of two mount paths is the other or lies under it.
+fn near(a: &str, b: &str) -> bool {
+    let (a, b) = (a.trim_end_matches('/'), b.trim_end_matches('/'));
+    let under = |x: &str, y: &str| {
+        x.strip_prefix(y)
+            .is_some_and(|r| r.is_empty() || r.starts_with('/'))
+    };
+    under(a, b) || under(b, a)
+}
+
+/// The pod's AWS identity as `c` has it: its [`AWS_IDENTITY_VARS`], and the mounts of the
+/// token files they name (none at or near the fetcher's own paths). The fetcher reads secrets with that identity. A credentials webhook
+/// called before this one (EKS's sorts first: `pod-identity-webhook`) never saw the fetcher,
+/// and whether it is called again for it depends on its `reinvocationPolicy`, so the fetcher
+/// takes them from the first app container instead. They are the pod's own: nothing more.
+fn aws_identity(c: &Container) -> (Vec<EnvVar>, Vec<VolumeMount>) {
+    let env: Vec<EnvVar> = (c.env.iter().flatten())
+        .filter(|e| AWS_IDENTITY_VARS.contains(&e.name.as_str()))
+        .cloned()
+        .collect();
+    let tokens: Vec<&str> = (env.iter())
+        .filter(|e| e.name.ends_with("_TOKEN_FILE"))
+        .filter_map(|e| e.value.as_deref())
+        .collect();
+    let mounts = (c.volume_mounts.iter().flatten())
+        .filter(|m| !near(&m.mount_path, INIT_ROOT))
+        .filter(|m| {
+            let dir = m.mount_path.trim_end_matches('/');
+            tokens.iter().any(|t| {
+                t.strip_prefix(dir)
+                    .is_some_and(|rest| rest.starts_with('/'))
+            })
+        })
+        .cloned()
+        .collect();
+    (env, mounts)
 }
 
 /// The pod's init container named [`INIT_CONTAINER`], if any.
