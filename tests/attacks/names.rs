@@ -531,6 +531,64 @@ async fn the_fetcher_reads_with_the_pods_own_aws_identity() {
     assert_valid_pods("pod-identity", &[("stored".into(), again)]);
 }
 
+/// Pod Security's `restricted` level, checked per container as the admission plugin checks it
+/// (a container's own setting, else the pod's): a pod that meets it with settings on its
+/// containers alone still meets it with the fetcher added.
+#[tokio::test]
+async fn the_fetcher_meets_pod_security_restricted_where_the_pods_containers_do() {
+    let app = reference_app();
+    let mut pod = task_pod(&[secret("", "", "db", MountRequirement::File)]);
+    pod["spec"]["containers"][0]["securityContext"] = json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": true,
+        "seccompProfile": {"type": "RuntimeDefault"}
+    });
+    let restricted = |pod: &Value| -> Vec<String> {
+        let level = |c: &Value, key: &str| -> Value {
+            let own = &c["securityContext"][key];
+            if own.is_null() {
+                pod["spec"]["securityContext"][key].clone()
+            } else {
+                own.clone()
+            }
+        };
+        let mut problems = Vec::new();
+        for kind in ["containers", "initContainers"] {
+            for c in pod["spec"][kind].as_array().into_iter().flatten() {
+                let name = &c["name"];
+                let sc = &c["securityContext"];
+                if sc["allowPrivilegeEscalation"] != json!(false) {
+                    problems.push(format!("{name}: allowPrivilegeEscalation"));
+                }
+                if !sc["capabilities"]["drop"]
+                    .as_array()
+                    .is_some_and(|d| d.contains(&json!("ALL")))
+                {
+                    problems.push(format!("{name}: capabilities.drop ALL"));
+                }
+                if level(c, "runAsNonRoot") != json!(true) || level(c, "runAsUser") == json!(0) {
+                    problems.push(format!("{name}: runAsNonRoot"));
+                }
+                let seccomp = level(c, "seccompProfile")["type"].clone();
+                if seccomp != json!("RuntimeDefault") && seccomp != json!("Localhost") {
+                    problems.push(format!("{name}: seccompProfile"));
+                }
+            }
+        }
+        problems
+    };
+    assert_eq!(restricted(&pod), Vec::<String>::new());
+    let (status, resp, stored) = admit(&app, &pod).await;
+    assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+    assert_eq!(
+        restricted(&stored),
+        Vec::<String>::new(),
+        "{:#}",
+        stored["spec"]
+    );
+}
+
 fn init_containers(pod: &Value) -> Vec<Value> {
     pod["spec"]["initContainers"]
         .as_array()

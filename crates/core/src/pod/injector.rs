@@ -364,6 +364,13 @@ impl ReferenceInjector {
                 }),
                 run_as_user: user.and_then(|u| u.run_as_user),
                 run_as_group: user.and_then(|u| u.run_as_group),
+                // With the profile, what Pod Security's `restricted` level asks of a container
+                // that the pod may set per container rather than for the pod.
+                run_as_non_root: user.and_then(|u| u.run_as_non_root),
+                seccomp_profile: Some(k8s_openapi::api::core::v1::SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    localhost_profile: None,
+                }),
                 ..Default::default()
             }),
             ..Default::default()
