@@ -379,6 +379,8 @@ async fn a_k8s_group_that_leaves_the_secrets_dir_or_is_no_secret_name_is_refused
         ("group", "Team_DB", "password", MountRequirement::EnvVar),
         ("key", "db-creds", "../token", MountRequirement::File),
         ("key", "db-creds", "..", MountRequirement::EnvVar),
+        ("key", "db-creds", "..data", MountRequirement::File),
+        ("key", "db-creds", "..data", MountRequirement::EnvVar),
     ];
     for (field, group, key, mount) in cases {
         let pod = task_pod(&[secret(group, "", key, mount)]);

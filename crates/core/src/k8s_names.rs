@@ -156,10 +156,16 @@ mod tests {
         }
 
         #[test]
-        fn config_map_key_is_the_api_servers(s in names(260)) {
+        fn config_map_key_is_the_api_servers(s in prop_oneof![
+            names(260),
+            proptest::string::string_regex(r"\.{1,3}[a-z.]{0,4}").unwrap(),
+        ]) {
+            // IsConfigMapKey: the expression, the length, not "." and not starting with ".."
+            // (`..` itself included).
             let api = s.len() <= 253
                 && Regex::new(CONFIG_MAP_KEY).unwrap().is_match(&s)
-                && s != "." && s != "..";
+                && s != "."
+                && !s.starts_with("..");
             prop_assert_eq!(is_config_map_key(&s), api, "{:?}", s);
         }
     }
@@ -183,6 +189,9 @@ mod tests {
         assert!(is_env_var_name("1PASSWORD_TOKEN"));
         assert!(is_env_var_name("MY:PATH ~"));
         assert!(!is_config_map_key(".."));
+        assert!(!is_config_map_key("..data"));
+        assert!(is_config_map_key(".data"));
+        assert!(is_config_map_key("a..b"));
         assert!(is_label_value(""));
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 pub const ENV_VAR_NAME_RULE: &str = "printable ASCII characters other than '='";
 /// The rule of [`is_config_map_key`], for messages.
 pub const FILE_NAME_RULE: &str =
-    "at most 253 letters, digits, '-', '_' and '.', and not \".\" or \"..\"";
+    "at most 253 letters, digits, '-', '_' and '.', not \".\" and not starting with \"..\"";
 
 /// `IsRelaxedEnvVarName`: a container environment variable's name, as every API server
 /// podmutator supports (1.33 and later: `RelaxedEnvironmentVariableValidation`, on by default
@@ -18,9 +18,14 @@ pub fn is_env_var_name(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| matches!(b, b' '..=b'~') && b != b'=')
 }
 
-/// `IsConfigMapKey`: a Secret or ConfigMap key, and so a projected file name.
+/// `IsConfigMapKey`: a Secret or ConfigMap key, and so a projected file name. Not `.`, and
+/// nothing starting with `..` (`..` itself included): the API server refuses such a key, and
+/// such a path in a projected volume, where kubelet keeps `..data` and its timestamped
+/// directories. Every file name podmutator writes follows this one rule.
 pub fn is_config_map_key(s: &str) -> bool {
-    !matches!(s, "" | "." | "..")
+    s != "."
+        && !s.starts_with("..")
+        && !s.is_empty()
         && s.len() <= 253
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
@@ -71,9 +76,26 @@ mod tests {
     #[case::trailing_slash("/etc/secret/", "clean")]
     #[case::space("/etc/my secret", "must be at most 253")]
     #[case::colon("/etc/a:b", "must be at most 253")]
+    #[case::reserved_dot_dot_prefix("/etc/..data", "not starting with")]
     fn unclean_paths_are_named_with_the_rule(#[case] path: &str, #[case] want: &str) {
         let problem = path_problem(Path::new(path)).expect("refused");
         assert!(problem.contains(want), "{problem}");
         assert!(problem.contains(path), "{problem}");
+    }
+
+    /// `IsConfigMapKey` refuses a key starting with `..` (the API server's
+    /// `validateLocalNonReservedPath` too, for a projected item's path: kubelet keeps `..data`
+    /// and its timestamped directories there); dots elsewhere are fine.
+    #[rstest]
+    #[case::dot(".", false)]
+    #[case::dot_dot("..", false)]
+    #[case::dot_dot_data("..data", false)]
+    #[case::three_dots("...", false)]
+    #[case::dot_dot_dot_name("...a", false)]
+    #[case::hidden(".a", true)]
+    #[case::dots_inside("a..b", true)]
+    #[case::trailing_dots("a..", true)]
+    fn keys_starting_with_two_dots_are_refused(#[case] key: &str, #[case] ok: bool) {
+        assert_eq!(is_config_map_key(key), ok, "{key:?}");
     }
 }

@@ -614,6 +614,9 @@ mod tests {
     #[case::key_with_a_slash("g", "a/b", MountRequirement::File, "key")]
     #[case::key_dot_dot("g", "..", MountRequirement::File, "key")]
     #[case::env_key_dot_dot("g", "..", MountRequirement::EnvVar, "key")]
+    #[case::key_starting_with_dot_dot("g", "..data", MountRequirement::File, "key")]
+    #[case::env_key_starting_with_dot_dot("g", "..data", MountRequirement::EnvVar, "key")]
+    #[case::any_key_starting_with_dot_dot("g", "...", MountRequirement::Any, "key")]
     fn names_that_are_no_kubernetes_secret_or_key_are_refused(
         #[case] group: &str,
         #[case] key: &str,

@@ -24,8 +24,7 @@ pub const SHELL_WORD_RULE: &str =
 /// The rule of [`is_azure_uri`], for messages.
 pub const AZURE_URI_RULE: &str = "https:// followed by letters, digits, '.', '_', '-' and '/', with no empty, '.' or '..' part between slashes (one trailing '/' allowed) and no part starting with '-'";
 /// The rule of the K8s manager's key ([`is_config_map_key`]), for messages.
-pub const K8S_KEY_RULE: &str =
-    "a Kubernetes Secret key: at most 253 letters, digits, '-', '_' and '.', and not '.' or '..'";
+pub const K8S_KEY_RULE: &str = "a Kubernetes Secret key: at most 253 letters, digits, '-', '_' and '.', not '.' and not starting with '..'";
 /// The rule of [`is_aws_name`], for messages.
 pub const AWS_NAME_RULE: &str = "letters, digits and '/', '_', '+', '=', '.', '@', '-', ':', with no '.' or '..' part between slashes";
 
