@@ -337,6 +337,35 @@ async fn binary_values_that_are_not_utf8_cannot_be_env_vars_but_can_be_files() {
     assert_eq!(var(&out, "init-embedded-secret", "SECRETS"), "bin=//4A\n");
 }
 
+/// A NUL byte cannot be in an environment variable: value delivery refuses the variable,
+/// naming the secret and never the value, as reference delivery's wrapper refuses the file.
+/// A FILE takes the value as it is.
+#[tokio::test]
+async fn values_with_a_nul_byte_cannot_be_env_vars_but_can_be_files() {
+    let secret_id = id("flyte", "development", "flytesnacks", "nul");
+    let source = StaticSource::default().with(&secret_id, "hun\0ter2");
+    let app = app_with(source, json!({}));
+    for mount in [MountRequirement::EnvVar, MountRequirement::Any] {
+        let (status, resp) =
+            admit(&app, &pod(&[secret("nul", mount, "")], scope_labels()), NS).await;
+        assert_eq!(status, 200);
+        assert_eq!(resp["allowed"], false, "{resp}");
+        let msg = resp["status"]["message"].as_str().unwrap();
+        assert!(msg.contains(&secret_id), "{msg}");
+        assert!(msg.contains("NUL byte"), "{msg}");
+        assert!(!msg.contains("hun\\0") && !msg.contains("ter2"), "{msg}");
+    }
+    let out = mutated(
+        &app,
+        &pod(&[secret("nul", MountRequirement::File, "")], scope_labels()),
+    )
+    .await;
+    assert_eq!(
+        var(&out, "init-embedded-secret", "SECRETS"),
+        "nul=aHVuAHRlcjI=\n"
+    );
+}
+
 #[tokio::test]
 async fn values_over_the_limit_are_refused_naming_the_secret() {
     let source = StaticSource::default().with(

@@ -279,12 +279,13 @@ impl EmbeddedInjector {
         }
     }
 
-    /// The value fetched under the first of `ids` (most specific scope first) that exists.
-    fn fetched_value<'c>(
+    /// The value fetched under the first of `ids` (most specific scope first) that exists, with
+    /// that id.
+    fn fetched<'c, 'i>(
         &self,
         resolved: &'c ResolvedSecrets,
-        ids: &[String],
-    ) -> Result<&'c [u8], Refusal> {
+        ids: &'i [String],
+    ) -> Result<(&'i str, &'c [u8]), Refusal> {
         let found = ids.iter().find_map(|id| match resolved.get(id) {
             Some(Lookup::Found(v)) => Some(Ok((id, v))),
             Some(Lookup::NotFound) => None,
@@ -307,7 +308,7 @@ impl EmbeddedInjector {
                 max: self.max_value_bytes,
             });
         }
-        Ok(bytes)
+        Ok((id, bytes))
     }
 
     /// Takes a request with a key from a pod with its scope labels, if one of the scope's
@@ -434,13 +435,14 @@ impl SecretInjector for EmbeddedInjector {
     ) -> Result<(), Refusal> {
         let key = &req.secret.key;
         let (org, project, domain) = scope(pod).map_err(Refusal::MissingScopeLabel)?;
-        let bytes = if ctx.dry_run {
+        let ids = cascade(org, domain, project, key);
+        let (id, bytes) = if ctx.dry_run {
             // Nothing was fetched for a dry run (see `Plan::ids`): the same names and paths,
             // never the value.
             edits.withheld += 1;
-            DRY_RUN_PLACEHOLDER.as_bytes()
+            (ids[0].as_str(), DRY_RUN_PLACEHOLDER.as_bytes())
         } else {
-            self.fetched_value(edits.resolved, &cascade(org, domain, project, key))?
+            self.fetched(edits.resolved, &ids)?
         };
         match req.secret.mount_requirement {
             MountRequirement::Any | MountRequirement::EnvVar => {
@@ -449,6 +451,13 @@ impl SecretInjector for EmbeddedInjector {
                         "secret {key:?} is attempted to be mounted as an environment variable, but has a binary value that is not a valid UTF-8 string; mount as a file instead"
                     ))
                 })?;
+                // execve ends a variable at its first NUL and runtimes refuse one: the
+                // container would start with another value, or not at all.
+                if text.contains('\0') {
+                    return Err(Refusal::UnsupportedMount(format!(
+                        "secret {id} (key {key:?}) is attempted to be mounted as an environment variable, but its value is not UTF-8 text without NUL bytes: it contains a NUL byte, which an environment variable cannot hold; a binary secret can only be mounted as a file (mount_requirement: FILE)"
+                    )));
+                }
                 edits.env(env_value(&self.env_name(&req.secret), text));
                 edits.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
             }
@@ -596,8 +605,8 @@ mod tests {
             };
             resolved.merge([("id".to_owned(), Lookup::Found(v))].into());
             injector
-                .fetched_value(&resolved, &["id".to_owned()])
-                .map(<[u8]>::to_vec)
+                .fetched(&resolved, &["id".to_owned()])
+                .map(|(_, bytes)| bytes.to_vec())
         };
         assert_eq!(value("abcd", b"1234").unwrap(), b"abcd");
         assert_eq!(value("", b"1234").unwrap(), b"1234");
@@ -605,6 +614,44 @@ mod tests {
             let err = value(string, binary).unwrap_err();
             assert!(matches!(err, Refusal::TooLarge { bytes: 5, .. }), "{err}");
         }
+    }
+
+    /// A value with a NUL byte cannot be an environment variable (execve ends the string
+    /// there; runtimes refuse it): an ANY or ENV_VAR request for it is refused, naming the
+    /// secret's id and never the value. As a FILE it is written as it is.
+    #[rstest]
+    #[case::env_var(MountRequirement::EnvVar)]
+    #[case::any(MountRequirement::Any)]
+    fn a_value_with_a_nul_byte_is_no_env_var_but_can_be_a_file(#[case] mount: MountRequirement) {
+        use crate::mutate::{PodCtx, Route};
+        use crate::secrets::edits::Edits;
+        let injector = injector();
+        let id = "u__org__o__domain__d__project__p__key__k";
+        let mut resolved = ResolvedSecrets::default();
+        let v = SecretValue {
+            string: Some("hun\0ter2".into()),
+            binary: None,
+        };
+        resolved.merge([(id.to_owned(), Lookup::Found(v))].into());
+        let ctx = PodCtx::test(Route::Secrets);
+        let inject = |mount: MountRequirement| {
+            let (mut pod, mut req) = file_request("k".into());
+            req.secret.mount_requirement = mount;
+            let mut edits = Edits::new(&resolved);
+            injector
+                .inject(&req, &ctx, &mut pod, &mut edits)
+                .map(|()| pod)
+        };
+        let err = inject(mount).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Refusal::UnsupportedMount(_)), "{msg}");
+        assert!(msg.contains(id), "{msg}");
+        assert!(msg.contains("NUL"), "{msg}");
+        assert!(!msg.contains("ter2"), "{msg}");
+        let pod = inject(MountRequirement::File).expect("a FILE takes any bytes");
+        let init = &pod.spec.unwrap().init_containers.unwrap()[0];
+        let secrets = init.env.as_ref().unwrap()[0].value.clone().unwrap();
+        assert_eq!(secrets, "k=aHVuAHRlcjI=\n");
     }
 
     #[test]

@@ -171,6 +171,13 @@ impl SecretInjector for GlobalInjector {
                 .get(&s.group, &s.key)
                 .map_err(Refusal::NotFound)?
         };
+        // A file can hold a NUL; an environment variable cannot (execve ends it there).
+        if value.contains('\0') {
+            return Err(Refusal::UnsupportedMount(format!(
+                "Global secret {}/{} cannot be an environment variable: its value is not text without NUL bytes (it contains a NUL byte, which an environment variable cannot hold)",
+                s.group, s.key
+            )));
+        }
         edits.env(env_value(&self.env_name(s), &value));
         edits.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
         Ok(())
@@ -260,6 +267,29 @@ mod tests {
             "fake-pw\n"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A file can hold a NUL byte, an environment variable cannot: refused, naming the secret
+    /// and never the value.
+    #[test]
+    fn a_file_with_a_nul_byte_is_refused() {
+        let dir =
+            std::env::temp_dir().join(format!("podmutator-global-nul-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("db")).unwrap();
+        std::fs::write(dir.join("db/password"), "hun\0ter2").unwrap();
+        let inj = global(&[], dir.to_str().unwrap());
+        let err = inject_one(
+            &inj,
+            &[secret("db", "password", MountRequirement::EnvVar, "")],
+            mk_pod(),
+        )
+        .unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            err.contains("db/password") && err.contains("NUL byte"),
+            "{err}"
+        );
+        assert!(!err.contains("ter2"), "{err}");
     }
 
     #[rstest]
