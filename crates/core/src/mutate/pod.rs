@@ -7,6 +7,15 @@ use k8s_openapi::api::core::v1::{
     Container, EmptyDirVolumeSource, EnvVar, PodSpec, SecurityContext, Volume, VolumeMount,
 };
 
+/// Whether the pod says it runs on Windows (`spec.os.name: windows`). The API server then
+/// refuses Linux-only fields (a container's `seccompProfile`, `allowPrivilegeEscalation`,
+/// `capabilities`, `readOnlyRootFilesystem`, `runAsGroup`..., the pod's `fsGroup`...), and the
+/// Linux containers podmutator adds could not run on the node anyway.
+pub fn is_windows(spec: Option<&PodSpec>) -> bool {
+    spec.and_then(|s| s.os.as_ref())
+        .is_some_and(|os| os.name == "windows")
+}
+
 /// Every container and init container (never ephemeral ones), except init containers named in
 /// `skip` (those other mutators own, such as the mesh gate). An app container is never skipped,
 /// whatever its name.
@@ -391,6 +400,14 @@ pub(crate) mod testing {
 
         pub fn with_spec(mut self, f: impl FnOnce(&mut PodSpec)) -> Self {
             f(self.spec());
+            self
+        }
+
+        /// `spec.os.name: windows`.
+        pub fn windows(mut self) -> Self {
+            self.spec().os = Some(k8s_openapi::api::core::v1::PodOS {
+                name: "windows".into(),
+            });
             self
         }
 

@@ -41,7 +41,7 @@ use crate::image_ref::{ImageRef, is_ours_or_pinned};
 use crate::k8s_names::{FILE_NAME_RULE, is_config_map_key};
 use crate::mutate::PodCtx;
 use crate::mutate::pod::{
-    add_mounts, add_volume, env_value, memory_volume, mount, only_tightens, ro_mount,
+    add_mounts, add_volume, env_value, is_windows, memory_volume, mount, only_tightens, ro_mount,
 };
 use crate::registry::{ImageQuery, pinned_arch};
 use crate::secrets::codec::{MountRequirement, Secret};
@@ -570,6 +570,14 @@ impl SecretInjector for ReferenceInjector {
             // The value manager's own requests (env vars by value): its file writer is not used.
             Route::Value => Ok(fetch),
             Route::File(_) | Route::Exec(_) => {
+                if is_windows(pod.spec.as_ref()) {
+                    return Err(Refusal::WindowsPod {
+                        via: " by reference (embedded.delivery: reference)",
+                        container: INIT_CONTAINER.into(),
+                        detail: ", and whose Linux securityContext (allowPrivilegeEscalation, capabilities, readOnlyRootFilesystem) the API server refuses in a Windows pod",
+                        instead: "request the secret with mount_requirement ENV_VAR under embedded.envVarDelivery: value (a variable set by value), or from a manager that only adds volumes (K8s)",
+                    });
+                }
                 let (org, project, domain) = scope(pod).map_err(Refusal::MissingScopeLabel)?;
                 Ok(Accept::Resolve(
                     cascade(org, domain, project, &req.secret.key).into(),

@@ -17,7 +17,7 @@ use crate::config::{
 use crate::error::Denial;
 use crate::k8s_names::{FILE_NAME_RULE, is_config_map_key};
 use crate::mutate::PodCtx;
-use crate::mutate::pod::{add_volume, env_value, memory_volume, mount, ro_mount};
+use crate::mutate::pod::{add_volume, env_value, is_windows, memory_volume, mount, ro_mount};
 
 pub const LABEL_ORGANIZATION: &str = "organization";
 pub const LABEL_PROJECT: &str = "project";
@@ -414,6 +414,15 @@ impl SecretInjector for EmbeddedInjector {
     fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, pod: &Pod) -> Result<Accept, Refusal> {
         let accept = self.accepts_request(req, pod)?;
         if req.secret.mount_requirement == MountRequirement::File {
+            // Refused before anything is fetched: the writer is a Linux shell script.
+            if is_windows(pod.spec.as_ref()) {
+                return Err(Refusal::WindowsPod {
+                    via: " as a file",
+                    container: self.file_init.container_name.clone(),
+                    detail: " (it runs sh, awk and base64)",
+                    instead: "request the secret with mount_requirement ENV_VAR (a variable set by value), or from a manager that only adds volumes (K8s)",
+                });
+            }
             self.check_file_writer_name(pod)?;
         }
         Ok(accept)
@@ -549,6 +558,35 @@ mod tests {
                 "{key}: {err}"
             );
         }
+    }
+
+    /// The FILE writer is a Linux shell script: a Windows pod's FILE request is refused before
+    /// any fetch, naming the container and what to use instead; its env vars (values in the
+    /// pod spec) are taken.
+    #[test]
+    fn a_windows_pods_file_request_is_refused_and_its_env_vars_taken() {
+        use crate::mutate::{PodCtx, Route};
+        let injector = injector();
+        let (mut pod, mut req) = file_request("k".into());
+        pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            os: Some(k8s_openapi::api::core::v1::PodOS {
+                name: "windows".into(),
+            }),
+            ..Default::default()
+        });
+        let ctx = PodCtx::test(Route::Secrets);
+        let err = injector.accepts(&req, &ctx, &pod).unwrap_err();
+        assert!(matches!(err, Refusal::WindowsPod { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(
+                "cannot deliver this secret to a Windows pod (spec.os.name: windows) as a file"
+            ) && msg.contains(&FileMountInitContainer::default().container_name)
+                && msg.contains("mount_requirement ENV_VAR"),
+            "{msg}"
+        );
+        req.secret.mount_requirement = MountRequirement::EnvVar;
+        assert!(injector.accepts(&req, &ctx, &pod).is_ok());
     }
 
     /// A container of the pod's own under the file writer's name would be given `SECRETS` and

@@ -52,6 +52,19 @@ pub enum Refusal {
     /// overwrite.
     #[error("{0}")]
     Conflict(String),
+    /// A Windows pod (`spec.os.name: windows`), which the manager's Linux init container
+    /// cannot serve.
+    #[error(
+        "cannot deliver this secret to a Windows pod (spec.os.name: windows){via}: that takes the Linux init container {container}, which cannot run on a Windows node{detail}; {instead}"
+    )]
+    WindowsPod {
+        /// How the manager would deliver it (" by reference delivery (...)"), or empty.
+        via: &'static str,
+        container: String,
+        /// More on why, after the node (", and ..."), or empty.
+        detail: &'static str,
+        instead: &'static str,
+    },
     /// A container without `command` whose image's ENTRYPOINT could not be read.
     #[error("{0}")]
     Entrypoint(String),

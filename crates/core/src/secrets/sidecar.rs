@@ -14,7 +14,9 @@ use crate::config::{
 };
 use crate::image_ref::is_ours_or_pinned;
 use crate::mutate::PodCtx;
-use crate::mutate::pod::{add_volume, env_value, memory_volume, mount, only_tightens, ro_mount};
+use crate::mutate::pod::{
+    add_volume, env_value, is_windows, memory_volume, mount, only_tightens, ro_mount,
+};
 
 /// AWS's fetcher image reads `SECRET_ARN` and writes under `/tmp` + `SECRET_FILENAME`.
 pub const ENV_SECRET_ARN: &str = "SECRET_ARN";
@@ -372,7 +374,7 @@ impl SecretInjector for SidecarInjector {
         self.provider.kind()
     }
 
-    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, _: &Pod) -> Result<Accept, Refusal> {
+    fn accepts(&self, req: &SecretRequest, _: &PodCtx<'_>, pod: &Pod) -> Result<Accept, Refusal> {
         let s = &req.secret;
         let p = self.provider;
         p.check(s)?;
@@ -382,6 +384,14 @@ impl SecretInjector for SidecarInjector {
         match s.mount_requirement {
             MountRequirement::Any | MountRequirement::File => {
                 p.check_names(s)?;
+                if is_windows(pod.spec.as_ref()) {
+                    return Err(Refusal::WindowsPod {
+                        via: "",
+                        container: p.fetch(s)?.name(p),
+                        detail: " (a Linux image running a Linux command)",
+                        instead: "request the secret from a manager that only adds volumes or variables (K8s, or Embedded with mount_requirement ENV_VAR)",
+                    });
+                }
                 Ok(Accept::Now)
             }
             MountRequirement::EnvVar => Err(Refusal::UnsupportedMount(format!(
@@ -548,6 +558,44 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    /// A fetcher is a Linux container: a Windows pod's request is refused, naming the
+    /// manager, the container and what to use instead, and the pod is left as it was.
+    #[rstest]
+    #[case::aws(Provider::Aws)]
+    #[case::gcp(Provider::Gcp)]
+    #[case::azure(Provider::Azure)]
+    fn a_windows_pod_is_refused(#[case] provider: Provider) {
+        let mut pod = user_pod();
+        pod.spec.as_mut().unwrap().os = Some(k8s_openapi::api::core::v1::PodOS {
+            name: "windows".into(),
+        });
+        let before = pod.clone();
+        let err =
+            inject_all(&injector(provider), &[any_secret(provider, 0)], pod.clone()).unwrap_err();
+        assert!(
+            err.contains("cannot deliver this secret to a Windows pod (spec.os.name: windows)")
+                && err.contains("pull-secret")
+                && err.contains("K8s"),
+            "{err}"
+        );
+        assert_eq!(pod, before);
+        // A Linux pod (said or not) is served as before.
+        let mut linux = user_pod();
+        linux.spec.as_mut().unwrap().os = Some(k8s_openapi::api::core::v1::PodOS {
+            name: "linux".into(),
+        });
+        let served = inject_all(
+            &injector(provider),
+            &[any_secret(provider, 0)],
+            linux.clone(),
+        )
+        .unwrap();
+        let mut unsaid =
+            inject_all(&injector(provider), &[any_secret(provider, 0)], user_pod()).unwrap();
+        unsaid.spec.as_mut().unwrap().os = linux.spec.unwrap().os;
+        assert_eq!(served, unsaid);
     }
 
     /// Admits `pod` through the real `secrets` mutator with only `inj` enabled.

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{CSIVolumeSource, Container, Pod, PodSpec, Volum
 
 use crate::error::Denial;
 use crate::mutate::mesh::{MeshConfig, OPTED_OUT, annotation, is_managed};
-use crate::mutate::pod::env_value;
+use crate::mutate::pod::{env_value, is_windows};
 use crate::mutate::{Denied, Effects, PodCtx, PodMutator};
 
 /// The standard SPIFFE variable: go-spiffe and most Workload API clients read it.
@@ -146,6 +146,18 @@ impl PodMutator for InitGate {
         {
             return Ok(Effects::default());
         }
+        if is_windows(pod.spec.as_ref()) {
+            // Refused like a taken name: the optional gate (the default) passes the pod by
+            // with this as a warning; a required one denies it.
+            return Err(Denial::bad_request(
+                "GateWindowsPod",
+                format!(
+                    "the pod runs on Windows (spec.os.name: windows): the identity gate {:?} is a Linux container, which cannot run on a Windows node and whose Linux securityContext the API server refuses in a Windows pod, so the pod is not gated; skip the gate with annotation {}: \"false\" to silence this",
+                    self.container.name, self.opt_out_annotation
+                ),
+            )
+            .into());
+        }
         if let Some(spec) = pod.spec.as_mut() {
             add_gate(
                 spec,
@@ -259,6 +271,7 @@ mod tests {
     #[case::opted_out_pod_is_untouched(mk_pod().label(KEY, "false"))]
     #[case::unmanaged_pod_is_untouched(mk_pod().label(KEY, "maybe"))]
     #[case::gate_opt_out_annotation(mk_pod().annotation("aether.io/identity-gate", "false"))]
+    #[case::opted_out_windows_pod(mk_pod().windows().annotation("aether.io/identity-gate", "false"))]
     fn pods_without_a_gate(#[case] pod: PodBuilder) {
         let before = pod.build();
         let after = gated_once_and_idempotent(before.clone());
@@ -338,6 +351,10 @@ mod tests {
     #[case::foreign_volume_under_the_gate_volume_name(
         mk_pod().volume(Volume { name: VOL.into(), empty_dir: Some(Default::default()), ..Default::default() }),
         "volume name \"aether-identity-gate-spiffe\" is reserved"
+    )]
+    #[case::windows_pod(
+        mk_pod().windows(),
+        "the pod runs on Windows (spec.os.name: windows): the identity gate \"aether-identity-ready\" is a Linux container"
     )]
     fn conflicts_are_refused_without_changes(#[case] pod: PodBuilder, #[case] message: &str) {
         let before = pod.build();

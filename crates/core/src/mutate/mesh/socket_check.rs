@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use crate::error::Denial;
 use crate::k8s_names::is_dns_label;
 use crate::mutate::mesh::{MeshConfig, annotation, is_managed};
+use crate::mutate::pod::is_windows;
 use crate::mutate::{Denied, Effects, PodCtx, PodMutator};
 
 /// Longest path `connect(2)`/`bind(2)` accept: `sun_path` is 108 bytes and holds the NUL.
@@ -24,7 +25,9 @@ pub use crate::config::mesh::SUN_PATH_MAX;
 /// - no container mounts that volume where the file is visible;
 /// - the socket's path in a container that mounts it exceeds 107 bytes;
 /// - the pod declares a carrier volume (driver `<socketCheck.carrierDriver>`) without
-///   `spec.securityContext.fsGroup`, or more than one carrier volume.
+///   `spec.securityContext.fsGroup`, or more than one carrier volume;
+/// - a Windows pod (`spec.os.name: windows`) declares a carrier volume: the carrier needs
+///   fsGroup, which the API server refuses in a Windows pod (so it is never told to set it).
 ///
 /// The carrier rules apply with or without the annotation: a carrier volume only exists to
 /// deliver a socket.
@@ -162,7 +165,13 @@ pub fn socket_problems(
         .map(|v| v.name.as_str())
         .collect();
     let fs_group = spec.security_context.as_ref().and_then(|s| s.fs_group);
-    if !carriers.is_empty() && fs_group.is_none() {
+    if !carriers.is_empty() && is_windows(Some(spec)) {
+        // fsGroup is Linux-only: the API server refuses it in a Windows pod.
+        problems.push(format!(
+            "volume {:?} uses {carrier_driver}, which needs spec.securityContext.fsGroup to make the socket accessible to the app, and the pod runs on Windows (spec.os.name: windows), where the API server refuses fsGroup: a Windows pod cannot receive a mesh socket; remove the {carrier_driver} volume (and annotation {annotation_key}), or run the app in a Linux pod",
+            carriers[0]
+        ));
+    } else if !carriers.is_empty() && fs_group.is_none() {
         problems.push(format!(
             "volume {:?} uses {carrier_driver} but the pod sets no spec.securityContext.fsGroup, which the driver needs to make the socket accessible to the app: set spec.securityContext.fsGroup (e.g. to the app's group id)",
             carriers[0]
@@ -356,12 +365,25 @@ mod tests {
         &["volume \"mesh-socket\" uses csi.aether.io but the pod sets no spec.securityContext.fsGroup", "set spec.securityContext.fsGroup"]
     )]
     #[case::carrier_without_annotation_still_needs_fs_group(mk_pod().no_socket().no_fs_group(), &["no spec.securityContext.fsGroup"])]
+    #[case::windows_pod_is_not_told_to_set_fs_group(
+        mk_pod().no_fs_group().windows(),
+        &["the pod runs on Windows (spec.os.name: windows), where the API server refuses fsGroup: a Windows pod cannot receive a mesh socket", "remove the csi.aether.io volume"]
+    )]
+    #[case::windows_pod_with_fs_group_is_denied_alike(mk_pod().windows(), &["a Windows pod cannot receive a mesh socket"])]
     #[case::two_carrier_volumes_are_denied(
         mk_pod().volumes(vec![carrier("mesh-socket"), carrier("mesh-socket-2")]),
         &["the pod declares 2 csi.aether.io volumes (mesh-socket, mesh-socket-2)", "keep one carrier volume"]
     )]
     fn denied(#[case] pod: PodBuilder, #[case] fragments: &[&str]) {
         let err = check(pod.build()).unwrap_err();
+        // A Windows pod cannot set fsGroup: it is never told to.
+        if fragments.iter().any(|f| f.contains("Windows")) {
+            assert!(
+                !err.message.contains("set spec.securityContext.fsGroup"),
+                "{}",
+                err.message
+            );
+        }
         assert_eq!((err.code, err.reason), (403, "SocketUndeliverable"));
         assert!(
             err.message
