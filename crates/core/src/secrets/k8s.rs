@@ -1,9 +1,9 @@
 //! The `K8s` manager: references a Kubernetes Secret named after the group.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{
-    EnvVar, EnvVarSource, KeyToPath, Pod, SecretKeySelector, SecretVolumeSource, Volume,
+    EnvVar, EnvVarSource, KeyToPath, Pod, PodSpec, SecretKeySelector, SecretVolumeSource, Volume,
 };
 use md5::{Digest, Md5};
 use sha2::Sha256;
@@ -152,7 +152,6 @@ struct SecretItems {
     seen: usize,
     /// Path -> positions of the items written there, in order.
     by_path: HashMap<String, Vec<usize>>,
-    keys: HashSet<String>,
 }
 
 impl SecretVolumes {
@@ -174,7 +173,6 @@ impl SecretItems {
         }
         for (i, item) in items.iter().enumerate().skip(self.seen) {
             self.by_path.entry(item.path.clone()).or_default().push(i);
-            self.keys.insert(item.key.clone());
         }
         self.seen = items.len();
     }
@@ -186,6 +184,9 @@ impl SecretItems {
 /// twice, the mount always names the volume that really holds the item, and a volume of the
 /// pod's own for the same Secret is left as it is: Flyte added the item to it (so a volume that
 /// projected every key then projected that one alone) and mounted a volume that did not exist.
+/// A volume under that name is taken as the webhook's own (from an earlier admission) only if
+/// [`check_ours`] finds nothing against it; any other is the pod's, and refused rather than
+/// changed.
 fn add_secret_item(
     pod: &mut Pod,
     index: &mut SecretVolumes,
@@ -203,15 +204,20 @@ fn add_secret_item(
         mode: None,
     };
     let name = volume_name(group, group_version);
-    let at = index.by_secret.get(group).or(index.by_name.get(&name));
-    match at.copied() {
+    let this_admission = index.by_secret.get(group).copied();
+    let at = this_admission.or(index.by_name.get(&name).copied());
+    match at {
         Some(at) => {
-            let v = &mut volumes[at];
+            let v = &volumes[at];
             if v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) != Some(group) {
                 return Err(Refusal::Conflict(format!(
                     "the pod has a volume named {name:?} that is not Kubernetes Secret {group:?}, the name the file secrets of {group:?} get; rename that volume"
                 )));
             }
+            if this_admission.is_none() {
+                check_ours(spec, at, group)?;
+            }
+            let v = &mut spec.volumes.get_or_insert_with(Vec::new)[at];
             index.by_secret.insert(group.to_owned(), at);
             let items = v
                 .secret
@@ -236,7 +242,8 @@ fn add_secret_item(
                     group.to_lowercase()
                 )));
             }
-            if !indexed.keys.contains(key) {
+            // Present only as `key -> path` itself: every item at `path` has `key` (above).
+            if !indexed.by_path.contains_key(path) {
                 items.push(item);
                 indexed.catch_up(items);
             }
@@ -257,6 +264,46 @@ fn add_secret_item(
             Ok(name)
         }
     }
+}
+
+/// Why volume `at` (Secret `group`'s, under the name the K8s manager gives its files) is not one
+/// the K8s manager wrote, if it is not. Ours is optional, projects only items it writes (`key ->
+/// lower(key)`, no mode), and is mounted nowhere but at `/etc/flyte/secrets/<lower(group)>`; a
+/// volume of the pod's own under that name (one that projects every key, or mounts elsewhere)
+/// is refused rather than narrowed to one key or mounted among the secrets.
+fn check_ours(spec: &PodSpec, at: usize, group: &str) -> Result<(), Refusal> {
+    let v = &spec.volumes.as_deref().unwrap_or_default()[at];
+    let dir = format!("{SECRETS_DIR}/{}", group.to_lowercase());
+    let secret = v.secret.as_ref();
+    let items = secret.and_then(|s| s.items.as_deref()).unwrap_or_default();
+    let elsewhere = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .flat_map(|c| c.volume_mounts.iter().flatten())
+        .find(|m| {
+            m.name == v.name
+                && (m.mount_path != dir || m.sub_path.is_some() || m.sub_path_expr.is_some())
+        });
+    let why = if items.is_empty() {
+        "it projects every key of the Secret".to_owned()
+    } else if let Some(i) = items
+        .iter()
+        .find(|i| i.mode.is_some() || i.path != i.key.to_lowercase())
+    {
+        format!("it projects key {:?} to {:?}", i.key, i.path)
+    } else if let Some(m) = elsewhere {
+        format!("it is mounted at {:?}", m.mount_path)
+    } else if secret.and_then(|s| s.optional) != Some(true) {
+        "it is not optional".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(Refusal::Conflict(format!(
+        "the pod has its own volume {:?} for Kubernetes Secret {group:?} ({why}), under the name podmutator gives the volume it mounts at {dir}; podmutator does not change a pod's own volume: rename that volume",
+        v.name
+    )))
 }
 
 /// Longest valid volume name (a DNS-1123 label).
@@ -499,6 +546,110 @@ mod tests {
         assert_eq!(inject_one(&k8s(), &s, once.clone()).unwrap(), once);
     }
 
+    /// A pod with Secret volume `db-creds` under the name the K8s manager gives that Secret's
+    /// files (`items`, `optional`), mounted in the first container at `mount_path`.
+    fn pod_with_a_volume_under_our_name(
+        items: Option<Vec<(&str, &str)>>,
+        optional: Option<bool>,
+        mount_path: &str,
+    ) -> Pod {
+        let mut pod = mk_pod();
+        let spec = pod.spec.as_mut().unwrap();
+        let name = volume_name("db-creds", "");
+        spec.volumes = Some(vec![Volume {
+            name: name.clone(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some("db-creds".into()),
+                items: items.map(|items| {
+                    items
+                        .into_iter()
+                        .map(|(key, path)| KeyToPath {
+                            key: key.into(),
+                            path: path.into(),
+                            mode: None,
+                        })
+                        .collect()
+                }),
+                optional,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]);
+        spec.containers[0].volume_mounts = Some(vec![crate::mutate::pod::mount(name, mount_path)]);
+        pod
+    }
+
+    /// A volume of the pod's own under the name the K8s manager gives the Secret's files is
+    /// neither narrowed to the requested key nor mounted among the secrets: refused, naming it
+    /// and why it is not ours. (Before, the item was added to it, so a volume that projected
+    /// every key at /var/run/db-creds projected `password` alone, and no file appeared under
+    /// /etc/flyte/secrets.)
+    #[rstest]
+    #[case::projects_every_key(
+        None,
+        Some(true),
+        "/var/run/db-creds",
+        "it projects every key of the Secret"
+    )]
+    #[case::projects_every_key_at_the_secrets_dir(
+        None,
+        Some(true),
+        "/etc/flyte/secrets/db-creds",
+        "it projects every key of the Secret"
+    )]
+    #[case::same_key_at_another_path(Some(vec![("password", "sub/pw")]), Some(true), "/etc/flyte/secrets/db-creds", "it projects key \"password\" to \"sub/pw\"")]
+    #[case::mounted_elsewhere(Some(vec![("password", "password")]), Some(true), "/var/run/db-creds", "it is mounted at \"/var/run/db-creds\"")]
+    #[case::not_optional(Some(vec![("password", "password")]), None, "/etc/flyte/secrets/db-creds", "it is not optional")]
+    fn a_volume_of_the_pods_own_under_our_name_is_refused_not_changed(
+        #[case] items: Option<Vec<(&str, &str)>>,
+        #[case] optional: Option<bool>,
+        #[case] mount_path: &str,
+        #[case] why: &str,
+    ) {
+        let pod = pod_with_a_volume_under_our_name(items, optional, mount_path);
+        for mount in [MountRequirement::File, MountRequirement::Any] {
+            let s = [secret("db-creds", "password", mount, "")];
+            let err = inject_one(&k8s(), &s, pod.clone()).unwrap_err();
+            assert!(
+                err.contains(&format!(
+                    "the pod has its own volume {:?} for Kubernetes Secret \"db-creds\" ({why})",
+                    volume_name("db-creds", "")
+                )) && err.contains("rename that volume"),
+                "{err}"
+            );
+        }
+    }
+
+    /// The volume an earlier admission wrote (as the API server stores it: `defaultMode` filled
+    /// in) is ours: a key it holds adds nothing, another key is added to it.
+    #[test]
+    fn a_volume_an_earlier_admission_wrote_is_added_to() {
+        let mut pod = pod_with_a_volume_under_our_name(
+            Some(vec![("password", "password")]),
+            Some(true),
+            "/etc/flyte/secrets/db-creds",
+        );
+        let spec = pod.spec.as_mut().unwrap();
+        spec.volumes.as_mut().unwrap()[0]
+            .secret
+            .as_mut()
+            .unwrap()
+            .default_mode = Some(420);
+        spec.containers[0].volume_mounts.as_mut().unwrap()[0].read_only = Some(true);
+        let same = [secret("db-creds", "password", MountRequirement::File, "")];
+        let once = inject_one(&k8s(), &same, pod.clone()).unwrap();
+        assert_eq!(
+            json(&once)["spec"]["volumes"],
+            json(&pod)["spec"]["volumes"]
+        );
+        let other = [secret("db-creds", "user", MountRequirement::File, "")];
+        let added = inject_one(&k8s(), &other, pod).unwrap();
+        assert_eq!(
+            json(&added)["spec"]["volumes"][0]["secret"]["items"],
+            json!([{"key": "password", "path": "password"}, {"key": "user", "path": "user"}])
+        );
+    }
+
     #[test]
     fn a_volume_of_another_kind_under_the_secrets_volume_name_is_refused() {
         let mut pod = mk_pod();
@@ -707,6 +858,17 @@ mod tests {
         let volumes = spec.volumes.get_or_insert_with(Vec::new);
         let name = volume_name(group, group_version);
         let want = chosen.get(group).cloned().unwrap_or_else(|| name.clone());
+        if let Some(at) = volumes.iter().position(|v| v.name == want)
+            && !chosen.contains_key(group)
+            && volumes[at]
+                .secret
+                .as_ref()
+                .and_then(|s| s.secret_name.as_deref())
+                == Some(group)
+        {
+            check_ours(spec, at, group)?;
+        }
+        let volumes = spec.volumes.get_or_insert_with(Vec::new);
         let existing = volumes.iter_mut().find(|v| v.name == want);
         let item = KeyToPath {
             key: key.to_owned(),
@@ -734,7 +896,7 @@ mod tests {
                         group.to_lowercase()
                     )));
                 }
-                if !items.iter().any(|i| i.key == key) {
+                if !items.iter().any(|i| i.path == path) {
                     items.push(item);
                 }
                 Ok(v.name.clone())
@@ -774,12 +936,14 @@ mod tests {
             names,
             proptest::option::of("[gh]"),
             proptest::option::of(proptest::collection::vec(item, 0..4)),
+            proptest::option::of(proptest::bool::ANY),
         )
-            .prop_map(|(name, secret_name, items)| Volume {
+            .prop_map(|(name, secret_name, items, optional)| Volume {
                 name,
                 secret: secret_name.map(|n| SecretVolumeSource {
                     secret_name: Some(n),
                     items,
+                    optional,
                     ..Default::default()
                 }),
                 ..Default::default()
