@@ -487,8 +487,9 @@ async fn the_fetcher_reads_with_the_pods_own_aws_identity() {
     main["env"] = json!([
         {"name": "APP_SETTING", "value": "kept in the app only"},
         {"name": "AWS_STS_REGIONAL_ENDPOINTS", "value": "regional"},
-        {"name": "AWS_DEFAULT_REGION", "value": "us-east-1"},
-        {"name": "AWS_REGION", "value": "us-east-1"},
+        // The app's data region, not where the webhook resolved the secrets: not copied.
+        {"name": "AWS_DEFAULT_REGION", "value": "eu-west-1"},
+        {"name": "AWS_REGION", "value": "eu-west-1"},
         {"name": "AWS_CONTAINER_CREDENTIALS_FULL_URI", "value": "http://169.254.170.23/v1/credentials"},
         {"name": "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "value": format!("{token_dir}/eks-pod-identity-token")}
     ]);
@@ -517,8 +518,6 @@ async fn the_fetcher_reads_with_the_pods_own_aws_identity() {
         names,
         [
             "AWS_STS_REGIONAL_ENDPOINTS",
-            "AWS_DEFAULT_REGION",
-            "AWS_REGION",
             "AWS_CONTAINER_CREDENTIALS_FULL_URI",
             "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"
         ],
@@ -531,6 +530,48 @@ async fn the_fetcher_reads_with_the_pods_own_aws_identity() {
     assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
     assert_eq!(patch_of(&resp), json!([]), "re-admission patches nothing");
     assert_valid_pods("pod-identity", &[("stored".into(), again)]);
+}
+
+/// A cloud manager's fetcher is the webhook's own: an exec request never wraps it, whether it
+/// was added before the request, after it, or by an earlier pass (re-admission denied the pod:
+/// the AWS fetcher has no command to wrap).
+#[tokio::test]
+async fn exec_delivery_never_wraps_a_cloud_managers_fetcher_in_either_order_or_on_readmission() {
+    let cfg = config(
+        json!(["Embedded", "AWS"]),
+        json!({"embedded": {"organization": "flyte", "delivery": "reference", "envVarDelivery": "exec", "fetcherImage": FETCHER_IMAGE}}),
+    );
+    let app = webhook(
+        &cfg,
+        Deps::offline().with_resolver(Arc::new(NameSource::only([OURS, THEIRS]))),
+    );
+    let exec = secret("", "", "db", MountRequirement::EnvVar);
+    let aws = secret(
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:",
+        "",
+        "prod-db-AbCdEf",
+        MountRequirement::File,
+    );
+    for requests in [[exec.clone(), aws.clone()], [aws, exec]] {
+        let (status, resp, once) = admit(&app, &task_pod(&requests)).await;
+        assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+        let fetcher = init_containers(&once)
+            .into_iter()
+            .find(|c| {
+                c["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("aws-pull-secret-"))
+            })
+            .unwrap();
+        assert!(
+            !fetcher.to_string().contains("podmutator exec"),
+            "{fetcher:#}"
+        );
+        let (status, resp, twice) = admit(&app, &once).await;
+        assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+        assert_eq!(patch_of(&resp), json!([]), "re-admission patches nothing");
+        assert_valid_pods("exec-and-aws", &[("twice".into(), twice)]);
+    }
 }
 
 /// Pod Security's `restricted` level, checked per container as the admission plugin checks it

@@ -34,7 +34,8 @@ use k8s_openapi::api::core::v1::{
 use super::exec::{EXEC_ENV_ENV, ExecPlan};
 use super::plan::{FETCH_PLAN_ENV, FetchItem, FetchPlan};
 use crate::config::{
-    EmbeddedConfig, EntrypointLookupConfig, EnvVarDelivery, FetchStrategy, SecretManagerType,
+    EmbeddedConfig, EntrypointLookupConfig, EnvVarDelivery, FetchStrategy,
+    SECRET_MANAGER_CONTAINER_PREFIXES, SecretManagerType,
 };
 use crate::error::Denial;
 use crate::image_ref::{ImageRef, is_ours_or_pinned};
@@ -257,13 +258,20 @@ impl ReferenceInjector {
     }
 
     /// The containers an exec request wraps: every container and init container but the
-    /// fetcher and those another mutator owns.
+    /// fetcher, a cloud manager's fetcher (added before or after this request, or by an
+    /// earlier pass) and those another mutator owns.
     fn wrapped<'a>(&'a self, spec: &'a mut PodSpec) -> impl Iterator<Item = &'a mut Container> {
+        let ours = |name: &str| {
+            name == INIT_CONTAINER
+                || SECRET_MANAGER_CONTAINER_PREFIXES
+                    .iter()
+                    .any(|p| name.starts_with(p))
+        };
         spec.containers.iter_mut().chain(
             spec.init_containers
                 .iter_mut()
                 .flatten()
-                .filter(|c| c.name != INIT_CONTAINER && !self.skip.contains(&c.name)),
+                .filter(move |c| !ours(&c.name) && !self.skip.contains(&c.name)),
         )
     }
 
@@ -476,15 +484,14 @@ impl ReferenceInjector {
 }
 
 /// The variables of the pod's own AWS identity, as a credentials webhook (EKS Pod Identity's,
-/// IRSA's) sets them in every container.
-const AWS_IDENTITY_VARS: [&str; 7] = [
+/// IRSA's) sets them in every container. Not the region: the app's may be another than the
+/// one the webhook resolved the secrets in (the plan's, else the fetcher's own environment).
+const AWS_IDENTITY_VARS: [&str; 5] = [
     "AWS_CONTAINER_CREDENTIALS_FULL_URI",
     "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
     "AWS_ROLE_ARN",
     "AWS_WEB_IDENTITY_TOKEN_FILE",
     "AWS_STS_REGIONAL_ENDPOINTS",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
 ];
 
 /// Whether one of two mount paths is the other or lies under it.

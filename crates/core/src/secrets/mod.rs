@@ -571,9 +571,15 @@ mod tests {
             assert_eq!(err.reason, "SecretConflict", "{}", err.message);
             assert!(err.message.contains(wanted), "{wanted}: {}", err.message);
         }
-        // The same secret asked for twice is one file.
+        // The same secret asked for twice is one file, and Key Vault's names are one secret
+        // whatever their case.
         let twice = [file(&vault("team"), ""), file(&vault("team"), "")];
         run(vec![sidecar(Provider::Azure)], &twice).unwrap();
+        let cased = [
+            file(&vault("team"), ""),
+            file(&vault("TEAM").replace("db-p", "DB-P"), ""),
+        ];
+        run(vec![sidecar(Provider::Azure)], &cased).unwrap();
         let group = [
             secret("db", "password", MountRequirement::File, ""),
             secret("db", "user", MountRequirement::File, ""),

@@ -414,7 +414,12 @@ impl SecretInjector for SidecarInjector {
         let fetch = p.fetch(s)?;
 
         let name = fetch.name(p);
-        let source = name.clone();
+        // What the file holds: Key Vault's names are case-insensitive, so two requests that
+        // differ only in case are one secret; the others' are not.
+        let source = match p {
+            Provider::Azure => format!("{}/{}", s.group, s.group_version).to_lowercase(),
+            Provider::Aws | Provider::Gcp => name.clone(),
+        };
         // Checked before the pod changes: a volume of the pod's own under the name would be
         // written into (a disk, say) and never mounted where the secret is read. Any in-memory
         // `emptyDir` is taken as the one an earlier admission added.
