@@ -670,6 +670,21 @@ fn start_with(command: &str, config: &Value, dir: &std::path::Path) -> Output {
     cmd.output().unwrap()
 }
 
+/// `out` is a refused start (exit 1) whose last line starts with `wanted`.
+fn assert_refused(name: &str, command: &str, out: &Output, wanted: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{name}: {command}: {}",
+        text(&out.stderr)
+    );
+    assert!(
+        refusal(out).starts_with(wanted),
+        "{name}: {command} said {:?}",
+        refusal(out)
+    );
+}
+
 /// The last line of stderr: `main`'s error, after any warning.
 fn refusal(out: &Output) -> String {
     text(&out.stderr)
@@ -729,17 +744,8 @@ fn check_config_refuses_exactly_what_serve_and_lambda_refuse_with_the_same_key_a
             ("serve", &served),
             ("lambda", &lambda),
         ] {
-            assert_eq!(
-                out.status.code(),
-                Some(1),
-                "{name}: {command}: {}",
-                text(&out.stderr)
-            );
-            assert!(
-                refusal(out).starts_with(&format!("podmutator: invalid configuration: {wanted}")),
-                "{name}: {command} said {:?}",
-                refusal(out)
-            );
+            let wanted = format!("podmutator: invalid configuration: {wanted}");
+            assert_refused(name, command, out, &wanted);
         }
         assert_eq!(refusal(&checked), refusal(&served), "{name}");
         assert_eq!(refusal(&checked), refusal(&lambda), "{name}");
@@ -792,17 +798,7 @@ fn check_config_refuses_the_client_ca_file_serve_would() {
             file.display()
         );
         for (command, out) in [("check-config", &checked), ("serve", &served)] {
-            assert_eq!(
-                out.status.code(),
-                Some(1),
-                "{name}: {command}: {}",
-                text(&out.stderr)
-            );
-            assert!(
-                refusal(out).starts_with(&expected),
-                "{name}: {command} said {:?}",
-                refusal(out)
-            );
+            assert_refused(name, command, out, &expected);
         }
         assert!(
             !certs.exists(),
