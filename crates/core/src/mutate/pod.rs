@@ -69,6 +69,23 @@ pub fn put_env_first_named(env: &mut Option<Vec<EnvVar>>, block: &[EnvVar], ours
     *env = Some(merged);
 }
 
+/// Whether mount path `path` is `dir` or lies below it (a trailing `/` on either ignored).
+pub fn is_under(path: &str, dir: &str) -> bool {
+    let (path, dir) = (path.trim_end_matches('/'), dir.trim_end_matches('/'));
+    path.strip_prefix(dir)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// Appends, in order, each of `more` whose name `env` does not already hold.
+pub fn add_missing_env(env: &mut Option<Vec<EnvVar>>, more: impl IntoIterator<Item = EnvVar>) {
+    let env = env.get_or_insert_with(Vec::new);
+    let missing: Vec<EnvVar> = more
+        .into_iter()
+        .filter(|e| env.iter().all(|h| h.name != e.name))
+        .collect();
+    env.extend(missing);
+}
+
 /// Appends each mount whose volume is not mounted yet (Flyte compares names, not paths).
 pub fn add_mounts(mounts: &mut Option<Vec<VolumeMount>>, new: &[VolumeMount]) {
     if new.is_empty() {

@@ -42,7 +42,8 @@ use crate::image_ref::{ImageRef, is_ours_or_pinned};
 use crate::k8s_names::{FILE_NAME_RULE, is_config_map_key};
 use crate::mutate::PodCtx;
 use crate::mutate::pod::{
-    add_mounts, add_volume, env_value, is_windows, memory_volume, mount, only_tightens, ro_mount,
+    add_missing_env, add_mounts, add_volume, env_value, is_under, is_windows, memory_volume, mount,
+    only_tightens, ro_mount,
 };
 use crate::registry::{ImageQuery, pinned_arch};
 use crate::secrets::codec::{MountRequirement, Secret};
@@ -445,13 +446,7 @@ impl ReferenceInjector {
             // Identity's, IRSA's). Such a webhook, called again after this one, gave them to
             // the fetcher; this pass, called again after it, must not take them away, or the
             // fetch runs without credentials. Mounts near ours stay ours alone.
-            let env = fetcher.env.get_or_insert_with(Vec::new);
-            let set: Vec<String> = env.iter().map(|e| e.name.clone()).collect();
-            env.extend(
-                (old.env.iter().flatten())
-                    .filter(|e| !set.contains(&e.name))
-                    .cloned(),
-            );
+            add_missing_env(&mut fetcher.env, old.env.iter().flatten().cloned());
             let ours = fetcher.volume_mounts.get_or_insert_with(Vec::new);
             let kept: Vec<_> = (old.volume_mounts.iter().flatten())
                 .filter(|m| {
@@ -465,12 +460,7 @@ impl ReferenceInjector {
         // After what a previous pass's fetcher lends, so its order stands.
         if let Some(first) = spec.containers.first() {
             let (env, mounts) = aws_identity(first);
-            let have = fetcher.env.get_or_insert_with(Vec::new);
-            let missing: Vec<_> = env
-                .into_iter()
-                .filter(|e| have.iter().all(|h| h.name != e.name))
-                .collect();
-            have.extend(missing);
+            add_missing_env(&mut fetcher.env, env);
             add_mounts(&mut fetcher.volume_mounts, &mounts);
         }
         let inits = spec.init_containers.get_or_insert_with(Vec::new);
@@ -496,19 +486,15 @@ const AWS_IDENTITY_VARS: [&str; 5] = [
 
 /// Whether one of two mount paths is the other or lies under it.
 fn near(a: &str, b: &str) -> bool {
-    let (a, b) = (a.trim_end_matches('/'), b.trim_end_matches('/'));
-    let under = |x: &str, y: &str| {
-        x.strip_prefix(y)
-            .is_some_and(|r| r.is_empty() || r.starts_with('/'))
-    };
-    under(a, b) || under(b, a)
+    is_under(a, b) || is_under(b, a)
 }
 
 /// The pod's AWS identity as `c` has it: its [`AWS_IDENTITY_VARS`], and the mounts of the
-/// token files they name (none at or near the fetcher's own paths). The fetcher reads secrets with that identity. A credentials webhook
-/// called before this one (EKS's sorts first: `pod-identity-webhook`) never saw the fetcher,
-/// and whether it is called again for it depends on its `reinvocationPolicy`, so the fetcher
-/// takes them from the first app container instead. They are the pod's own: nothing more.
+/// token files they name (none at or near the fetcher's own paths). The fetcher reads secrets
+/// with that identity. A credentials webhook called before this one (EKS's sorts first:
+/// `pod-identity-webhook`) never saw the fetcher, and whether it is called again for it depends
+/// on its `reinvocationPolicy`, so the fetcher takes them from the first app container instead.
+/// They are the pod's own: nothing more.
 fn aws_identity(c: &Container) -> (Vec<EnvVar>, Vec<VolumeMount>) {
     let env: Vec<EnvVar> = (c.env.iter().flatten())
         .filter(|e| AWS_IDENTITY_VARS.contains(&e.name.as_str()))
@@ -522,10 +508,7 @@ fn aws_identity(c: &Container) -> (Vec<EnvVar>, Vec<VolumeMount>) {
         .filter(|m| !near(&m.mount_path, INIT_ROOT))
         .filter(|m| {
             let dir = m.mount_path.trim_end_matches('/');
-            tokens.iter().any(|t| {
-                t.strip_prefix(dir)
-                    .is_some_and(|rest| rest.starts_with('/'))
-            })
+            tokens.iter().any(|t| *t != dir && is_under(t, dir))
         })
         .cloned()
         .collect();

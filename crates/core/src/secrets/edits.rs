@@ -7,7 +7,9 @@ use k8s_openapi::api::core::v1::{EnvVar, Pod, VolumeMount};
 
 use super::k8s::SecretVolumes;
 use super::{ENV_DEFAULT_DIR, ENV_FILE_PREFIX, NOTHING_RESOLVED, ResolvedSecrets, SECRETS_DIR};
-use crate::mutate::pod::{add_mounts, containers_mut, env_value, names_of, put_env_first_named};
+use crate::mutate::pod::{
+    add_mounts, containers_mut, env_value, is_under, names_of, put_env_first_named,
+};
 
 /// Environment variables and mounts that every (init) container receives, in request order,
 /// and the secret values fetched for this admission (what a fetching manager injects from).
@@ -151,14 +153,10 @@ impl<'a> Edits<'a> {
     /// `<group>/...`, where the fetcher would also find it read-only). The nearest mount above a
     /// file must be its own volume's.
     pub fn hidden_files(&mut self) {
-        let under = |path: &str, dir: &str| {
-            path.strip_prefix(dir)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-        };
         let mut found = Vec::new();
         for (i, f) in self.files.iter().enumerate() {
             let nearest = (self.mounts.iter().zip(&self.mount_owner))
-                .filter(|(m, _)| under(&f.path, m.mount_path.trim_end_matches('/')))
+                .filter(|(m, _)| is_under(&f.path, &m.mount_path))
                 .max_by_key(|(m, _)| m.mount_path.len());
             if let Some((m, owner)) = nearest.filter(|(m, _)| m.name != f.volume) {
                 found.push(format!(
@@ -175,7 +173,7 @@ impl<'a> Edits<'a> {
                     ));
                 } else if let Some((outer, inner)) = [(g, f), (f, g)]
                     .into_iter()
-                    .find(|(a, b)| b.path.len() > a.path.len() && under(&b.path, &a.path))
+                    .find(|(a, b)| b.path.len() > a.path.len() && is_under(&b.path, &a.path))
                 {
                     found.push(format!(
                         "{} writes the file {} and {} a file inside it, {}; a path cannot be both",
