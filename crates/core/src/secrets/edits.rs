@@ -233,9 +233,10 @@ impl<'a> Edits<'a> {
         self.withheld = mark.withheld;
     }
 
-    /// Planned mounts at a path where a container of the pod already mounts another volume: the
-    /// API server refuses two mounts at one path, so each is a conflict that names the
-    /// container's mount. Containers in `skip` get nothing and are not looked at.
+    /// Planned mounts at a path where a container of the pod already mounts another volume (the
+    /// API server refuses two mounts at one path), and secret files a container's own mount
+    /// hides (one below the file's volume, at or above the file): each a conflict that names
+    /// the container's mount. Containers in `skip` get nothing and are not looked at.
     pub fn taken_paths(&mut self, pod: &Pod, skip: &[String]) {
         let Some(spec) = pod.spec.as_ref() else {
             return;
@@ -255,6 +256,22 @@ impl<'a> Edits<'a> {
                     self.conflicts.push(format!(
                         "{owner} mounts volume {:?} at {}, where container {:?} already mounts its volume {:?}; move or remove that mount",
                         m.name, m.mount_path, c.name, theirs.name
+                    ));
+                    continue;
+                }
+                if self.mount_names.contains_key(&theirs.name) {
+                    continue;
+                }
+                let hidden = self.files.iter().find(|f| {
+                    let ours = self.mount_names.get(&f.volume).map(|&i| &self.mounts[i]);
+                    is_under(&f.path, path)
+                        && ours
+                            .is_some_and(|m| m.mount_path.trim_end_matches('/').len() < path.len())
+                });
+                if let Some(f) = hidden {
+                    self.conflicts.push(format!(
+                        "container {:?} mounts its volume {:?} at {}, which hides {}, where {} puts the secret; move or remove that mount",
+                        c.name, theirs.name, theirs.mount_path, f.path, f.owner
                     ));
                 }
             }

@@ -633,6 +633,37 @@ mod tests {
         assert_ne!(json(&once), json(&before));
     }
 
+    /// A container's own mount below a manager's volume and at or above a secret's file hides
+    /// the file from that container: refused, naming the mount and the file. A mount above
+    /// the manager's volume, or beside the file, hides nothing.
+    #[test]
+    fn a_pods_own_mount_over_a_secrets_file_is_refused() {
+        let files = || vec![secret("db", "password", MountRequirement::File, "")];
+        let with_mount = |path: &str| {
+            let mut pod = mk_pod();
+            pod.spec.as_mut().unwrap().containers[0].volume_mounts =
+                Some(vec![crate::mutate::pod::mount("cfg", path)]);
+            pod
+        };
+        // The K8s manager mounts the Secret at /etc/flyte/secrets/db.
+        for path in [
+            "/etc/flyte/secrets/db/password",
+            "/etc/flyte/secrets/db/password/",
+        ] {
+            let err = admit(vec![k8s()], &files(), with_mount(path)).unwrap_err();
+            assert_eq!(err.reason, "SecretConflict", "{}", err.message);
+            assert!(
+                err.message.contains(&format!("container \"container1\" mounts its volume \"cfg\" at {path}, which hides /etc/flyte/secrets/db/password, where flyte.secrets/s0 (K8s) puts the secret")),
+                "{}",
+                err.message
+            );
+        }
+        let beside = ["/etc/flyte/secrets/db/other", "/etc/flyte/secrets/dbx"];
+        for path in ["/etc", "/etc/flyte/secrets"].into_iter().chain(beside) {
+            admit(vec![k8s()], &files(), with_mount(path)).unwrap();
+        }
+    }
+
     #[test]
     fn a_failed_manager_leaves_nothing_behind_for_the_next_one() {
         // Flyte v1 handed the next injector the nil pod Global returned for a FILE request.
