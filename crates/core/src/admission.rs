@@ -19,7 +19,7 @@ use crate::metrics::AdmissionFacts;
 use crate::mutate::{Applied, Denied, Effects, PodCtx, Route};
 use crate::patch::Patch;
 use crate::secrets::embedded::DRY_RUN_PLACEHOLDER;
-use crate::secrets::plan::Planned;
+use crate::secrets::plan::Prepared;
 use crate::secrets::{Plan, ResolvedSecrets};
 
 pub const API_VERSION_V1: &str = "admission.k8s.io/v1";
@@ -365,6 +365,7 @@ impl App {
             groups: req.user_info.groups.as_deref().unwrap_or_default(),
             dry_run: req.dry_run,
             old: None,
+            prepared: None,
         };
         let (fetched, ran) = if update {
             // Only the mutators that check updates, with the pod before the update beside it,
@@ -377,7 +378,7 @@ impl App {
                 );
                 return Admission::early(subject, api_version, Err(e));
             };
-            if !self.chain.applies(&ctx, &object.metadata, None, true) {
+            if !self.chain.applies(&ctx, &object.metadata, true) {
                 return Admission::early(subject, api_version, Ok(Verdict::passed_by()));
             }
             let pods = names_and_images(object, "object")
@@ -401,11 +402,10 @@ impl App {
                 );
                 return Admission::early(subject, api_version, Err(e));
             };
-            // Told from the metadata: a pod the secrets mutator does not select and no other
-            // member applies to is allowed as it came, its spec never read into types.
-            if !self.secrets.selects(&object.metadata)
-                && !self.chain.applies(&ctx, &object.metadata, None, false)
-            {
+            // Told from the metadata: a pod no member applies to (the secrets mutator, before
+            // its plan: one it does not select) is allowed as it came, its spec never read
+            // into types.
+            if !self.chain.applies(&ctx, &object.metadata, false) {
                 return Admission::early(subject, api_version, Ok(Verdict::passed_by()));
             }
             let pod = match object.into_pod(body, whole) {
@@ -425,19 +425,16 @@ impl App {
             }
             let (fetched, resolved) = self.resolve(&plan).await;
             let ran = resolved.map_err(Ran::Failed).and_then(|resolved| {
-                let secrets = Planned {
-                    mutator: &self.secrets,
-                    plan: &plan,
-                    resolved: &resolved,
+                let prepared = Prepared { plan, resolved };
+                let ctx = PodCtx {
+                    prepared: Some(&prepared),
+                    ..ctx
                 };
-                if !self
-                    .chain
-                    .applies(&ctx, &pod.metadata, Some(&secrets), false)
-                {
+                if !self.chain.applies(&ctx, &pod.metadata, false) {
                     return Ok((Verdict::passed_by(), Effects::default()));
                 }
                 run(&ctx, pod, |ctx, original, pod| {
-                    self.chain.apply(ctx, original, pod, Some(&secrets))
+                    self.chain.apply(ctx, original, pod)
                 })
             });
             (fetched, ran)

@@ -19,12 +19,11 @@ use crate::secrets::{embedded, global, k8s, sidecar, vault};
 /// The webhook's core: the mutator chain and what it runs with. It answers review bodies
 /// ([`App::review`]); it knows nothing of HTTP, paths or tokens (see [`crate::transport`]).
 pub struct App {
-    /// The mutators in order ([`Chain::from_config`]); the `secrets` mutator's place is
-    /// [`crate::mutate::Step::Secrets`].
+    /// The mutators in order ([`Chain::from_config`]), `secrets` among them.
     pub(crate) chain: Chain,
-    /// The `secrets` mutator: the admission plans with it, fetches, and hands the plan and its
-    /// values to the chain for that place.
-    pub(crate) secrets: SecretsMutator,
+    /// The chain's `secrets` mutator: the admission plans with it and fetches, then hands the
+    /// plan and its values to it through the chain ([`crate::secrets::plan::Prepared`]).
+    pub(crate) secrets: Arc<SecretsMutator>,
     pub(crate) source: Option<Arc<dyn SecretSource>>,
     /// Where `reference` delivery resolves names (metadata only, never a value).
     pub(crate) resolver: Option<Arc<dyn SecretSource>>,
@@ -143,7 +142,7 @@ impl App {
         // Secrets never reach the mesh gate: it runs before the app and needs none.
         let skip_containers = mesh::skip_containers(&config.mesh);
         let injectors = injectors(config, global, &skip_containers);
-        let secrets = SecretsMutator {
+        let secrets = Arc::new(SecretsMutator {
             skip_containers,
             selector: (
                 config.secrets_selector.label.clone(),
@@ -151,10 +150,10 @@ impl App {
             ),
             limits: config.limits.clone(),
             ..SecretsMutator::new(injectors)
-        };
+        });
         let metrics = metrics.filter(|_| config.metrics.enabled);
         Self {
-            chain: Chain::from_config(config),
+            chain: Chain::from_config(config, secrets.clone()),
             secrets,
             source,
             resolver,

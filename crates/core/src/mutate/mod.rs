@@ -4,6 +4,8 @@ pub mod image;
 pub mod mesh;
 pub mod pod;
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -53,6 +55,10 @@ pub struct PodCtx<'a> {
     /// image only (so that a review's two pods are never in memory whole at once); `None` for a
     /// CREATE. Only mutators that [`PodMutator::checks_updates`] ever see an UPDATE.
     pub old: Option<&'a Pod>,
+    /// What the admission fetched before the chain ran, for the member that said what it
+    /// needs (the `secrets` mutator's plan and its values, `crate::secrets::Prepared`); opaque
+    /// here. `None` before the fetch, and outside an admission.
+    pub prepared: Option<&'a (dyn std::any::Any + Send + Sync)>,
 }
 
 /// What a mutator did besides changing the pod: what it counted (for the metrics) and what
@@ -184,6 +190,7 @@ impl PodCtx<'static> {
             groups: &[],
             dry_run: false,
             old: None,
+            prepared: None,
         }
     }
 }
@@ -211,28 +218,8 @@ pub trait PodMutator: Send + Sync {
     }
 }
 
-/// The id of the `secrets` mutator, whose place in the chain is [`Step::Secrets`].
-pub const SECRETS_ID: &str = "secrets";
-
-/// A place in the chain: a mutator built from config, or where the `secrets` mutator runs. The
-/// secrets mutator is made per admission (its plan and the values fetched for it), so the
-/// chain holds only its place and the admission hands it in ([`Chain::apply`]).
-pub enum Step {
-    Mutator(Box<dyn PodMutator>),
-    Secrets,
-}
-
-impl Step {
-    pub fn id(&self) -> &'static str {
-        match self {
-            Step::Mutator(m) => m.id(),
-            Step::Secrets => SECRETS_ID,
-        }
-    }
-}
-
 struct Entry {
-    step: Step,
+    mutator: Arc<dyn PodMutator>,
     required: bool,
 }
 
@@ -255,34 +242,32 @@ pub struct Applied {
 }
 
 impl Chain {
-    /// The chain `config` enables, in [`MutatorId::ALL`]'s order (the place of `secrets`
-    /// included), each member `required` as `mutators.<id>` says or by its default: the
-    /// refusals whose point is the refusal (`secrets`, `socket-check`, `image-builder`) are
-    /// required, the rest optional. Adding a mutator is a line here and its id there.
-    pub fn from_config(config: &Config) -> Self {
+    /// The chain `config` enables, in [`MutatorId::ALL`]'s order, each member `required` as
+    /// `mutators.<id>` says or by its default: the refusals whose point is the refusal
+    /// (`secrets`, `socket-check`, `image-builder`) are required, the rest optional. `secrets`
+    /// is built by the caller (it plans and fetches with it too: `crate::secrets::Prepared`).
+    /// Adding a mutator is a line here and its id there.
+    pub fn from_config(config: &Config, secrets: Arc<dyn PodMutator>) -> Self {
         let m = &config.mesh;
         let builder = &config.webhook.image_builder_config;
         let mut chain = Self::default();
         for id in MutatorId::ALL {
-            let (step, required): (Step, bool) = match id {
-                MutatorId::NamespaceInjection if m.enabled => (
-                    Step::Mutator(Box::new(mesh::namespace::NamespaceInjection::new(m))),
-                    false,
-                ),
-                MutatorId::Secrets => (Step::Secrets, true),
-                MutatorId::Dns if m.enabled && m.dns.enabled => (
-                    Step::Mutator(Box::new(mesh::dns::DnsOptions::new(m))),
-                    false,
-                ),
-                MutatorId::InitGate if m.enabled && m.gate.enabled => {
-                    (Step::Mutator(Box::new(mesh::gate::InitGate::new(m))), false)
+            let (mutator, required): (Arc<dyn PodMutator>, bool) = match id {
+                MutatorId::NamespaceInjection if m.enabled => {
+                    (Arc::new(mesh::namespace::NamespaceInjection::new(m)), false)
                 }
-                MutatorId::SocketCheck if m.enabled && m.socket_check.enabled => (
-                    Step::Mutator(Box::new(mesh::socket_check::SocketCheck::new(m))),
-                    true,
-                ),
+                MutatorId::Secrets => (secrets.clone(), true),
+                MutatorId::Dns if m.enabled && m.dns.enabled => {
+                    (Arc::new(mesh::dns::DnsOptions::new(m)), false)
+                }
+                MutatorId::InitGate if m.enabled && m.gate.enabled => {
+                    (Arc::new(mesh::gate::InitGate::new(m)), false)
+                }
+                MutatorId::SocketCheck if m.enabled && m.socket_check.enabled => {
+                    (Arc::new(mesh::socket_check::SocketCheck::new(m)), true)
+                }
                 MutatorId::ImageBuilder if builder.enabled => (
-                    Step::Mutator(Box::new(
+                    Arc::new(
                         image::ImageBuilder::new(
                             builder,
                             &config
@@ -292,54 +277,47 @@ impl Chain {
                             &config.images,
                         )
                         .with_own(config),
-                    )),
+                    ),
                     true,
                 ),
                 // Never fails: a reference it cannot read is left alone with a warning.
-                MutatorId::ImageRules if config.images.enabled => (
-                    Step::Mutator(Box::new(image::ImageRules::new(&config.images))),
-                    false,
-                ),
+                MutatorId::ImageRules if config.images.enabled => {
+                    (Arc::new(image::ImageRules::new(&config.images)), false)
+                }
                 _ => continue,
             };
-            chain.push_step(step, config.mutator_required(id, required));
+            chain.push(mutator, config.mutator_required(id, required));
         }
         chain
     }
 
-    pub fn push(&mut self, mutator: Box<dyn PodMutator>, required: bool) {
-        self.push_step(Step::Mutator(mutator), required);
-    }
-
-    pub fn push_step(&mut self, step: Step, required: bool) {
-        self.entries.push(Entry { step, required });
+    pub fn push(&mut self, mutator: Arc<dyn PodMutator>, required: bool) {
+        self.entries.push(Entry { mutator, required });
     }
 
     pub fn ids(&self) -> Vec<&'static str> {
-        self.entries.iter().map(|e| e.step.id()).collect()
+        self.entries.iter().map(|e| e.mutator.id()).collect()
     }
 
     /// Each member's id and whether its failure denies the pod, in order.
     pub fn members(&self) -> Vec<(&'static str, bool)> {
         self.entries
             .iter()
-            .map(|e| (e.step.id(), e.required))
+            .map(|e| (e.mutator.id(), e.required))
             .collect()
     }
 
-    /// Runs every mutator in order on a pod CREATE, `secrets` in the [`Step::Secrets`] place
-    /// (`None`: that place is skipped). `original` is the pod as it came in (`original ==
-    /// *pod` on entry): the pod is copied only after a mutator changed it. A required
-    /// mutator's failure stops the chain with a denial that names it; an optional one's
-    /// failure is undone and becomes a warning.
+    /// Runs every mutator in order on a pod CREATE. `original` is the pod as it came in
+    /// (`original == *pod` on entry): the pod is copied only after a mutator changed it. A
+    /// required mutator's failure stops the chain with a denial that names it; an optional
+    /// one's failure is undone and becomes a warning.
     pub fn apply(
         &self,
         ctx: &PodCtx<'_>,
         original: &Pod,
         pod: &mut Pod,
-        secrets: Option<&dyn PodMutator>,
     ) -> Result<Applied, Denied> {
-        self.run(ctx, original, pod, secrets, false)
+        self.run(ctx, original, pod, false)
     }
 
     /// The chain on a pod UPDATE (`ctx.old` is the pod before it): only the mutators that
@@ -350,40 +328,21 @@ impl Chain {
         original: &Pod,
         pod: &mut Pod,
     ) -> Result<Applied, Denied> {
-        self.run(ctx, original, pod, None, true)
+        self.run(ctx, original, pod, true)
     }
 
     /// Whether a member that runs on this operation (`update`: a pod UPDATE) may change or
     /// refuse the pod whose metadata is `meta` ([`PodMutator::applies`]). When none may, the
     /// admission allows the pod as it came, without reading its spec or running the chain.
-    pub fn applies(
-        &self,
-        ctx: &PodCtx<'_>,
-        meta: &ObjectMeta,
-        secrets: Option<&dyn PodMutator>,
-        update: bool,
-    ) -> bool {
-        self.members_for(secrets, update)
-            .any(|(_, _, m)| m.applies(ctx, meta))
+    pub fn applies(&self, ctx: &PodCtx<'_>, meta: &ObjectMeta, update: bool) -> bool {
+        self.members_for(update)
+            .any(|(_, e)| e.mutator.applies(ctx, meta))
     }
 
-    /// Each member that runs on this operation: its place, entry and mutator.
-    fn members_for<'a>(
-        &'a self,
-        secrets: Option<&'a dyn PodMutator>,
-        update: bool,
-    ) -> impl Iterator<Item = (usize, &'a Entry, &'a dyn PodMutator)> {
-        self.entries
-            .iter()
-            .enumerate()
-            .filter_map(move |(i, entry)| {
-                let mutator = match (&entry.step, secrets) {
-                    (Step::Mutator(m), _) => m.as_ref(),
-                    (Step::Secrets, Some(m)) => m,
-                    (Step::Secrets, None) => return None,
-                };
-                (!update || mutator.checks_updates()).then_some((i, entry, mutator))
-            })
+    /// Each member that runs on this operation, with its place.
+    fn members_for(&self, update: bool) -> impl Iterator<Item = (usize, &Entry)> {
+        (self.entries.iter().enumerate())
+            .filter(move |(_, e)| !update || e.mutator.checks_updates())
     }
 
     fn run(
@@ -391,16 +350,16 @@ impl Chain {
         ctx: &PodCtx<'_>,
         original: &Pod,
         pod: &mut Pod,
-        secrets: Option<&dyn PodMutator>,
         update: bool,
     ) -> Result<Applied, Denied> {
         let mut applied = Applied::default();
         let mut previous = std::borrow::Cow::Borrowed(original);
-        for (i, entry, mutator) in self.members_for(secrets, update) {
+        for (i, entry) in self.members_for(update) {
+            let mutator = &entry.mutator;
             if !mutator.applies(ctx, &pod.metadata) {
                 continue;
             }
-            let id = entry.step.id();
+            let id = mutator.id();
             match mutator.mutate(ctx, pod) {
                 Ok(effects) => {
                     applied.effects.absorb(effects);
@@ -473,7 +432,7 @@ mod tests {
     }
     impl PodMutator for Counting {
         fn id(&self) -> &'static str {
-            SECRETS_ID
+            "counting"
         }
         fn mutate(&self, _: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
             let mut effects = Effects::default();
@@ -495,10 +454,10 @@ mod tests {
         pod::testing::mk_pod().build()
     }
 
-    /// A CREATE through `chain` with no secrets mutator.
+    /// A CREATE through `chain`, nothing prepared.
     fn apply(chain: &Chain, pod: &mut Pod) -> Result<Applied, Denied> {
         let original = pod.clone();
-        chain.apply(&PodCtx::test(Route::Secrets), &original, pod, None)
+        chain.apply(&PodCtx::test(Route::Secrets), &original, pod)
     }
 
     /// A member that says it does not apply is passed by, not run; with no other member, the
@@ -520,16 +479,16 @@ mod tests {
         }
         let ctx = PodCtx::test(Route::Secrets);
         let mut chain = Chain::default();
-        chain.push(Box::new(Never), true);
+        chain.push(Arc::new(Never), true);
         let mut pod = mk_pod();
-        assert!(!chain.applies(&ctx, &pod.metadata, None, false));
+        assert!(!chain.applies(&ctx, &pod.metadata, false));
         assert_eq!(apply(&chain, &mut pod).unwrap(), Applied::default());
         assert_eq!(pod, mk_pod());
 
-        chain.push(Box::new(Label("x")), false);
-        assert!(chain.applies(&ctx, &pod.metadata, None, false));
+        chain.push(Arc::new(Label("x")), false);
+        assert!(chain.applies(&ctx, &pod.metadata, false));
         assert!(
-            !chain.applies(&ctx, &pod.metadata, None, true),
+            !chain.applies(&ctx, &pod.metadata, true),
             "no member checks updates"
         );
         assert_eq!(apply(&chain, &mut pod).unwrap().changed, ["x"]);
@@ -539,8 +498,8 @@ mod tests {
     #[test]
     fn required_mutator_failure_denies_and_names_the_mutator() {
         let mut chain = Chain::default();
-        chain.push(Box::new(Label("a")), true);
-        chain.push(Box::new(HalfDone), true);
+        chain.push(Arc::new(Label("a")), true);
+        chain.push(Arc::new(HalfDone), true);
         let err = apply(&chain, &mut mk_pod()).unwrap_err().denial;
         assert_eq!(err.code, 400);
         assert_eq!(err.message, "[half-done] it broke; fix the thing");
@@ -549,9 +508,9 @@ mod tests {
     #[test]
     fn optional_mutator_failure_is_undone_and_warned() {
         let mut chain = Chain::default();
-        chain.push(Box::new(Label("a")), true);
-        chain.push(Box::new(HalfDone), false);
-        chain.push(Box::new(Label("b")), false);
+        chain.push(Arc::new(Label("a")), true);
+        chain.push(Arc::new(HalfDone), false);
+        chain.push(Arc::new(Label("b")), false);
         let mut pod = mk_pod();
         let applied = apply(&chain, &mut pod).unwrap();
         assert_eq!(applied.changed, vec!["a", "b"]);
@@ -563,7 +522,10 @@ mod tests {
     }
 
     fn chain(v: serde_json::Value) -> Chain {
-        Chain::from_config(&Config::from_value(v).expect("loads").config)
+        Chain::from_config(
+            &Config::from_value(v).expect("loads").config,
+            Arc::new(Label("secrets")),
+        )
     }
 
     fn mesh_with_gate() -> serde_json::Value {
@@ -641,31 +603,51 @@ mod tests {
     #[test]
     fn a_mutator_that_changes_nothing_is_not_reported() {
         let mut chain = Chain::default();
-        chain.push(Box::new(Label("a")), true);
+        chain.push(Arc::new(Label("a")), true);
         let mut pod = mk_pod();
         apply(&chain, &mut pod).unwrap();
         let again = apply(&chain, &mut pod).unwrap();
         assert!(again.changed.is_empty());
     }
 
+    /// What the admission prepared reaches the members through the context; effects add up.
     #[test]
-    fn the_secrets_place_runs_what_the_admission_hands_in_and_effects_add_up() {
+    fn the_prepared_values_reach_the_members_and_effects_add_up() {
+        /// Names the pod after what was prepared for it, when it is a `&str`.
+        struct Prepared;
+        impl PodMutator for Prepared {
+            fn id(&self) -> &'static str {
+                "prepared"
+            }
+            fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
+                if let Some(name) = ctx.prepared.and_then(|p| p.downcast_ref::<&str>()) {
+                    pod.metadata.namespace = Some((*name).to_owned());
+                }
+                Ok(Effects::default())
+            }
+        }
         let mut chain = Chain::default();
-        chain.push(Box::new(Label("a")), true);
-        chain.push_step(Step::Secrets, true);
-        chain.push(Box::new(HalfDone), false);
-        assert_eq!(chain.ids(), vec!["a", "secrets", "half-done"]);
-        // Without a secrets mutator its place is skipped.
+        chain.push(Arc::new(Label("a")), true);
+        chain.push(Arc::new(Prepared), true);
+        chain.push(Arc::new(Counting { deny: false }), true);
+        chain.push(Arc::new(HalfDone), false);
+        assert_eq!(chain.ids(), vec!["a", "prepared", "counting", "half-done"]);
         let mut pod = mk_pod();
-        assert_eq!(apply(&chain, &mut pod).unwrap().changed, vec!["a"]);
+        assert_eq!(
+            apply(&chain, &mut pod).unwrap().changed,
+            vec!["a", "counting"]
+        );
 
         let mut pod = mk_pod();
         let original = pod.clone();
-        let ctx = PodCtx::test(Route::Secrets);
-        let applied = chain
-            .apply(&ctx, &original, &mut pod, Some(&Counting { deny: false }))
-            .unwrap();
-        assert_eq!(applied.changed, vec!["a", "secrets"]);
+        let value = "fetched";
+        let ctx = PodCtx {
+            prepared: Some(&value),
+            ..PodCtx::test(Route::Secrets)
+        };
+        let applied = chain.apply(&ctx, &original, &mut pod).unwrap();
+        assert_eq!(applied.changed, vec!["a", "prepared", "counting"]);
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("fetched"));
         assert_eq!(pod.metadata.name.as_deref(), Some("counted"));
         // The failed optional mutator's warning, then the notes.
         assert_eq!(
@@ -690,10 +672,11 @@ mod tests {
         // A required refusal keeps what was counted on the way to it.
         let mut pod = mk_pod();
         let original = pod.clone();
-        let denied = chain
-            .apply(&ctx, &original, &mut pod, Some(&Counting { deny: true }))
-            .unwrap_err();
-        assert_eq!(denied.denial.message, "[secrets] not this one");
+        let mut chain = Chain::default();
+        chain.push(Arc::new(Label("a")), true);
+        chain.push(Arc::new(Counting { deny: true }), true);
+        let denied = chain.apply(&ctx, &original, &mut pod).unwrap_err();
+        assert_eq!(denied.denial.message, "[counting] not this one");
         assert_eq!(denied.effects.images(), vec![(ImageCount::Attempts, 1)]);
     }
 }

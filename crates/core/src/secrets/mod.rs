@@ -236,19 +236,6 @@ impl SecretsMutator {
     }
 }
 
-#[cfg(any(test, feature = "testing"))]
-impl SecretsMutator {
-    /// Plans and applies with nothing fetched, outside an admission. An admission runs
-    /// [`plan::Planned`], with the plan it made before fetching.
-    pub fn plan_and_apply(
-        &self,
-        ctx: &PodCtx<'_>,
-        pod: &mut Pod,
-    ) -> Result<crate::mutate::Effects, Denial> {
-        self.apply(&self.plan(ctx, pod), &NOTHING_RESOLVED, ctx, pod)
-    }
-}
-
 /// Builders shared by the injectors' unit tests.
 #[cfg(test)]
 pub(crate) mod testing {
@@ -376,8 +363,9 @@ mod tests {
         assert_eq!(pod, before);
     }
 
-    /// The secrets member applies where its plan holds something: to a pod that asks for a
-    /// secret (injected or refused), not to one without the label or one that asks for none.
+    /// Before its plan, the secrets member applies to the pods it selects; once the admission
+    /// has prepared the plan, where the plan holds something: to a pod that asks for a secret
+    /// (injected or refused), not to one without the label or one that asks for none.
     #[test]
     fn applies_only_where_the_plan_holds_something() {
         use crate::mutate::PodMutator;
@@ -385,28 +373,36 @@ mod tests {
             env_prefix: "_UNION_".into(),
         })]);
         let ctx = PodCtx::test(crate::mutate::Route::Secrets);
-        let resolved = ResolvedSecrets::default();
         let applies = |pod: &Pod| {
-            let plan = m.plan(&ctx, pod);
-            plan::Planned {
-                mutator: &m,
-                plan: &plan,
-                resolved: &resolved,
-            }
-            .applies(&ctx, &pod.metadata)
+            let prepared = plan::Prepared {
+                plan: m.plan(&ctx, pod),
+                resolved: ResolvedSecrets::default(),
+            };
+            let planned = PodCtx {
+                prepared: Some(&prepared),
+                ..ctx
+            };
+            (
+                m.applies(&ctx, &pod.metadata),
+                m.applies(&planned, &pod.metadata),
+            )
         };
         let mut asks = flyte_test_pod();
         asks.metadata.annotations = Some(
             codec::encode_annotations(&[secret("g", "k", MountRequirement::Any, "")]).unwrap(),
         );
-        assert!(applies(&asks));
-        assert!(applies(&flyte_test_pod()), "refused, so it applies");
+        assert_eq!(applies(&asks), (true, true));
+        assert_eq!(
+            applies(&flyte_test_pod()),
+            (true, true),
+            "refused, so it applies"
+        );
         let mut no_label = asks.clone();
         no_label.metadata.labels = None;
-        assert!(!applies(&no_label));
+        assert_eq!(applies(&no_label), (false, false));
         let mut asks_none = asks.clone();
         asks_none.metadata.annotations = None;
-        assert!(!applies(&asks_none));
+        assert_eq!(applies(&asks_none), (true, false));
     }
 
     #[test]

@@ -7,9 +7,12 @@ use std::collections::HashSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::{Accept, Edits, Refusal, ResolvedSecrets, SecretRequest, SecretsMutator};
+use super::{
+    Accept, Edits, NOTHING_RESOLVED, Refusal, ResolvedSecrets, SecretRequest, SecretsMutator,
+};
+use crate::config::MutatorId;
 use crate::error::Denial;
-use crate::mutate::{Denied, Effects, PodCtx, PodMutator, SECRETS_ID};
+use crate::mutate::{Denied, Effects, PodCtx, PodMutator};
 use crate::registry::ImageQuery;
 
 /// The pod's secret requests and, for each, the managers that will try it in order.
@@ -309,25 +312,44 @@ impl SecretsMutator {
     }
 }
 
-/// The `secrets` mutator for one admission: its plan and the values fetched for it. Runs in
-/// the chain's [`crate::mutate::Step::Secrets`] place ([`crate::mutate::Chain::apply`]).
-pub struct Planned<'a> {
-    pub mutator: &'a SecretsMutator,
-    pub plan: &'a Plan,
-    pub resolved: &'a ResolvedSecrets,
+/// What the admission prepares for the `secrets` mutator before the chain runs: the plan of
+/// the pod as it came in, and the values fetched for it. The mutator reads it from
+/// [`PodCtx::prepared`].
+pub struct Prepared {
+    pub plan: Plan,
+    pub resolved: ResolvedSecrets,
 }
 
-impl PodMutator for Planned<'_> {
+impl SecretsMutator {
+    /// Plans and applies with nothing fetched: the mutator outside an admission.
+    pub fn plan_and_apply(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denial> {
+        self.apply(&self.plan(ctx, pod), &NOTHING_RESOLVED, ctx, pod)
+    }
+}
+
+fn prepared<'a>(ctx: &PodCtx<'a>) -> Option<&'a Prepared> {
+    ctx.prepared.and_then(|p| p.downcast_ref())
+}
+
+impl PodMutator for SecretsMutator {
     fn id(&self) -> &'static str {
-        SECRETS_ID
+        MutatorId::Secrets.as_str()
     }
 
+    /// Injects with what the admission prepared; with nothing prepared, plans here and has
+    /// nothing fetched ([`SecretsMutator::plan_and_apply`]).
     fn mutate(&self, ctx: &PodCtx<'_>, pod: &mut Pod) -> Result<Effects, Denied> {
-        Ok(self.mutator.apply(self.plan, self.resolved, ctx, pod)?)
+        Ok(match prepared(ctx) {
+            Some(p) => self.apply(&p.plan, &p.resolved, ctx, pod),
+            None => self.plan_and_apply(ctx, pod),
+        }?)
     }
 
-    /// Not on a pod it does not select, nor one that asks for no secret: its plan is empty.
-    fn applies(&self, _: &PodCtx<'_>, _: &ObjectMeta) -> bool {
-        !matches!(&self.plan.outcome, Outcome::Requests(planned) if planned.is_empty())
+    /// Not on a pod it does not select; once planned, not on one that asks for no secret.
+    fn applies(&self, ctx: &PodCtx<'_>, meta: &ObjectMeta) -> bool {
+        match prepared(ctx) {
+            Some(p) => !matches!(&p.plan.outcome, Outcome::Requests(planned) if planned.is_empty()),
+            None => self.selects(meta),
+        }
     }
 }
