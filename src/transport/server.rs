@@ -449,38 +449,25 @@ async fn connection(
 /// first poll would leave a SIGTERM sent just after start-up to the default action (death, no
 /// drain). `serve` installs it before its start line.
 pub struct Shutdown {
-    #[cfg(unix)]
     term: tokio::signal::unix::Signal,
-    #[cfg(unix)]
     interrupt: tokio::signal::unix::Signal,
 }
 
 impl Shutdown {
     /// Installs the handlers; must be called inside the runtime.
     pub fn install() -> std::io::Result<Self> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            Ok(Self {
-                term: signal(SignalKind::terminate())?,
-                interrupt: signal(SignalKind::interrupt())?,
-            })
-        }
-        #[cfg(not(unix))]
-        Ok(Self {})
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
     }
 
     /// Resolves on the first SIGTERM or Ctrl-C since [`Shutdown::install`].
     pub async fn recv(mut self) {
-        #[cfg(unix)]
         tokio::select! {
             _ = self.term.recv() => {},
             _ = self.interrupt.recv() => {},
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = &mut self;
-            let _ = tokio::signal::ctrl_c().await;
         }
     }
 }
