@@ -235,11 +235,11 @@ impl Dir {
     /// link there is refused, never followed.
     fn subdir(&self, name: &OsStr, mode: u32) -> std::io::Result<Self> {
         let shown = self.shown.join(name);
-        match std::fs::DirBuilder::new().mode(mode).create(self.at(name)) {
-            Ok(()) => {}
-            // A link there also exists; the open below refuses it.
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
+        // A link there also exists; the open below refuses it.
+        if let Err(e) = std::fs::DirBuilder::new().mode(mode).create(self.at(name))
+            && e.kind() != ErrorKind::AlreadyExists
+        {
+            return Err(e);
         }
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -291,10 +291,10 @@ fn parent_of(dirs: &mut Dirs, file: &Path, mode: u32) -> std::io::Result<(Rc<Dir
 fn write_new(dir: &Dir, tmp: &OsStr, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     // A temporary file left by a run that died is ours to replace (unlink removes a link
     // itself, never its target).
-    match std::fs::remove_file(dir.at(tmp)) {
-        Ok(()) => {}
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
+    if let Err(e) = std::fs::remove_file(dir.at(tmp))
+        && e.kind() != ErrorKind::NotFound
+    {
+        return Err(e);
     }
     // `create_new` (O_EXCL) refuses a link in the name's place as well.
     let mut f = std::fs::OpenOptions::new()
