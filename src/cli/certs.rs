@@ -256,17 +256,15 @@ impl Api {
                 .await
                 .map_err(|e| format!("HTTP with {}: {e}", self.authority))?;
         let driver = tokio::spawn(conn);
-        let bytes = match body {
-            Some(v) => serde_json::to_vec(v).map_err(|e| e.to_string())?,
-            None => Vec::new(),
-        };
         let mut request = hyper::Request::builder()
             .method(method)
             .uri(path)
             .header(header::HOST, &self.authority)
             .header(header::ACCEPT, "application/json")
             .header(header::AUTHORIZATION, format!("Bearer {}", self.token));
-        if body.is_some() {
+        let mut bytes = Vec::new();
+        if let Some(v) = body {
+            bytes = serde_json::to_vec(v).map_err(|e| e.to_string())?;
             request = request.header(header::CONTENT_TYPE, "application/json");
         }
         let request = request
@@ -439,10 +437,6 @@ fn data(secret: &Value, key: &str) -> Option<Vec<u8>> {
     base64::engine::general_purpose::STANDARD.decode(text).ok()
 }
 
-fn seconds(d: Duration) -> time::Duration {
-    time::Duration::seconds(i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
 fn rfc3339(t: time::OffsetDateTime) -> String {
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
@@ -561,7 +555,7 @@ async fn ensure_ca(
     let object = Object::secret(namespace, &args.ca_secret);
     let (status, existing) = api.request("GET", &object, None).await?;
     let new_ca = || -> Result<Ca, CertsError> {
-        let not_after = now + seconds(args.ca_validity);
+        let not_after = now + args.ca_validity;
         let (cert, key) =
             tls::generate_ca(not_after).map_err(|e| err!("cannot generate a CA: {e}"))?;
         Ok(Ca {
@@ -601,7 +595,7 @@ async fn ensure_ca(
                 Err(why) => (None, Some(why)),
             },
         };
-        if not_after - now <= seconds(args.renew_before) {
+        if not_after - now <= args.renew_before {
             let mut ca = new_ca()?;
             let why = if not_after > now {
                 format!(
@@ -762,7 +756,7 @@ async fn ensure_leaf(
         ));
         return Ok(());
     };
-    let not_after = (now + seconds(args.leaf_validity)).min(ca.not_after);
+    let not_after = (now + args.leaf_validity).min(ca.not_after);
     let (cert, key) = tls::issue_leaf(&ca.key, &names, not_after)
         .map_err(|e| err!("cannot issue the serving certificate: {e}"))?;
     // A ca.key that is not ca.crt's key signs leaves no client accepts: stop before serving one.
