@@ -70,12 +70,6 @@ impl TokenHash {
     fn matches_digest(&self, given: &[u8]) -> subtle::Choice {
         given.ct_eq(&self.0)
     }
-
-    #[cfg(test)]
-    fn matches(&self, given: &str) -> bool {
-        self.matches_digest(Sha256::digest(given.as_bytes()).as_slice())
-            .into()
-    }
 }
 
 podmutator_core::named_enum! {
@@ -452,6 +446,13 @@ mod tests {
             ..HttpConfig::default()
         };
         Front::new(app, &http, None).unwrap()
+    }
+
+    impl TokenHash {
+        fn matches(&self, given: &str) -> bool {
+            self.matches_digest(Sha256::digest(given.as_bytes()).as_slice())
+                .into()
+        }
     }
 
     #[test]
