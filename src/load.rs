@@ -53,10 +53,11 @@ impl Source {
             .iter()
             .map(|(p, t)| (p.as_str(), t.as_str()))
             .collect();
-        let file = read_file(
-            self.file.as_deref(),
-            name(self.from_env.file, ENV_CONFIG_FILE, "--config"),
-        )?;
+        let file_flag = name(self.from_env.file, ENV_CONFIG_FILE, "--config");
+        let file = match self.file.as_deref() {
+            Some(path) => Some(read_file(path, file_flag)?),
+            None => None,
+        };
         let inline = name(self.from_env.inline, ENV_CONFIG_INLINE, "--config-json");
         Ok(Config::load_with_flyte(
             &flyte,
@@ -74,7 +75,7 @@ fn flyte_files(
     flag: &'static str,
 ) -> Result<Vec<(String, String)>, LoadError> {
     if !path.is_dir() {
-        return Ok(read_file(Some(path), flag)?.into_iter().collect());
+        return Ok(vec![read_file(path, flag)?]);
     }
     let unreadable = |source| LoadError::Read {
         flag,
@@ -91,24 +92,17 @@ fn flyte_files(
         }
     }
     files.sort();
-    files
-        .iter()
-        .filter_map(|f| read_file(Some(f), flag).transpose())
-        .collect()
+    files.iter().map(|f| read_file(f, flag)).collect()
 }
 
 /// The file's path (as shown in errors) and text.
-fn read_file(
-    path: Option<&std::path::Path>,
-    flag: &'static str,
-) -> Result<Option<(String, String)>, LoadError> {
-    let Some(path) = path else { return Ok(None) };
+fn read_file(path: &std::path::Path, flag: &'static str) -> Result<(String, String), LoadError> {
     let text = podmutator_core::config::read_file(path).map_err(|source| LoadError::Read {
         flag,
         path: path.to_owned(),
         source,
     })?;
-    Ok(Some((path.display().to_string(), text)))
+    Ok((path.display().to_string(), text))
 }
 
 /// The warnings as log lines (`serve`, `lambda`: the log is where an operator looks).
