@@ -236,7 +236,7 @@ impl Injector {
             .unwrap_or(&self.namespace)
             .to_owned();
         let name = doc["metadata"]["name"].as_str().unwrap_or("").to_owned();
-        if kind == "List" || kind.ends_with("List") {
+        if kind.ends_with("List") {
             if let Some(items) = doc.get_mut("items").and_then(Value::as_array_mut) {
                 for item in items {
                     Box::pin(self.inject_into(item, out)).await?;
