@@ -554,7 +554,8 @@ async fn ensure_ca(
 ) -> Result<Ca, CertsError> {
     let object = Object::secret(namespace, &args.ca_secret);
     let (status, existing) = api.request("GET", &object, None).await?;
-    let new_ca = || -> Result<Ca, CertsError> {
+    // A new CA, and the one it replaces while that can still verify anything.
+    let new_ca = |previous: Option<String>| -> Result<Ca, CertsError> {
         let not_after = now + args.ca_validity;
         let (cert, key) =
             tls::generate_ca(not_after).map_err(|e| err!("cannot generate a CA: {e}"))?;
@@ -563,11 +564,11 @@ async fn ensure_ca(
             not_after: tls::not_after(cert.as_bytes()).unwrap_or(not_after),
             cert,
             key,
-            previous: None,
+            previous,
         })
     };
     let (ca, why) = if status == 404 {
-        (new_ca()?, "created".to_owned())
+        (new_ca(None)?, "created".to_owned())
     } else {
         let unusable = |what: &str| {
             err!(
@@ -596,7 +597,6 @@ async fn ensure_ca(
             },
         };
         if not_after - now <= args.renew_before {
-            let mut ca = new_ca()?;
             let why = if not_after > now {
                 format!(
                     "rotated (the previous CA expires {}, within --renew-before; it stays in the caBundle until then)",
@@ -608,8 +608,7 @@ async fn ensure_ca(
                     rfc3339(not_after)
                 )
             };
-            ca.previous = (not_after > now).then_some(cert);
-            (ca, why)
+            (new_ca((not_after > now).then_some(cert))?, why)
         } else {
             // `previous` is None whenever something was dropped.
             let ca = Ca {
@@ -727,26 +726,23 @@ async fn ensure_leaf(
     let (status, existing) = api.request("GET", &object, None).await?;
     let renew_at = SystemTime::now() + args.renew_before;
     let cert = data(&existing, tls::TLS_CERT).unwrap_or_default();
+    let verify = |at| tls::verify_leaf(ca.cert.as_bytes(), &cert, &required, at);
+    let key = data(&existing, tls::TLS_KEY).unwrap_or_default();
     let due = if status == 404 {
         Some("absent".to_owned())
+    } else if let Err(why) = verify(SystemTime::now()) {
+        Some(format!(
+            "tls.crt is not a valid certificate of the current CA for {} ({why})",
+            required.join(" and ")
+        ))
+    } else if verify(renew_at).is_err() {
+        Some("it expires within --renew-before".into())
+    } else if tls::is_pair(&cert, &key).is_err() {
+        Some("tls.key is not tls.crt's key".into())
+    } else if data(&existing, tls::CA_CERT).as_deref() != Some(ca.cert.as_bytes()) {
+        Some("ca.crt is not the current CA".into())
     } else {
-        let key = data(&existing, tls::TLS_KEY).unwrap_or_default();
-        match tls::verify_leaf(ca.cert.as_bytes(), &cert, &required, SystemTime::now()) {
-            Err(why) => Some(format!(
-                "tls.crt is not a valid certificate of the current CA for {} ({why})",
-                required.join(" and ")
-            )),
-            Ok(()) if tls::verify_leaf(ca.cert.as_bytes(), &cert, &required, renew_at).is_err() => {
-                Some("it expires within --renew-before".into())
-            }
-            Ok(()) => match tls::is_pair(&cert, &key) {
-                Err(_) => Some("tls.key is not tls.crt's key".into()),
-                Ok(()) if data(&existing, tls::CA_CERT).as_deref() != Some(ca.cert.as_bytes()) => {
-                    Some("ca.crt is not the current CA".into())
-                }
-                Ok(()) => None,
-            },
-        }
+        None
     };
     let Some(why) = due else {
         out.lines.push(format!(
