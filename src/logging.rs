@@ -250,13 +250,12 @@ fn capped(asked: &tracing_subscriber::filter::Targets) -> tracing_subscriber::fi
             .map(|(_, cap)| *cap)
             .min()
     };
-    let mut out = Targets::new();
+    let mut out: Targets = asked
+        .iter()
+        .map(|(target, level)| (target, cap_of(target).map_or(level, |cap| level.min(cap))))
+        .collect();
     if let Some(level) = asked.default_level() {
         out = out.with_default(level);
-    }
-    for (target, level) in asked.iter() {
-        let level = cap_of(target).map_or(level, |cap| level.min(cap));
-        out = out.with_target(target, level);
     }
     for (prefix, cap) in LOG_CAPS {
         if asked.iter().any(|(target, _)| target == prefix) {
