@@ -458,16 +458,15 @@ pub async fn inject_text(
 /// `podmutator inject`: reads the manifest, prints the result, reports denials on stderr.
 pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
     let path = args.file.display().to_string();
-    let read_err = |source| InjectError::Read {
-        path: path.clone(),
-        source,
-    };
     let text = if path == "-" {
         std::io::read_to_string(std::io::stdin())
     } else {
         std::fs::read_to_string(&args.file)
     }
-    .map_err(read_err)?;
+    .map_err(|source| InjectError::Read {
+        path: path.clone(),
+        source,
+    })?;
     // What would read from the cloud with the operator's credentials: asked for, not assumed.
     let reads = config.embedded_reads();
     if (reads.values || reads.names) && !args.embedded {
