@@ -6,7 +6,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use podmutator_core::config::{ENV_CONFIG_FILE, ENV_CONFIG_INLINE, ENV_FLYTE_CONFIG_FILE};
 use podmutator_core::metrics::VERSION;
 
@@ -200,7 +200,7 @@ impl Cli {
     /// The process's command line (`--help`, `--version` and usage errors answer and exit
     /// here), noting which configuration sources came from their variables.
     pub fn from_env() -> Self {
-        use clap::{CommandFactory, FromArgMatches, parser::ValueSource};
+        use clap::{FromArgMatches, parser::ValueSource};
         let matches = Self::command().get_matches();
         let mut cli = Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
         // The value after the command wins, as in [`Cli::command_or_default`]. Only a command
@@ -268,7 +268,6 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     let in_lambda = std::env::var_os(ENV_LAMBDA_RUNTIME_API).is_some();
     if cli.command.is_none() && !in_lambda {
         // Outside Lambda, no command is a person asking what this is.
-        use clap::CommandFactory;
         let _ = Cli::command().print_help();
         return Ok(());
     }
@@ -280,7 +279,6 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         }
         #[cfg(feature = "tools")]
         Command::Completion { shell } => {
-            use clap::CommandFactory;
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "podmutator", &mut script);
             // A closed pipe (`| head`) is the reader's choice, not an error worth a panic.
