@@ -945,15 +945,18 @@ async fn a_fetcher_a_policy_engine_pinned_and_tightened_is_ours_when_the_pod_com
 }
 
 /// A pod brings an init container under a GCP fetcher's name, with the fetcher's very command
-/// but an image of its own: refused, not taken for ours.
+/// but an image of its own: it is given our image, so what runs is ours (as it is for a
+/// previous configuration's `sidecarImage` during a rollout). One that also runs something
+/// else is refused, not taken for ours.
 #[tokio::test]
-async fn a_pod_supplied_gcp_fetcher_with_our_name_and_its_own_image_is_refused() {
+async fn a_pod_supplied_gcp_fetcher_with_our_name_runs_our_image_or_is_refused() {
     let app = app(json!(["GCP"]));
     let clean = task_pod(&[secret("TestSecret", "2", "", MountRequirement::File)]);
     let (status, resp, admitted) = admit(&app, &clean).await;
     assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
     let mut ours = init_containers(&admitted)[0].clone();
     let name = ours["name"].as_str().unwrap().to_owned();
+    let image = ours["image"].clone();
 
     // Our own, as an admission left it: nothing more to do.
     let (status, resp, _) = admit(&app, &admitted).await;
@@ -961,7 +964,17 @@ async fn a_pod_supplied_gcp_fetcher_with_our_name_and_its_own_image_is_refused()
     assert_eq!(patch_of(&resp), json!([]));
 
     ours["image"] = json!("evil.example/cloud-sdk:alpine");
-    let mut pod = clean.clone();
+    let mut pod = admitted.clone();
+    pod["spec"]["initContainers"] = json!([ours]);
+    let (status, resp, again) = admit(&app, &pod).await;
+    assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+    assert_eq!(
+        patch_of(&resp),
+        json!([{"op": "replace", "path": "/spec/initContainers/0/image", "value": image}])
+    );
+    assert_eq!(again, admitted);
+
+    ours["command"] = json!(["sh", "-ec", "gcloud secrets list"]);
     pod["spec"]["initContainers"] = json!([ours]);
     let (status, resp, _) = admit(&app, &pod).await;
     assert_eq!(status, 200, "{resp}");

