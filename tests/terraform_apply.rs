@@ -365,6 +365,95 @@ impl Terraform {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.ok(dir, &args, None);
     }
+
+    /// Writes `dir`/main.tf, [`provider_block`] then `body`, and runs `terraform init` there.
+    fn init_root(&self, dir: &Path, body: &str) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("main.tf"), provider_block() + body).unwrap();
+        self.init(dir);
+    }
+
+    /// `terraform apply` with `extra` arguments, which must succeed ([`Terraform::ok`]).
+    fn apply(&self, dir: &Path, extra: &[&str], log: Option<&Path>) -> Output {
+        self.ok(dir, &verb_args("apply", extra), log)
+    }
+
+    /// `terraform destroy` with `extra` arguments, which must succeed ([`Terraform::ok`]).
+    fn destroy(&self, dir: &Path, extra: &[&str], log: Option<&Path>) -> Output {
+        self.ok(dir, &verb_args("destroy", extra), log)
+    }
+
+    /// `terraform plan` with `extra` arguments, whatever its outcome.
+    fn plan(&self, dir: &Path, extra: &[&str]) -> Output {
+        self.run(dir, &verb_args("plan", extra))
+    }
+
+    /// A plan that changes nothing (`-detailed-exitcode`: 0 = no changes, 2 = changes).
+    fn plan_is_empty(&self, dir: &Path, what: &str) {
+        let out = self.plan(dir, &["-detailed-exitcode"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{what}: the plan is not empty (0 = no changes, 2 = changes):\n{}",
+            combined(&out)
+        );
+    }
+
+    /// `terraform <verb>` (`apply`, `destroy` or `plan`) with `extra` arguments, which must fail;
+    /// its combined output.
+    fn refused(&self, dir: &Path, verb: &str, extra: &[&str], what: &str) -> String {
+        let out = self.run(dir, &verb_args(verb, extra));
+        let text = combined(&out);
+        assert!(
+            !out.status.success(),
+            "{what}: terraform {verb} {} succeeded:\n{text}",
+            extra.join(" ")
+        );
+        text
+    }
+
+    /// The root module's outputs (`terraform output -json`).
+    fn output_json(&self, dir: &Path) -> serde_json::Value {
+        let out = self.ok(dir, &["output", "-json", "-no-color"], None);
+        serde_json::from_slice(&out.stdout).expect("terraform output -json")
+    }
+
+    /// One output's value (`terraform output -raw`).
+    fn output(&self, dir: &Path, name: &str) -> String {
+        String::from_utf8(self.ok(dir, &["output", "-raw", name], None).stdout).unwrap()
+    }
+
+    /// A saved plan as JSON (`terraform show -json`). It holds sensitive values in clear, so it
+    /// stays in memory: no log, and no failure message quotes it.
+    fn show_json(&self, dir: &Path, plan: &str) -> serde_json::Value {
+        let out = self.run(dir, &["show", "-json", plan]);
+        assert!(
+            out.status.success(),
+            "terraform show -json {plan} in {} failed:\n{}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let warnings = unexpected_warnings(&combined(&out));
+        assert!(
+            warnings.is_empty(),
+            "terraform show -json {plan} in {} warns:\n{}",
+            dir.display(),
+            warnings.join("\n")
+        );
+        serde_json::from_slice(&out.stdout).expect("terraform show -json")
+    }
+}
+
+/// The arguments of `terraform <verb>` (`apply`, `destroy` or `plan`) run unattended: no input,
+/// no colour, and apply and destroy approve themselves; then `extra`.
+fn verb_args<'a>(verb: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![verb];
+    if verb != "plan" {
+        args.push("-auto-approve");
+    }
+    args.extend(["-input=false", "-no-color"]);
+    args.extend_from_slice(extra);
+    args
 }
 
 /// Terraform's error boxes (from each `Error:` line to the box's closing `╵`), put first in a
@@ -586,13 +675,8 @@ fn apply_and_destroy(endpoint: &str) {
     let tf = Terraform::new(env.clone());
     tf.init(dir);
     let apply_log = dir.join("apply.log");
-    tf.ok(
-        dir,
-        &["apply", "-auto-approve", "-input=false", "-no-color"],
-        Some(&apply_log),
-    );
-    let outputs = tf.ok(dir, &["output", "-json", "-no-color"], None);
-    std::fs::write(dir.join("outputs.json"), &outputs.stdout).unwrap();
+    tf.apply(dir, &[], Some(&apply_log));
+    std::fs::write(dir.join("outputs.json"), tf.output_json(dir).to_string()).unwrap();
 
     // The zip is needed only to upload code: plan and destroy work without it.
     std::fs::remove_file(&zip).unwrap();
@@ -600,15 +684,8 @@ fn apply_and_destroy(endpoint: &str) {
     // A second plan changes nothing: the generated token stays (the password data source draws
     // a new one every plan), and no attribute drifts.
     let plan_log = dir.join("plan.log");
-    let plan = tf.run(
-        dir,
-        &["plan", "-input=false", "-no-color", "-detailed-exitcode"],
-    );
-    let plan_text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&plan.stdout),
-        String::from_utf8_lossy(&plan.stderr)
-    );
+    let plan = tf.plan(dir, &["-detailed-exitcode"]);
+    let plan_text = combined(&plan);
     std::fs::write(&plan_log, &plan_text).unwrap();
     check(
         "applied",
@@ -630,21 +707,16 @@ fn apply_and_destroy(endpoint: &str) {
     let failopen_plan = dir.join("failopen.tfplan");
     tf.ok(
         dir,
-        &[
+        &verb_args(
             "plan",
-            "-input=false",
-            "-no-color",
-            "-var=failure_policy=Ignore",
-            &format!("-out={}", failopen_plan.display()),
-        ],
+            &[
+                "-var=failure_policy=Ignore",
+                &format!("-out={}", failopen_plan.display()),
+            ],
+        ),
         Some(&failopen_log),
     );
-    // In memory only: `show -json` prints sensitive values in clear.
-    let show: serde_json::Value = serde_json::from_slice(
-        &tf.run(dir, &["show", "-json", failopen_plan.to_str().unwrap()])
-            .stdout,
-    )
-    .expect("terraform show -json");
+    let show = tf.show_json(dir, failopen_plan.to_str().unwrap());
     let changed: Vec<String> = show["resource_changes"]
         .as_array()
         .unwrap()
@@ -661,14 +733,9 @@ fn apply_and_destroy(endpoint: &str) {
         "{endpoint}: failing open must change the registration and nothing else"
     );
     let failopen_apply_log = dir.join("failopen-apply.log");
-    tf.ok(
+    tf.apply(
         dir,
-        &[
-            "apply",
-            "-input=false",
-            "-no-color",
-            failopen_plan.to_str().unwrap(),
-        ],
+        &[failopen_plan.to_str().unwrap()],
         Some(&failopen_apply_log),
     );
     let registered: serde_json::Value =
@@ -682,11 +749,7 @@ fn apply_and_destroy(endpoint: &str) {
     assert_eq!(policies, ["Ignore"], "{endpoint}: not failed open");
 
     let destroy_log = dir.join("destroy.log");
-    tf.ok(
-        dir,
-        &["destroy", "-auto-approve", "-input=false", "-no-color"],
-        Some(&destroy_log),
-    );
+    tf.destroy(dir, &[], Some(&destroy_log));
     check(
         "destroyed",
         endpoint,
@@ -795,6 +858,14 @@ fn drift_check(manifest: &str, cluster: &str, env: &[(String, String)]) -> (i32,
     )
 }
 
+/// docs/deploy.md's restore of the registration: its resource replaced, which applies the object
+/// again. (-refresh=false only saves reading back the AWS side, which the replacement does not
+/// use.)
+const REPLACE_REGISTRATION: [&str; 2] = [
+    "-refresh=false",
+    "-replace=module.registration.terraform_data.registration",
+];
+
 /// Item 12 of issue 38, in an example's install: a `matchConditions` entry that is always false,
 /// added by another field manager, is named by the drift check; `terraform apply -replace`
 /// (server-side apply, which keeps other managers' fields) leaves it, and the check still names
@@ -840,18 +911,7 @@ fn foreign_fields_outlive_replace(
         );
     };
     reported(manifest, "added");
-    let replaced = tf.ok(
-        ex,
-        &[
-            "apply",
-            "-auto-approve",
-            "-input=false",
-            "-no-color",
-            "-refresh=false",
-            "-replace=module.registration.terraform_data.registration",
-        ],
-        None,
-    );
+    let replaced = tf.apply(ex, &REPLACE_REGISTRATION, None);
     assert!(
         std::fs::read_to_string(&path)
             .unwrap()
@@ -957,17 +1017,12 @@ reserved_concurrent_executions = 7
 
     let apply = |log: &str| {
         let path = dir.join(log);
-        tf.ok(
-            &ex,
-            &["apply", "-auto-approve", "-input=false", "-no-color"],
-            Some(&path),
-        );
+        tf.apply(&ex, &[], Some(&path));
         path
     };
     // The outputs without the manifest (its URLs hold the token), which is returned apart.
     let outputs = |file: &str| -> String {
-        let out = tf.ok(&ex, &["output", "-json", "-no-color"], None);
-        let mut all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut all = tf.output_json(&ex);
         let manifest = all
             .as_object_mut()
             .unwrap()
@@ -1053,11 +1108,7 @@ reserved_concurrent_executions = 7
                 !now.is_empty() && now.iter().all(|p| p == want),
                 "{marker}: {now:?}"
             );
-            let plan = tf.run(
-                &ex,
-                &["plan", "-input=false", "-no-color", "-detailed-exitcode"],
-            );
-            assert_eq!(plan.status.code(), Some(0), "{marker}: {}", combined(&plan));
+            tf.plan_is_empty(&ex, marker);
         }
     }
 
@@ -1101,33 +1152,14 @@ reserved_concurrent_executions = 7
             "no deletion guards: {before:?}"
         );
         let registered = std::fs::read(kube.join("podmutator.json")).unwrap();
-        let out = tf.run(
+        let text = assert_destroy_refused(
+            &tf,
             &ex,
-            &["destroy", "-auto-approve", "-input=false", "-no-color"],
+            &[],
+            "module.registration.terraform_data.deletion_guard",
+            &before,
         );
-        let text = combined(&out);
         std::fs::write(&refused, &text).unwrap();
-        let line = words(&text);
-        assert!(
-            !out.status.success(),
-            "a protected install was destroyed:\n{text}"
-        );
-        assert!(
-            line.contains(PROTECTED)
-                && line.contains(LIFT_PROTECTION)
-                && line.contains("with module.registration.terraform_data.deletion_guard"),
-            "refused for another reason:\n{text}"
-        );
-        assert!(
-            !text.contains("Destruction complete"),
-            "the refused destroy deleted something:\n{text}"
-        );
-        let after = managed_resources(&tf, &ex);
-        assert!(
-            before.is_subset(&after),
-            "the refused destroy removed {:?} from the state",
-            before.difference(&after).collect::<Vec<_>>()
-        );
         assert_eq!(
             std::fs::read(kube.join("podmutator.json")).unwrap(),
             registered,
@@ -1136,9 +1168,8 @@ reserved_concurrent_executions = 7
         check("applied", "outputs-1.json", "-", &[&applied, &refused]);
         // The destroy took the outputs out of the state; docs/deploy.md's refresh-only apply,
         // as written, puts them back, the drift check's manifest among them.
-        let no_outputs = tf.ok(&ex, &["output", "-json", "-no-color"], None);
         assert_eq!(
-            serde_json::from_slice::<serde_json::Value>(&no_outputs.stdout).unwrap(),
+            tf.output_json(&ex),
             serde_json::json!({}),
             "a refused destroy kept the outputs: the docs say otherwise"
         );
@@ -1162,16 +1193,7 @@ reserved_concurrent_executions = 7
             read("outputs-1.json"),
             "the refresh-only apply restored other outputs"
         );
-        let plan = tf.run(
-            &ex,
-            &["plan", "-detailed-exitcode", "-input=false", "-no-color"],
-        );
-        assert_eq!(
-            plan.status.code(),
-            Some(0),
-            "after the refresh-only apply, a plan is not empty:\n{}",
-            combined(&plan)
-        );
+        tf.plan_is_empty(&ex, "after the refresh-only apply");
         assert_eq!(
             std::fs::read(kube.join("podmutator.json")).unwrap(),
             registered,
@@ -1248,22 +1270,10 @@ reserved_concurrent_executions = 7
     // object again; the replaced instance's delete leaves its successor's object alone. The
     // scheduled check reads the outputs again and finds the registration as registered. Once
     // is enough (the HTTP API's run: the ALB's is the longer one); the ALB example's destroy
-    // then meets a registration already gone. (-refresh=false only saves reading back the AWS
-    // side, which the replacement does not use.)
+    // then meets a registration already gone.
     let restored = dir.join("restore.log");
     if example == "http-api" {
-        tf.ok(
-            &ex,
-            &[
-                "apply",
-                "-auto-approve",
-                "-input=false",
-                "-no-color",
-                "-refresh=false",
-                "-replace=module.registration.terraform_data.registration",
-            ],
-            Some(&restored),
-        );
+        tf.apply(&ex, &REPLACE_REGISTRATION, Some(&restored));
         assert!(path.exists(), "-replace did not restore the registration");
         let manifest = outputs("outputs-1.json");
         let (rc, stdout, stderr) = drift_check(&manifest, &cluster, &env);
@@ -1291,11 +1301,7 @@ reserved_concurrent_executions = 7
             "the removal did not destroy:\n{text}"
         );
     } else {
-        tf.ok(
-            &ex,
-            &["destroy", "-auto-approve", "-input=false", "-no-color"],
-            Some(&destroyed),
-        );
+        tf.destroy(&ex, &[], Some(&destroyed));
     }
     check(
         "destroyed",
@@ -1402,8 +1408,7 @@ fn backend_as_written(tf: &Terraform, moto: &Moto, dir: &Path, ex: &Path) {
         "examples/alb is initialised on the S3 backend"
     );
     let backend = dir.join("examples/backend-s3");
-    let outs: serde_json::Value =
-        serde_json::from_slice(&tf.ok(&backend, &["output", "-json"], None).stdout).unwrap();
+    let outs = tf.output_json(&backend);
     std::fs::write(
         dir.join("backend.json"),
         serde_json::json!({
@@ -1607,6 +1612,37 @@ const PROTECTED: &str =
     "alb_deletion_protection is true: destroy refused before anything was deleted";
 const LIFT_PROTECTION: &str = "set alb_deletion_protection = false (terraform.tfvars), run terraform apply, then terraform destroy";
 
+/// A `terraform destroy` (with `extra`) of a protected install, in the root `dir`: refused by the
+/// deletion guard `guard` (destroyed first of all), which says how to lift the protection, before
+/// anything is deleted: every resource of `before` is still in the state. Returns its output.
+fn assert_destroy_refused(
+    tf: &Terraform,
+    dir: &Path,
+    extra: &[&str],
+    guard: &str,
+    before: &std::collections::BTreeSet<String>,
+) -> String {
+    let text = tf.refused(dir, "destroy", extra, "a protected install was destroyed");
+    let line = words(&text);
+    assert!(
+        line.contains(PROTECTED)
+            && line.contains(LIFT_PROTECTION)
+            && line.contains(&format!("with {guard}")),
+        "refused for another reason ({extra:?}):\n{text}"
+    );
+    assert!(
+        !text.contains("Destruction complete"),
+        "the refused destroy ({extra:?}) deleted something:\n{text}"
+    );
+    let after = managed_resources(tf, dir);
+    assert!(
+        before.is_subset(&after),
+        "the refused destroy ({extra:?}) removed {:?} from the state",
+        before.difference(&after).collect::<Vec<_>>()
+    );
+    text
+}
+
 /// `modules/eks-network` against an EKS cluster in moto whose VPC has what eksctl makes: a public
 /// and a private subnet in one zone, two private subnets in another. It must pick the private
 /// (kubernetes.io/role/internal-elb) subnets, one per zone, and the control plane's additional
@@ -1620,11 +1656,9 @@ fn eks_network_scenario() {
 
     // 1. The cluster side, as eksctl leaves it.
     let cluster = scratch.0.join("cluster");
-    std::fs::create_dir_all(&cluster).unwrap();
-    std::fs::write(
-        cluster.join("main.tf"),
-        provider_block()
-            + r#"
+    tf.init_root(
+        &cluster,
+        r#"
 resource "aws_vpc" "cluster" {
   cidr_block = "10.1.0.0/16"
 }
@@ -1676,27 +1710,18 @@ output "subnets" { value = { for k, s in aws_subnet.this : k => s.id } }
 output "control_plane_sg" { value = aws_security_group.control_plane.id }
 output "unrelated_sg" { value = aws_security_group.unrelated.id }
 "#,
-    )
-    .unwrap();
-    tf.init(&cluster);
-    tf.ok(
-        &cluster,
-        &["apply", "-auto-approve", "-input=false", "-no-color"],
-        None,
     );
-    let facts: serde_json::Value =
-        serde_json::from_slice(&tf.ok(&cluster, &["output", "-json"], None).stdout).unwrap();
+    tf.apply(&cluster, &[], None);
+    let facts = tf.output_json(&cluster);
     let subnet = |k: &str| facts["subnets"]["value"][k].as_str().unwrap().to_owned();
     let control_plane_sg = facts["control_plane_sg"]["value"].as_str().unwrap();
     let unrelated_sg = facts["unrelated_sg"]["value"].as_str().unwrap();
 
     // 2. The convenience module, as examples/alb uses it.
     let net = scratch.0.join("net");
-    std::fs::create_dir_all(&net).unwrap();
-    std::fs::write(
-        net.join("main.tf"),
-        provider_block()
-            + r#"
+    tf.init_root(
+        &net,
+        r#"
 variable "control_plane_security_group_id" {
   type    = string
   default = null
@@ -1713,16 +1738,9 @@ output "subnet_ids" { value = module.network.subnet_ids }
 output "control_plane_security_group_id" { value = module.network.control_plane_security_group_id }
 output "cluster_security_group_id" { value = module.network.cluster_security_group_id }
 "#,
-    )
-    .unwrap();
-    tf.init(&net);
-    tf.ok(
-        &net,
-        &["apply", "-auto-approve", "-input=false", "-no-color"],
-        None,
     );
-    let out: serde_json::Value =
-        serde_json::from_slice(&tf.ok(&net, &["output", "-json"], None).stdout).unwrap();
+    tf.apply(&net, &[], None);
+    let out = tf.output_json(&net);
     let mut picked: Vec<String> = out["subnet_ids"]["value"]
         .as_array()
         .unwrap()
@@ -1761,69 +1779,59 @@ output "cluster_security_group_id" { value = module.network.cluster_security_gro
             "is not one of the cluster's additional security groups",
         ),
     ] {
-        let out = tf.run(
+        let text = tf.refused(
             &net,
-            &[
-                "plan",
-                "-input=false",
-                "-no-color",
-                &format!("-var=control_plane_security_group_id={sg}"),
-            ],
+            "plan",
+            &[&format!("-var=control_plane_security_group_id={sg}")],
+            &format!("eks-network accepted {sg}"),
         );
-        let text = combined(&out);
-        assert!(!out.status.success(), "eks-network accepted {sg}:\n{text}");
         assert!(
-            text.replace('\n', " ").contains(why),
+            words(&text).contains(why),
             "eks-network refused {sg} for another reason than {why:?}:\n{text}"
         );
     }
 
     // 3. Two ALB subnets in one zone (eksctl's public + private): refused at plan time.
     let alb = scratch.0.join("alb");
-    std::fs::create_dir_all(&alb).unwrap();
-    std::fs::write(
-        alb.join("main.tf"),
-        provider_block()
-            + &format!(
-                r#"
-module "podmutator" {{
-  source                          = "../terraform"
-  lambda_zip_path                 = "bootstrap.zip"
-  lambda_zip_base64sha256         = "{hash}"
-  domain_name                     = "podmutator.example.com"
-  create_certificate              = false
-  certificate_arn                 = "arn:aws:acm:{REGION}:123456789012:certificate/00000000-0000-0000-0000-000000000000"
-  create_dns_record               = false
-  vpc_id                          = "{vpc}"
-  subnet_ids                      = ["{a_private}", "{a_public}"]
-  control_plane_security_group_id = "{control_plane_sg}"
-}}
-"#,
-                hash = "A".repeat(43) + "=",
-                vpc = out_vpc(&net, &tf),
-                a_private = subnet("a_private"),
-                a_public = subnet("a_public"),
-            ),
-    )
-    .unwrap();
-    tf.init(&alb);
-    let out = tf.run(&alb, &["plan", "-input=false", "-no-color"]);
-    let text = combined(&out);
-    assert!(
-        !out.status.success(),
-        "two ALB subnets in one zone were accepted:\n{text}"
+    tf.init_root(
+        &alb,
+        &unapplied_module(&format!(
+            "vpc_id = \"{vpc}\"\n  subnet_ids = [\"{a_private}\", \"{a_public}\"]\n  control_plane_security_group_id = \"{control_plane_sg}\"",
+            vpc = out["vpc_id"]["value"].as_str().unwrap(),
+            a_private = subnet("a_private"),
+            a_public = subnet("a_public"),
+        )),
+    );
+    let text = tf.refused(
+        &alb,
+        "plan",
+        &[],
+        "two ALB subnets in one zone were accepted",
     );
     assert!(
-        text.replace('\n', " ")
-            .contains("subnet_ids must hold one subnet per availability zone"),
+        words(&text).contains("subnet_ids must hold one subnet per availability zone"),
         "refused for another reason:\n{text}"
     );
 }
 
-fn out_vpc(dir: &Path, tf: &Terraform) -> String {
-    let out: serde_json::Value =
-        serde_json::from_slice(&tf.ok(dir, &["output", "-json"], None).stdout).unwrap();
-    out["vpc_id"]["value"].as_str().unwrap().to_owned()
+/// The AWS module in a root beside terraform/, for plans only: a made-up zip hash and
+/// certificate, no DNS record, and `inputs`.
+fn unapplied_module(inputs: &str) -> String {
+    format!(
+        r#"
+module "podmutator" {{
+  source                  = "../terraform"
+  lambda_zip_path         = "bootstrap.zip"
+  lambda_zip_base64sha256 = "{hash}"
+  domain_name             = "podmutator.example.com"
+  create_certificate      = false
+  certificate_arn         = "arn:aws:acm:{REGION}:123456789012:certificate/00000000-0000-0000-0000-000000000000"
+  create_dns_record       = false
+  {inputs}
+}}
+"#,
+        hash = "A".repeat(43) + "=",
+    )
 }
 
 /// Hole 10 of issue 25: the HTTP API is on the internet and the path token is quoted to pod
@@ -1836,32 +1844,13 @@ fn terraform_refuses_value_delivery_behind_the_http_api() {
     let scratch = Scratch::new("public-value");
     copy_iac(&scratch.0);
     let tf = Terraform::new(moto.env(REGION));
-    let plan = |name: &str, delivery: &str| -> Output {
+    let root = |name: &str, delivery: &str| -> PathBuf {
         let dir = scratch.0.join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(
-            dir.join("main.tf"),
-            provider_block()
-                + &format!(
-                    r#"
-module "podmutator" {{
-  source                  = "../terraform"
-  endpoint                = "http_api"
-  lambda_zip_path         = "bootstrap.zip"
-  lambda_zip_base64sha256 = "{hash}"
-  domain_name             = "podmutator.example.com"
-  create_certificate      = false
-  certificate_arn         = "arn:aws:acm:{REGION}:123456789012:certificate/00000000-0000-0000-0000-000000000000"
-  create_dns_record       = false
-  {delivery}
-}}
-"#,
-                    hash = "A".repeat(43) + "=",
-                ),
-        )
-        .unwrap();
-        tf.init(&dir);
-        tf.run(&dir, &["plan", "-input=false", "-no-color"])
+        tf.init_root(
+            &dir,
+            &unapplied_module(&format!("endpoint = \"http_api\"\n  {delivery}")),
+        );
+        dir
     };
     let refusal = "cannot serve Embedded value delivery";
     for (name, delivery) in [
@@ -1873,17 +1862,18 @@ module "podmutator" {{
             ) as &str,
         ),
     ] {
-        let out = plan(name, delivery);
-        let text = combined(&out);
-        assert!(!out.status.success(), "{name}: planned:\n{text}");
+        let text = tf.refused(&root(name, delivery), "plan", &[], name);
         assert!(
-            text.replace('\n', " ").replace("│ ", "").contains(refusal),
+            words(&text).contains(refusal),
             "{name}: refused for another reason:\n{text}"
         );
     }
-    let out = plan(
-        "reference",
-        &format!("embedded_delivery = \"reference\"\n  fetcher_image = \"{FETCHER_IMAGE}\""),
+    let out = tf.plan(
+        &root(
+            "reference",
+            &format!("embedded_delivery = \"reference\"\n  fetcher_image = \"{FETCHER_IMAGE}\""),
+        ),
+        &[],
     );
     let text = combined(&out);
     assert!(out.status.success(), "reference delivery refused:\n{text}");
@@ -1916,25 +1906,6 @@ fn pull_through_cache_rules_outlive_the_installs_that_rewrite_to_them() {
         ))
         .unwrap()
     };
-    let apply = |at: &Path| {
-        tf.ok(
-            at,
-            &["apply", "-auto-approve", "-input=false", "-no-color"],
-            None,
-        );
-    };
-    let plan_is_empty = |at: &Path, what: &str| {
-        let out = tf.run(
-            at,
-            &["plan", "-input=false", "-no-color", "-detailed-exitcode"],
-        );
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{what}: the plan is not empty (0 = no changes, 2 = changes):\n{}",
-            combined(&out)
-        );
-    };
 
     // A rule an install made before the rules had their own root.
     boto3(
@@ -1953,22 +1924,20 @@ fn pull_through_cache_rules_outlive_the_installs_that_rewrite_to_them() {
     )
     .unwrap();
     tf.init(&cache);
-    apply(&cache);
+    tf.apply(&cache, &[], None);
     let made = serde_json::json!({"cache/quay": "quay.io", "cache/k8s": "registry.k8s.io"});
     assert_eq!(rules(), made);
     std::fs::write(cache.join("terraform.tfvars"), &tfvars).unwrap();
-    plan_is_empty(&cache, "the cache root after adopting");
+    tf.plan_is_empty(&cache, "the cache root after adopting");
 
     // Two installs (two clusters of the account and region), each rewriting to both caches.
     let hash = write_zip(&dir.join("bootstrap.zip"));
     let install = |name: &str| -> PathBuf {
         let at = dir.join(format!("install-{name}"));
-        std::fs::create_dir_all(&at).unwrap();
-        std::fs::write(
-            at.join("main.tf"),
-            provider_block()
-                + &format!(
-                    r#"
+        tf.init_root(
+            &at,
+            &format!(
+                r#"
 resource "aws_acm_certificate" "elsewhere" {{
   domain_name       = "{name}.podmutator.example.com"
   validation_method = "DNS"
@@ -1991,19 +1960,15 @@ module "podmutator" {{
 }}
 output "function_name" {{ value = module.podmutator.function_name }}
 "#
-                ),
-        )
-        .unwrap();
-        tf.init(&at);
-        apply(&at);
+            ),
+        );
+        tf.apply(&at, &[], None);
         at
     };
     let (a, b) = (install("a"), install("b"));
     let registry = format!("123456789012.dkr.ecr.{REGION}.amazonaws.com");
     for at in [&a, &b] {
-        let function =
-            String::from_utf8(tf.ok(at, &["output", "-raw", "function_name"], None).stdout)
-                .unwrap();
+        let function = tf.output(at, "function_name");
         let images: serde_json::Value = serde_json::from_str(&boto3(
             "c=boto3.client('lambda').get_function_configuration(FunctionName=sys.argv[1], Qualifier='live'); print(json.dumps(json.loads(c['Environment']['Variables']['PODMUTATOR_CONFIG'])['images']['rules']))",
             &[&function],
@@ -2021,41 +1986,27 @@ output "function_name" {{ value = module.podmutator.function_name }}
     assert_eq!(rules(), made, "an install changed the rules");
 
     // Destroying one install leaves the rules to the other, whose plan stays empty.
-    tf.ok(
-        &a,
-        &["destroy", "-auto-approve", "-input=false", "-no-color"],
-        None,
-    );
+    tf.destroy(&a, &[], None);
     assert!(managed_resources(&tf, &a).is_empty());
     assert_eq!(rules(), made, "destroying an install removed the caches");
-    plan_is_empty(&b, "the other install");
-    plan_is_empty(&cache, "the cache root");
+    tf.plan_is_empty(&b, "the other install");
+    tf.plan_is_empty(&cache, "the cache root");
 
     // The root removed before the last install: that install's plan fails on the missing rule
     // (its pods would pull from a cache that is gone); its destroy without a refresh works.
-    tf.ok(
-        &cache,
-        &["destroy", "-auto-approve", "-input=false", "-no-color"],
-        None,
-    );
+    tf.destroy(&cache, &[], None);
     assert_eq!(rules(), serde_json::json!({}));
-    let out = tf.run(&b, &["plan", "-input=false", "-no-color"]);
-    let text = words(&combined(&out));
+    let text = words(&tf.refused(
+        &b,
+        "plan",
+        &[],
+        "an install plans against caches that are gone",
+    ));
     assert!(
-        !out.status.success() && text.contains("reading ECR Pull Through Cache Rule (cache/"),
+        text.contains("reading ECR Pull Through Cache Rule (cache/"),
         "an install plans against caches that are gone: {text}"
     );
-    tf.ok(
-        &b,
-        &[
-            "destroy",
-            "-auto-approve",
-            "-input=false",
-            "-no-color",
-            "-refresh=false",
-        ],
-        None,
-    );
+    tf.destroy(&b, &["-refresh=false"], None);
     assert!(managed_resources(&tf, &b).is_empty());
     eprintln!(
         "pull-through cache root and two installs against moto in {:.1} s",
@@ -2074,45 +2025,32 @@ fn terraform_plans_refuse_what_lambda_or_the_function_would_refuse() {
     let scratch = Scratch::new("plan-checks");
     copy_iac(&scratch.0);
     let tf = Terraform::new(moto.env(REGION));
+    // A root of the AWS module with `inputs`, planned to plan.tfplan: its directory.
     let plan = |name: &str, inputs: &str| -> (Output, PathBuf) {
         let dir = scratch.0.join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(
-            dir.join("main.tf"),
-            provider_block()
-                + &format!(
-                    r#"
-module "podmutator" {{
-  source                  = "../terraform"
-  endpoint                = "http_api"
-  lambda_zip_path         = "bootstrap.zip"
-  lambda_zip_base64sha256 = "{hash}"
-  domain_name             = "podmutator.example.com"
-  create_certificate      = false
-  certificate_arn         = "arn:aws:acm:{REGION}:123456789012:certificate/00000000-0000-0000-0000-000000000000"
-  create_dns_record       = false
-  embedded_delivery       = "reference"
-  fetcher_image           = "{FETCHER_IMAGE}"
-  {inputs}
-}}
-"#,
-                    hash = "A".repeat(43) + "=",
-                ),
-        )
-        .unwrap();
-        tf.init(&dir);
-        let out = tf.run(
+        tf.init_root(
             &dir,
-            &["plan", "-input=false", "-no-color", "-out=plan.tfplan"],
+            &unapplied_module(&format!(
+                "endpoint = \"http_api\"\n  embedded_delivery = \"reference\"\n  fetcher_image = \"{FETCHER_IMAGE}\"\n  {inputs}"
+            )),
         );
-        (out, dir)
+        (tf.plan(&dir, &["-out=plan.tfplan"]), dir)
     };
-    let one_line = |out: &Output| combined(out).replace('\n', " ").replace("│ ", "");
+    let planned = |name: &str, inputs: &str| -> PathBuf {
+        let (out, dir) = plan(name, inputs);
+        assert!(out.status.success(), "{name}: {}", combined(&out));
+        dir
+    };
+    // A plan that must fail: its output as one line of words.
+    let plan_refused = |name: &str, inputs: &str| -> String {
+        let (out, _) = plan(name, inputs);
+        let text = words(&combined(&out));
+        assert!(!out.status.success(), "{name}: planned: {text}");
+        text
+    };
     let planned_config =
         |dir: &Path| -> serde_json::Value {
-            let show: serde_json::Value =
-                serde_json::from_slice(&tf.ok(dir, &["show", "-json", "plan.tfplan"], None).stdout)
-                    .unwrap();
+            let show = tf.show_json(dir, "plan.tfplan");
             let function = show["resource_changes"]
                 .as_array()
                 .unwrap()
@@ -2135,8 +2073,7 @@ module "podmutator" {{
     };
 
     // The token off.
-    let (out, dir) = plan("token-off", "path_token_enabled = false");
-    assert!(out.status.success(), "token off: {}", combined(&out));
+    let dir = planned("token-off", "path_token_enabled = false");
     let config = planned_config(&dir);
     assert_eq!(
         config["http"],
@@ -2185,8 +2122,7 @@ module "podmutator" {{
         6_291_456,
     ];
     for (name, [deadline, ttl, body]) in [("lowest", lowest), ("highest", highest)] {
-        let (out, dir) = plan(name, &numbers(deadline as i64, ttl as i64, body as i64));
-        assert!(out.status.success(), "{name}: {}", combined(&out));
+        let dir = planned(name, &numbers(deadline as i64, ttl as i64, body as i64));
         let config = planned_config(&dir);
         assert_eq!(
             (
@@ -2208,9 +2144,7 @@ module "podmutator" {{
         ("below", lowest.map(|n| n as i64 - 1)),
         ("above", highest.map(|n| n as i64 + 1)),
     ] {
-        let (out, _) = plan(name, &numbers(deadline, ttl, body));
-        let text = one_line(&out);
-        assert!(!out.status.success(), "{name}: planned: {text}");
+        let text = plan_refused(name, &numbers(deadline, ttl, body));
         for variable in [
             "embedded_deadline_ms",
             "embedded_cache_ttl_seconds",
@@ -2227,12 +2161,10 @@ module "podmutator" {{
     let rules: Vec<String> = (0..40)
         .map(|i| format!("{{ match = \"registry{i}.example.com/team/project\", replace = \"123456789012.dkr.ecr.{REGION}.amazonaws.com/mirror/registry{i}\" }}"))
         .collect();
-    let (out, _) = plan(
+    let text = plan_refused(
         "too-large",
         &format!("images_config = {{ rules = [{}] }}", rules.join(", ")),
     );
-    let text = one_line(&out);
-    assert!(!out.status.success(), "a 6 KB environment planned: {text}");
     assert!(
         text.contains("would be 6")
             && text.contains("bytes, and Lambda refuses more than 4096")
@@ -2240,54 +2172,44 @@ module "podmutator" {{
         "refused for another reason: {text}"
     );
     // Ten of them fit (about 2.4 KB).
-    let (out, _) = plan(
+    planned(
         "ten-rules",
         &format!("images_config = {{ rules = [{}] }}", rules[..10].join(", ")),
     );
-    assert!(out.status.success(), "ten rules: {}", combined(&out));
 
     // ALB access logs record the path, token included.
-    let (out, _) = plan("access-logs", "alb_access_logs_bucket = \"logs-bucket\"");
-    let text = one_line(&out);
-    assert!(
-        !out.status.success(),
-        "access logs with the token planned: {text}"
-    );
+    let text = plan_refused("access-logs", "alb_access_logs_bucket = \"logs-bucket\"");
     assert!(
         text.contains("ALB access logs record every request's URL"),
         "refused for another reason: {text}"
     );
-    let (out, _) = plan(
+    planned(
         "access-logs-acknowledged",
         "alb_access_logs_bucket = \"logs-bucket\"\n  alb_access_logs_record_path_token = true",
     );
-    assert!(out.status.success(), "acknowledged: {}", combined(&out));
 
     // The previous token's hash.
     let previous = "ab".repeat(32);
-    let (out, _) = plan(
+    let text = plan_refused(
         "previous-not-a-hash",
         "previous_path_token_sha256 = \"not-a-hash\"",
     );
-    let text = one_line(&out);
     assert!(
-        !out.status.success() && text.contains("64 lowercase hex digits"),
+        text.contains("64 lowercase hex digits"),
         "a previous token that is no hash: {text}"
     );
-    let (out, _) = plan(
+    let text = plan_refused(
         "previous-without-token",
         &format!("path_token_enabled = false\n  previous_path_token_sha256 = \"{previous}\""),
     );
-    let text = one_line(&out);
     assert!(
-        !out.status.success() && text.contains("it needs path_token_enabled = true"),
+        text.contains("it needs path_token_enabled = true"),
         "a previous token without a token: {text}"
     );
-    let (out, _) = plan(
+    planned(
         "previous",
         &format!("previous_path_token_sha256 = \"{previous}\""),
     );
-    assert!(out.status.success(), "previous: {}", combined(&out));
 
     // The pull-through cache rules are their own root's (item 13 of issue 38): an install
     // plans none and reads the rule of each upstream it rewrites to. While that rule is
@@ -2308,24 +2230,20 @@ module "podmutator" {{
             "ecr_pull_through_cache_upstreams = [\"{upstream}\"]\n  ecr_pull_through_cache_prefix = \"cache/\"\n  path_token_enabled = false"
         )
     };
-    let (out, _) = plan("caches-missing", &caches("quay"));
-    let text = words(&combined(&out));
+    let text = plan_refused("caches-missing", &caches("quay"));
     assert!(
-        !out.status.success() && text.contains("reading ECR Pull Through Cache Rule (cache/quay)"),
+        text.contains("reading ECR Pull Through Cache Rule (cache/quay)"),
         "an install rewrites to a cache that does not exist: {text}"
     );
     make_rule("cache/quay", "quay.io");
-    let (out, dir) = plan("caches", &caches("quay"));
-    assert!(out.status.success(), "{}", combined(&out));
+    let dir = planned("caches", &caches("quay"));
     let config = planned_config(&dir);
     assert_eq!(
         config["images"]["rules"],
         serde_json::json!([{"match": "quay.io", "replace": format!("123456789012.dkr.ecr.{REGION}.amazonaws.com/cache/quay")}]),
         "{config}"
     );
-    let show: serde_json::Value =
-        serde_json::from_slice(&tf.ok(&dir, &["show", "-json", "plan.tfplan"], None).stdout)
-            .unwrap();
+    let show = tf.show_json(&dir, "plan.tfplan");
     assert!(
         !show["resource_changes"]
             .as_array()
@@ -2335,13 +2253,11 @@ module "podmutator" {{
         "an install plans a cache rule"
     );
     make_rule("cache/k8s", "quay.io");
-    let (out, _) = plan("caches-other-registry", &caches("k8s"));
-    let text = words(&combined(&out));
+    let text = plan_refused("caches-other-registry", &caches("k8s"));
     assert!(
-        !out.status.success()
-            && text.contains(
-                "The ECR pull-through cache rule cache/k8s caches quay.io, not registry.k8s.io"
-            ),
+        text.contains(
+            "The ECR pull-through cache rule cache/k8s caches quay.io, not registry.k8s.io"
+        ),
         "a cache of another registry was accepted: {text}"
     );
 
@@ -2349,13 +2265,11 @@ module "podmutator" {{
     // IAM's 64 characters with a hash when longer, with the path and boundary an account may
     // require, and reading secrets in secrets_region.
     let pods = scratch.0.join("pod-identity");
-    std::fs::create_dir_all(&pods).unwrap();
     let long_ns = format!("p{}-development", "x".repeat(40));
-    std::fs::write(
-        pods.join("main.tf"),
-        provider_block()
-            + &format!(
-                r#"
+    tf.init_root(
+        &pods,
+        &format!(
+            r#"
 module "pods" {{
   source                   = "../terraform/modules/pod-identity"
   cluster_name             = "flyte-staging"
@@ -2388,19 +2302,11 @@ module "pods_elsewhere" {{
   }}
 }}
 "#,
-                x = "x".repeat(40)
-            ),
-    )
-    .unwrap();
-    tf.init(&pods);
-    tf.ok(
-        &pods,
-        &["plan", "-input=false", "-no-color", "-out=plan.tfplan"],
-        None,
+            x = "x".repeat(40)
+        ),
     );
-    let show: serde_json::Value =
-        serde_json::from_slice(&tf.ok(&pods, &["show", "-json", "plan.tfplan"], None).stdout)
-            .unwrap();
+    tf.ok(&pods, &verb_args("plan", &["-out=plan.tfplan"]), None);
+    let show = tf.show_json(&pods, "plan.tfplan");
     let changes = show["resource_changes"].as_array().unwrap();
     let after = |address: &str| -> &serde_json::Value {
         &changes
@@ -2515,11 +2421,7 @@ module "podmutator" {{
     let env = moto.env(REGION);
     let tf = Terraform::new(env.clone());
     tf.init(dir);
-    tf.ok(
-        dir,
-        &["apply", "-auto-approve", "-input=false", "-no-color"],
-        None,
-    );
+    tf.apply(dir, &[], None);
     // What moto holds: the function, and the ALB with its own protection on.
     let in_moto = || -> serde_json::Value {
         python_json(
@@ -2544,31 +2446,13 @@ module "podmutator" {{
 
     // Refused, by the module's guard, before anything is deleted: also with the variable set
     // false on the destroy alone (the guard reads the state, which only an apply changes).
-    for extra in [None, Some("-var=alb_deletion_protection=false")] {
-        let mut args = vec!["destroy", "-auto-approve", "-input=false", "-no-color"];
-        args.extend(extra);
-        let out = tf.run(dir, &args);
-        let text = combined(&out);
-        let line = words(&text);
-        assert!(
-            !out.status.success(),
-            "a protected install was destroyed ({extra:?}):\n{text}"
-        );
-        assert!(
-            line.contains(PROTECTED)
-                && line.contains(LIFT_PROTECTION)
-                && line.contains("with module.podmutator.terraform_data.deletion_guard[0]"),
-            "refused for another reason ({extra:?}):\n{text}"
-        );
-        assert!(
-            !text.contains("Destruction complete"),
-            "the refused destroy deleted something ({extra:?}):\n{text}"
-        );
-        let after = managed_resources(&tf, dir);
-        assert!(
-            before.is_subset(&after),
-            "the refused destroy ({extra:?}) removed {:?} from the state",
-            before.difference(&after).collect::<Vec<_>>()
+    for extra in [&[][..], &["-var=alb_deletion_protection=false"]] {
+        assert_destroy_refused(
+            &tf,
+            dir,
+            extra,
+            "module.podmutator.terraform_data.deletion_guard[0]",
+            &before,
         );
         assert_eq!(
             in_moto(),
@@ -2578,28 +2462,8 @@ module "podmutator" {{
     }
 
     // Lifted by an apply; then the destroy removes everything.
-    tf.ok(
-        dir,
-        &[
-            "apply",
-            "-auto-approve",
-            "-input=false",
-            "-no-color",
-            "-var=alb_deletion_protection=false",
-        ],
-        None,
-    );
-    tf.ok(
-        dir,
-        &[
-            "destroy",
-            "-auto-approve",
-            "-input=false",
-            "-no-color",
-            "-var=alb_deletion_protection=false",
-        ],
-        None,
-    );
+    tf.apply(dir, &["-var=alb_deletion_protection=false"], None);
+    tf.destroy(dir, &["-var=alb_deletion_protection=false"], None);
     assert!(managed_resources(&tf, dir).is_empty());
     assert_eq!(
         in_moto(),
@@ -2702,15 +2566,7 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
     env.push(("FAKE_KUBE_DIR".into(), kube.to_str().unwrap().into()));
     let tf = Terraform::new(env.clone());
     tf.init(dir);
-    let apply = |vars: &[&str]| {
-        let mut args = vec!["apply", "-auto-approve", "-input=false", "-no-color"];
-        args.extend_from_slice(vars);
-        tf.ok(dir, &args, None);
-    };
-    let output = |name: &str| -> String {
-        let out = tf.ok(dir, &["output", "-raw", name], None);
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let output = |name: &str| tf.output(dir, name);
     // What the `live` alias serves: the function's http section, read back from moto.
     let live_http = || -> serde_json::Value {
         serde_json::from_str(&boto3(
@@ -2768,7 +2624,7 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
         assert!(warnings.is_empty(), "{script} warns: {warnings:?}");
     };
 
-    apply(&[]);
+    tf.apply(dir, &[], None);
     let first = output("path_token_sha256");
     assert_eq!(output("path_token_version"), "1");
     assert_eq!(live_http()["pathTokenSha256"], first.as_str());
@@ -2811,31 +2667,18 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
     assert_eq!(live_http()["pathTokenSha256"], second.as_str());
     assert_eq!(registered_hashes(), [second.clone()].into());
     // A routine plan, without any -var, changes nothing.
-    let plan = tf.run(
-        dir,
-        &["plan", "-input=false", "-no-color", "-detailed-exitcode"],
-    );
-    assert_eq!(plan.status.code(), Some(0), "{}", combined(&plan));
+    tf.plan_is_empty(dir, "after the rotation");
 
     // The version only goes up: an apply that would lower it (a forgotten tfvars line, an
     // old copy, a -var from an old runbook) is refused at plan time, saying what to set, and
     // nothing changes: the stored token, the function's hash, the registration.
     let refusal = "path_token_version is 1, lower than 2, the version applied last";
-    let out = tf.run(
+    let text = words(&tf.refused(
         dir,
-        &[
-            "apply",
-            "-auto-approve",
-            "-input=false",
-            "-no-color",
-            "-var=path_token_version=1",
-        ],
-    );
-    let text = words(&combined(&out));
-    assert!(
-        !out.status.success(),
-        "version 1 after 2 was applied: {text}"
-    );
+        "apply",
+        &["-var=path_token_version=1"],
+        "version 1 after 2 was applied",
+    ));
     assert!(
         text.contains(refusal) && text.contains("Set path_token_version = 2 in terraform.tfvars"),
         "refused for another reason: {text}"
@@ -2849,10 +2692,14 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
         written.replace("path_token_version         = 2\n", ""),
     )
     .unwrap();
-    let out = tf.run(dir, &["plan", "-input=false", "-no-color"]);
-    let text = words(&combined(&out));
+    let text = words(&tf.refused(
+        dir,
+        "plan",
+        &[],
+        "terraform.tfvars without the version (the default, 1)",
+    ));
     assert!(
-        !out.status.success() && text.contains(refusal),
+        text.contains(refusal),
         "terraform.tfvars without the version (the default, 1) was not refused: {text}"
     );
     std::fs::write(&tfvars, &written).unwrap();
@@ -2892,15 +2739,7 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
     };
     let release_runbook = deploy_doc_block("**Upgrade or roll back**");
     // An apply that must fail; its output as one line of words.
-    let refused_apply = |what: &str| -> String {
-        let out = tf.run(
-            dir,
-            &["apply", "-auto-approve", "-input=false", "-no-color"],
-        );
-        let text = words(&combined(&out));
-        assert!(!out.status.success(), "{what}: {text}");
-        text
-    };
+    let refused_apply = |what: &str| words(&tf.refused(dir, "apply", &[], what));
     let zip = dir.join("bootstrap.zip");
     let (v1, code) = live();
     assert_eq!(code, hash);
@@ -2960,15 +2799,11 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
         );
     }
     set_hash(&write_zip(&zip));
-    apply(&[]);
+    tf.apply(dir, &[], None);
     let (v4, code) = live();
     assert_eq!(code, hash);
     assert!(v4.parse::<u32>().unwrap() > v3.parse::<u32>().unwrap());
-    let plan = tf.run(
-        dir,
-        &["plan", "-input=false", "-no-color", "-detailed-exitcode"],
-    );
-    assert_eq!(plan.status.code(), Some(0), "{}", combined(&plan));
+    tf.plan_is_empty(dir, "after the releases");
 
     // The S3 route (`lambda_s3_bucket`/`lambda_s3_key`): no file to hash at plan, so the check
     // after the upload is the only one. A release from S3 with its hash goes live; one whose
@@ -2994,7 +2829,7 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
         .unwrap();
     };
     from_s3("c.zip", &c);
-    apply(&[]);
+    tf.apply(dir, &[], None);
     let (v5, code) = live();
     assert_eq!(code, c, "the release from S3 is not live");
     assert!(v5.parse::<u32>().unwrap() > v4.parse::<u32>().unwrap());
