@@ -75,6 +75,45 @@ fn copy_iac(dest: &Path) {
     copy_dir(&root().join("examples"), &dest.join("examples"));
 }
 
+/// A scenario's own moto server and directory, the directory holding a copy of terraform/ and
+/// examples/ ([`copy_iac`]); `env` is what its commands run with: moto's, and what the scenario
+/// adds.
+struct Site {
+    moto: Moto,
+    scratch: Scratch,
+    env: Vec<(String, String)>,
+}
+
+impl Site {
+    fn new(name: &str) -> Self {
+        let moto = Moto::start();
+        let scratch = Scratch::new(name);
+        copy_iac(&scratch.0);
+        let env = moto.env(REGION);
+        Self { moto, scratch, env }
+    }
+
+    fn dir(&self) -> &Path {
+        &self.scratch.0
+    }
+
+    /// A fake cluster: `kube/`, where tests/iac/fake_kubectl.py keeps its objects
+    /// (FAKE_KUBE_DIR), and that stand-in as `kubectl` in the directory, where a root module's
+    /// registration finds it (`${path.root}/kubectl`). Returns `kube/`.
+    fn fake_cluster(&mut self) -> PathBuf {
+        let kube = self.dir().join("kube");
+        std::fs::create_dir_all(&kube).unwrap();
+        common::stand_in(self.dir(), "kubectl", "fake_kubectl.py");
+        self.env
+            .push(("FAKE_KUBE_DIR".into(), kube.to_str().unwrap().into()));
+        kube
+    }
+
+    fn terraform(&self) -> Terraform {
+        Terraform::new(self.env.clone())
+    }
+}
+
 /// How `terraform init` gets the AWS provider, as `scripts/tools.sh terraform-init-args`
 /// decides: its arguments (`-plugin-dir=<mirror>`, or none for the registry) and its note.
 fn provider_init_args(env: &[(&str, &str)]) -> (Vec<String>, String) {
@@ -655,24 +694,17 @@ fn check(mode: &str, endpoint: &str, dir: &Path, env: &[(String, String)], logs:
 
 fn apply_and_destroy(endpoint: &str) {
     let t0 = Instant::now();
-    let moto = Moto::start();
-    let scratch = Scratch::new(&format!("apply-{endpoint}"));
-    let dir = &scratch.0;
-    copy_iac(dir);
-    let kube = dir.join("kube");
-    std::fs::create_dir_all(&kube).unwrap();
-    common::stand_in(dir, "kubectl", "fake_kubectl.py");
+    let mut site = Site::new(&format!("apply-{endpoint}"));
+    let kube = site.fake_cluster();
+    let (dir, env, tf) = (site.dir(), &site.env, site.terraform());
     let zip = dir.join("bootstrap.zip");
     let hash = write_zip(&zip);
-    let mut env = moto.env(REGION);
-    env.push(("FAKE_KUBE_DIR".into(), kube.to_str().unwrap().into()));
     let zone_id = if endpoint == "alb" {
         String::new()
     } else {
-        create_zone(&env)
+        create_zone(env)
     };
     std::fs::write(dir.join("main.tf"), harness(endpoint, &hash, &zone_id)).unwrap();
-    let tf = Terraform::new(env.clone());
     tf.init(dir);
     let apply_log = dir.join("apply.log");
     tf.apply(dir, &[], Some(&apply_log));
@@ -691,7 +723,7 @@ fn apply_and_destroy(endpoint: &str) {
         "applied",
         endpoint,
         dir,
-        &env,
+        env,
         &[apply_log.clone(), plan_log.clone()],
     );
     assert_eq!(
@@ -754,7 +786,7 @@ fn apply_and_destroy(endpoint: &str) {
         "destroyed",
         endpoint,
         dir,
-        &env,
+        env,
         &[
             apply_log,
             plan_log,
@@ -956,28 +988,23 @@ fn foreign_fields_outlive_replace(
 /// docs/deploy.md's commands as written.
 fn example_install_remove_reinstall(example: &str) {
     let t0 = Instant::now();
-    let moto = Moto::start();
-    let scratch = Scratch::new(&format!("example-{example}"));
-    let dir = &scratch.0;
-    copy_iac(dir);
-    let kube = dir.join("kube");
-    std::fs::create_dir_all(&kube).unwrap();
+    let mut site = Site::new(&format!("example-{example}"));
+    let kube = site.fake_cluster();
     let cluster = format!("flyte-{example}");
-    let mut env = moto.env(REGION);
-    env.push(("FAKE_KUBE_DIR".into(), kube.to_str().unwrap().into()));
-    env.push(("FAKE_KUBE_CLUSTER".into(), cluster.clone()));
-    env.push((
+    let fake = common::fake_bin(site.dir());
+    site.env.push(("FAKE_KUBE_CLUSTER".into(), cluster.clone()));
+    site.env.push((
         "PATH".into(),
         format!(
             "{}:{}",
-            common::fake_bin(dir).display(),
+            fake.display(),
             std::env::var("PATH").unwrap_or_default()
         ),
     ));
-    let mut facts = python_json(&["moto_cluster.py", &cluster], &env);
+    let (dir, env, tf) = (site.dir(), &site.env, site.terraform());
+    let mut facts = python_json(&["moto_cluster.py", &cluster], env);
     let zip = dir.join("bootstrap.zip");
     let hash = write_zip(&zip);
-    let tf = Terraform::new(env.clone());
     if example == "alb" {
         facts["control_plane_security_group_id"] =
             control_plane_group_as_written(&tf, dir, &cluster, &facts).into();
@@ -1006,7 +1033,7 @@ reserved_concurrent_executions = 7
             "control_plane_security_group_id = \"{}\"\n",
             facts["control_plane_security_group_id"].as_str().unwrap()
         );
-        backend_as_written(&tf, &moto, dir, &ex);
+        backend_as_written(&tf, &site.moto, dir, &ex);
     } else {
         tfvars += &format!(
             "fetcher_image = \"{FETCHER_IMAGE}\"\nsecrets_namespace_selector = {{ matchLabels = {{ \"podmutator-pilot\" = \"true\" }} }}\n"
@@ -1051,7 +1078,7 @@ reserved_concurrent_executions = 7
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .env("AWS_CONFIG_FILE", "/dev/null")
             .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
-        for (k, v) in &env {
+        for (k, v) in env {
             cmd.env(k, v);
         }
         let out = cmd.output().unwrap();
@@ -1208,7 +1235,7 @@ reserved_concurrent_executions = 7
     let no_token = |what: &str, text: &str| {
         assert!(!text.contains(&token), "{what} shows the path token");
     };
-    let (rc, stdout, stderr) = drift_check(&manifest, &cluster, &env);
+    let (rc, stdout, stderr) = drift_check(&manifest, &cluster, env);
     no_token("the drift check", &(stdout.clone() + &stderr));
     assert_eq!(rc, 0, "in sync, yet: {stdout}{stderr}");
     assert!(stderr.contains("is as registered"), "{stderr}");
@@ -1225,7 +1252,7 @@ reserved_concurrent_executions = 7
         w["failurePolicy"] = "Ignore".into();
     }
     std::fs::write(&path, live.to_string()).unwrap();
-    let (rc, stdout, stderr) = drift_check(&manifest, &cluster, &env);
+    let (rc, stdout, stderr) = drift_check(&manifest, &cluster, env);
     no_token("the drift check", &(stdout.clone() + &stderr));
     assert!(
         !stdout.contains(stale),
@@ -1256,11 +1283,11 @@ reserved_concurrent_executions = 7
     );
     assert!(stderr.contains("has drifted"), "{stderr}");
     std::fs::remove_file(&path).unwrap();
-    let (rc, stdout, stderr) = drift_check(&manifest, &cluster, &env);
+    let (rc, stdout, stderr) = drift_check(&manifest, &cluster, env);
     assert_eq!(rc, 1, "missing, yet: {stdout}{stderr}");
     assert!(stderr.contains("is missing from the cluster"), "{stderr}");
     // Whoever runs the check needs the cluster: a wrong cluster cannot be checked (2).
-    let (rc, _, stderr) = drift_check(&manifest, "no-such-cluster", &env);
+    let (rc, _, stderr) = drift_check(&manifest, "no-such-cluster", env);
     assert_eq!(rc, 2, "{stderr}");
     assert!(
         stderr.contains("aws eks update-kubeconfig --name no-such-cluster failed"),
@@ -1276,9 +1303,9 @@ reserved_concurrent_executions = 7
         tf.apply(&ex, &REPLACE_REGISTRATION, Some(&restored));
         assert!(path.exists(), "-replace did not restore the registration");
         let manifest = outputs("outputs-1.json");
-        let (rc, stdout, stderr) = drift_check(&manifest, &cluster, &env);
+        let (rc, stdout, stderr) = drift_check(&manifest, &cluster, env);
         assert_eq!(rc, 0, "not restored: {stdout}{stderr}");
-        foreign_fields_outlive_replace(&tf, &ex, &manifest, &cluster, &env, &token, &restored);
+        foreign_fields_outlive_replace(&tf, &ex, &manifest, &cluster, env, &token, &restored);
     } else {
         std::fs::write(&restored, "").unwrap();
     }
@@ -1649,13 +1676,11 @@ fn assert_destroy_refused(
 /// security group; and refuse the cluster security group, and a group the cluster does not
 /// have. The AWS module must refuse two ALB subnets in one zone before CreateLoadBalancer would.
 fn eks_network_scenario() {
-    let moto = Moto::start();
-    let scratch = Scratch::new("eks-network");
-    copy_iac(&scratch.0);
-    let tf = Terraform::new(moto.env(REGION));
+    let site = Site::new("eks-network");
+    let tf = site.terraform();
 
     // 1. The cluster side, as eksctl leaves it.
-    let cluster = scratch.0.join("cluster");
+    let cluster = site.dir().join("cluster");
     tf.init_root(
         &cluster,
         r#"
@@ -1718,7 +1743,7 @@ output "unrelated_sg" { value = aws_security_group.unrelated.id }
     let unrelated_sg = facts["unrelated_sg"]["value"].as_str().unwrap();
 
     // 2. The convenience module, as examples/alb uses it.
-    let net = scratch.0.join("net");
+    let net = site.dir().join("net");
     tf.init_root(
         &net,
         r#"
@@ -1792,7 +1817,7 @@ output "cluster_security_group_id" { value = module.network.cluster_security_gro
     }
 
     // 3. Two ALB subnets in one zone (eksctl's public + private): refused at plan time.
-    let alb = scratch.0.join("alb");
+    let alb = site.dir().join("alb");
     tf.init_root(
         &alb,
         &unapplied_module(&format!(
@@ -1840,12 +1865,10 @@ module "podmutator" {{
 /// delivery with env vars by exec is what that endpoint may serve, and plans cleanly.
 #[test]
 fn terraform_refuses_value_delivery_behind_the_http_api() {
-    let moto = Moto::start();
-    let scratch = Scratch::new("public-value");
-    copy_iac(&scratch.0);
-    let tf = Terraform::new(moto.env(REGION));
+    let site = Site::new("public-value");
+    let tf = site.terraform();
     let root = |name: &str, delivery: &str| -> PathBuf {
-        let dir = scratch.0.join(name);
+        let dir = site.dir().join(name);
         tf.init_root(
             &dir,
             &unapplied_module(&format!("endpoint = \"http_api\"\n  {delivery}")),
@@ -1891,13 +1914,9 @@ fn terraform_refuses_value_delivery_behind_the_http_api() {
 #[test]
 fn pull_through_cache_rules_outlive_the_installs_that_rewrite_to_them() {
     let t0 = Instant::now();
-    let moto = Moto::start();
-    let scratch = Scratch::new("pull-through-cache");
-    let dir = &scratch.0;
-    copy_iac(dir);
-    let env = moto.env(REGION);
-    let tf = Terraform::new(env.clone());
-    let boto3 = |code: &str, args: &[&str]| boto3(&env, code, args);
+    let site = Site::new("pull-through-cache");
+    let (dir, tf) = (site.dir(), site.terraform());
+    let boto3 = |code: &str, args: &[&str]| boto3(&site.env, code, args);
     // prefix -> upstream, as ECR holds them.
     let rules = || -> serde_json::Value {
         serde_json::from_str(&boto3(
@@ -2021,13 +2040,11 @@ output "function_name" {{ value = module.podmutator.function_name }}
 /// token's hash must be a hash, beside a token.
 #[test]
 fn terraform_plans_refuse_what_lambda_or_the_function_would_refuse() {
-    let moto = Moto::start();
-    let scratch = Scratch::new("plan-checks");
-    copy_iac(&scratch.0);
-    let tf = Terraform::new(moto.env(REGION));
+    let site = Site::new("plan-checks");
+    let tf = site.terraform();
     // A root of the AWS module with `inputs`, planned to plan.tfplan: its directory.
     let plan = |name: &str, inputs: &str| -> (Output, PathBuf) {
-        let dir = scratch.0.join(name);
+        let dir = site.dir().join(name);
         tf.init_root(
             &dir,
             &unapplied_module(&format!(
@@ -2219,7 +2236,7 @@ fn terraform_plans_refuse_what_lambda_or_the_function_would_refuse() {
     // that caches another registry is refused.
     let make_rule = |prefix: &str, upstream: &str| {
         boto3(
-            &moto.env(REGION),
+            &site.env,
             "boto3.client('ecr').create_pull_through_cache_rule(ecrRepositoryPrefix=sys.argv[1], upstreamRegistryUrl=sys.argv[2])",
             &[prefix, upstream],
         );
@@ -2264,7 +2281,7 @@ fn terraform_plans_refuse_what_lambda_or_the_function_would_refuse() {
     // The task pods' roles: named per cluster (two clusters have the same namespaces), cut to
     // IAM's 64 characters with a hash when longer, with the path and boundary an account may
     // require, and reading secrets in secrets_region.
-    let pods = scratch.0.join("pod-identity");
+    let pods = site.dir().join("pod-identity");
     let long_ns = format!("p{}-development", "x".repeat(40));
     tf.init_root(
         &pods,
@@ -2367,16 +2384,13 @@ module "pods_elsewhere" {{
 /// (moto does not enforce the ALB's own deletion protection: before the guard, this destroy
 /// succeeded.) A scenario of the moto test.
 fn a_protected_install_refuses_destroy_before_deleting_anything() {
-    let moto = Moto::start();
-    let scratch = Scratch::new("protected");
-    let dir = &scratch.0;
-    copy_iac(dir);
+    let site = Site::new("protected");
+    let (dir, env, tf) = (site.dir(), &site.env, site.terraform());
     let hash = write_zip(&dir.join("bootstrap.zip"));
-    std::fs::write(
-        dir.join("main.tf"),
-        provider_block()
-            + &format!(
-                r#"
+    tf.init_root(
+        dir,
+        &format!(
+            r#"
 variable "alb_deletion_protection" {{
   type    = bool
   default = true
@@ -2415,12 +2429,8 @@ module "podmutator" {{
   alb_deletion_protection         = var.alb_deletion_protection
 }}
 "#
-            ),
-    )
-    .unwrap();
-    let env = moto.env(REGION);
-    let tf = Terraform::new(env.clone());
-    tf.init(dir);
+        ),
+    );
     tf.apply(dir, &[], None);
     // What moto holds: the function, and the ALB with its own protection on.
     let in_moto = || -> serde_json::Value {
@@ -2429,7 +2439,7 @@ module "podmutator" {{
                 "-c",
                 "import boto3,json\nfrom botocore.exceptions import ClientError\ntry:\n    fn = boto3.client('lambda').get_function(FunctionName='pm-protected')['Configuration']['FunctionName']\nexcept ClientError:\n    fn = None\nelb = boto3.client('elbv2')\nlbs = [l['LoadBalancerArn'] for l in elb.describe_load_balancers()['LoadBalancers'] if l['LoadBalancerName'] == 'pm-protected']\nprotected = [a['Value'] for l in lbs for a in elb.describe_load_balancer_attributes(LoadBalancerArn=l)['Attributes'] if a['Key'] == 'deletion_protection.enabled']\nprint(json.dumps({'function': fn, 'alb_protection': protected}))",
             ],
-            &env,
+            env,
         )
     };
     assert_eq!(
@@ -2480,19 +2490,23 @@ module "podmutator" {{
 /// time, and the token, the function and the registration stay as they were. A scenario of the
 /// moto test.
 fn rotates_the_path_token_then_releases_and_rolls_back() {
-    let moto = Moto::start();
-    let scratch = Scratch::new("rotation");
-    let dir = &scratch.0;
-    copy_iac(dir);
-    let kube = dir.join("kube");
-    std::fs::create_dir_all(&kube).unwrap();
-    common::stand_in(dir, "kubectl", "fake_kubectl.py");
+    let mut site = Site::new("rotation");
+    let kube = site.fake_cluster();
+    let (dir, env, tf) = (site.dir(), &site.env, site.terraform());
     let hash = write_zip(&dir.join("bootstrap.zip"));
+    // The root's variables live in terraform.tfvars, which the runbook edits.
+    let tfvars = dir.join("terraform.tfvars");
     std::fs::write(
-        dir.join("main.tf"),
-        provider_block()
-            + &format!(
-                r#"
+        &tfvars,
+        format!(
+            "lambda_zip_path         = \"./bootstrap.zip\"\nlambda_zip_base64sha256 = \"{hash}\"\n"
+        ),
+    )
+    .unwrap();
+    tf.init_root(
+        dir,
+        &format!(
+            r#"
 variable "path_token_version" {{
   type    = number
   default = 1
@@ -2550,27 +2564,13 @@ output "path_token_secret_arn" {{ value = module.podmutator.path_token_secret_ar
 output "function_name" {{ value = module.podmutator.function_name }}
 output "log_group_name" {{ value = module.podmutator.log_group_name }}
 "#
-            ),
-    )
-    .unwrap();
-    // The root's variables live in terraform.tfvars, which the runbook edits.
-    let tfvars = dir.join("terraform.tfvars");
-    std::fs::write(
-        &tfvars,
-        format!(
-            "lambda_zip_path         = \"./bootstrap.zip\"\nlambda_zip_base64sha256 = \"{hash}\"\n"
         ),
-    )
-    .unwrap();
-    let mut env = moto.env(REGION);
-    env.push(("FAKE_KUBE_DIR".into(), kube.to_str().unwrap().into()));
-    let tf = Terraform::new(env.clone());
-    tf.init(dir);
+    );
     let output = |name: &str| tf.output(dir, name);
     // What the `live` alias serves: the function's http section, read back from moto.
     let live_http = || -> serde_json::Value {
         serde_json::from_str(&boto3(
-            &env,
+            env,
             "c=boto3.client('lambda').get_function_configuration(FunctionName=sys.argv[1], Qualifier='live'); print(json.dumps(json.loads(c['Environment']['Variables']['PODMUTATOR_CONFIG'])['http']))",
             &[&output("function_name")],
         ))
@@ -2600,7 +2600,7 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
     // The SHA-256 of the token Secrets Manager holds as current (the token stays in here).
     let stored_hash = || -> String {
         boto3(
-            &env,
+            env,
             "print(hashlib.sha256(boto3.client('secretsmanager').get_secret_value(SecretId=sys.argv[1])['SecretString'].encode()).hexdigest())",
             &[&output("path_token_secret_arn")],
         )
@@ -2630,7 +2630,7 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
     assert_eq!(live_http()["pathTokenSha256"], first.as_str());
     assert_eq!(registered_hashes(), [first.clone()].into());
     assert_eq!(stored_hash(), first);
-    troubleshooting_commands_run_as_written(&tf, dir, &env, &output("log_group_name"), &first);
+    troubleshooting_commands_run_as_written(&tf, dir, env, &output("log_group_name"), &first);
 
     // Steps 1 and 2: the function accepts both, then the registration moves; the version and
     // the previous hash are in terraform.tfvars.
@@ -2717,7 +2717,7 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
     // its version and that version's code hash.
     let live = || -> (String, String) {
         let text = boto3(
-            &env,
+            env,
             "l=boto3.client('lambda'); v=l.get_alias(FunctionName=sys.argv[1], Name='live')['FunctionVersion']; print(v, l.get_function_configuration(FunctionName=sys.argv[1], Qualifier=v)['CodeSha256'])",
             &[&output("function_name")],
         );
@@ -2812,7 +2812,7 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
     let c = write_zip_with(&dir.join("c.zip"), &release("C"));
     let d = write_zip_with(&dir.join("d.zip"), &release("D"));
     boto3(
-        &env,
+        env,
         "s3 = boto3.client('s3'); s3.create_bucket(Bucket='pm-releases')\nfor k in sys.argv[1:]: s3.upload_file(k, 'pm-releases', k.rsplit('/', 1)[-1])",
         &[
             dir.join("c.zip").to_str().unwrap(),
