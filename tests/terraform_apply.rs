@@ -256,6 +256,16 @@ fn unexpected_warnings(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Fails when `text`, the output of `what`, holds a warning ([`unexpected_warnings`]).
+fn assert_no_warnings(text: &str, what: &str) {
+    let warnings = unexpected_warnings(text);
+    assert!(
+        warnings.is_empty(),
+        "{what} warns:\n{}",
+        warnings.join("\n")
+    );
+}
+
 struct Terraform {
     bin: String,
     provider_args: Vec<String>,
@@ -332,6 +342,18 @@ impl Terraform {
         out
     }
 
+    /// [`Terraform::shell`], which must succeed.
+    fn shell_ok(&self, dir: &Path, script: &str, log: &Path) -> Output {
+        let out = self.shell(dir, script, log);
+        assert!(
+            out.status.success(),
+            "commands in {} failed:\n{script}\n{}",
+            dir.display(),
+            combined(&out)
+        );
+        out
+    }
+
     /// A command in `dir` with the environment every Terraform command here gets.
     fn command(&self, program: &Path, dir: &Path) -> Command {
         let mut cmd = Command::new(program);
@@ -377,13 +399,9 @@ impl Terraform {
         // every command that evaluates the configuration: none may warn. (`init` warns that a
         // -plugin-dir install records this platform's checksums only.)
         if args.first() != Some(&"init") {
-            let warnings = unexpected_warnings(&text);
-            assert!(
-                warnings.is_empty(),
-                "terraform {} in {} warns:\n{}\n\n{text}",
-                args.join(" "),
-                dir.display(),
-                warnings.join("\n")
+            assert_no_warnings(
+                &text,
+                &format!("terraform {} in {}", args.join(" "), dir.display()),
             );
         }
         eprintln!(
@@ -472,12 +490,9 @@ impl Terraform {
             dir.display(),
             String::from_utf8_lossy(&out.stderr)
         );
-        let warnings = unexpected_warnings(&combined(&out));
-        assert!(
-            warnings.is_empty(),
-            "terraform show -json {plan} in {} warns:\n{}",
-            dir.display(),
-            warnings.join("\n")
+        assert_no_warnings(
+            &combined(&out),
+            &format!("terraform show -json {plan} in {}", dir.display()),
         );
         serde_json::from_slice(&out.stdout).expect("terraform show -json")
     }
@@ -658,38 +673,96 @@ fn write_zip(path: &Path) -> String {
 /// returns its base64 SHA-256.
 fn write_zip_with(path: &Path, body: &str) -> String {
     let script = "import base64,hashlib,sys,zipfile\nz=zipfile.ZipFile(sys.argv[1],'w')\nz.writestr(zipfile.ZipInfo('bootstrap',(1980,1,1,0,0,0)),sys.argv[2])\nz.close()\nprint(base64.b64encode(hashlib.sha256(open(sys.argv[1],'rb').read()).digest()).decode())";
-    let out = Command::new(tool("python"))
-        .args(["-c", script])
-        .arg(path)
-        .arg(body)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    let out = iac_python(&["-c", script, path.to_str().unwrap(), body], &[]);
+    String::from_utf8(out).unwrap().trim().to_owned()
 }
 
-fn check(mode: &str, endpoint: &str, dir: &Path, env: &[(String, String)], logs: &[PathBuf]) {
-    let mut cmd = Command::new(tool("python"));
-    cmd.arg(root().join("tests/iac/check_moto_deploy.py"))
-        .args([mode, endpoint])
-        .arg(dir.join("outputs.json"))
-        .arg(dir.join("kube"))
-        .args(logs)
+/// A command against moto through `env` ([`Moto::env`], and what a scenario adds): never a real
+/// account's config, credentials or profile; no stdin.
+fn moto_command(program: impl AsRef<std::ffi::OsStr>, env: &[(String, String)]) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .env_remove("AWS_PROFILE")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Python in tests/iac (`args`: one of its scripts and the script's arguments, or `-c` and
+/// code), against moto through `env`; it must succeed. Its stderr (a check's account of what it
+/// checked) goes to the test's; its stdout is returned.
+fn iac_python(args: &[&str], env: &[(String, String)]) -> Vec<u8> {
+    let out = moto_command(tool("python"), env)
+        .args(args)
         .current_dir(root().join("tests/iac"))
         .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
+        .output()
+        .unwrap();
     eprint!("{}", String::from_utf8_lossy(&out.stderr));
-    assert!(
-        out.status.success(),
-        "check_moto_deploy.py {mode} {endpoint} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    assert!(out.status.success(), "{args:?} failed:\n{}", combined(&out));
+    out.stdout
+}
+
+/// A tests/iac script's JSON answer ([`iac_python`]).
+fn python_json(args: &[&str], env: &[(String, String)]) -> serde_json::Value {
+    serde_json::from_slice(&iac_python(args, env)).unwrap()
+}
+
+/// [`boto3`]'s printed answer, as JSON.
+fn boto3_json(env: &[(String, String)], code: &str, args: &[&str]) -> serde_json::Value {
+    let text = boto3(env, code, args);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// The configuration (PODMUTATOR_CONFIG) of the version `function`'s `live` alias serves, as
+/// moto holds it.
+fn live_config(env: &[(String, String)], function: &str) -> serde_json::Value {
+    boto3_json(
+        env,
+        "c=boto3.client('lambda').get_function_configuration(FunctionName=sys.argv[1], Qualifier='live'); print(c['Environment']['Variables']['PODMUTATOR_CONFIG'])",
+        &[function],
+    )
+}
+
+/// An ECR pull-through cache rule made through moto's API, as another root (or an install
+/// before the rules had their own) would have made it.
+fn create_cache_rule(env: &[(String, String)], prefix: &str, upstream: &str) {
+    boto3(
+        env,
+        "boto3.client('ecr').create_pull_through_cache_rule(ecrRepositoryPrefix=sys.argv[1], upstreamRegistryUrl=sys.argv[2])",
+        &[prefix, upstream],
     );
+}
+
+/// The registration as the fake cluster under `kube` holds it.
+fn registered(kube: &Path) -> serde_json::Value {
+    common::read_json(&kube.join("podmutator.json"))
+}
+
+/// The failurePolicy of each of the registration's webhooks.
+fn failure_policies(kube: &Path) -> Vec<String> {
+    registered(kube)["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["failurePolicy"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// tests/iac/check_moto_deploy.py on an install of the AWS module: `mode` (applied, destroyed)
+/// for `endpoint`, from dir/outputs.json, the fake cluster and `logs`.
+fn check(mode: &str, endpoint: &str, dir: &Path, env: &[(String, String)], logs: &[PathBuf]) {
+    let (outputs, kube) = (dir.join("outputs.json"), dir.join("kube"));
+    let mut args = vec![
+        "check_moto_deploy.py",
+        mode,
+        endpoint,
+        outputs.to_str().unwrap(),
+        kube.to_str().unwrap(),
+    ];
+    args.extend(logs.iter().map(|l| l.to_str().unwrap()));
+    iac_python(&args, env);
 }
 
 fn apply_and_destroy(endpoint: &str) {
@@ -770,15 +843,11 @@ fn apply_and_destroy(endpoint: &str) {
         &[failopen_plan.to_str().unwrap()],
         Some(&failopen_apply_log),
     );
-    let registered: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(kube.join("podmutator.json")).unwrap()).unwrap();
-    let policies: Vec<&str> = registered["webhooks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w["failurePolicy"].as_str().unwrap())
-        .collect();
-    assert_eq!(policies, ["Ignore"], "{endpoint}: not failed open");
+    assert_eq!(
+        failure_policies(&kube),
+        ["Ignore"],
+        "{endpoint}: not failed open"
+    );
 
     let destroy_log = dir.join("destroy.log");
     tf.destroy(dir, &[], Some(&destroy_log));
@@ -846,36 +915,17 @@ fn terraform_against_moto_alb_http_api_eks_network_the_examples_and_a_rotation()
     eprintln!("all moto scenarios in {:.1} s", t0.elapsed().as_secs_f64());
 }
 
-fn python_json(args: &[&str], env: &[(String, String)]) -> serde_json::Value {
-    let mut cmd = Command::new(tool("python"));
-    cmd.args(args)
-        .current_dir(root().join("tests/iac"))
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{args:?}: {}", combined(&out));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// scripts/registration-drift.sh as a scheduled job runs it: the example's manifest output on
 /// stdin, the cluster's credentials from `aws eks update-kubeconfig`. Returns the status and
 /// the output, which must never hold the path token (checked by the caller).
 fn drift_check(manifest: &str, cluster: &str, env: &[(String, String)]) -> (i32, String, String) {
-    let mut cmd = Command::new(root().join("scripts/registration-drift.sh"));
-    cmd.args(["--eks-cluster", cluster, "--region", REGION])
+    let mut child = moto_command(root().join("scripts/registration-drift.sh"), env)
+        .args(["--eks-cluster", cluster, "--region", REGION])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().unwrap();
+        .spawn()
+        .unwrap();
     child
         .stdin
         .take()
@@ -914,8 +964,7 @@ fn foreign_fields_outlive_replace(
     log: &Path,
 ) {
     let path = ex.join("../../kube/podmutator.json");
-    let mut live: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut live = common::read_json(&path);
     live["webhooks"][0]["matchConditions"]
         .as_array_mut()
         .unwrap()
@@ -962,12 +1011,7 @@ fn foreign_fields_outlive_replace(
         &format!("--name {cluster} --region {REGION}"),
     );
     let scratch_log = log.with_extension("foreign.log");
-    let out = tf.shell(ex, &script, &scratch_log);
-    assert!(
-        out.status.success(),
-        "docs/deploy.md's replace failed:\n{script}\n{}",
-        combined(&out)
-    );
+    tf.shell_ok(ex, &script, &scratch_log);
     let (rc, stdout, stderr) = drift_check(&manifest, cluster, env);
     assert_eq!(rc, 0, "not replaced: {stdout}{stderr}");
     let mut text = std::fs::read_to_string(log).unwrap();
@@ -1059,40 +1103,21 @@ reserved_concurrent_executions = 7
         manifest["value"].to_string()
     };
     let check = |mode: &str, outputs: &str, first: &str, logs: &[&PathBuf]| {
-        let mut args: Vec<String> = [
+        let (outputs, facts) = (dir.join(outputs), dir.join("facts.json"));
+        let mut args = vec![
             "check_example.py",
             mode,
             example,
-            dir.join(outputs).to_str().unwrap(),
+            outputs.to_str().unwrap(),
             kube.to_str().unwrap(),
-            dir.join("facts.json").to_str().unwrap(),
+            facts.to_str().unwrap(),
             first,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(logs.iter().map(|l| l.to_str().unwrap().to_owned()));
-        let mut cmd = Command::new(tool("python"));
-        cmd.args(&args)
-            .current_dir(root().join("tests/iac"))
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("AWS_CONFIG_FILE", "/dev/null")
-            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        eprint!("{}", String::from_utf8_lossy(&out.stderr));
-        assert!(
-            out.status.success(),
-            "check_example.py {mode} {example} failed:\n{}",
-            combined(&out)
-        );
+        ];
+        args.extend(logs.iter().map(|l| l.to_str().unwrap()));
+        iac_python(&args, env);
     };
     let registered_token = || -> String {
-        let reg: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(kube.join("podmutator.json")).unwrap()).unwrap();
-        reg["webhooks"][0]["clientConfig"]["url"]
+        registered(&kube)["webhooks"][0]["clientConfig"]["url"]
             .as_str()
             .unwrap()
             .split('/')
@@ -1108,17 +1133,7 @@ reserved_concurrent_executions = 7
     // so that the next routine apply keeps it): the registration's every webhook, then a
     // routine plan that changes nothing, then the default again.
     if example == "http-api" {
-        let policies = || -> Vec<String> {
-            let reg: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(kube.join("podmutator.json")).unwrap())
-                    .unwrap();
-            reg["webhooks"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|w| w["failurePolicy"].as_str().unwrap().to_owned())
-                .collect()
-        };
+        let policies = || failure_policies(&kube);
         assert!(policies().iter().all(|p| p == "Fail"), "{:?}", policies());
         for (marker, log, want) in [
             ("**Fail open**", "fail-open.log", "Ignore"),
@@ -1128,8 +1143,7 @@ reserved_concurrent_executions = 7
                 "Fail",
             ),
         ] {
-            let out = tf.shell(&ex, &deploy_doc_block(marker), &dir.join(log));
-            assert!(out.status.success(), "{marker}: {}", combined(&out));
+            tf.shell_ok(&ex, &deploy_doc_block(marker), &dir.join(log));
             let now = policies();
             assert!(
                 !now.is_empty() && now.iter().all(|p| p == want),
@@ -1201,12 +1215,7 @@ reserved_concurrent_executions = 7
             "a refused destroy kept the outputs: the docs say otherwise"
         );
         let restore = deploy_doc_block("**After a refused destroy, the outputs are gone");
-        let out = tf.shell(&ex, &restore, &dir.join("refresh-only.log"));
-        assert!(
-            out.status.success(),
-            "{restore} failed:\n{}",
-            combined(&out)
-        );
+        tf.shell_ok(&ex, &restore, &dir.join("refresh-only.log"));
         assert_eq!(
             outputs("outputs-restored.json"),
             manifest,
@@ -1241,8 +1250,7 @@ reserved_concurrent_executions = 7
     assert!(stderr.contains("is as registered"), "{stderr}");
     let stale = "StaleTokenStaleTokenStaleTokenStaleToken1234";
     let path = kube.join("podmutator.json");
-    let mut live: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut live = registered(&kube);
     for w in live["webhooks"].as_array_mut().unwrap() {
         let url = w["clientConfig"]["url"]
             .as_str()
@@ -1259,12 +1267,8 @@ reserved_concurrent_executions = 7
         "the drift check shows the stale token: {stdout}"
     );
     assert_eq!(rc, 1, "drifted, yet: {stdout}{stderr}");
-    use sha2::Digest;
     for (t, sign) in [(token.as_str(), '+'), (stale, '-')] {
-        let shown = format!(
-            "<token sha256:{}…>",
-            &hex::encode(sha2::Sha256::digest(t.as_bytes()))[..12]
-        );
+        let shown = format!("<token sha256:{}…>", &common::hex_sha256(t)[..12]);
         assert!(
             stdout
                 .lines()
@@ -1315,14 +1319,8 @@ reserved_concurrent_executions = 7
     let destroyed = dir.join("destroy.log");
     if example == "alb" {
         let script = deploy_doc_block("## Removal and reinstall");
-        let out = tf.shell(&ex, &script, &destroyed);
-        let text = combined(&out);
-        assert!(
-            out.status.success(),
-            "docs/deploy.md's removal failed:\n{script}\n{text}"
-        );
-        let warnings = unexpected_warnings(&text);
-        assert!(warnings.is_empty(), "the removal warns: {warnings:?}");
+        let text = combined(&tf.shell_ok(&ex, &script, &destroyed));
+        assert_no_warnings(&text, "the removal");
         assert!(
             text.contains("Destroy complete!"),
             "the removal did not destroy:\n{text}"
@@ -1410,24 +1408,14 @@ fn backend_as_written(tf: &Terraform, moto: &Moto, dir: &Path, ex: &Path) {
         moto_backend.display(),
         deploy_doc_block("**The state holds the path token**")
     );
-    let out = tf.shell(ex, &script, &dir.join("backend.log"));
-    let text = combined(&out);
-    assert!(
-        out.status.success(),
-        "docs/deploy.md's state backend commands failed:\n{script}\n{text}"
-    );
+    let text = combined(&tf.shell_ok(ex, &script, &dir.join("backend.log")));
     // The apply's own output (between init's last line and its summary) warns of nothing.
     let apply = text
         .split("Terraform has been successfully initialized!")
         .nth(1)
         .and_then(|t| t.split("Apply complete!").next())
         .expect("the block's output holds backend-s3's init and apply");
-    let warnings = unexpected_warnings(apply);
-    assert!(
-        warnings.is_empty(),
-        "examples/backend-s3's apply warns:\n{}",
-        warnings.join("\n")
-    );
+    assert_no_warnings(apply, "examples/backend-s3's apply");
     assert!(
         std::fs::read_to_string(ex.join(".terraform/terraform.tfstate"))
             .unwrap()
@@ -1456,24 +1444,19 @@ fn control_plane_group_as_written(
     cluster: &str,
     facts: &serde_json::Value,
 ) -> String {
-    let fake = common::fake_bin(&dir.join("security-group"));
-    let script = format!(
-        "PATH='{}':\"$PATH\"\nCLUSTER='{cluster}'\n{}",
-        fake.display(),
-        deploy_doc_block("## A security group for the control plane alone")
+    let script = with_fake_aws(
+        &dir.join("security-group"),
+        &format!(
+            "CLUSTER='{cluster}'\n{}",
+            deploy_doc_block("## A security group for the control plane alone")
+        ),
     );
-    let out = tf.shell(dir, &script, &dir.join("security-group.log"));
-    assert!(
-        out.status.success(),
-        "docs/deploy.md's security group commands failed:\n{script}\n{}",
-        combined(&out)
-    );
-    let vpc: serde_json::Value = serde_json::from_str(&boto3(
+    tf.shell_ok(dir, &script, &dir.join("security-group.log"));
+    let vpc = boto3_json(
         &tf.env,
         "print(json.dumps(boto3.client('eks').describe_cluster(name=sys.argv[1])['cluster']['resourcesVpcConfig']))",
         &[cluster],
-    ))
-    .unwrap();
+    );
     let groups = vpc["securityGroupIds"].as_array().unwrap();
     assert_eq!(groups.len(), 1, "{vpc}");
     assert_eq!(
@@ -1481,12 +1464,11 @@ fn control_plane_group_as_written(
         "the cluster keeps its subnets: {vpc}"
     );
     let group = groups[0].as_str().unwrap().to_owned();
-    let described: serde_json::Value = serde_json::from_str(&boto3(
+    let described = boto3_json(
         &tf.env,
         "print(json.dumps(boto3.client('ec2').describe_security_groups(GroupIds=[sys.argv[1]])['SecurityGroups'][0]))",
         &[&group],
-    ))
-    .unwrap();
+    );
     assert_eq!(
         described["GroupName"],
         format!("{cluster}-control-plane-webhooks")
@@ -1495,16 +1477,30 @@ fn control_plane_group_as_written(
     group
 }
 
+/// `script` with the stand-ins of [`common::fake_bin`] (made in `dir`) first on PATH, the
+/// stand-in `aws` (tests/iac/fake_aws.py) before any real CLI.
+fn with_fake_aws(dir: &Path, script: &str) -> String {
+    format!(
+        "PATH='{}':\"$PATH\"\n{script}",
+        common::fake_bin(dir).display()
+    )
+}
+
 /// The first shell block of docs/deploy.md after `marker`, as an operator copies it.
 fn deploy_doc_block(marker: &str) -> String {
-    let doc = std::fs::read_to_string(root().join("docs/deploy.md")).unwrap();
-    let at = doc
+    doc_block("docs/deploy.md", marker)
+}
+
+/// The first shell block of `doc` (a path in the repository) at or after `marker`.
+fn doc_block(doc: &str, marker: &str) -> String {
+    let text = std::fs::read_to_string(root().join(doc)).unwrap();
+    let at = text
         .find(marker)
-        .unwrap_or_else(|| panic!("docs/deploy.md has no {marker:?}"));
-    let rest = &doc[at..];
+        .unwrap_or_else(|| panic!("{doc} has no {marker:?}"));
+    let rest = &text[at..];
     let start = rest
         .find("```sh\n")
-        .unwrap_or_else(|| panic!("no sh block after {marker:?} in docs/deploy.md"))
+        .unwrap_or_else(|| panic!("no sh block after {marker:?} in {doc}"))
         + "```sh\n".len();
     let end = rest[start..].find("```").unwrap();
     rest[start..start + end].to_owned()
@@ -1521,30 +1517,15 @@ fn troubleshooting_commands_run_as_written(
     log_group: &str,
     hash: &str,
 ) {
-    let doc = std::fs::read_to_string(root().join("docs/troubleshooting.md")).unwrap();
-    let block = |marker: &str| -> String {
-        let at = doc
-            .find(marker)
-            .unwrap_or_else(|| panic!("docs/troubleshooting.md has no {marker:?}"));
-        let text = &doc[at + "```sh\n".len()..];
-        text[..text.find("```").unwrap()].to_owned()
-    };
+    let block = |marker: &str| doc_block("docs/troubleshooting.md", marker);
     boto3(
         env,
         "l = boto3.client('logs')\nl.create_log_stream(logGroupName=sys.argv[1], logStreamName='s')\nl.put_log_events(logGroupName=sys.argv[1], logStreamName='s', logEvents=[{'timestamp': int(time.time() * 1000), 'message': '{\"level\":\"INFO\",\"message\":\"admission\",\"decision\":\"mutated\"}'}])",
         &[log_group],
     );
-    // The stand-in `aws` (tests/iac/fake_aws.py) first on PATH, before any real CLI.
-    let fake = common::fake_bin(&dir.join("troubleshooting"));
     let run = |script: &str, log: &str| -> String {
-        let script = format!("PATH='{}':\"$PATH\"\n{script}", fake.display());
-        let out = tf.shell(dir, &script, &dir.join(log));
-        assert!(
-            out.status.success(),
-            "docs/troubleshooting.md's commands failed:\n{script}\n{}",
-            combined(&out)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        let script = with_fake_aws(&dir.join("troubleshooting"), script);
+        String::from_utf8(tf.shell_ok(dir, &script, &dir.join(log)).stdout).unwrap()
     };
     let tail = run(
         &block("```sh\n# the log group: terraform output -raw log_group_name"),
@@ -1570,25 +1551,16 @@ fn troubleshooting_commands_run_as_written(
 /// the doc makes exists, at 80% of that limit, on the metric, statistic and action it names.
 #[test]
 fn scale_md_concurrency_alarm_commands_run_as_written() {
-    let doc = std::fs::read_to_string(root().join("docs/scale.md")).unwrap();
-    let marker = "```sh\ntopic=";
-    let at = doc
-        .find(marker)
-        .expect("docs/scale.md has the alarm's block");
-    let block = &doc[at + "```sh\n".len()..];
-    let block = &block[..block.find("```").unwrap()];
+    let block = doc_block("docs/scale.md", "```sh\ntopic=");
     let moto = Moto::start();
     let env = moto.env(REGION);
     let fake = common::fake_bin(&common::temp_dir("scale-alarm"));
-    let out = Command::new("bash")
-        .args(["-euo", "pipefail", "-c", block])
+    let out = moto_command("bash", &env)
+        .args(["-euo", "pipefail", "-c", &block])
         .env(
             "PATH",
             format!("{}:{}", fake.display(), std::env::var("PATH").unwrap()),
         )
-        .env("AWS_CONFIG_FILE", "/dev/null")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap();
     assert!(
@@ -1596,13 +1568,12 @@ fn scale_md_concurrency_alarm_commands_run_as_written() {
         "docs/scale.md's alarm commands failed:\n{block}\n{}",
         combined(&out)
     );
-    let alarms = boto3(
+    let alarms = boto3_json(
         &env,
         "keys = ('AlarmName', 'Namespace', 'MetricName', 'Statistic', 'Period', 'EvaluationPeriods', 'DatapointsToAlarm', 'Threshold', 'ComparisonOperator', 'TreatMissingData', 'AlarmActions')\n\
          print(json.dumps([{k: a.get(k) for k in keys} for a in boto3.client('cloudwatch').describe_alarms()['MetricAlarms']]))",
         &[],
     );
-    let alarms: serde_json::Value = serde_json::from_str(&alarms).unwrap();
     assert_eq!(
         alarms,
         serde_json::json!([{
@@ -1916,21 +1887,17 @@ fn pull_through_cache_rules_outlive_the_installs_that_rewrite_to_them() {
     let t0 = Instant::now();
     let site = Site::new("pull-through-cache");
     let (dir, tf) = (site.dir(), site.terraform());
-    let boto3 = |code: &str, args: &[&str]| boto3(&site.env, code, args);
     // prefix -> upstream, as ECR holds them.
-    let rules = || -> serde_json::Value {
-        serde_json::from_str(&boto3(
+    let rules = || {
+        boto3_json(
+            &site.env,
             "print(json.dumps({r['ecrRepositoryPrefix']: r['upstreamRegistryUrl'] for r in boto3.client('ecr').describe_pull_through_cache_rules()['pullThroughCacheRules']}))",
             &[],
-        ))
-        .unwrap()
+        )
     };
 
     // A rule an install made before the rules had their own root.
-    boto3(
-        "boto3.client('ecr').create_pull_through_cache_rule(ecrRepositoryPrefix='cache/quay', upstreamRegistryUrl='quay.io')",
-        &[],
-    );
+    create_cache_rule(&site.env, "cache/quay", "quay.io");
     // The cache root first: its terraform.tfvars.example, edited.
     let cache = dir.join("examples/pull-through-cache");
     let example = std::fs::read_to_string(cache.join("terraform.tfvars.example")).unwrap();
@@ -1988,13 +1955,8 @@ output "function_name" {{ value = module.podmutator.function_name }}
     let registry = format!("123456789012.dkr.ecr.{REGION}.amazonaws.com");
     for at in [&a, &b] {
         let function = tf.output(at, "function_name");
-        let images: serde_json::Value = serde_json::from_str(&boto3(
-            "c=boto3.client('lambda').get_function_configuration(FunctionName=sys.argv[1], Qualifier='live'); print(json.dumps(json.loads(c['Environment']['Variables']['PODMUTATOR_CONFIG'])['images']['rules']))",
-            &[&function],
-        ))
-        .unwrap();
         assert_eq!(
-            images,
+            live_config(&site.env, &function)["images"]["rules"],
             serde_json::json!([
                 {"match": "quay.io", "replace": format!("{registry}/cache/quay")},
                 {"match": "registry.k8s.io", "replace": format!("{registry}/cache/k8s")}
@@ -2234,13 +2196,7 @@ fn terraform_plans_refuse_what_lambda_or_the_function_would_refuse() {
     // examples/pull-through-cache would), the images rule rewrites to the cache (the
     // partition's DNS suffix, not a hard-coded one, in its host). A rule under that prefix
     // that caches another registry is refused.
-    let make_rule = |prefix: &str, upstream: &str| {
-        boto3(
-            &site.env,
-            "boto3.client('ecr').create_pull_through_cache_rule(ecrRepositoryPrefix=sys.argv[1], upstreamRegistryUrl=sys.argv[2])",
-            &[prefix, upstream],
-        );
-    };
+    let make_rule = |prefix: &str, upstream: &str| create_cache_rule(&site.env, prefix, upstream);
     // The token off, so that the whole configuration is known at plan time.
     let caches = |upstream: &str| {
         format!(
@@ -2351,14 +2307,9 @@ module "pods_elsewhere" {{
     let long = after(&format!("module.pods.aws_iam_role.pods[\"{long_ns}\"]"));
     let long_name = long["name"].as_str().unwrap();
     let full = format!("podmutator-pods-flyte-staging-{REGION}-{long_ns}");
-    use sha2::Digest;
     assert_eq!(
         long_name,
-        format!(
-            "{}-{}",
-            &full[..55],
-            &hex::encode(sha2::Sha256::digest(full.as_bytes()))[..8]
-        )
+        format!("{}-{}", &full[..55], &common::hex_sha256(&full)[..8])
     );
     assert_eq!(long_name.len(), 64);
     let policy: serde_json::Value = serde_json::from_str(
@@ -2433,13 +2384,11 @@ module "podmutator" {{
     );
     tf.apply(dir, &[], None);
     // What moto holds: the function, and the ALB with its own protection on.
-    let in_moto = || -> serde_json::Value {
-        python_json(
-            &[
-                "-c",
-                "import boto3,json\nfrom botocore.exceptions import ClientError\ntry:\n    fn = boto3.client('lambda').get_function(FunctionName='pm-protected')['Configuration']['FunctionName']\nexcept ClientError:\n    fn = None\nelb = boto3.client('elbv2')\nlbs = [l['LoadBalancerArn'] for l in elb.describe_load_balancers()['LoadBalancers'] if l['LoadBalancerName'] == 'pm-protected']\nprotected = [a['Value'] for l in lbs for a in elb.describe_load_balancer_attributes(LoadBalancerArn=l)['Attributes'] if a['Key'] == 'deletion_protection.enabled']\nprint(json.dumps({'function': fn, 'alb_protection': protected}))",
-            ],
+    let in_moto = || {
+        boto3_json(
             env,
+            "from botocore.exceptions import ClientError\ntry:\n    fn = boto3.client('lambda').get_function(FunctionName='pm-protected')['Configuration']['FunctionName']\nexcept ClientError:\n    fn = None\nelb = boto3.client('elbv2')\nlbs = [l['LoadBalancerArn'] for l in elb.describe_load_balancers()['LoadBalancers'] if l['LoadBalancerName'] == 'pm-protected']\nprotected = [a['Value'] for l in lbs for a in elb.describe_load_balancer_attributes(LoadBalancerArn=l)['Attributes'] if a['Key'] == 'deletion_protection.enabled']\nprint(json.dumps({'function': fn, 'alb_protection': protected}))",
+            &[],
         )
     };
     assert_eq!(
@@ -2568,19 +2517,10 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
     );
     let output = |name: &str| tf.output(dir, name);
     // What the `live` alias serves: the function's http section, read back from moto.
-    let live_http = || -> serde_json::Value {
-        serde_json::from_str(&boto3(
-            env,
-            "c=boto3.client('lambda').get_function_configuration(FunctionName=sys.argv[1], Qualifier='live'); print(json.dumps(json.loads(c['Environment']['Variables']['PODMUTATOR_CONFIG'])['http']))",
-            &[&output("function_name")],
-        ))
-        .unwrap()
-    };
+    let live_http = || live_config(env, &output("function_name"))["http"].clone();
     // The hashes of the tokens in the registration's URLs (the tokens themselves stay in here).
     let registered_hashes = || -> std::collections::BTreeSet<String> {
-        let registered: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(kube.join("podmutator.json")).unwrap()).unwrap();
-        registered["webhooks"]
+        registered(&kube)["webhooks"]
             .as_array()
             .unwrap()
             .iter()
@@ -2591,8 +2531,7 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
                     .split('/')
                     .nth(1)
                     .unwrap();
-                use sha2::Digest;
-                hex::encode(sha2::Sha256::digest(token.as_bytes()))
+                common::hex_sha256(token)
             })
             .collect()
     };
@@ -2614,14 +2553,7 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
             + 1,
     );
     let run_doc = |script: &str, log: &str| {
-        let out = tf.shell(dir, script, &dir.join(log));
-        let text = combined(&out);
-        assert!(
-            out.status.success(),
-            "docs/deploy.md's commands failed:\n{script}\n{text}"
-        );
-        let warnings = unexpected_warnings(&text);
-        assert!(warnings.is_empty(), "{script} warns: {warnings:?}");
+        assert_no_warnings(&combined(&tf.shell_ok(dir, script, &dir.join(log))), script);
     };
 
     tf.apply(dir, &[], None);
