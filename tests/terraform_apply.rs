@@ -356,20 +356,12 @@ impl Terraform {
 
     /// A command in `dir` with the environment every Terraform command here gets.
     fn command(&self, program: &Path, dir: &Path) -> Command {
-        let mut cmd = Command::new(program);
+        let mut cmd = moto_command(program, &self.env);
         cmd.current_dir(dir)
             .env("TF_CLI_CONFIG_FILE", "/dev/null")
             .env("CHECKPOINT_DISABLE", "1")
             .env("TF_IN_AUTOMATION", "1")
-            .env_remove("TF_PLUGIN_CACHE_DIR")
-            // Never a real account: no shared config or credentials files.
-            .env("AWS_CONFIG_FILE", "/dev/null")
-            .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-            .env_remove("AWS_PROFILE")
-            .stdin(Stdio::null());
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
+            .env_remove("TF_PLUGIN_CACHE_DIR");
         cmd
     }
 
@@ -539,12 +531,12 @@ fn harness(endpoint: &str, zip_b64sha256: &str, zone_id: &str) -> String {
         // A certificate made elsewhere in the same apply, and DNS managed elsewhere.
         (
             "create_certificate = false\n  certificate_arn = aws_acm_certificate.elsewhere.arn\n  create_dns_record = false",
-            "resource \"aws_acm_certificate\" \"elsewhere\" {\n  domain_name = \"podmutator.example.com\"\n  validation_method = \"DNS\"\n}",
+            certificate_elsewhere("podmutator.example.com"),
         )
     } else {
         // The module creates and validates the certificate and the alias record in the zone
         // (created beforehand through moto's API: Terraform would wait ~15 s for each change).
-        ("route53_zone_id = var.zone_id", "")
+        ("route53_zone_id = var.zone_id", String::new())
     };
     format!(
         r#"
@@ -562,23 +554,7 @@ variable "zone_id" {{
   default = "{zone_id}"
 }}
 
-resource "aws_vpc" "cluster" {{
-  cidr_block = "10.0.0.0/16"
-}}
-
-resource "aws_subnet" "private" {{
-  count             = 2
-  vpc_id            = aws_vpc.cluster.id
-  cidr_block        = "10.0.${{count.index}}.0/24"
-  availability_zone = ["{REGION}a", "{REGION}b"][count.index]
-}}
-
-resource "aws_security_group" "control_plane" {{
-  name_prefix = "eks-control-plane-"
-  description = "Carried by the EKS control plane alone"
-  vpc_id      = aws_vpc.cluster.id
-}}
-
+{network}
 resource "aws_sns_topic" "alarms" {{
   name = "podmutator-alarms"
 }}
@@ -631,6 +607,7 @@ output "zone_id" {{ value = var.zone_id }}
 output "log_group_name" {{ value = module.podmutator.log_group_name }}
 output "code_sha256" {{ value = "{zip_b64sha256}" }}
 "#,
+        network = cluster_network(),
         short = endpoint.replace('_', "-"),
         dashboard = endpoint != "alb",
         // The module refuses value delivery on the internet-facing endpoint.
@@ -639,6 +616,44 @@ output "code_sha256" {{ value = "{zip_b64sha256}" }}
         } else {
             format!("embedded_delivery = \"reference\"\n  fetcher_image = \"{FETCHER_IMAGE}\"")
         },
+    )
+}
+
+/// The cluster side's network, as a harness root has it: a VPC, two private subnets in two zones,
+/// and the control plane's dedicated security group.
+fn cluster_network() -> String {
+    format!(
+        r#"
+resource "aws_vpc" "cluster" {{
+  cidr_block = "10.0.0.0/16"
+}}
+
+resource "aws_subnet" "private" {{
+  count             = 2
+  vpc_id            = aws_vpc.cluster.id
+  cidr_block        = "10.0.${{count.index}}.0/24"
+  availability_zone = ["{REGION}a", "{REGION}b"][count.index]
+}}
+
+resource "aws_security_group" "control_plane" {{
+  name_prefix = "eks-control-plane-"
+  description = "Carried by the EKS control plane alone"
+  vpc_id      = aws_vpc.cluster.id
+}}
+"#
+    )
+}
+
+/// A certificate for `domain` made elsewhere in the same apply (`aws_acm_certificate.elsewhere`),
+/// for a module told `create_certificate = false`.
+fn certificate_elsewhere(domain: &str) -> String {
+    format!(
+        r#"
+resource "aws_acm_certificate" "elsewhere" {{
+  domain_name       = "{domain}"
+  validation_method = "DNS"
+}}
+"#
     )
 }
 
@@ -1923,11 +1938,7 @@ fn pull_through_cache_rules_outlive_the_installs_that_rewrite_to_them() {
         tf.init_root(
             &at,
             &format!(
-                r#"
-resource "aws_acm_certificate" "elsewhere" {{
-  domain_name       = "{name}.podmutator.example.com"
-  validation_method = "DNS"
-}}
+                r#"{certificate}
 module "podmutator" {{
   source                           = "../terraform"
   name                             = "pm-cache-{name}"
@@ -1945,7 +1956,8 @@ module "podmutator" {{
   ecr_pull_through_cache_prefix    = "cache/"
 }}
 output "function_name" {{ value = module.podmutator.function_name }}
-"#
+"#,
+                certificate = certificate_elsewhere(&format!("{name}.podmutator.example.com")),
             ),
         );
         tf.apply(&at, &[], None);
@@ -2346,24 +2358,7 @@ variable "alb_deletion_protection" {{
   type    = bool
   default = true
 }}
-resource "aws_vpc" "cluster" {{
-  cidr_block = "10.0.0.0/16"
-}}
-resource "aws_subnet" "private" {{
-  count             = 2
-  vpc_id            = aws_vpc.cluster.id
-  cidr_block        = "10.0.${{count.index}}.0/24"
-  availability_zone = ["{REGION}a", "{REGION}b"][count.index]
-}}
-resource "aws_security_group" "control_plane" {{
-  name_prefix = "eks-control-plane-"
-  description = "Carried by the EKS control plane alone"
-  vpc_id      = aws_vpc.cluster.id
-}}
-resource "aws_acm_certificate" "elsewhere" {{
-  domain_name       = "podmutator.example.com"
-  validation_method = "DNS"
-}}
+{network}{certificate}
 module "podmutator" {{
   source                          = "./terraform"
   name                            = "pm-protected"
@@ -2379,7 +2374,9 @@ module "podmutator" {{
   alarms_enabled                  = false
   alb_deletion_protection         = var.alb_deletion_protection
 }}
-"#
+"#,
+            network = cluster_network(),
+            certificate = certificate_elsewhere("podmutator.example.com"),
         ),
     );
     tf.apply(dir, &[], None);
@@ -2479,10 +2476,7 @@ variable "lambda_s3_key" {{
 variable "lambda_zip_base64sha256" {{
   type = string
 }}
-resource "aws_acm_certificate" "elsewhere" {{
-  domain_name       = "podmutator.example.com"
-  validation_method = "DNS"
-}}
+{certificate}
 module "podmutator" {{
   source                     = "./terraform"
   name                       = "pm-rotation"
@@ -2512,7 +2506,8 @@ output "path_token_version" {{ value = module.podmutator.path_token_version }}
 output "path_token_secret_arn" {{ value = module.podmutator.path_token_secret_arn }}
 output "function_name" {{ value = module.podmutator.function_name }}
 output "log_group_name" {{ value = module.podmutator.log_group_name }}
-"#
+"#,
+            certificate = certificate_elsewhere("podmutator.example.com"),
         ),
     );
     let output = |name: &str| tf.output(dir, name);
