@@ -1207,7 +1207,7 @@ reserved_concurrent_executions = 7
                 && before.contains("module.podmutator.terraform_data.deletion_guard[0]"),
             "no deletion guards: {before:?}"
         );
-        let registered = std::fs::read(kube.join("podmutator.json")).unwrap();
+        let registration = std::fs::read(kube.join("podmutator.json")).unwrap();
         let text = assert_destroy_refused(
             &tf,
             &ex,
@@ -1218,7 +1218,7 @@ reserved_concurrent_executions = 7
         std::fs::write(&refused, &text).unwrap();
         assert_eq!(
             std::fs::read(kube.join("podmutator.json")).unwrap(),
-            registered,
+            registration,
             "the refused destroy changed the registration"
         );
         check("applied", "outputs-1.json", "-", &[&applied, &refused]);
@@ -1236,9 +1236,7 @@ reserved_concurrent_executions = 7
             manifest,
             "the refresh-only apply restored another manifest"
         );
-        let read = |f: &str| -> serde_json::Value {
-            serde_json::from_slice(&std::fs::read(dir.join(f)).unwrap()).unwrap()
-        };
+        let read = |f: &str| common::read_json(&dir.join(f));
         assert_eq!(
             read("outputs-restored.json"),
             read("outputs-1.json"),
@@ -1247,7 +1245,7 @@ reserved_concurrent_executions = 7
         tf.plan_is_empty(&ex, "after the refresh-only apply");
         assert_eq!(
             std::fs::read(kube.join("podmutator.json")).unwrap(),
-            registered,
+            registration,
             "the refresh-only apply changed the registration"
         );
     } else {
