@@ -215,6 +215,7 @@ fn with_file_exclusions(selector: &Value, file: &Value) -> Value {
 
 /// A `LabelSelector` given as JSON on the command line, checked like the config's.
 pub fn parse_label_selector(json: &str) -> Result<Value, String> {
+    use podmutator_core::config::{dropped_key, dropped_key_message};
     let selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector =
         serde_json::from_str(json).map_err(|e| {
             format!(
@@ -223,7 +224,12 @@ pub fn parse_label_selector(json: &str) -> Result<Value, String> {
         })?;
     podmutator_core::config::images::check_label_selector("selector", &selector)
         .map_err(|e| e.to_string())?;
-    serde_json::to_value(&selector).map_err(|e| e.to_string())
+    let given: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+    let kept = serde_json::to_value(&selector).map_err(|e| e.to_string())?;
+    match dropped_key(&given, &kept) {
+        Some(key) => Err(format!("selector{key}: {}", dropped_key_message(&key))),
+        None => Ok(kept),
+    }
 }
 
 /// The object as a YAML document for `kubectl apply -f`.
@@ -688,6 +694,21 @@ mod tests {
         r#"{"matchExpressions":[{"key":"a","operator":"In"}]}"#,
         "--secrets-namespace-selector",
         "needs at least one value"
+    )]
+    #[case::misspelt_field(
+        r#"{"matchlabel":{"a":"b"}}"#,
+        "--image-builder-selector",
+        "selector.matchlabel: unknown field `matchlabel`"
+    )]
+    #[case::field_in_another_case(
+        r#"{"matchLabels":{"a":"b"},"MatchExpressions":[]}"#,
+        "--secrets-namespace-selector",
+        "selector.MatchExpressions: unknown field `MatchExpressions`"
+    )]
+    #[case::misspelt_expression_field(
+        r#"{"matchExpressions":[{"key":"a","operator":"Exists","valeus":[]}]}"#,
+        "--images-pod-selector",
+        "selector.matchExpressions[0].valeus: unknown field `valeus`"
     )]
     fn a_bad_selector_names_the_flag(#[case] json: &str, #[case] flag: &str, #[case] rule: &str) {
         let err = parse(&["--url", "https://x.example", flag, json])

@@ -1748,47 +1748,48 @@ const KUBERNETES_VALUES: [&str; 10] = [
     "/mesh/gate/securityContext",
 ];
 
+/// Where `kept` (a value read into a Kubernetes type and written back) lacks a non-null member
+/// of `given` (the value as written): `.field` or `[index]` steps from the root, to the first
+/// key the type dropped. Kubernetes' types drop what they do not have, silently.
+pub fn dropped_key(given: &Value, kept: &Value) -> Option<String> {
+    let children: Vec<(String, &Value, Option<&Value>)> = match (given, kept) {
+        (Value::Object(g), Value::Object(k)) => g
+            .iter()
+            .map(|(n, v)| (format!(".{n}"), v, k.get(n)))
+            .collect(),
+        (Value::Array(g), Value::Array(k)) => g
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (format!("[{i}]"), v, k.get(i)))
+            .collect(),
+        _ => return None,
+    };
+    children.into_iter().find_map(|(step, g, kept)| match kept {
+        None => (!g.is_null()).then_some(step),
+        Some(kept) => dropped_key(g, kept).map(|rest| step + &rest),
+    })
+}
+
+/// What to say of a key [`dropped_key`] found, `key` its whole dotted path.
+pub fn dropped_key_message(key: &str) -> String {
+    let field = key.rsplit('.').next().unwrap_or_default();
+    format!(
+        "unknown field `{field}`: the Kubernetes type of this value has no such field and would drop it; check its spelling, case included (`limits`, `runAsNonRoot`, `matchLabels`), against the Kubernetes API reference"
+    )
+}
+
 /// A key of a [`KUBERNETES_VALUES`] value that its type dropped: a misspelt `resources.limit` would leave the container without limits, silently.
 /// Told by writing the value back: what was read and kept is written, what was dropped is not.
 fn check_kubernetes_values(input: &Value, config: &Config) -> Result<(), ConfigError> {
-    fn dropped(given: &Value, kept: &Value, path: &mut String) -> bool {
-        let children: Vec<(String, &Value, Option<&Value>)> = match (given, kept) {
-            (Value::Object(g), Value::Object(k)) => g
-                .iter()
-                .map(|(n, v)| (format!(".{n}"), v, k.get(n)))
-                .collect(),
-            (Value::Array(g), Value::Array(k)) => g
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (format!("[{i}]"), v, k.get(i)))
-                .collect(),
-            _ => return false,
-        };
-        children.into_iter().any(|(segment, g, kept)| {
-            let len = path.len();
-            path.push_str(&segment);
-            let gone = kept.map_or(!g.is_null(), |kept| dropped(g, kept, path));
-            if !gone {
-                path.truncate(len);
-            }
-            gone
-        })
-    }
     let written = serde_json::to_value(config)
         .map_err(|e| ConfigError::new("(root)", format!("cannot be written back: {e}")))?;
     for pointer in KUBERNETES_VALUES {
         let (Some(given), Some(kept)) = (input.pointer(pointer), written.pointer(pointer)) else {
             continue;
         };
-        let mut key = pointer[1..].replace('/', ".");
-        if dropped(given, kept, &mut key) {
-            let field = key.rsplit('.').next().unwrap_or_default().to_owned();
-            return Err(ConfigError::new(
-                key,
-                format!(
-                    "unknown field `{field}`: the Kubernetes type of this value has no such field and would drop it; check its spelling, case included (`limits`, `runAsNonRoot`, `matchLabels`), against the Kubernetes API reference"
-                ),
-            ));
+        if let Some(rest) = dropped_key(given, kept) {
+            let key = pointer[1..].replace('/', ".") + &rest;
+            return Err(ConfigError::new(&key, dropped_key_message(&key)));
         }
     }
     Ok(())
