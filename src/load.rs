@@ -91,6 +91,11 @@ fn flyte_files(
             files.push(p);
         }
     }
+    if files.is_empty() {
+        let key = format!("{flag} {}", path.display());
+        let e = "the directory holds no *.yaml, *.yml or *.json file: give flytepropeller's configuration directory (its mounted ConfigMap) or one of its files";
+        return Err(podmutator_core::config::ConfigError::new(key, e).into());
+    }
     files.sort();
     files.iter().map(|f| read_file(f, flag)).collect()
 }

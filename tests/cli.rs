@@ -976,6 +976,87 @@ fn a_flyte_configmap_directory_is_read_file_by_file_in_name_order() {
     assert_eq!(printed["secrets"]["env-prefix"], "FLYTE_SECRET_");
 }
 
+/// What `kubectl get cm -o yaml` and `helm template` print, files ending in `---`, and empty
+/// sections load as Flyte reads them; a source with no webhook or secrets section is named.
+#[test]
+fn flyte_configurations_as_kubectl_and_helm_print_them_load() {
+    let dir = common::temp_dir("flyte-shapes");
+    let configmap = |name: &str, file: &str, body: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+            "data": {file: body}})
+    };
+    let webhook = "webhook:\n  SecretManagerTypes: [AWS]\n";
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [
+        configmap("flyte-propeller-config", "core.yaml", webhook),
+        configmap("other", "notes.txt", "not configuration"),
+    ]});
+    let helm = format!(
+        "---\n{}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: flytepropeller}}\n---\n",
+        serde_saphyr::to_string(&configmap("flyte-propeller-config", "core.yaml", webhook))
+            .unwrap()
+    );
+    let cases = [
+        ("list.yaml", serde_saphyr::to_string(&list).unwrap()),
+        ("helm.yaml", helm),
+        ("trailing.yaml", format!("{webhook}---\n")),
+        (
+            "commented.yaml",
+            format!("{webhook}secrets:\n  # env-prefix: X\n"),
+        ),
+    ];
+    let token = json!({"http": {"pathToken": TOKEN}}).to_string();
+    let ours =
+        json!({"http": {"pathToken": TOKEN}, "webhook": {"secretManagerTypes": ["AWS", "K8s"]}})
+            .to_string();
+    for (name, body) in cases {
+        let file = dir.join(name);
+        std::fs::write(&file, body).unwrap();
+        let args = ["check-config", "--flyte-config", file.to_str().unwrap()];
+        let out = podmutator(&[&args[..], &["--config-json", &token]].concat(), None);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            printed["webhook"]["secretManagerTypes"],
+            json!(["AWS"]),
+            "{name}"
+        );
+        // The overlay's key in its own case is the same key: it wins.
+        let out = podmutator(&[&args[..], &["--config-json", &ours]].concat(), None);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            printed["webhook"]["secretManagerTypes"],
+            json!(["AWS", "K8s"]),
+            "{name}"
+        );
+    }
+
+    let database = dir.join("002-database.yaml");
+    std::fs::write(&database, "database: {postgres: {host: db}}\n").unwrap();
+    let args = ["check-config", "--flyte-config", database.to_str().unwrap()];
+    let out = podmutator(&[&args[..], &["--config-json", &token]].concat(), None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr)
+            .contains("no webhook or secrets section was found, so Flyte's defaults apply"),
+        "{}",
+        text(&out.stderr)
+    );
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let args = ["check-config", "--flyte-config", empty.to_str().unwrap()];
+    let out = podmutator(&[&args[..], &["--config-json", &token]].concat(), None);
+    assert_refused(
+        "an empty directory",
+        "check-config",
+        &out,
+        &format!(
+            "podmutator: invalid configuration: --flyte-config {}: the directory holds no *.yaml",
+            empty.display()
+        ),
+    );
+}
+
 #[test]
 fn inject_prints_the_webhooks_warnings_on_stderr_as_kubectl_does() {
     // The mesh gate cannot be added where the pod already has a container of its name: the

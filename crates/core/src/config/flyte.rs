@@ -18,7 +18,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{Config, ConfigError, nearest, parse_document};
+use super::{Config, ConfigError, nearest, parse_document, parse_documents};
 
 /// The sections of a Flyte configuration podmutator reads: Flyte's webhook and its `secrets`
 /// (the Global manager's).
@@ -41,14 +41,43 @@ pub const SKIPPED_KEYS: [(&str, &str); 2] = [
 /// and are real sections of their own: Flyte 2's secret service (`secret:`).
 const NOT_MISSPELT: [&str; 1] = ["secret"];
 
-/// The documents `text` holds: the Flyte file itself, or, when it is a ConfigMap object (YAML or
+/// The documents `text` holds: the Flyte file itself, or, for a ConfigMap object (YAML or
 /// JSON, `kind: ConfigMap`), each of its `data` entries named `*.yaml`, `*.yml` or `*.json`, in
-/// name order, as the mounted ConfigMap's files are read. Each comes with the name errors give.
+/// name order, as the mounted ConfigMap's files are read. A YAML stream (`---` between
+/// documents, as `helm template` prints) and a `kind: List` (as `kubectl get cm -o yaml`
+/// prints) are read object by object, their other Kubernetes objects and ConfigMaps without
+/// such entries skipped. Each comes with the name errors give.
 pub fn documents(path: &str, text: &str) -> Result<Vec<(String, Value)>, ConfigError> {
-    let doc = parse_document(text).map_err(|e| ConfigError::new(path, e))?;
-    if doc.get("kind").and_then(Value::as_str) != Some("ConfigMap") {
-        return Ok(vec![(path.to_owned(), doc)]);
+    let kind = |v: &Value| v.get("kind").and_then(Value::as_str).map(str::to_owned);
+    let mut objects = Vec::new();
+    for doc in parse_documents(text).map_err(|e| ConfigError::new(path, e))? {
+        match (kind(&doc).as_deref(), doc) {
+            (Some("List"), Value::Object(mut list)) => match list.remove("items") {
+                Some(Value::Array(items)) => objects.extend(items),
+                _ => bail!(format!("{path}: items"), "a List with no items"),
+            },
+            (_, doc) => objects.push(doc),
+        }
     }
+    let several = objects.len() > 1;
+    let mut out = Vec::new();
+    for doc in objects {
+        match kind(&doc).as_deref() {
+            Some("ConfigMap") => out.extend(configmap_files(path, &doc, several)?),
+            // Another Kubernetes object of the stream.
+            Some(_) if several && doc.get("apiVersion").is_some() => {}
+            _ => out.push((path.to_owned(), doc)),
+        }
+    }
+    Ok(out)
+}
+
+/// A ConfigMap's Flyte files ([`documents`]); none is an error unless it is one of `several`.
+fn configmap_files(
+    path: &str,
+    doc: &Value,
+    several: bool,
+) -> Result<Vec<(String, Value)>, ConfigError> {
     let mut files: Vec<(&String, &Value)> = doc
         .get("data")
         .and_then(Value::as_object)
@@ -58,7 +87,7 @@ pub fn documents(path: &str, text: &str) -> Result<Vec<(String, Value)>, ConfigE
         .collect();
     files.sort_by_key(|(k, _)| *k);
     ensure!(
-        !files.is_empty(),
+        several || !files.is_empty(),
         format!("{path}: data"),
         "the ConfigMap holds no *.yaml, *.yml or *.json entry: give the ConfigMap that holds Flyte's configuration files (flytepropeller's, flyte-binary's or the webhook's)"
     );
@@ -145,11 +174,12 @@ enum Scalar {
 /// Decodes the read sections of a whole configuration in place with Flyte's leniencies (the
 /// module's documentation): returns the keys skipped, whose warnings are added to `warnings`.
 pub fn decode(config: &mut Value, warnings: &mut Vec<String>) -> Vec<String> {
-    let reference = serde_json::to_value(Config::default()).unwrap_or(Value::Null);
+    let reference = canonical_keys(config);
     let Value::Object(root) = config else {
         return Vec::new();
     };
-    rename_keys(root, READ_SECTIONS.iter().copied());
+    // A section with nothing under it (`webhook:`, its keys commented out) is unset.
+    root.retain(|_, v| !v.is_null());
     let mut skipped = Vec::new();
     for section in READ_SECTIONS {
         if let Some(v) = root.get_mut(section) {
@@ -157,6 +187,39 @@ pub fn decode(config: &mut Value, warnings: &mut Vec<String>) -> Vec<String> {
         }
     }
     skipped
+}
+
+/// Renames the keys of the read sections of `config` that match ours without regard to case to
+/// ours, as Flyte's loader matches them. Done to each source before they are merged, so that a
+/// key one file writes `CertDir` and another `certDir` is one key, the later one's. Returns the
+/// default configuration as JSON, the names' reference.
+pub fn canonical_keys(config: &mut Value) -> Value {
+    fn rename_at(v: &mut Value, reference: &Value, path: &str) {
+        let Value::Object(map) = v else {
+            return;
+        };
+        let Value::Object(known) = reference else {
+            // A map of the user's keys keeps them; a Kubernetes type's field names match
+            // without regard to case.
+            rename_kubernetes_fields(map, path);
+            return;
+        };
+        rename_keys(map, known.keys().map(String::as_str));
+        for (key, child) in map.iter_mut() {
+            let reference = known.get(key).unwrap_or(&Value::Null);
+            rename_at(child, reference, &format!("{path}.{key}"));
+        }
+    }
+    let reference = serde_json::to_value(Config::default()).unwrap_or(Value::Null);
+    if let Value::Object(root) = config {
+        rename_keys(root, READ_SECTIONS.iter().copied());
+        for section in READ_SECTIONS {
+            if let Some(v) = root.get_mut(section) {
+                rename_at(v, &reference[section], section);
+            }
+        }
+    }
+    reference
 }
 
 /// Renames each key of `map` that matches one of `known` without regard to case, unless the
@@ -204,13 +267,10 @@ fn decode_at(
         Value::Object(map) => {
             map.retain(|_, v| !v.is_null());
             let Value::Object(known) = reference else {
-                // A map of the user's keys, or a Kubernetes type: only `null` is Flyte's, and a
-                // Kubernetes type's own field names match without regard to case.
+                // A map of the user's keys, or a Kubernetes type: only `null` is Flyte's.
                 map.values_mut().for_each(super::drop_nulls);
-                rename_kubernetes_fields(map, path);
                 return;
             };
-            rename_keys(map, known.keys().map(String::as_str));
             for (key, why) in SKIPPED_KEYS {
                 let Some(name) = key.strip_prefix(path).and_then(|k| k.strip_prefix('.')) else {
                     continue;
@@ -360,6 +420,45 @@ mod tests {
             "awsSecretManager": {"resources": {"Limits": {"cpu": "300m"}}},
         }}));
         assert!(config.is_ok(), "{config:?}");
+    }
+
+    /// A key each source writes in its own case is one key, the later source's value (a Flyte
+    /// file's `SecretManagerTypes` under an overlay's `secretManagerTypes`).
+    #[test]
+    fn a_key_two_sources_write_in_different_cases_is_one_key() {
+        let flyte = [
+            (
+                "000.yaml",
+                "Webhook:\n  SecretManagerTypes: [K8s]\n  CertDir: /a\n",
+            ),
+            ("100.yaml", "webhook:\n  certdir: /b\n"),
+        ];
+        let file = (
+            "podmutator.yaml",
+            "webhook:\n  secretManagerTypes: [Vault]\n",
+        );
+        let loaded = Config::load_with_flyte(&flyte, Some(file), None).unwrap();
+        let w = &loaded.config.webhook;
+        assert_eq!(
+            w.secret_manager_types,
+            [crate::config::SecretManagerType::Vault]
+        );
+        assert_eq!(w.cert_dir, "/b");
+        let inline = (
+            "PODMUTATOR_CONFIG",
+            r#"{"Webhook": {"SECRETMANAGERTYPES": ["K8s"]}}"#,
+        );
+        let loaded = Config::load_with_flyte(&flyte, Some(file), Some(inline)).unwrap();
+        let types = &loaded.config.webhook.secret_manager_types;
+        assert_eq!(types, &[crate::config::SecretManagerType::K8s]);
+    }
+
+    /// A section whose keys are all commented out is `null`: unset, as an empty one.
+    #[test]
+    fn a_section_with_nothing_under_it_is_unset() {
+        let flyte = [("f.yaml", "webhook:\n  # listenPort: 1\nsecrets:\n")];
+        let loaded = Config::load_with_flyte(&flyte, Some(("c.yaml", "mesh:\n")), None).unwrap();
+        assert_eq!(loaded.config, Config::default());
     }
 
     #[test]

@@ -817,25 +817,37 @@ impl Config {
     ) -> Result<Loaded, ConfigError> {
         let mut merged = Value::Object(Default::default());
         let mut skipped = Vec::new();
+        // Each source's key names are made ours before it is merged ([`flyte::canonical_keys`]).
+        let mut merge_in = |mut v: Value| {
+            flyte::canonical_keys(&mut v);
+            merge(&mut merged, v);
+        };
+        let mut found = false;
         for (path, text) in flyte {
             for (name, doc) in flyte::documents(path, text)? {
                 let (read, others) = flyte::sections(&name, doc)?;
-                merge(&mut merged, read);
+                found |= read.as_object().is_some_and(|r| !r.is_empty());
+                merge_in(read);
                 skipped.extend(others.into_iter().map(|s| format!("{name}: {s}")));
             }
         }
+        let paths: Vec<&str> = flyte.iter().map(|(p, _)| *p).collect();
+        let not_found = (!flyte.is_empty() && !found).then(|| {
+            format!(
+                "--flyte-config {}: no webhook or secrets section was found, so Flyte's defaults apply; give flytepropeller's configuration (the files, or the ConfigMap that holds them)",
+                paths.join(", ")
+            )
+        });
         if let Some((path, text)) = file {
-            merge(
-                &mut merged,
-                parse_document(text).map_err(|e| ConfigError::new(path, e))?,
-            );
+            merge_in(parse_document(text).map_err(|e| ConfigError::new(path, e))?);
         }
         if let Some((name, text)) = inline.filter(|(_, t)| !t.trim().is_empty()) {
             let v: Value = serde_json::from_str(text)
                 .map_err(|e| ConfigError::new(name, format!("not valid JSON: {e}")))?;
-            merge(&mut merged, v);
+            merge_in(v);
         }
         let mut loaded = Self::from_value(merged)?;
+        loaded.warnings.extend(not_found);
         skipped.append(&mut loaded.skipped);
         loaded.skipped = skipped;
         Ok(loaded)
@@ -1562,22 +1574,32 @@ pub fn template_uses(t: &str, name: &str) -> bool {
 }
 
 fn parse_document(text: &str) -> Result<Value, String> {
-    let trimmed = text.trim_start();
-    if trimmed.starts_with('{') {
-        return serde_json::from_str(text).map_err(|e| {
+    let mut docs = parse_documents(text)?;
+    match docs.len() {
+        0 => Ok(Value::Object(Default::default())),
+        1 => Ok(docs.remove(0)),
+        n => Err(format!(
+            "holds {n} YAML documents (separated by `---`); a configuration file is one"
+        )),
+    }
+}
+
+/// The documents of a YAML stream (`---` between them), or one JSON document. Empty ones (a
+/// trailing `---`, a file of comments, `null`) are left out.
+fn parse_documents(text: &str) -> Result<Vec<Value>, String> {
+    if text.trim_start().starts_with('{') {
+        return serde_json::from_str(text).map(|v| vec![v]).map_err(|e| {
             let at = quoted_line(text, e.line(), e.column());
             format!("not valid JSON: {e}{at}")
         });
     }
-    if trimmed.is_empty() {
-        return Ok(Value::Object(Default::default()));
-    }
     // The parser's own rendering quotes the lines around the error unredacted; ours quotes the
     // one line, with a token's value hidden ([`quoted_line`]).
-    serde_saphyr::from_str_with_options::<Value>(
+    serde_saphyr::from_str_multiple_with_options::<Value, Vec<Value>>(
         text,
         serde_saphyr::options! { with_snippet: false },
     )
+    .map(|docs| docs.into_iter().filter(|d| !d.is_null()).collect())
     .map_err(|e| {
         let at = e
             .location()
@@ -1857,6 +1879,25 @@ mod tests {
 
     fn load_json(v: Value) -> Result<Loaded, ConfigError> {
         Config::from_value(v)
+    }
+
+    /// Empty documents (a trailing `---`, comments alone, `null`) are nothing; a file of two
+    /// documents is refused, naming the file.
+    #[test]
+    fn a_configuration_file_is_one_yaml_document() {
+        for text in [
+            "",
+            "# nothing yet\n",
+            "---\n",
+            "null\n",
+            "webhook: {}\n---\n",
+        ] {
+            let loaded = Config::load(Some(("c.yaml", text)), None).unwrap();
+            assert_eq!(loaded.config, Config::default(), "{text:?}");
+        }
+        let err = Config::load(Some(("c.yaml", "http: {}\n---\nmesh: {}\n")), None).unwrap_err();
+        assert_eq!(err.key, "c.yaml");
+        assert!(err.message.starts_with("holds 2 YAML documents"), "{err}");
     }
 
     #[test]
