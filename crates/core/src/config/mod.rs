@@ -1061,9 +1061,8 @@ impl WebhookConfig {
             }
         }
 
-        let enabled = w.enabled_secret_managers();
-        if enabled.contains(&SecretManagerType::Embedded) {
-            let e = &w.embedded_secret_manager_config;
+        let e = &w.embedded_secret_manager_config;
+        if w.enabled_secret_managers().contains(&SecretManagerType::Embedded) {
             ensure!(
                 e.kind == EmbeddedType::AWS,
                 "webhook.embeddedSecretManagerConfig.type",
@@ -1075,33 +1074,33 @@ impl WebhookConfig {
                 "webhook.embeddedSecretManagerConfig.imagePullSecrets.enabled",
                 "copying image-pull Secrets needs write access to the cluster, which this webhook does not have by design; set it to false"
             );
-            let init = &e.file_mount_init_container;
-            ensure!(
-                crate::k8s_names::is_dns_label(&init.container_name),
-                "webhook.embeddedSecretManagerConfig.fileMountInitContainer.containerName",
-                "{:?} is not a container name: lower-case letters, digits and '-', at most 63, starting and ending with a letter or digit (default \"init-embedded-secret\")",
-                init.container_name
-            );
-            images::check_image(
-                "webhook.embeddedSecretManagerConfig.fileMountInitContainer.image",
-                &init.image,
-            )?;
-            check_resources(
-                "webhook.embeddedSecretManagerConfig.fileMountInitContainer.resources",
-                &init.resources,
-            )?;
         }
-        for (t, key, cfg, _) in w.sidecar_managers() {
-            if enabled.contains(&t) {
-                // Unset, the manager's default.
-                if let Some(image) = &cfg.sidecar_image {
-                    images::check_image(&format!("webhook.{key}.sidecarImage"), image)?;
-                }
-                check_resources(
-                    &format!("webhook.{key}.resources"),
-                    &cfg.resources_or_default(),
-                )?;
+        // The containers' settings are checked whether or not their manager is on: turning it
+        // on never reveals a mistake in them.
+        let init = &e.file_mount_init_container;
+        ensure!(
+            crate::k8s_names::is_dns_label(&init.container_name),
+            "webhook.embeddedSecretManagerConfig.fileMountInitContainer.containerName",
+            "{:?} is not a container name: lower-case letters, digits and '-', at most 63, starting and ending with a letter or digit (default \"init-embedded-secret\")",
+            init.container_name
+        );
+        images::check_image(
+            "webhook.embeddedSecretManagerConfig.fileMountInitContainer.image",
+            &init.image,
+        )?;
+        check_resources(
+            "webhook.embeddedSecretManagerConfig.fileMountInitContainer.resources",
+            &init.resources,
+        )?;
+        for (_, key, cfg, _) in w.sidecar_managers() {
+            // Unset, the manager's default.
+            if let Some(image) = &cfg.sidecar_image {
+                images::check_image(&format!("webhook.{key}.sidecarImage"), image)?;
             }
+            check_resources(
+                &format!("webhook.{key}.resources"),
+                &cfg.resources_or_default(),
+            )?;
         }
         // The prefix starts every name the managers write: what no name may hold, it may not.
         ensure!(
@@ -2061,6 +2060,9 @@ mod tests {
     #[case::gate_run_as_non_root_misspelt(json!({"mesh": {"enabled": true, "gate": {"enabled": true, "image": "r.io/gate:1", "securityContext": {"runAsNonroot": true}}}}), "mesh.gate.securityContext.runAsNonroot")]
     #[case::builder_match_labels_misspelt(json!({"webhook": {"imageBuilderConfig": {"enabled": true, "hostnameReplacement": {"existing": "e.io", "replacement": "r.io"}, "labelSelector": {"matchLabel": {"a": "b"}}}}}), "webhook.imageBuilderConfig.labelSelector.matchLabel")]
     #[case::selector_expression_values_misspelt(json!({"images": {"podSelector": {"matchExpressions": [{"key": "a", "operator": "Exists"}, {"key": "a", "operator": "In", "value": ["x"]}]}}}), "images.podSelector.matchExpressions[1].value")]
+    #[case::a_sidecar_image_of_a_manager_that_is_off(json!({"webhook": {"gcpSecretManager": {"sidecarImage": "Not Valid!!"}}}), "webhook.gcpSecretManager.sidecarImage")]
+    #[case::sidecar_resources_of_a_manager_that_is_off(json!({"webhook": {"awsSecretManager": {"resources": {"requests": {"cpu": "200m"}, "limits": {"cpu": "100m"}}}}}), "webhook.awsSecretManager.resources.requests.cpu")]
+    #[case::file_writer_name_with_embedded_off(json!({"webhook": {"embeddedSecretManagerConfig": {"fileMountInitContainer": {"containerName": "Init_Secret"}}}}), "webhook.embeddedSecretManagerConfig.fileMountInitContainer.containerName")]
     fn bad_config_names_the_key(#[case] v: Value, #[case] key: &str) {
         let err = load_json(v).unwrap_err();
         assert_eq!(err.key, key, "{err}");
