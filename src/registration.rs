@@ -460,7 +460,7 @@ pub struct RegistrationOptions {
     /// Also register the two mesh webhooks
     #[arg(long)]
     pub mesh: bool,
-    /// Label of mesh-managed pods and namespaces [default: aether.io/managed]
+    /// Label of mesh-managed pods and namespaces (implies --mesh) [default: aether.io/managed]
     #[arg(long, value_name = "KEY", value_parser = parse_label_key)]
     pub mesh_label_key: Option<String>,
     /// Also register the image-builder webhook, with this objectSelector
@@ -537,6 +537,7 @@ impl RegistrationOptions {
         };
         self.images |=
             self.images_pod_selector.is_some() || self.images_namespace_selector.is_some();
+        self.mesh |= self.mesh_label_key.is_some();
         self.validate()?;
         Ok(self)
     }
@@ -1242,6 +1243,31 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(both.contains("cannot be used with"), "{both}");
+    }
+
+    /// A mesh label key asks for the mesh webhooks, as an images selector asks for the images
+    /// entry: without them it would be dropped in silence.
+    #[test]
+    fn a_mesh_label_key_registers_the_mesh_webhooks() {
+        let opts = parse(&[
+            "--url",
+            "https://h",
+            "--no-path-token",
+            "--mesh-label-key",
+            "e.org/m",
+        ])
+        .unwrap()
+        .read_files()
+        .unwrap();
+        assert!(opts.mesh);
+        let v = mutating_webhook_configuration(&opts);
+        let selectors: Vec<&Value> = webhooks(&v).iter().map(|w| &w["objectSelector"]).collect();
+        assert!(
+            selectors
+                .iter()
+                .any(|s| s["matchLabels"]["e.org/m"] == "true"),
+            "{selectors:?}"
+        );
     }
 
     #[test]

@@ -461,6 +461,22 @@ fn inject_will_not_reach_aws_unless_told_to() {
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
 }
 
+/// `-n` is a namespace the API server would take, or the command is refused naming it.
+#[test]
+fn inject_refuses_a_namespace_no_pod_could_be_in() {
+    let input = fixture("manifests.yaml");
+    for bad in ["", "Bad_NS"] {
+        let out = podmutator(&["inject", "-f", input.to_str().unwrap(), "-n", bad], None);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&format!("{bad:?} is not a namespace name")),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    }
+}
+
 /// `inject --embedded` in reference delivery is the served webhook's reference delivery: names
 /// resolved with `DescribeSecret` only, the fetcher and the wrapped command in the output, and
 /// no value anywhere in what it prints.

@@ -45,7 +45,7 @@ pub struct InjectArgs {
     #[arg(long, value_name = "ROUTE", default_value = "secrets", value_parser = parse_route)]
     pub route: Route,
     /// Namespace of objects that name none
-    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
+    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default", value_parser = parse_namespace)]
     pub namespace: String,
     /// Print each pod's JSON Patch instead of the manifests
     #[arg(long, conflicts_with = "diff")]
@@ -107,6 +107,17 @@ fn parse_route(s: &str) -> Result<Route, UnknownRoute> {
         .into_iter()
         .find(|r| r.as_str() == s)
         .ok_or_else(|| UnknownRoute(s.to_owned()))
+}
+
+/// `-n`: a namespace name, as the API server takes one.
+fn parse_namespace(s: &str) -> Result<String, String> {
+    match podmutator_core::k8s_names::is_dns_label(s) {
+        true => Ok(s.to_owned()),
+        false => Err(format!(
+            "{s:?} is not a namespace name: {}",
+            podmutator_core::k8s_names::DNS_LABEL_RULE
+        )),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

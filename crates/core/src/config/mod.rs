@@ -1062,7 +1062,9 @@ impl WebhookConfig {
         }
 
         let e = &w.embedded_secret_manager_config;
-        if w.enabled_secret_managers().contains(&SecretManagerType::Embedded) {
+        if w.enabled_secret_managers()
+            .contains(&SecretManagerType::Embedded)
+        {
             ensure!(
                 e.kind == EmbeddedType::AWS,
                 "webhook.embeddedSecretManagerConfig.type",
