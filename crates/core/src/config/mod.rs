@@ -1160,6 +1160,24 @@ impl WebhookConfig {
             "must differ from webhook.listenPort ({}): the metrics port is plain HTTP without the path token",
             w.listen_port
         );
+        let mut unset = Vec::new();
+        let dir = expand_env(&w.cert_dir, |k| {
+            (std::env::var(k).map_err(|_| unset.push(k.to_owned()))).ok()
+        });
+        if !unset.is_empty() {
+            warnings.push(format!(
+                "webhook.certDir {:?}: {} is not set, so it reads as \"\" (as in Flyte) and the certificates are in {dir:?}",
+                w.cert_dir,
+                unset.join(", ")
+            ));
+        }
+        ensure!(
+            crate::k8s_names::is_dns_label(&w.service_name),
+            "webhook.serviceName",
+            "{:?} is not a Service name (the name the serving certificate is made for, with .<namespace> and .<namespace>.svc added): {}",
+            w.service_name,
+            crate::k8s_names::DNS_LABEL_RULE
+        );
         if w.secret_env_var_prefix.is_empty() {
             warnings.push(
                 "webhook.secretEnvVarPrefix is empty: injected variables are named after group and key alone"
@@ -1843,7 +1861,7 @@ fn merge(base: &mut Value, overlay: Value) {
 }
 
 /// `$VAR` and `${VAR}` expansion; unknown variables expand to "" as in Go's `os.ExpandEnv`.
-fn expand_env(s: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+fn expand_env(s: &str, mut lookup: impl FnMut(&str) -> Option<String>) -> String {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(pos) = rest.find('$') {
@@ -1899,6 +1917,26 @@ mod tests {
         let err = Config::load(Some(("c.yaml", "http: {}\n---\nmesh: {}\n")), None).unwrap_err();
         assert_eq!(err.key, "c.yaml");
         assert!(err.message.starts_with("holds 2 YAML documents"), "{err}");
+    }
+
+    /// A variable `certDir` names that is not set reads as "", as Flyte's `os.ExpandEnv`
+    /// reads it, and the warning says where the certificates then are.
+    #[test]
+    fn a_cert_dir_variable_that_is_not_set_is_warned_of() {
+        let dir = "/tmp/${PODMUTATOR_NO_SUCH_VARIABLE}/certs";
+        let loaded = load_json(json!({"webhook": {"certDir": dir}})).unwrap();
+        let warning = loaded
+            .warnings
+            .iter()
+            .find(|w| w.contains("webhook.certDir"));
+        assert_eq!(
+            warning.map(String::as_str),
+            Some(
+                "webhook.certDir \"/tmp/${PODMUTATOR_NO_SUCH_VARIABLE}/certs\": PODMUTATOR_NO_SUCH_VARIABLE is not set, so it reads as \"\" (as in Flyte) and the certificates are in \"/tmp//certs\""
+            )
+        );
+        let loaded = load_json(json!({"webhook": {"certDir": "/tmp/certs"}})).unwrap();
+        assert!(loaded.warnings.iter().all(|w| !w.contains("certDir")));
     }
 
     #[test]
@@ -2065,6 +2103,7 @@ mod tests {
     #[case::a_sidecar_image_of_a_manager_that_is_off(json!({"webhook": {"gcpSecretManager": {"sidecarImage": "Not Valid!!"}}}), "webhook.gcpSecretManager.sidecarImage")]
     #[case::sidecar_resources_of_a_manager_that_is_off(json!({"webhook": {"awsSecretManager": {"resources": {"requests": {"cpu": "200m"}, "limits": {"cpu": "100m"}}}}}), "webhook.awsSecretManager.resources.requests.cpu")]
     #[case::file_writer_name_with_embedded_off(json!({"webhook": {"embeddedSecretManagerConfig": {"fileMountInitContainer": {"containerName": "Init_Secret"}}}}), "webhook.embeddedSecretManagerConfig.fileMountInitContainer.containerName")]
+    #[case::service_name_with_a_namespace(json!({"webhook": {"serviceName": "flyte-pod-webhook.${POD_NAMESPACE}"}}), "webhook.serviceName")]
     fn bad_config_names_the_key(#[case] v: Value, #[case] key: &str) {
         let err = load_json(v).unwrap_err();
         assert_eq!(err.key, key, "{err}");
