@@ -453,6 +453,25 @@ mod tests {
         assert_eq!(types, &[crate::config::SecretManagerType::K8s]);
     }
 
+    /// Among several sources, an error names the last that sets its key.
+    #[test]
+    fn an_error_names_the_source_that_set_its_key() {
+        let flyte = [
+            ("000-core.yaml", "webhook:\n  listenPort: 1\n"),
+            ("100-webhook.yaml", "webhook:\n  secretManagerTyp: AWS\n"),
+        ];
+        let err = Config::load_with_flyte(&flyte, None, None).unwrap_err();
+        assert_eq!(err.key, "webhook.secretManagerTyp");
+        assert!(err.message.ends_with(" (set in 100-webhook.yaml)"), "{err}");
+        let file = ("podmutator.yaml", "webhook:\n  listenPort: 0\n");
+        let err = Config::load_with_flyte(&flyte[..1], Some(file), None).unwrap_err();
+        assert_eq!(err.key, "webhook.listenPort");
+        assert!(err.message.ends_with(" (set in podmutator.yaml)"), "{err}");
+        // One source: nothing to tell apart.
+        let err = Config::load(Some(file), None).unwrap_err();
+        assert!(!err.message.contains("(set in"), "{err}");
+    }
+
     /// A section whose keys are all commented out is `null`: unset, as an empty one.
     #[test]
     fn a_section_with_nothing_under_it_is_unset() {

@@ -817,17 +817,20 @@ impl Config {
     ) -> Result<Loaded, ConfigError> {
         let mut merged = Value::Object(Default::default());
         let mut skipped = Vec::new();
-        // Each source's key names are made ours before it is merged ([`flyte::canonical_keys`]).
-        let mut merge_in = |mut v: Value| {
+        // Each source's key names are made ours before it is merged ([`flyte::canonical_keys`]),
+        // and each is kept to tell which one set a key an error names.
+        let mut sources: Vec<(String, Value)> = Vec::new();
+        let mut merge_in = |name: &str, mut v: Value| {
             flyte::canonical_keys(&mut v);
-            merge(&mut merged, v);
+            merge(&mut merged, v.clone());
+            sources.push((name.to_owned(), v));
         };
         let mut found = false;
         for (path, text) in flyte {
             for (name, doc) in flyte::documents(path, text)? {
                 let (read, others) = flyte::sections(&name, doc)?;
                 found |= read.as_object().is_some_and(|r| !r.is_empty());
-                merge_in(read);
+                merge_in(&name, read);
                 skipped.extend(others.into_iter().map(|s| format!("{name}: {s}")));
             }
         }
@@ -839,14 +842,24 @@ impl Config {
             )
         });
         if let Some((path, text)) = file {
-            merge_in(parse_document(text).map_err(|e| ConfigError::new(path, e))?);
+            merge_in(
+                path,
+                parse_document(text).map_err(|e| ConfigError::new(path, e))?,
+            );
         }
         if let Some((name, text)) = inline.filter(|(_, t)| !t.trim().is_empty()) {
             let v: Value = serde_json::from_str(text)
                 .map_err(|e| ConfigError::new(name, format!("not valid JSON: {e}")))?;
-            merge_in(v);
+            merge_in(name, v);
         }
-        let mut loaded = Self::from_value(merged)?;
+        let mut loaded = Self::from_value(merged).map_err(|mut e| {
+            // Among several sources, the last that sets the key the error names.
+            let setter = sources.iter().rev().find(|(_, v)| holds(v, &e.key));
+            if let Some((name, _)) = setter.filter(|_| sources.len() > 1) {
+                e.message = format!("{} (set in {name})", e.message);
+            }
+            e
+        })?;
         loaded.warnings.extend(not_found);
         skipped.append(&mut loaded.skipped);
         loaded.skipped = skipped;
@@ -1834,6 +1847,18 @@ fn check_kubernetes_values(input: &Value, config: &Config) -> Result<(), ConfigE
         }
     }
     Ok(())
+}
+
+/// Whether `v` sets the dotted `key` (`webhook.awsSecretManager.resources.limits`,
+/// `images.rules[0].match`).
+fn holds(v: &Value, key: &str) -> bool {
+    key.split(['.', '['])
+        .filter(|s| !s.is_empty())
+        .try_fold(v, |v, step| match step.strip_suffix(']') {
+            Some(i) => v.get(i.parse::<usize>().ok()?),
+            None => v.get(step),
+        })
+        .is_some_and(|v| !v.is_null())
 }
 
 /// Removes every `null` member, at any depth: `null` is unset.
