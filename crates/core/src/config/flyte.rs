@@ -327,6 +327,12 @@ fn decode_at(
             }
         }
         Value::Number(n) if reference.is_string() => *v = Value::String(n.to_string()),
+        // mapstructure's weak decoding: a number where a boolean goes is whether it is not 0.
+        Value::Number(n)
+            if reference.is_boolean() || UNSET_SCALARS.contains(&(path, Scalar::Bool)) =>
+        {
+            *v = Value::Bool(n.as_f64() != Some(0.0));
+        }
         Value::Bool(b) if reference.is_string() => *v = Value::String(b.to_string()),
         _ => {}
     }
@@ -372,6 +378,10 @@ mod tests {
         assert_eq!(w["disableCreateMutatingWebhookConfig"], true);
         assert_eq!(w["kubeClientConfig"]["qps"], 50);
         assert_eq!(w["kubeClientConfig"]["timeout"], "30");
+        let (v, _) =
+            decoded(json!({"webhook": {"localCert": 1, "disableCreateMutatingWebhookConfig": 0}}));
+        assert_eq!(v["webhook"]["localCert"], true);
+        assert_eq!(v["webhook"]["disableCreateMutatingWebhookConfig"], false);
     }
 
     #[test]
