@@ -46,11 +46,6 @@ impl Patch {
     pub fn as_json(&self) -> &[u8] {
         &self.json
     }
-
-    /// The operations, parsed back (for callers that apply or inspect them).
-    pub fn to_ops(&self) -> Result<json_patch::Patch, serde_json::Error> {
-        serde_json::from_slice(&self.json)
-    }
 }
 
 /// The writer of a [`Patch`]: operations in the field order `json_patch` serialises them in
@@ -548,7 +543,7 @@ mod tests {
     /// The written operations, parsed back, after checking that they are written exactly as
     /// `json_patch` writes them and that the count is theirs.
     fn parsed(p: super::Patch) -> Patch {
-        let ops = p.to_ops().expect("the patch is a JSON Patch");
+        let ops: Patch = serde_json::from_slice(p.as_json()).expect("the patch is a JSON Patch");
         assert_eq!(ops.0.len(), p.len());
         assert_eq!(
             String::from_utf8_lossy(&serde_json::to_vec(&ops).unwrap()),
