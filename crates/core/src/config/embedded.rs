@@ -315,9 +315,8 @@ impl EmbeddedConfig {
         bounds::TAG_TTL_SECONDS.check(lookup.tag_ttl_seconds, |b| {
             format!("{} s: use {}..={}", lookup.tag_ttl_seconds, b.min, b.max)
         })?;
-        if let Err(e) = check_template(&em.namespace_template) {
-            return Err(ConfigError::new("embedded.namespaceTemplate", e));
-        }
+        check_template(&em.namespace_template)
+            .map_err(|e| ConfigError::new("embedded.namespaceTemplate", e))?;
         // Its literal text too must be able to make a namespace name: with one-letter values,
         // it must give one.
         let sample = super::template_parts(&em.namespace_template)
