@@ -296,7 +296,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Fetch => {
             let summary = crate::pod::fetch::run_fetch().map_err(CliError::Fetch)?;
             eprintln!(
-                "podmutator: fetched {} secrets into {} files in {} BatchGetSecretValue calls",
+                "podmutator: fetched {} secrets into {} files in {} Secrets Manager calls",
                 summary.secrets, summary.files, summary.calls
             );
             match summary.copied {

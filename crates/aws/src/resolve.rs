@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use aws_sdk_secretsmanager::Client;
+use aws_sdk_secretsmanager::operation::describe_secret::DescribeSecretOutput;
 use tokio::sync::Semaphore;
 
 use podmutator_core::secrets::source::{
@@ -60,8 +61,11 @@ impl DescribeSource {
             .await;
         match sent {
             // A secret scheduled for deletion is still described, but its value can no longer
-            // be read: for the pod it does not exist, and the cascade goes on.
-            Ok(out) if out.deleted_date().is_some() => Ok((id, Lookup::NotFound)),
+            // be read; one without an AWSCURRENT version (created without a value) has none to
+            // read. For the pod neither exists, and the cascade goes on, as a value's fetch does.
+            Ok(out) if out.deleted_date().is_some() || !has_current_version(&out) => {
+                Ok((id, Lookup::NotFound))
+            }
             Ok(out) => {
                 let name = out.name().unwrap_or(&id).to_owned();
                 let arn = out.arn().unwrap_or_default().to_owned();
@@ -112,6 +116,13 @@ impl SecretSource for DescribeSource {
     }
 }
 
+/// Whether a version of the described secret is in stage `AWSCURRENT`, the one a value's
+/// fetch reads.
+fn has_current_version(out: &DescribeSecretOutput) -> bool {
+    (out.version_ids_to_stages().into_iter().flatten())
+        .any(|(_, stages)| stages.iter().any(|s| s == "AWSCURRENT"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,6 +140,20 @@ mod tests {
                 DescribeSecretOutput::builder()
                     .name("a")
                     .arn("arn:aws:secretsmanager:us-east-1:123456789012:secret:a-AbCdEf")
+                    .version_ids_to_stages("v2", vec!["AWSCURRENT".into()])
+                    .version_ids_to_stages("v1", vec!["AWSPREVIOUS".into()])
+                    .build()
+            });
+        // Created without a value: described, with no version to read.
+        let empty = mock!(aws_sdk_secretsmanager::Client::describe_secret)
+            .match_requests(|r| r.secret_id() == Some("empty"))
+            .then_output(|| DescribeSecretOutput::builder().name("empty").build());
+        let pending = mock!(aws_sdk_secretsmanager::Client::describe_secret)
+            .match_requests(|r| r.secret_id() == Some("pending"))
+            .then_output(|| {
+                DescribeSecretOutput::builder()
+                    .name("pending")
+                    .version_ids_to_stages("v1", vec!["AWSPENDING".into()])
                     .build()
             });
         let deleted = mock!(aws_sdk_secretsmanager::Client::describe_secret)
@@ -147,11 +172,15 @@ mod tests {
         let client = mock_client!(
             aws_sdk_secretsmanager,
             RuleMode::MatchAny,
-            [&exists, &deleted, &missing]
+            [&exists, &empty, &pending, &deleted, &missing]
         );
-        let ids: Vec<String> = ["a", "gone", "none"].map(String::from).into();
+        let ids: Vec<String> = ["a", "empty", "pending", "gone", "none"]
+            .map(String::from)
+            .into();
         let got = DescribeSource::new(client).fetch_many(&ids).await.unwrap();
-        assert_eq!(got.backend_calls, 3);
+        assert_eq!(got.backend_calls, 5);
+        assert_eq!(got.values["empty"], Lookup::NotFound);
+        assert_eq!(got.values["pending"], Lookup::NotFound);
         assert_eq!(
             got.values["a"],
             Lookup::Exists(SecretRef {

@@ -39,7 +39,14 @@ where
 {
     let ids = ids.join(", ");
     let code = match &e {
-        SdkError::ServiceError(s) => s.err().code().unwrap_or("an unnamed error").to_owned(),
+        SdkError::ServiceError(s) => match s.err().code() {
+            Some(code) => shown_code(code),
+            // A body the SDK could not read as an AWS error: a proxy's page, a truncated answer.
+            None => format!(
+                "an unreadable response (HTTP {})",
+                s.raw().status().as_u16()
+            ),
+        },
         SdkError::TimeoutError(_) => "a timeout (embedded.deadlineMs)".to_owned(),
         // The SDK reports credentials it could not load as a dispatch failure, though no
         // request was sent.
@@ -69,6 +76,23 @@ where
     }
 }
 
+/// An error code as the reply may show it: AWS's are one word (`AccessDeniedException`); anything
+/// else, from an endpoint that is not AWS's, is not repeated.
+fn shown_code(code: &str) -> String {
+    match !code.is_empty() && code.len() <= 64 && code.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        true => code.to_owned(),
+        false => "an error code that is not AWS's".to_owned(),
+    }
+}
+
+/// Whether a batch entry's `code` means the pod has no value there: not found, or
+/// (`InvalidRequestException`, the one cause a read can have) scheduled for deletion. Either
+/// way the cascade goes on, as reference delivery's `DescribeSecret` does; `get` reads the same
+/// two errors so.
+fn no_value(code: Option<&str>) -> bool {
+    matches!(code, Some(NOT_FOUND | SCHEDULED_FOR_DELETION))
+}
+
 /// Whether any error in `e`'s chain is about credentials.
 fn mentions_credentials(e: &dyn std::error::Error) -> bool {
     std::iter::successors(Some(e), |e| e.source())
@@ -79,6 +103,7 @@ type HttpResponse = aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 
 const THROTTLED: &str = "ThrottlingException";
 const NOT_FOUND: &str = "ResourceNotFoundException";
+const SCHEDULED_FOR_DELETION: &str = "InvalidRequestException";
 
 /// An HTTPS client for the AWS SDK on rustls with ring (no aws-lc in the binary).
 pub fn http_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
@@ -296,8 +321,17 @@ impl CallCtx {
     async fn batch(self, ids: Vec<String>) -> Result<(Vec<(String, Lookup)>, u32), SourceError> {
         let mut out = Vec::with_capacity(ids.len());
         let mut next_token = None;
-        let mut calls = 0;
+        let mut calls: u32 = 0;
         loop {
+            // Each page answers at least one id: a service that keeps paging is not followed.
+            if calls as usize >= ids.len().max(1) {
+                return Err(SourceError::Call {
+                    api: Api::BatchGetSecretValue,
+                    ids: ids.join(", "),
+                    code: format!("a NextToken after {calls} pages of {} ids", ids.len()),
+                    source: Box::new(ServiceMessage("the service kept paging".into())),
+                });
+            }
             let _slot = self.slot().await;
             calls += 1;
             let resp = self
@@ -322,11 +356,11 @@ impl CallCtx {
             for err in resp.errors() {
                 let id = err.secret_id().unwrap_or_default().to_owned();
                 match err.error_code() {
-                    Some(NOT_FOUND) => out.push((id, Lookup::NotFound)),
+                    code if no_value(code) => out.push((id, Lookup::NotFound)),
                     code => {
                         return Err(SourceError::Entry {
                             id,
-                            code: code.unwrap_or("an unnamed error").to_owned(),
+                            code: code.map_or("an unnamed error".into(), shown_code),
                             source: ServiceMessage(
                                 err.message().unwrap_or("no message").to_owned(),
                             ),
@@ -355,8 +389,9 @@ impl CallCtx {
         let lookup = match sent {
             Ok(resp) => found(resp.secret_string(), resp.secret_binary()),
             Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_resource_not_found_exception()) =>
+                if e.as_service_error().is_some_and(|e| {
+                    e.is_resource_not_found_exception() || e.is_invalid_request_exception()
+                }) =>
             {
                 Lookup::NotFound
             }
@@ -850,6 +885,107 @@ mod tests {
             "failed to fetch secret k: DecryptionFailure"
         );
         assert!(chain(&err).contains(ARN), "the logs get the detail");
+    }
+
+    /// A secret scheduled for deletion answers `InvalidRequestException` to a read, by either
+    /// API: for the pod it has no value, as `DescribeSecret` tells reference delivery, and the
+    /// cascade goes on.
+    #[tokio::test]
+    async fn a_secret_scheduled_for_deletion_has_no_value_by_either_api() {
+        let deleted =
+            "You tried to perform the operation on a secret that's currently marked deleted.";
+        let batch =
+            mock!(aws_sdk_secretsmanager::Client::batch_get_secret_value).then_output(move || {
+                BatchGetSecretValueOutput::builder()
+                    .errors(
+                        ApiErrorType::builder()
+                            .secret_id("k")
+                            .error_code("InvalidRequestException")
+                            .message(deleted)
+                            .build(),
+                    )
+                    .build()
+            });
+        let get = mock!(aws_sdk_secretsmanager::Client::get_secret_value).then_error(move || {
+            GetSecretValueError::InvalidRequestException(
+                aws_sdk_secretsmanager::types::error::InvalidRequestException::builder()
+                    .message(deleted)
+                    .build(),
+            )
+        });
+        let client = mock_client!(aws_sdk_secretsmanager, RuleMode::MatchAny, [&batch, &get]);
+        for strategy in [FetchStrategy::Batch, FetchStrategy::Parallel] {
+            let got = AwsSource::new(client.clone(), 20)
+                .with_strategy(strategy)
+                .fetch_many(&["k".to_owned()])
+                .await
+                .unwrap();
+            assert_eq!(got.values["k"], Lookup::NotFound, "{strategy:?}");
+        }
+        assert_eq!((batch.num_calls(), get.num_calls()), (1, 1));
+    }
+
+    /// What an endpoint that is not AWS's answers is not repeated as an error code, and an answer
+    /// that is no AWS error at all is named by its HTTP status.
+    #[tokio::test]
+    async fn an_answer_that_is_not_awss_is_named_by_its_status_not_its_words() {
+        for (body, code) in [
+            (
+                r#"{"__type":"SENTINEL value here"}"#,
+                "an error code that is not AWS's",
+            ),
+            (
+                "<html>bad gateway</html>",
+                "an unreadable response (HTTP 502)",
+            ),
+        ] {
+            let rule = mock!(aws_sdk_secretsmanager::Client::batch_get_secret_value)
+                .then_http_response(move || {
+                    HttpResponse::new(502.try_into().unwrap(), SdkBody::from(body))
+                });
+            let client = mock_client!(
+                aws_sdk_secretsmanager,
+                RuleMode::MatchAny,
+                [&rule],
+                fast_retries
+            );
+            let err = AwsSource::new(client, 20)
+                .fetch_many(&["k".to_owned()])
+                .await
+                .unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("failed to fetch secret k: BatchGetSecretValue failed with {code}")
+            );
+        }
+    }
+
+    /// A service that answers every page with another `NextToken` is not followed past one
+    /// page per id.
+    #[tokio::test]
+    async fn a_batch_that_keeps_paging_is_not_followed() {
+        let rule =
+            mock!(aws_sdk_secretsmanager::Client::batch_get_secret_value).then_output(|| {
+                BatchGetSecretValueOutput::builder()
+                    .next_token("again")
+                    .build()
+            });
+        let client = mock_client!(
+            aws_sdk_secretsmanager,
+            RuleMode::MatchAny,
+            [&rule],
+            fast_retries
+        );
+        let err = AwsSource::new(client, 20)
+            .fetch_many(&ids(2))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with("BatchGetSecretValue failed with a NextToken after 2 pages of 2 ids"),
+            "{err}"
+        );
+        assert_eq!(rule.num_calls(), 2);
     }
 
     // === Strategies ===
