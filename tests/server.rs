@@ -101,6 +101,132 @@ async fn a_body_over_the_limit_gets_400_without_being_read_whole() {
     s.task.await.unwrap();
 }
 
+/// A body whose read fails partway (the client's connection ends mid-body, a malformed chunk)
+/// is not a body over the limit: it was answered, logged and counted as `BodyTooLarge`, with a
+/// 400 naming a limit it never reached. It is `BodyReadFailed` now, its line and 400 saying why
+/// the body could not be read. Waits on the events (the replies read to their end, the refusal
+/// line, the counters reaching both requests), not on a clock.
+#[tokio::test]
+async fn a_body_cut_off_or_malformed_is_refused_as_unreadable_not_as_too_large() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = temp_dir("body-read-failed");
+    let (port, probe) = (free_port(), free_port());
+    let config = json!({
+        "webhook": {"certDir": dir, "listenPort": port, "metricsPort": probe, "serviceName": "podmutator"},
+        "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "maxBodyBytes": 1 << 20}
+    });
+    let (child, rx) = serve_child(&config);
+    // Stopped however the test ends: a failed assertion must not leave it serving.
+    let mut child = KillOnDrop(child);
+    wait_for(&rx, "serving https");
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+
+    let review = review_bytes();
+    let head =
+        "POST /mutate--v1-pod HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n";
+    // Half the review sent, then the client's write half closed: the body ends early.
+    let mut cut_off = format!("{head}Content-Length: {}\r\n\r\n", review.len()).into_bytes();
+    cut_off.extend_from_slice(&review[..review.len() / 2]);
+    // A chunk whose size line is not hex.
+    let malformed =
+        format!("{head}Transfer-Encoding: chunked\r\n\r\n5\r\n{{\"a\":\r\nZZ\r\n").into_bytes();
+    // The first request's reply, if one arrived: its refusal is the one logged at once.
+    let mut first_reply = None;
+    for (i, request) in [cut_off, malformed].into_iter().enumerate() {
+        let mut tls = crate::common::tls_connect(port, &ca).await.unwrap();
+        tls.write_all(&request).await.unwrap();
+        tls.flush().await.unwrap();
+        tls.shutdown().await.unwrap();
+        // Whatever the server sends before it closes: the reply, if one is written.
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = tls.read(&mut buf).await {
+            raw.extend_from_slice(&buf[..n]);
+        }
+        if raw.is_empty() {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&raw);
+        assert!(text.starts_with("HTTP/1.1 400 "), "{text}");
+        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        let message = response(&raw[split + 4..])["status"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            message.starts_with("the request body could not be read: "),
+            "{message}"
+        );
+        assert!(!message.contains("limit"), "{message}");
+        if i == 0 {
+            first_reply = Some(message);
+        }
+    }
+
+    // The first refusal's line is written at once; the second waits for its window's end.
+    let line = wait_for(&rx, "request refused before the admission");
+    assert_eq!(line["refusal"], "BodyReadFailed", "{line}");
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert_eq!(line["method"], "POST", "{line}");
+    assert!(
+        line["peer"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "{line}"
+    );
+    // The line's error is the reason the reply gave.
+    let error = line["error"].as_str().unwrap_or_default();
+    assert!(!error.is_empty(), "{line}");
+    if let Some(reply) = first_reply {
+        assert!(reply.ends_with(error), "{reply} / {line}");
+    }
+
+    // Every refusal is counted: scraped until both requests are, whatever their kind.
+    let counted = loop {
+        let counted = refusals_counted(probe).await;
+        if counted.values().sum::<f64>() >= 2.0 {
+            break counted;
+        }
+        if let Some(status) = child.0.try_wait().unwrap() {
+            panic!("serve exited ({status}) with the refusals counted so far: {counted:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        counted,
+        std::collections::BTreeMap::from([("BodyReadFailed".to_owned(), 2.0)])
+    );
+}
+
+/// A child process killed and reaped when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `podmutator_refusals_total` by `refusal`, scraped from the probe port.
+async fn refusals_counted(probe: u16) -> std::collections::BTreeMap<String, f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", probe))
+        .await
+        .unwrap();
+    tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    tcp.read_to_end(&mut out).await.unwrap();
+    String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|l| l.strip_prefix("podmutator_refusals_total{refusal=\""))
+        .map(|l| {
+            let (kind, value) = l.split_once("\"} ").unwrap();
+            (kind.to_owned(), value.trim().parse().unwrap())
+        })
+        .collect()
+}
+
 #[test]
 fn existing_certificates_are_reused_not_regenerated() {
     let dir = temp_dir("reuse");

@@ -88,6 +88,9 @@ podmutator_core::named_enum! {
         ContentType = "ContentType",
         /// A body over `http.maxBodyBytes` (400).
         BodyTooLarge = "BodyTooLarge",
+        /// `serve`: a body whose read failed partway for another reason than its size: the
+        /// client's connection ended or failed mid-body, or a malformed chunk (400).
+        BodyReadFailed = "BodyReadFailed",
         /// `serve`: a TLS handshake that failed, most often a client (the API server) that does
         /// not trust the serving certificate's CA.
         TlsHandshake = "TlsHandshake",
@@ -109,7 +112,7 @@ struct Seen {
     method: String,
     /// What follows the token, never the token or a guess at it.
     path: Option<String>,
-    /// The TLS error of a failed handshake.
+    /// The error of a failed TLS handshake or body read.
     error: Option<String>,
 }
 
@@ -314,6 +317,7 @@ impl Front {
                     .path
                     .as_deref()
                     .unwrap_or("<withheld: it would hold the token>"),
+                error = seen.error.as_deref(),
                 sample_seconds,
                 "request refused before the admission"
             ),
@@ -347,6 +351,28 @@ impl Front {
             "body is over the {}-byte limit (http.maxBodyBytes); a Pod AdmissionReview is normally a few kilobytes",
             self.max_body_bytes
         ))
+    }
+
+    /// The 400 for a body whose read failed partway for another reason than its size (the
+    /// client's connection ended or failed mid-body, a malformed chunk), recorded as a refusal
+    /// with the error.
+    pub fn body_read_failed(
+        &self,
+        peer: Option<&str>,
+        method: &str,
+        error: &dyn std::fmt::Display,
+    ) -> Answer {
+        let error = error.to_string();
+        self.record(
+            Refusal::BodyReadFailed,
+            Seen {
+                peer: peer.map(str::to_owned),
+                method: method.to_owned(),
+                path: None,
+                error: Some(error.clone()),
+            },
+        );
+        invalid(format!("the request body could not be read: {error}"))
     }
 
     /// Decides from the request line and headers alone; `peer` is the caller, for the lines

@@ -164,12 +164,10 @@ async fn answer(
     let read = async {
         let mut collected = Vec::new();
         while let Some(frame) = body.frame().await {
-            let Ok(frame) = frame else {
-                return Err(None);
-            };
+            let frame = frame.map_err(BodyRead::Failed)?;
             if let Some(data) = frame.data_ref() {
                 if collected.len() + data.len() > max_body {
-                    return Err(Some(()));
+                    return Err(BodyRead::OverLimit);
                 }
                 in_flight.read(data.len());
                 collected.extend_from_slice(data);
@@ -179,9 +177,19 @@ async fn answer(
     };
     let collected = match tokio::time::timeout(limits.body, read).await {
         Ok(Ok(collected)) => collected,
-        Ok(Err(over)) => {
-            let unread = over.map(|()| body);
-            return (front.body_too_large(peer, method).into(), unread);
+        Ok(Err(BodyRead::OverLimit)) => {
+            return (front.body_too_large(peer, method).into(), Some(body));
+        }
+        // The client's connection ended or failed mid-body, or a chunk was malformed: nothing
+        // more can be read, and the body is not over the limit.
+        Ok(Err(BodyRead::Failed(e))) => {
+            // hyper's own text is only "error reading a body from connection": its sources say
+            // why (the connection closed before the body's length, an invalid chunk size).
+            let why = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(": ");
+            return (front.body_read_failed(peer, method, &why).into(), None);
         }
         Err(_) => {
             let text = format!(
@@ -202,6 +210,14 @@ async fn answer(
         Ok(answer) => (answer.into(), None),
         Err(_) => (message(500, "the admission did not finish in time"), None),
     }
+}
+
+/// Why a request body was not read whole.
+enum BodyRead {
+    /// More than `http.maxBodyBytes` arrived; the rest is left unread.
+    OverLimit,
+    /// Reading failed partway: the connection ended or failed, or the framing was malformed.
+    Failed(hyper::Error),
 }
 
 /// Reads and discards what is left of a body answered early, within `max_bytes` and `limit`:

@@ -190,7 +190,7 @@ impl Counters {
         );
         out.labelled(
             "podmutator_refusals_total",
-            "Requests refused before the admission, by kind (PathToken, NotFound, Method, ContentType, BodyTooLarge).",
+            "Requests refused before the admission, by kind (PathToken, NotFound, Method, ContentType, BodyTooLarge, BodyReadFailed, TlsHandshake).",
             "refusal",
             &self.refusals,
         );
