@@ -207,7 +207,8 @@ pub enum Outcome {
 /// One pod or template and what the webhook did to it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Injected {
-    /// `Kind/namespace/name`, and for a template the pointer to it.
+    /// `Kind/namespace/name` of the Pod, or for a template of the object that holds it
+    /// (`Deployment/default/web`).
     pub what: String,
     pub outcome: Outcome,
 }
