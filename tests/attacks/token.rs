@@ -4,7 +4,7 @@
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::common::runtime_api::{Seen, runtime_api};
 use super::common::{hex_sha256, root, temp_dir};
@@ -103,36 +103,42 @@ async fn the_lambda_runtime_at_trace_never_logs_the_path_token() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // The answer proves the event, token and all, went through the runtime.
-        let end = Instant::now() + Duration::from_secs(60);
+        // Both streams are read as they come: at trace the log can fill a pipe's buffer, and a
+        // child blocked writing its log would never answer.
+        let drain = |stream: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                stream.unwrap().read_to_string(&mut text).unwrap();
+                text
+            })
+        };
+        let out = drain(
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        );
+        let err = drain(
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        );
+        // The answer proves the event, token and all, went through the runtime. Waited for
+        // as long as the child runs.
         while seen.lock().unwrap().responses.is_empty() {
-            if Instant::now() > end || child.try_wait().unwrap().is_some() {
-                let _ = child.kill();
-                let out = child.wait_with_output().unwrap();
+            if child.try_wait().unwrap().is_some() {
                 panic!(
                     "no response for the event ({:?}); stderr: {}",
                     seen.lock().unwrap().errors,
-                    String::from_utf8_lossy(&out.stderr)
+                    err.join().unwrap()
                 );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         child.kill().unwrap();
-        let mut stdout = String::new();
-        let mut stderr = String::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut stdout)
-            .unwrap();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut stderr)
-            .unwrap();
         child.wait().unwrap();
+        let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
         let reply: serde_json::Value =
             serde_json::from_str(&seen.lock().unwrap().responses[0]).unwrap();
         assert_eq!(reply["statusCode"], 200, "{level}: {reply}");
