@@ -148,7 +148,8 @@ for f in files/db run/env/API_KEY; do
 	[[ $mode == 400 ]] || fail "$f has mode $mode, not 400"
 done
 cmp -s "$wrapper" "$work/root/run/bin/podmutator" || fail "copyExecutableTo is not the exec wrapper"
-grep -q "in 1 BatchGetSecretValue calls" "$work/fetch.err" || fail "not one BatchGetSecretValue call: $(cat "$work/fetch.err")"
+# Two secrets in one call: the default strategy's batch (one GetSecretValue each would be two).
+grep -q "in 1 Secrets Manager calls" "$work/fetch.err" || fail "not one BatchGetSecretValue call: $(cat "$work/fetch.err")"
 echo "   -> both files 0400 with the right values, the exec wrapper copied, one call" >&2
 
 echo "== fetch: a missing secret fails naming it, writing nothing" >&2
