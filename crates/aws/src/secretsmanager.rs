@@ -85,14 +85,6 @@ fn shown_code(code: &str) -> String {
     }
 }
 
-/// Whether a batch entry's `code` means the pod has no value there: not found, or
-/// (`InvalidRequestException`, the one cause a read can have) scheduled for deletion. Either
-/// way the cascade goes on, as reference delivery's `DescribeSecret` does; `get` reads the same
-/// two errors so.
-fn no_value(code: Option<&str>) -> bool {
-    matches!(code, Some(NOT_FOUND | SCHEDULED_FOR_DELETION))
-}
-
 /// Whether any error in `e`'s chain is about credentials.
 fn mentions_credentials(e: &dyn std::error::Error) -> bool {
     std::iter::successors(Some(e), |e| e.source())
@@ -103,6 +95,9 @@ type HttpResponse = aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 
 const THROTTLED: &str = "ThrottlingException";
 const NOT_FOUND: &str = "ResourceNotFoundException";
+/// What a read of a secret scheduled for deletion answers (the one cause a read can have): for
+/// the pod, as for reference delivery's `DescribeSecret`, there is no value, and the cascade
+/// goes on. `get` reads the typed error the same way.
 const SCHEDULED_FOR_DELETION: &str = "InvalidRequestException";
 
 /// An HTTPS client for the AWS SDK on rustls with ring (no aws-lc in the binary).
@@ -356,7 +351,7 @@ impl CallCtx {
             for err in resp.errors() {
                 let id = err.secret_id().unwrap_or_default().to_owned();
                 match err.error_code() {
-                    code if no_value(code) => out.push((id, Lookup::NotFound)),
+                    Some(NOT_FOUND | SCHEDULED_FOR_DELETION) => out.push((id, Lookup::NotFound)),
                     code => {
                         return Err(SourceError::Entry {
                             id,
