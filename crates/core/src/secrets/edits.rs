@@ -114,6 +114,10 @@ impl<'a> Edits<'a> {
     pub fn env(&mut self, var: EnvVar) {
         match self.env_index.get(&var.name).copied() {
             Some(i) if self.env[i] == var => {}
+            Some(i) if self.env_owner[i] == self.current => self.conflicts.push(format!(
+                "{} sets environment variable {} twice, to different values: its env_var names a variable the webhook also sets for it; give it a different env_var",
+                self.current, var.name
+            )),
             Some(i) => self.conflicts.push(format!(
                 "{} and {} both set environment variable {}; give one of them a different env_var",
                 self.env_owner[i], self.current, var.name
@@ -322,5 +326,21 @@ mod tests {
             .map(|e| (e.name.as_str(), e.value.as_deref().unwrap()))
             .collect();
         assert_eq!(names, [("A", "1"), ("B", "3")]);
+    }
+
+    #[test]
+    fn a_request_that_sets_one_variable_twice_is_named_once() {
+        let mut edits = Edits {
+            current: "s0".into(),
+            ..Edits::default()
+        };
+        edits.env(env_value(ENV_DEFAULT_DIR, "/elsewhere"));
+        edits.secrets_dir_env();
+        assert_eq!(
+            edits.conflicts,
+            [format!(
+                "s0 sets environment variable {ENV_DEFAULT_DIR} twice, to different values: its env_var names a variable the webhook also sets for it; give it a different env_var"
+            )]
+        );
     }
 }
