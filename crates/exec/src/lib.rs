@@ -100,14 +100,8 @@ impl std::fmt::Display for ExecError {
     }
 }
 
-impl std::error::Error for ExecError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Read { source, .. } | Self::Exec { source, .. } => Some(source),
-            _ => None,
-        }
-    }
-}
+/// Each message names its cause itself, so there is no `source` to print again after it.
+impl std::error::Error for ExecError {}
 
 impl ExecPlan {
     /// Parses and validates a plan: names per the API server's env-var rule, files absolute
