@@ -1730,37 +1730,16 @@ fn in_users_words(message: &str, key: &str) -> String {
 }
 
 /// The candidate closest to `word` (ignoring case) within a few edits, if one is: the "did you
-/// mean" of keys, sections and values.
+/// mean" of keys, sections and values. A swap of two neighbours is one edit (`lsiten`).
 pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let word = word.to_ascii_lowercase();
     let allowed = (word.chars().count() / 3).clamp(1, 3);
     candidates
         .into_iter()
-        .map(|c| (edit_distance(&word, &c.to_ascii_lowercase()), c))
+        .map(|c| (strsim::osa_distance(&word, &c.to_ascii_lowercase()), c))
         .filter(|(d, _)| *d <= allowed)
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
-}
-
-/// Levenshtein distance, with a swap of two neighbours counting as one edit (`lsiten`).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    // Three rows of the table: two back (for swaps), one back, this one.
-    let mut two: Vec<usize> = vec![0; b.len() + 1];
-    let mut one: Vec<usize> = (0..=b.len()).collect();
-    for i in 1..=a.len() {
-        let mut row = vec![i; b.len() + 1];
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            row[j] = (one[j] + 1).min(row[j - 1] + 1).min(one[j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                row[j] = row[j].min(two[j - 2] + 1);
-            }
-        }
-        two = std::mem::replace(&mut one, row);
-    }
-    one[b.len()]
 }
 
 /// The dotted path of every value in `v`, stopping at maps of the user's keys and Kubernetes
