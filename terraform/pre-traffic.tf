@@ -17,7 +17,8 @@ resource "aws_lambda_invocation" "pre_traffic" {
   qualifier     = aws_lambda_function.this.version
   # The path carries the token, so the input is sensitive (in plans and in the state, as the
   # registration's URLs are).
-  input = replace(local.pre_traffic_event, "/PATH_TOKEN/", var.path_token_enabled ? "/${local.path_token}/" : "/")
+  # A literal replace: Terraform reads a search string between slashes as a regular expression.
+  input = replace(local.pre_traffic_event, "PATH_TOKEN/", var.path_token_enabled ? "${local.path_token}/" : "")
   # Each published version is invoked once, before the alias can move to it.
   triggers = { version = aws_lambda_function.this.version }
 

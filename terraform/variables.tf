@@ -406,9 +406,10 @@ variable "endpoint" {
     # A value-delivery function answers a review with the secret values. The API server quotes
     # the webhook URL, path token included, in errors it returns to pod creators, so on an
     # internet-facing endpoint anyone who read one such error could read every secret of the
-    # organisation. Webhook Flyte's default (no secretManagerTypes) is K8s.
+    # organisation. Webhook Flyte's default (no secretManagerTypes) is K8s. The function reads a
+    # manager's name in any case (`embedded`), so the check does too.
     condition = !(var.endpoint == "http_api"
-      && contains(try(tolist(var.webhook_config.secretManagerTypes), [try(var.webhook_config.secretManagerType, "K8s")]), "Embedded")
+      && contains([for t in try(tolist(var.webhook_config.secretManagerTypes), [try(var.webhook_config.secretManagerType, "K8s")]) : lower(tostring(t))], "embedded")
     && (var.embedded_delivery == "value" || var.embedded_env_var_delivery == "value"))
     error_message = "endpoint \"http_api\" is on the internet and the path token is not secret from cluster users (the API server quotes the webhook URL in pod-creation errors), so it cannot serve Embedded value delivery: use endpoint = \"alb\" (internal), or embedded_delivery = \"reference\" with embedded_env_var_delivery = \"exec\" (and fetcher_image)."
   }

@@ -666,16 +666,15 @@ fn create_zone(env: &[(String, String)]) -> String {
     )
 }
 
-/// A release that passes the module's pre-traffic check: moto_server.py runs `bootstrap` with
-/// the event on stdin, and this one answers the canned review as podmutator would (allowed, the
-/// check's uid), whatever `tag` (a comment, to tell releases apart) says.
+/// A release: a `bootstrap` that runs this build's podmutator, which moto_server.py runs as
+/// Lambda runs it (the function's environment as Terraform set it, a Runtime API on 127.0.0.1).
+/// So the module's pre-traffic check sends its canned review, through the path token Terraform
+/// configured, to the real function, which must start on that configuration and admit it. `tag`
+/// (a comment) tells releases apart.
 fn release(tag: &str) -> String {
     format!(
-        r#"#!/bin/sh
-# {tag}
-cat >/dev/null
-printf '%s' '{{"statusCode":200,"isBase64Encoded":false,"headers":{{"content-type":"application/json"}},"body":"{{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"response\":{{\"uid\":\"podmutator-pre-traffic-check\",\"allowed\":true}}}}"}}'
-"#
+        "#!/bin/sh\n# {tag}\nexec '{}'\n",
+        env!("CARGO_BIN_EXE_podmutator")
     )
 }
 
@@ -1862,6 +1861,11 @@ fn terraform_refuses_value_delivery_behind_the_http_api() {
     let refusal = "cannot serve Embedded value delivery";
     for (name, delivery) in [
         ("default-value", ""),
+        // The function reads manager names in any case.
+        (
+            "lower-case-embedded",
+            "webhook_config = { secretManagerTypes = [\"embedded\"] }",
+        ),
         (
             "reference-env-by-value",
             &format!(

@@ -36,9 +36,14 @@ And moto refuses to create a Route 53 record set identical to one created and de
 check lists the zone from that name on rather than looking for the name. The check here looks
 for the name and type.
 And moto runs a function's code in Docker, which is not here: Invoke runs the zip's `bootstrap`
-as a program instead, with the event as JSON on its standard input; its standard output is the
-function's answer, and a non-zero exit a function error with Lambda's Runtime.ExitError payload. The tests' zips hold shell scripts that
-answer as they mean the version to (modules' pre-traffic checks invoke them).
+as a program instead, as Lambda does: with the function's environment (its variables, and
+Lambda's own: AWS_LAMBDA_RUNTIME_API, the function's name, version and memory, the region,
+credentials of the role, AWS_ENDPOINT_URL at this server), and a Runtime API on 127.0.0.1 that
+hands it the event once and takes its answer (or its error). A zip holding podmutator's binary
+(or a script that execs it) answers through that API as it does in Lambda. The event is also on
+the program's standard input: a shell script that answers on its standard output is the
+function's answer when it posts none. A non-zero exit before an answer is Lambda's
+Runtime.ExitError.
 And moto has no ECR pull-through cache rules: CreatePullThroughCacheRule,
 DescribePullThroughCacheRules and DeletePullThroughCacheRule keep them in memory, by account,
 region and repository prefix, with the service's errors for a prefix taken or unknown.
@@ -52,12 +57,15 @@ Everything else is moto as released.
 """
 
 import hashlib
+import http.server
 import io
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import zipfile
 
 from moto.apigatewayv2 import models as apigwv2
@@ -108,18 +116,106 @@ def _update_keeping_logging(self, updates):
     return _update_configuration(self, updates)
 
 
+class _RuntimeApi(http.server.BaseHTTPRequestHandler):
+    """Lambda's Runtime API for one invocation: `next` hands out the event once (a second
+    `next`, the runtime's wait for more work, waits until the invocation ends); the answer, the
+    invocation's error or an init error is kept in `self.server.answer`."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        srv = self.server
+        if not self.path.endswith("/runtime/invocation/next"):
+            self.send_error(404)
+            return
+        with srv.lock:
+            first, srv.handed_out = not srv.handed_out, True
+        if not first:
+            srv.ended.wait()
+            self.send_error(410)
+            return
+        body = srv.event.encode()
+        self.send_response(200)
+        for name, value in [
+            ("Lambda-Runtime-Aws-Request-Id", "moto-invocation"),
+            ("Lambda-Runtime-Deadline-Ms", str(int((time.time() + srv.timeout) * 1000))),
+            ("Lambda-Runtime-Invoked-Function-Arn", srv.arn),
+            ("Lambda-Runtime-Trace-Id", "Root=1-00000000-000000000000000000000000;Sampled=0"),
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(body))),
+        ]:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+        kind = "response" if self.path.endswith("/response") else "error"
+        self.send_response(202)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        self.server.answer = (kind, body, self.headers.get("Lambda-Runtime-Function-Error-Type"))
+        self.server.answered.set()
+
+
 def _run_bootstrap(self, event=None):
+    event = event if isinstance(event, str) else json.dumps(event or {})
+    api = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RuntimeApi)
+    api.daemon_threads = True
+    # A runtime stopped while it waits for more work leaves a broken pipe: not worth a trace.
+    api.handle_error = lambda *args: None
+    api.event, api.timeout, api.arn = event, self.timeout, self.function_arn
+    api.lock, api.handed_out, api.answer = threading.Lock(), False, None
+    api.answered, api.ended = threading.Event(), threading.Event()
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        **{k: str(v) for k, v in (self.environment_vars or {}).items()},
+        "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{api.server_port}",
+        "AWS_LAMBDA_FUNCTION_NAME": self.function_name,
+        "AWS_LAMBDA_FUNCTION_VERSION": str(self.version),
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(self.memory_size),
+        "AWS_REGION": self.region,
+        "AWS_DEFAULT_REGION": self.region,
+        "AWS_ACCESS_KEY_ID": "role-account-id",
+        "AWS_SECRET_ACCESS_KEY": "role-secret-key",
+        "AWS_SESSION_TOKEN": "session-token",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{os.environ['MOTO_PORT']}",
+    }
     with tempfile.TemporaryDirectory() as d:
         with zipfile.ZipFile(io.BytesIO(self.code_bytes)) as z:
             z.extractall(d)
         bootstrap = os.path.join(d, "bootstrap")
         os.chmod(bootstrap, 0o755)
-        done = subprocess.run([bootstrap], input=json.dumps(event or {}).encode(), capture_output=True)
-    if done.returncode != 0:
+        proc = subprocess.Popen([bootstrap], cwd=d, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out = {}
+
+        def run():
+            out["stdout"], out["stderr"] = proc.communicate(event.encode())
+            api.answered.set()
+
+        runner = threading.Thread(target=run, daemon=True)
+        runner.start()
+        # Until the runtime answers or exits, whichever comes first; then it is stopped, as
+        # Lambda freezes it.
+        api.answered.wait()
+        if api.answer is not None and proc.poll() is None:
+            proc.kill()
+        runner.join()
+        api.ended.set()
+        api.shutdown()
+        api.server_close()
+    logs = out["stderr"].decode(errors="replace")
+    if api.answer is not None:
+        kind, body, _ = api.answer
+        return body, kind == "error", logs
+    if proc.returncode != 0:
         # What Lambda answers for a runtime that exits before it answers.
-        error = {"errorType": "Runtime.ExitError", "errorMessage": f"Runtime exited with error: exit status {done.returncode}"}
-        return json.dumps(error), True, done.stderr.decode()
-    return done.stdout.decode(), False, done.stderr.decode()
+        error = {"errorType": "Runtime.ExitError", "errorMessage": f"Runtime exited with error: exit status {proc.returncode}"}
+        return json.dumps(error), True, logs
+    return out["stdout"].decode(), False, logs
 
 
 awslambda.LambdaFunction._invoke_lambda = _run_bootstrap
