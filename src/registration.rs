@@ -161,8 +161,7 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
                 "namespaceSelector": w["namespaceSelector"],
                 "objectSelector": w["objectSelector"],
                 "matchConditions": w["matchConditions"],
-                "failurePolicy": opts.failure_policy
-                    .map_or_else(|| w["failurePolicy"].clone(), |p| p.as_str().into()),
+                "failurePolicy": failure_policy(&w, opts.failure_policy),
                 "sideEffects": w["sideEffects"],
                 "timeoutSeconds": timeout(&w, opts.timeout_seconds),
                 "reinvocationPolicy": w["reinvocationPolicy"],
@@ -181,6 +180,16 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
         "metadata": { "name": name },
         "webhooks": webhooks,
     })
+}
+
+/// An entry's `failurePolicy`: the override, except that an entry failing open in the file
+/// (the images entry: at worst a pod pulls its source image) stays open under `Fail`, as the
+/// Terraform module does. `Ignore` is the fail-open switch; `Fail` is each entry's own.
+fn failure_policy(w: &Value, override_policy: Option<FailurePolicy>) -> Value {
+    match override_policy {
+        Some(p) if file_str(w, "failurePolicy") != "Ignore" => p.as_str().into(),
+        _ => w["failurePolicy"].clone(),
+    }
 }
 
 /// An entry's `timeoutSeconds`: the override, except that an entry failing open in the file
@@ -262,6 +271,10 @@ pub enum InvalidValue {
     PemNotText,
     #[error("holds no PEM certificate (-----BEGIN CERTIFICATE-----)")]
     NoCertificate,
+    #[error(
+        "holds a {0} block: a caBundle holds certificates only, and anyone who may read the registration reads it; give the CA's certificate alone"
+    )]
+    NotACertificate(String),
     #[error("must be Fail or Ignore, got {0:?}")]
     FailurePolicy(String),
     #[error("must be a Kubernetes label key such as aether.io/managed, got {0:?}")]
@@ -362,6 +375,13 @@ pub fn parse_timeout(s: &str) -> Result<u32, InvalidValue> {
 
 fn check_ca_bundle(pem: &[u8]) -> Result<(), InvalidValue> {
     let text = std::str::from_utf8(pem).map_err(|_| InvalidValue::PemNotText)?;
+    let labels = text.split("-----BEGIN ").skip(1);
+    if let Some(other) = labels
+        .filter_map(|rest| rest.split_once("-----").map(|(label, _)| label))
+        .find(|label| *label != "CERTIFICATE")
+    {
+        return Err(InvalidValue::NotACertificate(other.into()));
+    }
     text.contains("-----BEGIN CERTIFICATE-----")
         .then_some(())
         .ok_or(InvalidValue::NoCertificate)
@@ -481,7 +501,8 @@ pub struct RegistrationOptions {
     /// rollout; kube-system is always excluded [default: every other namespace]
     #[arg(long, value_name = "JSON", value_parser = parse_label_selector)]
     pub secrets_namespace_selector: Option<Value>,
-    /// Fail or Ignore for every webhook [default: Fail]
+    /// Ignore fails every webhook open; Fail keeps the images webhook's Ignore [default: each
+    /// webhook's own: Fail, the images webhook Ignore]
     #[arg(long, value_name = "POLICY", value_parser = parse_failure_policy)]
     pub failure_policy: Option<FailurePolicy>,
     /// timeoutSeconds for every webhook, 1-30 [default: 10, the images webhook 3]; keep it above
@@ -1122,6 +1143,29 @@ mod tests {
         }
     }
 
+    /// The images entry fails open whatever the override says; the others take it.
+    #[rstest]
+    #[case::fail(FailurePolicy::Fail, "Fail", "Ignore")]
+    #[case::ignore(FailurePolicy::Ignore, "Ignore", "Ignore")]
+    fn the_images_entry_stays_open_under_any_failure_policy(
+        #[case] policy: FailurePolicy,
+        #[case] others: &str,
+        #[case] images: &str,
+    ) {
+        let v = mutating_webhook_configuration(&RegistrationOptions {
+            mesh: true,
+            images: true,
+            image_builder_selector: Some(json!({"matchLabels": {"build": "yes"}})),
+            failure_policy: Some(policy),
+            ..opts("https://h")
+        });
+        for w in webhooks(&v) {
+            let want = if w["name"] == "images.podmutator.io" { images } else { others };
+            assert_eq!(w["failurePolicy"], want, "{}", w["name"]);
+        }
+        assert_eq!(webhooks(&v).len(), 5);
+    }
+
     /// The images entry fails open: it waits 3 s, and an override only ever shortens that.
     #[rstest]
     #[case::defaults(None, 10, 3)]
@@ -1363,6 +1407,10 @@ mod tests {
     #[case::short_token("--path-token-file", b"too-short")]
     #[case::token_with_slash("--path-token-file", b"abcdefghijklmnopqrstuvwxyz0123456789/ABCD")]
     #[case::ca_without_certificate("--ca-bundle-file", b"not a certificate")]
+    #[case::ca_with_a_key(
+        "--ca-bundle-file",
+        b"-----BEGIN PRIVATE KEY-----\nZmFrZQ==\n-----END PRIVATE KEY-----\n-----BEGIN CERTIFICATE-----\nZmFrZQ==\n-----END CERTIFICATE-----\n"
+    )]
     fn bad_file_contents_name_the_flag(#[case] flag: &str, #[case] contents: &[u8]) {
         let path = temp_file(&format!("bad{}", flag.len() + contents.len()), contents);
         let mut args = vec!["--url", "https://h", flag, &path];

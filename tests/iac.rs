@@ -584,6 +584,17 @@ fn cases() -> Vec<(&'static str, RegistrationOptions)> {
                 ..Default::default()
             },
         ),
+        // `Fail` written out (undoing the fail-open switch) keeps the images entry open.
+        (
+            "fail_written_out",
+            RegistrationOptions {
+                url: Some("https://podmutator.example.com".into()),
+                images: true,
+                mesh: true,
+                failure_policy: Some(FailurePolicy::Fail),
+                ..Default::default()
+            },
+        ),
         (
             "short_timeout",
             RegistrationOptions {
@@ -743,14 +754,29 @@ fn terraform_renders_exactly_what_webhook_config_prints() {
     }
 }
 
-#[test]
-fn terraform_rejects_a_path_token_the_function_would_reject() {
+/// What `webhook-config` refuses, the module refuses at plan: a path token the function would
+/// not accept, a CA bundle that would publish a private key.
+#[rstest::rstest]
+#[case::short_token(
+    RegistrationOptions { path_token: Some("short".into()), ..Default::default() },
+    "path_token must be at least 32"
+)]
+#[case::ca_bundle_with_a_key(
+    RegistrationOptions {
+        ca_bundle_pem: Some(format!("-----BEGIN PRIVATE KEY-----\nZmFrZQ==\n-----END PRIVATE KEY-----\n{FAKE_CA_PEM}").into_bytes()),
+        ..Default::default()
+    },
+    "ca_bundle_pem must hold certificates only"
+)]
+fn terraform_rejects_what_webhook_config_rejects(
+    #[case] bad: RegistrationOptions,
+    #[case] says: &str,
+) {
     let terraform = tool("terraform");
-    let scratch = Scratch::new("render-bad-token");
+    let scratch = Scratch::new(&format!("render-bad-{}", says.len()));
     let bad = RegistrationOptions {
         url: Some("https://h.example.com".into()),
-        path_token: Some("short".into()),
-        ..Default::default()
+        ..bad
     };
     assert!(bad.validate().is_err());
     std::fs::write(scratch.path().join("main.tf"), render_root(&[("bad", bad)])).unwrap();
@@ -766,13 +792,13 @@ fn terraform_rejects_a_path_token_the_function_would_reject() {
             .args(["plan", "-input=false", "-no-color"])
             .current_dir(scratch.path()),
     );
-    assert!(
-        !out.status.success(),
-        "terraform accepted a 5-character path token"
-    );
     let text =
         String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("path_token must be at least 32"), "{text}");
+    assert!(!out.status.success(), "terraform accepted it: {text}");
+    assert!(
+        text.split_whitespace().collect::<Vec<_>>().join(" ").contains(says),
+        "{text}"
+    );
 }
 
 /// docs/deploy.md's fetcher image publish block, as written (its placeholders filled: moto's

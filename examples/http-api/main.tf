@@ -60,7 +60,7 @@ variable "lambda_zip_base64sha256" {
 }
 
 variable "failure_policy" {
-  description = "Fail (default) or Ignore: the fail-open switch (docs/deploy.md, \"Fail open\")."
+  description = "Ignore fails every webhook open; Fail or null (the default) keeps each webhook's own (docs/deploy.md, \"Fail open\")."
   type        = string
   default     = null
 }

@@ -47,6 +47,8 @@ locals {
     )
   ]
 
+  # failure_policy = "Ignore" fails every entry open; "Fail" is each entry's own, so an entry
+  # that fails open in the file (images: at worst a pod pulls its source image) stays open.
   # An override replaces each entry's timeout, but an entry that fails open (Ignore in the
   # file) keeps its own when shorter: waiting longer on it only delays pods.
   timeouts = [
@@ -58,7 +60,7 @@ locals {
       name                    = w.name
       admissionReviewVersions = w.admissionReviewVersions
       clientConfig            = merge({ url = "${local.url_prefix}${w.path}" }, local.client_config_extra)
-      failurePolicy           = coalesce(var.failure_policy, w.failurePolicy)
+      failurePolicy           = w.failurePolicy == "Ignore" ? "Ignore" : coalesce(var.failure_policy, w.failurePolicy)
       matchConditions         = w.matchConditions
       namespaceSelector       = local.namespace_selector[i]
       objectSelector          = local.object_selector[i]

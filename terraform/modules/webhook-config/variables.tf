@@ -36,6 +36,11 @@ variable "ca_bundle_pem" {
     condition     = var.ca_bundle_pem == null || strcontains(coalesce(var.ca_bundle_pem, "-"), "-----BEGIN CERTIFICATE-----")
     error_message = "ca_bundle_pem must hold at least one PEM certificate."
   }
+  validation {
+    # Public: anyone who may read the registration reads the caBundle.
+    condition     = var.ca_bundle_pem == null || length(regexall("-----BEGIN [^-]*-----", coalesce(var.ca_bundle_pem, "-"))) == length(regexall("-----BEGIN CERTIFICATE-----", coalesce(var.ca_bundle_pem, "-")))
+    error_message = "ca_bundle_pem must hold certificates only: a caBundle is readable by anyone who may read the registration, so a private key in it is published. Give the CA's certificate alone."
+  }
 }
 
 variable "mesh_enabled" {
@@ -57,7 +62,7 @@ variable "mesh_label_key" {
 }
 
 variable "failure_policy" {
-  description = "Overrides every webhook's failurePolicy (Fail or Ignore); null keeps registration.json's."
+  description = "Ignore fails every webhook open; Fail or null keeps registration.json's (Fail, the images webhook Ignore)."
   type        = string
   default     = null
 
