@@ -385,7 +385,12 @@ impl Front {
         content_type: Option<&str>,
     ) -> Routed {
         let Some(path) = self.route_path(path) else {
-            self.refused(Refusal::PathToken, peer, method, None);
+            // An ALB's health check asks for /healthz without the token (its path is no
+            // secret) and takes this 404 as healthy: no refusal, or the path-token alarm
+            // would never clear.
+            if path != PATH_HEALTHZ || !matches!(method, "GET" | "HEAD") {
+                self.refused(Refusal::PathToken, peer, method, None);
+            }
             return Routed::Answer(message(404, "not found"));
         };
         if path == PATH_HEALTHZ {
@@ -539,6 +544,33 @@ mod tests {
         let after = Front::new(app, &http(false), None).unwrap();
         assert_eq!(after.route_path(&tokened), Some("/mutate--v1-pod"));
         assert_eq!(after.route_path("/mutate--v1-pod"), None);
+    }
+
+    /// An ALB's health check (GET /healthz, no token) gets the 404 it takes as healthy, and is
+    /// no path-token refusal; anything else without the token is one.
+    #[test]
+    fn a_health_check_without_the_token_is_no_refusal() {
+        let front = front("t0k3n");
+        let refusals = || {
+            let text = front.app().counters().render();
+            text.lines()
+                .find_map(|l| l.strip_prefix("podmutator_refusals_total{refusal=\"PathToken\"} "))
+                .map_or(0, |n| n.parse::<u64>().unwrap())
+        };
+        for method in ["GET", "HEAD"] {
+            let Routed::Answer(reply) = front.route(None, method, "/healthz", None) else {
+                panic!("{method} /healthz is answered from the head");
+            };
+            assert_eq!(reply.status, 404);
+        }
+        assert_eq!(refusals(), 0);
+        for (method, path) in [("POST", "/healthz"), ("POST", "/mutate--v1-pod"), ("GET", "/")] {
+            let Routed::Answer(reply) = front.route(None, method, path, None) else {
+                panic!("{method} {path} is answered from the head");
+            };
+            assert_eq!(reply.status, 404);
+        }
+        assert_eq!(refusals(), 3);
     }
 
     #[test]
