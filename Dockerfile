@@ -21,8 +21,12 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && pip3 install --no-cache-dir --break-system-packages cargo-lambda==1.9.2 ziglang==0.17.1 \
     && rustup target add x86_64-unknown-linux-musl aarch64-unknown-linux-musl
+# The commit `podmutator version` names (build.rs): the context holds no Git metadata, so it is
+# "unknown" unless given (`--build-arg PODMUTATOR_COMMIT=$(git rev-parse --short=12 HEAD)`, as
+# scripts/release.sh does).
+ARG PODMUTATOR_COMMIT
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
 COPY crates ./crates
 COPY benches ./benches

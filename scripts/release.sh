@@ -124,7 +124,8 @@ image_name() { echo "podmutator-$version-image"; }
 # The image's build: the Dockerfile at the root, every platform, pushed; buildx writes the digest
 # the registry got (for several platforms, the index's) into the metadata file.
 image_build() {
-	image_cmd=(docker buildx build --platform "$platforms" --tag "$image:$version" --push --metadata-file "$1" "$ROOT")
+	image_cmd=(docker buildx build --platform "$platforms" --tag "$image:$version" --push --metadata-file "$1"
+		--build-arg "PODMUTATOR_COMMIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" "$ROOT")
 }
 
 if $dry_run; then

@@ -91,29 +91,72 @@ fn the_image_is_built_by_the_command_the_script_checks() {
     );
 }
 
-#[test]
-fn the_build_context_holds_every_workspace_crate() {
-    let docker = dockerfile();
-    let ignore = read(".dockerignore");
-    let manifest = read("Cargo.toml");
-    let members = manifest
+/// Whether `path` (relative to the repository) reaches the build stage: admitted by
+/// `.dockerignore` (`*`, then `!` lines, the last matching line deciding, as Docker reads it)
+/// and under the source of one of the build stage's `COPY` lines.
+fn in_build_stage(path: &str, ignore: &str, docker: &str) -> bool {
+    let covers = |pattern: &str| {
+        let pattern = pattern.trim_end_matches('/');
+        pattern == "*" || path == pattern || path.starts_with(&format!("{pattern}/"))
+    };
+    let admitted = ignore
         .lines()
-        .find_map(|l| l.strip_prefix("members = "))
-        .expect("Cargo.toml names the workspace members");
-    assert!(
-        members.contains("crates/"),
-        "no member under crates/: {members}"
-    );
-    for member in members.split('"').filter(|m| m.starts_with("crates/")) {
-        assert!(
-            ignore.lines().any(|l| l == "!crates/"),
-            ".dockerignore leaves out {member}"
-        );
-        assert!(
-            docker.contains("COPY crates ./crates"),
-            "the Dockerfile does not copy {member}"
-        );
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .fold(true, |kept, line| match line.strip_prefix('!') {
+            Some(pattern) if covers(pattern) => true,
+            None if covers(line) => false,
+            _ => kept,
+        });
+    let copied = docker.lines().any(|l| {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        words.first() == Some(&"COPY")
+            && !words.iter().any(|w| w.starts_with("--from"))
+            && words[1..words.len() - 1].iter().any(|src| covers(src))
+    });
+    admitted && copied
+}
+
+/// Every file cargo needs to build the workspace (each package's manifest, and every target
+/// but tests and examples: libraries, binaries, build scripts, benches) is in the build stage:
+/// a file left out fails the image build only where Docker runs, which is not here.
+#[test]
+fn the_build_context_holds_every_file_the_build_reads() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--no-deps", "--offline", "--format-version", "1"])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (docker, ignore) = (dockerfile(), read(".dockerignore"));
+    let mut checked = Vec::new();
+    for package in meta["packages"].as_array().unwrap() {
+        let manifest = package["manifest_path"].as_str().unwrap();
+        if manifest.contains("/fuzz/") {
+            continue; // its own workspace, not built by the image
+        }
+        let mut files = vec![manifest.to_owned()];
+        for target in package["targets"].as_array().unwrap() {
+            let kinds = target["kind"].as_array().unwrap();
+            if !kinds.iter().any(|k| k == "test" || k == "example") {
+                files.push(target["src_path"].as_str().unwrap().to_owned());
+            }
+        }
+        for file in files {
+            let rel = file.strip_prefix(&format!("{root}/")).unwrap().to_owned();
+            assert!(
+                in_build_stage(&rel, &ignore, &docker),
+                "{rel} is not in the image's build stage: add it to .dockerignore (!{rel}) and a COPY line"
+            );
+            checked.push(rel);
+        }
     }
+    for needed in ["Cargo.toml", "build.rs", "src/main.rs", "crates/exec/src/main.rs"] {
+        assert!(checked.iter().any(|f| f == needed), "{needed} not among {checked:?}");
+    }
+    assert!(!in_build_stage("tests/integration.rs", &ignore, &docker));
 }
 
 #[test]

@@ -371,6 +371,17 @@ fn an_image_release_records_the_pushed_digest_and_prints_the_pinned_install_step
     assert!(out.status.success(), "{}", text(&out));
     let args = std::fs::read_to_string(docker.join("args")).unwrap();
     let args: Vec<&str> = args.lines().collect();
+    // The commit `podmutator version` names: the build context has no Git metadata.
+    let commit = String::from_utf8(
+        std::process::Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .current_dir(root())
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let commit = commit.trim();
     let metadata_file = args
         .iter()
         .position(|a| *a == "--metadata-file")
@@ -388,6 +399,8 @@ fn an_image_release_records_the_pushed_digest_and_prints_the_pinned_install_step
             "--push",
             "--metadata-file",
             metadata_file,
+            "--build-arg",
+            &format!("PODMUTATOR_COMMIT={commit}"),
             root().to_str().unwrap(),
         ],
         "{}",
