@@ -620,6 +620,40 @@ async fn a_rotated_certificate_is_served_without_a_restart_and_a_broken_one_is_n
     assert!(!s.log().contains(&key2), "a key in the log");
 }
 
+/// A connection closed before it sends a byte (the kubelet's tcpSocket liveness probe on the
+/// webhook port, every 10 s in deploy/kubernetes) is no failed handshake: no WARN line naming
+/// the caBundle, no `TlsHandshake` refusal. A real failed handshake still is one.
+#[tokio::test]
+async fn a_tcp_probe_is_no_failed_handshake() {
+    let dir = temp_dir("probe-tcp-probe");
+    let port = free_port();
+    let s = Serve::start(&json!({
+        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
+        "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN}
+    }))
+    .await;
+    let (other_ca, _, _) = tls::generate_certs(&tls::serving_names("podmutator", "flyte")).unwrap();
+    tls_connect(port, other_ca.as_bytes()).await.unwrap_err();
+    wait_for(&s.log, "\"tls handshake failed", 1).await;
+    for _ in 0..3 {
+        drop(
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap(),
+        );
+    }
+    // Accepted after the probes: by its answer they were accepted and read.
+    let trusted = std::fs::read_to_string(dir.join("ca.crt")).unwrap();
+    served_leaf(port, trusted.as_bytes()).await;
+    // At shutdown the refusals counted since the line above are reported: none.
+    let log = s.log.clone();
+    drop(s);
+    wait_for(&log, "\"shut down", 1).await;
+    let text = log.lock().unwrap().clone();
+    assert_eq!(text.matches("\"tls handshake failed").count(), 1, "{text}");
+    assert!(!text.contains("handshake eof"), "{text}");
+}
+
 /// An API server that does not trust the serving certificate (a registration whose caBundle
 /// holds another CA) fails every call in the TLS handshake: `serve` says so at the default level,
 /// naming the caBundle, once per sample window however many calls fail.

@@ -391,13 +391,22 @@ async fn connection(
     mut stopping: watch::Receiver<bool>,
 ) {
     let first_request_by = slot.accepted + limits.first_request;
+    // A connection closed (or reset) before its first byte is a TCP probe (the kubelet's
+    // tcpSocket liveness check, a load balancer's), not a handshake that failed.
+    let handshake = async {
+        match tcp.peek(&mut [0u8; 1]).await {
+            Ok(n) if n > 0 => Some(acceptor.accept(tcp).await),
+            _ => None,
+        }
+    };
     let tls = tokio::select! {
-        tls = tokio::time::timeout_at(first_request_by, acceptor.accept(tcp)) => match tls {
-            Ok(Ok(tls)) => tls,
-            Ok(Err(e)) => {
+        tls = tokio::time::timeout_at(first_request_by, handshake) => match tls {
+            Ok(Some(Ok(tls))) => tls,
+            Ok(Some(Err(e))) => {
                 front.tls_failed(peer, &e);
                 return;
             }
+            Ok(None) => return,
             Err(_) => {
                 tracing::debug!(%peer, "tls handshake timed out");
                 return;
