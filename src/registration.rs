@@ -1160,7 +1160,11 @@ mod tests {
             ..opts("https://h")
         });
         for w in webhooks(&v) {
-            let want = if w["name"] == "images.podmutator.io" { images } else { others };
+            let want = if w["name"] == "images.podmutator.io" {
+                images
+            } else {
+                others
+            };
             assert_eq!(w["failurePolicy"], want, "{}", w["name"]);
         }
         assert_eq!(webhooks(&v).len(), 5);

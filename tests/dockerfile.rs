@@ -124,11 +124,21 @@ fn in_build_stage(path: &str, ignore: &str, docker: &str) -> bool {
 fn the_build_context_holds_every_file_the_build_reads() {
     let root = env!("CARGO_MANIFEST_DIR");
     let out = std::process::Command::new(env!("CARGO"))
-        .args(["metadata", "--no-deps", "--offline", "--format-version", "1"])
+        .args([
+            "metadata",
+            "--no-deps",
+            "--offline",
+            "--format-version",
+            "1",
+        ])
         .current_dir(root)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let (docker, ignore) = (dockerfile(), read(".dockerignore"));
     let mut checked = Vec::new();
@@ -153,8 +163,16 @@ fn the_build_context_holds_every_file_the_build_reads() {
             checked.push(rel);
         }
     }
-    for needed in ["Cargo.toml", "build.rs", "src/main.rs", "crates/exec/src/main.rs"] {
-        assert!(checked.iter().any(|f| f == needed), "{needed} not among {checked:?}");
+    for needed in [
+        "Cargo.toml",
+        "build.rs",
+        "src/main.rs",
+        "crates/exec/src/main.rs",
+    ] {
+        assert!(
+            checked.iter().any(|f| f == needed),
+            "{needed} not among {checked:?}"
+        );
     }
     assert!(!in_build_stage("tests/integration.rs", &ignore, &docker));
 }

@@ -796,7 +796,10 @@ fn terraform_rejects_what_webhook_config_rejects(
         String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "terraform accepted it: {text}");
     assert!(
-        text.split_whitespace().collect::<Vec<_>>().join(" ").contains(says),
+        text.split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains(says),
         "{text}"
     );
 }

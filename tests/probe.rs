@@ -620,6 +620,50 @@ async fn a_rotated_certificate_is_served_without_a_restart_and_a_broken_one_is_n
     assert!(!s.log().contains(&key2), "a key in the log");
 }
 
+/// A serving key the webhook may read but not change (another user's, readable by others, as
+/// an init container or an agent writes it) is served, with a WARN saying so: the start used to
+/// stop on the chmod it may not make. Run as user 65532 (the image's) by `setpriv`.
+#[tokio::test]
+async fn a_key_it_may_not_make_private_is_served_with_a_warning() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("probe-foreign-key");
+    let (ca, cert, key) = tls::generate_certs(&tls::serving_names("podmutator", "flyte")).unwrap();
+    for (name, bytes, mode) in [("tls.crt", &cert, 0o644), ("tls.key", &key, 0o644)] {
+        std::fs::write(dir.join(name), bytes).unwrap();
+        std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let port = free_port();
+    let config = json!({
+        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator", "localCert": false},
+        "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN, "drainSeconds": 0}
+    });
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--reuid=65532", "--regid=65532", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_podmutator"))
+        .arg("serve")
+        .env("PODMUTATOR_CONFIG", config.to_string());
+    let (mut child, log) = spawn_serve(&mut cmd).await;
+    let text = log.lock().unwrap().clone();
+    assert!(
+        text.contains("is not this process's to make private"),
+        "{text}"
+    );
+    assert_eq!(served_leaf(port, ca.as_bytes()).await, leaf_der(&cert));
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    assert_eq!(
+        std::fs::metadata(dir.join("tls.key"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o644
+    );
+}
+
 /// A connection closed before it sends a byte (the kubelet's tcpSocket liveness probe on the
 /// webhook port, every 10 s in deploy/kubernetes) is no failed handshake: no WARN line naming
 /// the caBundle, no `TlsHandshake` refusal. A real failed handshake still is one.

@@ -437,18 +437,6 @@ fn data(secret: &Value, key: &str) -> Option<Vec<u8>> {
     base64::engine::general_purpose::STANDARD.decode(text).ok()
 }
 
-fn rfc3339(t: time::OffsetDateTime) -> String {
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    )
-}
-
 /// Writes the Secret `name` in `namespace` holding `data`: a new one of `type_` when it was
 /// absent (`existing` is `None`), else `existing` with its data replaced, its metadata
 /// (resourceVersion included) kept, so the PUT fails with 409 if it changed since it was read;
@@ -600,12 +588,12 @@ async fn ensure_ca(
             let why = if not_after > now {
                 format!(
                     "rotated (the previous CA expires {}, within --renew-before; it stays in the caBundle until then)",
-                    rfc3339(not_after)
+                    tls::rfc3339(not_after)
                 )
             } else {
                 format!(
                     "replaced (the previous CA expired {}: nothing it signed verifies, it is not kept)",
-                    rfc3339(not_after)
+                    tls::rfc3339(not_after)
                 )
             };
             (new_ca((not_after > now).then_some(cert))?, why)
@@ -621,7 +609,7 @@ async fn ensure_ca(
                 out.lines.push(format!(
                     "{}: current (CA valid until {})",
                     object.what,
-                    rfc3339(not_after)
+                    tls::rfc3339(not_after)
                 ));
                 return Ok(ca);
             };
@@ -649,7 +637,7 @@ async fn ensure_ca(
     out.lines.push(format!(
         "{}: {why} (CA valid until {})",
         object.what,
-        rfc3339(ca.not_after)
+        tls::rfc3339(ca.not_after)
     ));
     Ok(ca)
 }
@@ -748,7 +736,7 @@ async fn ensure_leaf(
         out.lines.push(format!(
             "{}: current (valid until {})",
             object.what,
-            tls::not_after(&cert).map_or_else(|| "?".into(), rfc3339)
+            tls::not_after(&cert).map_or_else(|| "?".into(), tls::rfc3339)
         ));
         return Ok(());
     };
@@ -788,7 +776,7 @@ async fn ensure_leaf(
         "{}: issued for {} ({why}; valid until {})",
         object.what,
         required[0],
-        rfc3339(tls::not_after(cert.as_bytes()).unwrap_or(not_after))
+        tls::rfc3339(tls::not_after(cert.as_bytes()).unwrap_or(not_after))
     ));
     Ok(())
 }

@@ -564,7 +564,11 @@ mod tests {
             assert_eq!(reply.status, 404);
         }
         assert_eq!(refusals(), 0);
-        for (method, path) in [("POST", "/healthz"), ("POST", "/mutate--v1-pod"), ("GET", "/")] {
+        for (method, path) in [
+            ("POST", "/healthz"),
+            ("POST", "/mutate--v1-pod"),
+            ("GET", "/"),
+        ] {
             let Routed::Answer(reply) = front.route(None, method, path, None) else {
                 panic!("{method} {path} is answered from the head");
             };

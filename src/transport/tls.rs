@@ -71,10 +71,17 @@ pub fn ensure_certs(dir: &Path, generate: bool, names: &[String]) -> Result<Cert
         return Ok(files);
     }
     if !generate {
+        let missing: Vec<&str> = [(TLS_CERT, &files.cert), (TLS_KEY, &files.key)]
+            .into_iter()
+            .filter(|(_, path)| !path.is_file())
+            .map(|(name, _)| name)
+            .collect();
+        let verb = if missing.len() == 1 { "is" } else { "are" };
         return Err(certs_err(
             dir,
             format!(
-                "{TLS_CERT} and {TLS_KEY} are missing; mount them there or set webhook.localCert: true to generate them"
+                "{} {verb} missing; mount the serving certificate's Secret there ({TLS_CERT} and {TLS_KEY}), or outside a cluster set webhook.localCert: true to generate them",
+                missing.join(" and ")
             ),
         ));
     }
@@ -106,10 +113,20 @@ fn restrict(path: &Path, mode: u32) -> Result<(), TlsError> {
     if current & 0o777 == mode {
         return Ok(());
     }
-    // A read-only mount (a Kubernetes Secret volume) cannot be changed: keep it as it is.
+    // A read-only mount (a Kubernetes Secret volume) cannot be changed: keep it as it is. Nor
+    // can a file of another user's that this process may read (a key of group 65532, 0440):
+    // said, and served.
     match std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)) {
         Ok(()) => Ok(()),
         Err(e) if e.raw_os_error() == Some(30) => Ok(()), // EROFS
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            tracing::warn!(
+                path = %path.display(),
+                mode = format!("{:o}", current & 0o777),
+                "the serving key is readable by others than its owner and is not this process's to make private (mode 600); served as it is"
+            );
+            Ok(())
+        }
         Err(e) => Err(certs_err(
             path.parent().unwrap_or(Path::new(".")),
             format!(
@@ -236,6 +253,20 @@ pub fn issue_leaf(
     Ok((leaf_cert.pem(), leaf_key.serialize_pem()))
 }
 
+/// `t` as RFC 3339 in UTC, to the second (`2026-12-06T01:02:03Z`).
+pub fn rfc3339(t: time::OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
 /// The `notAfter` of the first certificate in `pem`; `None` when it is not a certificate.
 pub fn not_after(pem: &[u8]) -> Option<time::OffsetDateTime> {
     let der = rustls_pemfile::certs(&mut &pem[..]).next()?.ok()?;
@@ -333,6 +364,17 @@ fn certified_key(
         .map_err(|e| certs_err(dir, format!("{TLS_CERT} is not PEM: {e}")))?;
     if certs.is_empty() {
         return Err(certs_err(dir, format!("{TLS_CERT} holds no certificate")));
+    }
+    // Every client would refuse it: served, it fails each admission while the webhook looks
+    // ready.
+    if let Some(end) = not_after(cert_pem).filter(|end| *end <= time::OffsetDateTime::now_utc()) {
+        return Err(certs_err(
+            dir,
+            format!(
+                "{TLS_CERT} expired at {}: every client refuses it; renew it (cert-manager: the Certificate's status; the self-managed CA: run the certs Job), or with localCert delete the files to make new ones",
+                rfc3339(end)
+            ),
+        ));
     }
     let key = rustls_pemfile::private_key(&mut &key_pem[..])
         .map_err(|e| certs_err(dir, format!("{TLS_KEY} is not PEM: {e}")))?
@@ -617,6 +659,58 @@ mod tests {
         write_file(&files.key, b"not a key", 0o600).unwrap();
         served.refresh();
         assert_eq!(served.current().cert[0], second);
+        // An expired pair, well formed: not served either.
+        let (expired_cert, expired_key) = expired_pair();
+        write_file(&files.cert, expired_cert.as_bytes(), 0o644).unwrap();
+        write_file(&files.key, expired_key.as_bytes(), 0o600).unwrap();
+        served.refresh();
+        assert_eq!(served.current().cert[0], second);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_missing_file_is_named_alone() {
+        let dir = scratch("half");
+        std::fs::create_dir_all(&dir).unwrap();
+        let err = ensure_certs(&dir, false, &names()).unwrap_err();
+        assert!(
+            err.message.starts_with("tls.crt and tls.key are missing;"),
+            "{err}"
+        );
+        write_file(&dir.join(TLS_CERT), b"cert", 0o644).unwrap();
+        let err = ensure_certs(&dir, false, &names()).unwrap_err();
+        assert!(
+            err.message
+                .starts_with("tls.key is missing; mount the serving certificate's Secret"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A serving certificate and its key that expired an hour ago.
+    fn expired_pair() -> (String, String) {
+        let now = time::OffsetDateTime::now_utc();
+        let (_, ca_key) = generate_ca(now + time::Duration::days(1)).unwrap();
+        issue_leaf(&ca_key, &names(), now - time::Duration::hours(1)).unwrap()
+    }
+
+    #[test]
+    fn an_expired_certificate_stops_the_start_naming_when_it_expired() {
+        let dir = scratch("expired");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = expired_pair();
+        write_file(&dir.join(TLS_CERT), cert.as_bytes(), 0o644).unwrap();
+        write_file(&dir.join(TLS_KEY), key.as_bytes(), 0o600).unwrap();
+        let files = ensure_certs(&dir, true, &names()).unwrap();
+        assert!(!files.generated, "a pair that exists is the operator's");
+        let err = ReloadingCert::load(&files, std::time::Duration::ZERO).unwrap_err();
+        let end = rfc3339(not_after(cert.as_bytes()).unwrap());
+        assert!(
+            err.to_string().contains(&format!(
+                "tls.crt expired at {end}: every client refuses it"
+            )),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

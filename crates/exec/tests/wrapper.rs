@@ -79,7 +79,11 @@ fn failures_exit_1_with_the_full_binarys_message_and_run_nothing() {
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.starts_with("podmutator: exec failed: "), "{err}");
         assert!(err.contains(want), "{err:?} should contain {want:?}");
-        assert_eq!(err.matches("os error").count().max(1), 1, "the cause twice: {err}");
+        assert_eq!(
+            err.matches("os error").count().max(1),
+            1,
+            "the cause twice: {err}"
+        );
         assert!(!marker.exists(), "the command ran although the plan failed");
     }
     let out = wrapper(&["exec", "--", "/nonexistent/command"], Some("{}"));
