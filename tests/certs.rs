@@ -919,6 +919,12 @@ async fn a_conflicting_registration_write_is_read_again_and_retried() {
     api.state.lock().unwrap().interfere = Some(REGISTRATION.into());
     let out = api.run(&[]).await;
     assert_ok(&out);
+    // Two Secrets and the registration: the refused PUT wrote nothing.
+    assert!(
+        stderr(&out).contains("done, 3 objects written"),
+        "{}",
+        stderr(&out)
+    );
     let requests = api.take_requests();
     let registration_calls: Vec<&String> = requests
         .iter()
@@ -973,6 +979,10 @@ async fn forbidden_names_the_rbac_verb_and_resource_and_fails() {
         assert!(err.contains("HTTP 403"), "{err}");
         assert!(err.contains(wanted), "{err}");
         assert!(err.contains("overlays/self-managed-ca"), "{err}");
+        if method == "PUT" {
+            // What the run did before the refusal is in the Job's log too.
+            assert!(err.contains(": created (CA valid until "), "{err}");
+        }
         assert!(
             api.take_requests()
                 .contains(&format!("{method} {path} 403"))
@@ -1008,6 +1018,38 @@ async fn a_missing_registration_fails_the_run_before_any_serving_certificate() {
     );
     assert!(api.secret(TLS_SECRET).is_null());
     assert!(!api.take_requests().iter().any(|r| r.contains(TLS_SECRET)));
+}
+
+/// A registration whose webhooks are not objects with a `clientConfig` (edited by hand, another
+/// tool's) fails the run naming the entry, with exit 1, and is not written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_registration_is_named_not_written() {
+    let api = FakeApi::start().await;
+    for (webhooks, says) in [
+        (
+            json!(["x"]),
+            "webhooks[0] is not a webhook with a clientConfig",
+        ),
+        (
+            json!([{"name": "a", "clientConfig": {}}, {"name": "b"}]),
+            "webhooks[1] is not a webhook with a clientConfig",
+        ),
+    ] {
+        api.state
+            .lock()
+            .unwrap()
+            .objects
+            .get_mut(REGISTRATION)
+            .unwrap()["webhooks"] = webhooks;
+        let out = api.run(&[]).await;
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{}", stderr(&out));
+        assert!(
+            !api.take_requests()
+                .iter()
+                .any(|r| r.starts_with(&format!("PUT {REGISTRATION}")))
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -510,7 +510,7 @@ impl Ca {
 }
 
 /// One run; see the module's documentation.
-pub async fn run(args: &CertsArgs) -> Result<Outcome, CertsError> {
+pub async fn run(args: &CertsArgs, out: &mut Outcome) -> Result<(), CertsError> {
     for (flag, validity) in [
         ("--ca-validity", args.ca_validity),
         ("--leaf-validity", args.leaf_validity),
@@ -525,12 +525,10 @@ pub async fn run(args: &CertsArgs) -> Result<Outcome, CertsError> {
     }
     let namespace = namespace(args)?;
     let api = Api::new(args)?;
-    let mut out = Outcome::default();
     let now = time::OffsetDateTime::now_utc();
-    let ca = ensure_ca(&api, args, &namespace, now, &mut out).await?;
-    ensure_bundle(&api, args, &ca, &mut out).await?;
-    ensure_leaf(&api, args, &namespace, &ca, now, &mut out).await?;
-    Ok(out)
+    let ca = ensure_ca(&api, args, &namespace, now, out).await?;
+    ensure_bundle(&api, args, &ca, out).await?;
+    ensure_leaf(&api, args, &namespace, &ca, now, out).await
 }
 
 async fn ensure_ca(
@@ -662,6 +660,12 @@ async fn ensure_bundle(
                 object.what
             ));
         };
+        if let Some(i) = hooks.iter().position(|w| !w["clientConfig"].is_object()) {
+            return Err(err!(
+                "{}: webhooks[{i}] is not a webhook with a clientConfig: not a registration this command can give the CA to; apply the install's",
+                object.what
+            ));
+        }
         let current = |w: &Value| {
             w["clientConfig"]["caBundle"]
                 .as_str()
@@ -681,8 +685,8 @@ async fn ensure_bundle(
         }
         let n = hooks.len();
         let (status, _) = api.request("PUT", &object, Some(&registration)).await?;
-        out.writes += 1;
         if status != 409 {
+            out.writes += 1;
             out.lines.push(format!(
                 "{}: caBundle of {n} webhooks set ({} CAs)",
                 object.what,

@@ -329,10 +329,13 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         // pod side's do: a Job's log.
         #[cfg(feature = "serve")]
         Command::Certs(args) => {
-            let outcome = runtime(false)?.block_on(certs::run(&args))?;
+            // What was done is said even when a later step fails: a Job's log shows both.
+            let mut outcome = certs::Outcome::default();
+            let result = runtime(false)?.block_on(certs::run(&args, &mut outcome));
             for line in &outcome.lines {
                 eprintln!("podmutator certs: {line}");
             }
+            result?;
             eprintln!("podmutator certs: done, {} objects written", outcome.writes);
             Ok(())
         }
