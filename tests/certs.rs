@@ -1065,6 +1065,17 @@ async fn durations_that_would_renew_at_every_run_are_refused_before_any_request(
         stderr(&out)
     );
     assert!(api.take_requests().is_empty());
+    // A Service name that cannot make the certificate's DNS names.
+    for (args, says) in [(&["--service", "a..b"][..], "--service")] {
+        let out = api.run(args).await;
+        assert!(!out.status.success(), "{args:?}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(says) && err.contains("is not a Kubernetes name"),
+            "{err}"
+        );
+        assert!(api.take_requests().is_empty(), "{args:?}");
+    }
 }
 
 /// `certs` copied whatever `previous-ca.crt` held into every caBundle, and the API

@@ -79,7 +79,7 @@ pub struct CertsArgs {
     #[arg(long, value_name = "NAMESPACE", env = "POD_NAMESPACE")]
     pub namespace: Option<String>,
     /// The Service the registration calls: the certificate is for <SERVICE>.<NAMESPACE>.svc
-    #[arg(long, value_name = "NAME", default_value = "podmutator")]
+    #[arg(long, value_name = "NAME", default_value = "podmutator", value_parser = dns_label)]
     pub service: String,
     /// The MutatingWebhookConfiguration whose every webhook gets the caBundle
     #[arg(long, value_name = "NAME", default_value = "podmutator")]
@@ -390,9 +390,17 @@ fn parse_url(text: &str) -> Result<(String, u16), CertsError> {
     Ok((host, url.port().unwrap_or(443)))
 }
 
+/// A Service's or namespace's name: what the certificate's DNS names are made of.
+fn dns_label(s: &str) -> Result<String, String> {
+    use podmutator_core::k8s_names::{DNS_LABEL_RULE, is_dns_label};
+    is_dns_label(s)
+        .then(|| s.to_owned())
+        .ok_or_else(|| format!("{s:?} is not a Kubernetes name: {DNS_LABEL_RULE}"))
+}
+
 fn namespace(args: &CertsArgs) -> Result<String, CertsError> {
     if let Some(ns) = args.namespace.as_deref().filter(|ns| !ns.is_empty()) {
-        return Ok(ns.to_owned());
+        return dns_label(ns).map_err(|e| err!("--namespace: {e}"));
     }
     let file = args
         .token_file
@@ -745,7 +753,7 @@ async fn ensure_leaf(
         return Ok(());
     };
     let not_after = (now + args.leaf_validity).min(ca.not_after);
-    let (cert, key) = tls::issue_leaf(&ca.key, &names, not_after)
+    let (cert, key) = tls::issue_leaf(&ca.cert, &ca.key, &names, not_after)
         .map_err(|e| err!("cannot issue the serving certificate: {e}"))?;
     // A ca.key that is not ca.crt's key signs leaves no client accepts: stop before serving one.
     tls::verify_leaf(

@@ -179,12 +179,11 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
 pub fn generate_certs(names: &[String]) -> Result<(String, String, String), rcgen::Error> {
     let not_after = time::OffsetDateTime::now_utc() + time::Duration::days(VALIDITY_DAYS);
     let (ca_pem, ca_key_pem) = generate_ca(not_after)?;
-    issue_leaf(&ca_key_pem, names, not_after).map(|(cert, key)| (ca_pem, cert, key))
+    issue_leaf(&ca_pem, &ca_key_pem, names, not_after).map(|(cert, key)| (ca_pem, cert, key))
 }
 
 /// The CA's subject: fixed words and the first bytes of its public key's SHA-256, so that two
-/// CAs (the current one and the one it replaced, both in a `caBundle`) have different names,
-/// and the issuer of a new leaf is known from the key alone.
+/// CAs (the current one and the one it replaced, both in a `caBundle`) have different names.
 fn ca_params(key: &KeyPair) -> Result<CertificateParams, rcgen::Error> {
     use rcgen::PublicKeyData as _;
     use sha2::{Digest, Sha256};
@@ -222,15 +221,16 @@ pub fn generate_ca(not_after: time::OffsetDateTime) -> Result<(String, String), 
 }
 
 /// A serving certificate for `names` (DNS names or IPs; the last is also the common name),
-/// valid until `not_after`, signed by the CA whose key is `ca_key_pem` (made by
-/// [`generate_ca`]): (certificate PEM, key PEM).
+/// valid until `not_after`, signed by the CA `ca_pem` whose key is `ca_key_pem` (one of
+/// [`generate_ca`]'s, or any other: the issuer's name is read from the CA): (certificate PEM,
+/// key PEM).
 pub fn issue_leaf(
+    ca_pem: &str,
     ca_key_pem: &str,
     names: &[String],
     not_after: time::OffsetDateTime,
 ) -> Result<(String, String), rcgen::Error> {
-    let ca_key = KeyPair::from_pem(ca_key_pem)?;
-    let issuer = Issuer::new(ca_params(&ca_key)?, ca_key);
+    let issuer = Issuer::from_ca_cert_pem(ca_pem, KeyPair::from_pem(ca_key_pem)?)?;
     let mut leaf = CertificateParams::new(Vec::<String>::new())?;
     leaf.subject_alt_names = names
         .iter()
@@ -687,11 +687,34 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A CA of the operator's own (another subject than [`generate_ca`]'s, say an
+    /// organisation's) signs leaves that verify against it: the issuer is read from the CA.
+    #[test]
+    fn a_ca_made_elsewhere_issues_leaves_that_verify() {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "Example Corp internal CA");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+        let ca = params.self_signed(&key).unwrap().pem();
+        let until = time::OffsetDateTime::now_utc() + time::Duration::days(1);
+        let (leaf, _) = issue_leaf(&ca, &key.serialize_pem(), &names(), until).unwrap();
+        verify_leaf(
+            ca.as_bytes(),
+            leaf.as_bytes(),
+            &names(),
+            std::time::SystemTime::now(),
+        )
+        .unwrap();
+    }
+
     /// A serving certificate and its key that expired an hour ago.
     fn expired_pair() -> (String, String) {
         let now = time::OffsetDateTime::now_utc();
-        let (_, ca_key) = generate_ca(now + time::Duration::days(1)).unwrap();
-        issue_leaf(&ca_key, &names(), now - time::Duration::hours(1)).unwrap()
+        let (ca, ca_key) = generate_ca(now + time::Duration::days(1)).unwrap();
+        issue_leaf(&ca, &ca_key, &names(), now - time::Duration::hours(1)).unwrap()
     }
 
     #[test]
@@ -749,7 +772,7 @@ mod tests {
             .assume_utc();
             let (ca, key) = generate_ca(want).unwrap();
             assert_eq!(not_after(ca.as_bytes()), Some(want), "{at}");
-            let (leaf, _) = issue_leaf(&key, &names(), want).unwrap();
+            let (leaf, _) = issue_leaf(&ca, &key, &names(), want).unwrap();
             assert_eq!(not_after(leaf.as_bytes()), Some(want), "{at}");
         }
         assert_eq!(not_after(b"not a certificate"), None);
@@ -780,7 +803,7 @@ mod tests {
         let (other_ca, _) = generate_ca(until).unwrap();
         assert_ne!(ca, other_ca);
         let names = vec!["podmutator.flyte.svc".to_owned()];
-        let (leaf, leaf_key) = issue_leaf(&key, &names, until).unwrap();
+        let (leaf, leaf_key) = issue_leaf(&ca, &key, &names, until).unwrap();
         let at = std::time::SystemTime::now();
         verify_leaf(ca.as_bytes(), leaf.as_bytes(), &names, at).unwrap();
         // Either CA of a bundle holding both will do.
