@@ -71,6 +71,10 @@ fn answer(
         .position(|(m, p, _, _)| m == method && p == path)
     {
         let (_, _, code, message) = state.faults.remove(i);
+        // A 200 fault is something else answering in the API server's place: its text.
+        if code == 200 {
+            return (200, Value::String(message));
+        }
         let reason = if code == 403 {
             "Forbidden"
         } else {
@@ -1000,6 +1004,33 @@ async fn forbidden_names_the_rbac_verb_and_resource_and_fails() {
         ca_bundle(&api.registration()),
         data(&api.secret(CA_SECRET), "ca.crt")
     );
+}
+
+/// Something other than the API server answers 200 (a proxy's page): the run stops saying so,
+/// and writes nothing, where it read the page as a CA Secret without `ca.crt` and advised
+/// deleting the Secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_is_no_kubernetes_object_stops_the_run() {
+    let api = FakeApi::start().await;
+    assert_ok(&api.run(&[]).await);
+    api.take_requests();
+    let path = format!("{SECRETS}/{CA_SECRET}");
+    api.state.lock().unwrap().faults.push((
+        "GET".into(),
+        path.clone(),
+        200,
+        "<html>Sign in to the proxy</html>".into(),
+    ));
+    let out = api.run(&[]).await;
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("HTTP 200 with an answer that is not a Kubernetes object")
+            && err.contains("--api-server")
+            && !err.contains("Delete it"),
+        "{err}"
+    );
+    assert_eq!(api.take_requests(), [format!("GET {path} 200")]);
 }
 
 /// Without the registration (not applied yet, or removed first) a run fails naming it, and

@@ -303,6 +303,13 @@ impl Api {
             .unwrap_or_else(|_| Err(format!("no answer within {} s", REQUEST_TIMEOUT.as_secs())))
             .map_err(|e| err!("{method} {}: {e}", object.what))?;
         match (method, status) {
+            // A proxy's page, or another server at --api-server: nothing here is to be read as
+            // an object that lacks its keys (which would say "delete it").
+            (_, 200 | 201) if !answer.is_object() => Err(err!(
+                "{method} {}: HTTP {status} with an answer that is not a Kubernetes object: is {} the cluster's API server (--api-server)?",
+                object.what,
+                self.authority
+            )),
             (_, 200 | 201) | ("GET", 404) | ("PUT", 409) => Ok((status, answer)),
             _ => Err(self.refused(method, object, status, &answer)),
         }
