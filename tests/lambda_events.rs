@@ -320,3 +320,46 @@ async fn the_pre_traffic_event_is_answered_allowed_by_the_real_handler() {
     let (_, wire) = invoke(&app, &wrong).await;
     assert_eq!(wire["statusCode"], 404, "{wire}");
 }
+
+/// A function that cannot start (a configuration it refuses) tells Lambda why, on the Runtime
+/// API's init error route, before it exits 1: an invocation's error then carries the reason
+/// (`aws lambda invoke`, Terraform's pre-traffic check), where it said `Runtime.ExitError`
+/// alone. The real binary, against the Runtime API on 127.0.0.1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_configuration_is_reported_as_the_init_error() {
+    use common::runtime_api::{Seen, runtime_api};
+    use std::sync::{Arc, Mutex};
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let port = runtime_api("{}".into(), seen.clone()).await;
+    let out = tokio::process::Command::from(common::bin())
+        .arg("lambda")
+        .env(
+            "PODMUTATOR_CONFIG",
+            r#"{"http": {"pathTokenDisabled": true}, "mutators": {"secretz": {}}}"#,
+        )
+        .env("AWS_LAMBDA_RUNTIME_API", format!("127.0.0.1:{port}"))
+        .env("AWS_LAMBDA_FUNCTION_NAME", "podmutator")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "512")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.nexts, 0, "it asked for work it cannot do");
+    let [error] = &seen.errors[..] else {
+        panic!("{:?}\n{stderr}", seen.errors);
+    };
+    let (path, body) = error.split_once(": ").unwrap();
+    assert_eq!(path, "/2018-06-01/runtime/init/error");
+    let body: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(body["errorType"], "Runtime.ConfigurationError");
+    let message = body["errorMessage"].as_str().unwrap();
+    assert!(
+        message.contains("unknown mutator `secretz`: did you mean `secrets`?"),
+        "{message}"
+    );
+    assert!(stderr.contains(message), "{stderr}");
+}

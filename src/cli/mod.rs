@@ -378,10 +378,19 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Lambda { .. } => {
             init_logging();
             lambda::check_runtime_env(|k| std::env::var(k).ok()).map_err(CliError::LambdaEnv)?;
-            let loaded = source.load()?;
-            log_warnings(&loaded);
             runtime(false)?.block_on(async {
-                let front = Arc::new(startup::front(&loaded.config, Starter::Lambda).await?);
+                let started = async {
+                    let loaded = source.load()?;
+                    log_warnings(&loaded);
+                    Ok::<_, CliError>(startup::front(&loaded.config, Starter::Lambda).await?)
+                };
+                let front = match started.await {
+                    Ok(front) => Arc::new(front),
+                    Err(e) => {
+                        lambda::report_init_error(&e.chain()).await;
+                        return Err(e);
+                    }
+                };
                 start_line(
                     "lambda runtime starting",
                     serde_json::json!({

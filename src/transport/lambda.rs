@@ -413,6 +413,28 @@ pub const RUNTIME_ENV: [&str; 4] = [
     "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
 ];
 
+/// Tells Lambda why the function did not start (`POST /runtime/init/error`), so that an
+/// invocation's error says it (`aws lambda invoke`, Terraform's pre-traffic check) rather than
+/// `Runtime.ExitError` alone. The process exits after it, as before.
+pub async fn report_init_error(message: &str) {
+    use lambda_runtime_api_client::{PooledClient, build_request};
+    const KIND: &str = "Runtime.ConfigurationError";
+    let body = serde_json::json!({"errorType": KIND, "errorMessage": message}).to_string();
+    let request = build_request()
+        .method("POST")
+        .uri("/2018-06-01/runtime/init/error")
+        .header("lambda-runtime-function-error-type", KIND)
+        .header("content-type", "application/json")
+        .body(body.into());
+    let sent = match request {
+        Ok(request) => PooledClient::builder().build().call(request).await,
+        Err(e) => Err(e.into()),
+    };
+    if let Err(e) = sent {
+        tracing::warn!(error = %e, "the start error could not be reported to the Runtime API");
+    }
+}
+
 /// The runtime variables that are missing or unusable, `; `-joined, or `Ok` when all are set.
 pub fn check_runtime_env(get: impl Fn(&str) -> Option<String>) -> Result<(), String> {
     let problems: Vec<String> = RUNTIME_ENV
