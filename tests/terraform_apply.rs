@@ -2705,13 +2705,22 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
     assert_eq!(code, hash, "the rollback left the alias on other code");
     assert!(v3.parse::<u32>().unwrap() > v2.parse::<u32>().unwrap());
 
-    // Releases that fail the pre-traffic check: one that does not start, one that
-    // answers 404 (as a build expecting another path token would). Each is published, invoked
-    // once, and the apply stops with the alias where it was.
+    // Releases that fail the pre-traffic check: one that does not start, the real function
+    // on a configuration it refuses (the reason reaches the apply's error), one that answers
+    // 404 (as a build expecting another path token would). Each is published, invoked once,
+    // and the apply stops with the alias where it was.
+    let refusing = format!(
+        "#!/bin/sh\nPODMUTATOR_CONFIG='{{\"mutators\": {{\"secretz\": {{}}}}}}' exec '{}'\n",
+        env!("CARGO_BIN_EXE_podmutator")
+    );
     for (body, says) in [
         (
             "#!/bin/sh\nexit 1\n",
             "Runtime exited with error: exit status 1",
+        ),
+        (
+            refusing.as_str(),
+            "unknown mutator `secretz`: did you mean `secrets`?",
         ),
         (
             "#!/bin/sh\ncat >/dev/null\nprintf '%s' '{\"statusCode\":404,\"isBase64Encoded\":false,\"body\":\"{\\\"message\\\":\\\"no such path\\\"}\"}'\n",
