@@ -64,7 +64,7 @@ pub fn run(config: &Config, namespace: &str) -> Result<(), ServeError> {
             fields["metrics_addr"] = a.to_string().into();
         }
         // Caught from here on: once the start line is out, a SIGTERM drains.
-        let shutdown = server::Shutdown::install().map_err(server::ServerError::Signals)?;
+        let mut shutdown = server::Shutdown::install().map_err(server::ServerError::Signals)?;
         crate::logging::start_line("serving https", fields);
         // On SIGTERM the pod is leaving its Service: readiness fails at once, while the webhook
         // port keeps answering for http.drainSeconds, as long as the endpoint's removal takes to
@@ -81,7 +81,11 @@ pub fn run(config: &Config, namespace: &str) -> Result<(), ServeError> {
                     drain_seconds = drain.as_secs(),
                     "draining: readiness fails, the webhook port answers until the drain ends"
                 );
-                tokio::time::sleep(drain).await;
+                // A second signal (Ctrl-C again) ends the drain at once.
+                tokio::select! {
+                    () = tokio::time::sleep(drain) => {},
+                    () = shutdown.recv() => tracing::info!("second signal: the drain ends now"),
+                }
                 let _ = stop_tx.send(true);
             });
         }

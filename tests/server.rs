@@ -376,6 +376,32 @@ fn a_sigterm_as_soon_as_the_start_line_is_out_drains_and_exits_cleanly() {
     }
 }
 
+/// A second SIGTERM or Ctrl-C during the drain ends it at once (a developer's second Ctrl-C),
+/// where the drain ran its whole length. The drain here is the longest allowed, 120 s: without
+/// the second signal's line the test fails.
+#[test]
+fn a_second_signal_ends_the_drain() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = temp_dir("second-signal");
+    let config = json!({
+        "webhook": {"certDir": dir, "listenPort": free_port(), "serviceName": "podmutator"},
+        "http": {"listenAddress": "127.0.0.1", "pathTokenDisabled": true, "drainSeconds": 120}
+    });
+    let (mut child, rx) = serve_child(&config);
+    wait_for(&rx, "serving https");
+    sigterm(&child);
+    wait_for(
+        &rx,
+        "draining: readiness fails, the webhook port answers until the drain ends",
+    );
+    sigterm(&child);
+    wait_for(&rx, "second signal: the drain ends now");
+    wait_for(&rx, "shut down");
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), None, "killed by the signal");
+    assert!(status.success(), "{status:?}");
+}
+
 #[tokio::test]
 async fn a_bad_config_stops_the_binary_with_the_key_named() {
     let out = crate::common::bin()

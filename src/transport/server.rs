@@ -488,8 +488,8 @@ impl Shutdown {
         })
     }
 
-    /// Resolves on the first SIGTERM or Ctrl-C since [`Shutdown::install`].
-    pub async fn recv(mut self) {
+    /// Resolves on the next SIGTERM or Ctrl-C since [`Shutdown::install`] or the last call.
+    pub async fn recv(&mut self) {
         tokio::select! {
             _ = self.term.recv() => {},
             _ = self.interrupt.recv() => {},
