@@ -181,7 +181,7 @@ def main():
     # Plans refuse it (tests/terraform_apply.rs); here: the rule reads every input it needs.
     public_value = [
         v for v in tf["variable"]["endpoint"]["validation"]
-        if all(s in v["condition"] for s in ('var.endpoint == "http_api"', "Embedded", 'var.embedded_delivery == "value"', 'var.embedded_env_var_delivery == "value"'))
+        if all(s in v["condition"] for s in ('var.endpoint == "http_api"', '"embedded"', "lower(", 'var.embedded_delivery == "value"', 'var.embedded_env_var_delivery == "value"'))
     ]
     c.eq("endpoint validation refuses value delivery on http_api", len(public_value), 1)
     c.true(
