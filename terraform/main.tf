@@ -8,6 +8,26 @@ locals {
   # against it, so that no value Terraform accepts makes the function refuse to start.
   config_bounds = jsondecode(file("${path.module}/config-bounds.json"))
 
+  # The string settings the function checks at start, as it checks them (crates/core's
+  # image_ref.rs, config/embedded.rs): the variables that set one are validated against these,
+  # and tests/terraform_apply.rs holds each refusal to `podmutator check-config`'s.
+  #
+  # A registry: host name labels (any case) or a bracketed IPv6 address, with an optional port.
+  registry_regex = "(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*)(:[0-9]+)?"
+  # An image reference the kubelet pulls: a name (one path component; or a registry, or a first
+  # component without '.', then components), an optional tag, and an optional digest the
+  # kubelet reads (sha256, sha384 or sha512 in lower-case hex). The name's own 255 characters
+  # are checked beside it.
+  image_component_regex = "[a-z0-9]+((\\.|_|__|-+)[a-z0-9]+)*"
+  image_regex = join("", [
+    "^(", local.image_component_regex,
+    "|", local.registry_regex, "(/", local.image_component_regex, ")+",
+    "|[a-z0-9]+((_|__|-+)[a-z0-9]+)*(/", local.image_component_regex, ")+",
+    ")(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@(sha256:[0-9a-f]{64}|sha384:[0-9a-f]{96}|sha512:[0-9a-f]{128}))?$",
+  ])
+  # A namespace template's placeholder, its name trimmed of white space as the function trims it.
+  template_placeholder_regex = "\\{\\{[\\t-\\r\\x{85}\\p{Z}]*(organization|project|domain)[\\t-\\r\\x{85}\\p{Z}]*\\}\\}"
+
   use_alb = var.endpoint == "alb"
   use_api = var.endpoint == "http_api"
 

@@ -265,6 +265,15 @@ variable "fetcher_image" {
     condition     = var.embedded_delivery != "reference" || try(length(var.fetcher_image) > 0, false)
     error_message = "fetcher_image is required when embedded_delivery is \"reference\"."
   }
+  validation {
+    # As the function checks embedded.fetcherImage in reference delivery.
+    condition = var.embedded_delivery != "reference" || var.fetcher_image == null || try(
+      can(regex(local.image_regex, var.fetcher_image))
+      && length(replace(split("@", var.fetcher_image)[0], "/:[^/:]*$/", "")) <= 255,
+      false
+    )
+    error_message = "fetcher_image must be an image reference the kubelet can pull, e.g. 123456789012.dkr.ecr.eu-west-1.amazonaws.com/podmutator@sha256:<64 lower-case hex digits> (the digest docs/deploy.md's publish block prints), without spaces or placeholders; a digest is sha256, sha384 or sha512 in lower-case hex."
+  }
 }
 
 
@@ -274,8 +283,12 @@ variable "entrypoint_registries" {
   default     = []
 
   validation {
-    condition     = alltrue([for r in var.entrypoint_registries : can(regex("^[A-Za-z0-9.-]+(:[0-9]+)?$", r))])
-    error_message = "entrypoint_registries entries are registry hosts, host[:port], without a scheme or path."
+    # As the function reads an image's registry: host name labels that start and end with a
+    # letter or digit (or a bracketed IPv6 address), with a '.' or a port unless it is localhost.
+    condition = alltrue([for r in var.entrypoint_registries :
+      can(regex("^${local.registry_regex}$", r)) && (can(regex("[.:A-Z]", r)) || r == "localhost") && length(r) <= 249
+    ])
+    error_message = "entrypoint_registries entries are registry hosts written as in an image reference, host[:port] (e.g. public.ecr.aws, docker.io, localhost:5000, 123456789012.dkr.ecr.us-east-1.amazonaws.com): dot-separated labels of letters, digits and '-' that start and end with a letter or digit, without a scheme or path."
   }
 }
 
@@ -293,9 +306,24 @@ variable "entrypoint_ecr_repository_arns" {
 
 
 variable "namespace_template" {
-  description = "Namespace a pod must be in to read the secrets of its project and domain (Flyte's default layout)."
+  description = "Namespace a pod must be in to read the secrets of its project and domain (Flyte's default layout). Placeholders {{ organization }}, {{ project }} and {{ domain }}; it must use {{ domain }} and, filled in, give a namespace name. \"\" turns the binding off."
   type        = string
   default     = "{{ project }}-{{ domain }}"
+
+  # As the function checks embedded.namespaceTemplate: with each placeholder filled in with a
+  # one-letter value, the template gives a namespace name (an unknown or unclosed placeholder
+  # leaves braces, which no name has), and it uses {{ domain }}.
+  validation {
+    condition = var.namespace_template == "" || (
+      length(replace(var.namespace_template, "/${local.template_placeholder_regex}/", "a")) <= 63
+      && can(regex("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", replace(var.namespace_template, "/${local.template_placeholder_regex}/", "a")))
+    )
+    error_message = "namespace_template must give a namespace name once filled in: lower-case letters, digits and '-' (at most 63, starting and ending with a letter or digit) around the placeholders {{ organization }}, {{ project }} and {{ domain }} (no other), e.g. \"{{ project }}-{{ domain }}\"; or \"\" to turn the binding off."
+  }
+  validation {
+    condition     = var.namespace_template == "" || can(regex(replace(local.template_placeholder_regex, "(organization|project|domain)", "domain"), var.namespace_template))
+    error_message = "namespace_template must use {{ domain }}: without it every domain of a project shares one namespace and reads the others' secrets; write e.g. \"{{ project }}-{{ domain }}\" (or \"\" to turn the binding off)."
+  }
 }
 
 
@@ -387,6 +415,16 @@ variable "metrics_namespace" {
   description = "CloudWatch namespace of the function's EMF metrics (its metrics.namespace), which the alarms and the dashboard read."
   type        = string
   default     = "podmutator"
+
+  validation {
+    # The function counts bytes (UTF-8), as CloudWatch does.
+    condition = (
+      !startswith(var.metrics_namespace, ":")
+      && length(regexall("(?s).", var.metrics_namespace)) >= 1
+      && (length(regexall("(?s).", var.metrics_namespace)) + length(regexall("[\\x{80}-\\x{10FFFF}]", var.metrics_namespace)) + length(regexall("[\\x{800}-\\x{10FFFF}]", var.metrics_namespace)) + length(regexall("[\\x{10000}-\\x{10FFFF}]", var.metrics_namespace))) <= 255
+    )
+    error_message = "metrics_namespace must be 1 to 255 bytes and must not start with ':' (the function's metrics.namespace), e.g. \"podmutator\"."
+  }
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -2341,6 +2341,238 @@ module "pods_elsewhere" {{
     );
 }
 
+/// The string variables the function checks at start (its namespace template, the fetcher
+/// image, the registries it reads ENTRYPOINTs from, the metrics namespace) refuse at plan what
+/// the function refuses, each with what to write instead; the binary's `check-config` refuses
+/// each same value in the planned configuration, and accepts the values at the edges that both
+/// accept, so the two cannot drift apart.
+#[test]
+fn terraform_string_variables_refuse_what_the_function_refuses() {
+    let site = Site::new("plan-strings");
+    let tf = site.terraform();
+    // The token off: the whole configuration is known at plan time.
+    let plan = |name: &str, inputs: &str| -> (Output, PathBuf) {
+        let dir = site.dir().join(name);
+        tf.init_root(
+            &dir,
+            &unapplied_module(&format!(
+                "endpoint = \"http_api\"\n  path_token_enabled = false\n  embedded_delivery = \"reference\"\n  {inputs}"
+            )),
+        );
+        (tf.plan(&dir, &["-out=plan.tfplan"]), dir)
+    };
+    let check_config = |config: &serde_json::Value| -> Output {
+        crate::common::bin()
+            .arg("check-config")
+            .env("PODMUTATOR_CONFIG", config.to_string())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let hcl = |v: &serde_json::Value| v.to_string();
+    let inputs = |template: &str, image: &str, registry: &str, metrics: &str| {
+        format!(
+            "namespace_template = {}\n  fetcher_image = {}\n  entrypoint_registries = [{}]\n  metrics_namespace = {}",
+            hcl(&template.into()),
+            hcl(&image.into()),
+            hcl(&registry.into()),
+            hcl(&metrics.into())
+        )
+    };
+
+    // Values at the edges that both accept: placeholders written without spaces, a registry
+    // with a port, a bracketed IPv6 address, localhost, a colon after the first character.
+    let digest = format!("sha256:{}", "0123456789abcdef".repeat(4));
+    let accepted = [
+        (
+            "{{organization}}-{{ project }}-{{domain}}",
+            format!("localhost:5000/podmutator:v1@{digest}"),
+            "localhost",
+            "team:podmutator",
+        ),
+        (
+            "",
+            format!("[::1]:5000/org/podmutator@{digest}"),
+            "[::1]:5000",
+            "p",
+        ),
+        (
+            "ns-{{ project }}-{{\tdomain }}",
+            "podmutator:1.2.3".into(),
+            "Registry.Example.com:443",
+            &"m".repeat(255),
+        ),
+    ];
+    let mut config = serde_json::Value::Null;
+    for (i, (template, image, registry, metrics)) in accepted.iter().enumerate() {
+        let (out, dir) = plan(
+            &format!("accepted-{i}"),
+            &inputs(template, image, registry, metrics),
+        );
+        assert!(out.status.success(), "accepted-{i}: {}", combined(&out));
+        let show = tf.show_json(&dir, "plan.tfplan");
+        let function = show["resource_changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["type"] == "aws_lambda_function")
+            .expect("the plan creates the function");
+        config = serde_json::from_str(
+            function["change"]["after"]["environment"][0]["variables"]["PODMUTATOR_CONFIG"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                &config["embedded"]["namespaceTemplate"],
+                &config["embedded"]["fetcherImage"],
+                &config["embedded"]["entrypointLookup"]["registries"][0],
+                &config["metrics"]["namespace"]
+            ),
+            (
+                &(*template).into(),
+                &image.as_str().into(),
+                &(*registry).into(),
+                &(*metrics).into()
+            ),
+            "{config}"
+        );
+        let started = check_config(&config);
+        assert!(
+            started.status.success(),
+            "accepted-{i}: the function refuses what Terraform accepts: {}",
+            combined(&started)
+        );
+    }
+
+    // Each refused value, with what the plan says and the key the function names. A plan with
+    // the other three variables' values (a plan reports every refused variable), and one with
+    // the fetcher image alone: its check reads embedded_delivery, and Terraform checks what
+    // reads another variable only once the others pass.
+    let refused = [
+        [
+            (
+                "namespace_template",
+                "{{ project }}",
+                "namespace_template must use {{ domain }}",
+                "embedded.namespaceTemplate",
+            ),
+            (
+                "fetcher_image",
+                " ",
+                "fetcher_image must be an image reference the kubelet can pull",
+                "embedded.fetcherImage",
+            ),
+            (
+                "entrypoint_registries",
+                "-bad-",
+                "entrypoint_registries entries are registry hosts",
+                "embedded.entrypointLookup.registries[0]",
+            ),
+            (
+                "metrics_namespace",
+                "",
+                "metrics_namespace must be 1 to 255 bytes",
+                "metrics.namespace",
+            ),
+        ],
+        [
+            (
+                "namespace_template",
+                "{{ project }}.{{ domain }}",
+                "namespace_template must give a namespace name",
+                "embedded.namespaceTemplate",
+            ),
+            (
+                "fetcher_image",
+                "123456789012.dkr.ecr.eu-west-1.amazonaws.com/podmutator@sha256:REPLACE_WITH_THE_DIGEST",
+                "fetcher_image must be an image reference the kubelet can pull",
+                "embedded.fetcherImage",
+            ),
+            (
+                "entrypoint_registries",
+                "registry.example.com/team",
+                "entrypoint_registries entries are registry hosts",
+                "embedded.entrypointLookup.registries[0]",
+            ),
+            (
+                "metrics_namespace",
+                ":podmutator",
+                "metrics_namespace must be 1 to 255 bytes",
+                "metrics.namespace",
+            ),
+        ],
+        [
+            (
+                "namespace_template",
+                "{{ team }}-{{ domain }}",
+                "namespace_template must give a namespace name",
+                "embedded.namespaceTemplate",
+            ),
+            (
+                "fetcher_image",
+                "registry.example.com/Podmutator:1",
+                "fetcher_image must be an image reference the kubelet can pull",
+                "embedded.fetcherImage",
+            ),
+            (
+                "entrypoint_registries",
+                "registry",
+                "entrypoint_registries entries are registry hosts",
+                "embedded.entrypointLookup.registries[0]",
+            ),
+            (
+                "metrics_namespace",
+                &"é".repeat(128),
+                "metrics_namespace must be 1 to 255 bytes",
+                "metrics.namespace",
+            ),
+        ],
+    ];
+    for (i, cases) in refused.iter().enumerate() {
+        let [t, f, r, m] = cases.map(|c| c.1);
+        let (good_t, good_f, good_r, good_m) = &accepted[0];
+        let mut said = String::new();
+        for (name, inputs) in [
+            (format!("refused-{i}"), inputs(t, FETCHER_IMAGE, r, m)),
+            (
+                format!("refused-image-{i}"),
+                inputs(good_t, f, good_r, good_m),
+            ),
+        ] {
+            let (out, _) = plan(&name, &inputs);
+            let text = words(&combined(&out));
+            assert!(!out.status.success(), "{name}: planned: {text}");
+            said += &text;
+        }
+        for (variable, value, says, key) in cases {
+            assert!(
+                said.contains(says),
+                "refused-{i}: {variable} = {value:?} not refused with {says:?}: {said}"
+            );
+            // The same value in the configuration Terraform planned: the function refuses it,
+            // naming its key.
+            let mut bad = config.clone();
+            match *variable {
+                "namespace_template" => bad["embedded"]["namespaceTemplate"] = (*value).into(),
+                "fetcher_image" => bad["embedded"]["fetcherImage"] = (*value).into(),
+                "entrypoint_registries" => {
+                    bad["embedded"]["entrypointLookup"]["registries"] = serde_json::json!([value])
+                }
+                _ => bad["metrics"]["namespace"] = (*value).into(),
+            }
+            let started = check_config(&bad);
+            assert!(
+                !started.status.success()
+                    && combined(&started).contains(&format!("invalid configuration: {key}")),
+                "{variable} = {value:?}: the function does not refuse it at {key}: {}",
+                combined(&started)
+            );
+        }
+    }
+}
+
 /// Item 9 of issue 38: `alb_deletion_protection` protects the install, not the ALB alone. The
 /// AWS module without the registration module (its own guard, terraform/protection.tf): with
 /// the protection on (the default), `terraform destroy` is refused before it deletes anything
