@@ -1061,31 +1061,56 @@ fn example_install_remove_reinstall(example: &str) {
     ));
     let (dir, env, tf) = (site.dir(), &site.env, site.terraform());
     let mut facts = python_json(&["moto_cluster.py", &cluster], env);
-    let zip = dir.join("bootstrap.zip");
+    let ex = dir.join("examples").join(example);
+    // terraform.tfvars is the example's terraform.tfvars.example with this install's values:
+    // the zip where its lambda_zip_path line says (the release runbook reads it there).
+    let example_tfvars = std::fs::read_to_string(ex.join("terraform.tfvars.example")).unwrap();
+    let zip_path = example_tfvars
+        .lines()
+        .find_map(|l| l.strip_prefix("lambda_zip_path = \""))
+        .and_then(|r| r.strip_suffix('"'))
+        .expect("terraform.tfvars.example sets lambda_zip_path");
+    let zip = ex.join(zip_path);
+    std::fs::create_dir_all(zip.parent().unwrap()).unwrap();
     let hash = write_zip(&zip);
     if example == "alb" {
         facts["control_plane_security_group_id"] =
             control_plane_group_as_written(&tf, dir, &cluster, &facts).into();
     }
     std::fs::write(dir.join("facts.json"), facts.to_string()).unwrap();
-    let ex = dir.join("examples").join(example);
     let name = format!("pm-ex-{}", example.replace("http-api", "api"));
 
-    let mut tfvars = format!(
+    let ours = format!(
         r#"region                  = "{REGION}"
 cluster_name            = "{cluster}"
 name                    = "{name}"
 domain_name             = "podmutator.example.com"
 route53_zone_id         = "{zone}"
-lambda_zip_path         = "{zip}"
 lambda_zip_base64sha256 = "{hash}"
 alarm_topic_arns        = ["{topic}"]
 reserved_concurrent_executions = 7
 "#,
         zone = facts["zone_id"].as_str().unwrap(),
-        zip = zip.display(),
         topic = facts["alarm_topic_arn"].as_str().unwrap(),
     );
+    let set = [
+        "region",
+        "cluster_name",
+        "domain_name",
+        "route53_zone_id",
+        "lambda_zip_base64sha256",
+        "control_plane_security_group_id",
+        "fetcher_image",
+    ];
+    let mut tfvars: String = example_tfvars
+        .lines()
+        .filter(|l| {
+            !set.iter()
+                .any(|k| l.split('=').next().unwrap().trim_end() == *k)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    tfvars += &ours;
     if example == "alb" {
         tfvars += &format!(
             "control_plane_security_group_id = \"{}\"\n",
@@ -1165,6 +1190,80 @@ reserved_concurrent_executions = 7
             );
             tf.plan_is_empty(&ex, marker);
         }
+
+        // A release by docs/deploy.md's runbook in this root made from the example, then an
+        // instant rollback by hand (`aws lambda update-alias`), then failing open as the docs
+        // say after one: `live` stays on the rolled-back code, on a version Terraform checked.
+        let function = tf.output_json(&ex)["function_name"]["value"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let live = || -> (u32, String) {
+            let text = boto3(
+                env,
+                "l=boto3.client('lambda'); v=l.get_alias(FunctionName=sys.argv[1], Name='live')['FunctionVersion']; print(v, l.get_function_configuration(FunctionName=sys.argv[1], Qualifier=v)['CodeSha256'])",
+                &[&function],
+            );
+            let (version, code) = text.trim().split_once(' ').unwrap();
+            (version.parse().unwrap(), code.to_owned())
+        };
+        let (v1, code) = live();
+        assert_eq!(code, hash);
+        let b = write_zip_with(&zip, &release("B"));
+        tf.shell_ok(
+            &ex,
+            &deploy_doc_block("**Upgrade or roll back**"),
+            &dir.join("upgrade.log"),
+        );
+        let (v2, code) = live();
+        assert_eq!(
+            code, b,
+            "the runbook did not release B from the example's root"
+        );
+        assert!(v2 > v1);
+        boto3(
+            env,
+            "boto3.client('lambda').update_alias(FunctionName=sys.argv[1], Name='live', FunctionVersion=sys.argv[2])",
+            &[&function, &v1.to_string()],
+        );
+        // What the docs say an apply would do now: move the alias back to B's version.
+        let out = tf.plan(&ex, &["-detailed-exitcode"]);
+        assert!(
+            out.status.code() == Some(2)
+                && words(&combined(&out))
+                    .contains("module.podmutator.aws_lambda_alias.live will be updated in-place"),
+            "after a manual rollback, a plan leaves the alias: {}",
+            combined(&out)
+        );
+        assert_eq!(write_zip(&zip), hash);
+        tf.shell_ok(
+            &ex,
+            &deploy_doc_block("**Fail open after a manual rollback.**"),
+            &dir.join("rollback-fail-open.log"),
+        );
+        let (v3, code) = live();
+        assert_eq!(
+            code, hash,
+            "failing open moved live off the rolled-back code"
+        );
+        assert!(
+            v3 > v2,
+            "live is not on a version Terraform published and checked"
+        );
+        assert!(
+            policies().iter().all(|p| p == "Ignore") && !policies().is_empty(),
+            "{:?}",
+            policies()
+        );
+        tf.plan_is_empty(&ex, "after failing open after a manual rollback");
+        tf.shell_ok(
+            &ex,
+            &deploy_doc_block("from any machine with the state, without the zip. **Restore**"),
+            &dir.join("restore-2.log"),
+        );
+        assert!(policies().iter().all(|p| p == "Fail"), "{:?}", policies());
+        assert_eq!(live(), (v3, hash.clone()));
+        tf.plan_is_empty(&ex, "after the restore");
     }
 
     let manifest = outputs("outputs-1.json");
