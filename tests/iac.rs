@@ -356,6 +356,21 @@ fn terraform_and_sam_agree_with_the_functions_routes_and_deadlines() {
     let mut seen = std::collections::BTreeSet::new();
     for r in &rendered {
         let tag = r["tag"].as_str().unwrap();
+        // A value the template refuses (a Rule, an AllowedPattern): the function refuses it too.
+        if let Some(key) = r["refusedAt"].as_str() {
+            let out = crate::common::bin()
+                .arg("check-config")
+                .env("PODMUTATOR_CONFIG", r["config"].to_string())
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && stderr.contains(&format!("invalid configuration: {key}")),
+                "{tag}: the template refuses it, the function does not refuse it at {key}:\n{stderr}"
+            );
+            continue;
+        }
         let loaded = podmutator_core::Config::from_value(r["config"].clone())
             .unwrap_or_else(|e| panic!("{tag}: the function refuses the SAM config: {e}"));
         let c = &loaded.config;

@@ -268,7 +268,7 @@ WORST_VALUES = {
     "ImageBuilderLabelSelector": lambda n: "{" + '"' * (n - 2) + "}",
     "ImagesPodSelector": lambda n: "{" + '"' * (n - 2) + "}",
     "ImagesNamespaceSelector": lambda n: "{" + '"' * (n - 2) + "}",
-    "NamespaceTemplate": lambda n: "a" * n,
+    "NamespaceTemplate": lambda n: "{{domain}}" + "a" * (n - 10),
     "FetcherImage": lambda n: "a" * n,
     "MeshLabelKey": lambda n: "a" * (n - 64) + "/" + "a" * 63,
     "EcrPullThroughCachePrefix": lambda n: "a" * (n - 1) + "/",
@@ -307,7 +307,8 @@ def worst_case(template, base):
             params[name] = WORST_VALUES[name](int(p["MaxLength"]))
         elif p["Type"] == "Number" and "MaxValue" in p:
             params[name] = int(p["MaxValue"])
-    # The longest deadline needs the longest function timeout (a rule holds them in order).
+    # The longest deadline needs the longest function timeout (no Rule can hold them in order:
+    # CloudFormation cannot compare two numbers; docs/deploy.md says to keep them so).
     params["LambdaTimeoutSeconds"] = int(template["Parameters"]["LambdaTimeoutSeconds"]["MaxValue"])
     ev = Evaluator(template, params)
     env = ev.value(template["Resources"]["Function"]["Properties"]["Environment"]["Variables"])
@@ -704,6 +705,49 @@ def main():
             c.eq(f"{tag} DescribeSecret on the org prefix", (by_sid.get("DescribeOrgSecrets", {}).get("Action"), by_sid.get("DescribeOrgSecrets", {}).get("Resource")), ("secretsmanager:DescribeSecret", org_arn))
         else:
             c.true(f"{tag} no DescribeSecret", "secretsmanager:DescribeSecret" not in actions, str(sorted(actions)))
+
+    # --- what the function refuses at start, refused before anything is created -------------
+    # A Rule where the check compares parameters, an AllowedPattern where one value shows it.
+    # Each refused value, rendered as the template would render it, is one the function refuses
+    # too, naming the key (tests/iac.rs runs check-config on it: "refusedAt"); each accepted one
+    # it starts with.
+    for tag, extra, want_failed, key in [
+        ("[reference without FetcherImage]", dict(EmbeddedDelivery="reference", FetcherImage=""), ["ReferenceNeedsFetcherImage"], "embedded.fetcherImage"),
+        ("[reference with FetcherImage]", dict(EmbeddedDelivery="reference", FetcherImage=FETCHER_IMAGE), [], None),
+        ("[value without FetcherImage]", dict(EmbeddedDelivery="value", FetcherImage=""), [], None),
+        ("[ImageBuilderReplacement = ImageBuilderExisting]", dict(BUILDER_ON, ImageBuilderReplacement=BUILDER_ON["ImageBuilderExisting"]), ["ImageBuilderNeedsHosts"], "webhook.imageBuilderConfig.hostnameReplacement.replacement"),
+        ("[ImageBuilderReplacement elsewhere]", dict(BUILDER_ON), [], None),
+    ]:
+        ev = Evaluator(template, dict(base, **extra))
+        c.eq(f"{tag} rules refused", failed_rules(template, ev), want_failed)
+        config = json.loads(ev.value(props["Environment"]["Variables"]["PODMUTATOR_CONFIG"]))
+        rendered.append(dict({"tag": tag, "imageBuilder": "ImageBuilderEnabled" in extra, "images": False, "config": config}, **({"refusedAt": key} if key else {})))
+    c.true(
+        "the FetcherImage refusal tells what to set",
+        "Set FetcherImage" in str(template.get("Rules", {}).get("ReferenceNeedsFetcherImage", {}).get("Assertions")),
+    )
+    for name, value, key in [
+        ("FetcherImage", "123456789012.dkr.ecr.eu-west-1.amazonaws.com/podmutator@sha256:REPLACE_WITH_THE_DIGEST", "embedded.fetcherImage"),
+        ("FetcherImage", " ", "embedded.fetcherImage"),
+        ("FetcherImage", "registry.example.com/Podmutator:1", "embedded.fetcherImage"),
+        ("FetcherImage", "registry.example.com/podmutator@sha265:" + "0" * 64, "embedded.fetcherImage"),
+        ("FetcherImage", FETCHER_IMAGE, None),
+        ("FetcherImage", "localhost:5000/podmutator:v1@sha256:" + "0123456789abcdef" * 4, None),
+        ("FetcherImage", "podmutator:1.2.3", None),
+        ("NamespaceTemplate", "{{ project }}", "embedded.namespaceTemplate"),
+        ("NamespaceTemplate", "{{ project }}.{{ domain }}", "embedded.namespaceTemplate"),
+        ("NamespaceTemplate", "{{ team }}-{{ domain }}", "embedded.namespaceTemplate"),
+        ("NamespaceTemplate", "-{{ project }}-{{ domain }}", "embedded.namespaceTemplate"),
+        ("NamespaceTemplate", "{{ project }}-{{ domain }}", None),
+        ("NamespaceTemplate", "{{organization}}-{{ project }}-{{domain}}", None),
+        ("NamespaceTemplate", "ns-{{  domain }}-{{ project }}", None),
+    ]:
+        tag = f"[{name}={value!r}]"
+        pattern = template["Parameters"][name]["AllowedPattern"]
+        c.eq(f"{tag} CloudFormation accepts it (AllowedPattern)", re.fullmatch(pattern, value) is not None, key is None)
+        ev = Evaluator(template, dict(base, **dict({"EmbeddedDelivery": "reference", "FetcherImage": FETCHER_IMAGE}, **{name: value})))
+        config = json.loads(ev.value(props["Environment"]["Variables"]["PODMUTATOR_CONFIG"]))
+        rendered.append(dict({"tag": tag, "imageBuilder": False, "images": False, "config": config}, **({"refusedAt": key} if key else {})))
 
     # --- value delivery is never served through the internet-facing endpoint ----------------
     # CloudFormation evaluates Rules before it creates anything; the function refuses such
