@@ -1564,6 +1564,45 @@ boto3.client("cloudformation").create_stack(StackName="podmutator", TemplateBody
         .trim();
     let (ok, said) = answered(protect);
     assert!(ok, "{protect}: {said}");
+    // Then, before registering, the first deploy's configuration is checked by hand (CodeDeploy
+    // checks none): the function's own check passes the stack's, and names a setting it refuses
+    // once `live` carries one.
+    std::fs::create_dir_all(dir.join("target/release")).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_podmutator"),
+        dir.join("target/release/podmutator"),
+    )
+    .unwrap();
+    let check = sh_block_after(&doc, "**What CloudFormation cannot check.**");
+    let (ok, said) = answered(check);
+    assert!(
+        ok && said.contains("\"secretManagerTypes\""),
+        "{check}: {said}"
+    );
+    run_ok(
+        "a refused configuration behind `live`",
+        Command::new(tool("python"))
+            .args([
+                "-c",
+                "import boto3\nlam = boto3.client('lambda'); name = 'podmutator-Function-5JQ9W2R8XYZA'\nlam.update_function_configuration(FunctionName=name, Environment={'Variables': {'PODMUTATOR_CONFIG': '{\"mutators\": {\"secretz\": {}}}'}})\nlam.update_alias(FunctionName=name, Name='live', FunctionVersion=lam.publish_version(FunctionName=name)['Version'])",
+            ])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
+    );
+    let (ok, said) = answered(check);
+    assert!(
+        !ok && said.contains("unknown mutator `secretz`"),
+        "{check}: {said}"
+    );
+    run_ok(
+        "the stack's configuration behind `live` again",
+        Command::new(tool("python"))
+            .args([
+                "-c",
+                "import boto3, sys\nlam = boto3.client('lambda'); name = 'podmutator-Function-5JQ9W2R8XYZA'\nlam.update_function_configuration(FunctionName=name, Environment={'Variables': {'PODMUTATOR_CONFIG': sys.argv[1]}})\nlam.update_alias(FunctionName=name, Name='live', FunctionVersion=lam.publish_version(FunctionName=name)['Version'])",
+                &step["config"].to_string(),
+            ])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
+    );
     let block: String = sh_block_after(&doc, "4. **Register**")
         .lines()
         .map(|l| format!("{}\n", l.trim_start()))
