@@ -2631,7 +2631,7 @@ fn terraform_string_variables_refuse_what_the_function_refuses() {
     ];
     for (i, cases) in refused.iter().enumerate() {
         let [t, f, r, m] = cases.map(|c| c.1);
-        let (good_t, good_f, good_r, good_m) = &accepted[0];
+        let (good_t, _, good_r, good_m) = &accepted[0];
         let mut said = String::new();
         for (name, inputs) in [
             (format!("refused-{i}"), inputs(t, FETCHER_IMAGE, r, m)),
