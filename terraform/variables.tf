@@ -418,11 +418,11 @@ variable "metrics_namespace" {
 
   validation {
     # The function counts bytes (UTF-8), as CloudWatch does.
-    condition = (
-      !startswith(var.metrics_namespace, ":")
-      && length(regexall("(?s).", var.metrics_namespace)) >= 1
-      && (length(regexall("(?s).", var.metrics_namespace)) + length(regexall("[\\x{80}-\\x{10FFFF}]", var.metrics_namespace)) + length(regexall("[\\x{800}-\\x{10FFFF}]", var.metrics_namespace)) + length(regexall("[\\x{10000}-\\x{10FFFF}]", var.metrics_namespace))) <= 255
-    )
+    condition = alltrue([
+      !startswith(var.metrics_namespace, ":"),
+      length(regexall("(?s).", var.metrics_namespace)) >= 1,
+      (length(regexall("(?s).", var.metrics_namespace)) + length(regexall("[\\x{80}-\\x{10FFFF}]", var.metrics_namespace)) + length(regexall("[\\x{800}-\\x{10FFFF}]", var.metrics_namespace)) + length(regexall("[\\x{10000}-\\x{10FFFF}]", var.metrics_namespace))) <= 255,
+    ])
     error_message = "metrics_namespace must be 1 to 255 bytes and must not start with ':' (the function's metrics.namespace), e.g. \"podmutator\"."
   }
 }
