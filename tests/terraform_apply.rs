@@ -488,6 +488,34 @@ impl Terraform {
         );
         serde_json::from_slice(&out.stdout).expect("terraform show -json")
     }
+
+    /// The function's configuration (`PODMUTATOR_CONFIG`) in the saved plan `plan.tfplan`.
+    fn planned_config(&self, dir: &Path) -> serde_json::Value {
+        let show = self.show_json(dir, "plan.tfplan");
+        let function = show["resource_changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["type"] == "aws_lambda_function")
+            .expect("the plan creates the function");
+        let env = &function["change"]["after"]["environment"][0]["variables"];
+        serde_json::from_str(
+            env["PODMUTATOR_CONFIG"].as_str().unwrap_or_else(|| {
+                panic!("PODMUTATOR_CONFIG is not known at plan time: {function}")
+            }),
+        )
+        .unwrap()
+    }
+}
+
+/// `podmutator check-config` on `config`, as the function's start-up gate reads it.
+fn check_config(config: &serde_json::Value) -> Output {
+    crate::common::bin()
+        .arg("check-config")
+        .env("PODMUTATOR_CONFIG", config.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
 }
 
 /// The arguments of `terraform <verb>` (`apply`, `destroy` or `plan`) run unattended: no input,
@@ -2140,33 +2168,10 @@ fn terraform_plans_refuse_what_lambda_or_the_function_would_refuse() {
         assert!(!out.status.success(), "{name}: planned: {text}");
         text
     };
-    let planned_config =
-        |dir: &Path| -> serde_json::Value {
-            let show = tf.show_json(dir, "plan.tfplan");
-            let function = show["resource_changes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|r| r["type"] == "aws_lambda_function")
-                .expect("the plan creates the function");
-            let env = &function["change"]["after"]["environment"][0]["variables"];
-            serde_json::from_str(env["PODMUTATOR_CONFIG"].as_str().unwrap_or_else(|| {
-                panic!("PODMUTATOR_CONFIG is not known at plan time: {function}")
-            }))
-            .unwrap()
-        };
-    let check_config = |config: &serde_json::Value| -> Output {
-        crate::common::bin()
-            .arg("check-config")
-            .env("PODMUTATOR_CONFIG", config.to_string())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    };
 
     // The token off.
     let dir = planned("token-off", "path_token_enabled = false");
-    let config = planned_config(&dir);
+    let config = tf.planned_config(&dir);
     assert_eq!(
         config["http"],
         serde_json::json!({"maxBodyBytes": 6291456, "pathTokenDisabled": true}),
@@ -2215,7 +2220,7 @@ fn terraform_plans_refuse_what_lambda_or_the_function_would_refuse() {
     ];
     for (name, [deadline, ttl, body]) in [("lowest", lowest), ("highest", highest)] {
         let dir = planned(name, &numbers(deadline as i64, ttl as i64, body as i64));
-        let config = planned_config(&dir);
+        let config = tf.planned_config(&dir);
         assert_eq!(
             (
                 &config["embedded"]["deadlineMs"],
@@ -2323,7 +2328,7 @@ fn terraform_plans_refuse_what_lambda_or_the_function_would_refuse() {
     );
     make_rule("cache/quay", "quay.io");
     let dir = planned("caches", &caches("quay"));
-    let config = planned_config(&dir);
+    let config = tf.planned_config(&dir);
     assert_eq!(
         config["images"]["rules"],
         serde_json::json!([{"match": "quay.io", "replace": format!("123456789012.dkr.ecr.{REGION}.amazonaws.com/cache/quay")}]),
@@ -2460,14 +2465,6 @@ fn terraform_string_variables_refuse_what_the_function_refuses() {
         );
         (tf.plan(&dir, &["-out=plan.tfplan"]), dir)
     };
-    let check_config = |config: &serde_json::Value| -> Output {
-        crate::common::bin()
-            .arg("check-config")
-            .env("PODMUTATOR_CONFIG", config.to_string())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    };
     let hcl = |v: &serde_json::Value| v.to_string();
     let inputs = |template: &str, image: &str, registry: &str, metrics: &str| {
         format!(
@@ -2509,19 +2506,7 @@ fn terraform_string_variables_refuse_what_the_function_refuses() {
             &inputs(template, image, registry, metrics),
         );
         assert!(out.status.success(), "accepted-{i}: {}", combined(&out));
-        let show = tf.show_json(&dir, "plan.tfplan");
-        let function = show["resource_changes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["type"] == "aws_lambda_function")
-            .expect("the plan creates the function");
-        config = serde_json::from_str(
-            function["change"]["after"]["environment"][0]["variables"]["PODMUTATOR_CONFIG"]
-                .as_str()
-                .unwrap(),
-        )
-        .unwrap();
+        config = tf.planned_config(&dir);
         assert_eq!(
             (
                 &config["embedded"]["namespaceTemplate"],
