@@ -269,8 +269,12 @@ pub fn rfc3339(t: time::OffsetDateTime) -> String {
 
 /// The `notAfter` of the first certificate in `pem`; `None` when it is not a certificate.
 pub fn not_after(pem: &[u8]) -> Option<time::OffsetDateTime> {
-    let der = rustls_pemfile::certs(&mut &pem[..]).next()?.ok()?;
-    let (_, cert) = x509_parser::parse_x509_certificate(&der).ok()?;
+    der_not_after(&rustls_pemfile::certs(&mut &pem[..]).next()?.ok()?)
+}
+
+/// The `notAfter` of the certificate `der`.
+fn der_not_after(der: &[u8]) -> Option<time::OffsetDateTime> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     Some(cert.validity().not_after.to_datetime())
 }
 
@@ -367,7 +371,9 @@ fn certified_key(
     }
     // Every client would refuse it: served, it fails each admission while the webhook looks
     // ready.
-    if let Some(end) = not_after(cert_pem).filter(|end| *end <= time::OffsetDateTime::now_utc()) {
+    if let Some(end) =
+        der_not_after(&certs[0]).filter(|end| *end <= time::OffsetDateTime::now_utc())
+    {
         return Err(certs_err(
             dir,
             format!(
