@@ -42,6 +42,19 @@ impl Serve {
         Self { child, log }
     }
 
+    /// `serve` on 127.0.0.1 with the path token, certificates generated into a new directory
+    /// named after `name`, no probe port: (the child, that directory, its port).
+    async fn with_token(name: &str) -> (Self, std::path::PathBuf, u16) {
+        let dir = temp_dir(name);
+        let port = free_port();
+        let s = Self::start(&json!({
+            "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
+            "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN}
+        }))
+        .await;
+        (s, dir, port)
+    }
+
     fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
@@ -473,13 +486,7 @@ async fn metrics_count_admissions_and_refusals_and_the_probe_port_never_admits()
 /// carry them to CloudWatch).
 #[tokio::test]
 async fn without_a_probe_port_serve_writes_emf_lines() {
-    let dir = temp_dir("probe-emf");
-    let port = free_port();
-    let s = Serve::start(&json!({
-        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
-        "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN}
-    }))
-    .await;
+    let (s, dir, port) = Serve::with_token("probe-emf").await;
     let ca = std::fs::read(dir.join("ca.crt")).unwrap();
     let (status, _) = https_request(
         port,
@@ -669,13 +676,7 @@ async fn a_key_it_may_not_make_private_is_served_with_a_warning() {
 /// the caBundle, no `TlsHandshake` refusal. A real failed handshake still is one.
 #[tokio::test]
 async fn a_tcp_probe_is_no_failed_handshake() {
-    let dir = temp_dir("probe-tcp-probe");
-    let port = free_port();
-    let s = Serve::start(&json!({
-        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
-        "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN}
-    }))
-    .await;
+    let (s, dir, port) = Serve::with_token("probe-tcp-probe").await;
     let (other_ca, _, _) = tls::generate_certs(&tls::serving_names("podmutator", "flyte")).unwrap();
     tls_connect(port, other_ca.as_bytes()).await.unwrap_err();
     wait_for(&s.log, "\"tls handshake failed", 1).await;
@@ -703,13 +704,7 @@ async fn a_tcp_probe_is_no_failed_handshake() {
 /// naming the caBundle, once per sample window however many calls fail.
 #[tokio::test]
 async fn a_failed_tls_handshake_is_logged_at_warn_naming_the_ca_bundle() {
-    let dir = temp_dir("probe-tls-fail");
-    let port = free_port();
-    let s = Serve::start(&json!({
-        "webhook": {"certDir": dir, "listenPort": port, "serviceName": "podmutator"},
-        "http": {"listenAddress": "127.0.0.1", "pathToken": TOKEN}
-    }))
-    .await;
+    let (s, _, port) = Serve::with_token("probe-tls-fail").await;
     // A CA that did not sign the serving certificate, as a stale caBundle holds.
     let (other_ca, _, _) = tls::generate_certs(&tls::serving_names("podmutator", "flyte")).unwrap();
     for _ in 0..3 {
