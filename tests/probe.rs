@@ -699,6 +699,51 @@ async fn a_tcp_probe_is_no_failed_handshake() {
     assert!(!text.contains("handshake eof"), "{text}");
 }
 
+/// A client that offers HTTP/1.0 alone in ALPN (`curl --http1.0`) is answered, in HTTP/1.0;
+/// a plain-HTTP request to the HTTPS port is a failed handshake whose line says so, not one
+/// that blames the caBundle.
+#[tokio::test]
+async fn http_1_0_is_answered_and_plain_http_is_named_for_what_it_is() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (s, dir, port) = Serve::with_token("probe-http10").await;
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    let mut config = client_config(&ca, None).unwrap();
+    config.alpn_protocols = vec![b"http/1.0".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut tls = tls_with(tcp, config, "localhost").await.unwrap();
+    let review =
+        std::fs::read(root().join("tests/fixtures/reviews/flyte-task-k8s-env.json")).unwrap();
+    let head = format!(
+        "POST /{TOKEN}/mutate--v1-pod HTTP/1.0\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        review.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(&review).await.unwrap();
+    let mut answer = Vec::new();
+    tls.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.0 200 OK\r\n"), "{answer}");
+    assert!(answer.contains("\"allowed\":true"), "{answer}");
+
+    let mut plain = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    plain
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    wait_for(&s.log, "\"tls handshake failed", 1).await;
+    let log = s.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("\"tls handshake failed"))
+        .unwrap();
+    assert!(line.contains("plain-HTTP request"), "{line}");
+    assert!(!line.contains("caBundle"), "{line}");
+}
+
 /// An API server that does not trust the serving certificate (a registration whose caBundle
 /// holds another CA) fails every call in the TLS handshake: `serve` says so at the default level,
 /// naming the caBundle, once per sample window however many calls fail.

@@ -114,6 +114,8 @@ struct Seen {
     path: Option<String>,
     /// The error of a failed TLS handshake or body read.
     error: Option<String>,
+    /// What a failed TLS handshake most likely means, by how it failed.
+    hint: &'static str,
 }
 
 /// Per kind of refusal: when it was last reported, how many happened since, and the last one.
@@ -244,6 +246,7 @@ impl Front {
                 method: method.to_owned(),
                 path: path.map(str::to_owned),
                 error: None,
+                hint: "",
             },
         );
     }
@@ -251,12 +254,18 @@ impl Front {
     /// Records a failed TLS handshake (`serve`) as [`Front::refused`] records a refusal: an API
     /// server that does not trust the certificate fails every call, and its operator must see
     /// why at the default level.
-    pub fn tls_failed(&self, peer: std::net::SocketAddr, error: &dyn std::fmt::Display) {
+    pub fn tls_failed(
+        &self,
+        peer: std::net::SocketAddr,
+        error: &dyn std::fmt::Display,
+        hint: &'static str,
+    ) {
         self.record(
             Refusal::TlsHandshake,
             Seen {
                 peer: Some(peer.to_string()),
                 error: Some(error.to_string()),
+                hint,
                 ..Seen::default()
             },
         );
@@ -306,7 +315,8 @@ impl Front {
                 peer,
                 error = seen.error.as_deref().unwrap_or_default(),
                 sample_seconds,
-                "tls handshake failed: if the peer is the API server, the registration's caBundle does not hold the CA that signed the serving certificate (docs/troubleshooting.md)"
+                "tls handshake failed: {}",
+                seen.hint
             ),
             _ => tracing::warn!(
                 refusal = kind.as_str(),
@@ -370,6 +380,7 @@ impl Front {
                 method: method.to_owned(),
                 path: None,
                 error: Some(error.clone()),
+                hint: "",
             },
         );
         invalid(format!("the request body could not be read: {error}"))

@@ -403,7 +403,7 @@ async fn connection(
         tls = tokio::time::timeout_at(first_request_by, handshake) => match tls {
             Ok(Some(Ok(tls))) => tls,
             Ok(Some(Err(e))) => {
-                front.tls_failed(peer, &e);
+                front.tls_failed(peer, &e, super::tls::handshake_hint(&e));
                 return;
             }
             Ok(None) => return,

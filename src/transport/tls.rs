@@ -542,8 +542,39 @@ pub fn tls_config_reloading(
         }
     };
     let mut config = builder.with_cert_resolver(resolver);
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // HTTP/1.0 too: `curl --http1.0` offers it alone, and is answered as HTTP/1.0 clients are.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec(), b"http/1.0".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// What a failed handshake most likely means, by how it failed: the line an operator reads
+/// first, so it names the fix for the cause it saw rather than for the most common one.
+pub fn handshake_hint(error: &std::io::Error) -> &'static str {
+    use rustls::{AlertDescription as Alert, Error as E};
+    match error.get_ref().and_then(|e| e.downcast_ref::<E>()) {
+        Some(E::AlertReceived(
+            Alert::UnknownCA
+            | Alert::BadCertificate
+            | Alert::CertificateUnknown
+            | Alert::CertificateExpired
+            | Alert::UnsupportedCertificate,
+        )) => {
+            "the client does not trust the serving certificate: if the peer is the API server, the registration's caBundle does not hold the CA that signed it (docs/troubleshooting.md)"
+        }
+        Some(E::NoCertificatesPresented | E::InvalidCertificate(_)) => {
+            "the client presented no certificate, or one no CA in http.clientCaFile signed (docs/troubleshooting.md)"
+        }
+        Some(E::NoApplicationProtocol) => {
+            "the client offered no protocol this server speaks (ALPN: h2, http/1.1, http/1.0)"
+        }
+        Some(E::InvalidMessage(_)) => {
+            "the client does not speak TLS: a plain-HTTP request to the HTTPS port? (the URL must be https://)"
+        }
+        Some(E::PeerIncompatible(_)) => {
+            "the client's TLS is older or weaker than this server accepts (TLS 1.2 or 1.3, current cipher suites)"
+        }
+        _ => "see the error (docs/troubleshooting.md)",
+    }
 }
 
 /// The CA certificates of `http.clientCaFile`: a bounded regular file of PEM certificates,

@@ -658,6 +658,27 @@ pub async fn tls_over(
     server_name: &str,
     client: Option<&ClientCert>,
 ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    tls_with(tcp, client_config(ca_pem, client)?, server_name).await
+}
+
+/// A TLS client connection over `tcp` made with `config`, verifying `server_name`.
+pub async fn tls_with(
+    tcp: tokio::net::TcpStream,
+    config: tokio_rustls::rustls::ClientConfig,
+    server_name: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from(server_name.to_owned())
+        .map_err(std::io::Error::other)?;
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+}
+
+/// A TLS client's configuration trusting `ca_pem`, presenting `client` when given.
+pub fn client_config(
+    ca_pem: &[u8],
+    client: Option<&ClientCert>,
+) -> std::io::Result<tokio_rustls::rustls::ClientConfig> {
     use tokio_rustls::rustls;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile::certs(&mut &ca_pem[..]) {
@@ -678,11 +699,7 @@ pub async fn tls_over(
             )
             .map_err(std::io::Error::other)?,
     };
-    let name = rustls::pki_types::ServerName::try_from(server_name.to_owned())
-        .map_err(std::io::Error::other)?;
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await
+    Ok(config)
 }
 
 /// A TCP connection to `port` on 127.0.0.1 from the loopback address `127.0.0.<source>`: a
