@@ -137,6 +137,12 @@ module "podmutator" {
     secretManagerTypes = ["Embedded"]
     secretEnvVarPrefix = "_UNION_"
   }
+  # Only Flyte's propeller may create pods that receive Embedded secrets.
+  # Pods another controller creates from a Flyte task carry the task's secret annotations:
+  # Spark's (the spark-operator's and the driver's service accounts), Ray's (KubeRay's),
+  # Kubeflow's (the training operator's). List those users too (a trailing * matches a
+  # prefix, e.g. "system:serviceaccount:flytesnacks-development:*"), or their pods are refused
+  # (403 EmbeddedUserNotAllowed).
   allowed_usernames = ["system:serviceaccount:flyte:flytepropeller"]
   # The organisation and domains of your Flyte install, or every Embedded secret is refused.
   secret_org       = var.secret_org

@@ -7,7 +7,9 @@
 //! Union's dataplane chart renders loads unchanged:
 //! - key names match without regard to case (`Webhook:`, `CertDir:`);
 //! - a quoted number or boolean is read as one (`listenPort: '9443'`, which Union's chart
-//!   writes; `localCert: "true"`), and a number where text is expected as its text;
+//!   writes; `localCert: "true"`), and where text is expected a number as its text and a
+//!   boolean as `1` or `0` ([`text_where_expected`]), a map of the user's text included
+//!   (`annotations: {vault.hashicorp.com/agent-run-as-user: 1000}`);
 //! - a comma-separated string is a list (`secretManagerTypes: "K8s,AWS"`);
 //! - `null` is unset (Flyte's generated configuration writes `annotations: null`);
 //! - the keys of [`SKIPPED_KEYS`], which Flyte-family charts write for their own images, are
@@ -326,16 +328,60 @@ fn decode_at(
                 *v = parsed;
             }
         }
-        Value::Number(n) if reference.is_string() => *v = Value::String(n.to_string()),
         // mapstructure's weak decoding: a number where a boolean goes is whether it is not 0.
         Value::Number(n)
             if reference.is_boolean() || UNSET_SCALARS.contains(&(path, Scalar::Bool)) =>
         {
             *v = Value::Bool(n.as_f64() != Some(0.0));
         }
-        Value::Bool(b) if reference.is_string() => *v = Value::String(b.to_string()),
         _ => {}
     }
+}
+
+/// mapstructure's weak decoding where text is expected (a name, an image, an annotation's or a
+/// label's value): a number is its text, a boolean `1` or `0`. Given a failed decode of the
+/// whole configuration, turns the value in a read section that it failed on into that text and
+/// says whether it did, so that the decode is tried again; each try turns one more value.
+pub fn text_where_expected(
+    config: &mut Value,
+    failed: &serde_path_to_error::Error<serde_json::Error>,
+) -> bool {
+    use serde_path_to_error::Segment;
+    let message = failed.inner().to_string();
+    if !(message.starts_with("invalid type: ") && message.ends_with(", expected a string")) {
+        return false;
+    }
+    let mut segments = failed.path().iter();
+    let Some(Segment::Map { key }) = segments.next() else {
+        return false;
+    };
+    if !READ_SECTIONS.contains(&key.as_str()) {
+        return false;
+    }
+    let mut at = &mut config[key.as_str()];
+    for segment in segments {
+        at = match segment {
+            Segment::Map { key } => match at.get_mut(key.as_str()) {
+                Some(next) => next,
+                None => return false,
+            },
+            Segment::Seq { index } => match at.get_mut(index) {
+                Some(next) => next,
+                None => return false,
+            },
+            _ => return false,
+        };
+    }
+    let text = match at {
+        Value::Bool(b) => if *b { "1" } else { "0" }.to_owned(),
+        Value::Number(n) if n.is_f64() => {
+            n.as_f64().map_or_else(|| n.to_string(), |f| f.to_string())
+        }
+        Value::Number(n) => n.to_string(),
+        _ => return false,
+    };
+    *at = Value::String(text);
+    true
 }
 
 /// Go's `strconv.ParseBool`, which mapstructure's weak decoding uses.
@@ -377,7 +423,6 @@ mod tests {
         assert_eq!(w["metricsPort"], 9090);
         assert_eq!(w["disableCreateMutatingWebhookConfig"], true);
         assert_eq!(w["kubeClientConfig"]["qps"], 50);
-        assert_eq!(w["kubeClientConfig"]["timeout"], "30");
         let (v, _) =
             decoded(json!({"webhook": {"localCert": 1, "disableCreateMutatingWebhookConfig": 0}}));
         assert_eq!(v["webhook"]["localCert"], true);

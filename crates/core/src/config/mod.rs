@@ -873,7 +873,13 @@ impl Config {
         let mut warnings = Vec::new();
         let skipped = flyte::decode(&mut v, &mut warnings);
         let read = read_keys(&v);
-        let mut config: Config = serde_path_to_error::deserialize(&v).map_err(|e| {
+        let decoded = loop {
+            match serde_path_to_error::deserialize(&v) {
+                Err(e) if flyte::text_where_expected(&mut v, &e) => continue,
+                decoded => break decoded,
+            }
+        };
+        let mut config: Config = decoded.map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner().to_string();
             let key = match path.strip_suffix(".?") {
@@ -1051,8 +1057,14 @@ impl WebhookConfig {
                 format!(
                     "webhook.secretManagerType is deprecated: use webhook.secretManagerTypes: [{t}] (Flyte 1.x reads only the singular key: a file Flyte 1.x also reads keeps it)"
                 )
-            } else {
+            } else if w.secret_manager_types.contains(&t) {
                 "webhook.secretManagerType is deprecated and ignored because webhook.secretManagerTypes is set".into()
+            } else {
+                let list: Vec<String> = w.secret_manager_types.iter().map(|t| t.to_string()).collect();
+                format!(
+                    "webhook.secretManagerType is {t}, but webhook.secretManagerTypes [{}] is set and wins: {t} is not used (pods whose secrets only {t} serves are refused); add {t} to webhook.secretManagerTypes to keep it",
+                    list.join(", ")
+                )
             });
         }
         if w.vault_secret_manager.kv_version.is_some() {
@@ -1191,6 +1203,13 @@ impl WebhookConfig {
             w.service_name,
             crate::k8s_names::DNS_LABEL_RULE
         );
+        if prefix.bytes().any(|b| b.is_ascii_lowercase()) {
+            warnings.push(format!(
+                "webhook.secretEnvVarPrefix {prefix:?} has lower-case letters: the variables are named upper-case ({:?}...), as in Flyte, while FLYTE_SECRETS_ENV_PREFIX tells flytekit {prefix:?}, so flytekit does not find ENV_VAR secrets; use {:?}",
+                prefix.to_ascii_uppercase(),
+                prefix.to_ascii_uppercase()
+            ));
+        }
         if w.secret_env_var_prefix.is_empty() {
             warnings.push(
                 "webhook.secretEnvVarPrefix is empty: injected variables are named after group and key alone"
@@ -2209,6 +2228,39 @@ mod tests {
         assert!(warned(config(json!(["init-embedded-secret"]))).is_empty());
     }
 
+    /// Where Flyte's sections take text, a number or a boolean is read as Flyte's loader reads
+    /// it (mapstructure's weak decoding): a number as its text, a boolean as `1` or `0`, in maps
+    /// of the user's keys and in keys whose default is unset too. Our own sections stay strict.
+    #[test]
+    fn numbers_and_booleans_where_flyte_takes_text_are_read_as_its_text() {
+        let loaded = load_json(json!({"webhook": {
+            "vaultSecretManager": {"annotations": {
+                "vault.hashicorp.com/agent-run-as-user": 1000,
+                "vault.hashicorp.com/agent-inject-token": true,
+                "vault.hashicorp.com/agent-limits-cpu": 0.5,
+            }, "role": 123},
+            "awsSecretManager": {"sidecarImage": 123},
+            "namespaceSelector": {"matchLabels": {"team": 42}},
+            "kubeClientConfig": {"timeout": 30},
+        }}))
+        .unwrap();
+        let w = &loaded.config.webhook;
+        let a = &w.vault_secret_manager.annotations;
+        assert_eq!(a["vault.hashicorp.com/agent-run-as-user"], "1000");
+        assert_eq!(a["vault.hashicorp.com/agent-inject-token"], "1");
+        assert_eq!(a["vault.hashicorp.com/agent-limits-cpu"], "0.5");
+        assert_eq!(w.vault_secret_manager.role, "123");
+        assert_eq!(w.aws_secret_manager.sidecar_image.as_deref(), Some("123"));
+        let selector = serde_json::to_value(&loaded.config).unwrap();
+        assert_eq!(
+            selector["webhook"]["namespaceSelector"]["matchLabels"]["team"],
+            "42"
+        );
+        assert_eq!(selector["webhook"]["kubeClientConfig"]["timeout"], "30");
+        let err = load_json(json!({"mesh": {"managedLabel": 1}})).unwrap_err();
+        assert!(err.message.contains("expected a string"), "{err}");
+    }
+
     /// Every value read into a Kubernetes type refuses a key the type drops, naming it.
     #[test]
     fn kubernetes_typed_values_refuse_keys_their_types_drop() {
@@ -2326,6 +2378,12 @@ mod tests {
 
     #[rstest]
     #[case::singular(json!({"webhook": {"secretManagerType": "vault"}}), "secretManagerType is deprecated")]
+    #[case::lower_case_prefix(json!({"webhook": {"secretEnvVarPrefix": "my_"}}), "flytekit does not find ENV_VAR secrets; use \"MY_\"")]
+    #[case::singular_listed(json!({"webhook": {"secretManagerType": "K8s", "secretManagerTypes": ["K8s"]}}), "deprecated and ignored")]
+    #[case::singular_overridden(
+        json!({"webhook": {"secretManagerType": "AWS", "secretManagerTypes": ["K8s"]}}),
+        "webhook.secretManagerType is AWS, but webhook.secretManagerTypes [K8s] is set and wins: AWS is not used"
+    )]
     #[case::kv_version(json!({"webhook": {"vaultSecretManager": {"kvVersion": "1"}}}), "kvVersion is deprecated")]
     #[case::global_listed(json!({"webhook": {"secretManagerTypes": ["Global", "K8s"]}}), "always tried first")]
     #[case::values_without_a_token(json!({"http": {"pathTokenDisabled": true}, "embedded": {"organization": "o"},
