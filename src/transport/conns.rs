@@ -9,9 +9,10 @@
 //! longest first), one whose request is still arriving (least of its body read first), then one
 //! just accepted that has not sent its request yet (longest open first: a kubelet's probe sends
 //! its request within a millisecond of connecting, and is not pushed out by the keep-alive
-//! sockets held around it). Only a connection with a request wholly read and being answered,
-//! until its answer is written ([`Answering`]), is never chosen: a slow body holds its slot no
-//! better than an idle socket does.
+//! sockets held around it). Only a connection with a request wholly read whose admission is
+//! running is never chosen: a slow body holds its slot no better than an idle socket does, and
+//! a reply the client does not take ([`Answering`]) no better than a body still arriving, and
+//! for a bounded time only.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -121,8 +122,8 @@ impl InFlight {
         self.slot.body_read.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// The body is wholly read and the request is being answered: from now the connection is
-    /// not closed to make room. `false` when it was chosen for closing already.
+    /// The body is wholly read and the request is being answered: until its reply is made the
+    /// connection is not closed to make room. `false` when it was chosen for closing already.
     pub fn answering(&mut self) -> bool {
         let begun = self
             .slot
@@ -133,6 +134,16 @@ impl InFlight {
             .is_ok();
         self.answering |= begun;
         begun
+    }
+
+    /// The reply is made: from now the request protects its connection no better than a body
+    /// still arriving does, and the bytes of its body no longer rank it last among those.
+    fn answered(&mut self) {
+        if std::mem::take(&mut self.answering) {
+            self.slot.state.fetch_sub(ANSWERING_ONE, Ordering::AcqRel);
+        }
+        let read = std::mem::take(&mut self.read);
+        self.slot.body_read.fetch_sub(read, Ordering::Relaxed);
     }
 }
 
@@ -148,24 +159,45 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that keeps its request in flight, and so its connection from being closed to
-/// make room, until the connection has taken the last of it.
+/// How much of a reply is handed to the connection at a time: the rest stays here, so what the
+/// client has not taken is held once, and the deadline below sees whether it was taken.
+const REPLY_CHUNK: usize = 16 * 1024;
+
+/// A response body that keeps its request in flight (the connection is not idle) until the
+/// connection has taken the last of it, in [`REPLY_CHUNK`]s as the client makes room for them.
+/// A client that does not take it within the deadline given (an HTTP/2 window it never opens, a
+/// receive buffer it never reads) has its connection closed: a reply, up to
+/// `http.maxReplyBytes`, is not held for longer on its behalf.
 pub struct Answering {
-    body: http_body_util::Full<hyper::body::Bytes>,
+    left: hyper::body::Bytes,
     _in_flight: InFlight,
+    /// Dropped when the reply is taken, or the connection closed: the deadline's watch ends.
+    _taken: tokio::sync::oneshot::Sender<()>,
 }
 
 impl Answering {
-    /// The response with `status`, `content_type` and `body`, in flight until it is taken.
+    /// The response with `status`, `content_type` and `body`, in flight until it is taken; the
+    /// connection is closed if that takes longer than `take_within`.
     pub fn response(
         status: u16,
         content_type: &'static str,
         body: Vec<u8>,
-        in_flight: InFlight,
+        mut in_flight: InFlight,
+        take_within: Duration,
     ) -> hyper::Response<Self> {
+        in_flight.answered();
+        let (taken, not_taken) = tokio::sync::oneshot::channel::<()>();
+        let slot = in_flight.slot.clone();
+        tokio::spawn(async move {
+            if tokio::time::timeout(take_within, not_taken).await.is_err() {
+                tracing::debug!(peer = %slot.source, "reply not taken in time: connection closed");
+                slot.shed.notify_one();
+            }
+        });
         let mut resp = hyper::Response::new(Self {
-            body: http_body_util::Full::new(body.into()),
+            left: body.into(),
             _in_flight: in_flight,
+            _taken: taken,
         });
         *resp.status_mut() =
             hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
@@ -183,17 +215,18 @@ impl hyper::body::Body for Answering {
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
+        _: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+        let n = self.left.len().min(REPLY_CHUNK);
+        std::task::Poll::Ready((n > 0).then(|| Ok(hyper::body::Frame::data(self.left.split_to(n)))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.left.is_empty()
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
-        self.body.size_hint()
+        hyper::body::SizeHint::with_exact(self.left.len() as u64)
     }
 }
 

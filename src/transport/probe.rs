@@ -109,7 +109,7 @@ pub async fn serve(
                 let draining = draining.load(std::sync::atomic::Ordering::SeqCst);
                 let (status, content_type, body) =
                     answer(&counters, draining, req.method().as_str(), req.uri().path());
-                let resp = Answering::response(status, content_type, body, in_flight);
+                let resp = Answering::response(status, content_type, body, in_flight, HEADER_READ);
                 async move { Ok::<_, std::convert::Infallible>(resp) }
             });
             let conn = hyper::server::conn::http1::Builder::new()

@@ -6,10 +6,11 @@
 //! address), one deadline from accept to the first request head (TLS handshake and HTTP version
 //! detection included), the request head, the body's arrival and the admission (each with a
 //! deadline of its own), idle time between requests, the connection's age, HTTP/2 streams per
-//! connection, and the body's size. When the cap is reached a connection is closed to make room
-//! ([`super::conns`]: of the source holding the most; silent, then idle, then the slow body least
-//! read; never one being answered), so clients that only hold sockets, or send bodies slowly,
-//! cannot lock out the API server. A caller without the path token is answered from the request
+//! connection, the body's size, and the time a client has to take its reply (the body's deadline:
+//! past it the connection is closed). When the cap is reached a connection is closed to make
+//! room ([`super::conns`]: of the source holding the most; silent, then idle, then the slow body
+//! least read or the reply not taken; never one whose admission is running), so clients that
+//! only hold sockets, send bodies slowly or leave their replies, cannot lock out the API server. A caller without the path token is answered from the request
 //! head, before its body is read; the body is then drained (bounded) so the answer is not lost
 //! to a reset.
 
@@ -46,8 +47,9 @@ pub struct Limits {
     pub first_request: Duration,
     /// Time to send the request line and headers (HTTP/1), also between keep-alive requests.
     pub header_read: Duration,
-    /// Time for a request's body to arrive once its head has: a body that makes no progress
-    /// holds its connection no longer than this.
+    /// Time for a request's body to arrive once its head has, and for the client to take its
+    /// reply once it is made: a body that makes no progress, or a reply left untaken, holds its
+    /// connection no longer than this.
     pub body: Duration,
     /// Time for the admission once the body is read.
     pub request: Duration,
@@ -254,8 +256,14 @@ async fn respond(
     let http1 = req.version() <= hyper::Version::HTTP_11;
     let peer = peer.to_string();
     let (reply, unread) = answer(&front, &peer, &limits, &mut in_flight, req).await;
-    // In flight until the connection has taken the answer: never closed to make room meanwhile.
-    let mut resp = Answering::response(reply.status, "application/json", reply.body, in_flight);
+    // In flight until the connection has taken the answer, which it must within `body`.
+    let mut resp = Answering::response(
+        reply.status,
+        "application/json",
+        reply.body,
+        in_flight,
+        limits.body,
+    );
     if let Some(body) = unread.filter(|b| !b.is_end_stream()) {
         if http1 {
             // The connection ends once the body is drained: a caller answered early gets no

@@ -456,3 +456,81 @@ async fn bodies_over_the_limit_sent_with_the_token_are_read_to_the_end_and_all_g
     assert!(lost.is_empty(), "answers lost or requests reset: {lost:?}");
     stop(s).await;
 }
+
+/// An HTTP/2 connection from `source` whose client never opens a stream's window (initial
+/// window 0), and the response head of a whole review with the token sent on it: the reply is
+/// made and waits for a window the client never gives.
+async fn untaken_reply(s: &Running, source: u8) -> Untaken {
+    let tcp = tcp_connect_from(source, s.port).await.unwrap();
+    let tls = tls_over(tcp, &s.ca, "localhost", None).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(0)
+        .handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let req = hyper::Request::post(format!("https://localhost/{TOKEN}/mutate--v1-pod"))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(Bytes::from(review_bytes())))
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    Untaken {
+        _sender: sender,
+        _reply: resp,
+        conn,
+    }
+}
+
+/// The client's side of [`untaken_reply`], open while this lives, and the connection's task.
+struct Untaken {
+    _sender: hyper::client::conn::http2::SendRequest<http_body_util::Full<Bytes>>,
+    _reply: hyper::Response<hyper::body::Incoming>,
+    conn: tokio::task::JoinHandle<hyper::Result<()>>,
+}
+
+/// A client that never takes its reply (an HTTP/2 window it never opens) does not hold the
+/// reply, nor its connection, past the body's deadline: the server closes the connection. Every
+/// other limit is an hour.
+#[tokio::test]
+async fn a_reply_the_client_never_takes_closes_its_connection_at_the_body_deadline() {
+    let limits = Limits {
+        body: Duration::from_millis(500),
+        ..patient_limits()
+    };
+    let s = start_server(&with_token(), limits).await;
+    let started = Instant::now();
+    let mut untaken = untaken_reply(&s, 1).await;
+    let ended = tokio::time::timeout(HANG, &mut untaken.conn)
+        .await
+        .expect("the server closed the connection whose reply was never taken (open after 120 s)");
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "{ended:?} after {:?}",
+        started.elapsed()
+    );
+    drop(untaken);
+    stop(s).await;
+}
+
+/// Replies left untaken at every connection the server allows, from two sources, do not lock
+/// out the API server: a connection whose reply waits on its client is closed to make room, as
+/// one whose body is still arriving is. The body's deadline is an hour: only that can free one.
+#[tokio::test]
+async fn untaken_replies_at_the_connection_cap_do_not_lock_out_a_real_review() {
+    let limits = Limits {
+        max_connections: 8,
+        max_connections_per_source: 4,
+        ..patient_limits()
+    };
+    let s = start_server(&with_token(), limits).await;
+    let mut held = Vec::new();
+    for source in [2, 3] {
+        for _ in 0..4 {
+            held.push(untaken_reply(&s, source).await);
+        }
+    }
+    assert_eq!(api_server_review(&s).await, 200);
+    drop(held);
+    stop(s).await;
+}
