@@ -92,14 +92,13 @@ pub fn run(config: &Config, namespace: &str) -> Result<(), ServeError> {
         let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
-        if let Some((listener, _)) = probe {
+        if let Some((listener, addr)) = probe {
             let counters = front.app().counters().clone();
-            tokio::spawn(probe::serve(
-                counters,
-                draining,
-                listener,
-                stopped(stop_rx.clone()),
-            ));
+            let listener = listener
+                .into_std()
+                .map_err(|source| server::ServerError::Listen { addr, source })?;
+            probe::serve_on_own_thread(counters, draining, listener, stopped(stop_rx.clone()))
+                .map_err(|source| server::ServerError::Listen { addr, source })?;
         }
         server::serve(
             front,

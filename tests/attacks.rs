@@ -483,6 +483,91 @@ mod secrets_attacks {
             .expect("an empty template turns the binding off");
     }
 
+    /// A source that answers as `inner` does once the gate opens, and says when a fetch has
+    /// reached it.
+    struct Gated {
+        inner: StaticSource,
+        reached: tokio::sync::Notify,
+        open: tokio::sync::Semaphore,
+    }
+
+    impl SecretSource for Gated {
+        fn fetch_many<'a>(
+            &'a self,
+            ids: &'a [String],
+        ) -> BoxFuture<'a, Result<Fetched, SourceError>> {
+            Box::pin(async move {
+                self.reached.notify_one();
+                drop(self.open.acquire().await);
+                self.inner.fetch_many(ids).await
+            })
+        }
+    }
+
+    /// `serve` admits at once reviews that weigh together at most what one review may
+    /// (`limits.maxObjectsPerReview`), so that many large reviews sent at once cannot exceed a
+    /// replica's memory: two reviews of more than half that weight are admitted one after the
+    /// other. The first is held in its fetch; the second waits for its share, fetching nothing,
+    /// until the first ends.
+    #[tokio::test]
+    async fn reviews_weighing_more_than_one_review_may_are_admitted_one_after_the_other() {
+        let value = "sentinel-budget-value-51c9";
+        let gated = Arc::new(Gated {
+            inner: StaticSource::default()
+                .with(&id("flyte", "development", "flytesnacks", "db"), value),
+            reached: tokio::sync::Notify::new(),
+            open: tokio::sync::Semaphore::new(0),
+        });
+        let cfg = config(json!({"limits": {"maxObjectsPerReview": 1000}}));
+        let front = Arc::new(webhook(&cfg, Deps::offline().with_source(gated.clone())));
+        // 70 containers, each counted as 8 objects: more than half of 1000.
+        let mut p = pod(
+            &[secret("", "db", MountRequirement::EnvVar, "")],
+            "flytesnacks",
+            "development",
+        );
+        let containers: Vec<Value> = (0..70)
+            .map(|i| json!({"name": format!("c{i}"), "image": "flytekit:latest"}))
+            .collect();
+        p["spec"]["containers"] = json!(containers);
+        let mut review = create_review(&p, NS);
+        review["request"]["userInfo"]["username"] = json!(EXECUTOR);
+        let body = serde_json::to_vec(&review).unwrap();
+        let weight = front.app().weight(&body);
+        assert!((501..=1000).contains(&weight), "{weight}");
+        let admit = |front: Arc<Front>, body: Vec<u8>| {
+            tokio::spawn(async move { front.review_in_budget(Route::Secrets, &body).await })
+        };
+        let first = admit(front.clone(), body.clone());
+        gated.reached.notified().await;
+        let second = admit(front.clone(), body);
+        // The second waits for its share, or reaches the source: whichever comes first.
+        while front.admissions_waiting() == 0 {
+            tokio::select! {
+                biased;
+                () = gated.reached.notified() => panic!("the second review fetched while the first held more than half the budget"),
+                () = tokio::task::yield_now() => {}
+            }
+        }
+        assert_eq!(
+            gated.inner.calls.load(Ordering::Relaxed),
+            0,
+            "nothing fetched yet"
+        );
+        gated.open.add_permits(1);
+        for answer in [first.await.unwrap(), second.await.unwrap()] {
+            let resp = response(&answer.body);
+            assert_eq!(
+                (answer.status, &resp["allowed"]),
+                (200, &json!(true)),
+                "{resp}"
+            );
+        }
+        assert_eq!(front.admissions_waiting(), 0);
+        // Each fetched for itself: the second only once the first had ended.
+        assert_eq!(gated.inner.calls.load(Ordering::Relaxed), 2);
+    }
+
     /// A Global source that holds every group/key it is asked for.
     struct Everything;
 

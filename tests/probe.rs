@@ -699,6 +699,48 @@ async fn a_tcp_probe_is_no_failed_handshake() {
     assert!(!text.contains("handshake eof"), "{text}");
 }
 
+/// The probe port runs on a thread and a runtime of its own (as `serve` starts it): it answers
+/// while the runtime that started it runs nothing at all, as when every worker of the webhook's
+/// runtime is busy with admissions. Here that runtime's only thread is this test's, blocked in
+/// a plain socket read of the probe's answer.
+#[test]
+fn the_probe_port_answers_while_the_runtime_that_started_it_is_blocked() {
+    use std::io::{Read, Write};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = runtime
+        .block_on(async {
+            podmutator::transport::probe::serve_on_own_thread(
+                Default::default(),
+                Default::default(),
+                listener,
+                async {
+                    let _ = stopped.await;
+                },
+            )
+        })
+        .unwrap();
+    let mut probe = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // Only a hang ends here: the answer comes at once or never.
+    probe
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    probe
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: probe\r\nconnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    probe.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    stop.send(()).unwrap();
+    thread.join().unwrap();
+}
+
 /// A client that offers HTTP/1.0 alone in ALPN (`curl --http1.0`) is answered, in HTTP/1.0;
 /// a plain-HTTP request to the HTTPS port is a failed handshake whose line says so, not one
 /// that blames the caBundle.

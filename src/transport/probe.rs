@@ -63,6 +63,35 @@ fn answer(
     }
 }
 
+/// [`serve`] on a thread and a runtime of its own, which it ends with: the kubelet's probes
+/// are answered however busy the webhook's runtime is. An admission is CPU work from its
+/// parse to its reply, and a few large ones at once hold every worker thread of that runtime;
+/// the readiness and liveness probes (1 s) would then fail, and the kubelet would take a busy
+/// replica for a dead one. `listener` must be in non-blocking mode, as tokio's `into_std`
+/// leaves it.
+pub fn serve_on_own_thread(
+    counters: Arc<Counters>,
+    draining: Arc<std::sync::atomic::AtomicBool>,
+    listener: std::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("probe-port".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(listener) => serve(counters, draining, listener, shutdown).await,
+                    Err(e) => {
+                        tracing::error!(error = %e, "metrics port: cannot serve the listener")
+                    }
+                }
+            });
+        })
+}
+
 /// Serves `/metrics` and `/healthz` on `listener` until `shutdown` resolves.
 pub async fn serve(
     counters: Arc<Counters>,

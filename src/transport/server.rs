@@ -208,7 +208,7 @@ async fn answer(
             None,
         );
     }
-    match tokio::time::timeout(limits.request, front.review(route, &collected)).await {
+    match tokio::time::timeout(limits.request, front.review_in_budget(route, &collected)).await {
         Ok(answer) => (answer.into(), None),
         Err(_) => (message(500, "the admission did not finish in time"), None),
     }

@@ -257,6 +257,15 @@ impl App {
         admission.into_answer(reply)
     }
 
+    /// What admitting `body` may cost in memory, in the objects [`limits.maxObjectsPerReview`]
+    /// counts (a container as several, [`objects_in`]), from 1 to that limit: the share of a
+    /// server's admission budget this review waits for.
+    ///
+    /// [`limits.maxObjectsPerReview`]: crate::config::LimitsConfig::max_objects_per_review
+    pub fn weight(&self, body: &[u8]) -> usize {
+        objects_in(body).all.clamp(1, self.max_objects)
+    }
+
     /// The one report of an admission: the Prometheus counters, the EMF line and the audit
     /// line, from the same facts.
     fn report(&self, route: Route, a: &Admission, status: u16, started: Instant) {

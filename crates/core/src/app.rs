@@ -178,6 +178,11 @@ impl App {
         &self.chain
     }
 
+    /// `limits.maxObjectsPerReview`: what one review may weigh ([`App::weight`]).
+    pub fn max_objects(&self) -> usize {
+        self.max_objects
+    }
+
     /// The Prometheus counters of this app's admissions and of its front's refusals.
     pub fn counters(&self) -> &Arc<Counters> {
         &self.counters
