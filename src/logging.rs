@@ -223,7 +223,10 @@ pub fn log_filter(spec: &str) -> Result<tracing_subscriber::filter::Targets, Str
 /// Targets (by prefix, as the filter matches them) whose verbose lines carry whole requests
 /// or events, and the most each may log whatever the filter asks:
 /// - `lambda_`: `lambda_runtime` logs every raw event at TRACE, so the request path, path
-///   token included; `hyper` and `h2`: the request heads and frames of `serve`. INFO.
+///   token included; `hyper`: the request heads of `serve`. INFO.
+/// - `h2`: the frames of `serve`, and at WARN a line for each client connection that breaks
+///   the protocol (`remotely-reset pending-accept streams reached limit`), unsampled: as many
+///   lines as a client opens such connections. ERROR.
 /// - `aws_`: the SDK logs each request, response and signing input at TRACE (the bodies too
 ///   with `LOG_SENSITIVE_BODIES`, a path token read from Secrets Manager among them). DEBUG,
 ///   which keeps its retry and credential decisions.
@@ -232,7 +235,7 @@ pub const LOG_CAPS: [(&str, tracing_subscriber::filter::LevelFilter); 4] = {
     [
         ("lambda_", LevelFilter::INFO),
         ("hyper", LevelFilter::INFO),
-        ("h2", LevelFilter::INFO),
+        ("h2", LevelFilter::ERROR),
         ("aws_", LevelFilter::DEBUG),
     ]
 };
@@ -393,6 +396,9 @@ mod tests {
         assert!(on(mixed, "podmutator::secrets::embedded", Level::TRACE));
         assert!(!on(mixed, "podmutator::app", Level::DEBUG));
         assert!(on(mixed, "hyper", Level::INFO));
+        // h2's WARN lines come one a misbehaving client connection: an attacker's to multiply.
+        assert!(!on("trace", "h2::proto::streams", Level::WARN));
+        assert!(on("info", "h2::proto::streams", Level::ERROR));
         // Only the named target, as with RUST_LOG.
         assert!(on("podmutator=debug", "podmutator::app", Level::DEBUG));
         // The core's lines are under `podmutator_core`: the crate's name covers them too.
