@@ -493,6 +493,7 @@ async fn pod_fetch(
         region: Some("us-east-1".into()),
         copy_executable_to: None,
         fetch_strategy: Some(strategy),
+        readable_by_all: false,
     };
     let _ = std::fs::create_dir_all(&root);
     let client = podmutator_aws::secretsmanager::aws_client("us-east-1", FETCH_BUDGET).await;

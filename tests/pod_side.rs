@@ -107,6 +107,7 @@ fn plan(root: &Path, secrets: &[(String, &str)]) -> FetchPlan {
             .collect(),
         copy_executable_to: None,
         fetch_strategy: None,
+        readable_by_all: false,
     }
 }
 

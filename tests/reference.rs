@@ -302,8 +302,10 @@ async fn ten_secrets_are_resolved_in_one_round_trip_and_the_pod_fetches_exactly_
         let id = &promised[&seen_as(file)];
         let want = &stored.iter().find(|(n, _)| n == id).unwrap().1;
         assert_eq!(&std::fs::read_to_string(file).unwrap(), want, "{file}");
+        // The pod names no user: its containers run as their images' users, which may not be
+        // the fetcher's, so the files are readable by every user, as a Secret volume's are.
         let mode = std::fs::metadata(file).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o400, "{file}");
+        assert_eq!(mode, 0o444, "{file}");
     }
     // The SDK paths: FILE at /etc/flyte/secrets/<key>, ANY at flytekit's path (no group).
     for key in ["f0", "f3", "a0", "a2"] {
@@ -317,13 +319,16 @@ async fn ten_secrets_are_resolved_in_one_round_trip_and_the_pod_fetches_exactly_
         "the project scope wins over the organisation decoy"
     );
 
-    // 3. The wrapped container, run by the copied executable: the child sees the variables.
+    // 3. The wrapped container, run by the copied executable, as another user than the fetch
+    // ran as (flytekit's images run as `USER flytekit`, 1000): the child sees the variables.
     let main = &out["spec"]["containers"][0];
     let command: Vec<String> = serde_json::from_value(main["command"].clone()).unwrap();
     assert_eq!(command[..3], ["/podmutator/bin/podmutator", "exec", "--"]);
     let args: Vec<String> = serde_json::from_value(main["args"].clone()).unwrap();
     let exec_plan = env_of(main, EXEC_ENV_ENV).replace(RUN_DIR, &format!("{root_s}/run"));
-    let ran = Command::new(&exe)
+    let ran = Command::new("setpriv")
+        .args(["--reuid=1000", "--regid=1000", "--clear-groups"])
+        .arg(&exe)
         .args(&command[1..])
         .args(&args)
         .env_clear()

@@ -136,9 +136,10 @@ fn stage<'a>(
             path: item.file.display().to_string(),
             source,
         };
-        let (dir, name) = parent_of(dirs, &item.file, DIR_MODE).map_err(err)?;
+        let (file_mode, dir_mode) = plan.modes();
+        let (dir, name) = parent_of(dirs, &item.file, dir_mode).map_err(err)?;
         let tmp = temp_name(&name);
-        write_new(&dir, &tmp, bytes, FILE_MODE).map_err(err)?;
+        write_new(&dir, &tmp, bytes, file_mode).map_err(err)?;
         staged.push(Staged {
             dir,
             tmp,
@@ -342,6 +343,7 @@ mod tests {
             ],
             copy_executable_to: None,
             fetch_strategy: None,
+            readable_by_all: false,
         };
         let values = BTreeMap::from([("a", b"fake-a".to_vec()), ("b", b"fake-b".to_vec())]);
         let e = write_files(&p, &values).unwrap_err();
@@ -401,6 +403,7 @@ mod tests {
             }],
             copy_executable_to: exe.then(|| root.join("bin/podmutator")),
             fetch_strategy: None,
+            readable_by_all: false,
         }
     }
 

@@ -1026,3 +1026,39 @@ async fn a_pods_own_container_named_like_the_file_writer_is_refused_only_where_i
         (&json!("busybox"), &json!(["true"]))
     );
 }
+
+/// The fetcher's files are readable by its user alone only when every container of the pod runs
+/// as that user by the pod spec (the fetcher runs as the first container's user); otherwise a
+/// container may run as its image's user (flytekit's: 1000, where the fetcher's is 65532), and
+/// the files are readable by every user, as a Secret volume's are, or it could not read them.
+#[tokio::test]
+async fn the_fetchers_files_are_its_users_alone_only_when_the_pod_names_one_user_for_all() {
+    let app = reference_app();
+    let plan_of = |stored: &Value| -> Value {
+        let fetcher = init_containers(stored)
+            .into_iter()
+            .find(|c| c["name"] == INIT_CONTAINER)
+            .unwrap();
+        let env = fetcher["env"].as_array().unwrap();
+        let plan = env.iter().find(|e| e["name"] == FETCH_PLAN_ENV).unwrap();
+        serde_json::from_str(plan["value"].as_str().unwrap()).unwrap()
+    };
+    let base = task_pod(&[secret("", "", "db", MountRequirement::File)]);
+    let mut one_user = base.clone();
+    one_user["spec"]["securityContext"] = json!({"runAsUser": 1000});
+    let mut sidecar = one_user.clone();
+    sidecar["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "sidecar", "image": "envoy", "securityContext": {"runAsUser": 2000}}));
+    for (pod, readable_by_all) in [(&base, true), (&one_user, false), (&sidecar, true)] {
+        let (status, resp, stored) = admit(&app, pod).await;
+        assert_eq!((status, &resp["allowed"]), (200, &json!(true)), "{resp}");
+        let plan = plan_of(&stored);
+        assert_eq!(
+            plan.get("readableByAll").is_some_and(|v| v == true),
+            readable_by_all,
+            "{plan}"
+        );
+    }
+}

@@ -115,6 +115,7 @@ fn a_symlinked_directory_in_the_fetch_volume_is_refused_and_its_target_never_wri
             secrets: vec![item(root.join("files/db"))],
             copy_executable_to: None,
             fetch_strategy: None,
+            readable_by_all: false,
         },
         // The secret is written where it should be; the executable's directory is the link.
         FetchPlan {
@@ -123,6 +124,7 @@ fn a_symlinked_directory_in_the_fetch_volume_is_refused_and_its_target_never_wri
             secrets: vec![item(root.join("env/0"))],
             copy_executable_to: Some(root.join("bin/podmutator")),
             fetch_strategy: None,
+            readable_by_all: false,
         },
     ];
     for (plan, link) in plans.iter().zip(["files", "bin"]) {

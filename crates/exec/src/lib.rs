@@ -79,6 +79,14 @@ impl std::fmt::Display for ExecError {
                 "{EXEC_ENV_ENV} is not set: `podmutator exec` wraps the command of a container the webhook rewrote, and the webhook sets it"
             ),
             Self::BadPlan(why) => write!(f, "{EXEC_ENV_ENV} is not a valid exec plan: {why}"),
+            Self::Read { var, path, source }
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                write!(
+                    f,
+                    "cannot read {path} for {var}: {source} (the init container wrote it as another user than this container runs as: set runAsUser in the pod's securityContext, or on this container and the first one, so that the webhook runs it as this user)"
+                )
+            }
             Self::Read { var, path, source } => write!(
                 f,
                 "cannot read {path} for {var}: {source} (the init container writes it; is the secrets volume mounted in this container, and did the fetch succeed?)"
@@ -240,6 +248,28 @@ mod tests {
     fn bad_plans_are_refused_naming_the_variable(#[case] json: &str, #[case] want: &str) {
         let m = bad(json);
         assert!(m.contains(want), "{m:?} should contain {want:?}");
+    }
+
+    /// A file the init container wrote as another user is named as such: the fix is the
+    /// pod's user, not the volume or the fetch.
+    #[test]
+    fn a_file_this_user_may_not_read_names_the_user_mismatch() {
+        let read = |kind| {
+            ExecError::Read {
+                var: "_UNION_DB".into(),
+                path: "/podmutator/env/0".into(),
+                source: std::io::Error::from(kind),
+            }
+            .to_string()
+        };
+        let denied = read(std::io::ErrorKind::PermissionDenied);
+        assert!(denied.contains("as another user"), "{denied}");
+        assert!(denied.contains("runAsUser"), "{denied}");
+        let missing = read(std::io::ErrorKind::NotFound);
+        assert!(
+            missing.contains("is the secrets volume mounted"),
+            "{missing}"
+        );
     }
 
     #[test]

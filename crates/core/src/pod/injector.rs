@@ -324,6 +324,7 @@ impl ReferenceInjector {
                 secrets: Vec::new(),
                 copy_executable_to: None,
                 fetch_strategy: Some(self.fetch_strategy),
+                readable_by_all: !fetcher_is_every_containers_user(pod),
             },
         };
         match plan.secrets.iter().find(|i| i.file == item.file) {
@@ -351,6 +352,9 @@ impl ReferenceInjector {
         Ok(container)
     }
 
+    /// The fetcher: it runs as the user the first app container names, so that files only its
+    /// user may read are readable there ([`fetcher_is_every_containers_user`] says when every
+    /// container can).
     fn new_fetcher(&self, pod: &Pod) -> Container {
         // The files are 0400: the fetcher runs as the user the first app container names, so
         // that it can read them (a pod-level runAsUser applies to both anyway).
@@ -717,4 +721,29 @@ pub fn promised_files(pod: &Pod) -> Result<BTreeMap<String, String>, String> {
             (seen, i.id)
         })
         .collect())
+}
+
+/// Whether the fetcher runs as the user every other container of `pod` runs as, each named in
+/// the pod spec (the container's `runAsUser`, else the pod's): only then are files readable by
+/// their owner alone readable wherever they are mounted. A container without one runs as its
+/// image's user, which the webhook does not know.
+fn fetcher_is_every_containers_user(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    let pod_user = spec.security_context.as_ref().and_then(|s| s.run_as_user);
+    let user = |c: &Container| {
+        c.security_context
+            .as_ref()
+            .and_then(|s| s.run_as_user)
+            .or(pod_user)
+    };
+    let Some(fetcher) = spec.containers.first().and_then(user) else {
+        return false;
+    };
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .filter(|c| c.name != INIT_CONTAINER)
+        .all(|c| user(c) == Some(fetcher))
 }

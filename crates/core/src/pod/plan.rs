@@ -31,6 +31,10 @@ pub const FETCH_PLAN_ENV: &str = "PODMUTATOR_FETCH_PLAN";
 /// Secret files: readable by their owner only (the init container must run as the user of the
 /// containers that read them; the volume is mounted read-only there).
 pub const FILE_MODE: u32 = 0o400;
+/// Secret files of a plan [`FetchPlan::readable_by_all`]: as a Secret volume's files are.
+pub const SHARED_FILE_MODE: u32 = 0o444;
+/// Directories of a plan [`FetchPlan::readable_by_all`].
+pub const SHARED_DIR_MODE: u32 = 0o755;
 /// Directories the fetcher creates. Writable by the owner so that a re-run of the init container
 /// (after a pod sandbox restart) can replace the files; the task containers mount the volume
 /// read-only, so the write bit grants them nothing.
@@ -66,6 +70,13 @@ pub struct FetchPlan {
     /// Absent (plans written before the field existed): `batch`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fetch_strategy: Option<FetchStrategy>,
+    /// The files readable by every user ([`SHARED_FILE_MODE`]), as a Secret volume's are,
+    /// rather than by the fetcher's user alone: set when the webhook cannot run the fetcher as
+    /// the user of every container of the pod, because a container (or the fetcher) runs as its
+    /// image's user, which the pod spec does not name (flytekit's images: `USER flytekit`).
+    /// The volume is mounted only in the pod's own containers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub readable_by_all: bool,
 }
 
 /// One secret to one file. The same id may go to several files (a secret requested both as a
@@ -165,6 +176,15 @@ fn secret_id_problem(id: &str) -> Option<String> {
 }
 
 impl FetchPlan {
+    /// The modes of the files and of the directories this plan writes.
+    pub fn modes(&self) -> (u32, u32) {
+        if self.readable_by_all {
+            (SHARED_FILE_MODE, SHARED_DIR_MODE)
+        } else {
+            (FILE_MODE, DIR_MODE)
+        }
+    }
+
     /// Parses and validates a plan, naming the field or entry at fault.
     pub fn parse(json: &str) -> Result<Self, FetchError> {
         let de = &mut serde_json::Deserializer::from_str(json);
