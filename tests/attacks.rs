@@ -518,7 +518,11 @@ mod secrets_attacks {
             reached: tokio::sync::Notify::new(),
             open: tokio::sync::Semaphore::new(0),
         });
-        let cfg = config(json!({"limits": {"maxObjectsPerReview": 1000}}));
+        // The most allowed deadline: the first review is held in its fetch while the test
+        // watches the second, and a stalled machine must not time the fetch out first.
+        let cfg = config(
+            json!({"limits": {"maxObjectsPerReview": 1000}, "embedded": {"deadlineMs": 25000}}),
+        );
         let front = Arc::new(webhook(&cfg, Deps::offline().with_source(gated.clone())));
         // 70 containers, each counted as 8 objects: more than half of 1000.
         let mut p = pod(
@@ -566,6 +570,83 @@ mod secrets_attacks {
         assert_eq!(front.admissions_waiting(), 0);
         // Each fetched for itself: the second only once the first had ended.
         assert_eq!(gated.inner.calls.load(Ordering::Relaxed), 2);
+    }
+
+    /// The queue of large reviews never holds up an ordinary one: while one review of more than
+    /// half of `limits.maxObjectsPerReview` (the default) is held in its fetch and another waits
+    /// for its share, an ordinary review is admitted and answered. And what counts is the
+    /// bytes too, not only the objects: a review of strings weighs by its size.
+    #[tokio::test]
+    async fn a_queue_of_large_reviews_does_not_hold_up_an_ordinary_one() {
+        let gated = Arc::new(Gated {
+            inner: StaticSource::default().with(
+                &id("flyte", "development", "flytesnacks", "db"),
+                "sentinel-lane-value-3b7e",
+            ),
+            reached: tokio::sync::Notify::new(),
+            open: tokio::sync::Semaphore::new(0),
+        });
+        // As above, the most allowed deadline.
+        let cfg = config(json!({"embedded": {"deadlineMs": 25000}}));
+        let front = Arc::new(webhook(&cfg, Deps::offline().with_source(gated.clone())));
+        let budget = front.app().max_objects();
+        let mut large = pod(
+            &[secret("", "db", MountRequirement::EnvVar, "")],
+            "flytesnacks",
+            "development",
+        );
+        // 6,300 containers, each counted as 8 objects: more than half the default budget.
+        let containers: Vec<Value> = (0..6_300)
+            .map(|i| json!({"name": format!("c{i}"), "image": "flytekit:latest"}))
+            .collect();
+        large["spec"]["containers"] = json!(containers);
+        let review = |p: &Value| {
+            let mut review = create_review(p, NS);
+            review["request"]["userInfo"]["username"] = json!(EXECUTOR);
+            serde_json::to_vec(&review).unwrap()
+        };
+        let large = review(&large);
+        assert!(front.app().weight(&large) > budget / 2);
+        let ordinary = review(&json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "plain", "labels": {"inject-flyte-secrets": "true"}},
+            "spec": {"containers": [{"name": "main", "image": "flytekit:latest"}]}}));
+        assert!(front.app().weight(&ordinary) <= budget / 64);
+        // 3 MB of empty strings: a handful of objects, as much memory as the largest reviews.
+        let mut strings = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "s"},
+            "spec": {"containers": [{"name": "main", "image": "i"}]}});
+        strings["spec"]["containers"][0]["args"] = json!(vec![""; 1_000_000]);
+        let strings = review(&strings);
+        assert!(
+            front.app().weight(&strings) >= 3_000_000 / 64,
+            "weighed by its bytes"
+        );
+
+        let admit = |front: Arc<Front>, body: Vec<u8>| {
+            tokio::spawn(async move { front.review_in_budget(Route::Secrets, &body).await })
+        };
+        let first = admit(front.clone(), large.clone());
+        gated.reached.notified().await;
+        let second = admit(front.clone(), large);
+        while front.admissions_waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let answer = front.review_in_budget(Route::Secrets, &ordinary).await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(response(&answer.body)["allowed"], true);
+        assert_eq!(
+            front.admissions_waiting(),
+            1,
+            "the second large review still waits"
+        );
+        gated.open.add_permits(1);
+        for answer in [first.await.unwrap(), second.await.unwrap()] {
+            let resp = response(&answer.body);
+            assert_eq!(
+                (answer.status, &resp["allowed"]),
+                (200, &json!(true)),
+                "{resp}"
+            );
+        }
     }
 
     /// A Global source that holds every group/key it is asked for.

@@ -126,6 +126,10 @@ struct RefusalLog {
     seen: std::sync::Mutex<[Option<Seen>; Refusal::ALL.len()]>,
 }
 
+/// A review weighing at most this fraction of `limits.maxObjectsPerReview` is an ordinary one
+/// for [`Front::review_in_budget`] (1,562 at the default: a review of some 100 KB).
+pub const ORDINARY_SHARE: usize = 64;
+
 /// The transport's gate in front of the app.
 pub struct Front {
     app: Arc<App>,
@@ -136,8 +140,10 @@ pub struct Front {
     /// to the token.
     accept_plain: bool,
     refusals: RefusalLog,
-    /// [`Front::review_in_budget`]'s budget: one review's worth of objects.
-    budget: tokio::sync::Semaphore,
+    /// [`Front::review_in_budget`]'s budget: one review's worth of objects for large reviews,
+    /// and a quarter of that for ordinary ones, in a queue of their own.
+    large: tokio::sync::Semaphore,
+    ordinary: tokio::sync::Semaphore,
     /// Reviews waiting for their share of it.
     waiting: std::sync::atomic::AtomicUsize,
 }
@@ -200,7 +206,8 @@ impl Front {
             tokens,
             accept_plain: http.accept_plain_paths,
             refusals: RefusalLog::default(),
-            budget: tokio::sync::Semaphore::new(app.max_objects()),
+            large: tokio::sync::Semaphore::new(app.max_objects()),
+            ordinary: tokio::sync::Semaphore::new((app.max_objects() / 4).max(1)),
             waiting: Default::default(),
             app,
         })
@@ -459,13 +466,15 @@ impl Front {
     }
 
     /// [`Front::review`] within an admission budget, for a server that answers many reviews at
-    /// once (`serve`): the reviews admitted at the same time weigh together at most what one
-    /// review may ([`App::weight`], `limits.maxObjectsPerReview`), and a review waits for its
-    /// share, first come first served. An admission is CPU work and holds its pod's types and
-    /// its reply in memory, about 1 KB per object counted (one review of 90,000 environment
-    /// variables took 100 MB more): without the budget, a few of the largest reviews at once
-    /// exceed a replica's memory limit and hold every worker of its runtime. Ordinary reviews
-    /// weigh a few hundred and are admitted together.
+    /// once (`serve`). An admission is CPU work and holds its pod's types and its reply in
+    /// memory, about 1 KB per unit of [`App::weight`] (one review of 90,000 environment
+    /// variables took 100 MB more): without a budget, a few of the largest reviews at once
+    /// exceed a replica's memory limit and hold every worker of its runtime. Large reviews
+    /// (over 1/[`ORDINARY_SHARE`] of `limits.maxObjectsPerReview`) admitted at the same time
+    /// weigh together at most what one review may; ordinary ones (a few hundred: every pod the
+    /// API server sends in practice) a quarter of that, in a queue of their own, so a queue of
+    /// large reviews never holds up the ordinary ones. Each waits for its share, first come
+    /// first served within its queue.
     pub async fn review_in_budget(&self, route: Route, body: &[u8]) -> Answer {
         /// Counts a review as waiting until it has its share, or is given up (a timeout).
         struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
@@ -474,10 +483,16 @@ impl Front {
                 self.0.fetch_sub(1, Relaxed);
             }
         }
-        let weight = u32::try_from(self.app.weight(body)).unwrap_or(u32::MAX);
+        let weight = self.app.weight(body);
+        let lane = if weight <= self.app.max_objects() / ORDINARY_SHARE {
+            &self.ordinary
+        } else {
+            &self.large
+        };
+        let weight = u32::try_from(weight).unwrap_or(u32::MAX);
         self.waiting.fetch_add(1, Relaxed);
         let waiting = Waiting(&self.waiting);
-        let share = self.budget.acquire_many(weight).await;
+        let share = lane.acquire_many(weight).await;
         drop(waiting);
         let answer = self.review(route, body).await;
         drop(share);
