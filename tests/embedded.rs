@@ -235,6 +235,14 @@ async fn file_secrets_go_through_one_init_container(#[case] env_var: &str) {
         var(&out, "init-embedded-secret", "SECRETS"),
         "secret1=YmFuYW5h\n"
     );
+    // Pod Security's `restricted` level, and a user that is not root: a pod with
+    // `runAsNonRoot: true` starts with the writer added.
+    let sc = &inits[0]["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true, "{sc}");
+    assert!(sc["runAsUser"].as_i64().is_some_and(|u| u > 0), "{sc}");
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{sc}");
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]), "{sc}");
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "{sc}");
     let mut want = vec![];
     if !env_var.is_empty() {
         want.push((env_var, "/etc/flyte/secrets/secret1"));

@@ -31,6 +31,33 @@ pub const ENV_SECRETS: &str = "SECRETS";
 /// position 1 is right in every awk.
 pub const FILE_SCRIPT: &str = r#"printf "%s" "$SECRETS" | awk '/^.+=/ { i = index($0, "="); name = substr($0, 1, i - 1); value = substr($0, i + 1); output_file = "/etc/flyte/secrets/" name; print value | "base64 -d > " output_file; }'"#;
 
+/// The user the file writer runs as: any user may write the in-memory volume (an `emptyDir` is
+/// 0777), and the files it writes (0644) are readable by every user of the pod.
+const FILE_WRITER_USER: i64 = 65532;
+
+/// The file writer's security context: what Pod Security's `restricted` level asks of a
+/// container, so that a pod that meets it (or `runAsNonRoot: true` on the pod, with which the
+/// kubelet refuses to start an image's root user) still does with the writer added. Union's
+/// writer has none, and runs as busybox's root.
+fn file_writer_security_context() -> k8s_openapi::api::core::v1::SecurityContext {
+    use k8s_openapi::api::core::v1::{Capabilities, SeccompProfile, SecurityContext};
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Default::default()
+        }),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        run_as_user: Some(FILE_WRITER_USER),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            localhost_profile: None,
+        }),
+        ..Default::default()
+    }
+}
+
 /// The file writer's command, built in one place: `add_file` gives it and
 /// `check_file_writer_name` recognises the writer by it.
 fn file_command() -> Vec<String> {
@@ -381,6 +408,7 @@ impl EmbeddedInjector {
                     command: Some(file_command()),
                     resources: Some(self.file_init.resources.clone()),
                     volume_mounts: Some(vec![mount(VOLUME, SECRETS_DIR)]),
+                    security_context: Some(file_writer_security_context()),
                     ..Default::default()
                 });
                 inits.len() - 1
