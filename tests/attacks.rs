@@ -504,6 +504,70 @@ mod secrets_attacks {
         }
     }
 
+    /// An app whose Embedded source holds `db` of flytesnacks-development, behind a gate that
+    /// is closed: a review that asks for it is held in its fetch. The deadline is the most
+    /// allowed, so that a stalled machine does not time the held fetch out while the test
+    /// watches the others.
+    fn gated_app(limits: Value) -> (Arc<Gated>, Arc<Front>) {
+        let gated = Arc::new(Gated {
+            inner: StaticSource::default().with(
+                &id("flyte", "development", "flytesnacks", "db"),
+                "sentinel-budget-value-51c9",
+            ),
+            reached: tokio::sync::Notify::new(),
+            open: tokio::sync::Semaphore::new(0),
+        });
+        let cfg = config(json!({"limits": limits, "embedded": {"deadlineMs": 25000}}));
+        let front = Arc::new(webhook(&cfg, Deps::offline().with_source(gated.clone())));
+        (gated, front)
+    }
+
+    /// The review of a task pod asking for `db`, with `containers` containers.
+    fn db_review(containers: usize) -> Vec<u8> {
+        let mut p = pod(
+            &[secret("", "db", MountRequirement::EnvVar, "")],
+            "flytesnacks",
+            "development",
+        );
+        let containers: Vec<Value> = (0..containers)
+            .map(|i| json!({"name": format!("c{i}"), "image": "flytekit:latest"}))
+            .collect();
+        p["spec"]["containers"] = json!(containers);
+        executor_review(&p)
+    }
+
+    fn executor_review(p: &Value) -> Vec<u8> {
+        let mut review = create_review(p, NS);
+        review["request"]["userInfo"]["username"] = json!(EXECUTOR);
+        serde_json::to_vec(&review).unwrap()
+    }
+
+    /// `review_in_budget` of `body`, on a task of its own.
+    fn admit_in_budget(
+        front: &Arc<Front>,
+        body: Vec<u8>,
+    ) -> tokio::task::JoinHandle<podmutator_core::admission::Answer> {
+        let front = front.clone();
+        tokio::spawn(async move { front.review_in_budget(Route::Secrets, &body).await })
+    }
+
+    /// Opens the gate; both held reviews are then admitted.
+    async fn open_and_admit_both(
+        gated: &Gated,
+        first: tokio::task::JoinHandle<podmutator_core::admission::Answer>,
+        second: tokio::task::JoinHandle<podmutator_core::admission::Answer>,
+    ) {
+        gated.open.add_permits(1);
+        for answer in [first.await.unwrap(), second.await.unwrap()] {
+            let resp = response(&answer.body);
+            assert_eq!(
+                (answer.status, &resp["allowed"]),
+                (200, &json!(true)),
+                "{resp}"
+            );
+        }
+    }
+
     /// `serve` admits at once reviews that weigh together at most what one review may
     /// (`limits.maxObjectsPerReview`), so that many large reviews sent at once cannot exceed a
     /// replica's memory: two reviews of more than half that weight are admitted one after the
@@ -511,40 +575,14 @@ mod secrets_attacks {
     /// until the first ends.
     #[tokio::test]
     async fn reviews_weighing_more_than_one_review_may_are_admitted_one_after_the_other() {
-        let value = "sentinel-budget-value-51c9";
-        let gated = Arc::new(Gated {
-            inner: StaticSource::default()
-                .with(&id("flyte", "development", "flytesnacks", "db"), value),
-            reached: tokio::sync::Notify::new(),
-            open: tokio::sync::Semaphore::new(0),
-        });
-        // The most allowed deadline: the first review is held in its fetch while the test
-        // watches the second, and a stalled machine must not time the fetch out first.
-        let cfg = config(
-            json!({"limits": {"maxObjectsPerReview": 1000}, "embedded": {"deadlineMs": 25000}}),
-        );
-        let front = Arc::new(webhook(&cfg, Deps::offline().with_source(gated.clone())));
+        let (gated, front) = gated_app(json!({"maxObjectsPerReview": 1000}));
         // 70 containers, each counted as 8 objects: more than half of 1000.
-        let mut p = pod(
-            &[secret("", "db", MountRequirement::EnvVar, "")],
-            "flytesnacks",
-            "development",
-        );
-        let containers: Vec<Value> = (0..70)
-            .map(|i| json!({"name": format!("c{i}"), "image": "flytekit:latest"}))
-            .collect();
-        p["spec"]["containers"] = json!(containers);
-        let mut review = create_review(&p, NS);
-        review["request"]["userInfo"]["username"] = json!(EXECUTOR);
-        let body = serde_json::to_vec(&review).unwrap();
+        let body = db_review(70);
         let weight = front.app().weight(&body);
         assert!((501..=1000).contains(&weight), "{weight}");
-        let admit = |front: Arc<Front>, body: Vec<u8>| {
-            tokio::spawn(async move { front.review_in_budget(Route::Secrets, &body).await })
-        };
-        let first = admit(front.clone(), body.clone());
+        let first = admit_in_budget(&front, body.clone());
         gated.reached.notified().await;
-        let second = admit(front.clone(), body);
+        let second = admit_in_budget(&front, body);
         // The second waits for its share, or reaches the source: whichever comes first.
         while front.admissions_waiting() == 0 {
             tokio::select! {
@@ -558,15 +596,7 @@ mod secrets_attacks {
             0,
             "nothing fetched yet"
         );
-        gated.open.add_permits(1);
-        for answer in [first.await.unwrap(), second.await.unwrap()] {
-            let resp = response(&answer.body);
-            assert_eq!(
-                (answer.status, &resp["allowed"]),
-                (200, &json!(true)),
-                "{resp}"
-            );
-        }
+        open_and_admit_both(&gated, first, second).await;
         assert_eq!(front.admissions_waiting(), 0);
         // Each fetched for itself: the second only once the first had ended.
         assert_eq!(gated.inner.calls.load(Ordering::Relaxed), 2);
@@ -578,36 +608,12 @@ mod secrets_attacks {
     /// bytes too, not only the objects: a review of strings weighs by its size.
     #[tokio::test]
     async fn a_queue_of_large_reviews_does_not_hold_up_an_ordinary_one() {
-        let gated = Arc::new(Gated {
-            inner: StaticSource::default().with(
-                &id("flyte", "development", "flytesnacks", "db"),
-                "sentinel-lane-value-3b7e",
-            ),
-            reached: tokio::sync::Notify::new(),
-            open: tokio::sync::Semaphore::new(0),
-        });
-        // As above, the most allowed deadline.
-        let cfg = config(json!({"embedded": {"deadlineMs": 25000}}));
-        let front = Arc::new(webhook(&cfg, Deps::offline().with_source(gated.clone())));
+        let (gated, front) = gated_app(json!({}));
         let budget = front.app().max_objects();
-        let mut large = pod(
-            &[secret("", "db", MountRequirement::EnvVar, "")],
-            "flytesnacks",
-            "development",
-        );
         // 6,300 containers, each counted as 8 objects: more than half the default budget.
-        let containers: Vec<Value> = (0..6_300)
-            .map(|i| json!({"name": format!("c{i}"), "image": "flytekit:latest"}))
-            .collect();
-        large["spec"]["containers"] = json!(containers);
-        let review = |p: &Value| {
-            let mut review = create_review(p, NS);
-            review["request"]["userInfo"]["username"] = json!(EXECUTOR);
-            serde_json::to_vec(&review).unwrap()
-        };
-        let large = review(&large);
+        let large = db_review(6_300);
         assert!(front.app().weight(&large) > budget / 2);
-        let ordinary = review(&json!({"apiVersion": "v1", "kind": "Pod",
+        let ordinary = executor_review(&json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "plain", "labels": {"inject-flyte-secrets": "true"}},
             "spec": {"containers": [{"name": "main", "image": "flytekit:latest"}]}}));
         assert!(front.app().weight(&ordinary) <= budget / 64);
@@ -615,18 +621,15 @@ mod secrets_attacks {
         let mut strings = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "s"},
             "spec": {"containers": [{"name": "main", "image": "i"}]}});
         strings["spec"]["containers"][0]["args"] = json!(vec![""; 1_000_000]);
-        let strings = review(&strings);
+        let strings = executor_review(&strings);
         assert!(
             front.app().weight(&strings) >= 3_000_000 / 64,
             "weighed by its bytes"
         );
 
-        let admit = |front: Arc<Front>, body: Vec<u8>| {
-            tokio::spawn(async move { front.review_in_budget(Route::Secrets, &body).await })
-        };
-        let first = admit(front.clone(), large.clone());
+        let first = admit_in_budget(&front, large.clone());
         gated.reached.notified().await;
-        let second = admit(front.clone(), large);
+        let second = admit_in_budget(&front, large);
         while front.admissions_waiting() == 0 {
             tokio::task::yield_now().await;
         }
@@ -638,15 +641,7 @@ mod secrets_attacks {
             1,
             "the second large review still waits"
         );
-        gated.open.add_permits(1);
-        for answer in [first.await.unwrap(), second.await.unwrap()] {
-            let resp = response(&answer.body);
-            assert_eq!(
-                (answer.status, &resp["allowed"]),
-                (200, &json!(true)),
-                "{resp}"
-            );
-        }
+        open_and_admit_both(&gated, first, second).await;
     }
 
     /// A Global source that holds every group/key it is asked for.

@@ -58,6 +58,16 @@ impl Serve {
     fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
+
+    /// The first "tls handshake failed" line, once it is logged.
+    async fn handshake_line(&self) -> String {
+        wait_for(&self.log, "\"tls handshake failed", 1).await;
+        let log = self.log();
+        log.lines()
+            .find(|l| l.contains("\"tls handshake failed"))
+            .unwrap()
+            .to_owned()
+    }
 }
 
 impl Drop for Serve {
@@ -776,12 +786,7 @@ async fn http_1_0_is_answered_and_plain_http_is_named_for_what_it_is() {
         .write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
         .await
         .unwrap();
-    wait_for(&s.log, "\"tls handshake failed", 1).await;
-    let log = s.log();
-    let line = log
-        .lines()
-        .find(|l| l.contains("\"tls handshake failed"))
-        .unwrap();
+    let line = s.handshake_line().await;
     assert!(line.contains("plain-HTTP request"), "{line}");
     assert!(!line.contains("caBundle"), "{line}");
 }
@@ -801,13 +806,8 @@ async fn a_failed_tls_handshake_is_logged_at_warn_naming_the_ca_bundle() {
             "{err}"
         );
     }
-    wait_for(&s.log, "\"tls handshake failed", 1).await;
+    let line: Value = serde_json::from_str(&s.handshake_line().await).unwrap();
     let log = s.log();
-    let line = log
-        .lines()
-        .find(|l| l.contains("\"tls handshake failed"))
-        .unwrap();
-    let line: Value = serde_json::from_str(line).unwrap();
     assert_eq!(line["level"], "WARN", "{line}");
     assert_eq!(line["refusal"], "TlsHandshake", "{line}");
     assert!(
