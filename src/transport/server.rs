@@ -10,9 +10,9 @@
 //! past it the connection is closed). When the cap is reached a connection is closed to make
 //! room ([`super::conns`]: of the source holding the most; silent, then idle, then the slow body
 //! least read or the reply not taken; never one whose admission is running), so clients that
-//! only hold sockets, send bodies slowly or leave their replies, cannot lock out the API server. A caller without the path token is answered from the request
-//! head, before its body is read; the body is then drained (bounded) so the answer is not lost
-//! to a reset.
+//! only hold sockets, send bodies slowly or leave their replies, cannot lock out the API server.
+//! A caller without the path token is answered from the request head, before its body is read;
+//! the body is then drained (bounded) so the answer is not lost to a reset.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
