@@ -2,6 +2,7 @@
 //! deadline, the cache, the scope binding, the delivery and the registry lookup.
 
 use serde::{Deserialize, Serialize};
+use smart_default::SmartDefault;
 
 use super::{Config, ConfigError, SecretManagerType, bounds, check_template, template_uses};
 
@@ -13,29 +14,39 @@ pub fn default_domains() -> Vec<String> {
 }
 
 /// Our Embedded-mode settings (Flyte has none of these).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct EmbeddedConfig {
     /// Budget for fetching every value an admission needs, all calls included.
+    #[default(2000)]
     pub deadline_ms: u64,
     /// How long a fetched value is reused across warm invocations.
+    #[default(300)]
     pub cache_ttl_seconds: u64,
     /// How long "no such secret" is remembered; short, so a newly created secret shows up soon.
+    #[default(10)]
     pub negative_cache_ttl_seconds: u64,
+    #[default(10_000)]
     pub cache_max_entries: usize,
+    #[default(16 << 20)]
     pub cache_max_bytes: usize,
     /// Ids per BatchGetSecretValue call (the API's maximum is 20).
+    #[default(20)]
     pub batch_size: usize,
     /// Which Secrets Manager API fetches the ids a cache miss leaves.
+    #[default(FetchStrategy::Parallel)]
     pub fetch_strategy: FetchStrategy,
     /// Secrets Manager calls this process has in flight at most, all admissions together, so
     /// one instance cannot spend the account's request quota on its own.
+    #[default(16)]
     pub max_calls_in_flight: usize,
     /// Secrets Manager calls one admission has in flight at most, so one pod asking for many
     /// secrets cannot take every slot of `max_calls_in_flight`.
+    #[default(4)]
     pub max_calls_in_flight_per_admission: usize,
     /// Largest value accepted; bigger ones are refused with a message naming the key.
+    #[default(64 << 10)]
     pub max_value_bytes: usize,
     /// The one organisation this webhook serves: a pod's `organization` label must equal it
     /// to read any Embedded secret (403 `EmbeddedOrganizationMismatch` otherwise, nothing
@@ -47,11 +58,13 @@ pub struct EmbeddedConfig {
     /// scope's secrets. `{{ organization }}`, `{{ project }}` and `{{ domain }}` are replaced.
     /// Empty turns the check off (then any pod creator can read any project's secrets). A
     /// non-empty template must use `{{ domain }}`.
+    #[default("{{ project }}-{{ domain }}".into())]
     pub namespace_template: String,
     /// The Flyte domains a namespace may end in. A namespace must have exactly one reading
     /// (organization, project, domain) under the template with these domains, and it must be
     /// the pod's labels: `ml-pre-prod` would otherwise be both `ml-pre`+`prod` and
     /// `ml`+`pre-prod`.
+    #[default(default_domains())]
     pub domains: Vec<String>,
     /// When non-empty, only these requesting users (`request.userInfo.username`) may get
     /// Embedded secrets; an entry ending in `*` matches a prefix.
@@ -60,12 +73,14 @@ pub struct EmbeddedConfig {
     /// and writes it into the pod spec) or `reference` (the webhook resolves the name with
     /// metadata calls only; an init container in the pod fetches the value with the pod's own
     /// AWS identity).
+    #[default(Delivery::Value)]
     pub delivery: Delivery,
     /// In `reference` delivery, how ENV_VAR requests (and ANY requests that name an
     /// `env_var`) are served: `exec` (the container's command is wrapped by `podmutator exec`,
     /// which sets the variables from the init container's files) or `value` (Flyte's
     /// behaviour: the webhook reads the value and writes it into the pod spec, so the function
     /// needs `GetSecretValue` again).
+    #[default(EnvVarDelivery::Exec)]
     pub env_var_delivery: EnvVarDelivery,
     /// The podmutator image the `reference` init container runs (`podmutator fetch`); required
     /// with `delivery: reference`. Pin it by digest.
@@ -109,7 +124,7 @@ impl Config {
 
 /// Reading a container's ENTRYPOINT and CMD from its image's config in the registry
 /// (`embedded.entrypointLookup`), so that a container with only `args` can be wrapped.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct EntrypointLookupConfig {
@@ -118,24 +133,15 @@ pub struct EntrypointLookupConfig {
     /// Empty turns the lookup off: a container without `command` is refused.
     pub registries: Vec<String>,
     /// Budget of one image's lookup (every request of it), within `embedded.deadlineMs`.
+    #[default(1500)]
     pub timeout_ms: u64,
     /// How long a tag's manifest digest is reused. What a digest names never changes, so its
     /// ENTRYPOINT and CMD are kept until evicted.
+    #[default(300)]
     pub tag_ttl_seconds: u64,
     /// A PEM file of extra CA certificates trusted besides the system's (a private registry
     /// with its own CA). Empty: the system's only.
     pub ca_bundle_file: String,
-}
-
-impl Default for EntrypointLookupConfig {
-    fn default() -> Self {
-        Self {
-            registries: Vec::new(),
-            timeout_ms: 1500,
-            tag_ttl_seconds: 300,
-            ca_bundle_file: String::new(),
-        }
-    }
 }
 
 impl EntrypointLookupConfig {
@@ -184,31 +190,6 @@ pub enum EnvVarDelivery {
     Exec,
     /// The value goes into the pod spec, as in `value` delivery.
     Value,
-}
-
-impl Default for EmbeddedConfig {
-    fn default() -> Self {
-        Self {
-            deadline_ms: 2000,
-            cache_ttl_seconds: 300,
-            negative_cache_ttl_seconds: 10,
-            cache_max_entries: 10_000,
-            cache_max_bytes: 16 << 20,
-            batch_size: 20,
-            fetch_strategy: FetchStrategy::Parallel,
-            max_calls_in_flight: 16,
-            max_calls_in_flight_per_admission: 4,
-            max_value_bytes: 64 << 10,
-            organization: String::new(),
-            namespace_template: "{{ project }}-{{ domain }}".into(),
-            domains: default_domains(),
-            allowed_usernames: Vec::new(),
-            delivery: Delivery::Value,
-            env_var_delivery: EnvVarDelivery::Exec,
-            fetcher_image: String::new(),
-            entrypoint_lookup: EntrypointLookupConfig::default(),
-        }
-    }
 }
 
 /// How Embedded mode asks Secrets Manager for the ids a cache miss leaves.

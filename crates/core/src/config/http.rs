@@ -2,6 +2,7 @@
 //! connection bounds.
 
 use serde::{Deserialize, Serialize};
+use smart_default::SmartDefault;
 
 use super::{ConfigError, bounds};
 
@@ -13,17 +14,20 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
 /// same pods on both.
 pub const DEFAULT_MAX_REPLY_BYTES: usize = 6 * 1024 * 1024;
 
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct HttpConfig {
     /// Address `podmutator serve` binds (with `webhook.listenPort`): all interfaces by default,
     /// as a server behind a Kubernetes Service needs; `127.0.0.1` keeps a local run on loopback.
+    #[default(std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED))]
     pub listen_address: std::net::IpAddr,
+    #[default(DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
     /// The largest reply `podmutator serve` and `inject` build; a review whose reply would be
     /// larger is refused (413) from an estimate made before the patch is built. On Lambda the
     /// path back's own limit applies instead (an ALB's 1 MB, Lambda's 6 MB).
+    #[default(DEFAULT_MAX_REPLY_BYTES)]
     pub max_reply_bytes: usize,
     /// A literal path token (for local testing); every route then lives under `/<token>/`.
     pub path_token: Option<String>,
@@ -45,49 +49,33 @@ pub struct HttpConfig {
     /// `podmutator serve`: connections open at once. When full, one is closed to make room:
     /// one that never sent a request, else the idlest, else the one whose body has arrived
     /// least; never one whose request is wholly read and being answered.
+    #[default(1024)]
     pub max_connections: usize,
     /// `podmutator serve`: connections open at once from one source address.
+    #[default(32)]
     pub max_connections_per_source: usize,
     /// `podmutator serve`: time from accept until the first request head, TLS handshake included.
+    #[default(10)]
     pub first_request_timeout_seconds: u64,
     /// `podmutator serve`: time for a request's body to arrive once its head has.
+    #[default(5)]
     pub body_timeout_seconds: u64,
     /// `podmutator serve`: on SIGTERM, how long readiness fails while the webhook port still
     /// answers, before the listeners stop: the time the endpoint's removal takes to reach
     /// every API server (kube-proxy, EndpointSlices). 0 stops at once.
+    #[default(10)]
     pub drain_seconds: u64,
     /// `podmutator serve`: how long a connection may stay open with no request in flight.
+    #[default(60)]
     pub idle_timeout_seconds: u64,
     /// `podmutator serve`: age at which a connection is closed gracefully (HTTP/2 GOAWAY).
+    #[default(600)]
     pub max_connection_age_seconds: u64,
     /// `podmutator serve`: a PEM file of the CA certificates whose client certificates the
     /// webhook port requires: every caller must present one (the API server, through its
     /// admission configuration's kubeconfig). What lets `serve` write Embedded values into
     /// its replies; unset, it refuses value delivery at start.
     pub client_ca_file: Option<String>,
-}
-
-impl Default for HttpConfig {
-    fn default() -> Self {
-        Self {
-            listen_address: std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
-            path_token: None,
-            path_token_sha256: None,
-            path_token_secret_id: None,
-            path_token_disabled: false,
-            accept_plain_paths: false,
-            max_connections: 1024,
-            max_connections_per_source: 32,
-            first_request_timeout_seconds: 10,
-            body_timeout_seconds: 5,
-            drain_seconds: 10,
-            idle_timeout_seconds: 60,
-            max_connection_age_seconds: 600,
-            client_ca_file: None,
-        }
-    }
 }
 
 /// The SHA-256 of the empty string: the hash a missing or empty token file gives.

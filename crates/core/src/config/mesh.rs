@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{
     Capabilities, ResourceRequirements, SeccompProfile, SecurityContext,
 };
 use serde::{Deserialize, Serialize};
+use smart_default::SmartDefault;
 
 use super::{ConfigError, equal_resources};
 use crate::k8s_names::{DNS_LABEL_RULE, is_dns_label, is_dns_subdomain, qualified_name_problem};
@@ -40,102 +41,71 @@ pub const MAX_ATTEMPTS: u32 = 5;
 /// explicit way to fail closed.
 pub const MAX_GATE_TIMEOUT_SECONDS: u32 = 3600;
 
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct MeshConfig {
     /// The one switch for every mesh mutator; off by default.
     pub enabled: bool,
     /// Pod label that marks a pod managed (`"true"`) or opted out (`"false"`).
+    #[default(DEFAULT_MANAGED_LABEL.into())]
     pub managed_label: String,
     /// The mesh's DNS domain: mesh names are `<svc>.<meshDomain>`.
+    #[default(DEFAULT_MESH_DOMAIN.into())]
     pub mesh_domain: String,
     pub dns: MeshDnsConfig,
     pub gate: GateConfig,
     pub socket_check: SocketCheckConfig,
 }
 
-impl Default for MeshConfig {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            managed_label: DEFAULT_MANAGED_LABEL.into(),
-            mesh_domain: DEFAULT_MESH_DOMAIN.into(),
-            dns: MeshDnsConfig::default(),
-            gate: GateConfig::default(),
-            socket_check: SocketCheckConfig::default(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct MeshDnsConfig {
+    #[default(true)]
     pub enabled: bool,
     /// Overrides the derived value (the label count of `meshDomain`).
     pub ndots: Option<u32>,
     /// Seconds before the resolver retransmits (resolv.conf `timeout`).
+    #[default(1)]
     pub timeout: u32,
     /// Tries per name server (resolv.conf `attempts`).
+    #[default(3)]
     pub attempts: u32,
 }
 
-impl Default for MeshDnsConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            ndots: None,
-            timeout: 1,
-            attempts: 3,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct GateConfig {
     /// Off by default: the gate needs an image, which has no sensible default.
     pub enabled: bool,
     /// Init container name, also the idempotency key.
+    #[default(DEFAULT_GATE_NAME.into())]
     pub name: String,
     pub image: String,
+    #[default("IfNotPresent".into())]
     pub image_pull_policy: String,
+    #[default(vec![DEFAULT_GATE_COMMAND.into()])]
     pub command: Vec<String>,
     pub args: Vec<String>,
     /// The Workload API socket inside the gate container; must lie under `volume.mountPath`.
+    #[default(DEFAULT_GATE_SOCKET_PATH.into())]
     pub socket_path: String,
     /// How long the gate waits for an identity before it exits 1; 0 waits forever (fail closed).
     pub timeout_seconds: u32,
     #[cfg_attr(feature = "schema", schemars(with = "super::KubernetesObject"))]
+    #[default(equal_resources("32Mi", "50m"))]
     pub resources: ResourceRequirements,
     /// The default passes Pod Security "restricted" except `runAsNonRoot`, which depends on the
     /// image; `null` leaves the container without one.
     #[cfg_attr(feature = "schema", schemars(with = "Option<super::KubernetesObject>"))]
+    #[default(Some(default_gate_security_context()))]
     pub security_context: Option<SecurityContext>,
     pub volume: GateVolumeConfig,
     /// Pod annotation; the value `"false"` skips the gate for that pod.
+    #[default(DEFAULT_GATE_OPT_OUT.into())]
     pub opt_out_annotation: String,
-}
-
-impl Default for GateConfig {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            name: DEFAULT_GATE_NAME.into(),
-            image: String::new(),
-            image_pull_policy: "IfNotPresent".into(),
-            command: vec![DEFAULT_GATE_COMMAND.into()],
-            args: Vec::new(),
-            socket_path: DEFAULT_GATE_SOCKET_PATH.into(),
-            timeout_seconds: 0,
-            resources: equal_resources("32Mi", "50m"),
-            security_context: Some(default_gate_security_context()),
-            volume: GateVolumeConfig::default(),
-            opt_out_annotation: DEFAULT_GATE_OPT_OUT.into(),
-        }
-    }
 }
 
 pub fn default_gate_security_context() -> SecurityContext {
@@ -154,49 +124,34 @@ pub fn default_gate_security_context() -> SecurityContext {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct GateVolumeConfig {
+    #[default(DEFAULT_GATE_VOLUME.into())]
     pub name: String,
+    #[default(DEFAULT_GATE_DRIVER.into())]
     pub driver: String,
     /// Where the volume is mounted in the gate container (and nowhere else).
+    #[default(DEFAULT_GATE_MOUNT_PATH.into())]
     pub mount_path: String,
+    #[default(true)]
     pub read_only: bool,
     pub volume_attributes: BTreeMap<String, String>,
 }
 
-impl Default for GateVolumeConfig {
-    fn default() -> Self {
-        Self {
-            name: DEFAULT_GATE_VOLUME.into(),
-            driver: DEFAULT_GATE_DRIVER.into(),
-            mount_path: DEFAULT_GATE_MOUNT_PATH.into(),
-            read_only: true,
-            volume_attributes: BTreeMap::new(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct SocketCheckConfig {
+    #[default(true)]
     pub enabled: bool,
     /// Pod annotation declaring the socket as `<volume>/<file>`.
+    #[default(DEFAULT_SOCKET_ANNOTATION.into())]
     pub annotation: String,
     /// The CSI driver that delivers sockets into pods.
+    #[default(DEFAULT_CARRIER_DRIVER.into())]
     pub carrier_driver: String,
-}
-
-impl Default for SocketCheckConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            annotation: DEFAULT_SOCKET_ANNOTATION.into(),
-            carrier_driver: DEFAULT_CARRIER_DRIVER.into(),
-        }
-    }
 }
 
 impl MeshConfig {

@@ -3,27 +3,20 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use smart_default::SmartDefault;
 
 use super::ConfigError;
 
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
+    #[default(true)]
     pub enabled: bool,
+    #[default("podmutator".into())]
     pub namespace: String,
     /// Fixed dimensions added to every metric (e.g. `{"Cluster": "prod-eks"}`).
     pub dimensions: BTreeMap<String, String>,
-}
-
-impl Default for MetricsConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            namespace: "podmutator".into(),
-            dimensions: BTreeMap::new(),
-        }
-    }
 }
 
 /// Names we set ourselves at the top of each line; a configured dimension may not shadow them.

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
+use smart_default::SmartDefault;
 
 /// Returns a [`ConfigError`] for `key` from the enclosing function:
 /// `bail!(key, "format", args...)`.
@@ -119,32 +120,25 @@ pub struct Config {
 }
 
 /// Bounds on what one pod may ask for, checked when its secrets are planned (before any fetch).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct LimitsConfig {
     /// Most `flyte.secrets/s<N>` annotations one pod may carry. A Flyte task lists its secrets
     /// by hand (a few, rarely dozens); 64 leaves room and bounds the planning work.
+    #[default(64)]
     pub max_secret_requests_per_pod: usize,
     /// Most distinct Secrets Manager ids one admission may fetch. An Embedded request tries up
     /// to 3 ids (project, domain, organisation), so 64 requests need at most 192; 200 ids are
     /// 10 `BatchGetSecretValue` calls of 20, a tenth of the account's 100 calls/s.
+    #[default(200)]
     pub max_secret_ids_per_admission: usize,
     /// Most JSON objects one review may hold, counted on its bytes before it is read into
     /// Kubernetes types, a container counting 8 and a volume 16 (their types take 2 and 3 KB,
     /// every other object's at most some 400 bytes): the bound on the memory a review can take.
     /// Real pods weigh a few hundred; 100,000 leaves room for a 10,000-container pod.
+    #[default(100_000)]
     pub max_objects_per_review: usize,
-}
-
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        Self {
-            max_secret_requests_per_pod: 64,
-            max_secret_ids_per_admission: 200,
-            max_objects_per_review: 100_000,
-        }
-    }
 }
 
 /// Environment variable prefixes of this process's own credentials and runtime: a Global
@@ -155,21 +149,14 @@ pub const PROTECTED_ENV_PREFIXES: [&str; 4] = ["AWS_", "PODMUTATOR_", "_HANDLER"
 pub const DEFAULT_SECRETS_LABEL: &str = "inject-flyte-secrets";
 pub const DEFAULT_SECRETS_LABEL_VALUE: &str = "true";
 
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct SecretsSelector {
+    #[default(DEFAULT_SECRETS_LABEL.into())]
     pub label: String,
+    #[default(DEFAULT_SECRETS_LABEL_VALUE.into())]
     pub value: String,
-}
-
-impl Default for SecretsSelector {
-    fn default() -> Self {
-        Self {
-            label: DEFAULT_SECRETS_LABEL.into(),
-            value: DEFAULT_SECRETS_LABEL_VALUE.into(),
-        }
-    }
 }
 
 crate::named_enum! {
@@ -220,25 +207,32 @@ impl<'de> Deserialize<'de> for SecretManagerType {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct WebhookConfig {
     #[serde(rename = "metrics-prefix")]
+    #[default("flyte:".into())]
     pub metrics_prefix: String,
     /// Environment-expanded (`$VAR`, `${VAR}`) like Flyte's `os.ExpandEnv`.
+    #[default("/etc/webhook/certs".into())]
     pub cert_dir: String,
     /// Generate a CA and serving certificate into `certDir` when none is there. Unset means
     /// "yes" for `podmutator serve` (local runs) — unlike Flyte, existing files are reused.
     pub local_cert: Option<bool>,
+    #[default(9443)]
     pub listen_port: u16,
     /// `podmutator serve`: a second, plain-HTTP port with `/metrics` (Prometheus) and `/healthz`
     /// only, no path token and no admission route. Unset: no such listener.
     pub metrics_port: Option<u16>,
     /// Accepted for compatibility; Flyte's cache-invalidation server has no Lambda equivalent.
+    #[default(9444)]
     pub cache_invalidation_port: u16,
+    #[default("flyte-pod-webhook".into())]
     pub service_name: String,
+    #[default(443)]
     pub service_port: u16,
+    #[default("flyte-pod-webhook".into())]
     pub secret_name: String,
     /// Deprecated singular form; ignored when `secretManagerTypes` is non-empty.
     pub secret_manager_type: Option<SecretManagerType>,
@@ -251,41 +245,14 @@ pub struct WebhookConfig {
     pub image_builder_config: ImageBuilderConfig,
     /// Declared by Flyte and read nowhere; the registration's `timeoutSeconds` is set where the
     /// webhook is registered (Terraform / `podmutator webhook-config`).
+    #[default(30)]
     pub webhook_timeout: u32,
     pub disable_create_mutating_webhook_config: bool,
     #[cfg_attr(feature = "schema", schemars(with = "Option<KubernetesObject>"))]
     pub namespace_selector: Option<LabelSelector>,
     pub kube_client_config: KubeClientConfig,
+    #[default("_UNION_".into())]
     pub secret_env_var_prefix: String,
-}
-
-impl Default for WebhookConfig {
-    fn default() -> Self {
-        Self {
-            metrics_prefix: "flyte:".into(),
-            cert_dir: "/etc/webhook/certs".into(),
-            local_cert: None,
-            listen_port: 9443,
-            metrics_port: None,
-            cache_invalidation_port: 9444,
-            service_name: "flyte-pod-webhook".into(),
-            service_port: 443,
-            secret_name: "flyte-pod-webhook".into(),
-            secret_manager_type: None,
-            secret_manager_types: Vec::new(),
-            aws_secret_manager: SidecarConfig::default(),
-            gcp_secret_manager: SidecarConfig::default(),
-            azure_secret_manager: SidecarConfig::default(),
-            vault_secret_manager: VaultConfig::default(),
-            embedded_secret_manager_config: EmbeddedSecretManagerConfig::default(),
-            image_builder_config: ImageBuilderConfig::default(),
-            webhook_timeout: 30,
-            disable_create_mutating_webhook_config: false,
-            namespace_selector: None,
-            kube_client_config: KubeClientConfig::default(),
-            secret_env_var_prefix: "_UNION_".into(),
-        }
-    }
 }
 
 /// Our default when neither `secretManagerTypes` nor `secretManagerType` is set. Flyte v2
@@ -390,24 +357,15 @@ pub fn equal_resources(memory: &str, cpu: &str) -> ResourceRequirements {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct VaultConfig {
+    #[default("flyte".into())]
     pub role: String,
     /// Deprecated: use the secret's `group_version` (`kv1`, `kv2`, `db`).
     pub kv_version: Option<KvVersion>,
     pub annotations: BTreeMap<String, String>,
-}
-
-impl Default for VaultConfig {
-    fn default() -> Self {
-        Self {
-            role: "flyte".into(),
-            kv_version: None,
-            annotations: BTreeMap::new(),
-        }
-    }
 }
 
 /// Flyte marshals this enum as `"1"` / `"2"`. A bare number is refused: Flyte's loader reads it
@@ -497,41 +455,26 @@ pub struct AzureConfig {
     pub vault_uri: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct K8sFetcherConfig {
+    #[default("flyte".into())]
     pub namespace: String,
     pub kube_client_config: KubeClientConfig,
 }
 
-impl Default for K8sFetcherConfig {
-    fn default() -> Self {
-        Self {
-            namespace: "flyte".into(),
-            kube_client_config: KubeClientConfig::default(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct FileMountInitContainer {
+    #[default("public.ecr.aws/docker/library/busybox:latest".into())]
     pub image: String,
     #[cfg_attr(feature = "schema", schemars(with = "KubernetesObject"))]
+    #[default(equal_resources("100Mi", "100m"))]
     pub resources: ResourceRequirements,
+    #[default("init-embedded-secret".into())]
     pub container_name: String,
-}
-
-impl Default for FileMountInitContainer {
-    fn default() -> Self {
-        Self {
-            image: "public.ecr.aws/docker/library/busybox:latest".into(),
-            resources: equal_resources("100Mi", "100m"),
-            container_name: "init-embedded-secret".into(),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -542,7 +485,7 @@ pub struct ImagePullSecrets {
 }
 
 /// The Union fork's image-builder settings (`crate::mutate::image::builder`), key for key.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct ImageBuilderConfig {
@@ -550,24 +493,13 @@ pub struct ImageBuilderConfig {
     pub hostname_replacement: HostnameReplacement,
     #[cfg_attr(feature = "schema", schemars(with = "Option<KubernetesObject>"))]
     pub label_selector: Option<LabelSelector>,
+    #[default(vec![DEFAULT_IMAGE_BUILDER_EXCLUDED.into()])]
     pub excluded_container_names: Vec<String>,
     pub excluded_image_prefixes: Vec<String>,
 }
 
 /// The Embedded manager's init container: it carries secret values, so it keeps its image.
 pub const DEFAULT_IMAGE_BUILDER_EXCLUDED: &str = "init-embedded-secret";
-
-impl Default for ImageBuilderConfig {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            hostname_replacement: HostnameReplacement::default(),
-            label_selector: None,
-            excluded_container_names: vec![DEFAULT_IMAGE_BUILDER_EXCLUDED.into()],
-            excluded_image_prefixes: Vec::new(),
-        }
-    }
-}
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -579,36 +511,32 @@ pub struct HostnameReplacement {
 }
 
 /// Flyte's Kubernetes client tuning. Accepted and validated; a Lambda webhook has no client.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct KubeClientConfig {
+    #[default(100)]
     pub qps: i32,
+    #[default(25)]
     pub burst: i32,
     /// A Go duration such as `30s`.
+    #[default("30s".into())]
     pub timeout: String,
 }
 
-impl Default for KubeClientConfig {
-    fn default() -> Self {
-        Self {
-            qps: 100,
-            burst: 25,
-            timeout: "30s".into(),
-        }
-    }
-}
-
 /// Flyte's `secrets` section, used by the Global manager.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct GlobalSecretsConfig {
     #[serde(rename = "type")]
+    #[default("local".into())]
     pub kind: String,
     #[serde(rename = "secrets-prefix")]
+    #[default("/etc/secrets".into())]
     pub secrets_prefix: String,
     #[serde(rename = "env-prefix")]
+    #[default("FLYTE_SECRET_".into())]
     pub env_prefix: String,
 }
 
@@ -688,16 +616,6 @@ fn check_global_secrets_prefix(prefix: &str) -> Result<(), ConfigError> {
         SYSTEM.join(", ")
     );
     Ok(())
-}
-
-impl Default for GlobalSecretsConfig {
-    fn default() -> Self {
-        Self {
-            kind: "local".into(),
-            secrets_prefix: "/etc/secrets".into(),
-            env_prefix: "FLYTE_SECRET_".into(),
-        }
-    }
 }
 
 crate::named_enum! {
