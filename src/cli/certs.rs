@@ -202,13 +202,12 @@ impl Api {
         let ca_file = args.api_ca_file.display();
         let ca = std::fs::read(&args.api_ca_file)
             .map_err(|e| err!("cannot read the API server's CA {ca_file}: {e}"))?;
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_pemfile::certs(&mut &ca[..]) {
-            let cert = cert.map_err(|e| err!("{ca_file} is not PEM: {e}"))?;
-            roots
-                .add(cert)
-                .map_err(|e| err!("{ca_file}: not a usable CA: {e}"))?;
-        }
+        let roots = tls::root_store(
+            &ca,
+            &format!("{ca_file} is not PEM"),
+            &format!("{ca_file}: not a usable CA"),
+        )
+        .map_err(CertsError)?;
         if roots.is_empty() {
             return Err(err!("{ca_file} holds no certificate"));
         }

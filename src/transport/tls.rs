@@ -4,14 +4,18 @@
 //! `caBundle` (Flyte v2 regenerates its CA on each start, which breaks every replica but the
 //! last one to write).
 
+use std::io::Write as _;
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
 };
-use tokio_rustls::rustls;
+use sha2::{Digest, Sha256};
+use tokio_rustls::rustls::{self, RootCertStore};
 
 pub const CA_CERT: &str = "ca.crt";
 pub const TLS_CERT: &str = "tls.crt";
@@ -85,16 +89,13 @@ pub fn ensure_certs(dir: &Path, generate: bool, names: &[String]) -> Result<Cert
             ),
         ));
     }
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        // Private from creation: the key is written here, and a directory others can write to
-        // would let them swap files under the server. An existing directory is left as it is.
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| certs_err(dir, format!("cannot create: {e}")))?;
-    }
+    // Private from creation: the key is written here, and a directory others can write to
+    // would let them swap files under the server. An existing directory is left as it is.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| certs_err(dir, format!("cannot create: {e}")))?;
     let (ca_pem, cert_pem, key_pem) =
         generate_certs(names).map_err(|e| certs_err(dir, format!("cannot generate: {e}")))?;
     write_file(&files.ca, ca_pem.as_bytes(), 0o644)?;
@@ -105,7 +106,6 @@ pub fn ensure_certs(dir: &Path, generate: bool, names: &[String]) -> Result<Cert
 }
 
 fn restrict(path: &Path, mode: u32) -> Result<(), TlsError> {
-    use std::os::unix::fs::PermissionsExt;
     let current = std::fs::metadata(path)
         .map_err(|e| certs_err(path.parent().unwrap_or(Path::new(".")), e.to_string()))?
         .permissions()
@@ -142,9 +142,6 @@ fn restrict(path: &Path, mode: u32) -> Result<(), TlsError> {
 /// Whatever `path` was (a stale file with looser permissions, a symlink) is replaced, never
 /// written through: `create_new` refuses to follow a link, and rename replaces the link itself.
 fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
@@ -186,7 +183,6 @@ pub fn generate_certs(names: &[String]) -> Result<(String, String, String), rcge
 /// CAs (the current one and the one it replaced, both in a `caBundle`) have different names.
 fn ca_params(key: &KeyPair) -> Result<CertificateParams, rcgen::Error> {
     use rcgen::PublicKeyData as _;
-    use sha2::{Digest, Sha256};
     let id = Sha256::digest(key.subject_public_key_info());
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
@@ -316,13 +312,7 @@ pub fn verify_leaf(
     at: std::time::SystemTime,
 ) -> Result<(), String> {
     use rustls::client::danger::ServerCertVerifier as _;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut &roots_pem[..]) {
-        let cert = cert.map_err(|e| format!("the CA is not PEM: {e}"))?;
-        roots
-            .add(cert)
-            .map_err(|e| format!("the CA is not usable: {e}"))?;
-    }
+    let roots = root_store(roots_pem, "the CA is not PEM", "the CA is not usable")?;
     let leaf = rustls_pemfile::certs(&mut &leaf_pem[..])
         .next()
         .ok_or("no certificate")?
@@ -344,6 +334,17 @@ pub fn verify_leaf(
             .map_err(|e| format!("for {name}: {e}"))?;
     }
     Ok(())
+}
+
+/// The certificates of `pem` as trust anchors; the error is `not_pem` or `unusable`, then
+/// rustls' reason. Empty when `pem` holds none.
+pub fn root_store(pem: &[u8], not_pem: &str, unusable: &str) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut &pem[..]) {
+        let cert = cert.map_err(|e| format!("{not_pem}: {e}"))?;
+        roots.add(cert).map_err(|e| format!("{unusable}: {e}"))?;
+    }
+    Ok(roots)
 }
 
 /// Whether `cert_pem` and `key_pem` form a usable pair (the key is the certificate's).
@@ -420,7 +421,6 @@ impl std::fmt::Debug for ReloadingCert {
 }
 
 fn digest(cert_pem: &[u8], key_pem: &[u8]) -> [u8; 32] {
-    use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     h.update((cert_pem.len() as u64).to_be_bytes());
     h.update(cert_pem);
@@ -580,15 +580,9 @@ pub fn handshake_hint(error: &std::io::Error) -> &'static str {
 /// The CA certificates of `http.clientCaFile`: a bounded regular file of PEM certificates,
 /// at least one; the error says what is wrong with it. The start-up gate reads it too, so
 /// `check-config` refuses the file `serve` would.
-pub fn client_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
+pub fn client_roots(path: &Path) -> Result<RootCertStore, String> {
     let pem = podmutator_core::config::read_file(path).map_err(|e| format!("cannot read: {e}"))?;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut pem.as_bytes()) {
-        let cert = cert.map_err(|e| format!("not PEM: {e}"))?;
-        roots
-            .add(cert)
-            .map_err(|e| format!("not a CA certificate: {e}"))?;
-    }
+    let roots = root_store(pem.as_bytes(), "not PEM", "not a CA certificate")?;
     if roots.is_empty() {
         return Err("holds no certificate".into());
     }
