@@ -4,6 +4,11 @@
 use std::fmt::Write as _;
 use std::io::Write as _;
 
+use tracing::Level;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+
 /// JSON log lines on stdout; the filter comes from `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL`. A
 /// filter that is not valid (a misspelt level, an empty value) is named in one line on stderr
 /// and `info` is used: a typo must not silence the log.
@@ -28,12 +33,11 @@ pub fn init_logging() {
 /// are text, so that `mutators` is a JSON array. The log filter decides as for any INFO line
 /// of this module.
 pub fn start_line(message: &str, fields: serde_json::Value) {
-    use tracing_subscriber::fmt::{format::Writer, time::FormatTime};
-    if !tracing::enabled!(tracing::Level::INFO) {
+    if !tracing::enabled!(Level::INFO) {
         return;
     }
     let mut timestamp = String::new();
-    let _ = tracing_subscriber::fmt::time::SystemTime.format_time(&mut Writer::new(&mut timestamp));
+    let _ = SystemTime.format_time(&mut Writer::new(&mut timestamp));
     let mut line = serde_json::json!({"timestamp": timestamp, "level": "INFO", "message": message});
     if let (Some(line), serde_json::Value::Object(fields)) = (line.as_object_mut(), fields) {
         line.extend(fields);
@@ -46,8 +50,7 @@ const START_LINE_TARGET: &str = module_path!();
 
 /// What a valid filter that hides the start line hides, for the note `init_logging` prints on
 /// stderr (the filter is still used: an operator may want warnings only).
-fn hides_the_start_line(filter: &tracing_subscriber::filter::Targets) -> Option<&'static str> {
-    use tracing::Level;
+fn hides_the_start_line(filter: &Targets) -> Option<&'static str> {
     if filter.would_enable(START_LINE_TARGET, &Level::INFO) {
         return None;
     }
@@ -60,10 +63,7 @@ fn hides_the_start_line(filter: &tracing_subscriber::filter::Targets) -> Option<
 
 /// The log subscriber: one flat JSON object per event, written to `writer`, behind `filter`.
 /// The admission bench builds its logged case with this too.
-pub fn json_subscriber<W>(
-    writer: W,
-    filter: tracing_subscriber::filter::Targets,
-) -> impl tracing::Subscriber + Send + Sync
+pub fn json_subscriber<W>(writer: W, filter: Targets) -> impl tracing::Subscriber + Send + Sync
 where
     W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
@@ -79,24 +79,13 @@ where
 /// line shows them. `logging::tests` holds the lines to the formatter's, byte for byte.
 struct JsonLines<W> {
     writer: W,
-    filter: tracing_subscriber::filter::Targets,
+    filter: Targets,
 }
 
 impl<W> tracing::Subscriber for JsonLines<W>
 where
     W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + 'static,
 {
-    fn register_callsite(
-        &self,
-        meta: &'static tracing::Metadata<'static>,
-    ) -> tracing::subscriber::Interest {
-        if self.enabled(meta) {
-            tracing::subscriber::Interest::always()
-        } else {
-            tracing::subscriber::Interest::never()
-        }
-    }
-
     fn enabled(&self, meta: &tracing::Metadata<'_>) -> bool {
         !meta.is_span() && self.filter.would_enable(meta.target(), meta.level())
     }
@@ -115,12 +104,10 @@ where
     fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
 
     fn event(&self, event: &tracing::Event<'_>) {
-        use tracing_subscriber::fmt::time::FormatTime;
         let meta = event.metadata();
         let mut line = String::with_capacity(256);
         line.push_str("{\"timestamp\":\"");
-        let _ = tracing_subscriber::fmt::time::SystemTime
-            .format_time(&mut tracing_subscriber::fmt::format::Writer::new(&mut line));
+        let _ = SystemTime.format_time(&mut Writer::new(&mut line));
         line.push_str("\",\"level\":\"");
         line.push_str(meta.level().as_str());
         line.push('"');
@@ -189,8 +176,7 @@ impl tracing::field::Visit for Fields<'_> {
 /// Stricter than `RUST_LOG` elsewhere: a directive without `=` must be a level, because a bare
 /// word is a target at TRACE there, so a misspelt level (`inof`) would turn every other line
 /// off. Whatever the filter says, [`LOG_CAPS`] hold.
-pub fn log_filter(spec: &str) -> Result<tracing_subscriber::filter::Targets, String> {
-    use tracing_subscriber::filter::{LevelFilter, Targets};
+pub fn log_filter(spec: &str) -> Result<Targets, String> {
     let spec = match spec.trim() {
         s if s.eq_ignore_ascii_case("fatal") => "error",
         s => s,
@@ -230,22 +216,17 @@ pub fn log_filter(spec: &str) -> Result<tracing_subscriber::filter::Targets, Str
 /// - `aws_`: the SDK logs each request, response and signing input at TRACE (the bodies too
 ///   with `LOG_SENSITIVE_BODIES`, a path token read from Secrets Manager among them). DEBUG,
 ///   which keeps its retry and credential decisions.
-pub const LOG_CAPS: [(&str, tracing_subscriber::filter::LevelFilter); 4] = {
-    use tracing_subscriber::filter::LevelFilter;
-    [
-        ("lambda_", LevelFilter::INFO),
-        ("hyper", LevelFilter::INFO),
-        ("h2", LevelFilter::ERROR),
-        ("aws_", LevelFilter::DEBUG),
-    ]
-};
+pub const LOG_CAPS: [(&str, LevelFilter); 4] = [
+    ("lambda_", LevelFilter::INFO),
+    ("hyper", LevelFilter::INFO),
+    ("h2", LevelFilter::ERROR),
+    ("aws_", LevelFilter::DEBUG),
+];
 
 /// `asked` with [`LOG_CAPS`] applied: each directive under a capped prefix lowered to the cap,
 /// and a directive for each prefix at what `asked` gives it, capped. A target under a prefix
 /// then matches a capped directive whichever is most specific.
-fn capped(asked: &tracing_subscriber::filter::Targets) -> tracing_subscriber::filter::Targets {
-    use tracing::Level;
-    use tracing_subscriber::filter::{LevelFilter, Targets};
+fn capped(asked: &Targets) -> Targets {
     let cap_of = |target: &str| {
         LOG_CAPS
             .iter()
