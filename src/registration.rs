@@ -170,10 +170,7 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
         })
         .collect();
 
-    let name = opts
-        .name
-        .clone()
-        .unwrap_or_else(|| file_str(file, "name").to_owned());
+    let name = opts.name.as_deref().unwrap_or(file_str(file, "name"));
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
@@ -196,13 +193,11 @@ fn failure_policy(w: &Value, override_policy: Option<FailurePolicy>) -> Value {
 /// keeps its own when shorter (a longer wait on it only delays pods), as the Terraform module
 /// does.
 fn timeout(w: &Value, override_seconds: Option<u32>) -> Value {
-    let own = w["timeoutSeconds"].as_u64();
-    match (override_seconds, own) {
-        (None, _) | (_, None) => w["timeoutSeconds"].clone(),
-        (Some(o), Some(own)) if file_str(w, "failurePolicy") == "Ignore" => {
-            Value::from(u64::from(o).min(own))
-        }
+    let ignore = file_str(w, "failurePolicy") == "Ignore";
+    match (override_seconds, w["timeoutSeconds"].as_u64()) {
+        (Some(o), Some(own)) if ignore => Value::from(u64::from(o).min(own)),
         (Some(o), Some(_)) => Value::from(o),
+        _ => w["timeoutSeconds"].clone(),
     }
 }
 
@@ -395,25 +390,25 @@ pub fn parse_failure_policy(s: &str) -> Result<FailurePolicy, InvalidValue> {
         .ok_or_else(|| InvalidValue::FailurePolicy(s.to_owned()))
 }
 
+/// `s` when `ok`, else `refused` of it.
+fn accept(ok: bool, s: &str, refused: fn(String) -> InvalidValue) -> Result<String, InvalidValue> {
+    ok.then(|| s.to_owned())
+        .ok_or_else(|| refused(s.to_owned()))
+}
+
 /// `--mesh-label-key`: a Kubernetes qualified name.
 pub fn parse_label_key(s: &str) -> Result<String, InvalidValue> {
-    is_qualified_name(s)
-        .then(|| s.to_owned())
-        .ok_or_else(|| InvalidValue::LabelKey(s.to_owned()))
+    accept(is_qualified_name(s), s, InvalidValue::LabelKey)
 }
 
 /// `--name`: a DNS subdomain, as `metadata.name` must be.
 pub fn parse_name(s: &str) -> Result<String, InvalidValue> {
-    is_dns_subdomain(s)
-        .then(|| s.to_owned())
-        .ok_or_else(|| InvalidValue::Name(s.to_owned()))
+    accept(is_dns_subdomain(s), s, InvalidValue::Name)
 }
 
 /// A file flag: any non-empty path (read later, so the error names the flag and the file).
 pub fn parse_path(s: &str) -> Result<String, InvalidValue> {
-    (!s.is_empty())
-        .then(|| s.to_owned())
-        .ok_or(InvalidValue::Empty)
+    accept(!s.is_empty(), s, |_| InvalidValue::Empty)
 }
 
 impl RegistrationOptions {

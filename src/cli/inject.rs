@@ -111,13 +111,10 @@ fn parse_route(s: &str) -> Result<Route, UnknownRoute> {
 
 /// `-n`: a namespace name, as the API server takes one.
 fn parse_namespace(s: &str) -> Result<String, String> {
-    match podmutator_core::k8s_names::is_dns_label(s) {
-        true => Ok(s.to_owned()),
-        false => Err(format!(
-            "{s:?} is not a namespace name: {}",
-            podmutator_core::k8s_names::DNS_LABEL_RULE
-        )),
-    }
+    use podmutator_core::k8s_names::{DNS_LABEL_RULE, is_dns_label};
+    is_dns_label(s)
+        .then(|| s.to_owned())
+        .ok_or_else(|| format!("{s:?} is not a namespace name: {DNS_LABEL_RULE}"))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -402,11 +399,10 @@ impl Output {
             ));
         }
         (self.changed == 0 && self.denials.is_empty()).then(|| {
-            let hint = match route {
-                Route::Secrets => {
-                    " (the secrets route mutates pods labelled inject-flyte-secrets: \"true\" with flyte.secrets/s<N> annotations)"
-                }
-                _ => "",
+            let hint = if route == Route::Secrets {
+                " (the secrets route mutates pods labelled inject-flyte-secrets: \"true\" with flyte.secrets/s<N> annotations)"
+            } else {
+                ""
             };
             format!(
                 "podmutator: inject: the webhook changes none of the {} pods in {path}{hint}",

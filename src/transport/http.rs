@@ -258,8 +258,7 @@ impl Front {
                 peer: peer.map(str::to_owned),
                 method: method.to_owned(),
                 path: path.map(str::to_owned),
-                error: None,
-                hint: "",
+                ..Seen::default()
             },
         );
     }
@@ -391,9 +390,8 @@ impl Front {
             Seen {
                 peer: peer.map(str::to_owned),
                 method: method.to_owned(),
-                path: None,
                 error: Some(error.clone()),
-                hint: "",
+                ..Seen::default()
             },
         );
         invalid(format!("the request body could not be read: {error}"))
