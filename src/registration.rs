@@ -98,37 +98,29 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
         .unwrap_or_else(|| file_str(file, "meshLabelKey"));
     let prefix = url_prefix(opts);
 
-    let webhooks: Vec<Value> = file
-        .get("webhooks")
-        .and_then(Value::as_array)
+    let webhooks: Vec<Value> = file["webhooks"]
+        .as_array()
         .into_iter()
         .flatten()
-        .filter(|w| opts.mesh || !w.get("mesh").and_then(Value::as_bool).unwrap_or(false))
-        .filter(|w| match file_str(w, "feature") {
-            "imageBuilder" => opts.image_builder_selector.is_some(),
-            "images" => opts.images,
-            _ => true,
-        })
-        .map(|w| {
+        .filter(|w| opts.mesh || !w["mesh"].as_bool().unwrap_or(false))
+        .filter_map(|w| {
             let mut w = substitute(w, label_key);
-            match file_str(&w, "feature") {
-                "secrets" => {
-                    if let Some(s) = &opts.secrets_namespace_selector {
-                        w["namespaceSelector"] = with_file_exclusions(s, &w["namespaceSelector"]);
-                    }
-                }
-                "imageBuilder" => {
-                    w["objectSelector"] = opts.image_builder_selector.clone().unwrap_or_default();
-                }
-                "images" => {
-                    if let Some(s) = &opts.images_pod_selector {
-                        w["objectSelector"] = s.clone();
-                    }
-                    if let Some(s) = &opts.images_namespace_selector {
-                        w["namespaceSelector"] = with_file_exclusions(s, &w["namespaceSelector"]);
-                    }
-                }
-                _ => {}
+            // Each feature's selectors; the image-builder and images entries only when asked for.
+            let (namespaces, pods) = match file_str(&w, "feature") {
+                "secrets" => (opts.secrets_namespace_selector.as_ref(), None),
+                "imageBuilder" => (None, Some(opts.image_builder_selector.as_ref()?)),
+                "images" if !opts.images => return None,
+                "images" => (
+                    opts.images_namespace_selector.as_ref(),
+                    opts.images_pod_selector.as_ref(),
+                ),
+                _ => (None, None),
+            };
+            if let Some(s) = namespaces {
+                w["namespaceSelector"] = with_file_exclusions(s, &w["namespaceSelector"]);
+            }
+            if let Some(s) = pods {
+                w["objectSelector"] = s.clone();
             }
             let path = format!("{prefix}{}", file_str(&w, "path"));
             let mut client_config = match &opts.service {
@@ -154,7 +146,7 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
                 client_config["caBundle"] =
                     Value::String(base64::engine::general_purpose::STANDARD.encode(pem));
             }
-            json!({
+            Some(json!({
                 "name": w["name"],
                 "clientConfig": client_config,
                 "rules": w["rules"],
@@ -166,7 +158,7 @@ pub fn mutating_webhook_configuration(opts: &RegistrationOptions) -> Value {
                 "timeoutSeconds": timeout(&w, opts.timeout_seconds),
                 "reinvocationPolicy": w["reinvocationPolicy"],
                 "admissionReviewVersions": w["admissionReviewVersions"],
-            })
+            }))
         })
         .collect();
 
