@@ -455,12 +455,11 @@ pub fn check_runtime_env(get: impl Fn(&str) -> Option<String>) -> Result<(), Str
 
 /// Runs the Lambda runtime loop until the process is stopped.
 pub async fn run(front: std::sync::Arc<Front>) -> Result<(), lambda_http::Error> {
-    lambda_http::lambda_runtime::run(lambda_http::lambda_runtime::service_fn(
-        move |event: lambda_http::lambda_runtime::LambdaEvent<LambdaRequest>| {
-            let front = front.clone();
-            async move { Ok::<_, std::convert::Infallible>(handle(&front, event.payload).await) }
-        },
-    ))
+    use lambda_http::lambda_runtime::{LambdaEvent, service_fn};
+    lambda_http::lambda_runtime::run(service_fn(move |event: LambdaEvent<LambdaRequest>| {
+        let front = front.clone();
+        async move { Ok::<_, std::convert::Infallible>(handle(&front, event.payload).await) }
+    }))
     .await
 }
 

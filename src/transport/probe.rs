@@ -119,12 +119,9 @@ pub async fn serve(
         };
         // Every connection here answers at once, so one is always there to close for a new
         // one; only a source at its cap with all of them answering is turned away.
-        let slot = match registry.admit(peer.ip()) {
-            Admit::Open(slot) => slot,
-            Admit::Refused | Admit::Full => {
-                tracing::debug!(%peer, "metrics port: connection refused, every connection answering");
-                continue;
-            }
+        let Admit::Open(slot) = registry.admit(peer.ip()) else {
+            tracing::debug!(%peer, "metrics port: connection refused, every connection answering");
+            continue;
         };
         let release = registry.release_on_drop(&slot);
         let (counters, draining) = (counters.clone(), draining.clone());
