@@ -181,8 +181,7 @@ impl Object {
 /// A Kubernetes API client for the few requests a run makes: HTTP/1.1 over rustls, trusting
 /// only the given CA, one connection per request.
 struct Api {
-    host: String,
-    port: u16,
+    /// `HOST:PORT`: where to connect, and the `Host` header.
     authority: String,
     server_name: rustls::pki_types::ServerName<'static>,
     tls: Arc<rustls::ClientConfig>,
@@ -227,8 +226,6 @@ impl Api {
         }
         Ok(Self {
             authority: authority(&host, port),
-            host,
-            port,
             server_name,
             tls: Arc::new(tls),
             token,
@@ -243,7 +240,7 @@ impl Api {
         path: &str,
         body: Option<&Value>,
     ) -> Result<(u16, Value), String> {
-        let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
+        let tcp = tokio::net::TcpStream::connect(self.authority.as_str())
             .await
             .map_err(|e| format!("cannot connect to {}: {e}", self.authority))?;
         let stream = tokio_rustls::TlsConnector::from(self.tls.clone())

@@ -321,9 +321,7 @@ impl Registry {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         // The table holds counts only; a panic elsewhere cannot leave it half-updated.
-        self.table
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        super::unpoisoned(self.table.lock())
     }
 
     /// A slot for a new connection from `source`, closing another to make room if need be.

@@ -297,10 +297,7 @@ impl Front {
 
     fn lock_seen(&self) -> std::sync::MutexGuard<'_, [Option<Seen>; Refusal::ALL.len()]> {
         // The last refusal of each kind, for its line: a panic elsewhere cannot leave it torn.
-        self.refusals
-            .seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        super::unpoisoned(self.refusals.seen.lock())
     }
 
     /// Reports what kind `i` holds since its last report (`last`, in ms), unless another caller

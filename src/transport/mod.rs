@@ -11,3 +11,10 @@ pub mod probe;
 pub mod server;
 #[cfg(feature = "serve")]
 pub mod tls;
+
+/// The guard of a lock, whether or not a panic elsewhere poisoned it: what these locks hold
+/// (connection counts, the last refusal of each kind, the certificate served) is never left
+/// half-written.
+pub(crate) fn unpoisoned<G>(locked: std::sync::LockResult<G>) -> G {
+    locked.unwrap_or_else(std::sync::PoisonError::into_inner)
+}

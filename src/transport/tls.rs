@@ -457,10 +457,7 @@ impl ReloadingCert {
 
     /// The pair being served.
     pub fn current(&self) -> Arc<rustls::sign::CertifiedKey> {
-        self.current
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        super::unpoisoned(self.current.read()).clone()
     }
 
     /// Reads the files again if `every` has passed since the last look (one caller at a time;
@@ -484,10 +481,7 @@ impl ReloadingCert {
         match loaded {
             Ok(None) => {}
             Ok(Some(pair)) => {
-                *self
-                    .current
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = pair;
+                *super::unpoisoned(self.current.write()) = pair;
                 tracing::info!(cert_dir = %self.dir.display(), "serving certificate reloaded");
             }
             Err(e) => tracing::error!(
