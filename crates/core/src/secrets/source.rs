@@ -236,13 +236,11 @@ pub struct StaticSource {
 #[cfg(any(test, feature = "testing"))]
 impl StaticSource {
     pub fn with(mut self, id: &str, value: &str) -> Self {
-        self.values.insert(
-            id.to_owned(),
-            SecretValue {
-                string: Some(value.to_owned()),
-                binary: None,
-            },
-        );
+        let value = SecretValue {
+            string: Some(value.to_owned()),
+            binary: None,
+        };
+        self.values.insert(id.to_owned(), value);
         self
     }
 }
@@ -272,24 +270,15 @@ impl NameSource {
 #[cfg(any(test, feature = "testing"))]
 impl SecretSource for NameSource {
     fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
-        let out = ids
-            .iter()
-            .map(|id| {
-                let exists = self.only.as_ref().is_none_or(|only| only.contains(id));
-                let lookup = if exists {
-                    Lookup::Exists(SecretRef {
-                        name: id.clone(),
-                        arn: format!(
-                            "arn:aws:secretsmanager:us-east-1:123456789012:secret:{id}-AbCdEf"
-                        ),
-                    })
-                } else {
-                    Lookup::NotFound
-                };
-                (id.clone(), lookup)
+        answer_each(ids, |id| {
+            if !self.only.as_ref().is_none_or(|only| only.contains(id)) {
+                return Lookup::NotFound;
+            }
+            Lookup::Exists(SecretRef {
+                name: id.clone(),
+                arn: format!("arn:aws:secretsmanager:us-east-1:123456789012:secret:{id}-AbCdEf"),
             })
-            .collect::<BTreeMap<_, _>>();
-        Box::pin(async move { Ok(out.into()) })
+        })
     }
 }
 
@@ -298,16 +287,18 @@ impl SecretSource for StaticSource {
     fn fetch_many<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<Fetched, SourceError>> {
         self.calls
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let out = ids
-            .iter()
-            .map(|id| {
-                let lookup = self
-                    .values
-                    .get(id)
-                    .map_or(Lookup::NotFound, |v| Lookup::Found(v.clone()));
-                (id.clone(), lookup)
-            })
-            .collect::<BTreeMap<_, _>>();
-        Box::pin(async move { Ok(out.into()) })
+        answer_each(ids, |id| {
+            (self.values.get(id)).map_or(Lookup::NotFound, |v| Lookup::Found(v.clone()))
+        })
     }
+}
+
+/// A test source's answer: `lookup` of each id, as one backend call.
+#[cfg(any(test, feature = "testing"))]
+fn answer_each<'a>(
+    ids: &[String],
+    lookup: impl Fn(&String) -> Lookup,
+) -> BoxFuture<'a, Result<Fetched, SourceError>> {
+    let out: BTreeMap<_, _> = ids.iter().map(|id| (id.clone(), lookup(id))).collect();
+    Box::pin(async move { Ok(out.into()) })
 }
