@@ -6,14 +6,15 @@ use std::collections::{BTreeSet, HashMap};
 use k8s_openapi::api::core::v1::{EnvVar, Pod, VolumeMount};
 
 use super::k8s::SecretVolumes;
-use super::{ENV_DEFAULT_DIR, ENV_FILE_PREFIX, NOTHING_RESOLVED, ResolvedSecrets, SECRETS_DIR};
+use super::{ENV_DEFAULT_DIR, ENV_FILE_PREFIX, ResolvedSecrets, SECRETS_DIR};
 use crate::mutate::pod::{
     add_mounts, containers_mut, env_value, is_under, names_of, put_env_first_named,
 };
 
 /// Environment variables and mounts that every (init) container receives, in request order,
 /// and the secret values fetched for this admission (what a fetching manager injects from).
-#[derive(Debug, Clone, PartialEq)]
+/// By default nothing is resolved.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Edits<'a> {
     /// Values fetched before the chain ran (Embedded mode); empty otherwise.
     pub resolved: &'a ResolvedSecrets,
@@ -82,30 +83,11 @@ pub struct EditsMark {
     withheld: u32,
 }
 
-impl Default for Edits<'static> {
-    /// Nothing resolved.
-    fn default() -> Self {
-        Edits::new(&NOTHING_RESOLVED)
-    }
-}
-
 impl<'a> Edits<'a> {
     pub fn new(resolved: &'a ResolvedSecrets) -> Self {
         Self {
             resolved,
-            env: Vec::new(),
-            env_owner: Vec::new(),
-            env_index: HashMap::new(),
-            mounts: Vec::new(),
-            mount_owner: Vec::new(),
-            mount_names: HashMap::new(),
-            mount_paths: HashMap::new(),
-            files: Vec::new(),
-            secret_volumes: SecretVolumes::default(),
-            conflicts: Vec::new(),
-            current: String::new(),
-            built: BTreeSet::new(),
-            withheld: 0,
+            ..Self::default()
         }
     }
 

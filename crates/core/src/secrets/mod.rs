@@ -58,6 +58,13 @@ pub static NOTHING_RESOLVED: ResolvedSecrets = ResolvedSecrets {
     entrypoints: Entrypoints::new(),
 };
 
+/// [`NOTHING_RESOLVED`], for [`Edits`] with nothing fetched.
+impl Default for &ResolvedSecrets {
+    fn default() -> Self {
+        &NOTHING_RESOLVED
+    }
+}
+
 impl ResolvedSecrets {
     /// Adds `more`; where both answer an id, a value read beats a bare existence, and any
     /// answer beats none.
