@@ -116,18 +116,13 @@ impl SecretRequest {
     pub fn describe(&self) -> String {
         let s = &self.secret;
         let mut out = format!("{} (", self.annotation);
-        if !s.group.is_empty() {
-            out.push_str(&format!("group {:?}, ", s.group));
+        for (field, v) in [("group", &s.group), ("group_version", &s.group_version)] {
+            if !v.is_empty() {
+                out += &format!("{field} {v:?}, ");
+            }
         }
-        if !s.group_version.is_empty() {
-            out.push_str(&format!("group_version {:?}, ", s.group_version));
-        }
-        out.push_str(&format!(
-            "key {:?}, mount {})",
-            s.key,
-            mount_name(s.mount_requirement)
-        ));
-        out
+        let mount = mount_name(s.mount_requirement);
+        out + &format!("key {:?}, mount {mount})", s.key)
     }
 }
 
