@@ -214,11 +214,7 @@ const fn encoded_len(n: usize) -> usize {
 /// input encodes to (1, 3 or 6 mod 8; Go drops the dangling characters). Leftover bits of the
 /// last character are ignored, as in Go.
 pub fn decode_base32(s: &str) -> Result<Vec<u8>, CodecError> {
-    let data = s.as_bytes();
-    let data = match data.iter().rposition(|&b| b != b'=') {
-        Some(last) => &data[..=last],
-        None => &[],
-    };
+    let data = s.trim_end_matches('=').as_bytes();
     let mut out = Vec::with_capacity(data.len() * 5 / 8);
     let mut acc: u32 = 0;
     let mut bits: u32 = 0;
@@ -281,13 +277,10 @@ pub fn marshal_text(s: &Secret) -> String {
     push_string_field(&mut out, Field::Key, &s.key);
     let mount = s.mount_requirement;
     if mount.number() != 0 {
-        out.push_str(Field::MountRequirement.name());
-        out.push_str(": ");
-        match mount.name() {
-            Some(name) => out.push_str(name),
-            None => out.push_str(&mount.number().to_string()),
-        }
-        out.push('\n');
+        let value = mount
+            .name()
+            .map_or_else(|| mount.number().to_string(), str::to_owned);
+        out += &format!("{}: {value}\n", Field::MountRequirement.name());
     }
     push_string_field(&mut out, Field::EnvVar, &s.env_var);
     out
@@ -487,15 +480,9 @@ impl<'a> Lexer<'a> {
     }
 
     fn next(&mut self) -> Result<Token<'a>, CodecError> {
-        while let Some(&b) = self.src.get(self.pos) {
-            match b {
-                b' ' | b'\t' | b'\r' => self.pos += 1,
-                b'\n' => {
-                    self.pos += 1;
-                    self.line += 1;
-                }
-                _ => break,
-            }
+        while let Some(&b @ (b' ' | b'\t' | b'\r' | b'\n')) = self.src.get(self.pos) {
+            self.pos += 1;
+            self.line += usize::from(b == b'\n');
         }
         let Some(&b) = self.src.get(self.pos) else {
             return Ok(Token::Eof);
@@ -587,11 +574,7 @@ fn unescape<'a>(s: &'a [u8], out: &mut Vec<u8>) -> Result<&'a [u8], TextProblem>
         }
         _ if c.is_ascii() => return Err(TextProblem::UnknownEscape(char::from(c))),
         _ => {
-            let head = &s[..s.len().min(4)];
-            let valid = match std::str::from_utf8(head) {
-                Ok(text) => text,
-                Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default(),
-            };
+            let valid = s.utf8_chunks().next().map_or("", |c| c.valid());
             return Err(match valid.chars().next() {
                 Some(ch) => TextProblem::UnknownEscape(ch),
                 None => TextProblem::InvalidUtf8WithEscapes,
