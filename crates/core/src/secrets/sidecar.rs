@@ -1,9 +1,7 @@
 //! The `AWS`, `GCP` and `Azure` managers: one fetcher init container per secret downloads it
 //! from the cloud provider into a shared in-memory volume, before the pod's containers start.
 
-use k8s_openapi::api::core::v1::{
-    Container, EnvVar, Pod, ResourceRequirements, Volume, VolumeMount,
-};
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, Volume, VolumeMount};
 
 use super::codec::{MountRequirement, Secret};
 use super::refusal::Refusal;
@@ -310,9 +308,9 @@ impl Fetch {
 pub struct SidecarInjector {
     pub provider: Provider,
     pub image: String,
-    pub resources: ResourceRequirements,
     /// What every fetcher, volume and mount of this manager shares, built once by
-    /// [`SidecarInjector::new`] from the fields above and cloned for each secret.
+    /// [`SidecarInjector::new`] from the provider, the image and the configured resources, and
+    /// cloned for each secret.
     shared: Shared,
     /// The images a fetcher of ours may carry when the pod comes back: `image`, and what
     /// `images.rules` rewrite it to ([`SidecarInjector::rewritten_to`]).
@@ -333,7 +331,6 @@ impl SidecarInjector {
     /// `awsSecretManager`, `gcpSecretManager` or `azureSecretManager`, defaults filled in.
     pub fn new(provider: Provider, cfg: &SidecarConfig) -> Self {
         let image = cfg.image_or(provider.default_image());
-        let resources = cfg.resources_or_default();
         let shared = Shared {
             fetcher: Container {
                 image: Some(image.clone()),
@@ -341,7 +338,7 @@ impl SidecarInjector {
                     provider.volume_name(),
                     provider.fetcher_mount_path(),
                 )]),
-                resources: Some(resources.clone()),
+                resources: Some(cfg.resources_or_default()),
                 ..Default::default()
             },
             volume: memory_volume(provider.volume_name()),
@@ -351,7 +348,6 @@ impl SidecarInjector {
             provider,
             images: vec![image.clone()],
             image,
-            resources,
             shared,
         }
     }
@@ -428,11 +424,10 @@ impl SecretInjector for SidecarInjector {
         // written into (a disk, say) and never mounted where the secret is read. Any in-memory
         // `emptyDir` is taken as the one an earlier admission added.
         let volume = &self.shared.volume;
-        let spec = pod.spec.as_ref();
-        let own = spec.and_then(|s| s.volumes.as_ref()).into_iter().flatten();
+        let own = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
         let in_memory =
             |v: &Volume| v.empty_dir.as_ref().and_then(|e| e.medium.as_deref()) == Some("Memory");
-        let has_volume = match own.into_iter().find(|v| v.name == volume.name) {
+        let has_volume = match own.into_iter().flatten().find(|v| v.name == volume.name) {
             Some(v) if !in_memory(v) => {
                 return Err(Refusal::Conflict(format!(
                     "the pod has a volume named {:?} that is not the in-memory volume {} writes its secrets to; rename that volume",
