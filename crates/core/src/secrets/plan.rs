@@ -80,10 +80,9 @@ impl Plan {
         planned
             .iter()
             .flat_map(|p| &p.candidates)
-            .filter(|(_, accept)| keep(accept))
             .filter_map(|(_, accept)| match accept {
-                Accept::Fetch(ids) | Accept::Resolve(ids) => Some(ids),
-                Accept::Now => None,
+                Accept::Fetch(ids) | Accept::Resolve(ids) if keep(accept) => Some(ids),
+                _ => None,
             })
             .flatten()
             .filter(|id| seen.insert(id.as_str()))
@@ -130,18 +129,6 @@ impl Plan {
             })
             .sum();
         per_container.saturating_mul(containers as u64)
-    }
-
-    /// The number of secret requests planned (0 when denied).
-    pub fn len(&self) -> usize {
-        match &self.outcome {
-            Outcome::Requests(p) => p.len(),
-            Outcome::Denied(_) => 0,
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
