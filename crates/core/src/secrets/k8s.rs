@@ -205,65 +205,56 @@ fn add_secret_item(
     };
     let name = volume_name(group, group_version);
     let this_admission = index.by_secret.get(group).copied();
-    let at = this_admission.or(index.by_name.get(&name).copied());
-    match at {
-        Some(at) => {
-            let v = &volumes[at];
-            if v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) != Some(group) {
-                return Err(Refusal::Conflict(format!(
-                    "the pod has a volume named {name:?} that is not Kubernetes Secret {group:?}, the name the file secrets of {group:?} get; rename that volume"
-                )));
-            }
-            if this_admission.is_none() {
-                check_ours(spec, at, group)?;
-            }
-            let v = &mut spec.volumes.get_or_insert_with(Vec::new)[at];
-            index.by_secret.insert(group.to_owned(), at);
-            let items = v
-                .secret
-                .get_or_insert_with(Default::default)
-                .items
-                .get_or_insert_with(Vec::new);
-            let indexed = index.items.entry(at).or_default();
-            indexed.catch_up(items);
-            let clash = indexed
-                .by_path
-                .get(path)
-                .into_iter()
-                .flatten()
-                .map(|&i| &items[i])
-                .find(|i| i.key != key);
-            if let Some(clash) = clash {
-                // Flyte lower-cases file names, so MY_KEY and my_key would share one file.
-                return Err(Refusal::Conflict(format!(
-                    "keys {:?} and {:?} of Kubernetes Secret {group:?} would both be written to {SECRETS_DIR}/{}/{path}; request only one of them as a file",
-                    clash.key,
-                    key,
-                    group.to_lowercase()
-                )));
-            }
-            // Present only as `key -> path` itself: every item at `path` has `key` (above).
-            if !indexed.by_path.contains_key(path) {
-                items.push(item);
-                indexed.catch_up(items);
-            }
-            Ok(v.name.clone())
-        }
-        None => {
-            index.by_secret.insert(group.to_owned(), volumes.len());
-            volumes.push(Volume {
-                name: name.clone(),
-                secret: Some(SecretVolumeSource {
-                    secret_name: Some(group.to_owned()),
-                    items: Some(vec![item]),
-                    optional: Some(true),
-                    ..Default::default()
-                }),
+    let Some(at) = this_admission.or(index.by_name.get(&name).copied()) else {
+        index.by_secret.insert(group.to_owned(), volumes.len());
+        volumes.push(Volume {
+            name: name.clone(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(group.to_owned()),
+                items: Some(vec![item]),
+                optional: Some(true),
                 ..Default::default()
-            });
-            Ok(name)
-        }
+            }),
+            ..Default::default()
+        });
+        return Ok(name);
+    };
+    let secret = volumes[at].secret.as_ref();
+    if secret.and_then(|s| s.secret_name.as_deref()) != Some(group) {
+        return Err(Refusal::Conflict(format!(
+            "the pod has a volume named {name:?} that is not Kubernetes Secret {group:?}, the name the file secrets of {group:?} get; rename that volume"
+        )));
     }
+    if this_admission.is_none() {
+        check_ours(spec, at, group)?;
+    }
+    let v = &mut spec.volumes.get_or_insert_with(Vec::new)[at];
+    index.by_secret.insert(group.to_owned(), at);
+    let items = v
+        .secret
+        .get_or_insert_with(Default::default)
+        .items
+        .get_or_insert_with(Vec::new);
+    let indexed = index.items.entry(at).or_default();
+    indexed.catch_up(items);
+    let clash = (indexed.by_path.get(path).into_iter().flatten())
+        .map(|&i| &items[i])
+        .find(|i| i.key != key);
+    if let Some(clash) = clash {
+        // Flyte lower-cases file names, so MY_KEY and my_key would share one file.
+        return Err(Refusal::Conflict(format!(
+            "keys {:?} and {:?} of Kubernetes Secret {group:?} would both be written to {SECRETS_DIR}/{}/{path}; request only one of them as a file",
+            clash.key,
+            key,
+            group.to_lowercase()
+        )));
+    }
+    // Present only as `key -> path` itself: every item at `path` has `key` (above).
+    if !indexed.by_path.contains_key(path) {
+        items.push(item);
+        indexed.catch_up(items);
+    }
+    Ok(v.name.clone())
 }
 
 /// Why volume `at` (Secret `group`'s, under the name the K8s manager gives its files) is not one
