@@ -117,17 +117,11 @@ impl Provider {
         let (script, path) = match self {
             Provider::Aws => {
                 let filename = go_join(&["/", &s.group.to_lowercase(), &s.key.to_lowercase()]);
+                let (arn, name) = (s.group.trim_end_matches(':'), s.key.trim_start_matches(':'));
                 return Ok(Fetch {
                     command: None,
                     env: vec![
-                        env_value(
-                            ENV_SECRET_ARN,
-                            &format!(
-                                "{}:{}",
-                                s.group.trim_end_matches(':'),
-                                s.key.trim_start_matches(':')
-                            ),
-                        ),
+                        env_value(ENV_SECRET_ARN, &format!("{arn}:{name}")),
                         env_value(ENV_SECRET_FILENAME, &filename),
                     ],
                     file: go_join(&[SECRETS_DIR, &filename]),
@@ -185,8 +179,7 @@ impl Provider {
     fn require(self, needs: &str, fields: &[(&str, &str)]) -> Result<(), Refusal> {
         let missing: Vec<&str> = fields
             .iter()
-            .filter(|(_, v)| v.is_empty())
-            .map(|(name, _)| *name)
+            .filter_map(|&(name, v)| v.is_empty().then_some(name))
             .collect();
         if missing.is_empty() {
             return Ok(());
@@ -358,15 +351,6 @@ impl SidecarInjector {
         self.images.extend(images);
         self
     }
-
-    fn fetcher(&self, name: String, fetch: &Fetch) -> Container {
-        Container {
-            name,
-            command: fetch.command.clone(),
-            env: (!fetch.env.is_empty()).then(|| fetch.env.clone()),
-            ..self.shared.fetcher.clone()
-        }
-    }
 }
 
 impl SecretInjector for SidecarInjector {
@@ -437,7 +421,12 @@ impl SecretInjector for SidecarInjector {
             }
             found => found.is_some(),
         };
-        let ours = self.fetcher(name.clone(), &fetch);
+        let ours = Container {
+            name: name.clone(),
+            command: fetch.command,
+            env: (!fetch.env.is_empty()).then_some(fetch.env),
+            ..self.shared.fetcher.clone()
+        };
         let spec = pod.spec.get_or_insert_with(Default::default);
         let inits = spec.init_containers.get_or_insert_with(Vec::new);
         match inits.iter_mut().find(|c| c.name == name) {
