@@ -50,12 +50,7 @@ impl FileEnvSource {
 
 impl GlobalSecretSource for FileEnvSource {
     fn get(&self, group: &str, key: &str) -> Result<String, String> {
-        let var = format!(
-            "{}{}_{}",
-            self.env_prefix,
-            group.to_uppercase(),
-            key.to_uppercase()
-        );
+        let var = self.env_prefix.clone() + &format!("{group}_{key}").to_uppercase();
         if let Some(v) = self.env.get(&var) {
             return Ok(v.clone());
         }
