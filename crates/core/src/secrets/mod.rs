@@ -23,6 +23,7 @@ pub mod vault;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::config::SecretManagerType;
 use crate::error::Denial;
@@ -214,10 +215,7 @@ impl SecretsMutator {
     }
 
     /// Whether the pod whose metadata is `meta` carries the selector label.
-    pub fn selects(
-        &self,
-        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    ) -> bool {
+    pub fn selects(&self, meta: &ObjectMeta) -> bool {
         let (key, value) = &self.selector;
         meta.labels
             .as_ref()
