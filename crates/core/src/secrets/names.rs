@@ -114,27 +114,18 @@ pub const K8S_SECRET_NAME_RULE: &str = concat!(
 /// the key is not used.
 pub fn gcp(s: &Secret) -> Result<(), Refusal> {
     check("group", &s.group, is_shell_path, SHELL_PATH_RULE)?;
-    check(
-        "group_version",
-        &s.group_version,
-        is_shell_word,
-        SHELL_WORD_RULE,
-    )
+    let v = &s.group_version;
+    check("group_version", v, is_shell_word, SHELL_WORD_RULE)
 }
 
 /// Azure: the group is the secret URI (its last part the file's name), the optional
 /// group_version the version; both are in the fetcher's script. The key is not used.
 pub fn azure(s: &Secret) -> Result<(), Refusal> {
     check("group", &s.group, is_azure_uri, AZURE_URI_RULE)?;
-    if s.group_version.is_empty() {
-        return Ok(());
+    match s.group_version.as_str() {
+        "" => Ok(()),
+        v => check("group_version", v, is_shell_word, SHELL_WORD_RULE),
     }
-    check(
-        "group_version",
-        &s.group_version,
-        is_shell_word,
-        SHELL_WORD_RULE,
-    )
 }
 
 /// AWS: group (the ARN) and key (the secret's name) reach the fetcher as env vars, and make
