@@ -101,8 +101,7 @@ impl SecretInjector for VaultInjector {
         let s = &req.secret;
         let missing: Vec<&str> = [("group", &s.group), ("key", &s.key)]
             .into_iter()
-            .filter(|(_, v)| v.is_empty())
-            .map(|(name, _)| name)
+            .filter_map(|(name, v)| v.is_empty().then_some(name))
             .collect();
         if !missing.is_empty() {
             return Err(Refusal::MissingField(format!(
