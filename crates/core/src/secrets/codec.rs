@@ -359,14 +359,12 @@ pub fn unmarshal_text(text: &[u8]) -> Result<Secret, CodecError> {
         if std::mem::replace(&mut seen[field as usize], true) {
             return Err(lexer.error(TextProblem::RepeatedField(field.name())));
         }
-        match lexer.next()? {
-            Token::Colon => {}
-            other => {
-                return Err(lexer.error(TextProblem::ExpectedColon {
-                    field: field.name(),
-                    found: other.describe(),
-                }));
-            }
+        let colon = lexer.next()?;
+        if !matches!(colon, Token::Colon) {
+            return Err(lexer.error(TextProblem::ExpectedColon {
+                field: field.name(),
+                found: colon.describe(),
+            }));
         }
         let value = lexer.next()?;
         let slot = match field {
@@ -384,15 +382,13 @@ pub fn unmarshal_text(text: &[u8]) -> Result<Secret, CodecError> {
                 continue;
             }
         };
-        match value {
-            Token::Str(bytes) => *slot = string_from_go_bytes(bytes),
-            other => {
-                return Err(lexer.error(TextProblem::NotAString {
-                    field: field.name(),
-                    found: other.describe(),
-                }));
-            }
-        }
+        let Token::Str(bytes) = value else {
+            return Err(lexer.error(TextProblem::NotAString {
+                field: field.name(),
+                found: value.describe(),
+            }));
+        };
+        *slot = string_from_go_bytes(bytes);
     }
 }
 
