@@ -301,17 +301,11 @@ impl Fetch {
 pub struct SidecarInjector {
     pub provider: Provider,
     pub image: String,
-    /// What every fetcher, volume and mount of this manager shares, built once by
-    /// [`SidecarInjector::new`] from the provider, the image and the configured resources, and
-    /// cloned for each secret.
-    shared: Shared,
     /// The images a fetcher of ours may carry when the pod comes back: `image`, and what
     /// `images.rules` rewrite it to ([`SidecarInjector::rewritten_to`]).
     images: Vec<String>,
-}
-
-/// The parts of a [`SidecarInjector`]'s edits that do not depend on the secret.
-struct Shared {
+    // What every fetcher, volume and mount of this manager shares (none of it depends on the
+    // secret), built once by `new` and cloned for each secret:
     /// A fetcher without its name, command and env vars.
     fetcher: Container,
     /// The shared in-memory volume.
@@ -324,7 +318,9 @@ impl SidecarInjector {
     /// `awsSecretManager`, `gcpSecretManager` or `azureSecretManager`, defaults filled in.
     pub fn new(provider: Provider, cfg: &SidecarConfig) -> Self {
         let image = cfg.image_or(provider.default_image());
-        let shared = Shared {
+        Self {
+            provider,
+            images: vec![image.clone()],
             fetcher: Container {
                 image: Some(image.clone()),
                 volume_mounts: Some(vec![mount(
@@ -336,12 +332,7 @@ impl SidecarInjector {
             },
             volume: memory_volume(provider.volume_name()),
             mount: ro_mount(provider.volume_name(), SECRETS_DIR),
-        };
-        Self {
-            provider,
-            images: vec![image.clone()],
             image,
-            shared,
         }
     }
 
@@ -407,7 +398,7 @@ impl SecretInjector for SidecarInjector {
         // Checked before the pod changes: a volume of the pod's own under the name would be
         // written into (a disk, say) and never mounted where the secret is read. Any in-memory
         // `emptyDir` is taken as the one an earlier admission added.
-        let volume = &self.shared.volume;
+        let volume = &self.volume;
         let own = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
         let in_memory =
             |v: &Volume| v.empty_dir.as_ref().and_then(|e| e.medium.as_deref()) == Some("Memory");
@@ -425,7 +416,7 @@ impl SecretInjector for SidecarInjector {
             name: name.clone(),
             command: fetch.command,
             env: (!fetch.env.is_empty()).then_some(fetch.env),
-            ..self.shared.fetcher.clone()
+            ..self.fetcher.clone()
         };
         let spec = pod.spec.get_or_insert_with(Default::default);
         let inits = spec.init_containers.get_or_insert_with(Vec::new);
@@ -445,7 +436,7 @@ impl SecretInjector for SidecarInjector {
         if !has_volume {
             add_volume(&mut spec.volumes, volume.clone());
         }
-        edits.mount(self.shared.mount.clone());
+        edits.mount(self.mount.clone());
         let file = SecretFile::new(&fetch.file, &volume.name, source);
         edits.file_secret(&s.env_var, file);
         Ok(())
