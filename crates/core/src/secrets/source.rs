@@ -98,10 +98,9 @@ impl From<BTreeMap<String, Lookup>> for Fetched {
         let n = values.len() as u32;
         Self {
             values,
-            cache_hits: 0,
             backend_ids: n,
             backend_calls: u32::from(n > 0),
-            throttles: 0,
+            ..Self::default()
         }
     }
 }
