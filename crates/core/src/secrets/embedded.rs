@@ -1,7 +1,7 @@
 //! The `Embedded` manager with the AWS provider: the webhook itself holds the value (fetched
 //! before the chain ran, see [`super::source`]) and writes it into the pod.
 
-use base64::Engine;
+use base64::{Engine, engine::general_purpose::STANDARD};
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::ResolvedSecrets;
@@ -391,10 +391,7 @@ impl EmbeddedInjector {
     }
 
     fn add_file(&self, pod: &mut Pod, key: &str, bytes: &[u8]) {
-        let line = format!(
-            "{key}={}\n",
-            base64::engine::general_purpose::STANDARD.encode(bytes)
-        );
+        let line = format!("{key}={}\n", STANDARD.encode(bytes));
         let spec = pod.spec.get_or_insert_with(Default::default);
         let inits = spec.init_containers.get_or_insert_with(Vec::new);
         let name = &self.file_init.container_name;
@@ -424,12 +421,10 @@ impl EmbeddedInjector {
         let text = env[var].value.get_or_insert_with(String::new);
         // One line per key: a second admission changes nothing, a new value replaces the old.
         let prefix = format!("{key}=");
-        let mut lines: Vec<&str> = text
+        let kept = text
             .split_inclusive('\n')
-            .filter(|l| !l.starts_with(&prefix))
-            .collect();
-        lines.push(&line);
-        *text = lines.concat();
+            .filter(|l| !l.starts_with(&prefix));
+        *text = kept.chain([line.as_str()]).collect();
         add_volume(&mut spec.volumes, memory_volume(VOLUME));
     }
 }
