@@ -491,13 +491,10 @@ impl<'a> Lexer<'a> {
             }
             b'"' => self.literal().map(Token::Str),
             b if is_ident_byte(b) => {
-                let start = self.pos;
-                let len = self.src[start..]
-                    .iter()
-                    .position(|&c| !is_ident_byte(c))
-                    .unwrap_or(self.src.len() - start);
-                self.pos += len;
-                Ok(Token::Ident(&self.src[start..self.pos]))
+                let rest = &self.src[self.pos..];
+                let ident = rest.split(|&c| !is_ident_byte(c)).next().unwrap_or(rest);
+                self.pos += ident.len();
+                Ok(Token::Ident(ident))
             }
             b => Err(self.error(TextProblem::UnexpectedByte(b))),
         }
@@ -557,13 +554,10 @@ fn unescape<'a>(s: &'a [u8], out: &mut Vec<u8>) -> Result<&'a [u8], TextProblem>
             let Some((digits, rest)) = s.split_at_checked(3) else {
                 return Err(TextProblem::OctalEscape(shown(s)));
             };
-            let value = digits
-                .iter()
-                .try_fold(0u32, |acc, &d| match d {
-                    b'0'..=b'7' => Some(acc * 8 + u32::from(d - b'0')),
-                    _ => None,
-                })
-                .and_then(|v| u8::try_from(v).ok())
+            // The first digit is octal, so no sign: three octal digits up to 377, or an error.
+            let value = std::str::from_utf8(digits)
+                .ok()
+                .and_then(|d| u8::from_str_radix(d, 8).ok())
                 .ok_or_else(|| TextProblem::OctalEscape(shown(digits)))?;
             out.push(value);
             return Ok(rest);
