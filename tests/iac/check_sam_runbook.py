@@ -29,6 +29,12 @@ with tests/iac/check_sam.py's evaluator:
 - the deploys of every other section run in order on the installed ALB stack: the rotation's
   first leaves the function with [new hash, the hash deployed before] and its last with the new
   one alone; the removal's lifts the ALB's deletion protection and changes nothing else;
+- each of those deploys that changes the function's configuration publishes a version for the
+  `live` alias to move to, as SAM's own translator (samtranslator) writes the stack: a new
+  Version resource, or a new description of it, which CloudFormation can only replace. SAM names
+  the version after the code and the template's text, not after the parameters' values, so
+  without that a rotation would leave `live` on the version holding the old hash alone; a change
+  of another parameter publishes one only with a new ConfigRevision, as the document says;
 - the reinstall (Path B's first deploy again, with the override the removal section writes)
   names nothing the deleted stack retained (its cache rules; its log groups have names
   CloudFormation generates) and rewrites images as the deleted stack did.
@@ -39,6 +45,7 @@ each config and to run the registration step on a first deploy's outputs. Run by
 python of .venv (scripts/tools.sh path python), which has SAM CLI and cfn-lint.
 """
 
+import copy
 import json
 import os
 import pathlib
@@ -57,6 +64,7 @@ from samcli.commands.deploy.guided_context import GuidedContext
 from samcli.commands.deploy.utils import sanitize_parameter_overrides
 from samcli.lib.deploy.deployer import Deployer
 from samcli.yamlhelper import yaml_parse
+from samtranslator.translator.transform import transform as sam_transform
 
 from cfnlint.decode import decode_str
 
@@ -76,6 +84,7 @@ PLACEHOLDERS = {
     "<new arn>": NEW_ARN,
     "<the hash deployed so far>": HASH,
     "<the podmutator image by digest>": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/podmutator@sha256:" + "0" * 64,
+    "<a new revision>": "2026-12-06",
 }
 STACK_NAME = "podmutator"
 INSTALL_SECTION = "Path B: SAM"
@@ -337,6 +346,29 @@ def function_config(template, ev):
     return json.loads(ev.value(template["Resources"]["Function"]["Properties"]["Environment"]["Variables"]["PODMUTATOR_CONFIG"]))
 
 
+class NoPolicyTemplates:
+    """SAM's policy-template loader, for a template that uses none."""
+
+    def load(self):
+        return {}
+
+
+def published_version(template_dict, template, values):
+    """The version a deploy with `values` moves the `live` alias to, as SAM's own translator
+    writes the stack (the code the same throughout): its Version resource's logical id and
+    description. CloudFormation publishes a version when either changes: a new logical id is a
+    new resource, and a version's Description can only be replaced."""
+    t = copy.deepcopy(template_dict)
+    for k, r in t["Resources"].items():
+        if r["Type"] == "AWS::Serverless::Function":
+            r["Properties"]["CodeUri"] = f"s3://artefacts/{k}.zip"
+    os.environ.setdefault("AWS_DEFAULT_REGION", "eu-west-1")
+    out = sam_transform(t, values, NoPolicyTemplates())["Resources"]
+    version = out["FunctionAliaslive"]["Properties"]["FunctionVersion"]["Fn::GetAtt"][0]
+    description = out[version]["Properties"].get("Description")
+    return version, Evaluator(template, typed(template, values)).value(description)
+
+
 def guided_answers(params, overrides):
     """What docs/deploy.md tells the reader to answer `--guided`'s prompts: Enter (the command
     line's value or the template's default), except the NoEcho hashes, which SAM asks for with
@@ -487,9 +519,11 @@ def main():
     # --- every other section, in order, on the installed stack ------------------------------
     c.true(f"'{ROTATION_SECTION}' has SAM deploys", ROTATION_SECTION in sequences, str(sorted(sequences)))
     c.true(f"'{REMOVAL_SECTION}' has a SAM deploy", REMOVAL_SECTION in sequences, str(sorted(sequences)))
+    installed = (rendered(template, install)[1], published_version(template_dict, template, install))
     for section, commands in sequences.items():
         stack = dict(install)
         configs = []
+        before, before_version = installed
         for line, text, args, overrides in commands:
             where = f"docs/deploy.md:{line} ({section})"
             kind, sent = change_set(template_text, template_dict, overrides, stack)
@@ -498,6 +532,11 @@ def main():
             refused, config, attrs = rendered(template, stack)
             c.eq(f"{where}: every Rule holds", refused, [])
             configs.append(config["http"].get("pathTokenSha256"))
+            version = published_version(template_dict, template, stack)
+            if config != before:
+                c.true(f"{where}: changes the function's configuration, so it publishes a version for live",
+                       version != before_version, str(version))
+            before, before_version = config, version
             steps.append({"section": section, "line": line, "command": text, "changeSetType": kind, "parameters": stack, "config": config})
         if section == ROTATION_SECTION:
             c.true(f"{section}: a deploy leaves the function with [new hash, the hash deployed before]",
@@ -511,6 +550,20 @@ def main():
             c.eq(f"{section}: the ALB's deletion protection is lifted", attrs.get("deletion_protection.enabled"), "false")
             c.eq(f"{section}: nothing else changes",
                  {k: v for k, v in stack.items() if v != install[k]}, {"AlbDeletionProtection": "false"})
+
+    # Any other parameter the function reads: a new version only with a new ConfigRevision.
+    changed = dict(install, EmbeddedDeadlineMs=str(int(install["EmbeddedDeadlineMs"]) + 1))
+    c.true("EmbeddedDeadlineMs is in the function's configuration",
+           rendered(template, changed)[1] != installed[0])
+    c.eq("SAM publishes no version for a change of another parameter alone (why ConfigRevision is)",
+         published_version(template_dict, template, changed), installed[1])
+    c.true("a new ConfigRevision publishes one",
+           published_version(template_dict, template, dict(changed, ConfigRevision="2026-12-06")) != installed[1])
+    longest = {name: ("f" * p["MaxLength"] if "MaxLength" in p else str(p.get("Default", "")))
+               for name, p in params.items()}
+    length = len(published_version(template_dict, template, dict(install, **{
+        k: longest[k] for k in ("ConfigRevision", "PathTokenSha256", "PreviousPathTokenSha256")}))[1] or "")
+    c.true("the version's description fits Lambda's 256 characters at its parameters' longest", length <= 256, str(length))
 
     # --- a reinstall after `sam delete` ----------------------------------------------------
     # Path B's first deploy again, in an account that keeps what the deleted stack retained
