@@ -121,7 +121,7 @@ output "api_id" {
 
 output "alarm_names" {
   description = "CloudWatch alarms created (alarms_enabled)."
-  value       = concat([for a in aws_cloudwatch_metric_alarm.this : a.alarm_name], aws_cloudwatch_metric_alarm.secrets_manager_throttles[*].alarm_name)
+  value       = concat([for a in aws_cloudwatch_metric_alarm.this : a.alarm_name], aws_cloudwatch_metric_alarm.secrets_manager_throttles[*].alarm_name, aws_cloudwatch_metric_alarm.path_token_refusals[*].alarm_name)
 }
 
 output "dashboard_name" {
