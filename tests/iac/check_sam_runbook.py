@@ -362,7 +362,6 @@ def published_version(template_dict, template, values):
     for k, r in t["Resources"].items():
         if r["Type"] == "AWS::Serverless::Function":
             r["Properties"]["CodeUri"] = f"s3://artefacts/{k}.zip"
-    os.environ.setdefault("AWS_DEFAULT_REGION", "eu-west-1")
     out = sam_transform(t, values, NoPolicyTemplates())["Resources"]
     version = out["FunctionAliaslive"]["Properties"]["FunctionVersion"]["Fn::GetAtt"][0]
     description = out[version]["Properties"].get("Description")
@@ -397,6 +396,8 @@ def main():
     shutil.copy(root / "template.yaml", work / "template.yaml")
     shutil.copy(root / "samconfig.toml", work / "samconfig.toml")
     os.chdir(work)
+    # SAM's translator reads the region (for ARNs' partition) from boto3's session.
+    os.environ.setdefault("AWS_DEFAULT_REGION", "eu-west-1")
     template_text = built.read_text(encoding="utf-8")
     template_dict = yaml_parse(template_text)
     template, matches = decode_str(template_text)
@@ -559,10 +560,8 @@ def main():
          published_version(template_dict, template, changed), installed[1])
     c.true("a new ConfigRevision publishes one",
            published_version(template_dict, template, dict(changed, ConfigRevision="2026-12-06")) != installed[1])
-    longest = {name: ("f" * p["MaxLength"] if "MaxLength" in p else str(p.get("Default", "")))
-               for name, p in params.items()}
-    length = len(published_version(template_dict, template, dict(install, **{
-        k: longest[k] for k in ("ConfigRevision", "PathTokenSha256", "PreviousPathTokenSha256")}))[1] or "")
+    longest = {k: "f" * params[k]["MaxLength"] for k in ("ConfigRevision", "PathTokenSha256", "PreviousPathTokenSha256")}
+    length = len(published_version(template_dict, template, dict(install, **longest))[1] or "")
     c.true("the version's description fits Lambda's 256 characters at its parameters' longest", length <= 256, str(length))
 
     # --- a reinstall after `sam delete` ----------------------------------------------------
