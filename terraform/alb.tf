@@ -94,11 +94,12 @@ resource "aws_lb_target_group" "function" {
   # The health check invokes the function on /healthz. It cannot carry the path token (it would
   # sit in the target group's configuration, readable with elasticloadbalancing:Describe*), so
   # with the token on the function answers 404: proof that it starts and answers, which is what
-  # UnHealthyHostCount should alarm on.
+  # UnHealthyHostCount should alarm on. While it answers the plain paths too (accept_plain_paths),
+  # /healthz is answered 200.
   health_check {
     enabled             = true
     path                = "/healthz"
-    matcher             = var.path_token_enabled ? "404" : "200"
+    matcher             = var.path_token_enabled && !var.accept_plain_paths ? "404" : "200"
     interval            = 60
     timeout             = 10
     healthy_threshold   = 2

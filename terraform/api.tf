@@ -8,10 +8,11 @@ locals {
 
   # "{token}" is a path parameter, not the token: the token never appears in the API's
   # configuration or in access logs ($context.routeKey). Without the token the routes are the
-  # paths themselves.
-  api_routes = {
-    for p in local.routes : "${p == "/healthz" ? "GET" : "POST"} ${var.path_token_enabled ? "/{token}" : ""}${p}" => p
-  }
+  # paths themselves; while the token turns on (accept_plain_paths), both.
+  api_routes = merge(
+    { for p in local.routes : "${p == "/healthz" ? "GET" : "POST"} ${var.path_token_enabled ? "/{token}" : ""}${p}" => p },
+    { for p in local.routes : "${p == "/healthz" ? "GET" : "POST"} ${p}" => p if var.accept_plain_paths },
+  )
 
   # Below the registered timeoutSeconds, so the API server always gets the gateway's answer (or
   # the function's) before it gives up itself, and one second past the Lambda timeout, so the

@@ -63,10 +63,29 @@ locals {
     var.path_token_enabled && var.previous_path_token_sha256 == null ? { pathTokenSha256 = h } : {},
     var.path_token_enabled && var.previous_path_token_sha256 != null ? { pathTokenSha256 = [h, var.previous_path_token_sha256] } : {},
     var.path_token_enabled ? {} : { pathTokenDisabled = true },
+    var.accept_plain_paths ? { acceptPlainPaths = true } : {},
   )]
   hash_placeholder = join("", [for i in range(64) : "0"])
 
-  function_config = {
+  # The sections every install sets, then the ones set only when asked for: an empty section
+  # would still take bytes of Lambda's 4 KB environment.
+  function_config = merge(
+    local.function_sections,
+    length(local.limits_config) > 0 ? { limits = local.limits_config } : {},
+    length(var.mutators) > 0 ? { mutators = var.mutators } : {},
+  )
+  limits_config = { for field, key in local.limits_keys : trimprefix(key, "limits.") => var.limits[field] if var.limits[field] != null }
+  # var.limits' fields and the function's keys, whose bounds (config-bounds.json) they take.
+  limits_keys = {
+    max_secret_requests_per_pod  = "limits.maxSecretRequestsPerPod"
+    max_secret_ids_per_admission = "limits.maxSecretIdsPerAdmission"
+    max_objects_per_review       = "limits.maxObjectsPerReview"
+  }
+  # The function's mutator ids (crates/core's MutatorId; tests/terraform_apply.rs holds this list
+  # to it): var.mutators may name only these, as the function refuses any other at start.
+  mutator_ids = ["namespace-injection", "secrets", "dns", "init-gate", "socket-check", "image-builder", "image-rules"]
+
+  function_sections = {
     webhook = merge(var.webhook_config, {
       embeddedSecretManagerConfig = merge(
         { type = "AWS" },

@@ -411,6 +411,47 @@ variable "mesh_label_key" {
 }
 
 
+variable "limits" {
+  description = "The function's `limits` section: most flyte.secrets annotations one pod may carry (max_secret_requests_per_pod, default 64), most Secrets Manager ids one admission may fetch (max_secret_ids_per_admission, default 200: each id costs a call against the account's quota, shared by every instance), most JSON objects one review may hold (max_objects_per_review, default 100000). A field left null keeps the function's default."
+  type = object({
+    max_secret_requests_per_pod  = optional(number)
+    max_secret_ids_per_admission = optional(number)
+    max_objects_per_review       = optional(number)
+  })
+  default  = {}
+  nullable = false
+
+  validation {
+    # Conditionals, not ||: Terraform 1.11 evaluates both sides of || (floor(null) fails).
+    condition = alltrue([for field, key in local.limits_keys : var.limits[field] == null ? true : (
+      floor(var.limits[field]) == var.limits[field]
+      && var.limits[field] >= local.config_bounds[key].minimum
+      && var.limits[field] <= try(local.config_bounds[key].maximum, var.limits[field])
+    )])
+    error_message = "limits: ${join("; ", [for field, key in local.limits_keys : "${field} = ${var.limits[field]}, but the function's ${key} is a whole number of at least ${local.config_bounds[key].minimum}${can(local.config_bounds[key].maximum) ? " and at most ${try(local.config_bounds[key].maximum, "")}" : ""}" if(var.limits[field] == null ? false : !(
+      floor(var.limits[field]) == var.limits[field]
+      && var.limits[field] >= local.config_bounds[key].minimum
+      && var.limits[field] <= try(local.config_bounds[key].maximum, var.limits[field])
+    ))])}."
+  }
+}
+
+
+variable "mutators" {
+  description = "The function's `mutators` section: for each mutator id (namespace-injection, secrets, dns, init-gate, socket-check, image-builder, image-rules), whether its failure denies the pod (required = true) or admits it unchanged with a warning. Empty keeps the function's defaults (secrets, socket-check and image-builder required)."
+  type = map(object({
+    required = bool
+  }))
+  default  = {}
+  nullable = false
+
+  validation {
+    condition     = alltrue([for id in keys(var.mutators) : contains(local.mutator_ids, id)])
+    error_message = "mutators: ${join(", ", [for id in keys(var.mutators) : jsonencode(id) if !contains(local.mutator_ids, id)])} is not a mutator id; the ids are ${join(", ", local.mutator_ids)}."
+  }
+}
+
+
 variable "metrics_namespace" {
   description = "CloudWatch namespace of the function's EMF metrics (its metrics.namespace), which the alarms and the dashboard read."
   type        = string
@@ -483,6 +524,18 @@ variable "previous_path_token_sha256" {
   validation {
     condition     = var.previous_path_token_sha256 == null || var.path_token_enabled
     error_message = "previous_path_token_sha256 keeps a previous path token valid during a rotation; it needs path_token_enabled = true."
+  }
+}
+
+variable "accept_plain_paths" {
+  description = "While an install without a path token turns it on: the function answers the plain paths beside the token's (http.acceptPlainPaths), so a registration that still calls without the token is answered until it moves. Set it back to false in the next apply: while it is true the token keeps no one out (docs/deploy.md, \"Turning the token on\")."
+  type        = bool
+  default     = false
+  nullable    = false
+
+  validation {
+    condition     = !var.accept_plain_paths || var.path_token_enabled
+    error_message = "accept_plain_paths answers the plain paths beside a path token's; it needs path_token_enabled = true."
   }
 }
 

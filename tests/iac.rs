@@ -297,6 +297,24 @@ fn expectations() -> Value {
     })
 }
 
+/// `var.mutators` may name only the function's mutator ids (`local.mutator_ids`, terraform/main.tf):
+/// the list must be the function's own, so that no id Terraform accepts is refused at start and
+/// none the function knows is refused at plan.
+#[test]
+fn terraform_knows_the_functions_mutator_ids() {
+    let main = std::fs::read_to_string(root().join("terraform/main.tf")).unwrap();
+    let line = main
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("mutator_ids = "))
+        .expect("terraform/main.tf has no `mutator_ids = [...]` local");
+    let listed: Vec<String> = serde_json::from_str(line).unwrap();
+    let want: Vec<&str> = podmutator_core::config::MutatorId::ALL
+        .iter()
+        .map(|id| id.as_str())
+        .collect();
+    assert_eq!(listed, want, "terraform/main.tf's mutator_ids");
+}
+
 /// Terraform validates its variables against `terraform/config-bounds.json`: it must be the
 /// function's own bounds, as the function checks them.
 #[test]

@@ -242,7 +242,8 @@ fn terraform_init_uses_a_provider_mirror_or_falls_back_to_the_registry() {
 
 /// The warnings in a command's output, but the provider's own bug: 5.x warns that a Lambda
 /// target group's health check has a protocol, which it sets itself and the configuration
-/// cannot unset (hashicorp/terraform-provider-aws#35457).
+/// cannot unset (hashicorp/terraform-provider-aws#35457); and the plan's note, not a
+/// diagnostic, that a value becomes sensitive (the pre-traffic event's once it holds the token).
 fn unexpected_warnings(text: &str) -> Vec<String> {
     text.split("Warning:")
         .skip(1)
@@ -251,7 +252,7 @@ fn unexpected_warnings(text: &str) -> Vec<String> {
         .filter(|w| {
             !w.contains(
                 "Attribute \"health_check.protocol\" cannot be specified when \"target_type\" is \"lambda\"",
-            )
+            ) && !w.starts_with("this attribute value will be marked as sensitive")
         })
         .collect()
 }
@@ -2254,6 +2255,133 @@ fn terraform_plans_refuse_what_lambda_or_the_function_would_refuse() {
         }
     }
 
+    // The limits and mutators sections: each end of each limit (the function's bounds; a large
+    // number where it has no maximum) and every mutator id the function knows reach the planned
+    // configuration as the function reads them, and it starts on it. One past either end, a
+    // fraction, an unknown id, and the plain paths without a token are refused at plan, naming
+    // the variable. (With the token on its hash, and so the configuration, is unknown at plan:
+    // acceptPlainPaths is applied in rotates_the_path_token_then_releases_and_rolls_back.)
+    let limit = |key: &str, which: &str| bounds[key][which].as_u64();
+    let keys = [
+        (
+            "max_secret_requests_per_pod",
+            "limits.maxSecretRequestsPerPod",
+        ),
+        (
+            "max_secret_ids_per_admission",
+            "limits.maxSecretIdsPerAdmission",
+        ),
+        ("max_objects_per_review", "limits.maxObjectsPerReview"),
+    ];
+    let limits = |values: &[String]| {
+        let fields: Vec<String> = keys
+            .iter()
+            .zip(values)
+            .map(|((field, _), v)| format!("{field} = {v}"))
+            .collect();
+        format!("limits = {{ {} }}", fields.join(", "))
+    };
+    let ids = podmutator_core::config::MutatorId::ALL;
+    let mutators: Vec<String> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| format!("\"{id}\" = {{ required = {} }}", i % 2 == 0))
+        .collect();
+    for (name, which) in [("limits-lowest", "minimum"), ("limits-highest", "maximum")] {
+        let values: Vec<u64> = keys
+            .iter()
+            .map(|(_, key)| limit(key, which).unwrap_or(1_000_000))
+            .collect();
+        let dir = planned(
+            name,
+            &format!(
+                "{}\n  mutators = {{ {} }}\n  path_token_enabled = false",
+                limits(&values.iter().map(u64::to_string).collect::<Vec<_>>()),
+                mutators.join(", ")
+            ),
+        );
+        let config = tf.planned_config(&dir);
+        let want_limits: serde_json::Map<String, serde_json::Value> = keys
+            .iter()
+            .zip(&values)
+            .map(|((_, key), v)| (key.trim_start_matches("limits.").to_string(), (*v).into()))
+            .collect();
+        assert_eq!(
+            config["limits"],
+            serde_json::Value::Object(want_limits),
+            "{config}"
+        );
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(
+                config["mutators"][id.as_str()],
+                serde_json::json!({"required": i % 2 == 0}),
+                "{config}"
+            );
+        }
+        let started = check_config(&config);
+        assert!(
+            started.status.success(),
+            "{name}: the function refuses what Terraform accepts: {}",
+            combined(&started)
+        );
+    }
+    // Sections not asked for are not written: the 4 KB environment holds none of them.
+    let config = tf.planned_config(&planned("limits-none", "path_token_enabled = false"));
+    assert!(
+        config.get("limits").is_none() && config.get("mutators").is_none(),
+        "{config}"
+    );
+    let below: Vec<String> = keys
+        .iter()
+        .map(|(_, key)| (limit(key, "minimum").unwrap() - 1).to_string())
+        .collect();
+    let text = plan_refused(
+        "limits-below",
+        &format!(
+            "{}\n  mutators = {{ secretz = {{ required = false }} }}",
+            limits(&below)
+        ),
+    );
+    for (field, key) in keys {
+        assert!(
+            text.contains(&format!(
+                "{field} = {}, but the function's {key} is a whole number of at least",
+                limit(key, "minimum").unwrap() - 1
+            )),
+            "{field} not named: {text}"
+        );
+    }
+    assert!(
+        text.contains(
+            "mutators: \"secretz\" is not a mutator id; the ids are namespace-injection,"
+        ),
+        "the unknown id is not named: {text}"
+    );
+    let objects_max = limit("limits.maxObjectsPerReview", "maximum").unwrap();
+    let text = plan_refused(
+        "limits-above",
+        &format!(
+            "limits = {{ max_objects_per_review = {}, max_secret_ids_per_admission = 2.5 }}",
+            objects_max + 1
+        ),
+    );
+    assert!(
+        text.contains(&format!(
+            "max_objects_per_review = {}, but",
+            objects_max + 1
+        )) && text.contains(&format!("and at most {objects_max}"))
+            && text.contains("max_secret_ids_per_admission = 2.5, but"),
+        "{text}"
+    );
+    let text = plan_refused(
+        "plain-without-token",
+        "path_token_enabled = false\n  accept_plain_paths = true",
+    );
+    assert!(
+        text.contains("accept_plain_paths answers the plain paths beside a path token's; it needs path_token_enabled = true"),
+        "{text}"
+    );
+
     // Lambda's 4 KB: 40 image rules (a registry per team) make a 6 KB environment.
     let rules: Vec<String> = (0..40)
         .map(|i| format!("{{ match = \"registry{i}.example.com/team/project\", replace = \"123456789012.dkr.ecr.{REGION}.amazonaws.com/mirror/registry{i}\" }}"))
@@ -2771,6 +2899,14 @@ fn rotates_the_path_token_then_releases_and_rolls_back() {
         dir,
         &format!(
             r#"
+variable "path_token_enabled" {{
+  type    = bool
+  default = true
+}}
+variable "accept_plain_paths" {{
+  type    = bool
+  default = false
+}}
 variable "path_token_version" {{
   type    = number
   default = 1
@@ -2810,6 +2946,8 @@ module "podmutator" {{
   embedded_delivery          = "reference"
   fetcher_image              = "{FETCHER_IMAGE}"
   alarms_enabled             = false
+  path_token_enabled         = var.path_token_enabled
+  accept_plain_paths         = var.accept_plain_paths
   path_token_version         = var.path_token_version
   previous_path_token_sha256 = var.previous_path_token_sha256
 }}
@@ -2869,10 +3007,65 @@ output "log_group_name" {{ value = module.podmutator.log_group_name }}
         assert_no_warnings(&combined(&tf.shell_ok(dir, script, &dir.join(log))), script);
     };
 
-    tf.apply(dir, &[], None);
+    // Turning the token on (docs/deploy.md): an install without one; then the token, with the
+    // plain paths answered beside it while the registration moves to the token's URL; then the
+    // plain paths dropped.
+    tf.apply(dir, &["-var=path_token_enabled=false"], None);
+    assert_eq!(live_http()["pathTokenDisabled"], true);
+    let registered_paths = || -> Vec<String> {
+        registered(&kube)["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["clientConfig"]["url"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(
+        registered_paths()
+            .iter()
+            .all(|url| url.trim_start_matches("https://").split('/').count() == 2),
+        "without a token the registration calls the plain paths: {:?}",
+        registered_paths()
+    );
+    tf.apply(dir, &["-var=accept_plain_paths=true"], None);
     let first = output("path_token_sha256");
+    assert_eq!(
+        live_http(),
+        serde_json::json!({"maxBodyBytes": 6291456, "pathTokenSha256": first, "acceptPlainPaths": true}),
+        "while the token turns on the function answers both"
+    );
+    assert_eq!(registered_hashes(), [first.clone()].into());
+    // The HTTP API routes both: a registration on the plain paths reaches the function.
+    let route_keys = || -> Vec<String> {
+        serde_json::from_value(boto3_json(
+            env,
+            "a=[x['ApiId'] for x in boto3.client('apigatewayv2').get_apis()['Items'] if x['Name']==sys.argv[1]]; print(json.dumps(sorted(r['RouteKey'] for r in boto3.client('apigatewayv2').get_routes(ApiId=a[0])['Items'])))",
+            &["pm-rotation"],
+        ))
+        .unwrap()
+    };
+    let keys = route_keys();
+    assert!(
+        keys.contains(&"POST /{token}/mutate--v1-pod".to_string())
+            && keys.contains(&"POST /mutate--v1-pod".to_string())
+            && keys.contains(&"GET /healthz".to_string()),
+        "{keys:?}"
+    );
+
+    tf.apply(dir, &[], None);
+    assert!(
+        route_keys().iter().all(|k| k.contains("/{token}/")),
+        "the plain routes outlive accept_plain_paths: {:?}",
+        route_keys()
+    );
+    assert_eq!(output("path_token_sha256"), first);
     assert_eq!(output("path_token_version"), "1");
     assert_eq!(live_http()["pathTokenSha256"], first.as_str());
+    assert!(
+        live_http().get("acceptPlainPaths").is_none(),
+        "{}",
+        live_http()
+    );
     assert_eq!(registered_hashes(), [first.clone()].into());
     assert_eq!(stored_hash(), first);
     troubleshooting_commands_run_as_written(&tf, dir, env, &output("log_group_name"), &first);

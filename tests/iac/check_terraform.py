@@ -204,7 +204,7 @@ def main():
     )
     c.eq(
         "config passes the deadline",
-        "deadlineMs = var.embedded_deadline_ms" in tf["locals"]["function_config"]["embedded"],
+        "deadlineMs = var.embedded_deadline_ms" in tf["locals"]["function_sections"]["embedded"],
         True,
     )
     env = one(fn, "environment")["variables"]
@@ -222,7 +222,7 @@ def main():
     size_message = [p["error_message"] for p in one(fn, "lifecycle")["precondition"] if p["condition"] == "${local.environment_bytes <= 4096}"]
     c.true("the 4 KB refusal gives the size and what to shorten", size_message and "${local.environment_bytes} bytes" in size_message[0] and "images rules" in size_message[0], str(size_message))
     # Items 3 and 16: one hash, [current, previous] during a rotation, or pathTokenDisabled.
-    c.eq("function config's http takes the token keys from the variants", tf["locals"]["function_config"]["http"], "${merge({maxBodyBytes = var.max_body_bytes}, local.path_token_http_variants[0])}")
+    c.eq("function config's http takes the token keys from the variants", tf["locals"]["function_sections"]["http"], "${merge({maxBodyBytes = var.max_body_bytes}, local.path_token_http_variants[0])}")
     variants = tf["locals"]["path_token_http_variants"]
     for part in ("[for h in [local.path_token_sha256, local.hash_placeholder] :",
                  "var.path_token_enabled && var.previous_path_token_sha256 == null ? {pathTokenSha256 = h} : {}",
@@ -325,7 +325,7 @@ def main():
     c.eq("DescribeSecret stands alone", describe.get("actions"), ["secretsmanager:DescribeSecret"])
     c.eq("DescribeSecret only in reference delivery", gates.get("DescribeOrgSecrets"), "${local.resolves_refs ? [1] : []}")
     c.eq("value delivery stays the default", var.get("embedded_delivery"), "value")
-    embedded_config = tf["locals"]["function_config"]["embedded"]
+    embedded_config = tf["locals"]["function_sections"]["embedded"]
     for key in ("organization = var.secret_org", "delivery = var.embedded_delivery", "envVarDelivery = var.embedded_env_var_delivery", "fetcherImage = var.fetcher_image", "domains = var.embedded_domains"):
         c.true(f"function config passes {key}", key in " ".join(str(embedded_config).split()), str(embedded_config))
     ecr_gate = "${length(var.entrypoint_ecr_repository_arns) > 0 ? [1] : []}"
@@ -373,8 +373,16 @@ def main():
         one(res["aws_lb_target_group"]["function"], "health_check").get("path"),
         expect["routes"]["healthz"],
     )
+    # Without the token in it the health check gets 404 behind a token, 200 where the plain
+    # paths are answered (no token, or accept_plain_paths while it turns on).
+    c.eq(
+        "ALB health check expects what /healthz answers",
+        one(res["aws_lb_target_group"]["function"], "health_check").get("matcher"),
+        '${var.path_token_enabled && !var.accept_plain_paths ? "404" : "200"}',
+    )
 
     api_routes = tf["locals"].get("api_routes", "")
+    c.true("API routes keep the plain paths only while accept_plain_paths", "if var.accept_plain_paths" in api_routes, api_routes)
     c.true("API routes put the token first", '"/{token}"' in api_routes and "${p}" in api_routes, api_routes)
     c.true("API routes: GET for healthz, POST otherwise", '"GET" : "POST"' in api_routes, api_routes)
     c.eq("API routes from local.routes", res["aws_apigatewayv2_route"]["routes"].get("for_each"), "${local.use_api ? local.api_routes : {}}")
@@ -510,7 +518,7 @@ def main():
     net = load_module(root / "terraform" / "modules" / "eks-network")
     pre = [p["condition"] for p in net["output"]["control_plane_security_group_id"].get("precondition", [])]
     c.true("eks-network refuses the cluster security group", "${local.control_plane_sg != local.cluster_security_group_id}" in pre, str(pre))
-    mesh_config = tf["locals"]["function_config"]["mesh"]
+    mesh_config = tf["locals"]["function_sections"]["mesh"]
     c.true("function config turns mesh on with the registration", "enabled = var.mesh_enabled" in mesh_config, mesh_config)
     c.true("function config uses the registration's mesh label", "managedLabel = var.mesh_label_key" in mesh_config, mesh_config)
 
