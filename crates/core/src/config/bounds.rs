@@ -18,72 +18,52 @@ pub struct Bound {
 /// No upper bound.
 const ANY: u64 = u64::MAX;
 
-const fn bound(key: &'static str, min: u64, max: u64) -> Bound {
-    Bound { key, min, max }
+/// Declares each bound, `NAME = "dotted.key", min, max;`, and [`ALL`], every one in order.
+macro_rules! bounds {
+    ($($(#[$doc:meta])* $name:ident = $key:literal, $min:expr, $max:expr;)+) => {
+        $($(#[$doc])* pub const $name: Bound = Bound { key: $key, min: $min, max: $max };)+
+        /// Every bound, for the schema and the IaC tests.
+        pub const ALL: [Bound; [$($key),+].len()] = [$($name),+];
+    };
 }
 
-/// Under 100 ms no Secrets Manager call completes from a cold function; over 25 s the API
-/// server (30 s at most) would time out before the function's own answer.
-pub const DEADLINE_MS: Bound = bound("embedded.deadlineMs", 100, 25_000);
-/// A day: a value cached longer would outlive any rotation runbook.
-pub const CACHE_TTL_SECONDS: Bound = bound("embedded.cacheTtlSeconds", 0, 86_400);
-pub const BATCH_SIZE: Bound = bound("embedded.batchSize", 1, 20);
-/// Far over what Secrets Manager's quotas let one process use (`GetSecretValue`, 10,000 a
-/// second for the whole account): a bound of podmutator's (without one, a value past 2^61
-/// overflowed the semaphore that holds them).
-pub const MAX_CALLS_IN_FLIGHT: Bound = bound("embedded.maxCallsInFlight", 1, 1024);
-pub const MAX_CALLS_IN_FLIGHT_PER_ADMISSION: Bound =
-    bound("embedded.maxCallsInFlightPerAdmission", 1, ANY);
-pub const MAX_VALUE_BYTES: Bound = bound("embedded.maxValueBytes", 1, ANY);
-pub const LOOKUP_TIMEOUT_MS: Bound = bound("embedded.entrypointLookup.timeoutMs", 1, ANY);
-pub const MAX_SECRET_REQUESTS_PER_POD: Bound = bound("limits.maxSecretRequestsPerPod", 1, ANY);
-pub const MAX_SECRET_IDS_PER_ADMISSION: Bound = bound("limits.maxSecretIdsPerAdmission", 1, ANY);
-pub const MAX_OBJECTS_PER_REVIEW: Bound = bound("limits.maxObjectsPerReview", 64, 400_000);
-pub const LISTEN_PORT: Bound = bound("webhook.listenPort", 1, 65_535);
-pub const METRICS_PORT: Bound = bound("webhook.metricsPort", 1, 65_535);
-/// The API server sends at most a few MiB (etcd's object limit, twice for an update); Lambda
-/// takes at most 6 MiB.
-pub const MAX_BODY_BYTES: Bound = bound("http.maxBodyBytes", 1024, 64 * 1024 * 1024);
-/// Building a reply costs some tens of times its size in memory, and the in-cluster
-/// Deployment's limit is 256 MiB.
-pub const MAX_REPLY_BYTES: Bound = bound("http.maxReplyBytes", 4096, 6 * 1024 * 1024);
-pub const MAX_CONNECTIONS: Bound = bound("http.maxConnections", 1, 1_000_000);
-pub const MAX_CONNECTIONS_PER_SOURCE: Bound = bound("http.maxConnectionsPerSource", 1, 1_000_000);
-/// An hour for a request to arrive, a day idle, a week old: bounds of podmutator's (without
-/// them, a value near 2^63 overflowed the clock, and the server panicked on every connection).
-pub const FIRST_REQUEST_TIMEOUT_SECONDS: Bound = bound("http.firstRequestTimeoutSeconds", 1, 3_600);
-pub const BODY_TIMEOUT_SECONDS: Bound = bound("http.bodyTimeoutSeconds", 1, 3_600);
-pub const IDLE_TIMEOUT_SECONDS: Bound = bound("http.idleTimeoutSeconds", 1, 86_400);
-pub const MAX_CONNECTION_AGE_SECONDS: Bound = bound("http.maxConnectionAgeSeconds", 1, 604_800);
-/// A year: a bound of podmutator's (its cache refuses over a thousand years, at start).
-pub const TAG_TTL_SECONDS: Bound = bound("embedded.entrypointLookup.tagTtlSeconds", 0, 31_536_000);
-pub const DRAIN_SECONDS: Bound = bound("http.drainSeconds", 0, 120);
-
-/// Every bound, for the schema and the IaC tests.
-pub const ALL: [Bound; 22] = [
-    DEADLINE_MS,
-    BATCH_SIZE,
-    MAX_CALLS_IN_FLIGHT,
-    MAX_CALLS_IN_FLIGHT_PER_ADMISSION,
-    MAX_VALUE_BYTES,
-    LOOKUP_TIMEOUT_MS,
-    MAX_SECRET_REQUESTS_PER_POD,
-    MAX_SECRET_IDS_PER_ADMISSION,
-    MAX_OBJECTS_PER_REVIEW,
-    LISTEN_PORT,
-    METRICS_PORT,
-    MAX_BODY_BYTES,
-    MAX_REPLY_BYTES,
-    MAX_CONNECTIONS,
-    MAX_CONNECTIONS_PER_SOURCE,
-    FIRST_REQUEST_TIMEOUT_SECONDS,
-    BODY_TIMEOUT_SECONDS,
-    IDLE_TIMEOUT_SECONDS,
-    MAX_CONNECTION_AGE_SECONDS,
-    DRAIN_SECONDS,
-    CACHE_TTL_SECONDS,
-    TAG_TTL_SECONDS,
-];
+bounds! {
+    /// Under 100 ms no Secrets Manager call completes from a cold function; over 25 s the API
+    /// server (30 s at most) would time out before the function's own answer.
+    DEADLINE_MS = "embedded.deadlineMs", 100, 25_000;
+    BATCH_SIZE = "embedded.batchSize", 1, 20;
+    /// Far over what Secrets Manager's quotas let one process use (`GetSecretValue`, 10,000 a
+    /// second for the whole account): a bound of podmutator's (without one, a value past 2^61
+    /// overflowed the semaphore that holds them).
+    MAX_CALLS_IN_FLIGHT = "embedded.maxCallsInFlight", 1, 1024;
+    MAX_CALLS_IN_FLIGHT_PER_ADMISSION = "embedded.maxCallsInFlightPerAdmission", 1, ANY;
+    MAX_VALUE_BYTES = "embedded.maxValueBytes", 1, ANY;
+    LOOKUP_TIMEOUT_MS = "embedded.entrypointLookup.timeoutMs", 1, ANY;
+    MAX_SECRET_REQUESTS_PER_POD = "limits.maxSecretRequestsPerPod", 1, ANY;
+    MAX_SECRET_IDS_PER_ADMISSION = "limits.maxSecretIdsPerAdmission", 1, ANY;
+    MAX_OBJECTS_PER_REVIEW = "limits.maxObjectsPerReview", 64, 400_000;
+    LISTEN_PORT = "webhook.listenPort", 1, 65_535;
+    METRICS_PORT = "webhook.metricsPort", 1, 65_535;
+    /// The API server sends at most a few MiB (etcd's object limit, twice for an update); Lambda
+    /// takes at most 6 MiB.
+    MAX_BODY_BYTES = "http.maxBodyBytes", 1024, 64 * 1024 * 1024;
+    /// Building a reply costs some tens of times its size in memory, and the in-cluster
+    /// Deployment's limit is 256 MiB.
+    MAX_REPLY_BYTES = "http.maxReplyBytes", 4096, 6 * 1024 * 1024;
+    MAX_CONNECTIONS = "http.maxConnections", 1, 1_000_000;
+    MAX_CONNECTIONS_PER_SOURCE = "http.maxConnectionsPerSource", 1, 1_000_000;
+    /// An hour for a request to arrive, a day idle, a week old: bounds of podmutator's (without
+    /// them, a value near 2^63 overflowed the clock, and the server panicked on every connection).
+    FIRST_REQUEST_TIMEOUT_SECONDS = "http.firstRequestTimeoutSeconds", 1, 3_600;
+    BODY_TIMEOUT_SECONDS = "http.bodyTimeoutSeconds", 1, 3_600;
+    IDLE_TIMEOUT_SECONDS = "http.idleTimeoutSeconds", 1, 86_400;
+    MAX_CONNECTION_AGE_SECONDS = "http.maxConnectionAgeSeconds", 1, 604_800;
+    DRAIN_SECONDS = "http.drainSeconds", 0, 120;
+    /// A day: a value cached longer would outlive any rotation runbook.
+    CACHE_TTL_SECONDS = "embedded.cacheTtlSeconds", 0, 86_400;
+    /// A year: a bound of podmutator's (its cache refuses over a thousand years, at start).
+    TAG_TTL_SECONDS = "embedded.entrypointLookup.tagTtlSeconds", 0, 31_536_000;
+}
 
 impl Bound {
     pub const fn contains(&self, value: u64) -> bool {
@@ -98,12 +78,8 @@ impl Bound {
     }
 
     /// The bound's upper end, or `None` when there is none.
-    pub const fn max(&self) -> Option<u64> {
-        if self.max == ANY {
-            None
-        } else {
-            Some(self.max)
-        }
+    pub fn max(&self) -> Option<u64> {
+        (self.max != ANY).then_some(self.max)
     }
 }
 
