@@ -15,17 +15,8 @@ use crate::k8s_names::{DNS_LABEL_RULE, is_dns_label, is_dns_subdomain, qualified
 /// The AF_UNIX `sun_path` limit without its terminating NUL (Linux: 108 bytes).
 pub const SUN_PATH_MAX: usize = 107;
 
-pub const DEFAULT_MANAGED_LABEL: &str = "aether.io/managed";
-pub const DEFAULT_MESH_DOMAIN: &str = "aether.internal";
-pub const DEFAULT_GATE_NAME: &str = "aether-identity-ready";
 pub const DEFAULT_GATE_COMMAND: &str = "/identity-ready";
-pub const DEFAULT_GATE_VOLUME: &str = "aether-identity-gate-spiffe";
 pub const DEFAULT_GATE_DRIVER: &str = "csi.spiffe.io";
-/// The spiffe-csi-driver's conventional mount point and the SPIRE agent's socket in it.
-pub const DEFAULT_GATE_MOUNT_PATH: &str = "/spiffe-workload-api";
-pub const DEFAULT_GATE_SOCKET_PATH: &str = "/spiffe-workload-api/spire-agent.sock";
-pub const DEFAULT_GATE_OPT_OUT: &str = "aether.io/identity-gate";
-pub const DEFAULT_SOCKET_ANNOTATION: &str = "endpoint.aether.io/uds-socket";
 pub const DEFAULT_CARRIER_DRIVER: &str = "csi.aether.io";
 
 /// The label value that makes a pod managed, and the one that opts it out.
@@ -48,10 +39,10 @@ pub struct MeshConfig {
     /// The one switch for every mesh mutator; off by default.
     pub enabled: bool,
     /// Pod label that marks a pod managed (`"true"`) or opted out (`"false"`).
-    #[default(DEFAULT_MANAGED_LABEL.into())]
+    #[default("aether.io/managed".into())]
     pub managed_label: String,
     /// The mesh's DNS domain: mesh names are `<svc>.<meshDomain>`.
-    #[default(DEFAULT_MESH_DOMAIN.into())]
+    #[default("aether.internal".into())]
     pub mesh_domain: String,
     pub dns: MeshDnsConfig,
     pub gate: GateConfig,
@@ -81,7 +72,7 @@ pub struct GateConfig {
     /// Off by default: the gate needs an image, which has no sensible default.
     pub enabled: bool,
     /// Init container name, also the idempotency key.
-    #[default(DEFAULT_GATE_NAME.into())]
+    #[default("aether-identity-ready".into())]
     pub name: String,
     pub image: String,
     #[default("IfNotPresent".into())]
@@ -89,8 +80,9 @@ pub struct GateConfig {
     #[default(vec![DEFAULT_GATE_COMMAND.into()])]
     pub command: Vec<String>,
     pub args: Vec<String>,
-    /// The Workload API socket inside the gate container; must lie under `volume.mountPath`.
-    #[default(DEFAULT_GATE_SOCKET_PATH.into())]
+    /// The Workload API socket inside the gate container; must lie under `volume.mountPath`
+    /// (by default the SPIRE agent's socket in the spiffe-csi-driver's mount point).
+    #[default("/spiffe-workload-api/spire-agent.sock".into())]
     pub socket_path: String,
     /// How long the gate waits for an identity before it exits 1; 0 waits forever (fail closed).
     pub timeout_seconds: u32,
@@ -104,7 +96,7 @@ pub struct GateConfig {
     pub security_context: Option<SecurityContext>,
     pub volume: GateVolumeConfig,
     /// Pod annotation; the value `"false"` skips the gate for that pod.
-    #[default(DEFAULT_GATE_OPT_OUT.into())]
+    #[default("aether.io/identity-gate".into())]
     pub opt_out_annotation: String,
 }
 
@@ -128,12 +120,13 @@ pub fn default_gate_security_context() -> SecurityContext {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct GateVolumeConfig {
-    #[default(DEFAULT_GATE_VOLUME.into())]
+    #[default("aether-identity-gate-spiffe".into())]
     pub name: String,
     #[default(DEFAULT_GATE_DRIVER.into())]
     pub driver: String,
-    /// Where the volume is mounted in the gate container (and nowhere else).
-    #[default(DEFAULT_GATE_MOUNT_PATH.into())]
+    /// Where the volume is mounted in the gate container (and nowhere else): the
+    /// spiffe-csi-driver's conventional mount point.
+    #[default("/spiffe-workload-api".into())]
     pub mount_path: String,
     #[default(true)]
     pub read_only: bool,
@@ -147,7 +140,7 @@ pub struct SocketCheckConfig {
     #[default(true)]
     pub enabled: bool,
     /// Pod annotation declaring the socket as `<volume>/<file>`.
-    #[default(DEFAULT_SOCKET_ANNOTATION.into())]
+    #[default("endpoint.aether.io/uds-socket".into())]
     pub annotation: String,
     /// The CSI driver that delivers sockets into pods.
     #[default(DEFAULT_CARRIER_DRIVER.into())]
@@ -350,21 +343,15 @@ impl MeshConfig {
 
 /// Why `path` is not a clean absolute path, if it is not.
 fn absolute_path_problem(path: &str) -> Option<String> {
-    if !path.starts_with('/') {
-        return Some(format!("{path:?} must be an absolute path"));
-    }
-    if path.contains(':') || path.contains('\0') {
-        return Some(format!("{path:?} must not contain ':' or NUL"));
-    }
-    let body = path.trim_end_matches('/');
-    if body
-        .split('/')
-        .skip(1)
-        .any(|seg| seg.is_empty() || seg == "." || seg == "..")
-    {
-        return Some(format!(
-            "{path:?} must be a clean path (no empty, '.' or '..' segments)"
-        ));
-    }
-    None
+    let segments = path.trim_end_matches('/').split('/').skip(1);
+    let why = if !path.starts_with('/') {
+        "must be an absolute path"
+    } else if path.contains([':', '\0']) {
+        "must not contain ':' or NUL"
+    } else if segments.clone().any(|seg| matches!(seg, "" | "." | "..")) {
+        "must be a clean path (no empty, '.' or '..' segments)"
+    } else {
+        return None;
+    };
+    Some(format!("{path:?} {why}"))
 }
