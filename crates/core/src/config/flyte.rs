@@ -160,17 +160,14 @@ fn own_sections() -> Vec<String> {
     }
 }
 
-/// Keys whose default is unset, so that the default does not show their type: what a quoted
-/// value of theirs is read as.
-const UNSET_SCALARS: [(&str, Scalar); 2] = [
-    ("webhook.localCert", Scalar::Bool),
-    ("webhook.metricsPort", Scalar::Number),
-];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Scalar {
-    Bool,
-    Number,
+/// For a key whose default is unset, so that the default does not show its type, a value of
+/// that type: what a quoted value of theirs is read as.
+fn unset_scalar(path: &str) -> Value {
+    match path {
+        "webhook.localCert" => Value::Bool(false),
+        "webhook.metricsPort" => Value::from(0),
+        _ => Value::Null,
+    }
 }
 
 /// Decodes the read sections of a whole configuration in place with Flyte's leniencies (the
@@ -265,6 +262,12 @@ fn decode_at(
     warnings: &mut Vec<String>,
     skipped: &mut Vec<String>,
 ) {
+    let unset = unset_scalar(path);
+    let reference = if reference.is_null() {
+        &unset
+    } else {
+        reference
+    };
     match v {
         Value::Object(map) => {
             map.retain(|_, v| !v.is_null());
@@ -294,34 +297,18 @@ fn decode_at(
         }
         Value::Array(items) => items.iter_mut().for_each(super::drop_nulls),
         Value::String(s) => {
-            let scalar = match reference {
-                Value::Bool(_) => Some(Scalar::Bool),
-                Value::Number(_) => Some(Scalar::Number),
-                Value::Null => UNSET_SCALARS
-                    .iter()
-                    .find(|(k, _)| *k == path)
-                    .map(|(_, t)| *t),
-                Value::Array(_) => {
-                    // viper's string-to-slice hook: "K8s,AWS" is a list.
-                    *v = Value::Array(
-                        s.split(',')
-                            .map(str::trim)
-                            .filter(|p| !p.is_empty())
-                            .map(|p| Value::String(p.to_owned()))
-                            .collect(),
-                    );
-                    return;
-                }
+            let parsed = match reference {
+                Value::Bool(_) => go_bool(s).map(Value::Bool),
+                Value::Number(_) => s.trim().parse().ok().map(Value::Number),
+                // viper's string-to-slice hook: "K8s,AWS" is a list.
+                Value::Array(_) => Some(
+                    s.split(',')
+                        .map(str::trim)
+                        .filter(|p| !p.is_empty())
+                        .map(Value::from)
+                        .collect(),
+                ),
                 _ => None,
-            };
-            let parsed = match scalar {
-                Some(Scalar::Bool) => go_bool(s).map(Value::Bool),
-                Some(Scalar::Number) => s
-                    .trim()
-                    .parse::<serde_json::Number>()
-                    .ok()
-                    .map(Value::Number),
-                None => None,
             };
             // Text that is not what the key takes stays text, for the error to name it.
             if let Some(parsed) = parsed {
@@ -329,11 +316,7 @@ fn decode_at(
             }
         }
         // mapstructure's weak decoding: a number where a boolean goes is whether it is not 0.
-        Value::Number(n)
-            if reference.is_boolean() || UNSET_SCALARS.contains(&(path, Scalar::Bool)) =>
-        {
-            *v = Value::Bool(n.as_f64() != Some(0.0));
-        }
+        Value::Number(n) if reference.is_boolean() => *v = Value::Bool(n.as_f64() != Some(0.0)),
         _ => {}
     }
 }
@@ -358,20 +341,12 @@ pub fn text_where_expected(
     if !READ_SECTIONS.contains(&key.as_str()) {
         return false;
     }
-    let mut at = &mut config[key.as_str()];
-    for segment in segments {
-        at = match segment {
-            Segment::Map { key } => match at.get_mut(key.as_str()) {
-                Some(next) => next,
-                None => return false,
-            },
-            Segment::Seq { index } => match at.get_mut(index) {
-                Some(next) => next,
-                None => return false,
-            },
-            _ => return false,
-        };
-    }
+    let at = segments.try_fold(&mut config[key.as_str()], |at, segment| match segment {
+        Segment::Map { key } => at.get_mut(key.as_str()),
+        Segment::Seq { index } => at.get_mut(index),
+        _ => None,
+    });
+    let Some(at) = at else { return false };
     let text = match at {
         Value::Bool(b) => if *b { "1" } else { "0" }.to_owned(),
         Value::Number(n) if n.is_f64() => {
