@@ -177,33 +177,25 @@ crate::named_enum! {
 
 impl<'de> Deserialize<'de> for SecretManagerType {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = match Value::deserialize(d)? {
-            Value::String(s) => s,
-            // Flyte's loader reads a number as the enum's position (Global is 0, Azure 6).
-            Value::Number(n) => {
-                return n
-                    .as_u64()
-                    .and_then(|i| Self::ALL.get(usize::try_from(i).ok()?).copied())
-                    .ok_or_else(|| {
-                        serde::de::Error::custom(format!(
-                            "secret manager type {n} is not one of Flyte's (0 Global, 1 K8s, 2 AWS, 3 GCP, 4 Vault, 5 Embedded, 6 Azure); write its name"
-                        ))
-                    });
-            }
-            other => {
-                return Err(serde::de::Error::custom(format!(
-                    "expected a secret manager type's name (Global, K8s, AWS, GCP, Vault, Embedded or Azure), got {other}"
-                )));
-            }
-        };
-        Self::ALL
-            .into_iter()
-            .find(|t| t.as_str().eq_ignore_ascii_case(&s))
-            .ok_or_else(|| {
-                serde::de::Error::custom(format!(
+        let found = match Value::deserialize(d)? {
+            Value::String(s) => Self::ALL
+                .into_iter()
+                .find(|t| t.as_str().eq_ignore_ascii_case(&s))
+                .ok_or_else(|| format!(
                     "unknown secret manager type {s:?}, expected one of Global, K8s, AWS, GCP, Vault, Embedded, Azure"
-                ))
-            })
+                )),
+            // Flyte's loader reads a number as the enum's position (Global is 0, Azure 6).
+            Value::Number(n) => n
+                .as_u64()
+                .and_then(|i| Self::ALL.get(usize::try_from(i).ok()?).copied())
+                .ok_or_else(|| format!(
+                    "secret manager type {n} is not one of Flyte's (0 Global, 1 K8s, 2 AWS, 3 GCP, 4 Vault, 5 Embedded, 6 Azure); write its name"
+                )),
+            other => Err(format!(
+                "expected a secret manager type's name (Global, K8s, AWS, GCP, Vault, Embedded or Azure), got {other}"
+            )),
+        };
+        found.map_err(serde::de::Error::custom)
     }
 }
 
@@ -260,17 +252,17 @@ pub struct WebhookConfig {
 /// has none, so the no-network `K8s` manager (Flyte v1's default) is the safe default here.
 pub const DEFAULT_SECRET_MANAGER_TYPE: SecretManagerType = SecretManagerType::K8s;
 
+/// A sidecar manager: its type, its settings' key and settings, and its default image.
+pub type SidecarManager<'a> = (
+    SecretManagerType,
+    &'static str,
+    &'a SidecarConfig,
+    &'static str,
+);
+
 impl WebhookConfig {
-    /// Flyte's sidecar managers, in [`SECRET_MANAGER_CONTAINER_PREFIXES`]' order: each type,
-    /// its settings' key and settings, and its default image.
-    pub fn sidecar_managers(
-        &self,
-    ) -> [(
-        SecretManagerType,
-        &'static str,
-        &SidecarConfig,
-        &'static str,
-    ); 3] {
+    /// Flyte's sidecar managers, in [`SECRET_MANAGER_CONTAINER_PREFIXES`]' order.
+    pub fn sidecar_managers(&self) -> [SidecarManager<'_>; 3] {
         [
             (
                 SecretManagerType::AWS,
@@ -311,6 +303,181 @@ impl WebhookConfig {
 
     pub fn cert_dir_expanded(&self) -> String {
         expand_env(&self.cert_dir, |k| std::env::var(k).ok())
+    }
+
+    /// The `webhook` section's checks; its warnings.
+    pub fn validate(&self) -> Result<Vec<String>, ConfigError> {
+        let w = self;
+        let mut warnings = Vec::new();
+        if let Some(t) = w.secret_manager_type {
+            warnings.push(if w.secret_manager_types.is_empty() {
+                format!(
+                    "webhook.secretManagerType is deprecated: use webhook.secretManagerTypes: [{t}] (Flyte 1.x reads only the singular key: a file Flyte 1.x also reads keeps it)"
+                )
+            } else if w.secret_manager_types.contains(&t) {
+                "webhook.secretManagerType is deprecated and ignored because webhook.secretManagerTypes is set".into()
+            } else {
+                let list: Vec<String> = w.secret_manager_types.iter().map(|t| t.to_string()).collect();
+                format!(
+                    "webhook.secretManagerType is {t}, but webhook.secretManagerTypes [{}] is set and wins: {t} is not used (pods whose secrets only {t} serves are refused); add {t} to webhook.secretManagerTypes to keep it",
+                    list.join(", ")
+                )
+            });
+        }
+        if w.vault_secret_manager.kv_version.is_some() {
+            warnings.push(
+                "webhook.vaultSecretManager.kvVersion is deprecated: set the secret's group_version (kv1, kv2 or db)"
+                    .into(),
+            );
+        }
+        for (i, t) in w.secret_manager_types.iter().enumerate() {
+            if *t == SecretManagerType::Global {
+                warnings.push(
+                    "webhook.secretManagerTypes lists Global, which is always tried first; the entry is ignored"
+                        .into(),
+                );
+            } else if w.secret_manager_types[..i].contains(t) {
+                warnings.push(format!(
+                    "webhook.secretManagerTypes lists {t} twice; the later entry is ignored"
+                ));
+            }
+        }
+
+        let e = &w.embedded_secret_manager_config;
+        if w.enabled_secret_managers()
+            .contains(&SecretManagerType::Embedded)
+        {
+            ensure!(
+                e.kind == EmbeddedType::AWS,
+                "webhook.embeddedSecretManagerConfig.type",
+                "podmutator's Embedded manager fetches from AWS Secrets Manager only; set it to AWS (got {:?}) or remove Embedded from webhook.secretManagerTypes",
+                e.kind
+            );
+            ensure!(
+                !e.image_pull_secrets.enabled,
+                "webhook.embeddedSecretManagerConfig.imagePullSecrets.enabled",
+                "copying image-pull Secrets needs write access to the cluster, which this webhook does not have by design; set it to false"
+            );
+        }
+        // The containers' settings are checked whether or not their manager is on: turning it
+        // on never reveals a mistake in them.
+        let init = &e.file_mount_init_container;
+        ensure!(
+            crate::k8s_names::is_dns_label(&init.container_name),
+            "webhook.embeddedSecretManagerConfig.fileMountInitContainer.containerName",
+            "{:?} is not a container name: lower-case letters, digits and '-', at most 63, starting and ending with a letter or digit (default \"init-embedded-secret\")",
+            init.container_name
+        );
+        images::check_image(
+            "webhook.embeddedSecretManagerConfig.fileMountInitContainer.image",
+            &init.image,
+        )?;
+        check_resources(
+            "webhook.embeddedSecretManagerConfig.fileMountInitContainer.resources",
+            &init.resources,
+        )?;
+        for (_, key, cfg, _) in w.sidecar_managers() {
+            // Unset, the manager's default.
+            if let Some(image) = &cfg.sidecar_image {
+                images::check_image(&format!("webhook.{key}.sidecarImage"), image)?;
+            }
+            check_resources(
+                &format!("webhook.{key}.resources"),
+                &cfg.resources_or_default(),
+            )?;
+        }
+        // The prefix starts every name the managers write: what no name may hold, it may not.
+        ensure!(
+            w.secret_env_var_prefix
+                .bytes()
+                .all(|b| (b' '..=b'~').contains(&b) && b != b'='),
+            "webhook.secretEnvVarPrefix",
+            "{:?} cannot start an environment variable name (printable ASCII other than '='): every ENV_VAR secret would be refused; use the default _UNION_",
+            w.secret_env_var_prefix
+        );
+        let annotations = &w.vault_secret_manager.annotations;
+        for (key, value) in annotations {
+            ensure!(
+                crate::k8s_names::is_qualified_name(key),
+                "webhook.vaultSecretManager.annotations",
+                "{key:?} is not an annotation key the API server accepts (a qualified name: an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.')"
+            );
+            if let Some(problem) = annotation_problem(key, value) {
+                bail!(
+                    format!("webhook.vaultSecretManager.annotations.{key}"),
+                    "{value:?}: {problem}, or the API server refuses the pods it is added to"
+                );
+            }
+        }
+        let size: usize = annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
+        ensure!(
+            size <= MAX_ANNOTATION_BYTES,
+            "webhook.vaultSecretManager.annotations",
+            "are {size} bytes: a pod's annotations may total {MAX_ANNOTATION_BYTES} at most"
+        );
+        let prefix = &w.secret_env_var_prefix;
+        if prefix.starts_with(|c: char| c.is_ascii_digit())
+            || !prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            warnings.push(format!(
+                "webhook.secretEnvVarPrefix {prefix:?} is not a C identifier (letters, digits, '_', not starting with a digit): API servers before Kubernetes 1.32 refuse a pod with such an environment variable"
+            ));
+        }
+        bounds::LISTEN_PORT.check(w.listen_port.into(), |b| {
+            format!("must be a port number between {} and {}", b.min, b.max)
+        })?;
+        if let Some(p) = w.metrics_port {
+            bounds::METRICS_PORT.check(p.into(), |b| {
+                format!(
+                    "must be a port number between {} and {} (leave it unset for no metrics port)",
+                    b.min, b.max
+                )
+            })?;
+        }
+        ensure!(
+            w.metrics_port != Some(w.listen_port),
+            "webhook.metricsPort",
+            "must differ from webhook.listenPort ({}): the metrics port is plain HTTP without the path token",
+            w.listen_port
+        );
+        let mut unset = Vec::new();
+        let dir = expand_env(&w.cert_dir, |k| {
+            (std::env::var(k).map_err(|_| unset.push(k.to_owned()))).ok()
+        });
+        if !unset.is_empty() {
+            warnings.push(format!(
+                "webhook.certDir {:?}: {} is not set, so it reads as \"\" (as in Flyte) and the certificates are in {dir:?}",
+                w.cert_dir,
+                unset.join(", ")
+            ));
+        }
+        ensure!(
+            crate::k8s_names::is_dns_label(&w.service_name),
+            "webhook.serviceName",
+            "{:?} is not a Service name (the name the serving certificate is made for, with .<namespace> and .<namespace>.svc added): {}",
+            w.service_name,
+            crate::k8s_names::DNS_LABEL_RULE
+        );
+        if prefix.bytes().any(|b| b.is_ascii_lowercase()) {
+            warnings.push(format!(
+                "webhook.secretEnvVarPrefix {prefix:?} has lower-case letters: the variables are named upper-case ({:?}...), as in Flyte, while FLYTE_SECRETS_ENV_PREFIX tells flytekit {prefix:?}, so flytekit does not find ENV_VAR secrets; use {:?}",
+                prefix.to_ascii_uppercase(),
+                prefix.to_ascii_uppercase()
+            ));
+        }
+        if w.secret_env_var_prefix.is_empty() {
+            warnings.push(
+                "webhook.secretEnvVarPrefix is empty: injected variables are named after group and key alone"
+                    .into(),
+            );
+        }
+        warnings.extend(images::check_image_builder(
+            &w.image_builder_config,
+            &w.embedded_secret_manager_config.file_mount_init_container,
+        )?);
+        Ok(warnings)
     }
 }
 
@@ -382,16 +549,15 @@ pub enum KvVersion {
 
 impl<'de> Deserialize<'de> for KvVersion {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match Value::deserialize(d)? {
-            Value::String(s) if s == "1" => Ok(Self::V1),
-            Value::String(s) if s == "2" => Ok(Self::V2),
-            Value::Number(n) => Err(serde::de::Error::custom(format!(
+        let message = match Value::deserialize(d)? {
+            Value::String(s) if s == "1" => return Ok(Self::V1),
+            Value::String(s) if s == "2" => return Ok(Self::V2),
+            Value::Number(n) => format!(
                 "write \"1\" or \"2\", quoted: Flyte reads a bare {n} as the version's position (1 is KV2 there), so a number cannot mean the same to both"
-            ))),
-            other => Err(serde::de::Error::custom(format!(
-                "expected \"1\" or \"2\", got {other}"
-            ))),
-        }
+            ),
+            other => format!("expected \"1\" or \"2\", got {other}"),
+        };
+        Err(serde::de::Error::custom(message))
     }
 }
 
@@ -411,11 +577,9 @@ impl<'de> Deserialize<'de> for EmbeddedType {
         [Self::AWS, Self::GCP, Self::Azure, Self::K8s]
             .into_iter()
             .find(|t| format!("{t:?}").eq_ignore_ascii_case(&s))
-            .ok_or_else(|| {
-                serde::de::Error::custom(format!(
-                    "unknown embedded secret manager type {s:?}, expected one of AWS, GCP, Azure, K8s"
-                ))
-            })
+            .ok_or_else(|| serde::de::Error::custom(format!(
+                "unknown embedded secret manager type {s:?}, expected one of AWS, GCP, Azure, K8s"
+            )))
     }
 }
 
@@ -493,13 +657,12 @@ pub struct ImageBuilderConfig {
     pub hostname_replacement: HostnameReplacement,
     #[cfg_attr(feature = "schema", schemars(with = "Option<KubernetesObject>"))]
     pub label_selector: Option<LabelSelector>,
-    #[default(vec![DEFAULT_IMAGE_BUILDER_EXCLUDED.into()])]
+    /// By default the Embedded manager's init container: it carries secret values, so it keeps
+    /// its image.
+    #[default(vec!["init-embedded-secret".into()])]
     pub excluded_container_names: Vec<String>,
     pub excluded_image_prefixes: Vec<String>,
 }
-
-/// The Embedded manager's init container: it carries secret values, so it keeps its image.
-pub const DEFAULT_IMAGE_BUILDER_EXCLUDED: &str = "init-embedded-secret";
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -752,11 +915,10 @@ impl Config {
                 skipped.extend(others.into_iter().map(|s| format!("{name}: {s}")));
             }
         }
-        let paths: Vec<&str> = flyte.iter().map(|(p, _)| *p).collect();
         let not_found = (!flyte.is_empty() && !found).then(|| {
             format!(
                 "--flyte-config {}: no webhook or secrets section was found, so Flyte's defaults apply; give flytepropeller's configuration (the files, or the ConfigMap that holds them)",
-                paths.join(", ")
+                flyte.iter().map(|(p, _)| *p).collect::<Vec<_>>().join(", ")
             )
         });
         if let Some((path, text)) = file {
@@ -912,23 +1074,7 @@ impl Config {
     pub fn mutator_required(&self, id: MutatorId, default: bool) -> bool {
         self.mutators.get(&id).map_or(default, |m| m.required)
     }
-}
 
-/// The init containers (by name, or name prefix) and volumes the secret managers add, which the
-/// mesh gate may not take (held to the managers' own constants by `app`'s tests).
-pub const SECRET_MANAGER_CONTAINERS: [&str; 1] = ["podmutator-fetch"];
-pub const SECRET_MANAGER_CONTAINER_PREFIXES: [&str; 3] =
-    ["aws-pull-secret-", "gcp-pull-secret-", "azure-pull-secret-"];
-pub const SECRET_MANAGER_VOLUMES: [&str; 6] = [
-    "embedded-secret-vol",
-    "podmutator-secret-files",
-    "podmutator-run",
-    "aws-secret-vol",
-    "gcp-secret-vol",
-    "azure-secret-vol",
-];
-
-impl Config {
     /// The mesh gate's container and volume are not named like those the secret managers add:
     /// the gate would be taken for theirs, or skipped as the pod's own.
     fn check_reserved_names(&self) -> Result<(), ConfigError> {
@@ -965,182 +1111,19 @@ impl Config {
     }
 }
 
-impl WebhookConfig {
-    /// The `webhook` section's checks; its warnings.
-    pub fn validate(&self) -> Result<Vec<String>, ConfigError> {
-        let w = self;
-        let mut warnings = Vec::new();
-        if let Some(t) = w.secret_manager_type {
-            warnings.push(if w.secret_manager_types.is_empty() {
-                format!(
-                    "webhook.secretManagerType is deprecated: use webhook.secretManagerTypes: [{t}] (Flyte 1.x reads only the singular key: a file Flyte 1.x also reads keeps it)"
-                )
-            } else if w.secret_manager_types.contains(&t) {
-                "webhook.secretManagerType is deprecated and ignored because webhook.secretManagerTypes is set".into()
-            } else {
-                let list: Vec<String> = w.secret_manager_types.iter().map(|t| t.to_string()).collect();
-                format!(
-                    "webhook.secretManagerType is {t}, but webhook.secretManagerTypes [{}] is set and wins: {t} is not used (pods whose secrets only {t} serves are refused); add {t} to webhook.secretManagerTypes to keep it",
-                    list.join(", ")
-                )
-            });
-        }
-        if w.vault_secret_manager.kv_version.is_some() {
-            warnings.push(
-                "webhook.vaultSecretManager.kvVersion is deprecated: set the secret's group_version (kv1, kv2 or db)"
-                    .into(),
-            );
-        }
-        for (i, t) in w.secret_manager_types.iter().enumerate() {
-            if *t == SecretManagerType::Global {
-                warnings.push(
-                    "webhook.secretManagerTypes lists Global, which is always tried first; the entry is ignored"
-                        .into(),
-                );
-            } else if w.secret_manager_types[..i].contains(t) {
-                warnings.push(format!(
-                    "webhook.secretManagerTypes lists {t} twice; the later entry is ignored"
-                ));
-            }
-        }
-
-        let e = &w.embedded_secret_manager_config;
-        if w.enabled_secret_managers()
-            .contains(&SecretManagerType::Embedded)
-        {
-            ensure!(
-                e.kind == EmbeddedType::AWS,
-                "webhook.embeddedSecretManagerConfig.type",
-                "podmutator's Embedded manager fetches from AWS Secrets Manager only; set it to AWS (got {:?}) or remove Embedded from webhook.secretManagerTypes",
-                e.kind
-            );
-            ensure!(
-                !e.image_pull_secrets.enabled,
-                "webhook.embeddedSecretManagerConfig.imagePullSecrets.enabled",
-                "copying image-pull Secrets needs write access to the cluster, which this webhook does not have by design; set it to false"
-            );
-        }
-        // The containers' settings are checked whether or not their manager is on: turning it
-        // on never reveals a mistake in them.
-        let init = &e.file_mount_init_container;
-        ensure!(
-            crate::k8s_names::is_dns_label(&init.container_name),
-            "webhook.embeddedSecretManagerConfig.fileMountInitContainer.containerName",
-            "{:?} is not a container name: lower-case letters, digits and '-', at most 63, starting and ending with a letter or digit (default \"init-embedded-secret\")",
-            init.container_name
-        );
-        images::check_image(
-            "webhook.embeddedSecretManagerConfig.fileMountInitContainer.image",
-            &init.image,
-        )?;
-        check_resources(
-            "webhook.embeddedSecretManagerConfig.fileMountInitContainer.resources",
-            &init.resources,
-        )?;
-        for (_, key, cfg, _) in w.sidecar_managers() {
-            // Unset, the manager's default.
-            if let Some(image) = &cfg.sidecar_image {
-                images::check_image(&format!("webhook.{key}.sidecarImage"), image)?;
-            }
-            check_resources(
-                &format!("webhook.{key}.resources"),
-                &cfg.resources_or_default(),
-            )?;
-        }
-        // The prefix starts every name the managers write: what no name may hold, it may not.
-        ensure!(
-            w.secret_env_var_prefix
-                .bytes()
-                .all(|b| (b' '..=b'~').contains(&b) && b != b'='),
-            "webhook.secretEnvVarPrefix",
-            "{:?} cannot start an environment variable name (printable ASCII other than '='): every ENV_VAR secret would be refused; use the default _UNION_",
-            w.secret_env_var_prefix
-        );
-        let annotations = &w.vault_secret_manager.annotations;
-        for (key, value) in annotations {
-            ensure!(
-                crate::k8s_names::is_qualified_name(key),
-                "webhook.vaultSecretManager.annotations",
-                "{key:?} is not an annotation key the API server accepts (a qualified name: an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.')"
-            );
-            if let Some(problem) = annotation_problem(key, value) {
-                bail!(
-                    format!("webhook.vaultSecretManager.annotations.{key}"),
-                    "{value:?}: {problem}, or the API server refuses the pods it is added to"
-                );
-            }
-        }
-        let size: usize = annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
-        ensure!(
-            size <= MAX_ANNOTATION_BYTES,
-            "webhook.vaultSecretManager.annotations",
-            "are {size} bytes: a pod's annotations may total {MAX_ANNOTATION_BYTES} at most"
-        );
-        let prefix = &w.secret_env_var_prefix;
-        if prefix.starts_with(|c: char| c.is_ascii_digit())
-            || !prefix
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        {
-            warnings.push(format!(
-                "webhook.secretEnvVarPrefix {prefix:?} is not a C identifier (letters, digits, '_', not starting with a digit): API servers before Kubernetes 1.32 refuse a pod with such an environment variable"
-            ));
-        }
-        bounds::LISTEN_PORT.check(w.listen_port.into(), |b| {
-            format!("must be a port number between {} and {}", b.min, b.max)
-        })?;
-        if let Some(p) = w.metrics_port {
-            bounds::METRICS_PORT.check(p.into(), |b| {
-                format!(
-                    "must be a port number between {} and {} (leave it unset for no metrics port)",
-                    b.min, b.max
-                )
-            })?;
-        }
-        ensure!(
-            w.metrics_port != Some(w.listen_port),
-            "webhook.metricsPort",
-            "must differ from webhook.listenPort ({}): the metrics port is plain HTTP without the path token",
-            w.listen_port
-        );
-        let mut unset = Vec::new();
-        let dir = expand_env(&w.cert_dir, |k| {
-            (std::env::var(k).map_err(|_| unset.push(k.to_owned()))).ok()
-        });
-        if !unset.is_empty() {
-            warnings.push(format!(
-                "webhook.certDir {:?}: {} is not set, so it reads as \"\" (as in Flyte) and the certificates are in {dir:?}",
-                w.cert_dir,
-                unset.join(", ")
-            ));
-        }
-        ensure!(
-            crate::k8s_names::is_dns_label(&w.service_name),
-            "webhook.serviceName",
-            "{:?} is not a Service name (the name the serving certificate is made for, with .<namespace> and .<namespace>.svc added): {}",
-            w.service_name,
-            crate::k8s_names::DNS_LABEL_RULE
-        );
-        if prefix.bytes().any(|b| b.is_ascii_lowercase()) {
-            warnings.push(format!(
-                "webhook.secretEnvVarPrefix {prefix:?} has lower-case letters: the variables are named upper-case ({:?}...), as in Flyte, while FLYTE_SECRETS_ENV_PREFIX tells flytekit {prefix:?}, so flytekit does not find ENV_VAR secrets; use {:?}",
-                prefix.to_ascii_uppercase(),
-                prefix.to_ascii_uppercase()
-            ));
-        }
-        if w.secret_env_var_prefix.is_empty() {
-            warnings.push(
-                "webhook.secretEnvVarPrefix is empty: injected variables are named after group and key alone"
-                    .into(),
-            );
-        }
-        warnings.extend(images::check_image_builder(
-            &w.image_builder_config,
-            &w.embedded_secret_manager_config.file_mount_init_container,
-        )?);
-        Ok(warnings)
-    }
-}
+/// The init containers (by name, or name prefix) and volumes the secret managers add, which the
+/// mesh gate may not take (held to the managers' own constants by `app`'s tests).
+pub const SECRET_MANAGER_CONTAINERS: [&str; 1] = ["podmutator-fetch"];
+pub const SECRET_MANAGER_CONTAINER_PREFIXES: [&str; 3] =
+    ["aws-pull-secret-", "gcp-pull-secret-", "azure-pull-secret-"];
+pub const SECRET_MANAGER_VOLUMES: [&str; 6] = [
+    "embedded-secret-vol",
+    "podmutator-secret-files",
+    "podmutator-run",
+    "aws-secret-vol",
+    "gcp-secret-vol",
+    "azure-secret-vol",
+];
 
 impl LimitsConfig {
     /// The `limits` section's checks.
@@ -1178,31 +1161,19 @@ fn quantity_value(q: &str) -> Option<f64> {
         return None;
     }
     let value: f64 = number.parse().ok()?;
-    let scale = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024f64,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        e => {
-            let exp = e.strip_prefix(['e', 'E'])?;
-            let digits = exp.trim_start_matches(['+', '-']);
-            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            10f64.powi(exp.parse().ok()?)
+    // The decimal suffixes are powers of 1000 from 1000^-3 (`n`), the binary ones of 1024.
+    let power = |suffixes: &[&str]| suffixes.iter().position(|s| *s == suffix);
+    let scale = if let Some(i) = power(&["n", "u", "m", "", "k", "M", "G", "T", "P", "E"]) {
+        1000f64.powi(i as i32 - 3)
+    } else if let Some(i) = power(&["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]) {
+        1024f64.powi(i as i32 + 1)
+    } else {
+        let exp = suffix.strip_prefix(['e', 'E'])?;
+        let digits = exp.trim_start_matches(['+', '-']);
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
         }
+        10f64.powi(exp.parse().ok()?)
     };
     Some(value * scale)
 }
@@ -1217,6 +1188,8 @@ pub fn check_resources(key: &str, r: &ResourceRequirements) -> Result<(), Config
         format!("{key}.claims"),
         "must be empty: a claim names one of the pod's resourceClaims, which differ from pod to pod"
     );
+    // A resource of a domain other than Kubernetes'.
+    let extended = |name: &str| name.contains('/') && !name.contains("kubernetes.io/");
     let mut values = BTreeMap::new();
     for (part, list) in [("requests", &r.requests), ("limits", &r.limits)] {
         for (name, q) in list.iter().flatten() {
@@ -1242,15 +1215,14 @@ pub fn check_resources(key: &str, r: &ResourceRequirements) -> Result<(), Config
                     q.0
                 );
             };
-            let extended = name.contains('/') && !name.contains("kubernetes.io/");
             ensure!(
-                !extended || v.fract() == 0.0,
+                !extended(name) || v.fract() == 0.0,
                 at,
                 "{:?}: an extended resource is counted in whole units",
                 q.0
             );
             ensure!(
-                !(extended && name.starts_with("requests.")),
+                !(extended(name) && name.starts_with("requests.")),
                 at,
                 "{name:?}: an extended resource's name cannot start with `requests.`"
             );
@@ -1267,8 +1239,7 @@ pub fn check_resources(key: &str, r: &ResourceRequirements) -> Result<(), Config
         }
     }
     for ((part, name), v) in &values {
-        let extended = name.contains('/') && !name.contains("kubernetes.io/");
-        if *part == "requests" && (extended || name.starts_with("hugepages-")) {
+        if *part == "requests" && (extended(name) || name.starts_with("hugepages-")) {
             let limit = values.get(&("limits", name.clone()));
             ensure!(
                 limit == Some(v),
@@ -1318,39 +1289,37 @@ pub fn check_security_context(
             "must be from 0 to 2147483647"
         );
     }
-    let profiles = [
+    let seccomp = sc.seccomp_profile.as_ref().map(|p| {
         (
             "seccompProfile",
-            sc.seccomp_profile
-                .as_ref()
-                .map(|p| (p.type_.as_str(), p.localhost_profile.as_deref())),
-        ),
+            p.type_.as_str(),
+            p.localhost_profile.as_deref(),
+        )
+    });
+    let app_armor = sc.app_armor_profile.as_ref().map(|p| {
         (
             "appArmorProfile",
-            sc.app_armor_profile
-                .as_ref()
-                .map(|p| (p.type_.as_str(), p.localhost_profile.as_deref())),
-        ),
-    ];
-    for (field, profile) in profiles {
-        if let Some((kind, named)) = profile {
-            ensure!(
-                ["RuntimeDefault", "Unconfined", "Localhost"].contains(&kind)
-                    && named.is_some() == (kind == "Localhost"),
-                format!("{key}.{field}"),
-                "type {kind:?}: use RuntimeDefault, Unconfined, or Localhost with its localhostProfile (and a localhostProfile only with Localhost)"
-            );
-            // As the API server reads a Localhost profile: a name, or a path below the
-            // kubelet's profile directory.
-            let Some(name) = named else { continue };
-            ensure!(
-                !name.is_empty()
-                    && name.trim() == name
-                    && (field == "appArmorProfile" || is_local_descending_path(name)),
-                format!("{key}.{field}.localhostProfile"),
-                "{name:?}: name the profile without padding; a seccomp profile is a path relative to the kubelet's seccomp directory, without '..'"
-            );
-        }
+            p.type_.as_str(),
+            p.localhost_profile.as_deref(),
+        )
+    });
+    for (field, kind, named) in seccomp.into_iter().chain(app_armor) {
+        ensure!(
+            ["RuntimeDefault", "Unconfined", "Localhost"].contains(&kind)
+                && named.is_some() == (kind == "Localhost"),
+            format!("{key}.{field}"),
+            "type {kind:?}: use RuntimeDefault, Unconfined, or Localhost with its localhostProfile (and a localhostProfile only with Localhost)"
+        );
+        // As the API server reads a Localhost profile: a name, or a path below the
+        // kubelet's profile directory.
+        let Some(name) = named else { continue };
+        ensure!(
+            !name.is_empty()
+                && name.trim() == name
+                && (field == "appArmorProfile" || is_local_descending_path(name)),
+            format!("{key}.{field}.localhostProfile"),
+            "{name:?}: name the profile without padding; a seccomp profile is a path relative to the kubelet's seccomp directory, without '..'"
+        );
     }
     ensure!(
         !(sc.run_as_non_root == Some(true) && sc.run_as_user == Some(0)),
@@ -1623,8 +1592,7 @@ fn in_users_words(message: &str, key: &str) -> String {
         return match near {
             Some(near) => format!("unknown key `{unknown}`: did you mean `{near}`?"),
             None => format!(
-                "unknown key `{unknown}`: the keys here are {} (docs/configuration.md)",
-                listed
+                "unknown key `{unknown}`: the keys here are {listed} (docs/configuration.md)"
             ),
         };
     }
@@ -1639,18 +1607,15 @@ fn in_users_words(message: &str, key: &str) -> String {
             None => format!("unknown {what} `{unknown}`: use one of {listed}"),
         };
     }
-    let port = key.to_ascii_lowercase().ends_with("port");
+    let u16 = if key.to_ascii_lowercase().ends_with("port") {
+        "a port number from 1 to 65535"
+    } else {
+        "a whole number from 0 to 65535"
+    };
     let mut out = message.to_owned();
     for (rust, words) in [
         ("u8", "a whole number from 0 to 255"),
-        (
-            "u16",
-            if port {
-                "a port number from 1 to 65535"
-            } else {
-                "a whole number from 0 to 65535"
-            },
-        ),
+        ("u16", u16),
         ("u32", "a whole number from 0 to 4294967295"),
         ("u64", "a whole number, 0 or more"),
         ("usize", "a whole number, 0 or more"),
