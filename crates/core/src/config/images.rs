@@ -109,34 +109,29 @@ pub fn check_image(key: &str, image: &str) -> Result<(), ConfigError> {
 /// A rule's `match`/`replace` written like an image name (`docker.io`, `quay.io/org`,
 /// `nginx` for `docker.io/library/nginx`), without tag or digest.
 fn check_prefix(key: &str, p: &str) -> Result<(), ConfigError> {
-    let bad = |why: String| {
-        ConfigError::new(
-            key,
-            format!(
-                "{p:?} {why}; write a registry (docker.io) or a repository prefix (123456789012.dkr.ecr.us-east-1.amazonaws.com/docker-hub)"
-            ),
-        )
-    };
-    if p.is_empty() {
-        return Err(bad("is empty".into()));
-    }
-    if p.contains("://") {
-        return Err(bad("has a scheme".into()));
-    }
-    if p.ends_with('/') {
-        return Err(bad("ends with '/'".into()));
-    }
     // A registry alone (`docker.io`, `registry.k8s.io`, `localhost:5000`) is a valid prefix.
     let probe = if !p.contains('/') && (p.contains(['.', ':']) || p == "localhost") {
         format!("{p}/x")
     } else {
         p.to_owned()
     };
-    match ImageRef::parse(&probe) {
-        Ok(r) if r.suffix.is_empty() => Ok(()),
-        Ok(_) => Err(bad("has a tag or digest".into())),
-        Err(e) => Err(bad(e.to_string())),
-    }
+    let why = if p.is_empty() {
+        "is empty".to_owned()
+    } else if p.contains("://") {
+        "has a scheme".to_owned()
+    } else if p.ends_with('/') {
+        "ends with '/'".to_owned()
+    } else {
+        match ImageRef::parse(&probe) {
+            Ok(r) if r.suffix.is_empty() => return Ok(()),
+            Ok(_) => "has a tag or digest".to_owned(),
+            Err(e) => e.to_string(),
+        }
+    };
+    bail!(
+        key,
+        "{p:?} {why}; write a registry (docker.io) or a repository prefix (123456789012.dkr.ecr.us-east-1.amazonaws.com/docker-hub)"
+    )
 }
 
 /// A rule prefix as the normalised name it stands for. A prefix that names its registry is
@@ -144,24 +139,13 @@ fn check_prefix(key: &str, p: &str) -> Result<(), ConfigError> {
 /// image on Docker Hub (`nginx` is `docker.io/library/nginx`, `bitnami/redis` is
 /// `docker.io/bitnami/redis`). `index.docker.io` is `docker.io`.
 pub fn normalise_prefix(p: &str) -> String {
-    let (first, rest) = match p.split_once('/') {
-        Some((f, r)) => (f, Some(r)),
-        None => (p, None),
-    };
-    if crate::image_ref::is_registry_like(first) {
-        let registry = if first == "index.docker.io" {
-            crate::image_ref::DOCKER_HUB
-        } else {
-            first
-        };
-        return match rest {
-            Some(r) => format!("{registry}/{r}"),
-            None => registry.to_owned(),
-        };
-    }
-    match ImageRef::parse(p) {
-        Ok(r) => r.name(),
-        Err(_) => p.to_owned(),
+    let first = p.split('/').next().unwrap_or_default();
+    if first == "index.docker.io" {
+        crate::image_ref::DOCKER_HUB.to_owned() + &p[first.len()..]
+    } else if crate::image_ref::is_registry_like(first) {
+        p.to_owned()
+    } else {
+        ImageRef::parse(p).map_or_else(|_| p.to_owned(), |r| r.name())
     }
 }
 
