@@ -4,14 +4,7 @@
 use serde::{Deserialize, Serialize};
 use smart_default::SmartDefault;
 
-use super::{Config, ConfigError, SecretManagerType, bounds, check_template, template_uses};
-
-/// Flyte's default domains (`domains` in flyteadmin's configuration).
-pub fn default_domains() -> Vec<String> {
-    ["development", "staging", "production"]
-        .map(String::from)
-        .to_vec()
-}
+use super::{Config, ConfigError, bounds, check_template, template_uses};
 
 /// Our Embedded-mode settings (Flyte has none of these).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
@@ -63,8 +56,8 @@ pub struct EmbeddedConfig {
     /// The Flyte domains a namespace may end in. A namespace must have exactly one reading
     /// (organization, project, domain) under the template with these domains, and it must be
     /// the pod's labels: `ml-pre-prod` would otherwise be both `ml-pre`+`prod` and
-    /// `ml`+`pre-prod`.
-    #[default(default_domains())]
+    /// `ml`+`pre-prod`. By default Flyte's (`domains` in flyteadmin's configuration).
+    #[default(vec!["development".into(), "staging".into(), "production".into()])]
     pub domains: Vec<String>,
     /// When non-empty, only these requesting users (`request.userInfo.username`) may get
     /// Embedded secrets; an entry ending in `*` matches a prefix.
@@ -109,10 +102,7 @@ impl Config {
     /// registry lookup, whose settings are checked at start whenever they are set.
     pub fn embedded_reads(&self) -> EmbeddedReads {
         let e = &self.embedded;
-        let on = self
-            .webhook
-            .enabled_secret_managers()
-            .contains(&SecretManagerType::Embedded);
+        let on = self.webhook.embedded_enabled();
         EmbeddedReads {
             values: on
                 && (e.delivery == Delivery::Value || e.env_var_delivery == EnvVarDelivery::Value),

@@ -301,6 +301,12 @@ impl WebhookConfig {
         out
     }
 
+    /// Whether the Embedded manager is one of them.
+    pub fn embedded_enabled(&self) -> bool {
+        self.enabled_secret_managers()
+            .contains(&SecretManagerType::Embedded)
+    }
+
     pub fn cert_dir_expanded(&self) -> String {
         expand_env(&self.cert_dir, |k| std::env::var(k).ok())
     }
@@ -344,9 +350,7 @@ impl WebhookConfig {
         }
 
         let e = &w.embedded_secret_manager_config;
-        if w.enabled_secret_managers()
-            .contains(&SecretManagerType::Embedded)
-        {
+        if w.embedded_enabled() {
             ensure!(
                 e.kind == EmbeddedType::AWS,
                 "webhook.embeddedSecretManagerConfig.type",
@@ -991,10 +995,7 @@ impl Config {
     pub fn validate(&self) -> Result<Vec<String>, ConfigError> {
         let w = &self.webhook;
         let mut warnings = w.validate()?;
-        let on = w
-            .enabled_secret_managers()
-            .contains(&SecretManagerType::Embedded);
-        warnings.extend(self.embedded.validate(on)?);
+        warnings.extend(self.embedded.validate(w.embedded_enabled())?);
         warnings.extend(self.http.validate(self.embedded_reads().values)?);
         self.limits.validate()?;
         self.secrets.validate()?;
@@ -1055,10 +1056,8 @@ impl Config {
         );
         let r = &b.hostname_replacement.replacement;
         let shared = [format!("{r}/union/"), format!("{r}/v1/union/")];
-        let writes_files = w
-            .enabled_secret_managers()
-            .contains(&SecretManagerType::Embedded)
-            && self.embedded.delivery == embedded::Delivery::Value;
+        let writes_files =
+            w.embedded_enabled() && self.embedded.delivery == embedded::Delivery::Value;
         (b.enabled
             && !b.hostname_replacement.disable_verification
             && writes_files
@@ -1392,13 +1391,10 @@ fn annotation_problem(key: &str, value: &str) -> Option<&'static str> {
         ),
         "scheduler.alpha.kubernetes.io/tolerations" => {
             use crate::k8s_names::{is_label_value, is_qualified_name};
-            let valid = |t: &k8s_openapi::api::core::v1::Toleration| {
-                let (key, op) = (
-                    t.key.as_deref().unwrap_or(""),
-                    t.operator.as_deref().unwrap_or(""),
-                );
-                let val = t.value.as_deref().unwrap_or("");
-                let effect = t.effect.as_deref().unwrap_or("");
+            use k8s_openapi::api::core::v1::Toleration;
+            let valid = |t: &Toleration| {
+                let [key, op, val, effect] =
+                    [&t.key, &t.operator, &t.value, &t.effect].map(|f| f.as_deref().unwrap_or(""));
                 (key.is_empty() && op == "Exists" || !key.is_empty() && is_qualified_name(key))
                     && (op == "Exists" && val.is_empty()
                         || matches!(op, "" | "Equal") && is_label_value(val))
@@ -1407,10 +1403,8 @@ fn annotation_problem(key: &str, value: &str) -> Option<&'static str> {
             };
             // Unset when empty; Go reads `null` as no list.
             let fine = value.is_empty()
-                || serde_json::from_str::<Option<Vec<k8s_openapi::api::core::v1::Toleration>>>(
-                    value,
-                )
-                .is_ok_and(|ts| ts.iter().flatten().all(valid));
+                || serde_json::from_str::<Option<Vec<Toleration>>>(value)
+                    .is_ok_and(|ts| ts.iter().flatten().all(valid));
             (
                 fine,
                 "must be a JSON list of tolerations as the API server checks them (an empty key with operator Exists, Exists without a value, tolerationSeconds only with NoExecute)",
@@ -1773,24 +1767,22 @@ fn expand_env(s: &str, mut lookup: impl FnMut(&str) -> Option<String>) -> String
     while let Some(pos) = rest.find('$') {
         out.push_str(&rest[..pos]);
         let after = &rest[pos + 1..];
-        let (name, consumed) = if let Some(braced) = after.strip_prefix('{') {
-            match braced.find('}') {
-                Some(end) => (&braced[..end], end + 2),
-                None => ("", 0),
+        let (name, consumed) = match after.strip_prefix('{') {
+            Some(braced) => braced
+                .find('}')
+                .map_or(("", 0), |end| (&braced[..end], end + 2)),
+            None => {
+                let end = after
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(after.len());
+                (&after[..end], end)
             }
-        } else {
-            let end = after
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .unwrap_or(after.len());
-            (&after[..end], end)
         };
-        if consumed == 0 {
-            out.push('$');
-            rest = after;
-        } else {
-            out.push_str(&lookup(name).unwrap_or_default());
-            rest = &after[consumed..];
+        match consumed {
+            0 => out.push('$'),
+            _ => out.push_str(&lookup(name).unwrap_or_default()),
         }
+        rest = &after[consumed..];
     }
     out.push_str(rest);
     out
