@@ -28,7 +28,6 @@ pub struct EmbeddedConfig {
     #[default(20)]
     pub batch_size: usize,
     /// Which Secrets Manager API fetches the ids a cache miss leaves.
-    #[default(FetchStrategy::Parallel)]
     pub fetch_strategy: FetchStrategy,
     /// Secrets Manager calls this process has in flight at most, all admissions together, so
     /// one instance cannot spend the account's request quota on its own.
@@ -66,14 +65,12 @@ pub struct EmbeddedConfig {
     /// and writes it into the pod spec) or `reference` (the webhook resolves the name with
     /// metadata calls only; an init container in the pod fetches the value with the pod's own
     /// AWS identity).
-    #[default(Delivery::Value)]
     pub delivery: Delivery,
     /// In `reference` delivery, how ENV_VAR requests (and ANY requests that name an
     /// `env_var`) are served: `exec` (the container's command is wrapped by `podmutator exec`,
     /// which sets the variables from the init container's files) or `value` (Flyte's
     /// behaviour: the webhook reads the value and writes it into the pod spec, so the function
     /// needs `GetSecretValue` again).
-    #[default(EnvVarDelivery::Exec)]
     pub env_var_delivery: EnvVarDelivery,
     /// The podmutator image the `reference` init container runs (`podmutator fetch`); required
     /// with `delivery: reference`. Pin it by digest.

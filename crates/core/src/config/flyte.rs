@@ -148,16 +148,13 @@ pub fn sections(path: &str, doc: Value) -> Result<(Value, Vec<String>), ConfigEr
     Ok((out, skipped))
 }
 
-/// The top-level sections of podmutator's configuration that are not Flyte's.
+/// The top-level sections of podmutator's configuration, Flyte's read ones among them (which
+/// [`sections`] matches first).
 fn own_sections() -> Vec<String> {
-    match serde_json::to_value(Config::default()) {
-        Ok(Value::Object(m)) => m
-            .into_iter()
-            .map(|(k, _)| k)
-            .filter(|k| !READ_SECTIONS.contains(&k.as_str()))
-            .collect(),
-        _ => Vec::new(),
-    }
+    let config = serde_json::to_value(Config::default()).unwrap_or_default();
+    config
+        .as_object()
+        .map_or_else(Vec::new, |m| m.keys().cloned().collect())
 }
 
 /// For a key whose default is unset, so that the default does not show its type, a value of

@@ -975,8 +975,7 @@ impl Config {
                 },
                 None => path,
             };
-            let message = in_users_words(&inner, &key);
-            ConfigError::new(key, message)
+            ConfigError::new(&key, in_users_words(&inner, &key))
         })?;
         check_kubernetes_values(&v, &config)?;
         config
@@ -1050,10 +1049,8 @@ impl Config {
     /// replacement registry's shared path covers its image.
     fn file_mount_the_builder_denies(&self) -> Option<String> {
         let w = &self.webhook;
-        let (b, init) = (
-            &w.image_builder_config,
-            &w.embedded_secret_manager_config.file_mount_init_container,
-        );
+        let b = &w.image_builder_config;
+        let init = &w.embedded_secret_manager_config.file_mount_init_container;
         let r = &b.hostname_replacement.replacement;
         let shared = [format!("{r}/union/"), format!("{r}/v1/union/")];
         let writes_files =
@@ -1575,11 +1572,7 @@ fn in_users_words(message: &str, key: &str) -> String {
     let unknown = |prefix: &str| {
         let (unknown, expected) = message.strip_prefix(prefix)?.split_once('`')?;
         let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
-        let listed = known
-            .iter()
-            .map(|k| format!("`{k}`"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let listed = format!("`{}`", known.join("`, `"));
         Some((unknown, nearest(unknown, known.iter().copied()), listed))
     };
     if let Some((unknown, near, listed)) = unknown("unknown field `") {
