@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use smart_default::SmartDefault;
 
-use super::{Config, ConfigError, bounds, check_template, template_uses};
+use super::{Config, ConfigError, PLACEHOLDERS, TemplatePart, bounds, template_parts};
 
 /// Our Embedded-mode settings (Flyte has none of these).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, SmartDefault)]
@@ -283,16 +283,20 @@ impl EmbeddedConfig {
         bounds::TAG_TTL_SECONDS.check(lookup.tag_ttl_seconds, |b| {
             format!("{} s: use {}..={}", lookup.tag_ttl_seconds, b.min, b.max)
         })?;
-        check_template(&em.namespace_template)
+        let parts = template_parts(&em.namespace_template)
             .map_err(|e| ConfigError::new("embedded.namespaceTemplate", e))?;
+        let uses = |name| {
+            parts
+                .iter()
+                .any(|p| matches!(p, TemplatePart::Slot(i) if PLACEHOLDERS[*i] == name))
+        };
         // Its literal text too must be able to make a namespace name: with one-letter values,
         // it must give one.
-        let sample = super::template_parts(&em.namespace_template)
-            .unwrap_or_default()
+        let sample = parts
             .iter()
             .map(|p| match p {
-                super::TemplatePart::Literal(l) => l.as_str(),
-                super::TemplatePart::Slot(_) => "a",
+                TemplatePart::Literal(l) => l.as_str(),
+                TemplatePart::Slot(_) => "a",
             })
             .collect::<String>();
         ensure!(
@@ -302,7 +306,7 @@ impl EmbeddedConfig {
             em.namespace_template
         );
         ensure!(
-            em.namespace_template.is_empty() || template_uses(&em.namespace_template, "domain"),
+            em.namespace_template.is_empty() || uses("domain"),
             "embedded.namespaceTemplate",
             "{:?} does not use {{{{ domain }}}}: every domain of a project would share one namespace and read each other's secrets; use e.g. \"{{{{ project }}}}-{{{{ domain }}}}\" (or \"\" to turn the binding off)",
             em.namespace_template
@@ -320,7 +324,7 @@ impl EmbeddedConfig {
         ensure!(
             !on || em.namespace_template.is_empty()
                 || !em.organization.is_empty()
-                || template_uses(&em.namespace_template, "organization"),
+                || uses("organization"),
             "embedded.organization",
             "is not set and embedded.namespaceTemplate {:?} does not use {{{{ organization }}}}: a pod labelled organization=<another org> in its own namespace would read that organisation's secrets; set embedded.organization to the organisation this cluster serves (the value of its pods' organization label, e.g. \"flyte\"), or put {{{{ organization }}}} in embedded.namespaceTemplate",
             em.namespace_template

@@ -42,10 +42,6 @@ const OWN_NAMES: [&str; 17] = [
 /// Prefixes of the per-mutator, per-manager and image counters.
 const OWN_PREFIXES: [&str; 4] = ["Mutator_", "SecretsInjected_", "ImageBuilder", "ImageRule"];
 
-fn is_own_name(k: &str) -> bool {
-    OWN_NAMES.contains(&k) || OWN_PREFIXES.iter().any(|p| k.starts_with(p))
-}
-
 impl MetricsConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         ensure!(
@@ -63,7 +59,7 @@ impl MetricsConfig {
         );
         for (k, v) in &self.dimensions {
             ensure!(
-                !is_own_name(k),
+                !OWN_NAMES.contains(&k.as_str()) && !OWN_PREFIXES.iter().any(|p| k.starts_with(p)),
                 format!("metrics.dimensions.{k}"),
                 "is set by podmutator itself; choose another name"
             );

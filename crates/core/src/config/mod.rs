@@ -1003,11 +1003,17 @@ impl Config {
         warnings.extend(self.file_mount_the_builder_denies());
         self.check_reserved_names()?;
         self.metrics.validate()?;
-        check_label(
-            "secretsSelector",
-            &self.secrets_selector.label,
-            &self.secrets_selector.value,
-        )?;
+        let SecretsSelector { label, value } = &self.secrets_selector;
+        ensure!(
+            crate::k8s_names::is_qualified_name(label),
+            "secretsSelector.label",
+            "{label:?} is not a valid Kubernetes label key"
+        );
+        ensure!(
+            crate::k8s_names::is_label_value(value),
+            "secretsSelector.value",
+            "{value:?} is not a valid Kubernetes label value"
+        );
         // Namespace injection writes that label; secrets are planned before it runs.
         ensure!(
             !self.mesh.enabled || self.secrets_selector.label != self.mesh.managed_label,
@@ -1434,21 +1440,6 @@ fn is_local_descending_path(p: &str) -> bool {
     !p.starts_with('/') && !p.split('/').any(|s| s == "..")
 }
 
-/// A Kubernetes label key and value, as the API server checks them.
-pub fn check_label(key: &str, label: &str, value: &str) -> Result<(), ConfigError> {
-    ensure!(
-        crate::k8s_names::is_qualified_name(label),
-        format!("{key}.label"),
-        "{label:?} is not a valid Kubernetes label key"
-    );
-    ensure!(
-        crate::k8s_names::is_label_value(value),
-        format!("{key}.value"),
-        "{value:?} is not a valid Kubernetes label value"
-    );
-    Ok(())
-}
-
 /// The placeholders `embedded.namespaceTemplate` may use, in slot order.
 pub const PLACEHOLDERS: [&str; 3] = ["organization", "project", "domain"];
 
@@ -1486,20 +1477,6 @@ pub fn template_parts(t: &str) -> Result<Vec<TemplatePart>, String> {
         out.push(TemplatePart::Literal(rest.to_owned()));
     }
     Ok(out)
-}
-
-/// A namespace template may use only `{{ organization }}`, `{{ project }}` and `{{ domain }}`.
-pub fn check_template(t: &str) -> Result<(), String> {
-    template_parts(t).map(drop)
-}
-
-/// Whether the valid template `t` uses placeholder `name`.
-pub fn template_uses(t: &str, name: &str) -> bool {
-    template_parts(t).is_ok_and(|parts| {
-        parts
-            .iter()
-            .any(|p| matches!(p, TemplatePart::Slot(i) if PLACEHOLDERS[*i] == name))
-    })
 }
 
 fn parse_document(text: &str) -> Result<Value, String> {

@@ -222,7 +222,7 @@ impl EmbeddedInjector {
             file_init: file_init.clone(),
             organization: cfg.organization.clone(),
             namespace_template: cfg.namespace_template.clone(),
-            // Checked at load ([`crate::config::check_template`]).
+            // Checked at load (`embedded.namespaceTemplate`).
             template: crate::config::template_parts(&cfg.namespace_template).unwrap_or_default(),
             domains: cfg.domains.clone(),
             allowed_usernames: cfg.allowed_usernames.clone(),
@@ -733,7 +733,7 @@ mod tests {
     #[case::with_org("{{ organization }}-{{ project }}", "o-p")]
     #[case::literal("fixed", "fixed")]
     fn templates_render(#[case] t: &str, #[case] expected: &str) {
-        crate::config::check_template(t).unwrap();
+        crate::config::template_parts(t).unwrap();
         assert_eq!(render(&template_parts(t).unwrap(), "o", "p", "d"), expected);
     }
 
@@ -767,6 +767,6 @@ mod tests {
     #[case::unknown("{{ tenant }}")]
     #[case::unclosed("{{ project")]
     fn bad_templates_are_rejected(#[case] t: &str) {
-        assert!(crate::config::check_template(t).is_err());
+        assert!(crate::config::template_parts(t).is_err());
     }
 }
