@@ -116,25 +116,19 @@ pub fn publish(schema: &mut serde_json::Value) {
 /// `$defs`, and past `anyOf`'s `null` of an optional value.
 fn property<'a>(schema: &'a mut serde_json::Value, key: &str) -> Option<&'a mut serde_json::Value> {
     let defs = schema.get("$defs").cloned().unwrap_or_default();
-    let mut path = Vec::new();
+    // The pointer into the document as stored: each `$ref` step restarts at `$defs`.
+    let mut pointer = String::new();
     let mut at = &*schema;
     for part in key.split('.') {
         let mut node = at;
         while let Some(name) = node.get("$ref").and_then(|r| r.as_str()) {
             let name = name.rsplit('/').next()?;
-            path.push(format!("/$defs/{name}"));
+            pointer = format!("/$defs/{name}");
             node = defs.get(name)?;
         }
-        node.get("properties")?.get(part)?;
-        path.push(format!("/properties/{part}"));
-        at = &node["properties"][part];
+        at = node.get("properties")?.get(part)?;
+        pointer += &format!("/properties/{part}");
     }
-    // The pointer into the document as stored: each `$ref` step restarts at `$defs`.
-    let start = path
-        .iter()
-        .rposition(|p| p.starts_with("/$defs/"))
-        .unwrap_or(0);
-    let pointer: String = path[start..].concat();
     let node = schema.pointer_mut(&pointer)?;
     Some(match node.get("anyOf") {
         Some(_) => node

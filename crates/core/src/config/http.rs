@@ -221,23 +221,20 @@ impl HttpConfig {
             h.path_token_secret_id.is_some(),
         ];
         match tokens.iter().filter(|set| **set).count() {
-            0 if h.path_token_disabled && values_in_replies => warnings.push(
+            0 if h.path_token_disabled && values_in_replies => warnings.push(String::from(
                 "http.pathTokenDisabled is true and the Embedded manager delivers values: anyone who reaches the endpoint is served the secret values of any pod they describe (AWS Secrets Manager, with the webhook's role); set a path token, or embedded.delivery: reference, which serves names only"
-                    .into(),
-            ),
-            0 if h.path_token_disabled => warnings.push(
+            )),
+            0 if h.path_token_disabled => warnings.push(String::from(
                 "http.pathTokenDisabled is true: every route answers without a path token, so anyone who reaches the endpoint can send reviews"
-                    .into(),
-            ),
+            )),
             0 => {}
             1 if h.path_token_disabled => bail!(
                 "http.pathTokenDisabled",
                 "is true while a path token is configured; remove one of them"
             ),
-            1 if h.accept_plain_paths => warnings.push(
+            1 if h.accept_plain_paths => warnings.push(String::from(
                 "http.acceptPlainPaths is true: the plain paths are answered beside the path token's, so the token keeps no one out; set it back to false once every registration calls with the token (docs/deploy.md, \"Turning the token on\")"
-                    .into(),
-            ),
+            )),
             1 => {}
             _ => bail!(
                 "http.pathToken",

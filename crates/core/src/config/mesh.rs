@@ -165,10 +165,9 @@ impl MeshConfig {
     pub fn validate(&self) -> Result<Vec<String>, ConfigError> {
         let mut warnings = Vec::new();
         if !self.enabled && *self != Self::default() {
-            warnings.push(
-                "mesh.enabled is false: the other mesh.* settings are validated but have no effect"
-                    .into(),
-            );
+            warnings.push(String::from(
+                "mesh.enabled is false: the other mesh.* settings are validated but have no effect",
+            ));
         }
         if let Some(problem) = qualified_name_problem(&self.managed_label) {
             return Err(ConfigError::new("mesh.managedLabel", problem));

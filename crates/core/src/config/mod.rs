@@ -331,17 +331,15 @@ impl WebhookConfig {
             });
         }
         if w.vault_secret_manager.kv_version.is_some() {
-            warnings.push(
+            warnings.push(String::from(
                 "webhook.vaultSecretManager.kvVersion is deprecated: set the secret's group_version (kv1, kv2 or db)"
-                    .into(),
-            );
+            ));
         }
         for (i, t) in w.secret_manager_types.iter().enumerate() {
             if *t == SecretManagerType::Global {
-                warnings.push(
+                warnings.push(String::from(
                     "webhook.secretManagerTypes lists Global, which is always tried first; the entry is ignored"
-                        .into(),
-                );
+                ));
             } else if w.secret_manager_types[..i].contains(t) {
                 warnings.push(format!(
                     "webhook.secretManagerTypes lists {t} twice; the later entry is ignored"
@@ -472,10 +470,9 @@ impl WebhookConfig {
             ));
         }
         if w.secret_env_var_prefix.is_empty() {
-            warnings.push(
+            warnings.push(String::from(
                 "webhook.secretEnvVarPrefix is empty: injected variables are named after group and key alone"
-                    .into(),
-            );
+            ));
         }
         warnings.extend(images::check_image_builder(
             &w.image_builder_config,
