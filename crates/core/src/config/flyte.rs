@@ -125,10 +125,8 @@ pub fn sections(path: &str, doc: Value) -> Result<(Value, Vec<String>), ConfigEr
     let mut skipped = Vec::new();
     for (key, value) in sections {
         if let Some(read) = READ_SECTIONS.iter().find(|s| s.eq_ignore_ascii_case(&key)) {
-            super::merge(
-                &mut out,
-                Value::Object(Map::from_iter([(read.to_string(), value)])),
-            );
+            let section = Value::Object(Map::from_iter([(read.to_string(), value)]));
+            super::merge(&mut out, section);
         } else if ours.iter().any(|s| s.eq_ignore_ascii_case(&key)) {
             bail!(
                 format!("{path}: {key}"),

@@ -342,12 +342,12 @@ impl MeshConfig {
 
 /// Why `path` is not a clean absolute path, if it is not.
 fn absolute_path_problem(path: &str) -> Option<String> {
-    let segments = path.trim_end_matches('/').split('/').skip(1);
+    let mut segments = path.trim_end_matches('/').split('/').skip(1);
     let why = if !path.starts_with('/') {
         "must be an absolute path"
     } else if path.contains([':', '\0']) {
         "must not contain ':' or NUL"
-    } else if segments.clone().any(|seg| matches!(seg, "" | "." | "..")) {
+    } else if segments.any(|seg| matches!(seg, "" | "." | "..")) {
         "must be a clean path (no empty, '.' or '..' segments)"
     } else {
         return None;

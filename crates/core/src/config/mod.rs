@@ -759,18 +759,13 @@ fn check_global_secrets_prefix(prefix: &str) -> Result<(), ConfigError> {
     ];
     const TOP: [&str; 6] = ["/etc", "/var", "/usr", "/home", "/opt", "/boot"];
     let key = "secrets.secrets-prefix";
-    let clean = prefix.starts_with('/')
-        && prefix
-            .trim_end_matches('/')
-            .split('/')
-            .skip(1)
-            .all(|c| !matches!(c, "" | "." | ".."));
+    let dir = prefix.trim_end_matches('/');
+    let mut components = dir.split('/').skip(1);
     ensure!(
-        clean,
+        prefix.starts_with('/') && components.all(|c| !matches!(c, "" | "." | "..")),
         key,
         "{prefix:?} must be a clean absolute path (no empty, '.' or '..' components), the directory of the Global secrets' files; Flyte's default is /etc/secrets"
     );
-    let dir = prefix.trim_end_matches('/');
     let inside = |d: &str| dir == d || dir.starts_with(&format!("{d}/"));
     ensure!(
         !dir.is_empty() && !TOP.contains(&dir) && !SYSTEM.iter().any(|d| inside(d)),
@@ -923,10 +918,8 @@ impl Config {
             )
         });
         if let Some((path, text)) = file {
-            merge_in(
-                path,
-                parse_document(text).map_err(|e| ConfigError::new(path, e))?,
-            );
+            let v = parse_document(text).map_err(|e| ConfigError::new(path, e))?;
+            merge_in(path, v);
         }
         if let Some((name, text)) = inline.filter(|(_, t)| !t.trim().is_empty()) {
             let v: Value = serde_json::from_str(text)
@@ -1521,11 +1514,8 @@ fn quoted_line(text: &str, line: usize, column: usize) -> String {
     };
     // From the first key that names a token (YAML `pathToken: ...`, or JSON on one line) to
     // the end of the line.
-    let shown = match src
-        .to_ascii_lowercase()
-        .find("token")
-        .and_then(|at| src[at..].find(':').map(|colon| at + colon))
-    {
+    let token = src.to_ascii_lowercase().find("token");
+    let shown = match token.and_then(|at| src[at..].find(':').map(|colon| at + colon)) {
         Some(colon) => format!("{}: <redacted>", &src[..colon]),
         None => src.to_owned(),
     };
