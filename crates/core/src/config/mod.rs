@@ -1610,6 +1610,8 @@ fn read_keys(v: &Value) -> Vec<String> {
                     walk(child, known.get(k).unwrap_or(&Value::Null), &p, out);
                 }
             }
+            // An empty configuration (`{}`) reads no key.
+            _ if path.is_empty() => {}
             _ => out.push(path.to_owned()),
         }
     }
@@ -1792,6 +1794,12 @@ mod tests {
         );
         let loaded = load_json(json!({"webhook": {"certDir": "/tmp/certs"}})).unwrap();
         assert!(loaded.warnings.iter().all(|w| !w.contains("certDir")));
+    }
+
+    #[test]
+    fn an_empty_configuration_reads_no_key() {
+        assert!(load_json(json!({})).unwrap().read.is_empty());
+        assert_eq!(load_json(json!({"webhook": {}})).unwrap().read, ["webhook"]);
     }
 
     #[test]
