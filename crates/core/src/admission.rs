@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use crate::app::App;
 use crate::error::{Denial, Error};
 use crate::metrics::AdmissionFacts;
-use crate::mutate::{Applied, Denied, Effects, PodCtx, Route};
+use crate::mutate::{Applied, Chain, Denied, Effects, PodCtx, Route};
 use crate::patch::Patch;
 use crate::secrets::embedded::DRY_RUN_PLACEHOLDER;
 use crate::secrets::plan::Prepared;
@@ -64,17 +64,13 @@ impl Answer {
     /// The answer for any error: a well-formed review with `allowed: false`, the HTTP status
     /// from the error table in [`crate::error`].
     pub fn error(err: &Error, uid: &str, api_version: &'static str) -> Self {
-        let Reply { status, body } = error_reply(err, uid, api_version);
-        Self {
-            status,
+        let subject = Subject {
             uid: uid.to_owned(),
-            api_version,
-            outcome: Outcome::Refused {
-                code: err.review_code(),
-                message: err.to_string(),
-            },
-            body,
-        }
+            ..Subject::default()
+        };
+        let admission = Admission::early(subject, api_version, Err(err.clone()));
+        let reply = admission.reply();
+        admission.into_answer(reply)
     }
 
     /// The JSON Patch's size, before base64 (0 when there is none).
@@ -129,17 +125,6 @@ enum Verdict {
     },
 }
 
-impl Verdict {
-    /// No member of the chain applied: the pod allowed as it came.
-    fn passed_by() -> Self {
-        Verdict::Ran {
-            changed: Vec::new(),
-            patch: None,
-            warnings: Vec::new(),
-        }
-    }
-}
-
 /// One admission as its steps returned it.
 #[derive(Debug)]
 struct Admission {
@@ -178,20 +163,49 @@ impl Admission {
         match &self.verdict {
             Ok(Verdict::NotOurs) => "NotAPodCreate",
             Ok(Verdict::Ran { .. }) => "",
-            Err(Error::Denied(d)) => d.reason,
-            Err(other) => other.reason(),
+            Err(e) => e.reason(),
         }
     }
 
+    /// The reply: allowed, with the patch (if any) and warnings, or for an error a well-formed
+    /// review with `allowed: false`, the HTTP status from the error table in [`crate::error`].
     fn reply(&self) -> Reply {
-        let uid = &self.subject.uid;
+        let message;
+        let mut review = ReviewOut {
+            api_version: self.api_version,
+            uid: &self.subject.uid,
+            status: None,
+            patch: None,
+            denial_reason: None,
+            warnings: &[],
+        };
         match &self.verdict {
-            Ok(Verdict::NotOurs) => allowed_reply(uid, self.api_version, None, &[]),
+            Ok(Verdict::NotOurs) => {}
             Ok(Verdict::Ran {
                 patch, warnings, ..
-            }) => allowed_reply(uid, self.api_version, patch.as_ref(), warnings),
-            Err(err) => error_reply(err, uid, self.api_version),
+            }) => {
+                review.patch = patch.as_ref().map(Patch::as_json);
+                review.warnings = warnings;
+            }
+            Err(err) => {
+                message = err.to_string();
+                let code = err.review_code();
+                review.status = Some(StatusOut {
+                    status: "Failure",
+                    code,
+                    reason: standard_reason(code),
+                    message: &message,
+                });
+                if let Error::Denied(d) = err {
+                    review.denial_reason = Some(d.reason);
+                }
+            }
         }
+        let status = self
+            .verdict
+            .as_ref()
+            .map_or_else(Error::http_status, |_| 200);
+        to_reply(status, &review)
     }
 
     /// The typed answer, around the `reply` written for it.
@@ -370,7 +384,7 @@ impl App {
         let update = req.operation == Operation::Update;
         let req = &mut *req;
         let (object, old) = (req.object.take(), req.old_object.take());
-        let mut ctx = PodCtx {
+        let ctx = PodCtx {
             namespace: &subject.namespace,
             route,
             username: req.user_info.username.as_deref().unwrap_or_default(),
@@ -379,51 +393,44 @@ impl App {
             old: None,
             prepared: None,
         };
-        let (fetched, ran) = if update {
-            // Only the mutators that check updates, with the pod before the update beside it,
-            // both read down to their containers' names and images. Nothing is fetched: an
-            // UPDATE gets no secrets.
-            let (Some(object), Some(old)) = (object, old) else {
-                let e = Error::Invalid(
-                    "review of a pod UPDATE needs both request.object and request.oldObject, as the API server sends them"
-                        .into(),
-                );
-                return Admission::early(subject, api_version, Err(e));
-            };
-            if !self.chain.applies(&ctx, &object.metadata, true) {
-                return Admission::early(subject, api_version, Ok(Verdict::passed_by()));
+        let mut fetched = Fetched::default();
+        let ran = async {
+            if update {
+                // Only the mutators that check updates, with the pod before the update beside
+                // it, both read down to their containers' names and images. Nothing is
+                // fetched: an UPDATE gets no secrets.
+                let (Some(object), Some(old)) = (object, old) else {
+                    let e = Error::Invalid(
+                        "review of a pod UPDATE needs both request.object and request.oldObject, as the API server sends them"
+                            .into(),
+                    );
+                    return Err(e.into());
+                };
+                if !self.chain.applies(&ctx, &object.metadata, true) {
+                    return passed_by();
+                }
+                let pod = names_and_images(object, "object")?;
+                let old = names_and_images(old, "oldObject")?;
+                let ctx = PodCtx {
+                    old: Some(&old),
+                    ..ctx
+                };
+                return run(&self.chain, &ctx, pod, true);
             }
-            let pods = names_and_images(object, "object")
-                .and_then(|pod| Ok((pod, names_and_images(old, "oldObject")?)));
-            let (pod, old) = match pods {
-                Ok(pods) => pods,
-                Err(e) => return Admission::early(subject, api_version, Err(e)),
-            };
-            ctx.old = Some(&old);
-            (
-                Fetched::default(),
-                run(&ctx, pod, |ctx, original, pod| {
-                    self.chain.apply_update(ctx, original, pod)
-                }),
-            )
-        } else {
             let Some(object) = object else {
                 let e = Error::Invalid(
                     "review of a pod CREATE has no request.object; only pod CREATE reviews are mutated"
                         .into(),
                 );
-                return Admission::early(subject, api_version, Err(e));
+                return Err(e.into());
             };
             // Told from the metadata: a pod no member applies to (the secrets mutator, before
             // its plan: one it does not select) is allowed as it came, its spec never read
             // into types.
             if !self.chain.applies(&ctx, &object.metadata, false) {
-                return Admission::early(subject, api_version, Ok(Verdict::passed_by()));
+                return passed_by();
             }
-            let pod = match object.into_pod(body, whole) {
-                Ok(pod) => pod,
-                Err(e) => return Admission::early(subject, api_version, Err(e)),
-            };
+            let pod = object.into_pod(body, whole)?;
             let plan = self.secrets.plan(&ctx, &pod);
             // Before any fetch or injection: a reply that cannot be sent is not built.
             let spec = pod.spec.as_ref();
@@ -432,25 +439,24 @@ impl App {
             });
             let estimate = plan.reply_estimate(&self.secrets.injectors, containers);
             if estimate > limit.bytes.saturating_sub(limit.reserve) as u64 {
-                let denial = reply_too_large(estimate, None, limit);
-                return Admission::early(subject, api_version, Err(Error::Denied(denial)));
+                return Err(Error::Denied(reply_too_large(estimate, None, limit)).into());
             }
-            let (fetched, resolved) = self.resolve(&plan).await;
-            let ran = resolved.map_err(Ran::Failed).and_then(|resolved| {
-                let prepared = Prepared { plan, resolved };
-                let ctx = PodCtx {
-                    prepared: Some(&prepared),
-                    ..ctx
-                };
-                if !self.chain.applies(&ctx, &pod.metadata, false) {
-                    return Ok((Verdict::passed_by(), Effects::default()));
-                }
-                run(&ctx, pod, |ctx, original, pod| {
-                    self.chain.apply(ctx, original, pod)
-                })
-            });
-            (fetched, ran)
-        };
+            let resolved;
+            (fetched, resolved) = self.resolve(&plan).await;
+            let prepared = Prepared {
+                plan,
+                resolved: resolved?,
+            };
+            let ctx = PodCtx {
+                prepared: Some(&prepared),
+                ..ctx
+            };
+            if !self.chain.applies(&ctx, &pod.metadata, false) {
+                return passed_by();
+            }
+            run(&self.chain, &ctx, pod, false)
+        }
+        .await;
         let (effects, verdict) = match ran {
             Ok((verdict, effects)) => (effects, Ok(verdict)),
             Err(Ran::Denied(Denied { denial, effects })) => (*effects, Err(Error::Denied(denial))),
@@ -719,20 +725,39 @@ enum Ran {
     Failed(Error),
 }
 
-/// The chain (`chain`: CREATE or UPDATE) on `pod`, then the patch from the pod as it came in.
+impl From<Error> for Ran {
+    fn from(e: Error) -> Self {
+        Ran::Failed(e)
+    }
+}
+
+/// No member of the chain applied: the pod allowed as it came.
+fn passed_by() -> Result<(Verdict, Effects), Ran> {
+    let verdict = Verdict::Ran {
+        changed: Vec::new(),
+        patch: None,
+        warnings: Vec::new(),
+    };
+    Ok((verdict, Effects::default()))
+}
+
+/// The chain on `pod` (of an UPDATE: `update`), then the patch from the pod as it came in.
 /// Called only where a member applies ([`crate::mutate::Chain::applies`]): otherwise the pod is
-/// allowed as it came ([`Verdict::passed_by`]), without the copy the patch is diffed against.
+/// allowed as it came ([`passed_by`]), without the copy the patch is diffed against.
 fn run(
+    chain: &Chain,
     ctx: &PodCtx<'_>,
     mut pod: Pod,
-    chain: impl FnOnce(&PodCtx<'_>, &Pod, &mut Pod) -> Result<Applied, Denied>,
+    update: bool,
 ) -> Result<(Verdict, Effects), Ran> {
     let original = pod.clone();
     let Applied {
         changed,
         mut warnings,
         effects,
-    } = chain(ctx, &original, &mut pod).map_err(Ran::Denied)?;
+    } = chain
+        .apply(ctx, &original, &mut pod, update)
+        .map_err(Ran::Denied)?;
     // Only where a value was left out: reference delivery never reads one, dry run or not.
     if ctx.dry_run && effects.any_withheld() {
         warnings.push(format!(
@@ -1426,7 +1451,7 @@ fn json_path_at(body: &[u8], line: usize, column: usize, about_list: bool) -> Op
 struct ReviewOut<'a> {
     api_version: &'a str,
     uid: &'a str,
-    allowed: bool,
+    /// For `allowed: false`; none when allowed.
     status: Option<StatusOut<'a>>,
     /// The JSON Patch, written as base64 (as the API documents it; kube-core would write a
     /// number array), with `patchType: JSONPatch`.
@@ -1455,7 +1480,7 @@ impl ReviewOut<'_> {
         serde_json::to_writer(&mut *body, self.api_version)?;
         body.extend_from_slice(b",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":");
         serde_json::to_writer(&mut *body, self.uid)?;
-        body.extend_from_slice(if self.allowed {
+        body.extend_from_slice(if self.status.is_none() {
             b",\"allowed\":true"
         } else {
             b",\"allowed\":false"
@@ -1502,54 +1527,6 @@ fn to_reply(status: u16, review: &ReviewOut<'_>) -> Reply {
     }
 }
 
-/// An allowed response, with the patch (if any) and warnings.
-fn allowed_reply(
-    uid: &str,
-    api_version: &str,
-    patch: Option<&crate::patch::Patch>,
-    warnings: &[String],
-) -> Reply {
-    to_reply(
-        200,
-        &ReviewOut {
-            api_version,
-            uid,
-            allowed: true,
-            status: None,
-            patch: patch.map(crate::patch::Patch::as_json),
-            denial_reason: None,
-            warnings,
-        },
-    )
-}
-
-/// The reply for any error: a well-formed review with `allowed:false`, the HTTP status from the
-/// error table in [`crate::error`].
-fn error_reply(err: &Error, uid: &str, api_version: &str) -> Reply {
-    let message = err.to_string();
-    let code = err.review_code();
-    to_reply(
-        err.http_status(),
-        &ReviewOut {
-            api_version,
-            uid,
-            allowed: false,
-            status: Some(StatusOut {
-                status: "Failure",
-                code,
-                reason: standard_reason(code),
-                message: &message,
-            }),
-            patch: None,
-            denial_reason: match err {
-                Error::Denied(d) => Some(d.reason),
-                _ => None,
-            },
-            warnings: &[],
-        },
-    )
-}
-
 /// `status.reason` must be one of Kubernetes' `StatusReason`s; ours goes to the audit annotation.
 fn standard_reason(code: u16) -> &'static str {
     match code {
@@ -1565,6 +1542,30 @@ fn standard_reason(code: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reply allowing a pod, with `patch` and `warnings`.
+    fn allowed_reply(
+        uid: &str,
+        api_version: &'static str,
+        patch: Option<&Patch>,
+        warnings: &[String],
+    ) -> Reply {
+        let verdict = Verdict::Ran {
+            changed: Vec::new(),
+            patch: patch.cloned(),
+            warnings: warnings.to_vec(),
+        };
+        let subject = Subject {
+            uid: uid.to_owned(),
+            ..Subject::default()
+        };
+        Admission::early(subject, api_version, Ok(verdict)).reply()
+    }
+
+    /// The reply for `err`.
+    fn error_reply(err: &Error, uid: &str, api_version: &'static str) -> Reply {
+        Answer::error(err, uid, api_version).into()
+    }
 
     /// The path [`located`] reads off the bytes is the one a parse tracking it
     /// (serde_path_to_error, which the error path used to run) gives, for every error a review

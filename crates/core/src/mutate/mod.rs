@@ -307,30 +307,6 @@ impl Chain {
             .collect()
     }
 
-    /// Runs every mutator in order on a pod CREATE. `original` is the pod as it came in
-    /// (`original == *pod` on entry): the pod is copied only after a mutator changed it. A
-    /// required mutator's failure stops the chain with a denial that names it; an optional
-    /// one's failure is undone and becomes a warning.
-    pub fn apply(
-        &self,
-        ctx: &PodCtx<'_>,
-        original: &Pod,
-        pod: &mut Pod,
-    ) -> Result<Applied, Denied> {
-        self.run(ctx, original, pod, false)
-    }
-
-    /// The chain on a pod UPDATE (`ctx.old` is the pod before it): only the mutators that
-    /// [`PodMutator::checks_updates`] run, each as in [`Chain::apply`].
-    pub fn apply_update(
-        &self,
-        ctx: &PodCtx<'_>,
-        original: &Pod,
-        pod: &mut Pod,
-    ) -> Result<Applied, Denied> {
-        self.run(ctx, original, pod, true)
-    }
-
     /// Whether a member that runs on this operation (`update`: a pod UPDATE) may change or
     /// refuse the pod whose metadata is `meta` ([`PodMutator::applies`]). When none may, the
     /// admission allows the pod as it came, without reading its spec or running the chain.
@@ -345,7 +321,13 @@ impl Chain {
             .filter(move |(_, e)| !update || e.mutator.checks_updates())
     }
 
-    fn run(
+    /// Runs the chain's mutators in order: on a pod CREATE every one, on a pod UPDATE
+    /// (`update`; `ctx.old` is the pod before it) only those that
+    /// [`PodMutator::checks_updates`]. `original` is the pod as it came in (`original == *pod`
+    /// on entry): the pod is copied only after a mutator changed it. A required mutator's
+    /// failure stops the chain with a denial that names it; an optional one's failure is undone
+    /// and becomes a warning.
+    pub fn apply(
         &self,
         ctx: &PodCtx<'_>,
         original: &Pod,
@@ -457,7 +439,7 @@ mod tests {
     /// A CREATE through `chain`, nothing prepared.
     fn apply(chain: &Chain, pod: &mut Pod) -> Result<Applied, Denied> {
         let original = pod.clone();
-        chain.apply(&PodCtx::test(Route::Secrets), &original, pod)
+        chain.apply(&PodCtx::test(Route::Secrets), &original, pod, false)
     }
 
     /// A member that says it does not apply is passed by, not run; with no other member, the
@@ -645,7 +627,7 @@ mod tests {
             prepared: Some(&value),
             ..PodCtx::test(Route::Secrets)
         };
-        let applied = chain.apply(&ctx, &original, &mut pod).unwrap();
+        let applied = chain.apply(&ctx, &original, &mut pod, false).unwrap();
         assert_eq!(applied.changed, vec!["a", "prepared", "counting"]);
         assert_eq!(pod.metadata.namespace.as_deref(), Some("fetched"));
         assert_eq!(pod.metadata.name.as_deref(), Some("counted"));
@@ -666,7 +648,7 @@ mod tests {
         // An UPDATE runs none of them (none checks updates).
         let mut pod = mk_pod();
         let original = pod.clone();
-        let applied = chain.apply_update(&ctx, &original, &mut pod).unwrap();
+        let applied = chain.apply(&ctx, &original, &mut pod, true).unwrap();
         assert!(applied.changed.is_empty());
 
         // A required refusal keeps what was counted on the way to it.
@@ -675,7 +657,7 @@ mod tests {
         let mut chain = Chain::default();
         chain.push(Arc::new(Label("a")), true);
         chain.push(Arc::new(Counting { deny: true }), true);
-        let denied = chain.apply(&ctx, &original, &mut pod).unwrap_err();
+        let denied = chain.apply(&ctx, &original, &mut pod, false).unwrap_err();
         assert_eq!(denied.denial.message, "[counting] not this one");
         assert_eq!(denied.effects.images(), vec![(ImageCount::Attempts, 1)]);
     }
