@@ -76,26 +76,7 @@ pub struct ImageCommand {
 
 /// The answers of one admission's lookups: each image's command, or why it could not be read
 /// (a message naming the image and the cause, never a credential).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Entrypoints {
-    found: BTreeMap<ImageQuery, Result<ImageCommand, String>>,
-}
-
-impl Entrypoints {
-    pub const fn new() -> Self {
-        Self {
-            found: BTreeMap::new(),
-        }
-    }
-
-    pub fn insert(&mut self, query: ImageQuery, answer: Result<ImageCommand, String>) {
-        self.found.insert(query, answer);
-    }
-
-    pub fn get(&self, query: &ImageQuery) -> Option<&Result<ImageCommand, String>> {
-        self.found.get(query)
-    }
-}
+pub type Entrypoints = BTreeMap<ImageQuery, Result<ImageCommand, String>>;
 
 /// Where image commands are read: the registry client in production, a fake in tests.
 pub trait EntrypointSource: Send + Sync {
@@ -127,11 +108,9 @@ pub async fn lookup_all(source: &Arc<dyn EntrypointSource>, queries: &[ImageQuer
     }
     let mut out = Entrypoints::new();
     while let Some(joined) = calls.join_next().await {
-        if let Ok((q, answer)) = joined {
-            out.insert(q, answer);
-        }
+        // A task that panicked leaves its query unanswered; the injector refuses it as not read.
+        out.extend(joined.ok());
     }
-    // A task that panicked leaves its query unanswered; the injector refuses it as not read.
     out
 }
 
