@@ -452,12 +452,7 @@ impl Front {
 
     /// Admits a body that arrived by `route`, within the body limit.
     pub async fn review(&self, route: Route, body: &[u8]) -> Answer {
-        self.review_within(
-            route,
-            body,
-            podmutator_core::admission::ReplyLimit::CONFIGURED,
-        )
-        .await
+        self.review_within(route, body, None).await
     }
 
     /// [`Front::review`] within an admission budget, for a server that answers many reviews at
@@ -499,12 +494,13 @@ impl Front {
         self.waiting.load(Relaxed)
     }
 
-    /// [`Front::review`] for a path back whose own limit on the reply is `limit`.
+    /// [`Front::review`] for a path back whose own limit on the reply is `limit` (`None`: the
+    /// app's own).
     pub async fn review_within(
         &self,
         route: Route,
         body: &[u8],
-        limit: podmutator_core::admission::ReplyLimit,
+        limit: Option<podmutator_core::admission::ReplyLimit>,
     ) -> Answer {
         if body.len() > self.max_body_bytes {
             return self.body_too_large(None, "POST");

@@ -276,7 +276,10 @@ async fn dispatch(
     // The estimate refuses what cannot fit before it is built; `fit` measures what was built.
     let limit = source.response_limit();
     match body_bytes(body, base64) {
-        Ok(bytes) => fit(source, front.review_within(route, &bytes, limit).await),
+        Ok(bytes) => fit(
+            source,
+            front.review_within(route, &bytes, Some(limit)).await,
+        ),
         Err(reply) => reply,
     }
 }

@@ -236,24 +236,26 @@ impl Admission {
 impl App {
     /// Answers one AdmissionReview body that arrived by `route`. Never panics on bad input.
     pub async fn review(&self, route: Route, body: &[u8]) -> Answer {
-        self.review_within(route, body, ReplyLimit::CONFIGURED)
-            .await
+        self.review_within(route, body, None).await
     }
 
     /// [`App::review`], refusing (413, `ResponseTooLarge`) a review whose reply would not fit
-    /// `limit`: from an estimate made before the patch is built, then on the reply built (the
-    /// estimate is a floor: values, and what each item costs in the patch, are known only then).
-    pub async fn review_within(&self, route: Route, body: &[u8], limit: ReplyLimit) -> Answer {
+    /// `limit` (`None`: `http.maxReplyBytes`, the app's own): from an estimate made before the
+    /// patch is built, then on the reply built (the estimate is a floor: values, and what each
+    /// item costs in the patch, are known only then).
+    pub async fn review_within(
+        &self,
+        route: Route,
+        body: &[u8],
+        limit: Option<ReplyLimit>,
+    ) -> Answer {
         let started = Instant::now();
-        let limit = match limit.bytes {
-            0 => ReplyLimit {
-                bytes: self.max_reply_bytes,
-                reserve: 0,
-                by: "http.maxReplyBytes puts on the webhook's replies",
-                instead: "",
-            },
-            _ => limit,
-        };
+        let limit = limit.unwrap_or(ReplyLimit {
+            bytes: self.max_reply_bytes,
+            reserve: 0,
+            by: "http.maxReplyBytes puts on the webhook's replies",
+            instead: "",
+        });
         let mut admission = self.admit(route, body, limit).await;
         let mut reply = admission.reply();
         let room = limit.bytes.saturating_sub(limit.reserve);
@@ -964,16 +966,6 @@ pub struct ReplyLimit {
     pub instead: &'static str,
 }
 
-impl ReplyLimit {
-    /// `http.maxReplyBytes`, the app's own ([`App::review`]).
-    pub const CONFIGURED: ReplyLimit = ReplyLimit {
-        bytes: 0,
-        reserve: 0,
-        by: "",
-        instead: "",
-    };
-}
-
 /// A pod CREATE review around `pod` in `namespace`, as the API server sends it, from Flyte's
 /// executor: the one review `inject`, the tests and the benches build (each changes what it
 /// needs: `inject` its requester and `dryRun`).
@@ -1219,10 +1211,9 @@ impl<'de> serde::Deserialize<'de> for LazyPod<'de> {
                 while let Some(key) = map.next_key::<Field>()? {
                     match key {
                         Field::ApiVersion | Field::Kind => {
-                            let (got, want) = match key {
-                                Field::Kind => (map.next_value::<String>()?, Pod::KIND),
-                                _ => (map.next_value::<String>()?, Pod::API_VERSION),
-                            };
+                            let got = map.next_value::<String>()?;
+                            let kind = matches!(key, Field::Kind);
+                            let want = if kind { Pod::KIND } else { Pod::API_VERSION };
                             if got != want {
                                 return Err(A::Error::invalid_value(Unexpected::Str(&got), &want));
                             }
@@ -1860,7 +1851,7 @@ mod tests {
         let env: Vec<serde_json::Value> = (0..500)
             .map(|i| serde_json::json!({"name": "K\"ey\\é", "value": format!("v\n{i}")}))
             .collect();
-        let patch = crate::patch::diff(
+        let patch = crate::patch::tests::diff_values(
             &serde_json::json!({"env": [], "a/b~c": 1}),
             &serde_json::json!({"env": env}),
         )
@@ -1900,7 +1891,7 @@ mod tests {
         }
         // Every length modulo 3 ends the base64 correctly (its padding).
         for n in 1..=4 {
-            let small = crate::patch::diff(
+            let small = crate::patch::tests::diff_values(
                 &serde_json::json!({"x".repeat(n): 1}),
                 &serde_json::json!({}),
             )
