@@ -365,13 +365,6 @@ impl SpecLists {
 /// The signature of an element differ of [`Ops::list`].
 type DiffElem<T> = fn(&mut Ops, &mut T, &mut T) -> Written;
 
-/// Operations that turn `before` into `after`, valid when applied in order.
-pub fn diff(before: &Value, after: &Value) -> Result<Patch, serde_json::Error> {
-    let mut ops = Ops::new();
-    diff_value(before, after, &mut ops)?;
-    Ok(ops.finish())
-}
-
 fn diff_value(a: &Value, b: &Value, ops: &mut Ops) -> Written {
     match (a, b) {
         (Value::Object(a), Value::Object(b)) => diff_object(a, b, ops),
@@ -533,12 +526,22 @@ fn pair_equal_gaps(steps: Vec<Step>) -> Vec<Step> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use json_patch::{Patch, PatchOperation};
     use proptest::prelude::*;
     use rstest::rstest;
     use serde_json::json;
+
+    /// Operations that turn `before` into `after`, valid when applied in order.
+    pub(crate) fn diff_values(
+        before: &Value,
+        after: &Value,
+    ) -> Result<super::Patch, serde_json::Error> {
+        let mut ops = Ops::new();
+        diff_value(before, after, &mut ops)?;
+        Ok(ops.finish())
+    }
 
     /// The written operations, parsed back, after checking that they are written exactly as
     /// `json_patch` writes them and that the count is theirs.
@@ -553,7 +556,7 @@ mod tests {
     }
 
     fn diff(a: &Value, b: &Value) -> Patch {
-        parsed(super::diff(a, b).unwrap())
+        parsed(diff_values(a, b).unwrap())
     }
 
     fn diff_pods(a: Pod, b: Pod) -> Result<Patch, serde_json::Error> {
