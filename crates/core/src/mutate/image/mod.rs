@@ -68,24 +68,15 @@ pub fn all_images_mut(
 /// container, `Some(None)` when it has no image.
 pub fn image_of<'p>(pod: &'p Pod, kind: Kind, name: &str) -> Option<Option<&'p str>> {
     let spec = pod.spec.as_ref()?;
+    let named = |n: &str, image: &'p Option<String>| (n == name).then_some(image.as_deref());
     match kind {
-        Kind::Container => spec
-            .containers
-            .iter()
-            .find(|c| c.name == name)
-            .map(|c| c.image.as_deref()),
-        Kind::Init => spec
-            .init_containers
-            .iter()
-            .flatten()
-            .find(|c| c.name == name)
-            .map(|c| c.image.as_deref()),
-        Kind::Ephemeral => spec
-            .ephemeral_containers
-            .iter()
-            .flatten()
-            .find(|c| c.name == name)
-            .map(|c| c.image.as_deref()),
+        Kind::Container => (spec.containers.iter()).find_map(|c| named(&c.name, &c.image)),
+        Kind::Init => {
+            (spec.init_containers.iter().flatten()).find_map(|c| named(&c.name, &c.image))
+        }
+        Kind::Ephemeral => {
+            (spec.ephemeral_containers.iter().flatten()).find_map(|c| named(&c.name, &c.image))
+        }
     }
 }
 

@@ -40,11 +40,6 @@ impl DnsOptions {
             ],
         }
     }
-
-    /// The options this mutator sets, in order.
-    pub fn options(&self) -> &[PodDNSConfigOption] {
-        &self.options
-    }
 }
 
 /// `dns` with each of `wanted` set: every existing entry of that name takes the wanted value
@@ -206,7 +201,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            DnsOptions::new(&cfg).options(),
+            DnsOptions::new(&cfg).options,
             [
                 opt("ndots", Some("3")),
                 opt("timeout", Some("2")),

@@ -72,14 +72,6 @@ impl InitGate {
             volume,
         }
     }
-
-    pub fn container(&self) -> &Container {
-        &self.container
-    }
-
-    pub fn volume(&self) -> &Volume {
-        &self.volume
-    }
 }
 
 /// Puts `gate` first among the init containers and adds `volume` (only `gate` mounts it).
@@ -338,7 +330,7 @@ mod tests {
     #[test]
     fn an_identical_gate_volume_is_reused() {
         let gate = InitGate::new(&cfg());
-        let mut pod = mk_pod().volume(gate.volume().clone()).build();
+        let mut pod = mk_pod().volume(gate.volume.clone()).build();
         run(&mut pod).unwrap();
         let vols = pod.spec.as_ref().unwrap().volumes.as_ref().unwrap();
         assert_eq!(vols.iter().filter(|v| v.name == VOL).count(), 1);
