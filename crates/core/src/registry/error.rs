@@ -145,15 +145,10 @@ pub fn known_platforms(names: &[String]) -> Vec<String> {
     const VARIANTS: &[&str] = &["v5", "v6", "v7", "v8", "v1", "v2", "v3", "v4"];
     names
         .iter()
-        .filter(|n| {
-            let mut parts = n.split('/');
-            let os = parts.next();
-            let arch = parts.next();
-            let variant = parts.next();
-            matches!(os, Some("linux" | "unknown"))
-                && arch.is_some_and(|a| ARCHES.contains(&a))
-                && variant.is_none_or(|v| VARIANTS.contains(&v))
-                && parts.next().is_none()
+        .filter(|n| match n.split('/').collect::<Vec<_>>()[..] {
+            ["linux" | "unknown", arch] => ARCHES.contains(&arch),
+            ["linux" | "unknown", arch, v] => ARCHES.contains(&arch) && VARIANTS.contains(&v),
+            _ => false,
         })
         .cloned()
         .collect()
@@ -161,11 +156,8 @@ pub fn known_platforms(names: &[String]) -> Vec<String> {
 
 /// The host the distribution API of `registry` is served on.
 pub fn api_authority(registry: &str) -> String {
-    if registry == DOCKER_HUB {
-        DOCKER_HUB_API.to_owned()
-    } else {
-        registry.to_owned()
-    }
+    let docker_hub = registry == DOCKER_HUB;
+    (if docker_hub { DOCKER_HUB_API } else { registry }).to_owned()
 }
 
 /// What a `Basic` challenge means here.
