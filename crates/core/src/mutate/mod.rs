@@ -299,14 +299,6 @@ impl Chain {
         self.entries.iter().map(|e| e.mutator.id()).collect()
     }
 
-    /// Each member's id and whether its failure denies the pod, in order.
-    pub fn members(&self) -> Vec<(&'static str, bool)> {
-        self.entries
-            .iter()
-            .map(|e| (e.mutator.id(), e.required))
-            .collect()
-    }
-
     /// Whether a member that runs on this operation (`update`: a pod UPDATE) may change or
     /// refuse the pod whose metadata is `meta` ([`PodMutator::applies`]). When none may, the
     /// admission allows the pod as it came, without reading its spec or running the chain.
@@ -380,6 +372,13 @@ impl Chain {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each member's id and whether its failure denies the pod, in order.
+    fn members(chain: &Chain) -> Vec<(&'static str, bool)> {
+        (chain.entries.iter())
+            .map(|e| (e.mutator.id(), e.required))
+            .collect()
+    }
 
     struct Label(&'static str);
     impl PodMutator for Label {
@@ -541,7 +540,7 @@ mod tests {
             "images": {"enabled": true, "rules": [{"match": "docker.io", "replace": "r.io/hub"}]}
         }));
         assert_eq!(
-            all.members(),
+            members(&all),
             [
                 ("namespace-injection", false),
                 ("secrets", true),
@@ -558,7 +557,7 @@ mod tests {
         let overridden = chain(serde_json::json!({"mesh": {"enabled": true},
             "mutators": {"secrets": {"required": false}, "dns": {"required": true}}}));
         assert_eq!(
-            overridden.members(),
+            members(&overridden),
             [
                 ("namespace-injection", false),
                 ("secrets", false),

@@ -27,9 +27,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use k8s_openapi::api::core::v1::{
-    Container, EnvVar, Pod, PodSpec, ResourceRequirements, SecurityContext, VolumeMount,
-};
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, SecurityContext, VolumeMount};
 
 use super::exec::{EXEC_ENV_ENV, ExecPlan};
 use super::plan::{FETCH_PLAN_ENV, FetchItem, FetchPlan};
@@ -113,7 +111,6 @@ pub struct ReferenceInjector {
     region: String,
     /// `embedded.fetchStrategy`, for the pod's fetch too.
     fetch_strategy: FetchStrategy,
-    resources: ResourceRequirements,
     /// Init containers another mutator owns: neither wrapped nor given secrets.
     skip: Vec<String>,
     /// Which registries the ENTRYPOINT of a container without `command` may be read from.
@@ -131,7 +128,6 @@ impl ReferenceInjector {
         skip_containers: &[String],
     ) -> Self {
         Self {
-            resources: base.file_init.resources.clone(),
             base,
             env_var_delivery: cfg.env_var_delivery,
             image: cfg.fetcher_image.clone(),
@@ -367,7 +363,7 @@ impl ReferenceInjector {
             name: INIT_CONTAINER.into(),
             image: Some(self.image.clone()),
             command: Some(vec!["/podmutator".into(), "fetch".into()]),
-            resources: Some(self.resources.clone()),
+            resources: Some(self.base.file_init.resources.clone()),
             security_context: Some(SecurityContext {
                 allow_privilege_escalation: Some(false),
                 read_only_root_filesystem: Some(true),

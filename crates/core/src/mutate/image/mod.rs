@@ -79,14 +79,3 @@ pub fn image_of<'p>(pod: &'p Pod, kind: Kind, name: &str) -> Option<Option<&'p s
         }
     }
 }
-
-/// `(container name, image)` of every container, init container and ephemeral container, in
-/// that order, skipping those named in `excluded`.
-pub fn images_mut<'a>(
-    spec: &'a mut PodSpec,
-    excluded: &'a [String],
-) -> impl Iterator<Item = (&'a str, &'a mut Option<String>)> + 'a {
-    all_images_mut(spec)
-        .map(|(_, name, image)| (name, image))
-        .filter(move |(name, _)| !excluded.iter().any(|e| e == name))
-}

@@ -9,7 +9,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::images_mut;
+use super::all_images_mut;
 use crate::config::images::{ImageRule, ImagesConfig, normalise_prefix};
 use crate::image_ref::{ImageRef, under};
 use crate::mutate::{Denied, Effects, ImageCount, PodCtx, PodMutator, Route};
@@ -91,7 +91,8 @@ impl PodMutator for ImageRules {
             .image_pull_secrets
             .as_ref()
             .is_some_and(|s| !s.is_empty());
-        for (name, image) in images_mut(spec, &self.excluded_containers) {
+        let excluded = |name: &str| self.excluded_containers.iter().any(|e| e == name);
+        for (_, name, image) in all_images_mut(spec).filter(|(_, name, _)| !excluded(name)) {
             let Some(current) = image.as_deref() else {
                 continue;
             };
