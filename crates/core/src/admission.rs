@@ -201,11 +201,20 @@ impl Admission {
                 }
             }
         }
-        let status = self
-            .verdict
-            .as_ref()
-            .map_or_else(Error::http_status, |_| 200);
-        to_reply(status, &review)
+        // Sized up front for the patch, so the body is not copied as it grows.
+        let patch = review.patch.map_or(0, <[u8]>::len);
+        let mut body = Vec::with_capacity(256 + review.uid.len() + patch.div_ceil(3) * 4);
+        match review.write(&mut body) {
+            Ok(()) => Reply {
+                status: (self.verdict.as_ref()).map_or_else(Error::http_status, |_| 200),
+                body,
+            },
+            // Writing into a `Vec` fails only if a size overflows; answer 500 rather than panic.
+            Err(_) => Reply {
+                status: 500,
+                body: br#"{"message":"failed to serialise the response"}"#.to_vec(),
+            },
+        }
     }
 
     /// The typed answer, around the `reply` written for it.
@@ -1501,20 +1510,6 @@ impl ReviewOut<'_> {
         }
         body.extend_from_slice(b"}}");
         Ok(())
-    }
-}
-
-fn to_reply(status: u16, review: &ReviewOut<'_>) -> Reply {
-    // Sized up front for the patch, so the body is not copied as it grows.
-    let patch = review.patch.map_or(0, <[u8]>::len);
-    let mut body = Vec::with_capacity(256 + review.uid.len() + patch.div_ceil(3) * 4);
-    match review.write(&mut body) {
-        Ok(()) => Reply { status, body },
-        // Writing into a `Vec` fails only if a size overflows; answer 500 rather than panic.
-        Err(_) => Reply {
-            status: 500,
-            body: br#"{"message":"failed to serialise the response"}"#.to_vec(),
-        },
     }
 }
 
