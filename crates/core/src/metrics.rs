@@ -109,23 +109,23 @@ impl Metrics {
         ];
         let fetched: &[_] = if fetch { &fetched } else { &[] };
         for (name, _, value) in fixed.iter().chain(fetched) {
-            out.field_num(name, *value);
+            out.field_num("", name, *value);
         }
         // Counts by name: each mutator that applied, secrets by manager, and the Union fork's
         // image-builder counters (§5.6: attempts, failures, replacements by version and type,
         // container validations; its `round_time` is `Duration` of the image-builder route).
         for m in f.mutators {
-            out.field_parts("Mutator_", m, 1);
+            out.field_num("Mutator_", m, 1);
         }
         for (t, n) in f.injected {
-            out.field_parts("SecretsInjected_", t.as_str(), u64::from(*n));
+            out.field_num("SecretsInjected_", t.as_str(), u64::from(*n));
         }
         for (c, n) in f.images {
-            out.field_parts("", c.metric(), u64::from(*n));
+            out.field_num("", c.metric(), u64::from(*n));
         }
         if denial {
             out.field_str("Reason", f.reason);
-            out.field_num("Denials", 1);
+            out.field_num("", "Denials", 1);
         }
         self.directive(
             &mut out,
@@ -202,7 +202,7 @@ impl Metrics {
         let mut out = self.open(256);
         out.field_str("Refusal", kind);
         out.field_str("Version", VERSION);
-        out.field_num("Refusals", count);
+        out.field_num("", "Refusals", count);
         self.directive(&mut out, timestamp_ms, &[&["Refusal"]]);
         out.0
             .push_str(",\"Metrics\":[{\"Name\":\"Refusals\",\"Unit\":\"Count\"}]}]}}");
@@ -252,7 +252,7 @@ impl Line {
     }
 
     /// A number under the key `prefix` and `name`.
-    fn field_parts(&mut self, prefix: &str, name: &str, n: u64) {
+    fn field_num(&mut self, prefix: &str, name: &str, n: u64) {
         self.str_parts(prefix, name);
         self.0.push(':');
         self.num(n);
@@ -267,12 +267,6 @@ impl Line {
         self.0.push(':');
         self.str(v);
         self.0.push(',');
-    }
-
-    fn field_num(&mut self, k: &str, n: u64) {
-        self.str(k);
-        self.0.push(':');
-        self.num(n);
     }
 
     fn definition(&mut self, prefix: &str, name: &str, unit: &str) {
