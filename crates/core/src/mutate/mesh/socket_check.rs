@@ -74,18 +74,9 @@ pub fn parse_socket_annotation<'a>(
 /// containers come first, as the kubelet starts them.
 pub fn socket_paths(spec: &PodSpec, volume: &str, file: &str) -> Vec<(String, Option<String>)> {
     let mut out = Vec::new();
-    let containers = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .chain(spec.containers.iter());
+    let containers = (spec.init_containers.iter().flatten()).chain(&spec.containers);
     for c in containers {
-        for m in c
-            .volume_mounts
-            .iter()
-            .flatten()
-            .filter(|m| m.name == volume)
-        {
+        for m in (c.volume_mounts.iter().flatten()).filter(|m| m.name == volume) {
             let dir = m.mount_path.trim_end_matches('/');
             let path = if m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty()) {
                 None
