@@ -1419,12 +1419,10 @@ fn json_path_at(body: &[u8], line: usize, column: usize, about_list: bool) -> Op
     let innermost = stack.len().saturating_sub(1);
     for (n, f) in stack.iter().enumerate() {
         let included = n < innermost
-            || in_string && f.state == In::Value
             || match f.state {
                 In::Key => false,
-                In::Colon => true,
                 In::Element => starts_value && !(f.index == 0 && list_refused),
-                In::Value => true,
+                In::Colon | In::Value => true,
             };
         if !included {
             break;
