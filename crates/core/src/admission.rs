@@ -792,7 +792,7 @@ fn run(
 
 impl Subject {
     fn of(req: &AdmissionRequest<LazyPod<'_>>) -> Self {
-        let pod = req.object.as_ref().or(req.old_object.as_ref());
+        let meta = (req.object.as_ref().or(req.old_object.as_ref())).map(|p| &p.metadata);
         Self {
             uid: req.uid.clone(),
             // A pod being created often has no namespace of its own yet: the request's first.
@@ -802,13 +802,8 @@ impl Subject {
                 .or_else(|| req.object.as_ref()?.metadata.namespace.as_deref())
                 .unwrap_or_default()
                 .to_owned(),
-            pod: pod
-                .and_then(|p| {
-                    p.metadata
-                        .name
-                        .as_ref()
-                        .or(p.metadata.generate_name.as_ref())
-                })
+            pod: meta
+                .and_then(|m| m.name.as_ref().or(m.generate_name.as_ref()))
                 .cloned()
                 .unwrap_or_default(),
             operation: operation_str(&req.operation),
