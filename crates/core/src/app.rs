@@ -131,17 +131,9 @@ impl App {
     /// Builds the webhook from a loaded configuration, which is a valid one
     /// ([`Config::validate`](crate::config::Config::validate)): nothing here checks it again.
     pub fn build(config: &Config, deps: Deps) -> Self {
-        let Deps {
-            global,
-            source,
-            resolver,
-            entrypoints,
-            metrics,
-            errors_in_replies,
-        } = deps;
         // Secrets never reach the mesh gate: it runs before the app and needs none.
         let skip_containers = mesh::skip_containers(&config.mesh);
-        let injectors = injectors(config, global, &skip_containers);
+        let injectors = injectors(config, deps.global, &skip_containers);
         let secrets = Arc::new(SecretsMutator {
             skip_containers,
             selector: (
@@ -151,18 +143,18 @@ impl App {
             limits: config.limits.clone(),
             ..SecretsMutator::new(injectors)
         });
-        let metrics = metrics.filter(|_| config.metrics.enabled);
+        let metrics = deps.metrics.filter(|_| config.metrics.enabled);
         Self {
             chain: Chain::from_config(config, secrets.clone()),
             secrets,
-            source,
-            resolver,
-            entrypoints,
+            source: deps.source,
+            resolver: deps.resolver,
+            entrypoints: deps.entrypoints,
             deadline: Duration::from_millis(config.embedded.deadline_ms),
             metrics: metrics.map(|sink| Metrics::new(config.metrics.clone(), sink)),
             counters: Arc::new(Counters::default()),
             values_in_replies: config.embedded_reads().values,
-            errors_in_replies,
+            errors_in_replies: deps.errors_in_replies,
             max_reply_bytes: config.http.max_reply_bytes,
             max_objects: config.limits.max_objects_per_review,
         }
