@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_secretsmanager::Client;
@@ -560,13 +560,6 @@ impl moka::Expiry<String, Entry> for EntryTtl {
     }
 }
 
-/// Counters for logs and metrics.
-#[derive(Debug, Default)]
-pub struct CacheStats {
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
-}
-
 /// Remembers answers of `inner` for `ttl` (found) or `negative_ttl` (not found), bounded in
 /// entries and bytes (moka: a refreshed id replaces its entry, so refreshes cannot grow it).
 /// Each id is cached on its own, so a cached organisation-scope value never hides a
@@ -576,7 +569,6 @@ pub struct CachingSource<S> {
     policy: CachePolicy,
     cache: moka::sync::Cache<String, Entry>,
     now: Arc<dyn Fn() -> Instant + Send + Sync>,
-    pub stats: CacheStats,
 }
 
 impl<S: SecretSource> CachingSource<S> {
@@ -600,7 +592,6 @@ impl<S: SecretSource> CachingSource<S> {
             policy,
             cache,
             now,
-            stats: CacheStats::default(),
         }
     }
 
@@ -636,12 +627,6 @@ impl<S: SecretSource> SecretSource for CachingSource<S> {
                     _ => misses.push(id.clone()),
                 }
             }
-            self.stats
-                .hits
-                .fetch_add(out.len() as u64, Ordering::Relaxed);
-            self.stats
-                .misses
-                .fetch_add(misses.len() as u64, Ordering::Relaxed);
             let cache_hits = out.len() as u32;
             if misses.is_empty() {
                 return Ok(Fetched {
@@ -1323,8 +1308,6 @@ mod tests {
             (2, 0, 0)
         );
         assert_eq!(calls.load(Ordering::Relaxed), 1);
-        assert_eq!(source.stats.hits.load(Ordering::Relaxed), 2);
-        assert_eq!(source.stats.misses.load(Ordering::Relaxed), 2);
     }
 
     #[tokio::test]
