@@ -361,11 +361,6 @@ impl Session<'_> {
         verify(body, digest, &self.what("manifest"))
     }
 
-    async fn blob_verified(&mut self, digest: &str) -> Result<Bytes, LookupError> {
-        let body = self.fetch("blobs", digest, "").await?;
-        verify(body, digest, &self.what("config blob"))
-    }
-
     /// The command of the manifest `body` (named `digest`), narrowed to `arch` if an index.
     async fn command(
         &mut self,
@@ -420,7 +415,9 @@ impl Session<'_> {
                         platforms: seen.iter().map(|(p, _)| p.clone()).collect(),
                         commands: seen
                             .iter()
-                            .map(|(p, c)| format!("{p}: {}", describe(c)))
+                            .map(|(p, c)| {
+                                format!("{p}: Entrypoint {:?}, Cmd {:?}", c.entrypoint, c.cmd)
+                            })
                             .collect::<Vec<_>>()
                             .join("; "),
                     });
@@ -437,7 +434,8 @@ impl Session<'_> {
     }
 
     async fn config_command(&mut self, digest: &str) -> Result<ImageCommand, LookupError> {
-        let body = self.blob_verified(digest).await?;
+        let body = self.fetch("blobs", digest, "").await?;
+        let body = verify(body, digest, &self.what("config blob"))?;
         #[derive(Deserialize)]
         struct Blob {
             config: Option<Inner>,
@@ -489,10 +487,6 @@ fn platform_name(d: &Descriptor) -> String {
         },
         None => "unknown".into(),
     }
-}
-
-fn describe(c: &ImageCommand) -> String {
-    format!("Entrypoint {:?}, Cmd {:?}", c.entrypoint, c.cmd)
 }
 
 /// `body`, once its sha256 is `digest`.

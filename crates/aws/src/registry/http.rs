@@ -89,15 +89,11 @@ impl Http {
         roots.add_parsable_certificates(native.certs);
         roots.add_parsable_certificates(self.extra_roots.iter().cloned());
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        match rustls::ClientConfig::builder_with_provider(provider)
+        rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-        {
-            Ok(b) => b.with_root_certificates(roots).with_no_client_auth(),
-            // ring supports the default versions; keep a working client regardless.
-            Err(_) => rustls::ClientConfig::builder()
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth(),
-        }
+            .expect("ring supports the default protocol versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth()
     }
 
     /// One request (HTTP/1.1, TLS unless `url` is an `http://` API endpoint from the AWS
