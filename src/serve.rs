@@ -43,7 +43,7 @@ pub fn run(config: &Config, namespace: &str) -> Result<(), ServeError> {
             w.local_cert.unwrap_or(true),
             &tls::serving_names(&w.service_name, namespace),
         )?;
-        let tls = tls::tls_config_reloading(&files, tls::RELOAD_EVERY, client_ca)?;
+        let tls = tls::tls_config(&files, client_ca)?;
         let (listener, local) = server::bind(addr).await?;
         // Bound after the HTTPS port, so a ready probe port means the webhook's is listening.
         let probe = match w.metrics_port {

@@ -179,10 +179,18 @@ pub fn generate_certs(names: &[String]) -> Result<(String, String, String), rcge
     issue_leaf(&ca_pem, &ca_key_pem, names, not_after).map(|(cert, key)| (ca_pem, cert, key))
 }
 
-/// The CA's subject: fixed words and the first bytes of its public key's SHA-256, so that two
-/// CAs (the current one and the one it replaced, both in a `caBundle`) have different names.
-fn ca_params(key: &KeyPair) -> Result<CertificateParams, rcgen::Error> {
+/// Backdated a day: a node or API server whose clock runs behind still accepts a new
+/// certificate.
+fn not_before() -> time::OffsetDateTime {
+    time::OffsetDateTime::now_utc() - time::Duration::days(1)
+}
+
+/// A new CA (ECDSA P-256) valid until `not_after`: (certificate PEM, key PEM). Its subject is
+/// fixed words and the first bytes of its public key's SHA-256, so that two CAs (the current
+/// one and the one it replaced, both in a `caBundle`) have different names.
+pub fn generate_ca(not_after: time::OffsetDateTime) -> Result<(String, String), rcgen::Error> {
     use rcgen::PublicKeyData as _;
+    let key = KeyPair::generate()?;
     let id = Sha256::digest(key.subject_public_key_info());
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
@@ -197,23 +205,9 @@ fn ca_params(key: &KeyPair) -> Result<CertificateParams, rcgen::Error> {
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
-    Ok(ca)
-}
-
-/// Backdated a day: a node or API server whose clock runs behind still accepts a new
-/// certificate.
-fn not_before() -> time::OffsetDateTime {
-    time::OffsetDateTime::now_utc() - time::Duration::days(1)
-}
-
-/// A new CA (ECDSA P-256) valid until `not_after`: (certificate PEM, key PEM).
-pub fn generate_ca(not_after: time::OffsetDateTime) -> Result<(String, String), rcgen::Error> {
-    let key = KeyPair::generate()?;
-    let mut ca = ca_params(&key)?;
     ca.not_before = not_before();
     ca.not_after = not_after;
-    let cert = ca.self_signed(&key)?;
-    Ok((cert.pem(), key.serialize_pem()))
+    Ok((ca.self_signed(&key)?.pem(), key.serialize_pem()))
 }
 
 /// A serving certificate for `names` (DNS names or IPs; the last is also the common name),
@@ -244,9 +238,8 @@ pub fn issue_leaf(
     leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     leaf.not_before = not_before();
     leaf.not_after = not_after;
-    let leaf_key = KeyPair::generate()?;
-    let leaf_cert = leaf.signed_by(&leaf_key, &issuer)?;
-    Ok((leaf_cert.pem(), leaf_key.serialize_pem()))
+    let key = KeyPair::generate()?;
+    Ok((leaf.signed_by(&key, &issuer)?.pem(), key.serialize_pem()))
 }
 
 /// `t` as RFC 3339 in UTC, to the second (`2026-12-06T01:02:03Z`).
@@ -503,20 +496,14 @@ impl rustls::server::ResolvesServerCert for ReloadingCert {
 }
 
 /// rustls server config from PEM files, offering HTTP/2 and HTTP/1.1; the certificate is
-/// reloaded when its files change ([`ReloadingCert`], looked at every [`RELOAD_EVERY`]).
-pub fn tls_config(files: &CertFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    tls_config_reloading(files, RELOAD_EVERY, None)
-}
-
-/// [`tls_config`], looking at the files again every `every` at most; with `client_ca` (a PEM
-/// file), requiring of every client a certificate signed by one of its CAs: a handshake
-/// without one, or with another, fails.
-pub fn tls_config_reloading(
+/// reloaded when its files change ([`ReloadingCert`], looked at every [`RELOAD_EVERY`]). With
+/// `client_ca` (a PEM file), every client must present a certificate signed by one of its CAs:
+/// a handshake without one, or with another, fails.
+pub fn tls_config(
     files: &CertFiles,
-    every: std::time::Duration,
     client_ca: Option<&Path>,
 ) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let resolver = Arc::new(ReloadingCert::load(files, every)?);
+    let resolver = Arc::new(ReloadingCert::load(files, RELOAD_EVERY)?);
     let dir = files.cert.parent().unwrap_or(Path::new("."));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
@@ -623,7 +610,7 @@ mod tests {
         assert_eq!(mode(&key), 0o600);
         let pem = std::fs::read_to_string(&key).unwrap();
         assert!(pem.contains("PRIVATE KEY"), "the new key was written");
-        tls_config(&files).unwrap();
+        tls_config(&files, None).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -865,8 +852,7 @@ mod tests {
     fn a_client_ca_file_that_is_no_regular_file_is_refused_unread() {
         let dir = std::env::temp_dir().join(format!("podmutator-client-ca-{}", std::process::id()));
         let files = ensure_certs(&dir, true, &["localhost".to_owned()]).unwrap();
-        let err = tls_config_reloading(&files, RELOAD_EVERY, Some(Path::new("/dev/zero")))
-            .expect_err("refused");
+        let err = tls_config(&files, Some(Path::new("/dev/zero"))).expect_err("refused");
         assert!(err.to_string().contains("not a regular file"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -575,7 +575,7 @@ pub async fn start_server(
     let names = tls::serving_names("podmutator", "flyte");
     let files = tls::ensure_certs(&dir, true, &names).unwrap();
     assert!(files.generated);
-    let tls = tls::tls_config(&files).unwrap();
+    let tls = tls::tls_config(&files, None).unwrap();
     let front = Arc::new(webhook(config, Deps::offline()));
     let (listener, local) = server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let port = local.port();

@@ -170,7 +170,7 @@ impl FakeRegistry {
             &["localhost".into(), ECR_HOST.into()],
         )
         .unwrap();
-        let tls = podmutator::transport::tls::tls_config(&files).unwrap();
+        let tls = podmutator::transport::tls::tls_config(&files, None).unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
