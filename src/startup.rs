@@ -80,11 +80,7 @@ pub async fn front(config: &Config, starter: Starter) -> Result<Front, StartErro
         return Err(ConfigError::new("http", "no path token: set http.pathTokenSha256 (the SHA-256 of the token in the registration URL), http.pathToken or http.pathTokenSecretId; or set http.pathTokenDisabled: true to serve every route to anyone who reaches it").into());
     }
     // One AWS configuration for the process: the token's read, Embedded's clients and ECR's.
-    let region = &config
-        .webhook
-        .embedded_secret_manager_config
-        .aws_config
-        .region;
+    let region = podmutator_aws::wiring::region(config);
     let aws = SharedAws::new(region);
     let token = match h
         .path_token_secret_id

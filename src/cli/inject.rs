@@ -201,15 +201,6 @@ pub enum Outcome {
     Denied { message: String },
 }
 
-/// One pod or template and what the webhook did to it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Injected {
-    /// `Kind/namespace/name` of the Pod, or for a template of the object that holds it
-    /// (`Deployment/default/web`).
-    pub what: String,
-    pub outcome: Outcome,
-}
-
 /// The webhook, offline.
 pub struct Injector {
     app: App,
@@ -227,18 +218,10 @@ impl Injector {
     }
 
     /// Runs every pod and template in `doc` (a List's items too) through the webhook, writing
-    /// the mutated pods back into `doc`. Other objects are left as they are.
-    pub async fn inject(&self, doc: &mut Value) -> Result<Vec<Injected>, InjectError> {
-        let mut out = Vec::new();
-        self.inject_into(doc, &mut out).await?;
-        Ok(out)
-    }
-
-    async fn inject_into(
-        &self,
-        doc: &mut Value,
-        out: &mut Vec<Injected>,
-    ) -> Result<(), InjectError> {
+    /// the mutated pods back into `doc`. Other objects are left as they are. Each pod or
+    /// template comes back with what the webhook did to it, named `Kind/namespace/name` (for a
+    /// template, of the object that holds it: `Deployment/default/web`).
+    pub async fn inject(&self, doc: &mut Value) -> Result<Vec<(String, Outcome)>, InjectError> {
         let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
         let namespace = doc["metadata"]["namespace"]
             .as_str()
@@ -246,12 +229,13 @@ impl Injector {
             .to_owned();
         let name = doc["metadata"]["name"].as_str().unwrap_or("").to_owned();
         if kind.ends_with("List") {
+            let mut out = Vec::new();
             if let Some(items) = doc.get_mut("items").and_then(Value::as_array_mut) {
                 for item in items {
-                    Box::pin(self.inject_into(item, out)).await?;
+                    out.extend(Box::pin(self.inject(item)).await?);
                 }
             }
-            return Ok(());
+            return Ok(out);
         }
         let what = format!("{kind}/{namespace}/{name}");
         if kind == "Pod" {
@@ -259,15 +243,14 @@ impl Injector {
             if let Outcome::Allowed { after, .. } = &outcome {
                 *doc = after.clone();
             }
-            out.push(Injected { what, outcome });
-            return Ok(());
+            return Ok(vec![(what, outcome)]);
         }
-        let Some(pointer) = template_pointer(&kind) else {
-            return Ok(());
-        };
         // A template that is not an object is the API server's to refuse; pass it through.
-        let Some(template) = doc.pointer_mut(pointer).filter(|t| t.is_object()) else {
-            return Ok(());
+        let Some(template) = template_pointer(&kind)
+            .and_then(|pointer| doc.pointer_mut(pointer))
+            .filter(|t| t.is_object())
+        else {
+            return Ok(Vec::new());
         };
         let mut pod = json!({"apiVersion": "v1", "kind": "Pod"});
         if let Some(metadata) = template.get("metadata") {
@@ -283,8 +266,7 @@ impl Injector {
                 }
             }
         }
-        out.push(Injected { what, outcome });
-        Ok(())
+        Ok(vec![(what, outcome)])
     }
 
     /// One CREATE review, as the API server sends it, answered by the app.
@@ -424,12 +406,10 @@ pub async fn inject_text(
     let mut out = Output::default();
     let mut sections = Vec::new();
     for doc in &mut docs {
-        for injected in injector.inject(doc).await? {
+        for (what, outcome) in injector.inject(doc).await? {
             out.pods += 1;
-            match injected.outcome {
-                Outcome::Denied { message } => {
-                    out.denials.push(format!("{}: {message}", injected.what));
-                }
+            match outcome {
+                Outcome::Denied { message } => out.denials.push(format!("{what}: {message}")),
                 Outcome::Allowed {
                     before,
                     after,
@@ -440,16 +420,14 @@ pub async fn inject_text(
                         out.changed += 1;
                     }
                     for w in warnings {
-                        out.warnings
-                            .push(format!("Warning: {}: {w}", injected.what));
+                        out.warnings.push(format!("Warning: {what}: {w}"));
                     }
                     if args.patch {
-                        sections.push(json!({"object": injected.what, "patch": patch}));
+                        sections.push(json!({"object": what, "patch": patch}));
                     } else if args.diff {
                         let before = render(format, std::slice::from_ref(&before))?;
                         let after = render(format, std::slice::from_ref(&after))?;
-                        out.stdout
-                            .push_str(&unified_diff(&before, &after, &injected.what));
+                        out.stdout.push_str(&unified_diff(&before, &after, &what));
                     }
                 }
             }
@@ -488,11 +466,7 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
         let mut deps = Deps::offline();
         // The reader is the operator, at their own terminal: AWS's own words for a failure.
         deps.errors_in_replies = true;
-        let region = &config
-            .webhook
-            .embedded_secret_manager_config
-            .aws_config
-            .region;
+        let region = podmutator_aws::wiring::region(config);
         let aws = podmutator_aws::secretsmanager::SharedAws::new(region);
         let deps = podmutator_aws::wiring::deps(config, &aws, deps)?;
         let app = App::build(config, deps);

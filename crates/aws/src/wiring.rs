@@ -23,11 +23,7 @@ use crate::secretsmanager::{AwsSource, CachePolicy, CachingSource, SharedAws};
 /// double) is kept.
 pub fn deps(config: &Config, aws: &SharedAws, mut deps: Deps) -> Result<Deps, ConfigError> {
     let reads = config.embedded_reads();
-    let region = &config
-        .webhook
-        .embedded_secret_manager_config
-        .aws_config
-        .region;
+    let region = region(config);
     let budget = Duration::from_millis(config.embedded.deadline_ms);
     let cached = |source: Arc<dyn SecretSource>| -> Arc<dyn SecretSource> {
         Arc::new(CachingSource::new(
@@ -58,6 +54,16 @@ pub fn deps(config: &Config, aws: &SharedAws, mut deps: Deps) -> Result<Deps, Co
         deps.entrypoints = Some(Arc::new(client.with_ecr(aws.clone())));
     }
     Ok(deps)
+}
+
+/// Embedded's region (`webhook.embeddedSecretManagerConfig.awsConfig.region`, empty for the
+/// SDK's chain): the process's one AWS configuration is loaded with it.
+pub fn region(config: &Config) -> &str {
+    &config
+        .webhook
+        .embedded_secret_manager_config
+        .aws_config
+        .region
 }
 
 /// A Secrets Manager source whose client is made on its first fetch. Loading the AWS
