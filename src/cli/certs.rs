@@ -729,16 +729,16 @@ async fn ensure_leaf(
     let (status, existing) = api.request("GET", &object, None).await?;
     let renew_at = SystemTime::now() + args.renew_before;
     let cert = data(&existing, tls::TLS_CERT).unwrap_or_default();
-    let verify = |at| tls::verify_leaf(ca.cert.as_bytes(), &cert, &required, at);
+    let verify = |cert: &[u8], at| tls::verify_leaf(ca.cert.as_bytes(), cert, &required, at);
     let key = data(&existing, tls::TLS_KEY).unwrap_or_default();
     let due = if status == 404 {
         Some("absent".to_owned())
-    } else if let Err(why) = verify(SystemTime::now()) {
+    } else if let Err(why) = verify(&cert, SystemTime::now()) {
         Some(format!(
             "tls.crt is not a valid certificate of the current CA for {} ({why})",
             required.join(" and ")
         ))
-    } else if verify(renew_at).is_err() {
+    } else if verify(&cert, renew_at).is_err() {
         Some("it expires within --renew-before".into())
     } else if tls::is_pair(&cert, &key).is_err() {
         Some("tls.key is not tls.crt's key".into())
@@ -759,13 +759,7 @@ async fn ensure_leaf(
     let (cert, key) = tls::issue_leaf(&ca.cert, &ca.key, &names, not_after)
         .map_err(|e| err!("cannot issue the serving certificate: {e}"))?;
     // A ca.key that is not ca.crt's key signs leaves no client accepts: stop before serving one.
-    tls::verify_leaf(
-        ca.cert.as_bytes(),
-        cert.as_bytes(),
-        &required,
-        SystemTime::now(),
-    )
-    .map_err(|e| {
+    verify(cert.as_bytes(), SystemTime::now()).map_err(|e| {
         err!(
             "Secret {namespace}/{}: ca.key does not sign what ca.crt verifies ({e}); delete that Secret to have a new CA made",
             args.ca_secret
