@@ -158,25 +158,17 @@ struct Staged<'a> {
     dest: &'a Path,
 }
 
-/// The program `exec` runs from: [`EXEC_WRAPPER`] beside this executable, or this executable
-/// (which answers `exec` the same way) in an image without the wrapper.
-fn exec_program() -> std::io::Result<(PathBuf, bool)> {
-    let me = std::env::current_exe()?;
-    let wrapper = me.with_file_name(EXEC_WRAPPER);
-    Ok(if wrapper.is_file() {
-        (wrapper, true)
-    } else {
-        (me, false)
-    })
-}
-
+/// Copies the program `exec` runs from to `to`: [`EXEC_WRAPPER`] beside this executable, or
+/// this executable (which answers `exec` the same way) in an image without the wrapper.
 fn copy_executable(dirs: &mut Dirs, to: &Path) -> Result<Copied, FetchError> {
     let err = |source| FetchError::Copy {
         path: to.display().to_string(),
         source,
     };
-    let (from, wrapper) = exec_program().map_err(err)?;
-    let bytes = std::fs::read(&from).map_err(err)?;
+    let me = std::env::current_exe().map_err(err)?;
+    let beside = me.with_file_name(EXEC_WRAPPER);
+    let wrapper = beside.is_file();
+    let bytes = std::fs::read(if wrapper { &beside } else { &me }).map_err(err)?;
     // Directories on the way must be searchable by every user that runs the copy.
     let (dir, name) = parent_of(dirs, to, EXECUTABLE_MODE | 0o200).map_err(err)?;
     let tmp = temp_name(&name);
