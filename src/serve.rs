@@ -5,6 +5,7 @@
 //! finishes.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use podmutator_core::config::Config;
@@ -28,13 +29,9 @@ pub enum ServeError {
 /// generated certificate.
 pub fn run(config: &Config, namespace: &str) -> Result<(), ServeError> {
     let w = &config.webhook;
-    let dir = std::path::PathBuf::from(w.cert_dir_expanded());
+    let dir = PathBuf::from(w.cert_dir_expanded());
     let addr = SocketAddr::from((config.http.listen_address, w.listen_port));
-    let client_ca = config
-        .http
-        .client_ca_file
-        .as_deref()
-        .map(std::path::Path::new);
+    let client_ca = config.http.client_ca_file.as_deref().map(Path::new);
     startup::runtime(true)?.block_on(async move {
         // The gate first: a configuration `check-config` refuses touches no certificate.
         let front = Arc::new(startup::front(config, Starter::Serve).await?);
@@ -47,9 +44,7 @@ pub fn run(config: &Config, namespace: &str) -> Result<(), ServeError> {
         let (listener, local) = server::bind(addr).await?;
         // Bound after the HTTPS port, so a ready probe port means the webhook's is listening.
         let probe = match w.metrics_port {
-            Some(port) => {
-                Some(server::bind(SocketAddr::from((config.http.listen_address, port))).await?)
-            }
+            Some(port) => Some(server::bind((config.http.listen_address, port).into()).await?),
             None => None,
         };
         let mut fields = serde_json::json!({

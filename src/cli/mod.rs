@@ -238,16 +238,8 @@ impl Cli {
             Command::Lambda { config } | Command::CheckConfig { config, .. } => Some(config),
             #[cfg(feature = "tools")]
             Command::Inject(args) => Some(&args.config),
-            #[cfg(feature = "tools")]
-            Command::WebhookConfig(_) => None,
-            #[cfg(feature = "serve")]
-            Command::Certs(_) => None,
-            #[cfg(feature = "tools")]
-            Command::Completion { .. } | Command::ConfigSchema => None,
-            Command::SecretAnnotations { .. }
-            | Command::Fetch
-            | Command::Exec { .. }
-            | Command::Version => None,
+            // The commands that read no configuration.
+            _ => None,
         };
         let source = Source {
             flyte: after
