@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use aws_credential_types::provider::ProvideCredentials;
 use hyper::body::Bytes;
-use hyper::{Method, StatusCode, header};
+use hyper::header::{self, HeaderName};
+use hyper::{Method, StatusCode};
 use serde::Deserialize;
 use url::Url;
 
@@ -88,14 +89,8 @@ impl Ecr {
             .ok_or_else(|| fail(format!("the ECR endpoint {endpoint:?} is not a URL")))?;
         let body = format!(r#"{{"registryIds":["{account}"]}}"#);
         let mut headers = vec![
-            (
-                header::CONTENT_TYPE,
-                "application/x-amz-json-1.1".to_owned(),
-            ),
-            (
-                header::HeaderName::from_static("x-amz-target"),
-                TARGET.into(),
-            ),
+            (header::CONTENT_TYPE, "application/x-amz-json-1.1".into()),
+            (HeaderName::from_static("x-amz-target"), TARGET.into()),
         ];
         let signed = sign(
             &endpoint,
@@ -151,11 +146,11 @@ impl Ecr {
 fn sign(
     endpoint: &str,
     authority: &str,
-    headers: &[(header::HeaderName, String)],
+    headers: &[(HeaderName, String)],
     body: &[u8],
     credentials: aws_credential_types::Credentials,
     region: &str,
-) -> Result<Vec<(header::HeaderName, String)>, String> {
+) -> Result<Vec<(HeaderName, String)>, String> {
     use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
     use aws_sigv4::sign::v4;
     let identity = credentials.into();
@@ -180,7 +175,7 @@ fn sign(
     instructions
         .headers()
         .map(|(k, v)| {
-            header::HeaderName::from_bytes(k.as_bytes())
+            HeaderName::from_bytes(k.as_bytes())
                 .map(|name| (name, v.to_owned()))
                 .map_err(|e| e.to_string())
         })
