@@ -22,7 +22,7 @@ use podmutator_core::secrets::source::{
     Api, BoxFuture, Fetched, Lookup, SecretRef, SecretSource, SourceError,
 };
 
-use crate::secretsmanager::ThrottleCounter;
+use crate::secretsmanager::{ThrottleCounter, from_sdk};
 
 /// `DescribeSecret` calls this process has in flight at most, all admissions together. Above a
 /// pod's ids (`limits.maxSecretIdsPerAdmission` caps those): one admission still takes one
@@ -77,12 +77,7 @@ impl DescribeSource {
             {
                 Ok((id, Lookup::NotFound))
             }
-            Err(e) => Err(crate::secretsmanager::from_sdk(
-                Api::DescribeSecret,
-                std::slice::from_ref(&id),
-                throttles.get(),
-                e,
-            )),
+            Err(e) => Err(from_sdk(Api::DescribeSecret, id, &throttles, e)),
         }
     }
 }

@@ -27,17 +27,16 @@ use podmutator_core::secrets::source::{
     ServiceMessage, SourceError,
 };
 
-/// Classifies an SDK failure of `api` for `ids`.
+/// Classifies an SDK failure of `api` for `ids` (`, `-joined), after the throttles counted.
 pub(crate) fn from_sdk<E>(
     api: Api,
-    ids: &[String],
-    throttles: u32,
+    ids: String,
+    throttles: &ThrottleCounter,
     e: SdkError<E, HttpResponse>,
 ) -> SourceError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
-    let ids = ids.join(", ");
     let code = match &e {
         SdkError::ServiceError(s) => match s.err().code() {
             Some(code) => shown_code(code),
@@ -63,7 +62,7 @@ where
         SourceError::Throttled {
             api,
             ids,
-            throttles: throttles.max(1),
+            throttles: throttles.get().max(1),
             source: Box::new(e),
         }
     } else {
@@ -338,7 +337,9 @@ impl CallCtx {
                 .interceptor(self.throttles.clone())
                 .send()
                 .await
-                .map_err(|e| from_sdk(Api::BatchGetSecretValue, &ids, self.throttles.get(), e))?;
+                .map_err(|e| {
+                    from_sdk(Api::BatchGetSecretValue, ids.join(", "), &self.throttles, e)
+                })?;
             self.warm.store(true, Ordering::Relaxed);
             for entry in resp.secret_values() {
                 let Some(name) = entry.name() else { continue };
@@ -390,10 +391,7 @@ impl CallCtx {
             {
                 Lookup::NotFound
             }
-            Err(e) => {
-                let ids = std::slice::from_ref(&id);
-                return Err(from_sdk(Api::GetSecretValue, ids, self.throttles.get(), e));
-            }
+            Err(e) => return Err(from_sdk(Api::GetSecretValue, id, &self.throttles, e)),
         };
         self.warm.store(true, Ordering::Relaxed);
         Ok((vec![(id, lookup)], 1))
