@@ -154,6 +154,12 @@ struct Object {
     secret: bool,
 }
 
+impl std::fmt::Display for Object {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
 impl Object {
     fn secret(namespace: &str, name: &str) -> Self {
         let collection = format!("/api/v1/namespaces/{namespace}/secrets");
@@ -297,13 +303,12 @@ impl Api {
         let (status, answer) = tokio::time::timeout(REQUEST_TIMEOUT, self.call(method, path, body))
             .await
             .unwrap_or_else(|_| Err(format!("no answer within {} s", REQUEST_TIMEOUT.as_secs())))
-            .map_err(|e| err!("{method} {}: {e}", object.what))?;
+            .map_err(|e| err!("{method} {object}: {e}"))?;
         match (method, status) {
             // A proxy's page, or another server at --api-server: nothing here is to be read as
             // an object that lacks its keys (which would say "delete it").
             (_, 200 | 201) if !answer.is_object() => Err(err!(
-                "{method} {}: HTTP {status} with an answer that is not a Kubernetes object: is {} the cluster's API server (--api-server)?",
-                object.what,
+                "{method} {object}: HTTP {status} with an answer that is not a Kubernetes object: is {} the cluster's API server (--api-server)?",
                 self.authority
             )),
             (_, 200 | 201) | ("GET", 404) | ("PUT", 409) => Ok((status, answer)),
@@ -335,15 +340,14 @@ impl Api {
                 object.resource
             ),
             404 => format!(
-                "{} does not exist: apply the install (kubectl apply -k) before running certs",
-                object.what
+                "{object} does not exist: apply the install (kubectl apply -k) before running certs"
             ),
             409 => {
                 "it already exists (another run created it at the same moment); run again".into()
             }
             _ => "the API server refused the request".into(),
         };
-        err!("{method} {}: HTTP {status}{said}: {hint}", object.what)
+        err!("{method} {object}: HTTP {status}{said}: {hint}")
     }
 }
 
@@ -490,8 +494,7 @@ async fn write_secret(
     let (status, _) = api.request("PUT", object, Some(&body)).await?;
     if status == 409 {
         return Err(err!(
-            "PUT {}: HTTP 409: it changed while this run read it (another run at the same moment?); {after_conflict}",
-            object.what
+            "PUT {object}: HTTP 409: it changed while this run read it (another run at the same moment?); {after_conflict}"
         ));
     }
     Ok(())
@@ -569,8 +572,7 @@ async fn ensure_ca(
     } else {
         let unusable = |what: &str| {
             err!(
-                "{}: {what}; it is not a CA this command wrote. Delete it to have a new CA made (the registration and the serving certificate follow in the same run)",
-                object.what
+                "{object}: {what}; it is not a CA this command wrote. Delete it to have a new CA made (the registration and the serving certificate follow in the same run)"
             )
         };
         let text = |key: &str| {
@@ -616,8 +618,7 @@ async fn ensure_ca(
             };
             let Some(why) = dropped else {
                 out.lines.push(format!(
-                    "{}: current (CA valid until {})",
-                    object.what,
+                    "{object}: current (CA valid until {})",
                     tls::rfc3339(not_after)
                 ));
                 return Ok(ca);
@@ -644,8 +645,7 @@ async fn ensure_ca(
     .await?;
     out.writes += 1;
     out.lines.push(format!(
-        "{}: {why} (CA valid until {})",
-        object.what,
+        "{object}: {why} (CA valid until {})",
         tls::rfc3339(ca.not_after)
     ));
     Ok(ca)
@@ -666,15 +666,11 @@ async fn ensure_bundle(
             return Err(api.refused("GET", &object, 404, &registration));
         }
         let Some(hooks) = registration["webhooks"].as_array_mut() else {
-            return Err(err!(
-                "{} has no webhooks: nothing to give the CA to",
-                object.what
-            ));
+            return Err(err!("{object} has no webhooks: nothing to give the CA to"));
         };
         if let Some(i) = hooks.iter().position(|w| !w["clientConfig"].is_object()) {
             return Err(err!(
-                "{}: webhooks[{i}] is not a webhook with a clientConfig: not a registration this command can give the CA to; apply the install's",
-                object.what
+                "{object}: webhooks[{i}] is not a webhook with a clientConfig: not a registration this command can give the CA to; apply the install's"
             ));
         }
         let current = |w: &Value| {
@@ -685,8 +681,7 @@ async fn ensure_bundle(
         };
         if hooks.iter().all(current) {
             out.lines.push(format!(
-                "{}: every caBundle current ({} webhooks)",
-                object.what,
+                "{object}: every caBundle current ({} webhooks)",
                 hooks.len()
             ));
             return Ok(());
@@ -699,20 +694,17 @@ async fn ensure_bundle(
         if status != 409 {
             out.writes += 1;
             out.lines.push(format!(
-                "{}: caBundle of {n} webhooks set ({} CAs)",
-                object.what,
+                "{object}: caBundle of {n} webhooks set ({} CAs)",
                 1 + usize::from(ca.previous.is_some())
             ));
             return Ok(());
         }
         out.lines.push(format!(
-            "{}: changed meanwhile (HTTP 409), read again (attempt {attempt} of {CONFLICT_ATTEMPTS})",
-            object.what
+            "{object}: changed meanwhile (HTTP 409), read again (attempt {attempt} of {CONFLICT_ATTEMPTS})"
         ));
     }
     Err(err!(
-        "PUT {}: HTTP 409 {CONFLICT_ATTEMPTS} times: something else keeps changing it; its caBundle is not set",
-        object.what
+        "PUT {object}: HTTP 409 {CONFLICT_ATTEMPTS} times: something else keeps changing it; its caBundle is not set"
     ))
 }
 
@@ -749,8 +741,7 @@ async fn ensure_leaf(
     };
     let Some(why) = due else {
         out.lines.push(format!(
-            "{}: current (valid until {})",
-            object.what,
+            "{object}: current (valid until {})",
             tls::not_after(&cert).map_or_else(|| "?".into(), tls::rfc3339)
         ));
         return Ok(());
@@ -782,8 +773,7 @@ async fn ensure_leaf(
     .await?;
     out.writes += 1;
     out.lines.push(format!(
-        "{}: issued for {} ({why}; valid until {})",
-        object.what,
+        "{object}: issued for {} ({why}; valid until {})",
         required[0],
         tls::rfc3339(tls::not_after(cert.as_bytes()).unwrap_or(not_after))
     ));
