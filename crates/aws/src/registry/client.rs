@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use hyper::body::Bytes;
 use hyper::{Method, StatusCode, header};
+use moka::sync::Cache;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio_rustls::rustls;
@@ -50,9 +51,9 @@ pub struct RegistryClient {
     config: EntrypointLookupConfig,
     http: Http,
     /// (registry, repository, tag) -> manifest digest.
-    tags: moka::sync::Cache<(String, String, String), String>,
+    tags: Cache<(String, String, String), String>,
     /// (registry, repository, manifest digest, pinned arch) -> command.
-    commands: moka::sync::Cache<(String, String, String, Option<String>), ImageCommand>,
+    commands: Cache<(String, String, String, Option<String>), ImageCommand>,
     in_flight: Arc<tokio::sync::Semaphore>,
     /// Basic credentials for ECR registries, from the function's AWS identity.
     ecr: Option<super::ecr::Ecr>,
@@ -67,26 +68,23 @@ impl RegistryClient {
     /// The client for `config`; reads `caBundleFile` now, so a bad one stops the start.
     pub fn new(config: &EntrypointLookupConfig) -> Result<Self, BuildError> {
         let mut extra_roots = Vec::new();
-        if !config.ca_bundle_file.is_empty() {
+        let file = &config.ca_bundle_file;
+        if !file.is_empty() {
             // A regular file of at most 4 MiB, as every file a configuration names.
-            let pem = podmutator_core::config::read_file(config.ca_bundle_file.as_ref())
-                .map_err(|e| BuildError(format!("cannot read {}: {e}", config.ca_bundle_file)))?;
+            let pem = podmutator_core::config::read_file(file.as_ref())
+                .map_err(|e| BuildError(format!("cannot read {file}: {e}")))?;
             extra_roots = rustls_pemfile::certs(&mut pem.as_bytes())
                 .collect::<Result<_, _>>()
-                .map_err(|e| BuildError(format!("{} is not PEM: {e}", config.ca_bundle_file)))?;
+                .map_err(|e| BuildError(format!("{file} is not PEM: {e}")))?;
             if extra_roots.is_empty() {
-                return Err(BuildError(format!(
-                    "{} holds no PEM certificate",
-                    config.ca_bundle_file
-                )));
+                return Err(BuildError(format!("{file} holds no PEM certificate")));
             }
             // Each must be usable as a root now, not at the first lookup.
             let mut store = rustls::RootCertStore::empty();
             for cert in &extra_roots {
                 store.add(cert.clone()).map_err(|e| {
                     BuildError(format!(
-                        "{} holds a certificate that cannot be a root: {e}",
-                        config.ca_bundle_file
+                        "{file} holds a certificate that cannot be a root: {e}"
                     ))
                 })?;
             }
@@ -94,13 +92,11 @@ impl RegistryClient {
         Ok(Self {
             config: config.clone(),
             http: Http::new(extra_roots),
-            tags: moka::sync::Cache::builder()
+            tags: Cache::builder()
                 .max_capacity(CACHE_ENTRIES)
                 .time_to_live(Duration::from_secs(config.tag_ttl_seconds))
                 .build(),
-            commands: moka::sync::Cache::builder()
-                .max_capacity(CACHE_ENTRIES)
-                .build(),
+            commands: Cache::builder().max_capacity(CACHE_ENTRIES).build(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
             ecr: None,
         })
