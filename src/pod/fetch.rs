@@ -100,62 +100,38 @@ pub fn write_files(
         root: plan.root.display().to_string(),
     })?;
     let mut dirs = Dirs::from([(PathBuf::new(), Rc::new(root))]);
-    let mut staged: Vec<Staged<'_>> = Vec::new();
-    let result = stage(plan, values, &mut dirs, &mut staged);
-    if result.is_err() {
-        for s in &staged {
-            let _ = std::fs::remove_file(s.dir.at(&s.tmp));
-        }
-        return result.map(|()| None);
-    }
-    for s in &staged {
-        std::fs::rename(s.dir.at(&s.tmp), s.dir.at(&s.name)).map_err(|source| {
-            FetchError::Write {
-                path: s.dest.display().to_string(),
-                source,
-            }
-        })?;
-    }
-    match &plan.copy_executable_to {
-        Some(to) => copy_executable(&mut dirs, to).map(Some),
-        None => Ok(None),
-    }
-}
-
-/// Writes each secret's file under its temporary name, recording it in `staged` (so that a
-/// failure can remove what was written).
-fn stage<'a>(
-    plan: &'a FetchPlan,
-    values: &BTreeMap<&str, Vec<u8>>,
-    dirs: &mut Dirs,
-    staged: &mut Vec<Staged<'a>>,
-) -> Result<(), FetchError> {
-    for item in &plan.secrets {
+    // Each secret's file under its temporary name, recorded (with the directory it is in, the
+    // name to rename it to and its path) so that a failure can remove what was written.
+    let mut staged = Vec::new();
+    let result = plan.secrets.iter().try_for_each(|item| {
         let bytes = values.get(item.id.as_str()).map_or(&[][..], Vec::as_slice);
         let err = |source| FetchError::Write {
             path: item.file.display().to_string(),
             source,
         };
         let (file_mode, dir_mode) = plan.modes();
-        let (dir, name) = parent_of(dirs, &item.file, dir_mode).map_err(err)?;
+        let (dir, name) = parent_of(&mut dirs, &item.file, dir_mode).map_err(err)?;
         let tmp = temp_name(&name);
         write_new(&dir, &tmp, bytes, file_mode).map_err(err)?;
-        staged.push(Staged {
-            dir,
-            tmp,
-            name,
-            dest: &item.file,
-        });
+        staged.push((dir, tmp, name, &item.file));
+        Ok(())
+    });
+    if let Err(e) = result {
+        for (dir, tmp, ..) in &staged {
+            let _ = std::fs::remove_file(dir.at(tmp));
+        }
+        return Err(e);
     }
-    Ok(())
-}
-
-/// A file written under its temporary name, to be renamed to `name` in `dir`.
-struct Staged<'a> {
-    dir: Rc<Dir>,
-    tmp: OsString,
-    name: OsString,
-    dest: &'a Path,
+    for (dir, tmp, name, dest) in &staged {
+        std::fs::rename(dir.at(tmp), dir.at(name)).map_err(|source| FetchError::Write {
+            path: dest.display().to_string(),
+            source,
+        })?;
+    }
+    match &plan.copy_executable_to {
+        Some(to) => copy_executable(&mut dirs, to).map(Some),
+        None => Ok(None),
+    }
 }
 
 /// Copies the program `exec` runs from to `to`: [`EXEC_WRAPPER`] beside this executable, or
