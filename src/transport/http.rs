@@ -3,15 +3,17 @@
 //! headers alone, so a caller without the token is answered before its body is read. Every
 //! answer is JSON.
 
+use std::fmt::Display;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use podmutator_core::admission::{API_VERSION_V1, Answer, Reply};
+use podmutator_core::admission::{API_VERSION_V1, Answer, Reply, ReplyLimit};
 use podmutator_core::app::App;
-use podmutator_core::config::{ConfigError, HttpConfig, Sha256Hex, check_path_token};
+use podmutator_core::config::{ConfigError, HttpConfig, check_path_token};
 use podmutator_core::error::Error;
 use podmutator_core::metrics::now_ms;
 use podmutator_core::mutate::Route;
@@ -59,11 +61,6 @@ impl std::fmt::Debug for TokenHash {
 impl TokenHash {
     pub fn of(token: &str) -> Self {
         Self(Sha256::digest(token.as_bytes()).into())
-    }
-
-    /// From `http.pathTokenSha256`, parsed as the configuration was read.
-    pub fn digest(hash: Sha256Hex) -> Self {
-        Self(hash.0)
     }
 }
 
@@ -185,11 +182,8 @@ impl Front {
     ) -> Result<Self, ConfigError> {
         let tokens = match (&http.path_token, &http.path_token_sha256, fetched_token) {
             (Some(t), _, _) => vec![TokenHash::of(t)],
-            (None, Some(hashes), _) => hashes
-                .as_slice()
-                .iter()
-                .map(|h| TokenHash::digest(*h))
-                .collect(),
+            // `http.pathTokenSha256`, parsed as the configuration was read.
+            (None, Some(hashes), _) => hashes.as_slice().iter().map(|h| TokenHash(h.0)).collect(),
             (None, None, Some(t)) => {
                 check_path_token("http.pathTokenSecretId", t)?;
                 vec![TokenHash::of(t)]
@@ -262,12 +256,7 @@ impl Front {
     /// Records a failed TLS handshake (`serve`) as [`Front::refused`] records a refusal: an API
     /// server that does not trust the certificate fails every call, and its operator must see
     /// why at the default level.
-    pub fn tls_failed(
-        &self,
-        peer: std::net::SocketAddr,
-        error: &dyn std::fmt::Display,
-        hint: &'static str,
-    ) {
+    pub fn tls_failed(&self, peer: SocketAddr, error: &dyn Display, hint: &'static str) {
         self.record(
             Refusal::TlsHandshake,
             Seen {
@@ -375,7 +364,7 @@ impl Front {
         &self,
         peer: Option<&str>,
         method: &str,
-        error: &dyn std::fmt::Display,
+        error: &dyn Display,
     ) -> Answer {
         let error = error.to_string();
         self.record(
@@ -496,7 +485,7 @@ impl Front {
         &self,
         route: Route,
         body: &[u8],
-        limit: Option<podmutator_core::admission::ReplyLimit>,
+        limit: Option<ReplyLimit>,
     ) -> Answer {
         if body.len() > self.max_body_bytes {
             return self.body_too_large(None, "POST");
@@ -517,7 +506,7 @@ impl Front {
 mod tests {
     use super::*;
     use podmutator_core::app::Deps;
-    use podmutator_core::config::Config;
+    use podmutator_core::config::{Config, Sha256Hex};
 
     fn front(token: &str) -> Front {
         let config = Config::default();
@@ -550,7 +539,7 @@ mod tests {
     #[test]
     fn a_hash_from_config_matches_its_token() {
         let hex = hex::encode(Sha256::digest(b"t0k3n"));
-        let hash = TokenHash::digest(Sha256Hex::parse(&hex).unwrap());
+        let hash = TokenHash(Sha256Hex::parse(&hex).unwrap().0);
         assert!(hash.matches("t0k3n"));
         assert!(!hash.matches("t0k3m"));
     }
