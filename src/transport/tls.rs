@@ -7,14 +7,19 @@
 use std::io::Write as _;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
 };
 use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use tokio_rustls::rustls::pki_types::UnixTime;
+use tokio_rustls::rustls::server::{ClientHello, WebPkiClientVerifier};
+use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::{self, RootCertStore};
 
 pub const CA_CERT: &str = "ca.crt";
@@ -174,21 +179,21 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
 
 /// A CA and a serving certificate signed by it (ECDSA P-256), as PEM: (ca, cert, key).
 pub fn generate_certs(names: &[String]) -> Result<(String, String, String), rcgen::Error> {
-    let not_after = time::OffsetDateTime::now_utc() + time::Duration::days(VALIDITY_DAYS);
+    let not_after = OffsetDateTime::now_utc() + time::Duration::days(VALIDITY_DAYS);
     let (ca_pem, ca_key_pem) = generate_ca(not_after)?;
     issue_leaf(&ca_pem, &ca_key_pem, names, not_after).map(|(cert, key)| (ca_pem, cert, key))
 }
 
 /// Backdated a day: a node or API server whose clock runs behind still accepts a new
 /// certificate.
-fn not_before() -> time::OffsetDateTime {
-    time::OffsetDateTime::now_utc() - time::Duration::days(1)
+fn not_before() -> OffsetDateTime {
+    OffsetDateTime::now_utc() - time::Duration::days(1)
 }
 
 /// A new CA (ECDSA P-256) valid until `not_after`: (certificate PEM, key PEM). Its subject is
 /// fixed words and the first bytes of its public key's SHA-256, so that two CAs (the current
 /// one and the one it replaced, both in a `caBundle`) have different names.
-pub fn generate_ca(not_after: time::OffsetDateTime) -> Result<(String, String), rcgen::Error> {
+pub fn generate_ca(not_after: OffsetDateTime) -> Result<(String, String), rcgen::Error> {
     use rcgen::PublicKeyData as _;
     let key = KeyPair::generate()?;
     let id = Sha256::digest(key.subject_public_key_info());
@@ -218,7 +223,7 @@ pub fn issue_leaf(
     ca_pem: &str,
     ca_key_pem: &str,
     names: &[String],
-    not_after: time::OffsetDateTime,
+    not_after: OffsetDateTime,
 ) -> Result<(String, String), rcgen::Error> {
     let issuer = Issuer::from_ca_cert_pem(ca_pem, KeyPair::from_pem(ca_key_pem)?)?;
     let mut leaf = CertificateParams::new(Vec::<String>::new())?;
@@ -243,7 +248,7 @@ pub fn issue_leaf(
 }
 
 /// `t` as RFC 3339 in UTC, to the second (`2026-12-06T01:02:03Z`).
-pub fn rfc3339(t: time::OffsetDateTime) -> String {
+pub fn rfc3339(t: OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
@@ -257,12 +262,12 @@ pub fn rfc3339(t: time::OffsetDateTime) -> String {
 }
 
 /// The `notAfter` of the first certificate in `pem`; `None` when it is not a certificate.
-pub fn not_after(pem: &[u8]) -> Option<time::OffsetDateTime> {
+pub fn not_after(pem: &[u8]) -> Option<OffsetDateTime> {
     der_not_after(&rustls_pemfile::certs(&mut &pem[..]).next()?.ok()?)
 }
 
 /// The `notAfter` of the certificate `der`.
-fn der_not_after(der: &[u8]) -> Option<time::OffsetDateTime> {
+fn der_not_after(der: &[u8]) -> Option<OffsetDateTime> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     Some(cert.validity().not_after.to_datetime())
 }
@@ -270,7 +275,7 @@ fn der_not_after(der: &[u8]) -> Option<time::OffsetDateTime> {
 /// The `notAfter` of `pem` when it is exactly one CA certificate (basic constraints `cA`, and
 /// `keyCertSign` if it says what its key may do); else why not. What `certs` puts in a
 /// registration's `caBundle` must be a CA: the API server trusts whatever the bundle holds.
-pub fn ca_not_after(pem: &[u8]) -> Result<time::OffsetDateTime, String> {
+pub fn ca_not_after(pem: &[u8]) -> Result<OffsetDateTime, String> {
     let certs = rustls_pemfile::certs(&mut &pem[..])
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("not PEM: {e}"))?;
@@ -302,7 +307,7 @@ pub fn verify_leaf(
     roots_pem: &[u8],
     leaf_pem: &[u8],
     names: &[String],
-    at: std::time::SystemTime,
+    at: SystemTime,
 ) -> Result<(), String> {
     use rustls::client::danger::ServerCertVerifier as _;
     let roots = root_store(roots_pem, "the CA is not PEM", "the CA is not usable")?;
@@ -315,10 +320,7 @@ pub fn verify_leaf(
         rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
             .build()
             .map_err(|e| e.to_string())?;
-    let at = rustls::pki_types::UnixTime::since_unix_epoch(
-        at.duration_since(std::time::UNIX_EPOCH)
-            .map_err(|e| e.to_string())?,
-    );
+    let at = UnixTime::since_unix_epoch(at.duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?);
     for name in names {
         let server = rustls::pki_types::ServerName::try_from(name.clone())
             .map_err(|e| format!("{name}: {e}"))?;
@@ -349,14 +351,14 @@ pub fn is_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
 
 /// How often the serving certificate's files are looked at again, at most: a handshake after
 /// that reads them (a few kilobytes) and compares them with what is being served.
-pub const RELOAD_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+pub const RELOAD_EVERY: Duration = Duration::from_secs(2);
 
 /// The certificate and key in `cert_pem` and `key_pem`, checked to form a pair.
 fn certified_key(
     dir: &Path,
     cert_pem: &[u8],
     key_pem: &[u8],
-) -> Result<Arc<rustls::sign::CertifiedKey>, TlsError> {
+) -> Result<Arc<CertifiedKey>, TlsError> {
     let certs = rustls_pemfile::certs(&mut &cert_pem[..])
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| certs_err(dir, format!("{TLS_CERT} is not PEM: {e}")))?;
@@ -365,9 +367,7 @@ fn certified_key(
     }
     // Every client would refuse it: served, it fails each admission while the webhook looks
     // ready.
-    if let Some(end) =
-        der_not_after(&certs[0]).filter(|end| *end <= time::OffsetDateTime::now_utc())
-    {
+    if let Some(end) = der_not_after(&certs[0]).filter(|end| *end <= OffsetDateTime::now_utc()) {
         return Err(certs_err(
             dir,
             format!(
@@ -380,7 +380,7 @@ fn certified_key(
         .map_err(|e| certs_err(dir, format!("{TLS_KEY} is not PEM: {e}")))?
         .ok_or_else(|| certs_err(dir, format!("{TLS_KEY} holds no private key")))?;
     let provider = rustls::crypto::ring::default_provider();
-    rustls::sign::CertifiedKey::from_der(certs, key, &provider)
+    CertifiedKey::from_der(certs, key, &provider)
         .map(Arc::new)
         .map_err(|e| {
             certs_err(
@@ -398,11 +398,11 @@ pub struct ReloadingCert {
     dir: PathBuf,
     cert: PathBuf,
     key: PathBuf,
-    every: std::time::Duration,
-    current: std::sync::RwLock<Arc<rustls::sign::CertifiedKey>>,
+    every: Duration,
+    current: RwLock<Arc<CertifiedKey>>,
     /// When the files were last read, and the SHA-256 of the cert and key read then (served, or
     /// refused: a bad pair is reported once, not at every look).
-    checked: std::sync::Mutex<(std::time::Instant, [u8; 32])>,
+    checked: Mutex<(Instant, [u8; 32])>,
 }
 
 impl std::fmt::Debug for ReloadingCert {
@@ -423,20 +423,17 @@ fn digest(cert_pem: &[u8], key_pem: &[u8]) -> [u8; 32] {
 
 impl ReloadingCert {
     /// Loads the pair now; an error here stops the start.
-    pub fn load(files: &CertFiles, every: std::time::Duration) -> Result<Self, TlsError> {
+    pub fn load(files: &CertFiles, every: Duration) -> Result<Self, TlsError> {
         let dir = files.cert.parent().unwrap_or(Path::new(".")).to_path_buf();
         let (cert_pem, key_pem) = Self::read(&dir, &files.cert, &files.key)?;
         let current = certified_key(&dir, &cert_pem, &key_pem)?;
         Ok(Self {
-            checked: std::sync::Mutex::new((
-                std::time::Instant::now(),
-                digest(&cert_pem, &key_pem),
-            )),
+            checked: Mutex::new((Instant::now(), digest(&cert_pem, &key_pem))),
             dir,
             cert: files.cert.clone(),
             key: files.key.clone(),
             every,
-            current: std::sync::RwLock::new(current),
+            current: RwLock::new(current),
         })
     }
 
@@ -449,7 +446,7 @@ impl ReloadingCert {
     }
 
     /// The pair being served.
-    pub fn current(&self) -> Arc<rustls::sign::CertifiedKey> {
+    pub fn current(&self) -> Arc<CertifiedKey> {
         super::unpoisoned(self.current.read()).clone()
     }
 
@@ -462,7 +459,7 @@ impl ReloadingCert {
         if checked.0.elapsed() < self.every {
             return;
         }
-        checked.0 = std::time::Instant::now();
+        checked.0 = Instant::now();
         let loaded = Self::read(&self.dir, &self.cert, &self.key).and_then(|(c, k)| {
             let seen = digest(&c, &k);
             if seen == checked.1 {
@@ -486,10 +483,7 @@ impl ReloadingCert {
 }
 
 impl rustls::server::ResolvesServerCert for ReloadingCert {
-    fn resolve(
-        &self,
-        _hello: rustls::server::ClientHello<'_>,
-    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         self.refresh();
         Some(self.current())
     }
@@ -513,12 +507,9 @@ pub fn tls_config(
         None => builder.with_no_client_auth(),
         Some(path) => {
             let roots = client_roots(path).map_err(|m| client_ca_err(path, m))?;
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                Arc::new(roots),
-                provider,
-            )
-            .build()
-            .map_err(|e| client_ca_err(path, e.to_string()))?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| client_ca_err(path, e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
