@@ -14,12 +14,14 @@
 //! a reply the client does not take ([`Answering`]) no better than a body still arriving, and
 //! for a bounded time only.
 
+use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hyper::header::{CONTENT_TYPE, HeaderValue};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -201,10 +203,8 @@ impl Answering {
         });
         *resp.status_mut() =
             hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-        resp.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static(content_type),
-        );
+        resp.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
         resp
     }
 }
@@ -262,10 +262,7 @@ impl Table {
                 .slots
                 .values()
                 .filter(|s| source.is_none_or(|src| s.source == src) && !skip.contains(&s.id))
-                .filter_map(|s| {
-                    s.shed_rank()
-                        .map(|rank| ((std::cmp::Reverse(held(s)), rank), s))
-                })
+                .filter_map(|s| s.shed_rank().map(|rank| ((Reverse(held(s)), rank), s)))
                 .min_by_key(|(key, _)| *key)
                 .map(|(_, s)| s.clone());
             let Some(victim) = victim else {

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use http_body_util::BodyExt;
 use hyper::body::{Body, Incoming as HyperBody};
+use hyper::header::{CONNECTION, CONTENT_TYPE, HeaderValue};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -148,7 +149,7 @@ async fn answer(
     let (parts, mut body) = req.into_parts();
     let content_type = parts
         .headers
-        .get(hyper::header::CONTENT_TYPE)
+        .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
     let peer = Some(peer);
     let route = match front.route(peer, parts.method.as_str(), parts.uri.path(), content_type) {
@@ -268,14 +269,10 @@ async fn respond(
         if http1 {
             // The connection ends once the body is drained: a caller answered early gets no
             // second request on it.
-            resp.headers_mut().insert(
-                hyper::header::CONNECTION,
-                hyper::header::HeaderValue::from_static("close"),
-            );
+            resp.headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
         }
-        let max_bytes = u64::try_from(front.max_body_bytes())
-            .unwrap_or(u64::MAX)
-            .saturating_mul(2);
+        let max_bytes = (front.max_body_bytes() as u64).saturating_mul(2);
         tokio::spawn(linger(body, max_bytes, limits.linger));
     }
     Ok(resp)
@@ -308,17 +305,15 @@ pub async fn serve(
         limits.max_connections_per_source,
     ));
     // A burst of refusals is reported when its window ends, not at the next refusal of its kind.
-    let flusher = {
-        let front = front.clone();
-        tokio::spawn(async move {
-            let period = Duration::from_millis(super::http::REFUSAL_SAMPLE_MS);
-            let mut tick = tokio::time::interval_at(Instant::now() + period, period);
-            loop {
-                tick.tick().await;
-                front.flush_refusals(false);
-            }
-        })
-    };
+    let refusals = front.clone();
+    let flusher = tokio::spawn(async move {
+        let period = Duration::from_millis(super::http::REFUSAL_SAMPLE_MS);
+        let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+        loop {
+            tick.tick().await;
+            refusals.flush_refusals(false);
+        }
+    });
     // Every connection task holds a receiver: `closed()` resolves once the last one ends.
     let (stopping_tx, stopping) = watch::channel(false);
     tokio::pin!(shutdown);
