@@ -67,23 +67,21 @@ pub fn run(config: &Config, namespace: &str) -> Result<(), ServeError> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let drain = std::time::Duration::from_secs(config.http.drain_seconds);
-        {
-            let draining = draining.clone();
-            tokio::spawn(async move {
-                shutdown.recv().await;
-                draining.store(true, std::sync::atomic::Ordering::SeqCst);
-                tracing::info!(
-                    drain_seconds = drain.as_secs(),
-                    "draining: readiness fails, the webhook port answers until the drain ends"
-                );
-                // A second signal (Ctrl-C again) ends the drain at once.
-                tokio::select! {
-                    () = tokio::time::sleep(drain) => {},
-                    () = shutdown.recv() => tracing::info!("second signal: the drain ends now"),
-                }
-                let _ = stop_tx.send(true);
-            });
-        }
+        let signalled = draining.clone();
+        tokio::spawn(async move {
+            shutdown.recv().await;
+            signalled.store(true, std::sync::atomic::Ordering::SeqCst);
+            tracing::info!(
+                drain_seconds = drain.as_secs(),
+                "draining: readiness fails, the webhook port answers until the drain ends"
+            );
+            // A second signal (Ctrl-C again) ends the drain at once.
+            tokio::select! {
+                () = tokio::time::sleep(drain) => {},
+                () = shutdown.recv() => tracing::info!("second signal: the drain ends now"),
+            }
+            let _ = stop_tx.send(true);
+        });
         let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };

@@ -8,6 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_sdk_secretsmanager::Client;
+use aws_sdk_secretsmanager::error::DisplayErrorContext;
 use podmutator_aws::secretsmanager::SharedAws;
 use podmutator_core::config::{Config, ConfigError};
 use podmutator_core::{App, Deps};
@@ -22,7 +24,6 @@ pub enum StartError {
     #[error("invalid configuration: http.pathTokenSecretId: cannot read the path token {id}")]
     ReadPathToken {
         id: String,
-        #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error("invalid configuration: http.pathTokenSecretId: secret {id} has no string value")]
@@ -107,10 +108,7 @@ pub async fn front(config: &Config, starter: Starter) -> Result<Front, StartErro
     Ok(Front::new(Arc::new(app), h, token.as_deref())?)
 }
 
-async fn read_path_token(
-    client: &aws_sdk_secretsmanager::Client,
-    id: &str,
-) -> Result<String, StartError> {
+async fn read_path_token(client: &Client, id: &str) -> Result<String, StartError> {
     let out = client
         .get_secret_value()
         .secret_id(id)
@@ -119,9 +117,7 @@ async fn read_path_token(
         .map_err(|e| StartError::ReadPathToken {
             id: id.to_owned(),
             // The SDK's own Display is terse ("service error"); its context names the cause.
-            source: aws_sdk_secretsmanager::error::DisplayErrorContext(e)
-                .to_string()
-                .into(),
+            source: DisplayErrorContext(e).to_string().into(),
         })?;
     out.secret_string()
         .map(|token| token.trim().to_owned())

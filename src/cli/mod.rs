@@ -9,6 +9,7 @@ use std::sync::Arc;
 use clap::{CommandFactory, Parser, Subcommand};
 use podmutator_core::config::{ENV_CONFIG_FILE, ENV_CONFIG_INLINE, ENV_FLYTE_CONFIG_FILE};
 use podmutator_core::metrics::VERSION;
+use podmutator_core::pod::plan::EXEC_WRAPPER;
 
 use crate::check_config;
 use crate::load::{FromEnv, LoadError, Source, log_warnings, print_warnings};
@@ -241,14 +242,11 @@ impl Cli {
             // The commands that read no configuration.
             _ => None,
         };
+        let after = after.cloned().unwrap_or_default();
         let source = Source {
-            flyte: after
-                .and_then(|c| c.flyte_config.clone())
-                .or(self.config.flyte_config),
-            file: after.and_then(|c| c.config.clone()).or(self.config.config),
-            inline: after
-                .and_then(|c| c.config_json.clone())
-                .or(self.config.config_json),
+            flyte: after.flyte_config.or(self.config.flyte_config),
+            file: after.config.or(self.config.config),
+            inline: after.config_json.or(self.config.config_json),
             from_env: self.from_env,
         };
         (command, source)
@@ -293,16 +291,14 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             );
             match summary.copied {
                 Some(c) if c.wrapper => eprintln!(
-                    "podmutator: copied the exec wrapper ({}, {} bytes)",
-                    podmutator_core::pod::plan::EXEC_WRAPPER,
+                    "podmutator: copied the exec wrapper ({EXEC_WRAPPER}, {} bytes)",
                     c.bytes
                 ),
                 // Works (this binary answers `exec`), at many times the wrapper's size in the
                 // pod's memory: say so, so that an image built without the wrapper is noticed.
                 Some(c) => eprintln!(
-                    "podmutator: copied this whole executable for exec ({} bytes): the image has no {} beside it, the small wrapper the Dockerfile installs",
-                    c.bytes,
-                    podmutator_core::pod::plan::EXEC_WRAPPER
+                    "podmutator: copied this whole executable for exec ({} bytes): the image has no {EXEC_WRAPPER} beside it, the small wrapper the Dockerfile installs",
+                    c.bytes
                 ),
                 None => {}
             }
@@ -414,8 +410,7 @@ pub fn version_text() -> String {
         "Lambda (the runtime loop, check-config and the pod side; no serve, inject or webhook-config)"
     };
     format!(
-        "podmutator {}\ncommit: {}\nbuild: {build}",
-        VERSION,
+        "podmutator {VERSION}\ncommit: {}\nbuild: {build}",
         env!("PODMUTATOR_COMMIT")
     )
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode, header};
 use hyper_util::client::legacy::Client;
@@ -144,9 +144,7 @@ impl Http {
             .collect()
             .await
             .map_err(|e| {
-                if e.downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some()
-                {
+                if e.downcast_ref::<LengthLimitError>().is_some() {
                     LookupError::TooLarge { what: what.into() }
                 } else {
                     connect(e.to_string())
