@@ -16,7 +16,6 @@ pub enum LoadError {
     Read {
         flag: &'static str,
         path: PathBuf,
-        #[source]
         source: std::io::Error,
     },
 }

@@ -277,7 +277,6 @@ pub enum InvalidValue {
     #[error("cannot read {path}")]
     Read {
         path: String,
-        #[source]
         source: std::io::Error,
     },
     #[error("{0} is not UTF-8 text")]

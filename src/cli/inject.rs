@@ -66,20 +66,17 @@ pub enum InjectError {
     #[error("cannot read {path}")]
     Read {
         path: String,
-        #[source]
         source: std::io::Error,
     },
     #[error("{path}: not valid JSON")]
     Json {
         path: String,
-        #[source]
         source: serde_json::Error,
     },
     #[error("{path}: not valid YAML")]
     Yaml {
         path: String,
         // Boxed: the parser's error is large, and every `Result` here would carry its size.
-        #[source]
         source: Box<serde_saphyr::Error>,
     },
     #[error(
@@ -93,7 +90,6 @@ pub enum InjectError {
     #[error("{what}: the webhook's patch does not apply")]
     Patch {
         what: String,
-        #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error("cannot write the output")]
