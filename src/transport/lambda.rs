@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 
 use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use lambda_http::aws_lambda_events::alb::{AlbTargetGroupRequest, AlbTargetGroupResponse};
 use lambda_http::aws_lambda_events::apigw::{
     ApiGatewayProxyRequest, ApiGatewayProxyResponse, ApiGatewayV2httpRequest,
@@ -237,15 +238,12 @@ fn body_bytes(body: Option<&str>, base64: bool) -> Result<Cow<'_, [u8]>, Reply> 
     match body {
         None => Ok(Cow::Borrowed(&[])),
         Some(body) if !base64 => Ok(Cow::Borrowed(body.as_bytes())),
-        Some(body) => base64::engine::general_purpose::STANDARD
-            .decode(body)
-            .map(Cow::Owned)
-            .map_err(|e| {
-                invalid(format!(
-                    "the event's body is marked isBase64Encoded but is not valid base64: {e}"
-                ))
-                .into()
-            }),
+        Some(body) => STANDARD.decode(body).map(Cow::Owned).map_err(|e| {
+            invalid(format!(
+                "the event's body is marked isBase64Encoded but is not valid base64: {e}"
+            ))
+            .into()
+        }),
     }
 }
 
@@ -285,9 +283,7 @@ async fn dispatch(
 }
 
 fn json_headers() -> HeaderMap {
-    let mut h = HeaderMap::new();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    h
+    HeaderMap::from_iter([(CONTENT_TYPE, HeaderValue::from_static("application/json"))])
 }
 
 async fn rest(front: &Front, req: ApiGatewayProxyRequest) -> Envelope<ApiGatewayProxyResponse> {
