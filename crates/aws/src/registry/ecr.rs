@@ -106,14 +106,10 @@ impl Ecr {
             .send(Method::POST, &url, &headers, Bytes::from(body), &what)
             .await?;
         if answer.status != StatusCode::OK {
-            #[derive(Deserialize)]
-            struct AwsError {
-                #[serde(rename = "__type")]
-                kind: Option<String>,
-            }
-            let code = serde_json::from_slice::<AwsError>(&answer.body)
+            // AWS's error code, `__type` of the JSON body.
+            let code = serde_json::from_slice::<serde_json::Value>(&answer.body)
                 .ok()
-                .and_then(|e| e.kind)
+                .and_then(|e| e["__type"].as_str().map(str::to_owned))
                 .unwrap_or_default();
             return Err(fail(format!(
                 "HTTP {} {code} (the function's role needs ecr:GetAuthorizationToken, and ecr:BatchGetImage and ecr:GetDownloadUrlForLayer on the repository)",
