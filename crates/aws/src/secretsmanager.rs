@@ -101,11 +101,9 @@ const SCHEDULED_FOR_DELETION: &str = "InvalidRequestException";
 
 /// An HTTPS client for the AWS SDK on rustls with ring (no aws-lc in the binary).
 pub fn http_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
-    use aws_smithy_http_client::tls;
+    use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
     aws_smithy_http_client::Builder::new()
-        .tls_provider(tls::Provider::Rustls(
-            tls::rustls_provider::CryptoMode::Ring,
-        ))
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
         .build_https()
 }
 
@@ -443,15 +441,6 @@ impl AwsSource {
         self.per_admission = per_admission.max(1);
         self
     }
-
-    /// Whether the next fetch batches.
-    fn batches(&self) -> bool {
-        match self.strategy {
-            FetchStrategy::Batch => true,
-            FetchStrategy::Parallel => false,
-            FetchStrategy::Hybrid => !self.warm.load(Ordering::Relaxed),
-        }
-    }
 }
 
 impl SecretSource for AwsSource {
@@ -467,7 +456,12 @@ impl SecretSource for AwsSource {
             // Dropping the set (first error, or the admission's deadline) aborts the calls
             // still queued, so a failed admission spends no more quota.
             let mut calls = tokio::task::JoinSet::new();
-            if self.batches() {
+            let batches = match self.strategy {
+                FetchStrategy::Batch => true,
+                FetchStrategy::Parallel => false,
+                FetchStrategy::Hybrid => !self.warm.load(Ordering::Relaxed),
+            };
+            if batches {
                 for chunk in ids.chunks(self.batch_size) {
                     calls.spawn(ctx.clone().batch(chunk.to_vec()));
                 }
