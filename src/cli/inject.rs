@@ -85,8 +85,8 @@ pub enum InjectError {
     EmbeddedNotAllowed,
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("failed to start the async runtime")]
-    Runtime(#[source] std::io::Error),
+    #[error(transparent)]
+    Runtime(#[from] crate::startup::StartError),
     #[error("{what}: the webhook's patch does not apply")]
     Patch {
         what: String,
@@ -454,11 +454,7 @@ pub fn run(config: &Config, args: &InjectArgs) -> Result<(), InjectError> {
     if (reads.values || reads.names) && !args.embedded {
         return Err(InjectError::EmbeddedNotAllowed);
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(InjectError::Runtime)?;
-    let mut out = runtime.block_on(async {
+    let mut out = crate::startup::runtime(false)?.block_on(async {
         let mut deps = Deps::offline();
         // The reader is the operator, at their own terminal: AWS's own words for a failure.
         deps.errors_in_replies = true;
