@@ -65,10 +65,8 @@ pub async fn front(config: &Config, starter: Starter) -> Result<Front, StartErro
     // Read by `serve` only (Lambda's callers come through its endpoint), and checked here so
     // `check-config` refuses the file `serve` would.
     #[cfg(feature = "serve")]
-    if let Some(path) = h
-        .client_ca_file
-        .as_deref()
-        .filter(|_| starter != Starter::Lambda)
+    if starter != Starter::Lambda
+        && let Some(path) = h.client_ca_file.as_deref()
     {
         crate::transport::tls::client_roots(std::path::Path::new(path))
             .map_err(|m| ConfigError::new("http.clientCaFile", format!("{path}: {m}")))?;
@@ -83,21 +81,17 @@ pub async fn front(config: &Config, starter: Starter) -> Result<Front, StartErro
     // One AWS configuration for the process: the token's read, Embedded's clients and ECR's.
     let region = podmutator_aws::wiring::region(config);
     let aws = SharedAws::new(region);
-    let token = match h
-        .path_token_secret_id
-        .as_deref()
-        .filter(|_| starter != Starter::CheckConfig)
-    {
+    let token = match h.path_token_secret_id.as_deref() {
         // The token lives in the function's own region (Lambda sets AWS_REGION), which may not
         // be the region Embedded secrets are read from.
-        Some(id) => {
+        Some(id) if starter != Starter::CheckConfig => {
             let own = std::env::var("AWS_REGION").unwrap_or_default();
             let token_region = if own.is_empty() { region } else { &own };
             let budget = Duration::from_millis(config.embedded.deadline_ms);
             let client = aws.secrets_manager(token_region, budget).await;
             Some(read_path_token(&client, id).await?)
         }
-        None => None,
+        _ => None,
     };
     let mut deps = Deps::process(config);
     if starter == Starter::Serve && config.webhook.metrics_port.is_some() {
