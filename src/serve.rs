@@ -87,11 +87,10 @@ pub fn run(config: &Config, namespace: &str) -> Result<(), ServeError> {
         };
         if let Some((listener, addr)) = probe {
             let counters = front.app().counters().clone();
-            let listener = listener
-                .into_std()
-                .map_err(|source| server::ServerError::Listen { addr, source })?;
+            let failed = |source| server::ServerError::Listen { addr, source };
+            let listener = listener.into_std().map_err(failed)?;
             probe::serve_on_own_thread(counters, draining, listener, stopped(stop_rx.clone()))
-                .map_err(|source| server::ServerError::Listen { addr, source })?;
+                .map_err(failed)?;
         }
         server::serve(
             front,

@@ -467,11 +467,10 @@ impl Front {
         let weight = u32::try_from(weight).unwrap_or(u32::MAX);
         self.waiting.fetch_add(1, Relaxed);
         let waiting = Waiting(&self.waiting);
-        let share = lane.acquire_many(weight).await;
+        // Held until the review is answered.
+        let _share = lane.acquire_many(weight).await;
         drop(waiting);
-        let answer = self.review(route, body).await;
-        drop(share);
-        answer
+        self.review(route, body).await
     }
 
     /// Reviews waiting for their share of the admission budget ([`Front::review_in_budget`]).
