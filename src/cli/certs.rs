@@ -32,7 +32,7 @@ use hyper::header;
 use serde_json::{Value, json};
 use tokio_rustls::rustls;
 
-use crate::transport::tls;
+use crate::transport::tls::{self, CA_CERT};
 
 /// Where the kubelet mounts a pod's service account token and the cluster's CA.
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -580,10 +580,10 @@ async fn ensure_ca(
                 .and_then(|b| String::from_utf8(b).ok())
                 .ok_or_else(|| unusable(&format!("no {key}")))
         };
-        let cert = text(tls::CA_CERT)?;
+        let cert = text(CA_CERT)?;
         let key = text(CA_KEY)?;
         let not_after = tls::ca_not_after(cert.as_bytes())
-            .map_err(|why| unusable(&format!("{}: {why}", tls::CA_CERT)))?;
+            .map_err(|why| unusable(&format!("{}: {why}", CA_CERT)))?;
         // The previous CA stays until its own notAfter (past it nothing it signed verifies),
         // and only if it is one CA certificate: the API server trusts whatever the caBundle
         // holds, so a leaf, a chain or anything else written there is dropped, not copied.
@@ -626,10 +626,8 @@ async fn ensure_ca(
             (ca, format!("previous CA dropped ({PREVIOUS_CA}: {why})"))
         }
     };
-    let mut fields: Vec<(&str, &[u8])> = vec![
-        (tls::CA_CERT, ca.cert.as_bytes()),
-        (CA_KEY, ca.key.as_bytes()),
-    ];
+    let mut fields: Vec<(&str, &[u8])> =
+        vec![(CA_CERT, ca.cert.as_bytes()), (CA_KEY, ca.key.as_bytes())];
     if let Some(previous) = &ca.previous {
         fields.push((PREVIOUS_CA, previous.as_bytes()));
     }
@@ -734,7 +732,7 @@ async fn ensure_leaf(
         Some("it expires within --renew-before".into())
     } else if tls::is_pair(&cert, &key).is_err() {
         Some("tls.key is not tls.crt's key".into())
-    } else if data(&existing, tls::CA_CERT).as_deref() != Some(ca.cert.as_bytes()) {
+    } else if data(&existing, CA_CERT).as_deref() != Some(ca.cert.as_bytes()) {
         Some("ca.crt is not the current CA".into())
     } else {
         None
@@ -759,7 +757,7 @@ async fn ensure_leaf(
     let fields: [(&str, &[u8]); 3] = [
         (tls::TLS_CERT, cert.as_bytes()),
         (tls::TLS_KEY, key.as_bytes()),
-        (tls::CA_CERT, ca.cert.as_bytes()),
+        (CA_CERT, ca.cert.as_bytes()),
     ];
     write_secret(
         api,
