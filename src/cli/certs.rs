@@ -105,14 +105,16 @@ pub struct CertsArgs {
 /// `90d`, `720h`, `30m`, `45s`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let bad = || format!("{text:?}: a number and s, m, h or d (90d, 720h)");
-    let (number, unit) = text.split_at(text.len().saturating_sub(1));
-    let seconds = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
+    // The unit is the last character, whatever its width (`90é`), not the last byte.
+    let mut chars = text.chars();
+    let seconds = match chars.next_back() {
+        Some('s') => 1,
+        Some('m') => 60,
+        Some('h') => 3600,
+        Some('d') => 86_400,
         _ => return Err(bad()),
     };
+    let number = chars.as_str();
     let n: u64 = number.parse().map_err(|_| bad())?;
     if n == 0 {
         return Err(format!("{text:?}: must be more than zero"));
@@ -788,7 +790,19 @@ mod tests {
         assert_eq!(parse_duration("720h"), Ok(Duration::from_secs(720 * 3600)));
         assert_eq!(parse_duration("30m"), Ok(Duration::from_secs(1800)));
         assert_eq!(parse_duration("45s"), Ok(Duration::from_secs(45)));
-        for bad in ["", "d", "90", "90x", "-1d", "0s", "1.5h", "99999999999d"] {
+        for bad in [
+            "",
+            "d",
+            "90",
+            "90x",
+            "90é",
+            "é",
+            "9é0d",
+            "-1d",
+            "0s",
+            "1.5h",
+            "99999999999d",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
     }
