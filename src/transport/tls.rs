@@ -453,8 +453,11 @@ impl ReloadingCert {
     /// Reads the files again if `every` has passed since the last look (one caller at a time;
     /// the others go on with the pair being served) and serves a changed pair that loads.
     fn refresh(&self) {
-        let Ok(mut checked) = self.checked.try_lock() else {
-            return;
+        let mut checked = match self.checked.try_lock() {
+            Ok(checked) => checked,
+            // A panic under the lock must not stop every later reload.
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
         };
         if checked.0.elapsed() < self.every {
             return;
@@ -646,6 +649,12 @@ mod tests {
             "unchanged files, same pair"
         );
 
+        // Even after a panic under the lock of the last look (its mutex poisoned).
+        let poisoned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _held = served.checked.lock();
+            panic!("under the lock");
+        }));
+        assert!(poisoned.is_err() && served.checked.is_poisoned());
         let (_, cert, key) = generate_certs(&names()).unwrap();
         write_file(&files.cert, cert.as_bytes(), 0o644).unwrap();
         write_file(&files.key, key.as_bytes(), 0o600).unwrap();
