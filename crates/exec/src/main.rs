@@ -39,19 +39,8 @@ fn main() -> ExitCode {
         }
     }
     let Err(err) = podmutator_exec::run_exec(args);
-    eprintln!("podmutator: exec failed: {}", chain(&err));
+    // Each message names its cause itself (`ExecError` has no source): the full binary's
+    // chain of sources prints the same line.
+    eprintln!("podmutator: exec failed: {err}");
     ExitCode::FAILURE
-}
-
-/// The error and its sources, as the full binary prints them.
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    for e in std::iter::successors(err.source(), |e| e.source()) {
-        let s = e.to_string();
-        if !out.ends_with(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-    }
-    out
 }
