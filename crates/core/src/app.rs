@@ -244,7 +244,7 @@ fn injectors(
                     }
                 }
                 SecretManagerType::Vault => {
-                    Box::new(vault::VaultInjector::from_config(&w.vault_secret_manager))
+                    Box::new(vault::VaultInjector(w.vault_secret_manager.clone()))
                 }
                 SecretManagerType::AWS => sidecar(sidecar::Provider::Aws, &w.aws_secret_manager),
                 SecretManagerType::GCP => sidecar(sidecar::Provider::Gcp, &w.gcp_secret_manager),

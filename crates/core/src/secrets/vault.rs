@@ -32,23 +32,13 @@ pub const MAX_ANNOTATION_NAME: usize = 63;
 /// Unlike Flyte, `<id>` is not a fresh time-based UUID but [`vault_id`], derived from the
 /// secret: admitting the already-annotated pod again adds nothing, and two secrets never share
 /// an id. The agent writes the file to `/etc/flyte/secrets/<group>/<key>` (case kept).
-pub struct VaultInjector {
-    pub role: String,
-    /// Deprecated engine version, used when group_version is not `kv1`, `kv2` or `db`.
-    pub kv_version: Option<KvVersion>,
-    /// `vaultSecretManager.annotations`: added to, and overriding, the defaults above.
-    pub annotations: BTreeMap<String, String>,
-}
+///
+/// Configured by `vaultSecretManager`: its `role`, its deprecated `kvVersion` (the engine when
+/// group_version is not `kv1`, `kv2` or `db`), and its `annotations`, added to and overriding
+/// the defaults above.
+pub struct VaultInjector(pub VaultConfig);
 
 impl VaultInjector {
-    pub fn from_config(cfg: &VaultConfig) -> Self {
-        Self {
-            role: cfg.role.clone(),
-            kv_version: cfg.kv_version,
-            annotations: cfg.annotations.clone(),
-        }
-    }
-
     /// The consul-template path of the key-value map, `None` for the database engine (the agent
     /// then renders the whole credential).
     fn query(&self, group_version: &str) -> Option<&'static str> {
@@ -56,7 +46,7 @@ impl VaultInjector {
             "kv1" => true,
             "kv2" => false,
             "db" => return None,
-            _ => self.kv_version == Some(KvVersion::V1),
+            _ => self.0.kv_version == Some(KvVersion::V1),
         };
         Some(if kv1 { ".Data" } else { ".Data.data" })
     }
@@ -79,7 +69,7 @@ impl VaultInjector {
         [
             ("agent-inject", "true"),
             ("secret-volume-path", SECRETS_DIR),
-            ("role", self.role.as_str()),
+            ("role", self.0.role.as_str()),
             ("agent-pre-populate-only", "true"),
         ]
         .into_iter()
@@ -136,7 +126,7 @@ impl SecretInjector for VaultInjector {
         // keys are inserted where absent; the pod's own map is not rebuilt per secret.
         let mut ours = self.secret_annotations(s);
         ours.extend(self.common_annotations());
-        ours.extend(self.annotations.clone());
+        ours.extend(self.0.annotations.clone());
         let annotations = pod
             .metadata
             .annotations
@@ -236,11 +226,11 @@ mod tests {
     use rstest::rstest;
 
     fn injector(kv_version: Option<KvVersion>, annotations: &[(&str, &str)]) -> VaultInjector {
-        VaultInjector {
+        VaultInjector(VaultConfig {
             role: "flyte".into(),
             kv_version,
             annotations: map(annotations, ""),
-        }
+        })
     }
 
     fn secret(group: &str, key: &str, group_version: &str) -> Secret {
