@@ -201,14 +201,11 @@ pub(crate) fn scope(pod: &Pod) -> Result<(&str, &str, &str), &'static str> {
 pub struct EmbeddedInjector {
     pub env_prefix: String,
     pub file_init: FileMountInitContainer,
-    /// `embedded.organization`: the only `organization` label a pod may carry; empty, any.
-    pub organization: String,
-    pub namespace_template: String,
-    /// `namespace_template` cut at its placeholders, once.
+    /// `embedded`: the organisation (the only `organization` label a pod may carry; empty,
+    /// any), the namespace template and domains, the allowed users and the value limit.
+    pub cfg: EmbeddedConfig,
+    /// `cfg.namespace_template` cut at its placeholders, once.
     template: Vec<TemplatePart>,
-    pub domains: Vec<String>,
-    pub allowed_usernames: Vec<String>,
-    pub max_value_bytes: usize,
 }
 
 /// What a dry run gets instead of a value: `kubectl create --dry-run=server -o yaml` prints the
@@ -220,20 +217,16 @@ impl EmbeddedInjector {
         Self {
             env_prefix: env_prefix.to_owned(),
             file_init: file_init.clone(),
-            organization: cfg.organization.clone(),
-            namespace_template: cfg.namespace_template.clone(),
+            cfg: cfg.clone(),
             // Checked at load (`embedded.namespaceTemplate`).
             template: crate::config::template_parts(&cfg.namespace_template).unwrap_or_default(),
-            domains: cfg.domains.clone(),
-            allowed_usernames: cfg.allowed_usernames.clone(),
-            max_value_bytes: cfg.max_value_bytes,
         }
     }
 
     /// The scope binding: a 403 when the pod asks for another organisation's or scope's
     /// secrets, or when its namespace could belong to more than one scope.
     pub(crate) fn check_binding(&self, ctx: &PodCtx<'_>, pod: &Pod) -> Result<(), Denial> {
-        if !super::user_allowed(&self.allowed_usernames, ctx.username) {
+        if !super::user_allowed(&self.cfg.allowed_usernames, ctx.username) {
             return Err(Denial::forbidden(
                 "EmbeddedUserNotAllowed",
                 format!(
@@ -247,40 +240,40 @@ impl EmbeddedInjector {
         let Ok((org, project, domain)) = scope(pod) else {
             return Ok(());
         };
-        if !self.organization.is_empty() && org != self.organization {
+        if !self.cfg.organization.is_empty() && org != self.cfg.organization {
             return Err(Denial::forbidden(
                 "EmbeddedOrganizationMismatch",
                 format!(
                     "pod label organization={org:?} is not embedded.organization {:?}: this webhook serves only that organisation's Embedded secrets; label the pod organization={:?}, or create it in a cluster that serves {org:?}",
-                    self.organization, self.organization
+                    self.cfg.organization, self.cfg.organization
                 ),
             ));
         }
-        if self.namespace_template.is_empty() {
+        if self.cfg.namespace_template.is_empty() {
             return Ok(());
         }
         // The labels are one reading of the namespace when they render to it with a
         // configured domain; the search below then tells whether they are the only one.
         let expected = render(&self.template, org, project, domain);
-        let domain_known = self.domains.iter().any(|d| d == domain);
+        let domain_known = self.cfg.domains.iter().any(|d| d == domain);
         if expected != ctx.namespace || !domain_known {
             let domain_hint = if domain_known {
                 String::new()
             } else {
                 format!(
                     " (domain {domain:?} is not one of embedded.domains {:?})",
-                    self.domains
+                    self.cfg.domains
                 )
             };
             return Err(Denial::forbidden(
                 "EmbeddedScopeMismatch",
                 format!(
                     "pod labels organization={org:?} project={project:?} domain={domain:?} belong to namespace {expected:?} (embedded.namespaceTemplate {:?}), not {:?}{domain_hint}; a pod may read only its own project's secrets: create it in {expected:?} or fix its labels",
-                    self.namespace_template, ctx.namespace
+                    self.cfg.namespace_template, ctx.namespace
                 ),
             ));
         }
-        let readings = readings(&self.template, ctx.namespace, &self.domains);
+        let readings = readings(&self.template, ctx.namespace, &self.cfg.domains);
         if readings.len() > 1 {
             let shown: Vec<String> = readings.iter().map(Reading::describe).collect();
             return Err(Denial::forbidden(
@@ -289,8 +282,8 @@ impl EmbeddedInjector {
                     "namespace {:?} reads as {} under embedded.namespaceTemplate {:?} and embedded.domains {:?}, so its pods could claim another project's secrets; remove the domain that makes it ambiguous from embedded.domains, or run the project in a namespace with one reading",
                     ctx.namespace,
                     shown.join(" and as "),
-                    self.namespace_template,
-                    self.domains
+                    self.cfg.namespace_template,
+                    self.cfg.domains
                 ),
             ));
         }
@@ -328,11 +321,11 @@ impl EmbeddedInjector {
         let Some(bytes) = value.bytes() else {
             return Err(Refusal::Empty(id.clone()));
         };
-        if bytes.len() > self.max_value_bytes {
+        if bytes.len() > self.cfg.max_value_bytes {
             return Err(Refusal::TooLarge {
                 id: id.clone(),
                 bytes: bytes.len(),
-                max: self.max_value_bytes,
+                max: self.cfg.max_value_bytes,
             });
         }
         Ok((id, bytes))
@@ -654,10 +647,8 @@ mod tests {
     /// not empty, else the binary), not the two fields added up.
     #[test]
     fn the_value_limit_weighs_the_bytes_the_pod_gets() {
-        let injector = EmbeddedInjector {
-            max_value_bytes: 4,
-            ..injector()
-        };
+        let mut injector = injector();
+        injector.cfg.max_value_bytes = 4;
         let value = |string: &str, binary: &[u8]| {
             let mut resolved = ResolvedSecrets::default();
             let v = SecretValue {
