@@ -16,28 +16,16 @@ use crate::mutate::{Denied, Effects, PodCtx, PodMutator};
 use crate::registry::ImageQuery;
 
 /// The pod's secret requests and, for each, the managers that will try it in order.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     /// A denial found while planning (a bad annotation, a request no manager accepts, another
     /// project's secret) is kept here and returned when the `secrets` mutator runs, so the
     /// chain's `required` setting decides what it means, as for any mutator.
-    outcome: Outcome,
+    outcome: Result<Vec<PlannedRequest>, Denial>,
     /// A dry run fetches nothing: its values are withheld (see [`super::embedded::DRY_RUN_PLACEHOLDER`]).
     dry_run: bool,
     /// The images to read before injecting, each once, in request order.
     images: Vec<ImageQuery>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Outcome {
-    Requests(Vec<PlannedRequest>),
-    Denied(Denial),
-}
-
-impl Default for Outcome {
-    fn default() -> Self {
-        Outcome::Requests(Vec::new())
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,18 +55,9 @@ impl Plan {
         self.ids_where(|a| matches!(a, Accept::Resolve(_)))
     }
 
-    /// Every id of any kind, for the per-admission cap.
-    fn all_ids(&self) -> Vec<String> {
-        self.ids_where(|_| true)
-    }
-
     fn ids_where(&self, keep: impl Fn(&Accept) -> bool) -> Vec<String> {
-        let Outcome::Requests(planned) = &self.outcome else {
-            return Vec::new();
-        };
         let mut seen = HashSet::new();
-        planned
-            .iter()
+        (self.outcome.iter().flatten())
             .flat_map(|p| &p.candidates)
             .filter_map(|(_, accept)| match accept {
                 Accept::Fetch(ids) | Accept::Resolve(ids) if keep(accept) => Some(ids),
@@ -93,10 +72,7 @@ impl Plan {
     /// The images whose commands the injection reads (a dry run reads them too: a command
     /// is not a secret).
     pub fn images(&self) -> &[ImageQuery] {
-        match &self.outcome {
-            Outcome::Requests(_) => &self.images,
-            Outcome::Denied(_) => &[],
-        }
+        self.outcome.as_ref().map_or(&[], |_| &self.images)
     }
 
     /// What the plan's injection adds to the reply at the least, in bytes of its base64 patch:
@@ -109,11 +85,7 @@ impl Plan {
         injectors: &[Box<dyn super::SecretInjector>],
         containers: usize,
     ) -> u64 {
-        let Outcome::Requests(requests) = &self.outcome else {
-            return 0;
-        };
-        let per_container: u64 = requests
-            .iter()
+        let per_container: u64 = (self.outcome.iter().flatten())
             .filter(|p| {
                 p.candidates
                     .first()
@@ -137,13 +109,11 @@ impl SecretsMutator {
     /// Reads only the selector label and the `flyte.secrets/*` annotations, which no mutator
     /// before `secrets` writes, so planning the pod as it came in plans what the chain sees.
     pub fn plan(&self, ctx: &PodCtx<'_>, pod: &Pod) -> Plan {
-        if !self.selects(&pod.metadata) {
-            return Plan::default();
-        }
-        let outcome = match Self::requests(pod) {
-            Err(denial) => Outcome::Denied(denial),
-            Ok(requests) if requests.len() > self.limits.max_secret_requests_per_pod => {
-                Outcome::Denied(Denial::bad_request(
+        let outcome = match self.selects(&pod.metadata).then(|| Self::requests(pod)) {
+            None => Ok(Vec::new()),
+            Some(Err(denial)) => Err(denial),
+            Some(Ok(requests)) if requests.len() > self.limits.max_secret_requests_per_pod => {
+                Err(Denial::bad_request(
                     "TooManySecretRequests",
                     format!(
                         "the pod carries {} secret requests (flyte.secrets/s<N> annotations), over the cap of {} (limits.maxSecretRequestsPerPod); request fewer secrets per task, or raise the cap",
@@ -152,23 +122,20 @@ impl SecretsMutator {
                     ),
                 ))
             }
-            Ok(requests) => requests
+            Some(Ok(requests)) => requests
                 .into_iter()
                 .map(|req| self.plan_one(req, ctx, pod))
-                .collect::<Result<Vec<_>, Denial>>()
-                .map_or_else(Outcome::Denied, Outcome::Requests),
+                .collect(),
         };
         let mut images: Vec<ImageQuery> = Vec::new();
-        if let Outcome::Requests(planned) = &outcome {
-            let queries = planned.iter().flat_map(|p| {
-                (p.candidates.iter())
-                    .filter(|(_, accept)| matches!(accept, Accept::Resolve(_)))
-                    .flat_map(|(i, _)| self.injectors[*i].images(&p.req, pod))
-            });
-            for q in queries {
-                if !images.contains(&q) {
-                    images.push(q);
-                }
+        let queries = outcome.iter().flatten().flat_map(|p| {
+            (p.candidates.iter())
+                .filter(|(_, accept)| matches!(accept, Accept::Resolve(_)))
+                .flat_map(|(i, _)| self.injectors[*i].images(&p.req, pod))
+        });
+        for q in queries {
+            if !images.contains(&q) {
+                images.push(q);
             }
         }
         let mut plan = Plan {
@@ -177,9 +144,9 @@ impl SecretsMutator {
             images,
         };
         // Counted even for a dry run, so that a dry run answers what the real create would.
-        let ids = plan.all_ids().len();
+        let ids = plan.ids_where(|_| true).len();
         if ids > self.limits.max_secret_ids_per_admission {
-            plan.outcome = Outcome::Denied(Denial::bad_request(
+            plan.outcome = Err(Denial::bad_request(
                 "TooManySecretIds",
                 format!(
                     "the pod's secret requests need {ids} AWS Secrets Manager ids, over the cap of {} per admission (limits.maxSecretIdsPerAdmission); request fewer secrets per task, or raise the cap",
@@ -256,11 +223,10 @@ impl SecretsMutator {
         ctx: &PodCtx<'_>,
         pod: &mut Pod,
     ) -> Result<Effects, Denial> {
-        let planned = match &plan.outcome {
-            Outcome::Denied(denial) => return Err(denial.clone()),
-            Outcome::Requests(planned) if planned.is_empty() => return Ok(Effects::default()),
-            Outcome::Requests(planned) => planned,
-        };
+        let planned = plan.outcome.as_ref().map_err(Denial::clone)?;
+        if planned.is_empty() {
+            return Ok(Effects::default());
+        }
         let mut edits = Edits::new(resolved);
         let mut effects = Effects::default();
         'requests: for p in planned {
@@ -335,7 +301,7 @@ impl PodMutator for SecretsMutator {
     /// Not on a pod it does not select; once planned, not on one that asks for no secret.
     fn applies(&self, ctx: &PodCtx<'_>, meta: &ObjectMeta) -> bool {
         match prepared(ctx) {
-            Some(p) => !matches!(&p.plan.outcome, Outcome::Requests(planned) if planned.is_empty()),
+            Some(p) => !p.plan.outcome.as_ref().is_ok_and(Vec::is_empty),
             None => self.selects(meta),
         }
     }
