@@ -375,7 +375,7 @@ pub fn unmarshal_text(text: &[u8]) -> Result<Secret, CodecError> {
             Field::MountRequirement => {
                 secret.mount_requirement = match value {
                     Token::Ident(v) => MountRequirement::from_name(v)
-                        .or_else(|| parse_decimal_i32(v).map(MountRequirement::from_number)),
+                        .or_else(|| parse_decimal(v).map(MountRequirement::from_number)),
                     _ => None,
                 }
                 .ok_or_else(|| lexer.error(TextProblem::NotAMountRequirement(value.describe())))?;
@@ -405,21 +405,16 @@ fn string_from_go_bytes(bytes: Vec<u8>) -> String {
     })
 }
 
-/// A decimal `int32` as Go writes one: an optional `-`, then `0` or digits without a leading
-/// zero (Go would read `010` as octal, so it is not taken as ten here).
-fn parse_decimal_i32(s: &[u8]) -> Option<i32> {
-    // ASCII digits with an optional sign: valid UTF-8, and `parse` checks the range.
-    if !is_canonical_decimal(s.strip_prefix(b"-").unwrap_or(s)) {
-        return None;
-    }
-    std::str::from_utf8(s).ok()?.parse().ok()
-}
-
-/// Digits only, at least one, and no leading zero unless the number is `0`.
-fn is_canonical_decimal(digits: &[u8]) -> bool {
-    !digits.is_empty()
+/// A decimal number as Go writes one: an optional `-` (which `parse` takes only for a signed
+/// `T`), then `0` or digits without a leading zero (Go would read `010` as octal, so it is not
+/// taken as ten here).
+fn parse_decimal<T: std::str::FromStr>(s: &[u8]) -> Option<T> {
+    let digits = s.strip_prefix(b"-").unwrap_or(s);
+    let canonical = !digits.is_empty()
         && digits.iter().all(u8::is_ascii_digit)
-        && (digits == b"0" || digits[0] != b'0')
+        && (digits == b"0" || digits[0] != b'0');
+    // ASCII digits with an optional sign: valid UTF-8, and `parse` checks the range.
+    canonical.then(|| std::str::from_utf8(s).ok()?.parse().ok())?
 }
 
 /// Tokens of the text, split where golang/protobuf's legacy parser splits them.
@@ -663,7 +658,7 @@ where
         let Some(suffix) = key.strip_prefix(ANNOTATION_PREFIX) else {
             continue;
         };
-        match parse_index(suffix) {
+        match parse_decimal(suffix.as_bytes()) {
             Some(index) => requests.push((index, key, value)),
             None if bad_key.is_none_or(|worst| key < worst) => bad_key = Some(key),
             None => {}
@@ -690,13 +685,6 @@ where
             })
         })
         .collect()
-}
-
-/// `Some(n)` for a canonical decimal `u32` (no sign, no leading zero unless it is `0`).
-fn parse_index(suffix: &str) -> Option<u32> {
-    is_canonical_decimal(suffix.as_bytes())
-        .then(|| suffix.parse().ok())
-        .flatten()
 }
 
 #[cfg(test)]
