@@ -90,39 +90,28 @@ fn render(parts: &[TemplatePart], org: &str, project: &str, domain: &str) -> Str
         .collect()
 }
 
-/// One way to read a namespace under the template: the value of each placeholder the template
-/// uses (`None` for one it does not use, which the namespace says nothing about).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Reading([Option<String>; 3]);
-
-impl Reading {
-    fn describe(&self) -> String {
-        PLACEHOLDERS
-            .iter()
-            .zip(&self.0)
-            .filter_map(|(name, v)| v.as_ref().map(|v| format!("{name}={v:?}")))
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-}
-
 /// Every reading of `namespace` under `template` whose domain is one of `domains` and whose
 /// placeholders are non-empty; stops at two, which is enough to call it ambiguous. A
 /// namespace is at most 63 bytes and a template has a few placeholders, so the search is small.
-fn readings(template: &[TemplatePart], namespace: &str, domains: &[String]) -> Vec<Reading> {
+/// A reading is the value of each placeholder the template uses, as `project="p" domain="d"`
+/// (one it does not use, the namespace says nothing about).
+fn readings(template: &[TemplatePart], namespace: &str, domains: &[String]) -> Vec<String> {
     fn walk<'n>(
         parts: &[TemplatePart],
         rest: &'n str,
         bound: &mut [Option<&'n str>; 3],
         domains: &[String],
-        out: &mut Vec<Reading>,
+        out: &mut Vec<String>,
     ) {
         if out.len() >= 2 {
             return;
         }
         let Some((first, more)) = parts.split_first() else {
             if rest.is_empty() {
-                let r = Reading(bound.map(|v| v.map(str::to_owned)));
+                let values = PLACEHOLDERS.iter().zip(*bound);
+                let r = (values.filter_map(|(name, v)| Some(format!("{name}={:?}", v?))))
+                    .collect::<Vec<_>>()
+                    .join(" ");
                 if !out.contains(&r) {
                     out.push(r);
                 }
@@ -275,13 +264,12 @@ impl EmbeddedInjector {
         }
         let readings = readings(&self.template, ctx.namespace, &self.cfg.domains);
         if readings.len() > 1 {
-            let shown: Vec<String> = readings.iter().map(Reading::describe).collect();
             return Err(Denial::forbidden(
                 "EmbeddedScopeAmbiguous",
                 format!(
                     "namespace {:?} reads as {} under embedded.namespaceTemplate {:?} and embedded.domains {:?}, so its pods could claim another project's secrets; remove the domain that makes it ambiguous from embedded.domains, or run the project in a namespace with one reading",
                     ctx.namespace,
-                    shown.join(" and as "),
+                    readings.join(" and as "),
                     self.cfg.namespace_template,
                     self.cfg.domains
                 ),
@@ -747,10 +735,7 @@ mod tests {
         #[case] d: &[&str],
         #[case] expected: &[&str],
     ) {
-        let found: Vec<String> = readings(&template_parts(t).unwrap(), namespace, &domains(d))
-            .iter()
-            .map(Reading::describe)
-            .collect();
+        let found = readings(&template_parts(t).unwrap(), namespace, &domains(d));
         assert_eq!(found, expected);
     }
 
