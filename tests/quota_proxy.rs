@@ -193,7 +193,7 @@ async fn over_the_quota_the_sdk_retries_then_the_admission_fails_naming_it(
         msg.starts_with("throttled by AWS Secrets Manager while fetching secret k: "),
         "{msg}"
     );
-    assert!(msg.contains(api.quota()), "{msg}");
+    assert!(msg.contains(&api.quota()), "{msg}");
     assert!(!msg.contains("fake-quota-value"), "{msg}");
     // The SDK's standard policy: the first attempt and two retries, each answered
     // ThrottlingException by the proxy, each counted for the metric.

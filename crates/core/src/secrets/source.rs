@@ -121,20 +121,15 @@ pub enum Api {
 impl Api {
     /// AWS's published request quota (per account and region, shared by every instance and
     /// every other application there).
-    pub fn quota(self) -> &'static str {
-        match self {
-            Api::GetSecretValue => {
-                "GetSecretValue allows 10,000 requests per second per account and region"
-            }
-            Api::BatchGetSecretValue => {
-                "BatchGetSecretValue allows 100 requests per second per account and region, not adjustable"
-            }
-            Api::DescribeSecret => {
-                "DescribeSecret allows 40,000 requests per second per account and region"
-            }
+    pub fn quota(self) -> String {
+        let (rate, note) = match self {
+            Api::GetSecretValue => ("10,000", ""),
+            Api::BatchGetSecretValue => ("100", ", not adjustable"),
+            Api::DescribeSecret => ("40,000", ""),
             #[cfg(any(test, feature = "testing"))]
-            Api::ListSecrets => "ListSecrets allows 100 requests per second per account and region",
-        }
+            Api::ListSecrets => ("100", ""),
+        };
+        format!("{self} allows {rate} requests per second per account and region{note}")
     }
 }
 
