@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::codec::MountRequirement;
 use super::refusal::Refusal;
-use super::{Accept, ENV_ENV_PREFIX, Edits, SecretInjector, SecretRequest};
+use super::{Accept, ENV_ENV_PREFIX, Edits, SecretInjector, SecretRequest, flyte_env_name};
 use crate::config::{GlobalSecretsConfig, SecretManagerType};
 use crate::error::Denial;
 use crate::mutate::PodCtx;
@@ -98,13 +98,6 @@ pub struct GlobalInjector {
     pub allowed_usernames: Vec<String>,
 }
 
-impl GlobalInjector {
-    /// The variable a request is written to (Flyte's name, upper-cased).
-    fn env_name(&self, s: &super::codec::Secret) -> String {
-        format!("{}{}_{}", self.env_prefix, s.group, s.key).to_uppercase()
-    }
-}
-
 impl SecretInjector for GlobalInjector {
     fn kind(&self) -> SecretManagerType {
         SecretManagerType::Global
@@ -122,7 +115,7 @@ impl SecretInjector for GlobalInjector {
             .map_err(Refusal::NotFound)?;
         match s.mount_requirement {
             MountRequirement::Any | MountRequirement::EnvVar => {
-                super::check_env_name(&self.env_name(s))?;
+                super::check_env_name(&flyte_env_name(&self.env_prefix, &s.group, &s.key))?;
                 Ok(Accept::Now)
             }
             MountRequirement::File => Err(Refusal::UnsupportedMount(format!(
@@ -173,7 +166,8 @@ impl SecretInjector for GlobalInjector {
                 s.group, s.key
             )));
         }
-        edits.env(env_value(&self.env_name(s), &value));
+        let name = flyte_env_name(&self.env_prefix, &s.group, &s.key);
+        edits.env(env_value(&name, &value));
         edits.env(env_value(ENV_ENV_PREFIX, &self.env_prefix));
         Ok(())
     }

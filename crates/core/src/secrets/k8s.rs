@@ -12,6 +12,7 @@ use super::codec::{MountRequirement, encode_base32};
 use super::refusal::Refusal;
 use super::{
     Accept, ENV_ENV_PREFIX, Edits, SECRETS_DIR, SecretFile, SecretInjector, SecretRequest,
+    flyte_env_name,
 };
 use crate::config::SecretManagerType;
 use crate::mutate::PodCtx;
@@ -49,7 +50,7 @@ impl SecretInjector for K8sInjector {
         match s.mount_requirement {
             MountRequirement::Unknown(n) => return Err(Refusal::UnknownMount(n)),
             MountRequirement::EnvVar => {
-                super::check_env_name(&self.env_name(&secret_group(s), &s.key))?;
+                super::check_env_name(&flyte_env_name(&self.env_prefix, &secret_group(s), &s.key))?;
             }
             // A Secret key is a file name ([`super::names::k8s`]): no `/`, `.` or `..`.
             MountRequirement::Any | MountRequirement::File => {}
@@ -86,7 +87,8 @@ impl SecretInjector for K8sInjector {
                 if !s.env_var.is_empty() {
                     edits.env(by_ref(s.env_var.clone(), source.clone()));
                 }
-                edits.env(by_ref(self.env_name(&group, &s.key), source));
+                let name = flyte_env_name(&self.env_prefix, &group, &s.key);
+                edits.env(by_ref(name, source));
             }
             MountRequirement::Any | MountRequirement::File => {
                 let dir = format!("{SECRETS_DIR}/{}", group.to_lowercase());
@@ -118,13 +120,6 @@ fn secret_group(s: &super::codec::Secret) -> String {
         hex::encode(Md5::digest(s.key.as_bytes()))
     } else {
         s.group.clone()
-    }
-}
-
-impl K8sInjector {
-    /// The variable an ENV_VAR request is written to (Flyte's name, upper-cased).
-    fn env_name(&self, group: &str, key: &str) -> String {
-        format!("{}{}_{}", self.env_prefix, group, key).to_uppercase()
     }
 }
 

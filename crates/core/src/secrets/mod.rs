@@ -96,6 +96,12 @@ pub fn user_allowed(allowed: &[String], username: &str) -> bool {
         })
 }
 
+/// Flyte's variable for a secret of `group` and `key` (Global, and K8s's ENV_VAR):
+/// `<prefix><group>_<key>`, upper-cased.
+fn flyte_env_name(prefix: &str, group: &str, key: &str) -> String {
+    format!("{prefix}{group}_{key}").to_uppercase()
+}
+
 /// An environment variable name podmutator is about to write, checked against the API
 /// server's rule so that the pod is refused here, naming the rule, not by the API server later
 /// (which blames the pod).
