@@ -131,45 +131,35 @@ fn secret_group(s: &super::codec::Secret) -> String {
 /// what others appended by reading the new tail only.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SecretVolumes {
-    /// How many of the pod's volumes are indexed.
-    seen: usize,
-    /// Volume name -> position of the first volume of that name.
-    by_name: HashMap<String, usize>,
+    /// The pod's volumes by name.
+    by_name: Positions,
     /// Secret name -> position of the volume this admission's file requests of it go to.
     by_secret: HashMap<String, usize>,
-    /// Volume position -> its items, indexed once the K8s manager adds to that volume.
-    items: HashMap<usize, SecretItems>,
+    /// Volume position -> its items by path, indexed once the K8s manager adds to that volume.
+    items: HashMap<usize, Positions>,
 }
 
+/// The positions of a list's elements by a name of theirs, in order, for the first `seen`
+/// elements.
 #[derive(Debug, Clone, Default, PartialEq)]
-struct SecretItems {
-    /// How many of the volume's items are indexed.
+struct Positions {
     seen: usize,
-    /// Path -> positions of the items written there, in order.
-    by_path: HashMap<String, Vec<usize>>,
+    by: HashMap<String, Vec<usize>>,
 }
 
-impl SecretVolumes {
-    fn catch_up(&mut self, volumes: &[Volume]) {
-        if volumes.len() < self.seen {
+impl Positions {
+    /// Indexes what was appended to `list` since the last call, under `name`; starts over,
+    /// and says so, if the list shrank.
+    fn catch_up<T>(&mut self, list: &[T], name: impl Fn(&T) -> &String) -> bool {
+        let shrank = list.len() < self.seen;
+        if shrank {
             *self = Self::default();
         }
-        for (i, v) in volumes.iter().enumerate().skip(self.seen) {
-            self.by_name.entry(v.name.clone()).or_insert(i);
+        for (i, x) in list.iter().enumerate().skip(self.seen) {
+            self.by.entry(name(x).clone()).or_default().push(i);
         }
-        self.seen = volumes.len();
-    }
-}
-
-impl SecretItems {
-    fn catch_up(&mut self, items: &[KeyToPath]) {
-        if items.len() < self.seen {
-            *self = Self::default();
-        }
-        for (i, item) in items.iter().enumerate().skip(self.seen) {
-            self.by_path.entry(item.path.clone()).or_default().push(i);
-        }
-        self.seen = items.len();
+        self.seen = list.len();
+        shrank
     }
 }
 
@@ -192,7 +182,10 @@ fn add_secret_item(
 ) -> Result<String, Refusal> {
     let spec = pod.spec.get_or_insert_with(Default::default);
     let volumes = spec.volumes.get_or_insert_with(Vec::new);
-    index.catch_up(volumes);
+    if index.by_name.catch_up(volumes, |v| &v.name) {
+        *index = SecretVolumes::default();
+        index.by_name.catch_up(volumes, |v| &v.name);
+    }
     let item = KeyToPath {
         key: key.to_owned(),
         path: path.to_owned(),
@@ -200,7 +193,7 @@ fn add_secret_item(
     };
     let name = volume_name(group, group_version);
     let this_admission = index.by_secret.get(group).copied();
-    let Some(at) = this_admission.or(index.by_name.get(&name).copied()) else {
+    let Some(at) = this_admission.or(index.by_name.by.get(&name).map(|at| at[0])) else {
         index.by_secret.insert(group.to_owned(), volumes.len());
         volumes.push(Volume {
             name: name.clone(),
@@ -231,8 +224,8 @@ fn add_secret_item(
         .items
         .get_or_insert_with(Vec::new);
     let indexed = index.items.entry(at).or_default();
-    indexed.catch_up(items);
-    let clash = (indexed.by_path.get(path).into_iter().flatten())
+    indexed.catch_up(items, |i| &i.path);
+    let clash = (indexed.by.get(path).into_iter().flatten())
         .map(|&i| &items[i])
         .find(|i| i.key != key);
     if let Some(clash) = clash {
@@ -245,9 +238,9 @@ fn add_secret_item(
         )));
     }
     // Present only as `key -> path` itself: every item at `path` has `key` (above).
-    if !indexed.by_path.contains_key(path) {
+    if !indexed.by.contains_key(path) {
         items.push(item);
-        indexed.catch_up(items);
+        indexed.catch_up(items, |i| &i.path);
     }
     Ok(v.name.clone())
 }
