@@ -76,14 +76,11 @@ fn check(
     valid: fn(&str) -> bool,
     rule: &'static str,
 ) -> Result<(), Refusal> {
-    if valid(value) {
-        return Ok(());
+    if !valid(value) {
+        let name = value.to_owned();
+        return Err(Refusal::BadSecretName { field, name, rule });
     }
-    Err(Refusal::BadSecretName {
-        field,
-        name: value.to_owned(),
-        rule,
-    })
+    Ok(())
 }
 
 /// Vault: the group is the secret's path and the key its field, both written into the
