@@ -11,11 +11,8 @@ const USAGE: &str = "usage: podmutator exec -- <command> [args...]\n\n\
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1).peekable();
-    match args
-        .peek()
-        .map(|a| a.to_string_lossy().into_owned())
-        .as_deref()
-    {
+    let first = args.peek().map(|a| a.to_string_lossy().into_owned());
+    match first.as_deref() {
         Some("exec") => {
             args.next();
         }
