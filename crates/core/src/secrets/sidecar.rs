@@ -76,15 +76,6 @@ impl Provider {
         }
     }
 
-    /// The fetcher's name for `s`: `<slug>-pull-secret-<12 hex>`, a valid DNS-1123 label of at
-    /// most 30 characters. The id is the start of the SHA-256 of what the fetcher does (its
-    /// command and its own env vars, length-prefixed), hence stable across admissions, distinct
-    /// for secrets fetched differently, and shared by requests that would fetch the same file
-    /// the same way (e.g. ANY and FILE of one secret), which then get one fetcher.
-    pub fn fetcher_name(self, s: &Secret) -> Result<String, Refusal> {
-        Ok(self.fetch(s)?.name(self))
-    }
-
     /// Which required field of `s` is missing, if any: what [`Self::fetch`] refuses, without
     /// building the fetcher (planning asks this of every request a fetcher could take).
     fn check(self, s: &Secret) -> Result<(), Refusal> {
@@ -214,6 +205,11 @@ struct Fetch {
 }
 
 impl Fetch {
+    /// The fetcher's name: `<slug>-pull-secret-<12 hex>`, a valid DNS-1123 label of at most 30
+    /// characters. The id is the start of the SHA-256 of what the fetcher does (its command and
+    /// its own env vars, length-prefixed), hence stable across admissions, distinct for secrets
+    /// fetched differently, and shared by requests that would fetch the same file the same way
+    /// (e.g. ANY and FILE of one secret), which then get one fetcher.
     fn name(&self, provider: Provider) -> String {
         // The argument count first, so command and env vars cannot trade places.
         let count = self.command.as_ref().map_or(0, Vec::len).to_string();
@@ -276,7 +272,7 @@ impl Fetch {
 
 /// Injects a secret through a fetcher init container (ANY and FILE; ENV_VAR is refused):
 /// - volume `<p>-secret-vol` (`emptyDir`, medium `Memory`), added once per pod;
-/// - init container `<p>-pull-secret-<id>` ([`Provider::fetcher_name`]) appended after the
+/// - init container `<p>-pull-secret-<id>` (`Fetch::name`) appended after the
 ///   existing init containers, with the configured image and resources (default
 ///   requests = limits = 500Mi / 200m), mounting the volume read-write:
 ///   - `aws`: at `/tmp`, env `SECRET_ARN=<group without trailing ':'>:<key without leading ':'>`
@@ -486,6 +482,13 @@ mod tests {
     use proptest::prelude::*;
     use rstest::rstest;
     use sha2::Digest;
+
+    impl Provider {
+        /// The name of the fetcher for `s`, or which required field is missing.
+        fn fetcher_name(self, s: &Secret) -> Result<String, Refusal> {
+            Ok(self.fetch(s)?.name(self))
+        }
+    }
 
     fn injector(provider: Provider) -> SidecarInjector {
         SidecarInjector::new(provider, &SidecarConfig::default())
