@@ -15,9 +15,6 @@ use crate::mutate::PodCtx;
 /// Prefix of every annotation the Vault Agent Injector reads.
 pub const VAULT_ANNOTATION_PREFIX: &str = "vault.hashicorp.com/";
 
-/// Longest name part (after the `/`) of an annotation key the API server accepts.
-pub const MAX_ANNOTATION_NAME: usize = 63;
-
 /// Injects a secret through the Vault Agent Injector (ANY and FILE; ENV_VAR is refused):
 /// - pod annotations `vault.hashicorp.com/agent-inject: "true"`, `secret-volume-path:
 ///   /etc/flyte/secrets`, `role: <role>`, `agent-pre-populate-only: "true"`, then per secret
@@ -224,6 +221,9 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use proptest::prelude::*;
     use rstest::rstest;
+
+    /// Longest name part (after the `/`) of an annotation key the API server accepts.
+    const MAX_ANNOTATION_NAME: usize = 63;
 
     fn injector(kv_version: Option<KvVersion>, annotations: &[(&str, &str)]) -> VaultInjector {
         VaultInjector(VaultConfig {
