@@ -257,12 +257,6 @@ crate::named_enum! {
     }
 }
 
-impl Field {
-    fn from_name(name: &[u8]) -> Option<Self> {
-        Self::ALL.into_iter().find(|f| f.name().as_bytes() == name)
-    }
-}
-
 /// Writes `s` exactly as golang/protobuf's legacy `proto.MarshalTextString` does.
 ///
 /// One `name: value\n` line per non-default field in field-number order; strings double-quoted
@@ -352,7 +346,8 @@ pub fn unmarshal_text(text: &[u8]) -> Result<Secret, CodecError> {
         };
         let field = match token {
             Token::Eof => return Ok(secret),
-            Token::Ident(name) => Field::from_name(name)
+            Token::Ident(name) => (Field::ALL.into_iter())
+                .find(|f| f.name().as_bytes() == name)
                 .ok_or_else(|| lexer.error(TextProblem::UnknownField(shown(name))))?,
             other => return Err(lexer.error(TextProblem::ExpectedFieldName(other.describe()))),
         };
