@@ -102,10 +102,7 @@ pub fn k8s(s: &Secret) -> Result<(), Refusal> {
 }
 
 /// The rule of a K8s group.
-pub const K8S_SECRET_NAME_RULE: &str = concat!(
-    "a Kubernetes Secret name (DNS subdomain): ",
-    "at most 253 characters: lowercase letters, digits, '-' and '.', each '.'-separated part starting and ending with a letter or digit"
-);
+pub const K8S_SECRET_NAME_RULE: &str = "a Kubernetes Secret name (DNS subdomain): at most 253 characters: lowercase letters, digits, '-' and '.', each '.'-separated part starting and ending with a letter or digit";
 
 /// GCP: group and group_version are words of the fetcher's script and parts of the file path;
 /// the key is not used.
