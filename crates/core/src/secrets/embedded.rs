@@ -19,9 +19,6 @@ use crate::k8s_names::{FILE_NAME_RULE, is_config_map_key};
 use crate::mutate::PodCtx;
 use crate::mutate::pod::{add_volume, env_value, is_windows, memory_volume, mount, ro_mount};
 
-pub const LABEL_ORGANIZATION: &str = "organization";
-pub const LABEL_PROJECT: &str = "project";
-pub const LABEL_DOMAIN: &str = "domain";
 pub const VOLUME: &str = "embedded-secret-vol";
 /// The init container's variable carrying `<key>=<base64 value>` lines.
 pub const ENV_SECRETS: &str = "SECRETS";
@@ -155,7 +152,8 @@ fn readings(template: &[TemplatePart], namespace: &str, domains: &[String]) -> V
     out
 }
 
-/// The pod's scope labels, or the first missing one (checked in Flyte's order).
+/// The pod's scope labels `organization`, `project` and `domain`, or the first missing one
+/// (checked in Flyte's order).
 pub(crate) fn scope(pod: &Pod) -> Result<(&str, &str, &str), &'static str> {
     let get = |k: &'static str| {
         pod.metadata
@@ -166,11 +164,7 @@ pub(crate) fn scope(pod: &Pod) -> Result<(&str, &str, &str), &'static str> {
             .filter(|v| !v.is_empty())
             .ok_or(k)
     };
-    Ok((
-        get(LABEL_ORGANIZATION)?,
-        get(LABEL_PROJECT)?,
-        get(LABEL_DOMAIN)?,
-    ))
+    Ok((get("organization")?, get("project")?, get("domain")?))
 }
 
 /// Injects a value fetched from AWS Secrets Manager (name
