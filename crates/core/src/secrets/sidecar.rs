@@ -19,8 +19,6 @@ use crate::mutate::pod::{
 /// AWS's fetcher image reads `SECRET_ARN` and writes under `/tmp` + `SECRET_FILENAME`.
 pub const ENV_SECRET_ARN: &str = "SECRET_ARN";
 pub const ENV_SECRET_FILENAME: &str = "SECRET_FILENAME";
-/// The AWS sidecar image always writes below `/tmp`.
-const AWS_FETCHER_MOUNT_PATH: &str = "/tmp";
 /// Hex digits of the fetcher id: 48 bits, so the few secrets of one pod never collide, and an
 /// accidental collision is caught (the existing fetcher would fetch something else).
 const FETCHER_ID_LEN: usize = 12;
@@ -71,7 +69,8 @@ impl Provider {
     /// at `/etc/flyte/secrets`; the plan's mount does not replace the fetcher's, same volume).
     const fn fetcher_mount_path(self) -> &'static str {
         match self {
-            Provider::Aws => AWS_FETCHER_MOUNT_PATH,
+            // The AWS sidecar image always writes below `/tmp`.
+            Provider::Aws => "/tmp",
             Provider::Gcp | Provider::Azure => SECRETS_DIR,
         }
     }
