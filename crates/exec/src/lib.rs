@@ -79,18 +79,14 @@ impl std::fmt::Display for ExecError {
                 "{EXEC_ENV_ENV} is not set: `podmutator exec` wraps the command of a container the webhook rewrote, and the webhook sets it"
             ),
             Self::BadPlan(why) => write!(f, "{EXEC_ENV_ENV} is not a valid exec plan: {why}"),
-            Self::Read { var, path, source }
-                if source.kind() == std::io::ErrorKind::PermissionDenied =>
-            {
-                write!(
-                    f,
-                    "cannot read {path} for {var}: {source} (the init container wrote it as another user than this container runs as: set runAsUser in the pod's securityContext, or on this container and the first one, so that the webhook runs it as this user)"
-                )
+            Self::Read { var, path, source } => {
+                let hint = if source.kind() == std::io::ErrorKind::PermissionDenied {
+                    "the init container wrote it as another user than this container runs as: set runAsUser in the pod's securityContext, or on this container and the first one, so that the webhook runs it as this user"
+                } else {
+                    "the init container writes it; is the secrets volume mounted in this container, and did the fetch succeed?"
+                };
+                write!(f, "cannot read {path} for {var}: {source} ({hint})")
             }
-            Self::Read { var, path, source } => write!(
-                f,
-                "cannot read {path} for {var}: {source} (the init container writes it; is the secrets volume mounted in this container, and did the fetch succeed?)"
-            ),
             Self::NotText { var, path } => write!(
                 f,
                 "{path} for {var} is not UTF-8 text without NUL bytes: a binary secret can only be mounted as a file (mount_requirement: FILE)"
