@@ -62,7 +62,7 @@ impl Provider {
 
     /// The shared emptyDir all fetchers of this provider write to.
     pub fn volume_name(self) -> String {
-        format!("{}-secret-vol", self.slug())
+        format!("{self}-secret-vol")
     }
 
     /// Where the fetcher mounts the volume read-write (every other container gets it read-only
@@ -217,15 +217,9 @@ impl Fetch {
         for e in &self.env {
             fields.extend([e.name.as_str(), e.value.as_deref().unwrap_or_default()]);
         }
-        let digest = identity_digest(
-            &format!("podmutator.io/{}-fetcher", provider.slug()),
-            &fields,
-        );
-        format!(
-            "{}-pull-secret-{}",
-            provider.slug(),
-            &hex::encode(digest)[..FETCHER_ID_LEN]
-        )
+        let digest = identity_digest(&format!("podmutator.io/{provider}-fetcher"), &fields);
+        let id = &hex::encode(digest)[..FETCHER_ID_LEN];
+        format!("{provider}-pull-secret-{id}")
     }
 
     /// Whether `c` (an init container of our name) is `ours`, the fetcher this injector builds
