@@ -47,7 +47,7 @@ use crate::registry::{ImageQuery, pinned_arch};
 use crate::secrets::codec::{MountRequirement, Secret};
 use crate::secrets::embedded::{EmbeddedInjector, cascade, scope};
 use crate::secrets::{
-    Accept, ENV_ENV_PREFIX, Edits, Refusal, SECRETS_DIR, SecretFile, SecretInjector, SecretRequest,
+    Accept, ENV_ENV_PREFIX, Edits, Refusal, SECRETS_DIR, SecretInjector, SecretRequest,
     check_env_name,
 };
 
@@ -644,8 +644,8 @@ impl SecretInjector for ReferenceInjector {
                     MountRequirement::File => req.secret.env_var.as_str(),
                     _ => "",
                 };
-                let file = SecretFile::new(format!("{SECRETS_DIR}/{rel}"), FILES_VOLUME, source);
-                edits.file_secret(env_var, file);
+                let path = format!("{SECRETS_DIR}/{rel}");
+                edits.file_secret(env_var, path, FILES_VOLUME, source);
             }
             Route::Exec(var) => {
                 let item = FetchItem {

@@ -47,30 +47,14 @@ pub struct Edits<'a> {
     pub(super) withheld: u32,
 }
 
-/// Where a request's secret is read from in the containers: `path`, a file of `volume` (a
-/// planned mount shows it there), holding `source` (what the manager writes or projects into
-/// it: one secret, under one name).
+/// Where a request's secret is read from in the containers ([`Edits::file_secret`]), and
+/// which request reads it there.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SecretFile {
-    pub path: String,
-    pub volume: String,
-    pub source: String,
+struct SecretFile {
+    path: String,
+    volume: String,
+    source: String,
     owner: String,
-}
-
-impl SecretFile {
-    pub fn new(
-        path: impl Into<String>,
-        volume: impl Into<String>,
-        source: impl Into<String>,
-    ) -> Self {
-        Self {
-            path: path.into(),
-            volume: volume.into(),
-            source: source.into(),
-            owner: String::new(),
-        }
-    }
 }
 
 /// A position in [`Edits`] to roll back to when an injector fails.
@@ -112,17 +96,30 @@ impl<'a> Edits<'a> {
         }
     }
 
-    /// The ending every file secret shares: `env_var`, if set, pointing at the file; then
-    /// Flyte's two variables that say where secret files are ([`Edits::secrets_dir_env`]). The
-    /// file is checked against the others once all requests ran ([`Edits::hidden_files`]).
-    pub fn file_secret(&mut self, env_var: &str, file: SecretFile) {
+    /// The ending every file secret shares, for a request whose secret the containers read
+    /// from `path`, a file of `volume` (a planned mount shows it there), holding `source` (what
+    /// the manager writes or projects into it: one secret, under one name): `env_var`, if set,
+    /// pointing at the file; then Flyte's two variables that say where secret files are
+    /// ([`Edits::secrets_dir_env`]). The file is checked against the others once all requests
+    /// ran ([`Edits::hidden_files`]).
+    pub fn file_secret(
+        &mut self,
+        env_var: &str,
+        path: impl Into<String>,
+        volume: impl Into<String>,
+        source: impl Into<String>,
+    ) {
+        let path = path.into();
         if !env_var.is_empty() {
-            self.env(env_value(env_var, &file.path));
+            self.env(env_value(env_var, &path));
         }
         self.secrets_dir_env();
+        let (volume, source, owner) = (volume.into(), source.into(), self.current.clone());
         self.files.push(SecretFile {
-            owner: self.current.clone(),
-            ..file
+            path,
+            volume,
+            source,
+            owner,
         });
     }
 

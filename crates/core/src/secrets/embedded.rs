@@ -8,9 +8,7 @@ use super::ResolvedSecrets;
 use super::codec::MountRequirement;
 use super::refusal::Refusal;
 use super::source::Lookup;
-use super::{
-    Accept, ENV_ENV_PREFIX, Edits, SECRETS_DIR, SecretFile, SecretInjector, SecretRequest,
-};
+use super::{Accept, ENV_ENV_PREFIX, Edits, SECRETS_DIR, SecretInjector, SecretRequest};
 use crate::config::{
     EmbeddedConfig, FileMountInitContainer, PLACEHOLDERS, SecretManagerType, TemplatePart,
 };
@@ -473,10 +471,8 @@ impl SecretInjector for EmbeddedInjector {
                 edits.mount(ro_mount(VOLUME, SECRETS_DIR));
                 // The file keeps the key's case (Flyte pointed the variable at a lower-cased path
                 // that does not exist for mixed-case keys).
-                edits.file_secret(
-                    &req.secret.env_var,
-                    SecretFile::new(format!("{SECRETS_DIR}/{key}"), VOLUME, key),
-                );
+                let path = format!("{SECRETS_DIR}/{key}");
+                edits.file_secret(&req.secret.env_var, path, VOLUME, key);
             }
             MountRequirement::Unknown(n) => return Err(Refusal::UnknownMount(n)),
         }

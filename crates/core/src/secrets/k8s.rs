@@ -11,8 +11,7 @@ use sha2::Sha256;
 use super::codec::{MountRequirement, encode_base32};
 use super::refusal::Refusal;
 use super::{
-    Accept, ENV_ENV_PREFIX, Edits, SECRETS_DIR, SecretFile, SecretInjector, SecretRequest,
-    flyte_env_name,
+    Accept, ENV_ENV_PREFIX, Edits, SECRETS_DIR, SecretInjector, SecretRequest, flyte_env_name,
 };
 use crate::config::SecretManagerType;
 use crate::mutate::PodCtx;
@@ -103,10 +102,7 @@ impl SecretInjector for K8sInjector {
                 )?;
                 edits.mount(ro_mount(volume.clone(), dir.clone()));
                 let source = format!("{group}/{}", s.key);
-                edits.file_secret(
-                    &s.env_var,
-                    SecretFile::new(format!("{dir}/{file}"), volume, source),
-                );
+                edits.file_secret(&s.env_var, format!("{dir}/{file}"), volume, source);
             }
             MountRequirement::Unknown(n) => return Err(Refusal::UnknownMount(n)),
         }

@@ -30,7 +30,7 @@ use crate::error::Denial;
 use crate::mutate::PodCtx;
 use crate::registry::{Entrypoints, ImageQuery};
 use codec::MountRequirement;
-pub use edits::{Edits, SecretFile};
+pub use edits::Edits;
 pub use plan::Plan;
 pub use refusal::Refusal;
 use source::Lookup;

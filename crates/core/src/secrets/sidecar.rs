@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, Volume, VolumeMount};
 use super::codec::{MountRequirement, Secret};
 use super::refusal::Refusal;
 use super::vault::identity_digest;
-use super::{Accept, Edits, SECRETS_DIR, SecretFile, SecretInjector, SecretRequest};
+use super::{Accept, Edits, SECRETS_DIR, SecretInjector, SecretRequest};
 use crate::config::{
     AWS_SIDECAR_IMAGE, AZURE_SIDECAR_IMAGE, GCP_SIDECAR_IMAGE, SecretManagerType, SidecarConfig,
 };
@@ -426,8 +426,7 @@ impl SecretInjector for SidecarInjector {
             add_volume(&mut spec.volumes, volume.clone());
         }
         edits.mount(self.mount.clone());
-        let file = SecretFile::new(&fetch.file, &volume.name, source);
-        edits.file_secret(&s.env_var, file);
+        edits.file_secret(&s.env_var, fetch.file, &volume.name, source);
         Ok(())
     }
 }
