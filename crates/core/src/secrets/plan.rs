@@ -43,10 +43,7 @@ impl Plan {
     /// Every Secrets Manager id the plan may read, each once, in request order; none for a
     /// dry run, whose pod is never created and so must not carry values back to its creator.
     pub fn ids(&self) -> Vec<String> {
-        if self.dry_run {
-            return Vec::new();
-        }
-        self.ids_where(|a| matches!(a, Accept::Fetch(_)))
+        self.ids_where(|a| !self.dry_run && matches!(a, Accept::Fetch(_)))
     }
 
     /// Every Secrets Manager id the plan needs only to resolve (name and ARN, never the value),
@@ -195,10 +192,8 @@ impl SecretsMutator {
             .map(|(i, reason)| format!("{}: {reason}", self.injectors[*i].kind()))
             .collect();
         // A container whose command cannot be wrapped has one fix whichever manager is tried.
-        let reason = if refusals
-            .iter()
-            .any(|(_, r)| matches!(r, Refusal::Entrypoint(_)))
-        {
+        let entrypoint = (refusals.iter()).any(|(_, r)| matches!(r, Refusal::Entrypoint(_)));
+        let reason = if entrypoint {
             "ContainerCommandRequired"
         } else {
             "SecretNotInjected"
