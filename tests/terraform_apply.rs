@@ -509,6 +509,16 @@ impl Terraform {
     }
 }
 
+/// Fails unless the function starts on `config` (`what`: whose configuration it is).
+fn assert_function_starts(config: &serde_json::Value, what: &str) {
+    let started = check_config(config);
+    assert!(
+        started.status.success(),
+        "{what}: the function refuses what Terraform accepts: {}",
+        combined(&started)
+    );
+}
+
 /// `podmutator check-config` on `config`, as the function's start-up gate reads it.
 fn check_config(config: &serde_json::Value) -> Output {
     crate::common::bin()
@@ -2178,12 +2188,7 @@ fn terraform_plans_refuse_what_lambda_or_the_function_would_refuse() {
         serde_json::json!({"maxBodyBytes": 6291456, "pathTokenDisabled": true}),
         "{config}"
     );
-    let started = check_config(&config);
-    assert!(
-        started.status.success(),
-        "the function refuses the planned configuration: {}",
-        combined(&started)
-    );
+    assert_function_starts(&config, "the planned configuration");
     let mut without = config.clone();
     without["http"]
         .as_object_mut()
@@ -2231,12 +2236,7 @@ fn terraform_plans_refuse_what_lambda_or_the_function_would_refuse() {
             (&deadline.into(), &ttl.into(), &body.into()),
             "{config}"
         );
-        let started = check_config(&config);
-        assert!(
-            started.status.success(),
-            "{name}: the function refuses what Terraform accepts: {}",
-            combined(&started)
-        );
+        assert_function_starts(&config, name);
     }
     for (name, [deadline, ttl, body]) in [
         ("below", lowest.map(|n| n as i64 - 1)),
@@ -2318,12 +2318,7 @@ fn terraform_plans_refuse_what_lambda_or_the_function_would_refuse() {
                 "{config}"
             );
         }
-        let started = check_config(&config);
-        assert!(
-            started.status.success(),
-            "{name}: the function refuses what Terraform accepts: {}",
-            combined(&started)
-        );
+        assert_function_starts(&config, name);
     }
     // Sections not asked for are not written: the 4 KB environment holds none of them.
     let config = tf.planned_config(&planned("limits-none", "path_token_enabled = false"));
@@ -2650,12 +2645,7 @@ fn terraform_string_variables_refuse_what_the_function_refuses() {
             ),
             "{config}"
         );
-        let started = check_config(&config);
-        assert!(
-            started.status.success(),
-            "accepted-{i}: the function refuses what Terraform accepts: {}",
-            combined(&started)
-        );
+        assert_function_starts(&config, &format!("accepted-{i}"));
     }
 
     // Each refused value, with what the plan says and the key the function names. A plan with

@@ -85,31 +85,41 @@ fn render(parts: &[TemplatePart], org: &str, project: &str, domain: &str) -> Str
         .collect()
 }
 
+/// One way to read a namespace under the template: the value of each placeholder the template
+/// uses (`None` for one it does not use, which the namespace says nothing about).
+type Reading<'n> = [Option<&'n str>; 3];
+
+/// A reading as `project="p" domain="d"`, for the message that shows it.
+fn describe(reading: &Reading<'_>) -> String {
+    let values = PLACEHOLDERS.iter().zip(reading);
+    (values.filter_map(|(name, v)| Some(format!("{name}={:?}", (*v)?))))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Every reading of `namespace` under `template` whose domain is one of `domains` and whose
 /// placeholders are non-empty; stops at two, which is enough to call it ambiguous. A
 /// namespace is at most 63 bytes and a template has a few placeholders, so the search is small.
-/// A reading is the value of each placeholder the template uses, as `project="p" domain="d"`
-/// (one it does not use, the namespace says nothing about).
-fn readings(template: &[TemplatePart], namespace: &str, domains: &[String]) -> Vec<String> {
+/// Borrowed from the namespace: every request's scope check reads it, and only an ambiguous
+/// one is described.
+fn readings<'n>(
+    template: &[TemplatePart],
+    namespace: &'n str,
+    domains: &[String],
+) -> Vec<Reading<'n>> {
     fn walk<'n>(
         parts: &[TemplatePart],
         rest: &'n str,
-        bound: &mut [Option<&'n str>; 3],
+        bound: &mut Reading<'n>,
         domains: &[String],
-        out: &mut Vec<String>,
+        out: &mut Vec<Reading<'n>>,
     ) {
         if out.len() >= 2 {
             return;
         }
         let Some((first, more)) = parts.split_first() else {
-            if rest.is_empty() {
-                let values = PLACEHOLDERS.iter().zip(*bound);
-                let r = (values.filter_map(|(name, v)| Some(format!("{name}={:?}", v?))))
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                if !out.contains(&r) {
-                    out.push(r);
-                }
+            if rest.is_empty() && !out.contains(bound) {
+                out.push(*bound);
             }
             return;
         };
@@ -261,7 +271,11 @@ impl EmbeddedInjector {
                 format!(
                     "namespace {:?} reads as {} under embedded.namespaceTemplate {:?} and embedded.domains {:?}, so its pods could claim another project's secrets; remove the domain that makes it ambiguous from embedded.domains, or run the project in a namespace with one reading",
                     ctx.namespace,
-                    readings.join(" and as "),
+                    readings
+                        .iter()
+                        .map(describe)
+                        .collect::<Vec<_>>()
+                        .join(" and as "),
                     self.cfg.namespace_template,
                     self.cfg.domains
                 ),
@@ -726,7 +740,7 @@ mod tests {
         #[case] expected: &[&str],
     ) {
         let found = readings(&template_parts(t).unwrap(), namespace, &domains(d));
-        assert_eq!(found, expected);
+        assert_eq!(found.iter().map(describe).collect::<Vec<_>>(), expected);
     }
 
     #[rstest]
