@@ -422,7 +422,9 @@ variable "limits" {
   nullable = false
 
   validation {
-    # Conditionals, not ||: Terraform 1.11 evaluates both sides of || (floor(null) fails).
+    # Conditionals, not ||: Terraform 1.11 evaluates both sides of || (floor(null) fails). The
+    # message repeats the test to name only the fields that fail it: a local holding them would
+    # make a cycle with this validation, which must also refer to var.limits itself.
     condition = alltrue([for field, key in local.limits_keys : var.limits[field] == null ? true : (
       floor(var.limits[field]) == var.limits[field]
       && var.limits[field] >= local.config_bounds[key].minimum
